@@ -1,0 +1,1 @@
+//! awsmp-consumer: turns the usage stream into per-second usage rows.

@@ -1,0 +1,1 @@
+//! Pure metering domain: keys, time rules, folds, validation, batching, bisection.

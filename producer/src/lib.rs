@@ -1,0 +1,1 @@
+//! awsmp-producer: ships AWS Marketplace usage events to Amazon Kinesis.
