@@ -1,2 +1,4 @@
 //! awsmp-loadtest: the local AWS stack (`awsmp-local`), the Marketplace Metering simulator
 //! (`marketplace-sim`) and the end-to-end load test.
+
+pub mod local;

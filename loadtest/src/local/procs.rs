@@ -1,0 +1,139 @@
+//! Starting and stopping the local stack's processes, by PID, and nothing else.
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A process `up` started.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ServiceState {
+    /// Service name (`dynamodb`, `kinesis`, `sqs`, `marketplace-metering`).
+    pub name: String,
+    /// Process id (also its process group id).
+    pub pid: u32,
+    /// The 127.0.0.1 port it listens on.
+    pub port: u16,
+    /// Its arguments, used to tell our process from an unrelated one that reused the PID.
+    pub args: Vec<String>,
+    /// Its log file.
+    pub log: PathBuf,
+}
+
+/// A freshly started process.
+#[derive(Debug)]
+pub struct Spawned {
+    /// What to record in the state file.
+    pub state: ServiceState,
+}
+
+/// Start `program args…` in its own process group, detached from our stdio, logging to `log`.
+pub fn spawn(name: &str, port: u16, program: &Path, args: &[String], log: &Path) -> Result<Spawned> {
+    let out = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let err = out.try_clone()?;
+    let child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        // Own process group: survives this CLI exiting, and `down` can signal the whole group.
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("starting {name}: {}", program.display()))?;
+    Ok(Spawned {
+        state: ServiceState { name: name.into(), pid: child.id(), port, args: args.to_vec(), log: log.to_path_buf() },
+    })
+}
+
+/// True when the recorded process still runs (and is the one we started).
+pub fn is_alive(s: &ServiceState) -> bool {
+    let proc_dir = PathBuf::from(format!("/proc/{}", s.pid));
+    let Ok(cmdline) = std::fs::read(proc_dir.join("cmdline")) else {
+        return false;
+    };
+    let running = std::fs::read_to_string(proc_dir.join("stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()))
+        .is_some_and(|state| state != 'Z' && state != 'X');
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).filter(|a| !a.is_empty()).collect();
+    let ours = args.len() >= s.args.len()
+        && args[args.len() - s.args.len()..].iter().zip(&s.args).all(|(a, b)| *a == b.as_bytes());
+    running && ours
+}
+
+/// Stop a service: SIGTERM to its process group, then SIGKILL if it lingers; wait until its
+/// port is closed. Returns whether it was running.
+pub fn stop(s: &ServiceState) -> Result<bool> {
+    if !is_alive(s) {
+        return Ok(false);
+    }
+    signal_group(s.pid, "TERM");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while is_alive(s) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if is_alive(s) {
+        signal_group(s.pid, "KILL");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while is_alive(s) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if is_alive(s) {
+            bail!("{} (pid {}) did not stop", s.name, s.pid);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while is_listening(s.port) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(true)
+}
+
+fn signal_group(pid: u32, signal: &str) {
+    // `kill -SIG -- -PGID` reaches every process of the group; the CLI keeps this crate free of unsafe.
+    let _ = Command::new("kill")
+        .args([format!("-{signal}"), "--".into(), format!("-{pid}")])
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// A port on 127.0.0.1 nobody listens on right now.
+pub fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// True when 127.0.0.1:`port` can be bound.
+pub fn port_is_free(port: u16) -> bool {
+    TcpListener::bind(("127.0.0.1", port)).is_ok()
+}
+
+/// True when something accepts connections on 127.0.0.1:`port`.
+pub fn is_listening(port: u16) -> bool {
+    TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)), Duration::from_millis(200)).is_ok()
+}
+
+/// Wait until the service accepts connections; fail early (with its log) if it died.
+pub async fn wait_listening(s: &ServiceState, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if is_listening(s.port) {
+            return Ok(());
+        }
+        if !is_alive(s) || Instant::now() > deadline {
+            let log = std::fs::read_to_string(&s.log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(20).collect();
+            bail!(
+                "{} did not start listening on 127.0.0.1:{} ({}); log {}:\n{}",
+                s.name,
+                s.port,
+                if is_alive(s) { "timed out" } else { "process exited" },
+                s.log.display(),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
