@@ -1,0 +1,61 @@
+//! DynamoDB attribute and index names shared by every adapter (reference: system-design.md
+//! "Data model", setup-path.md "Usage-row writer contract"). Spelled once here so the adapters,
+//! the consumer (the row writer) and `meterctl` cannot drift apart.
+
+/// Partition key of the usage and aggregated-usage tables.
+pub const LICENSE_ARN: &str = "licenseArn";
+/// Sort key of the usage table: `{account}#{dimension}#{YYYY-MM-DDTHH:MM:SS}`.
+pub const USAGE_SORT_KEY: &str = "customerAWSAccountId_dimension_timestamp";
+/// Sort key of the aggregated-usage table: `{account}#{dimension}#{YYYY-MM-DDTHH}`.
+pub const AGGREGATED_SORT_KEY: &str = "account_dimension_hour";
+/// Buyer account id (Concurrent Agreements), also a top-level attribute of every row.
+pub const CUSTOMER_AWS_ACCOUNT_ID: &str = "customerAWSAccountId";
+/// Legacy (pre-Concurrent-Agreements) customer identifier; only on rows whose partition key is
+/// a product code rather than a license ARN.
+pub const CUSTOMER_IDENTIFIER: &str = "customerIdentifier";
+/// Pricing dimension.
+pub const DIMENSION: &str = "dimension";
+/// Whole-second UTC timestamp of a raw row (`YYYY-MM-DDTHH:MM:SS`).
+pub const TIMESTAMP: &str = "timestamp";
+/// Non-negative integer quantity.
+pub const QUANTITY: &str = "quantity";
+/// Optional Vendor Metered Tagging allocations in the `BatchMeterUsage` `UsageAllocation` shape.
+pub const USAGE_ALLOCATIONS: &str = "usageAllocations";
+/// Key of one allocation's quantity inside [`USAGE_ALLOCATIONS`].
+pub const ALLOCATED_USAGE_QUANTITY: &str = "AllocatedUsageQuantity";
+/// Key of one allocation's tag list inside [`USAGE_ALLOCATIONS`].
+pub const TAGS: &str = "Tags";
+/// Key of a tag's key.
+pub const TAG_KEY: &str = "Key";
+/// Key of a tag's value.
+pub const TAG_VALUE: &str = "Value";
+/// Sparse hour-bucket marker (`YYYY-MM-DDTHH`): present while a row / record is pending.
+pub const METERING_PENDING: &str = "meteringPending";
+/// Terminal status (see [`crate::domain::status`]).
+pub const METERING_STATUS: &str = "meteringStatus";
+/// Reason text for [`METERING_STATUS`].
+pub const METERING_STATUS_REASON: &str = "meteringStatusReason";
+/// Hour bucket of an aggregated record (`YYYY-MM-DDTHH`).
+pub const HOUR_BUCKET: &str = "hourBucket";
+/// `MeteringRecordId` returned by `BatchMeterUsage`.
+pub const METERING_RECORD_ID: &str = "meteringRecordId";
+/// ISO-8601 UTC audit stamp, set once.
+pub const CREATED_AT: &str = "createdAt";
+/// ISO-8601 UTC audit stamp, refreshed on every write.
+pub const UPDATED_AT: &str = "updatedAt";
+/// Epoch-seconds TTL.
+pub const TTL: &str = "ttl";
+/// Sparse GSI over [`METERING_PENDING`] on both the usage and the aggregated-usage table.
+pub const METERING_PENDING_INDEX: &str = "metering_pending";
+
+/// Aggregated record: number of raw rows folded into it.
+pub const ROW_COUNT: &str = "rowCount";
+/// Aggregated record: 450-byte bitmap of the seconds of the hour that contributed
+/// (`SecondSet::to_bytes` in the fold module), so a re-visit can tell a lost cleanup from
+/// late usage.
+pub const CONTRIBUTED_SECONDS: &str = "contributedSeconds";
+/// Aggregated record: when the submitter last sent it (ISO-8601 UTC), persisted *before* the
+/// `BatchMeterUsage` call so a replay after a crash is recognised.
+pub const SUBMISSION_ATTEMPTED_AT: &str = "submissionAttemptedAt";
+/// Aggregated record: the quantity sent in that attempt.
+pub const ATTEMPTED_QUANTITY: &str = "attemptedQuantity";

@@ -1,0 +1,319 @@
+//! Status domains, reason codes and metric names, exactly as the reference spells them
+//! (system-design.md, setup-path.md, metering-facts.md), plus awsmp's named additions.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Client-side guardrail reason codes, declared in the exact order they are checked: the
+/// derived `Ord` *is* the precedence (smaller wins). `QuantityOverflow` is awsmp's addition:
+/// a quantity or group sum that does not fit `BatchMeterUsage`'s 32-bit `Quantity` (or `u64`)
+/// is rejected by name, never wrapped or clamped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RejectReason {
+    /// Sort key empty or fewer than three `#` segments.
+    MalformedSortKey,
+    /// Account or dimension segment differs from the row's own attribute.
+    SortKeyMismatch,
+    /// Timestamp segment is not an exact whole-second `YYYY-MM-DDTHH:MM:SS`.
+    MalformedTimestamp,
+    /// `quantity` absent or not a number.
+    NonNumericQuantity,
+    /// `quantity` has a fractional part.
+    NonIntegerQuantity,
+    /// `quantity` is negative.
+    NegativeQuantity,
+    /// A quantity, allocation or group sum beyond `BatchMeterUsage`'s maximum (awsmp addition).
+    QuantityOverflow,
+    /// `usageAllocations` not in the `UsageAllocation` shape.
+    MalformedAllocations,
+    /// An `AllocatedUsageQuantity` that is negative, fractional or not a number.
+    NegativeOrNonIntegerAllocation,
+    /// More than 5 tags on one allocation.
+    TooManyTags,
+    /// A tag without a non-empty key or value.
+    MissingTagKeyOrValue,
+    /// `dimension` absent or empty.
+    MissingDimension,
+    /// Row timestamp later than now.
+    TimestampInFuture,
+    /// Row hour outside the billable window (month-end grace included).
+    TimestampOutOfWindow,
+    /// Partition key is neither a well-formed license ARN nor a legacy product code.
+    InvalidLicenseArn,
+    /// Concurrent-Agreements row without a valid 12-digit `customerAWSAccountId`.
+    MissingCustomerAWSAccountId,
+    /// Legacy (product-code partition key) row without a `customerIdentifier`.
+    MissingLegacyIdentifier,
+    /// Some non-zero rows carry allocations and others do not.
+    MixedAllocatedAndUnallocated,
+    /// More than 2,500 merged tag sets.
+    TooManyAllocations,
+    /// A row's allocations do not sum to its quantity (or the merge differs from the total).
+    AllocationSumMismatch,
+}
+
+impl RejectReason {
+    /// Every reason, in check order.
+    pub const ALL: [RejectReason; 20] = [
+        Self::MalformedSortKey,
+        Self::SortKeyMismatch,
+        Self::MalformedTimestamp,
+        Self::NonNumericQuantity,
+        Self::NonIntegerQuantity,
+        Self::NegativeQuantity,
+        Self::QuantityOverflow,
+        Self::MalformedAllocations,
+        Self::NegativeOrNonIntegerAllocation,
+        Self::TooManyTags,
+        Self::MissingTagKeyOrValue,
+        Self::MissingDimension,
+        Self::TimestampInFuture,
+        Self::TimestampOutOfWindow,
+        Self::InvalidLicenseArn,
+        Self::MissingCustomerAWSAccountId,
+        Self::MissingLegacyIdentifier,
+        Self::MixedAllocatedAndUnallocated,
+        Self::TooManyAllocations,
+        Self::AllocationSumMismatch,
+    ];
+
+    /// The code as stored in `meteringStatusReason` and used as the metric `Reason` dimension.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::MalformedSortKey => "MalformedSortKey",
+            Self::SortKeyMismatch => "SortKeyMismatch",
+            Self::MalformedTimestamp => "MalformedTimestamp",
+            Self::NonNumericQuantity => "NonNumericQuantity",
+            Self::NonIntegerQuantity => "NonIntegerQuantity",
+            Self::NegativeQuantity => "NegativeQuantity",
+            Self::QuantityOverflow => "QuantityOverflow",
+            Self::MalformedAllocations => "MalformedAllocations",
+            Self::NegativeOrNonIntegerAllocation => "NegativeOrNonIntegerAllocation",
+            Self::TooManyTags => "TooManyTags",
+            Self::MissingTagKeyOrValue => "MissingTagKeyOrValue",
+            Self::MissingDimension => "MissingDimension",
+            Self::TimestampInFuture => "TimestampInFuture",
+            Self::TimestampOutOfWindow => "TimestampOutOfWindow",
+            Self::InvalidLicenseArn => "InvalidLicenseArn",
+            Self::MissingCustomerAWSAccountId => "MissingCustomerAWSAccountId",
+            Self::MissingLegacyIdentifier => "MissingLegacyIdentifier",
+            Self::MixedAllocatedAndUnallocated => "MixedAllocatedAndUnallocated",
+            Self::TooManyAllocations => "TooManyAllocations",
+            Self::AllocationSumMismatch => "AllocationSumMismatch",
+        }
+    }
+}
+
+impl fmt::Display for RejectReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for RejectReason {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| format!("unknown reject reason {s:?}"))
+    }
+}
+
+/// Reason stamped on a raw row that arrived after its group-hour was aggregated (with raw
+/// status [`RawStatus::RejectedClientSide`]; the hour was already committed, first-write-wins).
+pub const LATE_USAGE_REASON: &str = "LateUsageAfterAggregation";
+
+/// Reason stamped on a raw row aged out before aggregation.
+pub const AGGREGATION_EXPIRED_REASON: &str = "PendingPastBillableWindow";
+
+/// Reason stamped on an aggregated record expired before submission.
+pub const SUBMISSION_EXPIRED_REASON: &str = "PendingPastBillableWindow";
+
+/// Reason stamped on a DuplicateRecord whose billed quantity differs from ours.
+pub const DUPLICATE_QUANTITY_MISMATCH_REASON: &str = "AttemptedQuantityChanged";
+
+/// The `meteringStatusReason` for a successfully aggregated raw row (exact reference text).
+///
+/// ```
+/// assert_eq!(
+///     awsmp_pipeline::domain::status::aggregated_reason(42, 3),
+///     "Aggregated total quantity 42 from 3 raw usage records"
+/// );
+/// ```
+pub fn aggregated_reason(total: u64, row_count: u32) -> String {
+    format!("Aggregated total quantity {total} from {row_count} raw usage records")
+}
+
+/// Terminal `meteringStatus` of a raw usage row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RawStatus {
+    /// Folded into an aggregated record.
+    Aggregated,
+    /// Rejected by a guardrail (or late after aggregation); never submitted.
+    RejectedClientSide,
+    /// Still pending when its hour left the billable window.
+    AggregationExpired,
+}
+
+impl RawStatus {
+    /// Stored spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Aggregated => "Aggregated",
+            Self::RejectedClientSide => "RejectedClientSide",
+            Self::AggregationExpired => "AggregationExpired",
+        }
+    }
+}
+
+impl fmt::Display for RawStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for RawStatus {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [
+            Self::Aggregated,
+            Self::RejectedClientSide,
+            Self::AggregationExpired,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+        .ok_or_else(|| format!("unknown raw status {s:?}"))
+    }
+}
+
+/// Terminal `meteringStatus` of an aggregated record. There is no "unprocessed" status:
+/// unprocessed records stay pending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AggregatedStatus {
+    /// Billed (`Success`, or a recognised replay of our own earlier accepted attempt).
+    Success,
+    /// `DuplicateRecord` for a record we never sent before: someone else billed this hour.
+    DuplicateRecord,
+    /// `CustomerNotSubscribed`: terminal, not retried.
+    CustomerNotSubscribed,
+    /// Isolated request-level error; the exception name is in `meteringStatusReason`.
+    Error,
+    /// Not submitted before the hour left the billable window.
+    SubmissionExpired,
+    /// Dry-run mode: never sent.
+    DryRunSubmitted,
+    /// `DuplicateRecord` after we had sent a *different* quantity for the hour: the billed
+    /// quantity is not ours (awsmp addition; never reported as success).
+    DuplicateRecordQuantityMismatch,
+}
+
+impl AggregatedStatus {
+    /// Stored spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Success => "Success",
+            Self::DuplicateRecord => "DuplicateRecord",
+            Self::CustomerNotSubscribed => "CustomerNotSubscribed",
+            Self::Error => "Error",
+            Self::SubmissionExpired => "SubmissionExpired",
+            Self::DryRunSubmitted => "DryRunSubmitted",
+            Self::DuplicateRecordQuantityMismatch => "DuplicateRecordQuantityMismatch",
+        }
+    }
+
+    /// True when the record's usage counts as billed.
+    pub const fn is_billed(self) -> bool {
+        matches!(self, Self::Success)
+    }
+}
+
+impl fmt::Display for AggregatedStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for AggregatedStatus {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [
+            Self::Success,
+            Self::DuplicateRecord,
+            Self::CustomerNotSubscribed,
+            Self::Error,
+            Self::SubmissionExpired,
+            Self::DryRunSubmitted,
+            Self::DuplicateRecordQuantityMismatch,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+        .ok_or_else(|| format!("unknown aggregated status {s:?}"))
+    }
+}
+
+/// Business metric names (EMF), as the reference's alarms and dashboards expect them.
+pub mod metric {
+    /// A group rejected client-side; dimension [`REASON`].
+    pub const USAGE_RECORD_REJECTED: &str = "UsageRecordRejected";
+    /// Raw rows aged out before aggregation.
+    pub const USAGE_AGGREGATION_EXPIRED: &str = "UsageAggregationExpired";
+    /// Aggregated records expired before submission.
+    pub const USAGE_SUBMISSION_EXPIRED: &str = "UsageSubmissionExpired";
+    /// Records still unprocessed after the submitter's retries (they stay pending).
+    pub const USAGE_RECORD_UNPROCESSED: &str = "UsageRecordUnprocessed";
+    /// `CustomerNotSubscribed` results.
+    pub const CUSTOMER_NOT_SUBSCRIBED: &str = "CustomerNotSubscribed";
+    /// Request-level `BatchMeterUsage` exceptions; dimension [`EXCEPTION`].
+    pub const BATCH_METER_USAGE_EXCEPTION: &str = "BatchMeterUsageException";
+    /// `DuplicateRecord` results that were not a recognised replay of our own attempt.
+    pub const DUPLICATE_RECORD: &str = "DuplicateRecord";
+    /// Late rows after aggregation (value: their quantity).
+    pub const LATE_USAGE: &str = "LateUsage";
+    /// `DuplicateRecord` whose billed quantity differs from ours.
+    pub const DUPLICATE_RECORD_QUANTITY_MISMATCH: &str = "DuplicateRecordQuantityMismatch";
+
+    /// Dimension name carrying a [`super::RejectReason`].
+    pub const REASON: &str = "Reason";
+    /// Dimension name carrying an exception name.
+    pub const EXCEPTION: &str = "Exception";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_are_in_declared_check_order_and_round_trip() {
+        let mut sorted = RejectReason::ALL;
+        sorted.sort();
+        assert_eq!(sorted, RejectReason::ALL);
+        for r in RejectReason::ALL {
+            assert_eq!(r.as_str().parse::<RejectReason>(), Ok(r));
+            assert_eq!(r.to_string(), format!("{r:?}"));
+        }
+        assert!(RejectReason::MalformedSortKey < RejectReason::AllocationSumMismatch);
+        assert!("Unknown".parse::<RejectReason>().is_err());
+    }
+
+    #[test]
+    fn statuses_round_trip() {
+        for s in ["Aggregated", "RejectedClientSide", "AggregationExpired"] {
+            assert_eq!(s.parse::<RawStatus>().unwrap().as_str(), s);
+        }
+        for s in [
+            "Success",
+            "DuplicateRecord",
+            "CustomerNotSubscribed",
+            "Error",
+            "SubmissionExpired",
+            "DryRunSubmitted",
+            "DuplicateRecordQuantityMismatch",
+        ] {
+            assert_eq!(s.parse::<AggregatedStatus>().unwrap().to_string(), s);
+        }
+        assert!("Unprocessed".parse::<AggregatedStatus>().is_err());
+        assert!(AggregatedStatus::Success.is_billed());
+        assert!(!AggregatedStatus::DuplicateRecordQuantityMismatch.is_billed());
+    }
+}
