@@ -1,0 +1,177 @@
+//! Partition keys, their 128-bit hashes, and the map from hash ranges to shards (pure).
+
+use md5::{Digest, Md5};
+
+/// Longest Kinesis partition key, in Unicode code points (Kinesis API `PartitionKey`: 1–256).
+pub const MAX_PARTITION_KEY_CHARS: usize = 256;
+
+/// The partition key of a group: `licenseArn|customerAWSAccountId|dimension`, or `g:` and the
+/// hex MD5 of that string when it is longer than Kinesis allows. Stable across producers and
+/// releases: the consumer may recompute it to check routing.
+pub fn partition_key(license_arn: &str, customer_aws_account_id: &str, dimension: &str) -> String {
+    let joined = format!("{license_arn}|{customer_aws_account_id}|{dimension}");
+    if joined.chars().count() <= MAX_PARTITION_KEY_CHARS {
+        joined
+    } else {
+        let digest = Md5::digest(joined.as_bytes());
+        let mut s = String::with_capacity(34);
+        s.push_str("g:");
+        for b in digest.as_slice() {
+            s.push_str(&format!("{b:02x}"));
+        }
+        s
+    }
+}
+
+/// Kinesis's routing hash: MD5 of the partition key's UTF-8 bytes as a big-endian 128-bit integer.
+pub fn partition_hash(partition_key: &str) -> u128 {
+    let digest = Md5::digest(partition_key.as_bytes());
+    let mut b = [0u8; 16];
+    b.copy_from_slice(digest.as_slice());
+    u128::from_be_bytes(b)
+}
+
+/// One open shard and the hash keys it owns (inclusive bounds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardRange {
+    /// Shard id, e.g. `shardId-000000000000`.
+    pub shard_id: String,
+    /// First hash key of the shard.
+    pub starting_hash_key: u128,
+    /// Last hash key of the shard.
+    pub ending_hash_key: u128,
+}
+
+/// The open shards of a stream, sorted by hash range.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ShardMap {
+    shards: Vec<ShardRange>,
+}
+
+impl ShardMap {
+    /// A map from open shards (any order). Overlapping ranges are a sign of a listing taken
+    /// mid-reshard and are refused.
+    pub fn new(mut shards: Vec<ShardRange>) -> Result<Self, String> {
+        shards.sort_by_key(|s| s.starting_hash_key);
+        for s in &shards {
+            if s.starting_hash_key > s.ending_hash_key {
+                return Err(format!("shard {} has an empty hash range", s.shard_id));
+            }
+        }
+        for w in shards.windows(2) {
+            if w[1].starting_hash_key <= w[0].ending_hash_key {
+                return Err(format!(
+                    "shards {} and {} overlap",
+                    w[0].shard_id, w[1].shard_id
+                ));
+            }
+        }
+        Ok(ShardMap { shards })
+    }
+
+    /// `n` shards splitting the hash space evenly, as CreateStream does.
+    pub fn uniform(n: usize) -> Self {
+        assert!(n > 0, "a stream has at least one shard");
+        // Equal widths; the last shard also takes the remainder.
+        let width = u128::MAX / n as u128;
+        let shards = (0..n)
+            .map(|i| ShardRange {
+                shard_id: format!("shardId-{i:012}"),
+                starting_hash_key: width * i as u128,
+                ending_hash_key: if i + 1 == n {
+                    u128::MAX
+                } else {
+                    width * (i as u128 + 1) - 1
+                },
+            })
+            .collect();
+        ShardMap { shards }
+    }
+
+    /// The shards, sorted by starting hash key.
+    pub fn shards(&self) -> &[ShardRange] {
+        &self.shards
+    }
+
+    /// Number of open shards.
+    pub fn len(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// True when the map holds no shard.
+    pub fn is_empty(&self) -> bool {
+        self.shards.is_empty()
+    }
+
+    /// Index (into [`ShardMap::shards`]) of the shard owning `hash`, if the map covers it.
+    pub fn shard_index(&self, hash: u128) -> Option<usize> {
+        let i = self.shards.partition_point(|s| s.starting_hash_key <= hash);
+        if i == 0 {
+            return None;
+        }
+        (hash <= self.shards[i - 1].ending_hash_key).then_some(i - 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_key_is_the_group_and_stable() {
+        let pk = partition_key(
+            "arn:aws:license-manager::1:license:l-x",
+            "123456789012",
+            "reqs",
+        );
+        assert_eq!(
+            pk,
+            "arn:aws:license-manager::1:license:l-x|123456789012|reqs"
+        );
+        let long_dim = "d".repeat(300);
+        let a = partition_key("arn", "123456789012", &long_dim);
+        assert!(a.starts_with("g:") && a.len() == 34);
+        assert_eq!(a, partition_key("arn", "123456789012", &long_dim));
+        assert_ne!(a, partition_key("arn", "123456789013", &long_dim));
+    }
+
+    #[test]
+    fn hash_is_md5_big_endian() {
+        // md5("a") = 0cc175b9c0f1b6a831c399e269772661
+        assert_eq!(partition_hash("a"), 0x0cc175b9c0f1b6a831c399e269772661);
+    }
+
+    #[test]
+    fn uniform_map_covers_everything_without_gaps() {
+        for n in [1, 2, 3, 7, 64] {
+            let m = ShardMap::uniform(n);
+            assert_eq!(m.shards()[0].starting_hash_key, 0);
+            assert_eq!(m.shards()[n - 1].ending_hash_key, u128::MAX);
+            for w in m.shards().windows(2) {
+                assert_eq!(w[0].ending_hash_key + 1, w[1].starting_hash_key);
+            }
+            assert_eq!(ShardMap::new(m.shards().to_vec()), Ok(m.clone()));
+            assert_eq!(m.shard_index(0), Some(0));
+            assert_eq!(m.shard_index(u128::MAX), Some(n - 1));
+            for s in m.shards() {
+                let i = m.shard_index(s.starting_hash_key).unwrap();
+                assert_eq!(m.shards()[i].shard_id, s.shard_id);
+                assert_eq!(m.shard_index(s.ending_hash_key), Some(i));
+            }
+        }
+    }
+
+    #[test]
+    fn gaps_and_overlaps() {
+        let r = |id: &str, a, b| ShardRange {
+            shard_id: id.into(),
+            starting_hash_key: a,
+            ending_hash_key: b,
+        };
+        let m = ShardMap::new(vec![r("b", 100, 200), r("a", 10, 50)]).unwrap();
+        assert_eq!(m.shard_index(5), None);
+        assert_eq!(m.shard_index(60), None);
+        assert_eq!(m.shard_index(150), Some(1));
+        assert!(ShardMap::new(vec![r("a", 0, 100), r("b", 100, 200)]).is_err());
+    }
+}
