@@ -1,0 +1,167 @@
+//! Stage configuration, read once from the environment at start-up (fail fast).
+
+use crate::domain::time::TimeConfig;
+use crate::error::{PipelineError, Result};
+use std::collections::BTreeSet;
+
+/// `DeploymentMode`: which components exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeploymentMode {
+    /// Raw usage table + discoverer → aggregator → cleanup → submitter → expiry.
+    Full,
+    /// Only aggregated-usage + submitter + expiry: the seller writes final hourly records.
+    DirectSubmit,
+}
+
+/// `MeteringMode`: whether the submitter calls BatchMeterUsage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MeteringMode {
+    /// Call the API.
+    Live,
+    /// Never call it; records end `DryRunSubmitted`.
+    DryRun,
+}
+
+/// Everything a stage reads from its environment.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Lock, window and TTL rules.
+    pub time: TimeConfig,
+    /// Deployment mode.
+    pub deployment_mode: DeploymentMode,
+    /// Metering mode.
+    pub metering_mode: MeteringMode,
+    /// Accounts allowed to carry dry-run traffic (dry-run needs a test-account allowlist).
+    pub dry_run_accounts: BTreeSet<String>,
+    /// The product this stack meters (one main stack per product and region).
+    pub product_code: String,
+    /// Raw usage table (full mode only).
+    pub usage_table: Option<String>,
+    /// Aggregated-usage table.
+    pub aggregated_table: String,
+    /// Subscribers table (its deprovisioning index), if configured.
+    pub subscribers_table: Option<String>,
+    /// Work queue URL (full mode).
+    pub work_queue_url: Option<String>,
+    /// Deprovision-work queue URL (full mode).
+    pub deprovision_work_queue_url: Option<String>,
+    /// Cleanup queue URL (full mode).
+    pub cleanup_queue_url: Option<String>,
+    /// Aggregated-usage TTL in days (0 = keep; set only on `Success`).
+    pub aggregated_ttl_days: u32,
+    /// Most aggregated records the submitter reads per run in its ordinary pass.
+    pub submitter_max_records_per_run: usize,
+    /// Wall-clock budget of one submitter run, in seconds (the Lambda timeout minus headroom).
+    pub submitter_time_budget_secs: u64,
+    /// CloudWatch namespace for EMF metrics.
+    pub metrics_namespace: String,
+}
+
+/// Default ordinary-pass cap per submitter run: 300 s × 10 calls/s × 25 records, halved for headroom.
+pub const DEFAULT_SUBMITTER_MAX_RECORDS_PER_RUN: usize = 37_500;
+/// Default submitter run budget: the 5-minute schedule minus a minute of headroom.
+pub const DEFAULT_SUBMITTER_TIME_BUDGET_SECS: u64 = 240;
+
+impl Config {
+    /// Read from the process environment.
+    pub fn from_env() -> Result<Self> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Read from any lookup (tests, the local runner).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let num = |k: &str, default: u64| -> Result<u64> {
+            get(k).map_or(Ok(default), |v| v.trim().parse().map_err(|_| PipelineError::Config(format!("{k}={v:?} is not a number"))))
+        };
+        let time = TimeConfig::new(
+            num("AWSMP_METERING_LOCK_HOURS", 1)? as u32,
+            num("AWSMP_BILLABLE_WINDOW_HOURS", 24)? as u32,
+            num("AWSMP_USAGE_TABLE_TTL_DAYS", 365)? as u32,
+        )?;
+        let deployment_mode = match get("AWSMP_DEPLOYMENT_MODE").as_deref().unwrap_or("full") {
+            "full" => DeploymentMode::Full,
+            "direct-submit" => DeploymentMode::DirectSubmit,
+            other => return Err(PipelineError::Config(format!("AWSMP_DEPLOYMENT_MODE={other:?}: full | direct-submit"))),
+        };
+        let metering_mode = match get("AWSMP_METERING_MODE").as_deref().unwrap_or("live") {
+            "live" => MeteringMode::Live,
+            "dry-run" => MeteringMode::DryRun,
+            other => return Err(PipelineError::Config(format!("AWSMP_METERING_MODE={other:?}: live | dry-run"))),
+        };
+        let dry_run_accounts: BTreeSet<String> = get("AWSMP_DRY_RUN_ACCOUNTS")
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if metering_mode == MeteringMode::DryRun && dry_run_accounts.is_empty() {
+            return Err(PipelineError::Config("dry-run needs AWSMP_DRY_RUN_ACCOUNTS (the test-account allowlist)".into()));
+        }
+        let required = |k: &str| get(k).filter(|v| !v.is_empty()).ok_or_else(|| PipelineError::Config(format!("{k} is not set")));
+        let full = deployment_mode == DeploymentMode::Full;
+        let full_only = |k: &str| if full { required(k).map(Some) } else { Ok(get(k).filter(|v| !v.is_empty())) };
+        Ok(Self {
+            time,
+            deployment_mode,
+            metering_mode,
+            dry_run_accounts,
+            product_code: required("AWSMP_PRODUCT_CODE")?,
+            usage_table: full_only("AWSMP_USAGE_TABLE")?,
+            aggregated_table: required("AWSMP_AGGREGATED_USAGE_TABLE")?,
+            subscribers_table: get("AWSMP_SUBSCRIBERS_TABLE").filter(|v| !v.is_empty()),
+            work_queue_url: full_only("AWSMP_WORK_QUEUE_URL")?,
+            deprovision_work_queue_url: full_only("AWSMP_DEPROVISION_WORK_QUEUE_URL")?,
+            cleanup_queue_url: full_only("AWSMP_CLEANUP_QUEUE_URL")?,
+            aggregated_ttl_days: num("AWSMP_AGGREGATED_USAGE_TABLE_TTL_DAYS", 0)? as u32,
+            submitter_max_records_per_run: num("AWSMP_SUBMITTER_MAX_RECORDS_PER_RUN", DEFAULT_SUBMITTER_MAX_RECORDS_PER_RUN as u64)? as usize,
+            submitter_time_budget_secs: num("AWSMP_SUBMITTER_TIME_BUDGET_SECS", DEFAULT_SUBMITTER_TIME_BUDGET_SECS)?,
+            metrics_namespace: get("AWSMP_METRICS_NAMESPACE").unwrap_or_else(|| crate::emf::DEFAULT_NAMESPACE.into()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn cfg(pairs: &[(&str, &str)]) -> Result<Config> {
+        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_lookup(|k| m.get(k).cloned())
+    }
+
+    const FULL: &[(&str, &str)] = &[
+        ("AWSMP_PRODUCT_CODE", "p"),
+        ("AWSMP_USAGE_TABLE", "u"),
+        ("AWSMP_AGGREGATED_USAGE_TABLE", "a"),
+        ("AWSMP_WORK_QUEUE_URL", "w"),
+        ("AWSMP_DEPROVISION_WORK_QUEUE_URL", "d"),
+        ("AWSMP_CLEANUP_QUEUE_URL", "c"),
+    ];
+
+    #[test]
+    fn full_mode_needs_its_tables_and_queues() {
+        assert!(cfg(FULL).is_ok());
+        assert!(cfg(&FULL[..5]).is_err());
+    }
+
+    #[test]
+    fn direct_submit_needs_only_the_aggregated_table() {
+        let c = cfg(&[("AWSMP_PRODUCT_CODE", "p"), ("AWSMP_AGGREGATED_USAGE_TABLE", "a"), ("AWSMP_DEPLOYMENT_MODE", "direct-submit")]).unwrap();
+        assert_eq!(c.deployment_mode, DeploymentMode::DirectSubmit);
+        assert!(c.usage_table.is_none());
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        let mut v = FULL.to_vec();
+        v.push(("AWSMP_METERING_LOCK_HOURS", "21"));
+        assert!(cfg(&v).is_err());
+        let mut v = FULL.to_vec();
+        v.push(("AWSMP_METERING_MODE", "dry-run"));
+        assert!(cfg(&v).is_err(), "dry-run without an allowlist");
+        v.push(("AWSMP_DRY_RUN_ACCOUNTS", "111122223333"));
+        assert_eq!(cfg(&v).unwrap().metering_mode, MeteringMode::DryRun);
+    }
+}

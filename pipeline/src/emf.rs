@@ -1,0 +1,158 @@
+//! Business metrics as CloudWatch Embedded Metric Format (EMF) lines.
+//!
+//! A Lambda's stdout goes to CloudWatch Logs, which turns each EMF JSON line into metrics —
+//! no `PutMetricData` call, no extra IAM (reference: "Business-status metrics are emitted via
+//! CloudWatch Embedded Metric Format"). Locally the same lines are captured and asserted on.
+
+use serde_json::{Map, Value, json};
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+/// Default CloudWatch namespace of awsmp's business metrics.
+pub const DEFAULT_NAMESPACE: &str = "awsmp";
+
+/// One metric data point with its dimensions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Metric {
+    /// Metric name, e.g. `UsageRecordRejected`.
+    pub name: &'static str,
+    /// Value (a count, or a quantity for `LateUsage`-style metrics).
+    pub value: f64,
+    /// CloudWatch unit (`Count`, `None`, `Milliseconds`).
+    pub unit: &'static str,
+    /// Dimension name → value, e.g. `Reason` → `MalformedTimestamp`.
+    pub dimensions: Vec<(&'static str, String)>,
+}
+
+impl Metric {
+    /// A count of 1 with no dimensions.
+    pub fn count(name: &'static str) -> Self {
+        Self { name, value: 1.0, unit: "Count", dimensions: Vec::new() }
+    }
+    /// A count of `n`.
+    pub fn counts(name: &'static str, n: u64) -> Self {
+        Self { name, value: n as f64, unit: "Count", dimensions: Vec::new() }
+    }
+    /// Add a dimension.
+    pub fn with(mut self, dimension: &'static str, value: impl Into<String>) -> Self {
+        self.dimensions.push((dimension, value.into()));
+        self
+    }
+
+    /// The EMF JSON line for this metric at `timestamp_ms`.
+    pub fn to_emf(&self, namespace: &str, service: &str, timestamp_ms: i64) -> String {
+        let mut root = Map::new();
+        let dims: Vec<&str> = std::iter::once("Service").chain(self.dimensions.iter().map(|(k, _)| *k)).collect();
+        root.insert(
+            "_aws".into(),
+            json!({
+                "Timestamp": timestamp_ms,
+                "CloudWatchMetrics": [{
+                    "Namespace": namespace,
+                    "Dimensions": [dims],
+                    "Metrics": [{"Name": self.name, "Unit": self.unit}]
+                }]
+            }),
+        );
+        root.insert("Service".into(), Value::String(service.into()));
+        for (k, v) in &self.dimensions {
+            root.insert((*k).into(), Value::String(v.clone()));
+        }
+        root.insert(self.name.into(), json!(self.value));
+        Value::Object(root).to_string()
+    }
+}
+
+/// Where metric lines go.
+#[derive(Clone)]
+pub struct MetricsSink {
+    namespace: String,
+    service: String,
+    out: Arc<Mutex<Box<dyn Write + Send>>>,
+    captured: Option<Arc<Mutex<Vec<String>>>>,
+}
+
+impl std::fmt::Debug for MetricsSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetricsSink").field("namespace", &self.namespace).field("service", &self.service).finish()
+    }
+}
+
+impl MetricsSink {
+    /// EMF lines to stdout (what CloudWatch Logs ingests in Lambda).
+    pub fn stdout(namespace: impl Into<String>, service: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            service: service.into(),
+            out: Arc::new(Mutex::new(Box::new(std::io::stdout()))),
+            captured: None,
+        }
+    }
+
+    /// Lines kept in memory, for tests and the local runner's report.
+    pub fn capture(service: impl Into<String>) -> Self {
+        Self {
+            namespace: DEFAULT_NAMESPACE.into(),
+            service: service.into(),
+            out: Arc::new(Mutex::new(Box::new(std::io::sink()))),
+            captured: Some(Arc::new(Mutex::new(Vec::new()))),
+        }
+    }
+
+    /// Emit one metric now.
+    pub fn emit(&self, metric: Metric) {
+        let line = metric.to_emf(&self.namespace, &self.service, chrono::Utc::now().timestamp_millis());
+        if let Some(c) = &self.captured {
+            c.lock().expect("metrics capture poisoned").push(line.clone());
+        }
+        let mut out = self.out.lock().expect("metrics writer poisoned");
+        // A metric line that cannot be written must not fail billing work.
+        let _ = writeln!(out, "{line}");
+    }
+
+    /// Captured lines (empty unless built with [`MetricsSink::capture`]).
+    pub fn lines(&self) -> Vec<String> {
+        self.captured.as_ref().map(|c| c.lock().expect("metrics capture poisoned").clone()).unwrap_or_default()
+    }
+
+    /// Captured data points named `name`, as parsed JSON objects.
+    pub fn points(&self, name: &str) -> Vec<Value> {
+        self.lines()
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v.get(name).is_some())
+            .collect()
+    }
+
+    /// Sum of captured values of metric `name`.
+    pub fn total(&self, name: &str) -> f64 {
+        self.points(name).iter().filter_map(|v| v[name].as_f64()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emf_line_has_the_cloudwatch_shape() {
+        let line = Metric::count("UsageRecordRejected").with("Reason", "MalformedTimestamp").to_emf("awsmp", "aggregator", 1_700_000_000_000);
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["_aws"]["Timestamp"], 1_700_000_000_000_i64);
+        let cw = &v["_aws"]["CloudWatchMetrics"][0];
+        assert_eq!(cw["Namespace"], "awsmp");
+        assert_eq!(cw["Dimensions"][0], json!(["Service", "Reason"]));
+        assert_eq!(cw["Metrics"][0], json!({"Name": "UsageRecordRejected", "Unit": "Count"}));
+        assert_eq!(v["Reason"], "MalformedTimestamp");
+        assert_eq!(v["UsageRecordRejected"], 1.0);
+    }
+
+    #[test]
+    fn capture_sink_records_lines() {
+        let sink = MetricsSink::capture("submitter");
+        sink.emit(Metric::counts("UsageRecordUnprocessed", 3));
+        sink.emit(Metric::count("UsageRecordUnprocessed"));
+        assert_eq!(sink.total("UsageRecordUnprocessed"), 4.0);
+        assert_eq!(sink.points("UsageRecordUnprocessed")[0]["Service"], "submitter");
+    }
+}

@@ -1,0 +1,68 @@
+//! The pipeline's error type.
+
+use crate::domain::DomainError;
+
+/// Boxed SDK error, kept as the source (never stringified) so callers can classify it.
+pub type SdkError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Everything that can go wrong in a pipeline stage.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// A DynamoDB call failed.
+    #[error("DynamoDB {operation} on {resource} failed")]
+    DynamoDb {
+        /// The API operation.
+        operation: &'static str,
+        /// Table (and index) name.
+        resource: String,
+        /// The SDK error.
+        #[source]
+        source: SdkError,
+        /// Whether retrying later may succeed (throttling, 5xx, transport).
+        retryable: bool,
+    },
+    /// An SQS call failed, or some entries of a batch call failed.
+    #[error("SQS {operation} on {queue} failed: {detail}")]
+    Sqs {
+        /// The API operation.
+        operation: &'static str,
+        /// Queue URL.
+        queue: String,
+        /// What failed (e.g. the failed batch entry ids).
+        detail: String,
+        /// The SDK error, if the whole call failed.
+        #[source]
+        source: Option<SdkError>,
+    },
+    /// A stored item does not have the shape awsmp writes.
+    #[error("malformed item in {table}: {detail}")]
+    MalformedItem {
+        /// Table name.
+        table: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A domain rule was violated (bad configuration, malformed message…).
+    #[error(transparent)]
+    Domain(#[from] DomainError),
+    /// Configuration missing or invalid.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// A message could not be decoded.
+    #[error("bad message: {0}")]
+    BadMessage(String),
+}
+
+impl PipelineError {
+    /// Whether the failed operation may succeed if retried later.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::DynamoDb { retryable, .. } => *retryable,
+            Self::Sqs { .. } => true,
+            Self::MalformedItem { .. } | Self::Domain(_) | Self::Config(_) | Self::BadMessage(_) => false,
+        }
+    }
+}
+
+/// Result alias.
+pub type Result<T, E = PipelineError> = std::result::Result<T, E>;

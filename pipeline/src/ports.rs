@@ -1,0 +1,140 @@
+//! Ports: the small capabilities the pipeline stages need from the outside world. Adapters
+//! over `aws-sdk-*` live in [`crate::adapters`]; handlers only see these traits.
+
+use crate::domain::keys::{GroupKey, HourBucket, RowKey};
+use crate::domain::row::{Allocation, RawUsageRow};
+use crate::domain::status::{AggregatedStatus, RawStatus};
+use crate::error::Result;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+/// One aggregated-usage record as stored (`awsmp-aggregated-usage`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AggregatedItem {
+    /// The group: license, account, dimension, hour.
+    pub group: GroupKey,
+    /// Summed quantity.
+    pub quantity: u64,
+    /// Merged VMT allocations, if the group's rows carried any.
+    pub allocations: Option<Vec<Allocation>>,
+    /// Raw rows folded in (0 for direct-submit records).
+    pub row_count: u32,
+    /// Seconds of the hour that contributed, as a 3,600-bit bitmap (450 bytes), so a re-visit
+    /// can tell a lost cleanup from a late row. Empty for direct-submit records.
+    pub contributed_seconds: Vec<u8>,
+    /// Legacy (pre-Concurrent-Agreements) customer identifier; `group.license_arn` then holds
+    /// the product code.
+    pub customer_identifier: Option<String>,
+    /// Still discoverable by the submitter.
+    pub pending: bool,
+    /// Terminal status, once written back.
+    pub status: Option<AggregatedStatus>,
+    /// Reason text accompanying the status.
+    pub status_reason: Option<String>,
+    /// MeteringRecordId returned by AWS.
+    pub metering_record_id: Option<String>,
+    /// Quantity of our last BatchMeterUsage attempt, persisted before the call so a replay
+    /// after a crash is recognised.
+    pub attempted_quantity: Option<u64>,
+    /// When that attempt was made.
+    pub submission_attempted_at: Option<DateTime<Utc>>,
+}
+
+impl AggregatedItem {
+    /// A fresh pending record.
+    pub fn new(group: GroupKey, quantity: u64, allocations: Option<Vec<Allocation>>) -> Self {
+        Self {
+            group,
+            quantity,
+            allocations,
+            row_count: 0,
+            contributed_seconds: Vec::new(),
+            customer_identifier: None,
+            pending: true,
+            status: None,
+            status_reason: None,
+            metering_record_id: None,
+            attempted_quantity: None,
+            submission_attempted_at: None,
+        }
+    }
+}
+
+/// A terminal write-back onto an aggregated record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteBack {
+    /// Status to record.
+    pub status: AggregatedStatus,
+    /// Reason text (exception name for `Error`).
+    pub reason: Option<String>,
+    /// MeteringRecordId, when AWS returned one.
+    pub metering_record_id: Option<String>,
+    /// Epoch-seconds TTL to set (only on `Success`, only when configured).
+    pub ttl: Option<i64>,
+}
+
+/// A raw row the age-out sweep expired.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpiredRow {
+    /// Its key.
+    pub key: RowKey,
+    /// Its quantity, when numeric (what revenue the expiry lost).
+    pub quantity: Option<u64>,
+}
+
+/// The raw usage table.
+#[async_trait]
+pub trait UsageStore: Send + Sync {
+    /// Distinct groups with pending rows in `bucket` (paginated sparse-GSI query), optionally
+    /// only for one license (the GSI sort key).
+    async fn pending_groups(&self, bucket: HourBucket, license: Option<&str>) -> Result<Vec<GroupKey>>;
+    /// Every still-pending row of `group` (targeted `begins_with` read), page by page.
+    async fn read_pending_rows(&self, group: &GroupKey, each: &mut (dyn FnMut(RawUsageRow) + Send)) -> Result<()>;
+    /// Finalize one row: remove `meteringPending` and, with a status, stamp it. Idempotent;
+    /// never creates a row that does not exist. Returns false when the row is gone.
+    async fn finalize_row(&self, key: &RowKey, status: Option<(RawStatus, &str)>, now: DateTime<Utc>) -> Result<bool>;
+    /// Expire every row still pending in `bucket` (`AggregationExpired`).
+    async fn expire_bucket(&self, bucket: HourBucket, reason: &str, now: DateTime<Utc>) -> Result<Vec<ExpiredRow>>;
+}
+
+/// The aggregated-usage table: the source of truth for submission.
+#[async_trait]
+pub trait AggregatedStore: Send + Sync {
+    /// The commit point: write `item` unless its group already has a record. True when written.
+    async fn put_if_absent(&self, item: &AggregatedItem, now: DateTime<Utc>) -> Result<bool>;
+    /// The record of `group`, if any.
+    async fn get(&self, group: &GroupKey) -> Result<Option<AggregatedItem>>;
+    /// Pending records of `bucket` (sparse GSI), optionally for one license.
+    async fn pending(&self, bucket: HourBucket, license: Option<&str>) -> Result<Vec<AggregatedItem>>;
+    /// Persist that we are about to submit `quantity` (before calling BatchMeterUsage).
+    async fn mark_attempted(&self, group: &GroupKey, quantity: u64, now: DateTime<Utc>) -> Result<()>;
+    /// Record a terminal outcome and clear `meteringPending`. False when the record was no
+    /// longer pending (someone else finalized it).
+    async fn write_back(&self, group: &GroupKey, outcome: &WriteBack, now: DateTime<Utc>) -> Result<bool>;
+}
+
+/// An SQS queue the pipeline sends to.
+#[async_trait]
+pub trait MessageQueue: Send + Sync {
+    /// Send every body (batched ≤10 per call). Any entry that fails is an error naming it:
+    /// partial `SendMessageBatch` failures are never ignored.
+    async fn send_all(&self, bodies: &[String]) -> Result<()>;
+}
+
+/// A license in its deprovisioning flush window (the subscribers table's sparse index).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deprovisioning {
+    /// License ARN.
+    pub license_arn: String,
+    /// Buyer account.
+    pub customer_aws_account_id: String,
+    /// When AWS stops accepting usage for it.
+    pub expiry: DateTime<Utc>,
+}
+
+/// The subscribers table's `deprovisioning-pending-index`.
+#[async_trait]
+pub trait DeprovisioningIndex: Send + Sync {
+    /// Every license currently in its flush window.
+    async fn active(&self) -> Result<Vec<Deprovisioning>>;
+}
