@@ -2,3 +2,4 @@
 //! (`marketplace-sim`) and the end-to-end load test.
 
 pub mod local;
+pub mod sim;

@@ -1,0 +1,696 @@
+//! Pure BatchMeterUsage rules: decode an awsJson1.1 request body, then check it against the
+//! catalog and the simulator's clock. Every function here is plain data in, plain data out —
+//! no I/O, no clock reads — so each rule is unit-tested directly.
+//!
+//! Check order (the first failing check names the exception; nothing is billed):
+//! 1. body size, JSON shape, record count, per-record required fields and ranges
+//!    (`ValidationException` / `SerializationException`);
+//! 2. identifier combinations: CustomerIdentifier with CustomerAWSAccountId, CA mixed with
+//!    legacy, ProductCode with LicenseArn records (`ValidationException`);
+//! 3. LicenseArn shape and one product per call (`InvalidLicenseException`); legacy product and
+//!    customer (`InvalidProductCodeException`, `InvalidCustomerIdentifierException`);
+//! 4. dimensions (`InvalidUsageDimensionException`);
+//! 5. timestamps (`TimestampOutOfBoundsException`);
+//! 6. allocations (`InvalidTagException`, `InvalidUsageAllocationsException`).
+
+use std::collections::BTreeSet;
+
+use awsmp_pipeline::ids::{is_valid_account_id, is_valid_license_arn, is_valid_product_code};
+use chrono::{DateTime, Datelike, Duration, TimeZone, Timelike, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::catalog::{CatalogIndex, SubscriptionStatus};
+use super::error::{ApiError, ErrorCode};
+
+/// BatchMeterUsage: "requests must be less than 1MB in size" (API reference); 1 MB = 1,048,576 bytes.
+pub const MAX_REQUEST_BYTES: usize = 1_048_576;
+/// BatchMeterUsage accepts at most 25 UsageRecords per call (API reference).
+pub const MAX_USAGE_RECORDS_PER_CALL: usize = 25;
+/// UsageRecord.Quantity valid range is 0..=2147483647 (API reference, Integer).
+pub const MAX_QUANTITY: u64 = i32::MAX as u64;
+/// A UsageAllocation carries 1 to 5 tags (API reference: UsageAllocation.Tags, 1-5 items).
+pub const MAX_TAGS_PER_ALLOCATION: usize = 5;
+/// Previous-month usage is accepted until 06:00 UTC on the 1st (AWS month-end grace).
+pub const MONTH_END_GRACE_HOURS: u32 = 6;
+
+/// A tag of a usage allocation.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Tag {
+    /// Tag key.
+    #[serde(rename = "Key")]
+    pub key: String,
+    /// Tag value.
+    #[serde(rename = "Value")]
+    pub value: String,
+}
+
+/// A usage allocation, in the BatchMeterUsage shape.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageAllocation {
+    /// Units attributed to these tags.
+    #[serde(rename = "AllocatedUsageQuantity")]
+    pub allocated_usage_quantity: u32,
+    /// The tags.
+    #[serde(rename = "Tags")]
+    pub tags: Vec<Tag>,
+}
+
+/// Who a record bills.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordIdentity {
+    /// Concurrent Agreements: LicenseArn + CustomerAWSAccountId.
+    Concurrent {
+        /// The license.
+        license_arn: String,
+        /// The buyer account.
+        customer_aws_account_id: String,
+    },
+    /// Legacy: CustomerIdentifier under the request's ProductCode.
+    Legacy {
+        /// The customer identifier.
+        customer_identifier: String,
+    },
+}
+
+/// One decoded UsageRecord.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageRecord {
+    /// Usage time (UTC).
+    pub timestamp: DateTime<Utc>,
+    /// Who is billed.
+    pub identity: RecordIdentity,
+    /// Dimension API name.
+    pub dimension: String,
+    /// Units (0..=2147483647; AWS documents 0 when the member is absent).
+    pub quantity: u32,
+    /// Optional VMT allocations.
+    pub usage_allocations: Option<Vec<UsageAllocation>>,
+}
+
+/// A decoded BatchMeterUsage request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchRequest {
+    /// Legacy calls name their product; CA calls must not.
+    pub product_code: Option<String>,
+    /// The records, in request order.
+    pub records: Vec<UsageRecord>,
+    /// Each record's JSON as received, echoed back in `Results` / `UnprocessedRecords`.
+    pub raw_records: Vec<Value>,
+}
+
+/// Catalog-derived limits the rules need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Metering window in hours.
+    pub window_hours: u32,
+    /// Cap on allocations per record.
+    pub max_allocations_per_record: u32,
+}
+
+/// The customer half of the dedup key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum CustomerKey {
+    /// CA buyer account.
+    Account(String),
+    /// Legacy customer identifier.
+    Identifier(String),
+}
+
+/// The product half of the dedup key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ScopeKey {
+    /// CA license.
+    License(String),
+    /// Legacy product code.
+    Product(String),
+}
+
+/// First-write-wins dedup key: (customer, license or product, dimension, UTC hour).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DedupKey {
+    /// Customer account or identifier.
+    pub customer: CustomerKey,
+    /// License or product.
+    pub scope: ScopeKey,
+    /// Dimension.
+    pub dimension: String,
+    /// Start of the record's UTC hour.
+    pub hour: DateTime<Utc>,
+}
+
+/// What a valid record will do once applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Disposition {
+    /// Billable under `product_code` (subject to dedup).
+    Billable {
+        /// The product the usage is billed to.
+        product_code: String,
+    },
+    /// Unknown/ended license, wrong account, or ended legacy customer.
+    NotSubscribed,
+}
+
+/// A record that passed every request-level check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidatedRecord {
+    /// The record.
+    pub record: UsageRecord,
+    /// Its dedup key.
+    pub key: DedupKey,
+    /// Billable or not subscribed.
+    pub disposition: Disposition,
+}
+
+fn err(code: ErrorCode, message: impl Into<String>) -> ApiError {
+    ApiError::new(code, message)
+}
+
+#[derive(Deserialize)]
+struct WireRequest {
+    #[serde(rename = "ProductCode")]
+    product_code: Option<String>,
+    #[serde(rename = "UsageRecords")]
+    usage_records: Option<Vec<Value>>,
+}
+
+#[derive(Deserialize)]
+struct WireRecord {
+    #[serde(rename = "Timestamp")]
+    timestamp: Option<serde_json::Number>,
+    #[serde(rename = "CustomerIdentifier")]
+    customer_identifier: Option<String>,
+    #[serde(rename = "Dimension")]
+    dimension: Option<String>,
+    #[serde(rename = "Quantity")]
+    quantity: Option<serde_json::Number>,
+    #[serde(rename = "UsageAllocations")]
+    usage_allocations: Option<Vec<WireAllocation>>,
+    #[serde(rename = "CustomerAWSAccountId")]
+    customer_aws_account_id: Option<String>,
+    #[serde(rename = "LicenseArn")]
+    license_arn: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WireAllocation {
+    #[serde(rename = "AllocatedUsageQuantity")]
+    allocated_usage_quantity: Option<serde_json::Number>,
+    #[serde(rename = "Tags")]
+    tags: Option<Vec<WireTag>>,
+}
+
+#[derive(Deserialize)]
+struct WireTag {
+    #[serde(rename = "Key")]
+    key: Option<String>,
+    #[serde(rename = "Value")]
+    value: Option<String>,
+}
+
+/// A JSON number that is a whole number in 0..=2147483647, else `None`.
+fn quantity_value(n: &serde_json::Number) -> Option<u32> {
+    n.as_u64()
+        .filter(|&q| q <= MAX_QUANTITY)
+        .and_then(|q| u32::try_from(q).ok())
+}
+
+/// awsJson1.1 timestamps are epoch seconds, possibly fractional.
+fn epoch_seconds_to_utc(n: &serde_json::Number) -> Option<DateTime<Utc>> {
+    let secs = n.as_f64()?;
+    if !secs.is_finite() {
+        return None;
+    }
+    let millis = (secs * 1000.0).round();
+    if millis.abs() > 8.0e15 {
+        return None;
+    }
+    Utc.timestamp_millis_opt(millis as i64).single()
+}
+
+/// Decode a BatchMeterUsage body: size, JSON shape, record count, and each record's required
+/// members, ranges and identifier combination.
+pub fn parse_batch_request(body: &[u8]) -> Result<BatchRequest, ApiError> {
+    if body.len() > MAX_REQUEST_BYTES {
+        return Err(err(
+            ErrorCode::Validation,
+            format!(
+                "request is {} bytes; the limit is {MAX_REQUEST_BYTES}",
+                body.len()
+            ),
+        ));
+    }
+    let wire: WireRequest = serde_json::from_slice(body).map_err(|e| {
+        err(
+            ErrorCode::Serialization,
+            format!("cannot decode request: {e}"),
+        )
+    })?;
+    let Some(raw_records) = wire.usage_records else {
+        return Err(err(ErrorCode::Validation, "UsageRecords is required"));
+    };
+    if raw_records.len() > MAX_USAGE_RECORDS_PER_CALL {
+        return Err(err(
+            ErrorCode::Validation,
+            format!(
+                "{} UsageRecords; at most {MAX_USAGE_RECORDS_PER_CALL} per call",
+                raw_records.len()
+            ),
+        ));
+    }
+    let mut records = Vec::with_capacity(raw_records.len());
+    for (i, raw) in raw_records.iter().enumerate() {
+        records.push(parse_record(i, raw)?);
+    }
+    Ok(BatchRequest {
+        product_code: wire.product_code,
+        records,
+        raw_records,
+    })
+}
+
+fn parse_record(i: usize, raw: &Value) -> Result<UsageRecord, ApiError> {
+    let wire: WireRecord = serde_json::from_value(raw.clone()).map_err(|e| {
+        err(
+            ErrorCode::Serialization,
+            format!("UsageRecords[{i}]: cannot decode: {e}"),
+        )
+    })?;
+    let timestamp = match &wire.timestamp {
+        None => {
+            return Err(err(
+                ErrorCode::Validation,
+                format!("UsageRecords[{i}].Timestamp is required"),
+            ));
+        }
+        Some(n) => epoch_seconds_to_utc(n).ok_or_else(|| {
+            err(
+                ErrorCode::TimestampOutOfBounds,
+                format!("UsageRecords[{i}].Timestamp {n} is not a representable time"),
+            )
+        })?,
+    };
+    let dimension = match wire.dimension {
+        Some(d) if !d.is_empty() => d,
+        _ => {
+            return Err(err(
+                ErrorCode::Validation,
+                format!("UsageRecords[{i}].Dimension is required"),
+            ));
+        }
+    };
+    // AWS documents Quantity as optional, "defaults to 0 if not specified".
+    let quantity = match &wire.quantity {
+        None => 0,
+        Some(n) => quantity_value(n).ok_or_else(|| {
+            err(
+                ErrorCode::Validation,
+                format!("UsageRecords[{i}].Quantity {n} is outside 0..={MAX_QUANTITY}"),
+            )
+        })?,
+    };
+    let identity = match (
+        wire.customer_identifier,
+        wire.customer_aws_account_id,
+        wire.license_arn,
+    ) {
+        (Some(_), Some(_), _) => {
+            return Err(err(
+                ErrorCode::Validation,
+                format!(
+                    "UsageRecords[{i}]: CustomerIdentifier and CustomerAWSAccountId are mutually exclusive"
+                ),
+            ));
+        }
+        (None, Some(account), Some(license_arn)) => {
+            if !is_valid_account_id(&account) {
+                return Err(err(
+                    ErrorCode::Validation,
+                    format!(
+                        "UsageRecords[{i}].CustomerAWSAccountId {account:?} is not a 12-digit account id"
+                    ),
+                ));
+            }
+            RecordIdentity::Concurrent {
+                license_arn,
+                customer_aws_account_id: account,
+            }
+        }
+        (None, Some(_), None) => {
+            return Err(err(
+                ErrorCode::Validation,
+                format!("UsageRecords[{i}]: LicenseArn is required with CustomerAWSAccountId"),
+            ));
+        }
+        (None, None, Some(_)) => {
+            return Err(err(
+                ErrorCode::Validation,
+                format!("UsageRecords[{i}]: CustomerAWSAccountId is required with LicenseArn"),
+            ));
+        }
+        (Some(_), None, Some(_)) => {
+            return Err(err(
+                ErrorCode::Validation,
+                format!("UsageRecords[{i}]: CustomerIdentifier cannot be used with LicenseArn"),
+            ));
+        }
+        (Some(customer_identifier), None, None) => RecordIdentity::Legacy {
+            customer_identifier,
+        },
+        (None, None, None) => {
+            return Err(err(
+                ErrorCode::Validation,
+                format!(
+                    "UsageRecords[{i}]: CustomerAWSAccountId (or a legacy CustomerIdentifier) is required"
+                ),
+            ));
+        }
+    };
+    let usage_allocations = match wire.usage_allocations {
+        None => None,
+        Some(list) => {
+            let mut out = Vec::with_capacity(list.len());
+            for (j, a) in list.into_iter().enumerate() {
+                let Some(n) = a.allocated_usage_quantity else {
+                    return Err(err(
+                        ErrorCode::Validation,
+                        format!(
+                            "UsageRecords[{i}].UsageAllocations[{j}].AllocatedUsageQuantity is required"
+                        ),
+                    ));
+                };
+                let allocated_usage_quantity = quantity_value(&n).ok_or_else(|| {
+                    err(
+                        ErrorCode::Validation,
+                        format!(
+                            "UsageRecords[{i}].UsageAllocations[{j}].AllocatedUsageQuantity {n} is outside 0..={MAX_QUANTITY}"
+                        ),
+                    )
+                })?;
+                // A missing Key/Value is kept as empty so the tag rule reports it (InvalidTag).
+                let tags = a
+                    .tags
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|t| Tag {
+                        key: t.key.unwrap_or_default(),
+                        value: t.value.unwrap_or_default(),
+                    })
+                    .collect();
+                out.push(UsageAllocation {
+                    allocated_usage_quantity,
+                    tags,
+                });
+            }
+            Some(out)
+        }
+    };
+    Ok(UsageRecord {
+        timestamp,
+        identity,
+        dimension,
+        quantity,
+        usage_allocations,
+    })
+}
+
+/// Start of the UTC hour containing `t`.
+pub fn hour_of(t: DateTime<Utc>) -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(t.year(), t.month(), t.day(), t.hour(), 0, 0)
+        .single()
+        .unwrap_or(t)
+}
+
+/// True when `t` lies in the calendar month (UTC) before `now`'s.
+fn is_previous_month(t: DateTime<Utc>, now: DateTime<Utc>) -> bool {
+    let (y, m) = if now.month() == 1 {
+        (now.year() - 1, 12)
+    } else {
+        (now.year(), now.month() - 1)
+    };
+    t.year() == y && t.month() == m
+}
+
+/// The metering window: `now - window_hours <= t <= now`; plus the month-end grace, which
+/// also accepts a previous-month `t` while `now` is before 06:00 UTC on the 1st, as long as
+/// `t` is no older than `window_hours + 6` hours.
+pub fn timestamp_in_window(t: DateTime<Utc>, now: DateTime<Utc>, window_hours: u32) -> bool {
+    if t > now {
+        return false;
+    }
+    if t >= now - Duration::hours(i64::from(window_hours)) {
+        return true;
+    }
+    let in_grace = now.day() == 1 && now.hour() < MONTH_END_GRACE_HOURS;
+    in_grace
+        && is_previous_month(t, now)
+        && t >= now - Duration::hours(i64::from(window_hours + MONTH_END_GRACE_HOURS))
+}
+
+/// Check allocations of one record: non-empty, at most `max`, 1–5 tags each with non-empty key
+/// and value, quantities summing to the record's quantity.
+pub fn check_allocations(i: usize, record: &UsageRecord, max: u32) -> Result<(), ApiError> {
+    let Some(allocs) = &record.usage_allocations else {
+        return Ok(());
+    };
+    if allocs.is_empty() {
+        return Err(err(
+            ErrorCode::InvalidUsageAllocations,
+            format!("UsageRecords[{i}].UsageAllocations is empty"),
+        ));
+    }
+    if allocs.len() > max as usize {
+        return Err(err(
+            ErrorCode::InvalidUsageAllocations,
+            format!(
+                "UsageRecords[{i}] has {} allocations; at most {max}",
+                allocs.len()
+            ),
+        ));
+    }
+    for (j, a) in allocs.iter().enumerate() {
+        if a.tags.is_empty() || a.tags.len() > MAX_TAGS_PER_ALLOCATION {
+            return Err(err(
+                ErrorCode::InvalidTag,
+                format!(
+                    "UsageRecords[{i}].UsageAllocations[{j}] has {} tags; 1 to {MAX_TAGS_PER_ALLOCATION} allowed",
+                    a.tags.len()
+                ),
+            ));
+        }
+        if a.tags
+            .iter()
+            .any(|t| t.key.is_empty() || t.value.is_empty())
+        {
+            return Err(err(
+                ErrorCode::InvalidTag,
+                format!(
+                    "UsageRecords[{i}].UsageAllocations[{j}] has a tag with an empty Key or Value"
+                ),
+            ));
+        }
+    }
+    let sum: u64 = allocs
+        .iter()
+        .map(|a| u64::from(a.allocated_usage_quantity))
+        .sum();
+    if sum != u64::from(record.quantity) {
+        return Err(err(
+            ErrorCode::InvalidUsageAllocations,
+            format!(
+                "UsageRecords[{i}]: allocations sum to {sum}, Quantity is {}",
+                record.quantity
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Apply every request-level rule that needs the catalog and the clock; on success, say for
+/// each record how it will be applied. See the module docs for the check order.
+pub fn validate_batch(
+    req: &BatchRequest,
+    catalog: &CatalogIndex,
+    now: DateTime<Utc>,
+    limits: Limits,
+) -> Result<Vec<ValidatedRecord>, ApiError> {
+    let is_ca = |r: &UsageRecord| matches!(r.identity, RecordIdentity::Concurrent { .. });
+    let ca = req.records.iter().filter(|r| is_ca(r)).count();
+    let legacy = req.records.len() - ca;
+    if ca > 0 && legacy > 0 {
+        return Err(err(
+            ErrorCode::Validation,
+            "LicenseArn/CustomerAWSAccountId records and CustomerIdentifier records cannot be mixed in one call",
+        ));
+    }
+    if ca > 0 && req.product_code.is_some() {
+        return Err(err(
+            ErrorCode::Validation,
+            "ProductCode must not be sent with LicenseArn records",
+        ));
+    }
+
+    // Resolve identities: which product the call is for, and each record's disposition.
+    let mut dispositions = Vec::with_capacity(req.records.len());
+    let mut keys = Vec::with_capacity(req.records.len());
+    let product = if ca > 0 {
+        let mut products = BTreeSet::new();
+        for (i, r) in req.records.iter().enumerate() {
+            let RecordIdentity::Concurrent { license_arn, .. } = &r.identity else {
+                continue;
+            };
+            if !is_valid_license_arn(license_arn) {
+                return Err(err(
+                    ErrorCode::InvalidLicense,
+                    format!("UsageRecords[{i}].LicenseArn {license_arn:?} is malformed"),
+                ));
+            }
+            if let Some(info) = catalog.license(license_arn) {
+                products.insert(info.product.product_code.as_str());
+            }
+        }
+        if products.len() > 1 {
+            return Err(err(
+                ErrorCode::InvalidLicense,
+                format!(
+                    "LicenseArns of {} products in one call; each call is for one product",
+                    products.len()
+                ),
+            ));
+        }
+        let product = products.first().and_then(|code| catalog.product(code));
+        for r in &req.records {
+            let RecordIdentity::Concurrent {
+                license_arn,
+                customer_aws_account_id,
+            } = &r.identity
+            else {
+                continue;
+            };
+            let disposition = match catalog.license(license_arn) {
+                Some(info)
+                    if info.license.status == SubscriptionStatus::Active
+                        && info.license.customer_aws_account_id == *customer_aws_account_id =>
+                {
+                    Disposition::Billable {
+                        product_code: info.product.product_code.clone(),
+                    }
+                }
+                _ => Disposition::NotSubscribed,
+            };
+            dispositions.push(disposition);
+            keys.push((
+                CustomerKey::Account(customer_aws_account_id.clone()),
+                ScopeKey::License(license_arn.clone()),
+            ));
+        }
+        product
+    } else if legacy > 0 {
+        let Some(code) = &req.product_code else {
+            return Err(err(
+                ErrorCode::Validation,
+                "ProductCode is required with CustomerIdentifier records",
+            ));
+        };
+        if !is_valid_product_code(code) {
+            return Err(err(
+                ErrorCode::Validation,
+                format!("ProductCode {code:?} is malformed"),
+            ));
+        }
+        let Some(product) = catalog.product(code) else {
+            return Err(err(
+                ErrorCode::InvalidProductCode,
+                format!("ProductCode {code:?} is not a product of this seller"),
+            ));
+        };
+        for (i, r) in req.records.iter().enumerate() {
+            let RecordIdentity::Legacy {
+                customer_identifier,
+            } = &r.identity
+            else {
+                continue;
+            };
+            let Some(customer) = product
+                .legacy_customers
+                .iter()
+                .find(|c| c.customer_identifier == *customer_identifier)
+            else {
+                return Err(err(
+                    ErrorCode::InvalidCustomerIdentifier,
+                    format!(
+                        "UsageRecords[{i}].CustomerIdentifier {customer_identifier:?} is not a customer of {code}"
+                    ),
+                ));
+            };
+            dispositions.push(match customer.status {
+                SubscriptionStatus::Active => Disposition::Billable {
+                    product_code: code.clone(),
+                },
+                SubscriptionStatus::Ended => Disposition::NotSubscribed,
+            });
+            keys.push((
+                CustomerKey::Identifier(customer_identifier.clone()),
+                ScopeKey::Product(code.clone()),
+            ));
+        }
+        Some(product)
+    } else {
+        None
+    };
+
+    for (i, r) in req.records.iter().enumerate() {
+        // With no known license in the call there is no product to check against; the
+        // dimension must then at least exist somewhere in the catalog.
+        let known = match product {
+            Some(p) => p.dimensions.contains(&r.dimension),
+            None => catalog.any_product_has_dimension(&r.dimension),
+        };
+        if !known {
+            return Err(err(
+                ErrorCode::InvalidUsageDimension,
+                format!(
+                    "UsageRecords[{i}].Dimension {:?} is not a dimension of the product",
+                    r.dimension
+                ),
+            ));
+        }
+    }
+    for (i, r) in req.records.iter().enumerate() {
+        if !timestamp_in_window(r.timestamp, now, limits.window_hours) {
+            return Err(err(
+                ErrorCode::TimestampOutOfBounds,
+                format!(
+                    "UsageRecords[{i}].Timestamp {} is outside the {}-hour window ending {}",
+                    r.timestamp.to_rfc3339(),
+                    limits.window_hours,
+                    now.to_rfc3339()
+                ),
+            ));
+        }
+    }
+    for (i, r) in req.records.iter().enumerate() {
+        check_allocations(i, r, limits.max_allocations_per_record)?;
+    }
+
+    Ok(req
+        .records
+        .iter()
+        .zip(dispositions)
+        .zip(keys)
+        .map(|((r, disposition), (customer, scope))| ValidatedRecord {
+            key: DedupKey {
+                customer,
+                scope,
+                dimension: r.dimension.clone(),
+                hour: hour_of(r.timestamp),
+            },
+            record: r.clone(),
+            disposition,
+        })
+        .collect())
+}
+
+#[cfg(test)]
+#[path = "rules_tests.rs"]
+mod tests;
