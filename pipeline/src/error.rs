@@ -66,3 +66,31 @@ impl PipelineError {
 
 /// Result alias.
 pub type Result<T, E = PipelineError> = std::result::Result<T, E>;
+
+impl PipelineError {
+    /// Stable name of the error kind, reported as the Lambda `errorType`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::DynamoDb { .. } => "DynamoDbError",
+            Self::Sqs { .. } => "SqsError",
+            Self::MalformedItem { .. } => "MalformedItem",
+            Self::Domain(_) => "DomainError",
+            Self::Config(_) => "ConfigError",
+            Self::BadMessage(_) => "BadMessage",
+        }
+    }
+}
+
+impl From<PipelineError> for lambda_runtime::Diagnostic {
+    fn from(e: PipelineError) -> Self {
+        // The whole source chain: the SDK error usually holds the actionable part.
+        let mut message = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            message.push_str(": ");
+            message.push_str(&s.to_string());
+            source = s.source();
+        }
+        lambda_runtime::Diagnostic { error_type: e.kind().into(), error_message: message }
+    }
+}

@@ -9,6 +9,7 @@ pub mod config;
 pub mod domain;
 pub mod emf;
 pub mod error;
+pub mod handlers;
 pub mod ids;
 pub mod metering_client;
 pub mod ports;

@@ -1,0 +1,130 @@
+//! The discoverer: `meter` (enqueue one work message per pending group of one hour bucket),
+//! `ageout` (expire raw rows pending past the window, sharded 7 ways, no blind spot) and
+//! `flush-deprovisioning` (expedite licenses in their deprovisioning window).
+//!
+//! Slice identity comes only from the constant target input, never from a clock read.
+
+use super::Services;
+use crate::domain::keys::HourBucket;
+use crate::domain::status::{AGGREGATION_EXPIRED_REASON, metric};
+use crate::domain::time::{ageout_shard_buckets, deprovisioning_flush_buckets, meter_mode_bucket};
+use crate::emf::Metric;
+use crate::error::{PipelineError, Result};
+use futures::{StreamExt, TryStreamExt};
+use serde::{Deserialize, Serialize};
+
+/// Buckets queried at once by one age-out shard: bounded, so a run's cost stays bounded too.
+const AGEOUT_CONCURRENCY: usize = 8;
+
+/// The constant EventBridge target input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum DiscovererInput {
+    /// Enqueue the pending groups of `floor(now, hour) − hourOffset`.
+    Meter {
+        /// 1–23.
+        #[serde(rename = "hourOffset")]
+        hour_offset: u32,
+    },
+    /// Expire pending raw rows of the buckets this shard owns.
+    Ageout {
+        /// 0–6.
+        shard: u32,
+    },
+    /// Enqueue deprovisioning licenses' pending groups, lock bypassed.
+    FlushDeprovisioning,
+}
+
+/// What one invocation did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiscovererOutput {
+    /// Buckets examined.
+    pub buckets: usize,
+    /// Work messages enqueued.
+    pub groups_enqueued: usize,
+    /// Raw rows aged out.
+    pub rows_expired: usize,
+    /// Quantity those rows carried.
+    pub quantity_expired: u64,
+}
+
+/// Run one discoverer target.
+pub async fn discover(svc: &Services, input: DiscovererInput) -> Result<DiscovererOutput> {
+    let usage = svc.usage()?;
+    let now = svc.clock.now();
+    let cfg = &svc.config.time;
+    let mut out = DiscovererOutput::default();
+    match input {
+        DiscovererInput::Meter { hour_offset } => {
+            let Some(bucket) = meter_mode_bucket(hour_offset, now, cfg)? else {
+                return Ok(out); // below the lock (or outside the window): a no-op by design
+            };
+            out.buckets = 1;
+            let groups = usage.pending_groups(bucket, None).await?;
+            let bodies: Vec<String> = groups.iter().map(|g| g.to_work_message()).collect();
+            svc.queue(svc.work_queue.as_deref(), "work")?.send_all(&bodies).await?;
+            out.groups_enqueued = bodies.len();
+        }
+        DiscovererInput::Ageout { shard } => {
+            let buckets = ageout_shard_buckets(shard, now, cfg)?;
+            out.buckets = buckets.len();
+            let expired: Vec<Vec<crate::ports::ExpiredRow>> = futures::stream::iter(buckets)
+                .map(|b: HourBucket| usage.expire_bucket(b, AGGREGATION_EXPIRED_REASON, now))
+                .buffer_unordered(AGEOUT_CONCURRENCY)
+                .try_collect()
+                .await?;
+            for row in expired.iter().flatten() {
+                out.rows_expired += 1;
+                out.quantity_expired += row.quantity.unwrap_or(0);
+            }
+            if out.rows_expired > 0 {
+                tracing::error!(rows = out.rows_expired, quantity = out.quantity_expired, "raw usage aged out before aggregation");
+                svc.metrics.emit(Metric::counts(metric::USAGE_AGGREGATION_EXPIRED, out.rows_expired as u64));
+            }
+        }
+        DiscovererInput::FlushDeprovisioning => {
+            let index = svc
+                .deprovisioning
+                .as_deref()
+                .ok_or_else(|| PipelineError::Config("flush-deprovisioning needs AWSMP_SUBSCRIBERS_TABLE".into()))?;
+            let mut bodies = Vec::new();
+            for d in index.active().await? {
+                for bucket in deprovisioning_flush_buckets(now, d.expiry, cfg) {
+                    out.buckets += 1;
+                    for g in usage.pending_groups(bucket, Some(&d.license_arn)).await? {
+                        bodies.push(g.to_work_message());
+                    }
+                }
+            }
+            svc.queue(svc.deprovision_queue.as_deref(), "deprovision-work")?.send_all(&bodies).await?;
+            out.groups_enqueued = bodies.len();
+        }
+    }
+    Ok(out)
+}
+
+/// All 30 scheduled discoverer targets, in rule order (23 meter + 7 age-out).
+pub fn scheduled_targets() -> Vec<DiscovererInput> {
+    (1..=23)
+        .map(|hour_offset| DiscovererInput::Meter { hour_offset })
+        .chain((0..7).map(|shard| DiscovererInput::Ageout { shard }))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_inputs_parse_exactly() {
+        let m: DiscovererInput = serde_json::from_str(r#"{"mode":"meter","hourOffset":3}"#).unwrap();
+        assert_eq!(m, DiscovererInput::Meter { hour_offset: 3 });
+        let a: DiscovererInput = serde_json::from_str(r#"{"mode":"ageout","shard":6}"#).unwrap();
+        assert_eq!(a, DiscovererInput::Ageout { shard: 6 });
+        let f: DiscovererInput = serde_json::from_str(r#"{"mode":"flush-deprovisioning"}"#).unwrap();
+        assert_eq!(f, DiscovererInput::FlushDeprovisioning);
+        assert!(serde_json::from_str::<DiscovererInput>(r#"{"mode":"meter","hourOffset":3,"x":1}"#).is_err());
+        assert_eq!(scheduled_targets().len(), 30);
+    }
+}
