@@ -22,6 +22,7 @@ pub mod attrs;
 
 pub mod clock;
 pub mod error;
+pub mod fold;
 
 pub mod keys;
 

@@ -7,7 +7,7 @@
 //! let group = GroupKey::new(
 //!     "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef",
 //!     "210987654321", "api_calls", hour);
-//! assert_eq!(group.usage_prefix(), "210987654321#api_calls#2026-11-30T12:");
+//! assert_eq!(group.usage_prefix(), "210987654321#api_calls#2026-11-30T12");
 //! assert_eq!(group.aggregated_sort_key(), "210987654321#api_calls#2026-11-30T12");
 //! assert_eq!(group.usage_sort_key_at(3599), "210987654321#api_calls#2026-11-30T12:59:59");
 //! let json = group.to_work_message();
@@ -309,13 +309,18 @@ impl GroupKey {
         }
     }
 
-    /// The `begins_with` prefix that selects exactly this group's raw rows:
-    /// `{account}#{dimension}#{YYYY-MM-DDTHH}:`. The trailing colon ties the match to a full
-    /// `HH:MM:SS` timestamp segment of this hour, so no other hour (and no hour-truncated key)
-    /// can ever match.
+    /// The `begins_with` prefix that reads this group's raw rows:
+    /// `{account}#{dimension}#{YYYY-MM-DDTHH}` (the reference's prefix).
+    ///
+    /// Deliberately *without* a trailing `:`: hours are zero-padded, so no other well-formed
+    /// hour can match, while malformed keys of this group-hour (hour-truncated
+    /// `…T12`, `…T12Z`) are still read and rejected as `MalformedTimestamp` instead of staying
+    /// invisible until they age out. The only foreign keys it can match belong to a dimension
+    /// that itself contains `#YYYY-MM-DDTHH`; the fold recognises and skips those by their
+    /// segments.
     pub fn usage_prefix(&self) -> String {
         format!(
-            "{}#{}#{}:",
+            "{}#{}#{}",
             self.customer_aws_account_id, self.dimension, self.hour
         )
     }
@@ -346,6 +351,53 @@ impl GroupKey {
     /// Parse a work message.
     pub fn from_work_message(body: &str) -> Result<Self, DomainError> {
         serde_json::from_str(body).map_err(|e| DomainError::InvalidWorkMessage(e.to_string()))
+    }
+
+    /// Which kind of `UsageRecord` this group becomes, read from its partition key: a
+    /// partition key starting with `arn:` is a Concurrent-Agreements license, anything else is
+    /// a legacy product code (whose customer identifier is the first sort-key segment).
+    pub fn identity(&self) -> Identity<'_> {
+        if self.license_arn.starts_with(LICENSE_ARN_PREFIX) {
+            Identity::ConcurrentAgreements {
+                license_arn: &self.license_arn,
+                customer_aws_account_id: &self.customer_aws_account_id,
+            }
+        } else {
+            Identity::Legacy {
+                product_code: &self.license_arn,
+                customer_identifier: &self.customer_aws_account_id,
+            }
+        }
+    }
+}
+
+/// Partition keys starting with this are license ARNs (Concurrent Agreements).
+pub const LICENSE_ARN_PREFIX: &str = "arn:";
+
+/// The customer identity a group's `UsageRecord` carries. `BatchMeterUsage` never mixes the
+/// two kinds in one call, and never sends `ProductCode` with `LicenseArn`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Identity<'a> {
+    /// `LicenseArn` + `CustomerAWSAccountId`.
+    ConcurrentAgreements {
+        /// License ARN.
+        license_arn: &'a str,
+        /// Buyer account id.
+        customer_aws_account_id: &'a str,
+    },
+    /// `ProductCode` (request level) + `CustomerIdentifier`.
+    Legacy {
+        /// Product code (the rows' partition key).
+        product_code: &'a str,
+        /// Customer identifier (the rows' first sort-key segment).
+        customer_identifier: &'a str,
+    },
+}
+
+impl Identity<'_> {
+    /// True for Concurrent Agreements.
+    pub fn is_concurrent_agreements(&self) -> bool {
+        matches!(self, Identity::ConcurrentAgreements { .. })
     }
 }
 
@@ -477,12 +529,46 @@ mod tests {
         assert!(g.usage_sort_key_at(0).starts_with(&p));
         assert!(g.usage_sort_key_at(3599).starts_with(&p));
         assert_eq!(g.usage_sort_key_at(3599), "acct#dim#2026-11-30T01:59:59");
-        let other = GroupKey {
-            hour: "2026-11-30T10".parse().unwrap(),
+        for other_hour in [
+            "2026-11-30T10",
+            "2026-11-30T11",
+            "2026-11-30T00",
+            "2026-11-29T01",
+        ] {
+            let other = GroupKey {
+                hour: other_hour.parse().unwrap(),
+                ..g.clone()
+            };
+            assert!(!other.usage_sort_key_at(0).starts_with(&p));
+            assert!(!other.usage_sort_key_at(3599).starts_with(&p));
+        }
+        // Hour-truncated keys of this group-hour are read (and rejected by the fold).
+        assert!("acct#dim#2026-11-30T01".starts_with(&p));
+        let other_dim = GroupKey {
+            dimension: "di".into(),
             ..g.clone()
         };
-        assert!(!other.usage_sort_key_at(0).starts_with(&p));
-        assert!(!"acct#dim#2026-11-30T01".starts_with(&p));
+        assert!(!other_dim.usage_sort_key_at(0).starts_with(&p));
+    }
+
+    #[test]
+    fn identity_follows_the_partition_key() {
+        let h = "2026-11-30T01".parse().unwrap();
+        let ca = GroupKey::new(
+            "arn:aws:license-manager::123456789012:license:l-0",
+            "123456789012",
+            "d",
+            h,
+        );
+        assert!(ca.identity().is_concurrent_agreements());
+        let legacy = GroupKey::new("prodcode", "cust-1", "d", h);
+        assert_eq!(
+            legacy.identity(),
+            Identity::Legacy {
+                product_code: "prodcode",
+                customer_identifier: "cust-1"
+            }
+        );
     }
 
     #[test]
