@@ -1,0 +1,605 @@
+//! The producer handle: `record()`, `try_record()`, `flush()`, `shutdown()`, and its builder.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use crate::config::{ProducerConfig, RetryPolicy};
+use crate::engine::{self, Command};
+use crate::error::{ProducerError, ValidationError};
+use crate::event::{Event, truncate_to_millis};
+use crate::limits::MAX_RECORD_BYTES;
+use crate::metrics::{Metrics, ProducerStats, StatCounters};
+use crate::partition::{partition_hash, partition_key};
+use crate::shards::{KinesisShardMapSource, ShardMapSource};
+use crate::sink::{KinesisRecordSink, RecordSink};
+use crate::wire::{decode_event, encode_event};
+
+/// Bytes charged per user record on top of its payload and partition key: the bookkeeping the
+/// producer keeps for it while it is held.
+pub const RECORD_OVERHEAD_BYTES: usize = 96;
+
+/// Why events came back undelivered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UndeliveredReason {
+    /// The record TTL ran out before Kinesis acknowledged the event.
+    Expired {
+        /// The last failure seen (throttling, transient error…), if any attempt was made.
+        last_error: Option<String>,
+    },
+    /// Kinesis refused the records permanently (access denied, stream missing, …).
+    Rejected {
+        /// Error code.
+        code: String,
+        /// Error message.
+        message: String,
+    },
+}
+
+impl UndeliveredReason {
+    /// Stable reason code: `RecordTtlExpired` or `Rejected`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            UndeliveredReason::Expired { .. } => "RecordTtlExpired",
+            UndeliveredReason::Rejected { .. } => "Rejected",
+        }
+    }
+}
+
+/// An event the producer could not deliver, handed back to the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Undelivered {
+    /// The event as it was sent (a collapsed event stands for `constituents` recorded ones).
+    pub event: Event,
+    /// Its partition key.
+    pub partition_key: String,
+    /// Why it came back.
+    pub reason: UndeliveredReason,
+    /// PutRecords attempts made.
+    pub attempts: u32,
+    /// A call carrying it may have been applied although no success was seen (lost response):
+    /// re-sending it may create a duplicate, which downstream de-duplication must absorb.
+    pub maybe_delivered: bool,
+    /// Recorded events this one stands for (1 unless collapsed).
+    pub constituents: usize,
+}
+
+/// What `flush()` or `shutdown()` could not deliver.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct FlushOutcome {
+    /// Events handed back since the last flush (empty when everything was delivered or an
+    /// undelivered callback is installed).
+    pub undelivered: Vec<Undelivered>,
+}
+
+impl FlushOutcome {
+    /// True when every event was delivered.
+    pub fn is_complete(&self) -> bool {
+        self.undelivered.is_empty()
+    }
+
+    /// Recorded events not delivered (collapsed events count their constituents).
+    pub fn undelivered_events(&self) -> usize {
+        self.undelivered.iter().map(|u| u.constituents).sum()
+    }
+}
+
+/// Receives undelivered events as soon as they are known (instead of holding them for the next
+/// `flush()`). Runs on the producer's task: keep it short (e.g. send to a channel).
+pub type UndeliveredCallback = Arc<dyn Fn(Vec<Undelivered>) + Send + Sync>;
+
+/// Bytes held against the buffer bound; released when dropped.
+pub(crate) struct Reservation {
+    sem: Arc<Semaphore>,
+    bytes: usize,
+}
+
+impl Reservation {
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Takes over `other`'s bytes.
+    pub fn merge(&mut self, mut other: Reservation) {
+        self.bytes += other.bytes;
+        other.bytes = 0;
+    }
+
+    /// Releases everything above `bytes`.
+    pub fn shrink_to(&mut self, bytes: usize) {
+        if bytes < self.bytes {
+            self.sem.add_permits(self.bytes - bytes);
+            self.bytes = bytes;
+        }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if self.bytes > 0 {
+            self.sem.add_permits(self.bytes);
+        }
+    }
+}
+
+/// A validated event on its way to the background task.
+pub(crate) struct Incoming {
+    pub body: Body,
+    pub partition_key: String,
+    pub hash: u128,
+    pub enqueued_at: Instant,
+    pub reservation: Reservation,
+}
+
+pub(crate) enum Body {
+    /// Encoded payload (no collapse).
+    Encoded(Bytes),
+    /// The event itself, kept for collapse.
+    Event { event: Event, payload_len: usize },
+}
+
+impl Incoming {
+    fn into_event(self) -> Option<Event> {
+        match self.body {
+            Body::Event { event, .. } => Some(event),
+            // Our own payload always decodes (tested property); `None` only on a bug.
+            Body::Encoded(p) => decode_event(&p).ok(),
+        }
+    }
+}
+
+struct Prepared {
+    event: Event,
+    payload: Vec<u8>,
+    partition_key: String,
+    cost: usize,
+}
+
+struct Shared {
+    tx: mpsc::Sender<Command>,
+    sem: Arc<Semaphore>,
+    config: Arc<ProducerConfig>,
+    closed: AtomicBool,
+    metrics: Metrics,
+    stats: Arc<StatCounters>,
+}
+
+/// Buffers, packs and ships usage events to Kinesis from a background task. Cheap to clone;
+/// all clones share one buffer.
+#[derive(Clone)]
+pub struct Producer {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Producer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Producer")
+            .field("stream", &self.shared.config.stream_name)
+            .field("buffered_bytes", &self.buffered_bytes())
+            .finish()
+    }
+}
+
+impl Producer {
+    /// A builder for `stream_name` with default settings.
+    pub fn builder(stream_name: impl Into<String>) -> ProducerBuilder {
+        ProducerBuilder::new(stream_name)
+    }
+
+    /// Validates `event`, gives it an id if it has none, and buffers it. Waits while the buffer
+    /// is full (back-pressure). Errors give the event back.
+    pub async fn record(&self, event: Event) -> Result<(), ProducerError> {
+        let p = self.prepare(event)?;
+        let permit = match self
+            .shared
+            .sem
+            .clone()
+            .acquire_many_owned(p.cost as u32)
+            .await
+        {
+            Ok(permit) => permit,
+            Err(_) => return Err(ProducerError::Closed(Some(Box::new(p.event)))),
+        };
+        permit.forget();
+        let incoming = self.incoming(p);
+        match self.shared.tx.send(Command::Record(incoming)).await {
+            Ok(()) => {
+                self.accepted();
+                Ok(())
+            }
+            Err(mpsc::error::SendError(cmd)) => Err(ProducerError::Closed(
+                cmd.into_incoming()
+                    .and_then(Incoming::into_event)
+                    .map(Box::new),
+            )),
+        }
+    }
+
+    /// Like [`Producer::record`] but never waits: a full buffer is [`ProducerError::Full`]
+    /// (with the event, id assigned, so a retry keeps the same id).
+    pub fn try_record(&self, event: Event) -> Result<(), ProducerError> {
+        let p = self.prepare(event)?;
+        let permit = match self
+            .shared
+            .sem
+            .clone()
+            .try_acquire_many_owned(p.cost as u32)
+        {
+            Ok(permit) => permit,
+            Err(tokio::sync::TryAcquireError::NoPermits) => {
+                self.shared.metrics.refused("Full");
+                return Err(ProducerError::Full(Box::new(p.event)));
+            }
+            Err(tokio::sync::TryAcquireError::Closed) => {
+                return Err(ProducerError::Closed(Some(Box::new(p.event))));
+            }
+        };
+        permit.forget();
+        let incoming = self.incoming(p);
+        match self.shared.tx.try_send(Command::Record(incoming)) {
+            Ok(()) => {
+                self.accepted();
+                Ok(())
+            }
+            Err(mpsc::error::TrySendError::Full(cmd)) => {
+                self.shared.metrics.refused("Full");
+                let event = cmd.into_incoming().and_then(Incoming::into_event);
+                // The event is ours to give back; without it (a bug) say Closed, not Full.
+                match event {
+                    Some(e) => Err(ProducerError::Full(Box::new(e))),
+                    None => Err(ProducerError::Closed(None)),
+                }
+            }
+            Err(mpsc::error::TrySendError::Closed(cmd)) => Err(ProducerError::Closed(
+                cmd.into_incoming()
+                    .and_then(Incoming::into_event)
+                    .map(Box::new),
+            )),
+        }
+    }
+
+    /// Sends everything buffered now (ignoring linger) and waits until every event recorded
+    /// before this call is acknowledged or handed back. Returns the events handed back since
+    /// the last flush (none when an undelivered callback is installed).
+    pub async fn flush(&self) -> Result<FlushOutcome, ProducerError> {
+        let (tx, rx) = oneshot::channel();
+        self.shared
+            .tx
+            .send(Command::Flush(tx))
+            .await
+            .map_err(|_| ProducerError::Closed(None))?;
+        rx.await.map_err(|_| ProducerError::Closed(None))
+    }
+
+    /// Stops accepting events, delivers everything buffered (bounded by the record TTL), stops
+    /// the background task, and returns what could not be delivered.
+    pub async fn shutdown(&self) -> Result<FlushOutcome, ProducerError> {
+        self.shared.closed.store(true, Ordering::SeqCst);
+        // Callers waiting for buffer space get `Closed` (with their event) instead of waiting.
+        self.shared.sem.close();
+        let (tx, rx) = oneshot::channel();
+        self.shared
+            .tx
+            .send(Command::Shutdown(tx))
+            .await
+            .map_err(|_| ProducerError::Closed(None))?;
+        rx.await.map_err(|_| ProducerError::Closed(None))
+    }
+
+    /// Takes the events handed back so far without waiting for a flush.
+    pub async fn take_undelivered(&self) -> Result<Vec<Undelivered>, ProducerError> {
+        let (tx, rx) = oneshot::channel();
+        self.shared
+            .tx
+            .send(Command::TakeUndelivered(tx))
+            .await
+            .map_err(|_| ProducerError::Closed(None))?;
+        rx.await.map_err(|_| ProducerError::Closed(None))
+    }
+
+    /// Bytes currently held against [`ProducerConfig::max_buffered_bytes`].
+    pub fn buffered_bytes(&self) -> usize {
+        self.shared
+            .config
+            .max_buffered_bytes
+            .saturating_sub(self.shared.sem.available_permits())
+    }
+
+    /// The settings in use.
+    pub fn config(&self) -> &ProducerConfig {
+        &self.shared.config
+    }
+
+    /// Counters since start.
+    pub fn stats(&self) -> ProducerStats {
+        self.shared.stats.snapshot()
+    }
+
+    /// What a validated event costs against the buffer bound.
+    pub fn buffer_cost(payload_len: usize, partition_key_len: usize) -> usize {
+        payload_len + partition_key_len + RECORD_OVERHEAD_BYTES
+    }
+
+    fn accepted(&self) {
+        self.shared.metrics.events_recorded.increment(1);
+        StatCounters::add(&self.shared.stats.events_recorded, 1);
+    }
+
+    fn prepare(&self, mut event: Event) -> Result<Prepared, ProducerError> {
+        if self.shared.closed.load(Ordering::Relaxed) {
+            return Err(ProducerError::Closed(Some(Box::new(event))));
+        }
+        if event.producer_id.is_none() {
+            event.producer_id = self.shared.config.producer_id.clone();
+        }
+        event.timestamp = truncate_to_millis(event.timestamp);
+        let invalid = |source: ValidationError, event: Event| {
+            self.shared.metrics.refused(source.reason());
+            ProducerError::Invalid {
+                source,
+                event: Box::new(event),
+            }
+        };
+        if let Err(e) = event.validate(true) {
+            return Err(invalid(e, event));
+        }
+        if event.event_id.is_empty() {
+            event.event_id = Uuid::new_v4().to_string();
+        }
+        let payload = encode_event(&event);
+        let pk = partition_key(
+            &event.license_arn,
+            &event.customer_aws_account_id,
+            &event.dimension,
+        );
+        let size = payload.len() + pk.len();
+        if size > MAX_RECORD_BYTES {
+            let e = ValidationError::EventTooLarge {
+                bytes: size,
+                limit: MAX_RECORD_BYTES,
+            };
+            return Err(invalid(e, event));
+        }
+        let cost = Self::buffer_cost(payload.len(), pk.len());
+        if cost > self.shared.config.max_buffered_bytes {
+            let e = ValidationError::EventTooLarge {
+                bytes: cost,
+                limit: self.shared.config.max_buffered_bytes,
+            };
+            return Err(invalid(e, event));
+        }
+        Ok(Prepared {
+            event,
+            payload,
+            partition_key: pk,
+            cost,
+        })
+    }
+
+    fn incoming(&self, p: Prepared) -> Incoming {
+        let body = if self.shared.config.collapse {
+            Body::Event {
+                payload_len: p.payload.len(),
+                event: p.event,
+            }
+        } else {
+            Body::Encoded(Bytes::from(p.payload))
+        };
+        Incoming {
+            body,
+            hash: partition_hash(&p.partition_key),
+            partition_key: p.partition_key,
+            enqueued_at: Instant::now(),
+            reservation: Reservation {
+                sem: self.shared.sem.clone(),
+                bytes: p.cost,
+            },
+        }
+    }
+}
+
+/// Builds a [`Producer`].
+pub struct ProducerBuilder {
+    config: ProducerConfig,
+    on_undelivered: Option<UndeliveredCallback>,
+    sdk_config: Option<aws_config::SdkConfig>,
+}
+
+impl ProducerBuilder {
+    /// Defaults for `stream_name`.
+    pub fn new(stream_name: impl Into<String>) -> Self {
+        Self::from_config(ProducerConfig::new(stream_name))
+    }
+
+    /// Starts from a full configuration.
+    pub fn from_config(config: ProducerConfig) -> Self {
+        ProducerBuilder {
+            config,
+            on_undelivered: None,
+            sdk_config: None,
+        }
+    }
+
+    /// Region of the built-in Kinesis client.
+    pub fn region(mut self, region: impl Into<String>) -> Self {
+        self.config.region = Some(region.into());
+        self
+    }
+
+    /// Endpoint of the built-in Kinesis client (e.g. a local emulator).
+    pub fn endpoint_url(mut self, url: impl Into<String>) -> Self {
+        self.config.endpoint_url = Some(url.into());
+        self
+    }
+
+    /// Uses this SDK configuration for the built-in Kinesis client (region and endpoint
+    /// settings of the builder still apply on top).
+    pub fn sdk_config(mut self, sdk_config: aws_config::SdkConfig) -> Self {
+        self.sdk_config = Some(sdk_config);
+        self
+    }
+
+    /// Linger time of a window.
+    pub fn linger(mut self, linger: Duration) -> Self {
+        self.config.linger = linger;
+        self
+    }
+
+    /// Hard bound on held bytes.
+    pub fn max_buffered_bytes(mut self, bytes: usize) -> Self {
+        self.config.max_buffered_bytes = bytes;
+        self
+    }
+
+    /// KPL aggregation on or off.
+    pub fn aggregation(mut self, on: bool) -> Self {
+        self.config.aggregation = on;
+        self
+    }
+
+    /// Largest aggregate.
+    pub fn max_aggregate_bytes(mut self, bytes: usize) -> Self {
+        self.config.max_aggregate_bytes = bytes;
+        self
+    }
+
+    /// Per-second collapse on or off.
+    pub fn collapse(mut self, on: bool) -> Self {
+        self.config.collapse = on;
+        self
+    }
+
+    /// Concurrent PutRecords calls.
+    pub fn max_in_flight(mut self, n: usize) -> Self {
+        self.config.max_in_flight = n;
+        self
+    }
+
+    /// Backoff policy.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.config.retry = policy;
+        self
+    }
+
+    /// Record TTL.
+    pub fn record_ttl(mut self, ttl: Duration) -> Self {
+        self.config.record_ttl = ttl;
+        self
+    }
+
+    /// PutRecords call timeout.
+    pub fn put_timeout(mut self, timeout: Duration) -> Self {
+        self.config.put_timeout = timeout;
+        self
+    }
+
+    /// Periodic shard map refresh.
+    pub fn shard_refresh_interval(mut self, interval: Duration) -> Self {
+        self.config.shard_refresh_interval = interval;
+        self
+    }
+
+    /// Producer id stamped on events without one.
+    pub fn producer_id(mut self, id: impl Into<String>) -> Self {
+        self.config.producer_id = Some(id.into());
+        self
+    }
+
+    /// Seed of the backoff jitter.
+    pub fn jitter_seed(mut self, seed: u64) -> Self {
+        self.config.jitter_seed = Some(seed);
+        self
+    }
+
+    /// Delivers undelivered events to `callback` as soon as they are known.
+    pub fn on_undelivered(
+        mut self,
+        callback: impl Fn(Vec<Undelivered>) + Send + Sync + 'static,
+    ) -> Self {
+        self.on_undelivered = Some(Arc::new(callback));
+        self
+    }
+
+    /// Starts a producer writing to Kinesis with the workspace's HTTP client and the default
+    /// credential chain.
+    pub async fn build(self) -> Result<Producer, ProducerError> {
+        self.config.validate().map_err(ProducerError::Config)?;
+        let base = match &self.sdk_config {
+            Some(c) => c.clone(),
+            None => {
+                use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
+                let http = aws_smithy_http_client::Builder::new()
+                    .tls_provider(Provider::Rustls(CryptoMode::Ring))
+                    .build_https();
+                aws_config::defaults(aws_config::BehaviorVersion::latest())
+                    .http_client(http)
+                    .load()
+                    .await
+            }
+        };
+        let mut kc = aws_sdk_kinesis::config::Builder::from(&base);
+        if let Some(r) = &self.config.region {
+            kc = kc.region(aws_sdk_kinesis::config::Region::new(r.clone()));
+        }
+        if let Some(u) = &self.config.endpoint_url {
+            kc = kc.endpoint_url(u.clone());
+        }
+        let list_client = aws_sdk_kinesis::Client::from_conf(kc.clone().build());
+        // The engine retries only the failed entries, with its own backoff and budget; SDK
+        // retries of whole calls would resend the accepted ones and hide throttling from it.
+        let put_client = aws_sdk_kinesis::Client::from_conf(
+            kc.retry_config(aws_config::retry::RetryConfig::disabled())
+                .build(),
+        );
+        let stream = self.config.stream_name.clone();
+        self.start_with(
+            KinesisRecordSink::new(put_client, stream.clone()),
+            KinesisShardMapSource::new(list_client, stream),
+        )
+    }
+
+    /// Starts a producer over any sink and shard source (tests, benches, other transports).
+    /// Must be called inside a Tokio runtime.
+    pub fn start_with<S: RecordSink, M: ShardMapSource>(
+        self,
+        sink: S,
+        shards: M,
+    ) -> Result<Producer, ProducerError> {
+        self.config.validate().map_err(ProducerError::Config)?;
+        let runtime =
+            tokio::runtime::Handle::try_current().map_err(|_| ProducerError::NoRuntime)?;
+        let config = Arc::new(self.config);
+        let sem = Arc::new(Semaphore::new(config.max_buffered_bytes));
+        let (tx, rx) = mpsc::channel(config.command_capacity);
+        let metrics = Metrics::new(&config.stream_name);
+        let stats = Arc::new(StatCounters::default());
+        engine::spawn(
+            &runtime,
+            engine::EngineParts {
+                config: config.clone(),
+                sink: Arc::new(sink),
+                shards: Arc::new(shards),
+                rx,
+                sem: sem.clone(),
+                on_undelivered: self.on_undelivered,
+                metrics: metrics.clone(),
+                stats: stats.clone(),
+            },
+        );
+        Ok(Producer {
+            shared: Arc::new(Shared {
+                tx,
+                sem,
+                config,
+                closed: AtomicBool::new(false),
+                metrics,
+                stats,
+            }),
+        })
+    }
+}
