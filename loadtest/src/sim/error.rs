@@ -95,11 +95,23 @@ impl ApiError {
     }
 }
 
+/// `e` and every source below it, `": "`-separated (what a log line or an admin reply needs).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        cur = s.source();
+    }
+    out
+}
+
 /// Why the simulator could not be configured or started.
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
     /// The catalog file could not be read.
-    #[error("reading catalog {path}: {source}")]
+    #[error("reading catalog {path}")]
     CatalogRead {
         /// The file.
         path: String,
@@ -108,7 +120,7 @@ pub enum SimError {
         source: std::io::Error,
     },
     /// The catalog (or faults) JSON does not parse into the documented shape.
-    #[error("parsing {what}: {source}")]
+    #[error("parsing {what}")]
     Json {
         /// What was being parsed.
         what: &'static str,
@@ -126,6 +138,6 @@ pub enum SimError {
     #[error("refusing to listen on non-loopback address {0}")]
     NotLoopback(SocketAddr),
     /// Binding or serving failed.
-    #[error("network: {0}")]
+    #[error("network")]
     Io(#[from] std::io::Error),
 }

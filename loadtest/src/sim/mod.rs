@@ -31,7 +31,7 @@ pub use catalog::{
     Catalog, CatalogIndex, LegacyCustomer, License, Product, RegistrationToken, SubscriptionStatus,
 };
 pub use engine::{Counters, Reply, SimConfig, Simulator};
-pub use error::{ApiError, ErrorCode, SimError};
+pub use error::{ApiError, ErrorCode, SimError, error_chain};
 pub use faults::{Faults, TokenBucket};
 pub use ledger::{BilledRecord, DuplicateAttempt, Ledger};
 pub use server::{SimHandle, spawn, spawn_on};

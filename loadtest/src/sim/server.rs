@@ -18,7 +18,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::engine::{Reply, SimConfig, Simulator};
-use super::error::{ApiError, ErrorCode, SimError};
+use super::error::{ApiError, ErrorCode, SimError, error_chain};
 use super::faults::Faults;
 use super::ledger::Ledger;
 
@@ -189,7 +189,7 @@ async fn get_faults(State(state): State<Shared>) -> Response {
 async fn post_faults(State(state): State<Shared>, body: Bytes) -> Response {
     let faults = match std::str::from_utf8(&body)
         .map_err(|e| e.to_string())
-        .and_then(|s| Faults::from_json(s).map_err(|e| e.to_string()))
+        .and_then(|s| Faults::from_json(s).map_err(|e| error_chain(&e)))
     {
         Ok(f) => f,
         Err(e) => return admin_error(e),
@@ -197,7 +197,7 @@ async fn post_faults(State(state): State<Shared>, body: Bytes) -> Response {
     let mut sim = lock(&state);
     match sim.set_faults(faults) {
         Ok(()) => axum::Json(sim.faults().clone()).into_response(),
-        Err(e) => admin_error(e.to_string()),
+        Err(e) => admin_error(error_chain(&e)),
     }
 }
 
