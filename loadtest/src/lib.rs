@@ -3,3 +3,4 @@
 
 pub mod local;
 pub mod sim;
+pub mod runner;

@@ -3,6 +3,10 @@
 use anyhow::Result;
 use awsmp_loadtest::local::{self, Paths, UpOptions};
 use clap::{Parser, Subcommand};
+use awsmp_loadtest::local::LocalEnv;
+use awsmp_loadtest::runner::Runner;
+use chrono::{DateTime, Utc};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -31,6 +35,38 @@ enum Command {
     },
     /// Say what runs where.
     Status,
+    /// Run every scheduled target once as of an instant, then drain the queues until quiet.
+    Tick {
+        /// The instant (RFC 3339); default now. The simulator's clock is set to it too.
+        #[arg(long)]
+        at: Option<DateTime<Utc>>,
+    },
+    /// Invoke one function with a JSON event, as `lambda invoke` would.
+    Invoke {
+        /// discoverer | aggregator | cleanup | submitter | expiry
+        function: String,
+        /// The event, as JSON.
+        #[arg(long)]
+        event: String,
+        /// The instant (RFC 3339); default now.
+        #[arg(long)]
+        at: Option<DateTime<Utc>>,
+    },
+    /// Run the schedules continuously, on real or accelerated time.
+    Run {
+        /// Virtual start instant (RFC 3339); default now.
+        #[arg(long)]
+        start: Option<DateTime<Utc>>,
+        /// Virtual seconds per real second (1 = real time).
+        #[arg(long, default_value_t = 1.0)]
+        speed: f64,
+        /// Virtual seconds between ticks (the 5-minute submit schedule by default).
+        #[arg(long, default_value_t = 300)]
+        every: u64,
+        /// Stop after this many ticks (default: until interrupted).
+        #[arg(long)]
+        ticks: Option<u64>,
+    },
 }
 
 #[tokio::main]
@@ -54,6 +90,71 @@ async fn main() -> Result<()> {
                 println!("{line}");
             }
         }
+        Command::Tick { at } => {
+            let runner = runner(&paths).await?;
+            let report = runner.tick(at.unwrap_or_else(Utc::now)).await?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            print_metrics(&runner);
+        }
+        Command::Invoke { function, event, at } => {
+            let runner = runner(&paths).await?;
+            runner.set_time(at.unwrap_or_else(Utc::now)).await?;
+            let out = runner.invoke(&function, serde_json::from_str(&event)?).await?;
+            println!("{}", serde_json::to_string_pretty(&out)?);
+            print_metrics(&runner);
+        }
+        Command::Run { start, speed, every, ticks } => {
+            anyhow::ensure!(speed > 0.0 && every > 0, "--speed and --every must be positive");
+            let runner = runner(&paths).await?;
+            let origin = std::time::Instant::now();
+            let start = start.unwrap_or_else(Utc::now);
+            let mut n = 0;
+            loop {
+                let virtual_now = start + chrono::Duration::milliseconds((origin.elapsed().as_secs_f64() * speed * 1000.0) as i64);
+                let report = runner.tick(virtual_now).await?;
+                println!("{}", serde_json::to_string(&report)?);
+                n += 1;
+                if ticks.is_some_and(|t| n >= t) {
+                    break;
+                }
+                let due = std::time::Duration::from_secs_f64(every as f64 * n as f64 / speed);
+                if let Some(wait) = due.checked_sub(origin.elapsed()) {
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        _ = tokio::signal::ctrl_c() => break,
+                    }
+                }
+            }
+            print_metrics(&runner);
+        }
     }
     Ok(())
+}
+
+async fn runner(paths: &Paths) -> Result<Runner> {
+    let env = LocalEnv::read(&paths.env_file())?;
+    Runner::new(env, &BTreeMap::new()).await
+}
+
+/// Totals of the business metrics the handlers emitted (the EMF lines CloudWatch would ingest).
+fn print_metrics(runner: &Runner) {
+    let mut totals: BTreeMap<String, f64> = BTreeMap::new();
+    for line in runner.metrics.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else { continue };
+        if let Some(name) = v["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"].as_str() {
+            let dims: Vec<String> = v["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|d| d.as_str())
+                .filter(|d| *d != "Service")
+                .map(|d| format!("{d}={}", v[d].as_str().unwrap_or("")))
+                .collect();
+            let key = if dims.is_empty() { name.to_owned() } else { format!("{name}[{}]", dims.join(",")) };
+            *totals.entry(key).or_default() += v[name].as_f64().unwrap_or(0.0);
+        }
+    }
+    for (k, v) in totals {
+        eprintln!("metric {k} = {v}");
+    }
 }

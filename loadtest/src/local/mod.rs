@@ -170,6 +170,9 @@ pub async fn up(paths: &Paths, opts: &UpOptions) -> Result<LocalEnv> {
     if let Some(code) = first_product_code(&catalog)? {
         env.vars.insert("AWSMP_PRODUCT_CODE".into(), code);
     }
+    // dynalite has no TTL, and the age-out sweep checks every bucket back to the raw TTL
+    // (365 days by default, 8,760 GSI queries a tick): the local stack uses a 7-day TTL.
+    env.vars.insert("AWSMP_USAGE_TABLE_TTL_DAYS".into(), "7".into());
     create_resources(&mut env).await?;
     write_if_changed(&paths.env_file(), &env.render())?;
     Ok(env)

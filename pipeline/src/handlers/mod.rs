@@ -1,6 +1,7 @@
 //! Stage handlers: the same functions run under `lambda_runtime` in AWS and under the local
 //! runner. They see only [`Services`] (ports, config, metrics, clock), never an SDK client.
 
+pub mod aggregator;
 pub mod cleanup;
 pub mod discoverer;
 pub mod expiry;
@@ -83,7 +84,7 @@ impl Services {
             .ok_or_else(|| PipelineError::Config("this stage needs the raw usage table (full deployment mode)".into()))
     }
 
-    fn queue<'a>(&self, q: Option<&'a dyn MessageQueue>, name: &str) -> Result<&'a dyn MessageQueue> {
+    pub(crate) fn queue<'a>(&self, q: Option<&'a dyn MessageQueue>, name: &str) -> Result<&'a dyn MessageQueue> {
         q.ok_or_else(|| PipelineError::Config(format!("the {name} queue is not configured")))
     }
 }

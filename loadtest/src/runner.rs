@@ -1,0 +1,265 @@
+//! The local runner: plays the parts AWS plays for the pipeline — EventBridge schedules, SQS
+//! event source mappings (batches, visibility timeout, redelivery, partial batch failures,
+//! DLQ after maxReceiveCount via the queue's own redrive policy) — and invokes the very
+//! handler functions the Lambdas run. Time reaches handlers only through one settable clock,
+//! shared with the Marketplace simulator.
+
+use crate::local::LocalEnv;
+use anyhow::{Context, Result, bail};
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName};
+use awsmp_pipeline::config::Config;
+use awsmp_pipeline::domain::clock::FixedClock;
+use awsmp_pipeline::emf::MetricsSink;
+use awsmp_pipeline::handlers::discoverer::{DiscovererInput, DiscovererOutput, scheduled_targets};
+use awsmp_pipeline::handlers::{Services, aggregator, cleanup, discoverer, expiry, handle_sqs_batch};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Visibility timeout the runner asks for when it receives (the ReceiveMessage override):
+/// short, so a failed message is redelivered within a tick instead of minutes later.
+pub const LOCAL_VISIBILITY_SECS: i32 = 1;
+/// Messages per receive (SQS maximum; also the ESM batch size used here).
+pub const RECEIVE_BATCH: i32 = 10;
+/// How long `drain` may take before it gives up.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Which handler consumes a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Consumer {
+    Aggregator,
+    Cleanup,
+}
+
+/// The local runner.
+pub struct Runner {
+    /// Handler dependencies (clock = [`Runner::clock`]).
+    pub svc: Services,
+    /// The one clock.
+    pub clock: Arc<FixedClock>,
+    /// Captured EMF metric lines.
+    pub metrics: MetricsSink,
+    env: LocalEnv,
+    sqs: aws_sdk_sqs::Client,
+    http: reqwest::Client,
+    queues: Vec<(String, String, Consumer)>,
+}
+
+/// What one `tick` did.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TickReport {
+    /// The instant of the tick.
+    pub at: Option<DateTime<Utc>>,
+    /// Totals over the 30 discoverer targets and the flush target.
+    pub discoverer: DiscovererOutput,
+    /// Messages handled per queue, and how many failed.
+    pub drained: BTreeMap<String, DrainCount>,
+    /// The expiry sweep.
+    pub expiry: Option<expiry::ExpiryOutput>,
+}
+
+/// Messages one queue delivered during a drain.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainCount {
+    /// Deliveries handled successfully (and deleted).
+    pub succeeded: u64,
+    /// Deliveries that failed (left for redelivery / DLQ).
+    pub failed: u64,
+}
+
+impl Runner {
+    /// A runner over the stack in `env`; `overrides` win over the env file and the process
+    /// environment (e.g. `AWSMP_METERING_LOCK_HOURS`).
+    pub async fn new(env: LocalEnv, overrides: &BTreeMap<String, String>) -> Result<Self> {
+        let lookup = |k: &str| {
+            overrides.get(k).cloned().or_else(|| std::env::var(k).ok()).or_else(|| env.vars.get(k).cloned())
+        };
+        let config = Config::from_lookup(lookup).context("pipeline configuration")?;
+        let clock = Arc::new(FixedClock::new(Utc::now()));
+        let metrics = MetricsSink::capture("local-runner");
+        let sqs = env.sqs().await?;
+        let svc = Services::from_clients(config.clone(), env.dynamodb().await?, sqs.clone(), metrics.clone(), clock.clone());
+        let mut queues = Vec::new();
+        for (name, url, consumer) in [
+            ("work", &config.work_queue_url, Consumer::Aggregator),
+            ("deprovision-work", &config.deprovision_work_queue_url, Consumer::Aggregator),
+            ("cleanup", &config.cleanup_queue_url, Consumer::Cleanup),
+        ] {
+            if let Some(url) = url {
+                queues.push((name.to_owned(), url.clone(), consumer));
+            }
+        }
+        Ok(Self { svc, clock, metrics, env, sqs, http: reqwest::Client::new(), queues })
+    }
+
+    /// Set the one instant for handlers and the simulator.
+    pub async fn set_time(&self, at: DateTime<Utc>) -> Result<()> {
+        self.clock.set(at);
+        if let Some(admin) = self.env.vars.get("AWSMP_SIM_ADMIN_URL") {
+            let res = self
+                .http
+                .post(format!("{admin}/_sim/clock"))
+                .json(&serde_json::json!({"now": at.to_rfc3339()}))
+                .send()
+                .await
+                .context("setting the simulator clock")?;
+            if !res.status().is_success() {
+                bail!("simulator clock: {}", res.status());
+            }
+        }
+        Ok(())
+    }
+
+    /// Run every scheduled target once as of `at` (all 30 discoverer targets and the
+    /// deprovisioning flush), drain the queues through their handlers until quiet, then run
+    /// the expiry sweep.
+    pub async fn tick(&self, at: DateTime<Utc>) -> Result<TickReport> {
+        self.set_time(at).await?;
+        let mut report = TickReport { at: Some(at), ..Default::default() };
+        let full = self.svc.usage.is_some();
+        if full {
+            let mut targets = scheduled_targets();
+            if self.svc.deprovisioning.is_some() {
+                targets.push(DiscovererInput::FlushDeprovisioning);
+            }
+            for t in targets {
+                let out = discoverer::discover(&self.svc, t).await.with_context(|| format!("discoverer {t:?}"))?;
+                report.discoverer.buckets += out.buckets;
+                report.discoverer.groups_enqueued += out.groups_enqueued;
+                report.discoverer.rows_expired += out.rows_expired;
+                report.discoverer.quantity_expired += out.quantity_expired;
+            }
+            report.drained = self.drain().await?;
+        }
+        report.expiry = Some(expiry::expire(&self.svc).await.context("expiry")?);
+        Ok(report)
+    }
+
+    /// Deliver queued messages to their handlers, as an SQS event source mapping does, until
+    /// every queue is empty (nothing visible, nothing in flight).
+    pub async fn drain(&self) -> Result<BTreeMap<String, DrainCount>> {
+        let started = Instant::now();
+        let mut counts: BTreeMap<String, DrainCount> = BTreeMap::new();
+        loop {
+            let mut delivered = false;
+            for (name, url, consumer) in &self.queues {
+                let c = self.deliver_once(url, *consumer).await.with_context(|| format!("draining {name}"))?;
+                let entry = counts.entry(name.clone()).or_default();
+                entry.succeeded += c.succeeded;
+                entry.failed += c.failed;
+                delivered |= c.succeeded + c.failed > 0;
+            }
+            if !delivered {
+                if self.all_empty().await? {
+                    return Ok(counts);
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            if started.elapsed() > DRAIN_TIMEOUT {
+                bail!("queues did not drain within {DRAIN_TIMEOUT:?}: {counts:?}");
+            }
+        }
+    }
+
+    async fn deliver_once(&self, url: &str, consumer: Consumer) -> Result<DrainCount> {
+        let out = self
+            .sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(RECEIVE_BATCH)
+            .visibility_timeout(LOCAL_VISIBILITY_SECS)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .send()
+            .await?;
+        let messages = out.messages.unwrap_or_default();
+        if messages.is_empty() {
+            return Ok(DrainCount::default());
+        }
+        let mut event = SqsEvent::default();
+        let mut handles = BTreeMap::new();
+        for m in &messages {
+            let mut msg = SqsMessage::default();
+            msg.message_id = m.message_id.clone();
+            msg.receipt_handle = m.receipt_handle.clone();
+            msg.body = m.body.clone();
+            msg.attributes = m
+                .attributes
+                .as_ref()
+                .map(|a| a.iter().map(|(k, v)| (k.as_str().to_owned(), v.clone())).collect())
+                .unwrap_or_default();
+            msg.event_source = Some("aws:sqs".into());
+            handles.insert(m.message_id.clone().unwrap_or_default(), m.receipt_handle.clone().unwrap_or_default());
+            event.records.push(msg);
+        }
+        let svc = &self.svc;
+        let response = match consumer {
+            Consumer::Aggregator => {
+                handle_sqs_batch("aggregator", event, |body| async move { aggregator::aggregate(svc, &body).await.map(drop) }).await
+            }
+            Consumer::Cleanup => handle_sqs_batch("cleanup", event, |body| async move { cleanup::cleanup(svc, &body).await.map(drop) }).await,
+        };
+        let failed: std::collections::BTreeSet<&str> =
+            response.batch_item_failures.iter().map(|f| f.item_identifier.as_str()).collect();
+        // As Lambda does with ReportBatchItemFailures: delete the successes, leave the failures
+        // to reappear after the visibility timeout (and move to the DLQ after maxReceiveCount).
+        let deletes: Vec<DeleteMessageBatchRequestEntry> = handles
+            .iter()
+            .filter(|(id, _)| !failed.contains(id.as_str()))
+            .enumerate()
+            .map(|(i, (_, handle))| DeleteMessageBatchRequestEntry::builder().id(i.to_string()).receipt_handle(handle).build())
+            .collect::<Result<_, _>>()?;
+        let succeeded = deletes.len() as u64;
+        if !deletes.is_empty() {
+            let out = self.sqs.delete_message_batch().queue_url(url).set_entries(Some(deletes)).send().await?;
+            if !out.failed.is_empty() {
+                bail!("DeleteMessageBatch failed for {} entries", out.failed.len());
+            }
+        }
+        Ok(DrainCount { succeeded, failed: failed.len() as u64 })
+    }
+
+    async fn all_empty(&self) -> Result<bool> {
+        for (_, url, _) in &self.queues {
+            let attrs = self
+                .sqs
+                .get_queue_attributes()
+                .queue_url(url)
+                .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+                .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+                .send()
+                .await?
+                .attributes
+                .unwrap_or_default();
+            let n = |k: QueueAttributeName| attrs.get(&k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            if n(QueueAttributeName::ApproximateNumberOfMessages) + n(QueueAttributeName::ApproximateNumberOfMessagesNotVisible) > 0 {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Invoke one function with a JSON event, as `lambda invoke` would; returns its response.
+    pub async fn invoke(&self, function: &str, event: Value) -> Result<Value> {
+        let svc = &self.svc;
+        Ok(match function {
+            "discoverer" => serde_json::to_value(discoverer::discover(svc, serde_json::from_value(event)?).await?)?,
+            "aggregator" | "cleanup" => {
+                let event: SqsEvent = serde_json::from_value(event).context("an SQS event ({\"Records\":[…]})")?;
+                let response = if function == "aggregator" {
+                    handle_sqs_batch("aggregator", event, |body| async move { aggregator::aggregate(svc, &body).await.map(drop) }).await
+                } else {
+                    handle_sqs_batch("cleanup", event, |body| async move { cleanup::cleanup(svc, &body).await.map(drop) }).await
+                };
+                serde_json::to_value(response)?
+            }
+            "expiry" => serde_json::to_value(expiry::expire(svc).await?)?,
+            other => bail!("unknown function {other:?} (discoverer, aggregator, cleanup, submitter, expiry)"),
+        })
+    }
+}

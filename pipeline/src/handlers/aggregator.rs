@@ -1,0 +1,151 @@
+//! The aggregator: fold one group-hour, validate it, and commit it to aggregated-usage with a
+//! conditional put (the commit point); or reject it client-side with a reason; or, on a
+//! re-visit of an already-committed group, finish a lost cleanup and surface late rows.
+
+use super::cleanup::CleanupMessage;
+use super::{Services, retry_transient};
+use crate::domain::DomainError;
+use crate::domain::fold::{FoldOutcome, GroupFold, RevisitRow, SecondSet, classify_revisit};
+use crate::domain::keys::{GroupKey, Identity, RowKey};
+use crate::domain::row::RawUsageRow;
+use crate::domain::status::{LATE_USAGE_REASON, RawStatus, aggregated_reason, metric};
+use crate::emf::Metric;
+use crate::error::{PipelineError, Result};
+use crate::ports::AggregatedItem;
+use serde::Serialize;
+
+/// What one work message led to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "camelCase")]
+pub enum AggregateOutcome {
+    /// Fresh aggregated record written; cleanup enqueued.
+    Committed {
+        /// Summed quantity.
+        quantity: u64,
+        /// Rows folded.
+        rows: u32,
+    },
+    /// The group was rejected client-side.
+    Rejected {
+        /// Reason code.
+        reason: String,
+        /// Rows stamped.
+        rows: usize,
+    },
+    /// The record already existed: lost cleanups finished, late rows surfaced.
+    Revisited {
+        /// Rows whose cleanup had been lost.
+        cleaned: usize,
+        /// Rows written after aggregation.
+        late_rows: usize,
+        /// Quantity the late rows carried.
+        late_quantity: u64,
+    },
+    /// No pending rows.
+    Empty,
+    /// Zero-sum group left pending until the oldest processed edge.
+    DeferredZero,
+}
+
+/// Process one work message (one group).
+pub async fn aggregate(svc: &Services, body: &str) -> Result<AggregateOutcome> {
+    let group = GroupKey::from_work_message(body)?;
+    let now = svc.clock.now();
+    if let Some(existing) = svc.aggregated.get(&group).await? {
+        return revisit(svc, &group, &existing).await;
+    }
+    let mut fold = GroupFold::new(group.clone(), now, &svc.config.time);
+    let mut fold_error: Option<DomainError> = None;
+    svc.usage()?
+        .read_pending_rows(&group, &mut |row: RawUsageRow| {
+            if fold_error.is_none()
+                && let Err(e) = fold.push(&row)
+            {
+                fold_error = Some(e);
+            }
+        })
+        .await?;
+    if let Some(e) = fold_error {
+        return Err(e.into());
+    }
+    match fold.finish() {
+        FoldOutcome::Valid(rec) => {
+            let mut item = AggregatedItem::new(rec.group.clone(), rec.quantity, rec.allocations.clone());
+            item.row_count = rec.row_count;
+            item.contributed_seconds = rec.seconds.to_bytes();
+            if let Identity::Legacy { customer_identifier, .. } = rec.identity() {
+                item.customer_identifier = Some(customer_identifier.to_owned());
+            }
+            if !svc.aggregated.put_if_absent(&item, now).await? {
+                // Someone committed this group between our read and our put.
+                let existing = svc.aggregated.get(&group).await?.ok_or_else(|| PipelineError::MalformedItem {
+                    table: svc.config.aggregated_table.clone(),
+                    detail: format!("{group}: conditional put failed but no record exists"),
+                })?;
+                return revisit(svc, &group, &existing).await;
+            }
+            // Only a fresh write enqueues cleanup. If this send fails, the message is retried;
+            // the re-visit then finds the committed record and finishes the cleanup itself.
+            let keys: Vec<RowKey> = rec.raw_row_keys().collect();
+            let reason = rec.raw_status_reason();
+            svc.queue(svc.cleanup_queue.as_deref(), "cleanup")?
+                .send_all(&CleanupMessage::batches(Some(RawStatus::Aggregated), Some(&reason), &keys))
+                .await?;
+            Ok(AggregateOutcome::Committed { quantity: rec.quantity, rows: rec.row_count })
+        }
+        FoldOutcome::Rejected(rej) => {
+            let reason = rej.reason.as_str();
+            tracing::warn!(%group, reason, detail = %rej.detail, row = ?rej.row_key, "group rejected client-side");
+            let usage = svc.usage()?;
+            let mut rows = 0;
+            for key in rej.rows.row_keys() {
+                if retry_transient(|| usage.finalize_row(&key, Some((RawStatus::RejectedClientSide, reason)), now)).await? {
+                    rows += 1;
+                }
+            }
+            svc.metrics.emit(Metric::count(metric::USAGE_RECORD_REJECTED).with(metric::REASON, reason));
+            Ok(AggregateOutcome::Rejected { reason: reason.to_owned(), rows })
+        }
+        FoldOutcome::Empty => Ok(AggregateOutcome::Empty),
+        FoldOutcome::DeferredZero { .. } => Ok(AggregateOutcome::DeferredZero),
+    }
+}
+
+/// The group already has its aggregated record: rows it folded in whose cleanup was lost are
+/// finalized `Aggregated` with the committed record's own (authoritative) sum; rows written
+/// after aggregation are terminal late usage, never silently re-opened.
+async fn revisit(svc: &Services, group: &GroupKey, existing: &AggregatedItem) -> Result<AggregateOutcome> {
+    let stored = SecondSet::from_bytes(&existing.contributed_seconds)?;
+    let now = svc.clock.now();
+    let mut rows = Vec::new();
+    let usage = svc.usage()?;
+    usage.read_pending_rows(group, &mut |row| rows.push(classify_revisit(group, &stored, &row))).await?;
+    let committed_reason = aggregated_reason(existing.quantity, existing.row_count);
+    let (mut cleaned, mut late_rows, mut late_quantity) = (0, 0, 0);
+    for row in rows {
+        match row {
+            RevisitRow::NotPending | RevisitRow::Foreign => {}
+            RevisitRow::AlreadyAggregated(key) => {
+                if retry_transient(|| usage.finalize_row(&key, Some((RawStatus::Aggregated, &committed_reason)), now)).await? {
+                    cleaned += 1;
+                }
+            }
+            RevisitRow::Late(late) => {
+                if retry_transient(|| usage.finalize_row(&late.row_key, Some((RawStatus::RejectedClientSide, LATE_USAGE_REASON)), now))
+                    .await?
+                {
+                    late_rows += 1;
+                    late_quantity += late.quantity.unwrap_or(0);
+                    tracing::error!(%group, row = %late.row_key.sort_key, quantity = ?late.quantity, "late usage after the group-hour was aggregated; not billed");
+                    svc.metrics.emit(Metric {
+                        name: metric::LATE_USAGE,
+                        value: late.quantity.unwrap_or(0) as f64,
+                        unit: "None",
+                        dimensions: Vec::new(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(AggregateOutcome::Revisited { cleaned, late_rows, late_quantity })
+}
