@@ -184,6 +184,10 @@ struct WireRecord {
     dimension: Option<String>,
     #[serde(rename = "Quantity")]
     quantity: Option<serde_json::Number>,
+    /// Newer API models add decimal quantities; the simulator (like the Rust SDK it serves)
+    /// bills whole units only, so these are refused rather than read as a missing quantity.
+    #[serde(rename = "QuantityAsDecimal")]
+    quantity_as_decimal: Option<Value>,
     #[serde(rename = "UsageAllocations")]
     usage_allocations: Option<Vec<WireAllocation>>,
     #[serde(rename = "CustomerAWSAccountId")]
@@ -196,6 +200,8 @@ struct WireRecord {
 struct WireAllocation {
     #[serde(rename = "AllocatedUsageQuantity")]
     allocated_usage_quantity: Option<serde_json::Number>,
+    #[serde(rename = "AllocatedUsageQuantityAsDecimal")]
+    allocated_usage_quantity_as_decimal: Option<Value>,
     #[serde(rename = "Tags")]
     tags: Option<Vec<WireTag>>,
 }
@@ -299,6 +305,14 @@ fn parse_record(i: usize, raw: &Value) -> Result<UsageRecord, ApiError> {
             ));
         }
     };
+    if wire.quantity_as_decimal.is_some() {
+        return Err(err(
+            ErrorCode::Validation,
+            format!(
+                "UsageRecords[{i}].QuantityAsDecimal is not supported by marketplace-sim; send Quantity"
+            ),
+        ));
+    }
     // AWS documents Quantity as optional, "defaults to 0 if not specified".
     let quantity = match &wire.quantity {
         None => 0,
@@ -371,6 +385,14 @@ fn parse_record(i: usize, raw: &Value) -> Result<UsageRecord, ApiError> {
         Some(list) => {
             let mut out = Vec::with_capacity(list.len());
             for (j, a) in list.into_iter().enumerate() {
+                if a.allocated_usage_quantity_as_decimal.is_some() {
+                    return Err(err(
+                        ErrorCode::Validation,
+                        format!(
+                            "UsageRecords[{i}].UsageAllocations[{j}].AllocatedUsageQuantityAsDecimal is not supported by marketplace-sim"
+                        ),
+                    ));
+                }
                 let Some(n) = a.allocated_usage_quantity else {
                     return Err(err(
                         ErrorCode::Validation,

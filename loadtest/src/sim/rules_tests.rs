@@ -104,6 +104,18 @@ fn absent_quantity_is_the_documented_zero() {
 }
 
 #[test]
+fn decimal_quantities_are_refused_not_read_as_zero() {
+    let mut r = ca(L1, A, "requests", 1);
+    r.as_object_mut().unwrap().remove("Quantity");
+    r["QuantityAsDecimal"] = json!("17.42");
+    assert_eq!(parse_err(&records(vec![r])), ErrorCode::Validation);
+    let mut r = ca(L1, A, "requests", 1);
+    r["UsageAllocations"] =
+        json!([{"AllocatedUsageQuantityAsDecimal": "1.0", "Tags": [{"Key": "k", "Value": "v"}]}]);
+    assert_eq!(parse_err(&records(vec![r])), ErrorCode::Validation);
+}
+
+#[test]
 fn quantity_outside_the_integer_range_is_a_validation_error() {
     for q in [json!(-1), json!(2147483648u64), json!(1.5), json!(1e20)] {
         let mut r = ca(L1, A, "requests", 1);
