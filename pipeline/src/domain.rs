@@ -19,13 +19,13 @@
 //! | [`results`] | mapping `BatchMeterUsage` results back to per-record write-back decisions |
 
 pub mod attrs;
-
+pub mod batch;
+pub mod bisect;
 pub mod clock;
 pub mod error;
 pub mod fold;
-
 pub mod keys;
-
+pub mod results;
 pub mod row;
 pub mod status;
 pub mod time;

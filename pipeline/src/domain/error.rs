@@ -30,6 +30,9 @@ pub enum DomainError {
     /// cannot hold two items with one key), refused rather than counted twice.
     #[error("raw row {0:?} was pushed into the fold twice")]
     DuplicateRow(String),
+    /// A bisection report for a call that is not in flight.
+    #[error("invalid bisection report: {0}")]
+    InvalidBisection(String),
     /// A work message that is not valid JSON of the documented shape.
     #[error("invalid work message: {0}")]
     InvalidWorkMessage(String),
