@@ -1,0 +1,113 @@
+"""Records written by awsmp-producer deaggregate with the independent `aws_kinesis_agg` library.
+
+Runs the Rust example `encode_fixture` (the real producer against an in-memory stream) — or the
+binary named by AWSMP_ENCODE_FIXTURE_BIN — and checks, with aws_kinesis_agg's deaggregator, every
+event, partition key and explicit hash key.
+
+    python3 -m venv /tmp/prodvenv && /tmp/prodvenv/bin/pip install -q -r tools/requirements.lock
+    /tmp/prodvenv/bin/python -m pytest producer/tests/interop/test_kpl_interop.py
+"""
+
+import base64
+import collections
+import hashlib
+import json
+import os
+import subprocess
+
+import pytest
+from aws_kinesis_agg import MAGIC
+from aws_kinesis_agg.deaggregator import iter_deaggregate_records
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+
+
+def group_key(event):
+    joined = "%s|%s|%s" % (event["licenseArn"], event["customerAWSAccountId"], event["dimension"])
+    if len(joined) <= 256:
+        return joined
+    return "g:" + hashlib.md5(joined.encode("utf-8")).hexdigest()
+
+
+def md5_int(s):
+    return int.from_bytes(hashlib.md5(s.encode("utf-8")).digest(), "big")
+
+
+@pytest.fixture(scope="module")
+def produced(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("kpl") / "produced.json")
+    prebuilt = os.environ.get("AWSMP_ENCODE_FIXTURE_BIN")
+    if prebuilt:
+        cmd = [prebuilt, out]
+    else:
+        cmd = ["cargo", "run", "-q", "-p", "awsmp-producer", "--example", "encode_fixture", "--", out]
+    subprocess.run(cmd, cwd=REPO, check=True)
+    with open(out) as f:
+        return json.load(f)
+
+
+def shard_of(shards, h):
+    for s in shards:
+        if int(s["startingHashKey"]) <= h <= int(s["endingHashKey"]):
+            return s["shardId"]
+    raise AssertionError("hash %d outside every shard" % h)
+
+
+def lambda_record(i, r):
+    return {
+        "kinesis": {
+            "kinesisSchemaVersion": "1.0",
+            "sequenceNumber": str(i),
+            "approximateArrivalTimestamp": 0,
+            "partitionKey": r["partitionKey"],
+            "data": r["data"],
+        }
+    }
+
+
+def test_every_event_deaggregates_with_aws_kinesis_agg(produced):
+    records = produced["records"]
+    assert any(base64.b64decode(r["data"]).startswith(MAGIC) for r in records), "aggregates were written"
+    got = []
+    for i, r in enumerate(records):
+        raw = base64.b64decode(r["data"])
+        users = list(iter_deaggregate_records(lambda_record(i, r)))
+        if raw.startswith(MAGIC):
+            # The library silently passes through an aggregate whose MD5 or protobuf is bad;
+            # demand that it really deaggregated ours.
+            assert all(u["kinesis"].get("aggregated") for u in users), "record %d not deaggregated" % i
+            assert len(users) > 1, "lone user records are sent plain"
+        else:
+            assert len(users) == 1 and not users[0]["kinesis"].get("aggregated")
+        for u in users:
+            event = json.loads(base64.b64decode(u["kinesis"]["data"]))
+            got.append(event)
+            # Partition key of the user record is its event's group.
+            assert u["kinesis"]["partitionKey"] == group_key(event)
+            # Every user record lands on the shard its own partition key maps to.
+            route = int(r["explicitHashKey"]) if r["explicitHashKey"] else md5_int(r["partitionKey"])
+            assert shard_of(produced["shards"], route) == r["shardId"]
+            assert shard_of(produced["shards"], md5_int(u["kinesis"]["partitionKey"])) == r["shardId"]
+        # The explicit hash key is only used when an aggregate mixes partition keys, and then it
+        # is the first user record's hash.
+        pks = [u["kinesis"]["partitionKey"] for u in users]
+        assert r["partitionKey"] == pks[0]
+        if r["explicitHashKey"] is None:
+            assert len(set(pks)) == 1
+        else:
+            assert len(set(pks)) > 1
+            assert int(r["explicitHashKey"]) == md5_int(pks[0])
+    want = produced["events"]
+    assert len(got) == len(want)
+    key = lambda e: json.dumps(e, sort_keys=True)
+    assert collections.Counter(map(key, got)) == collections.Counter(map(key, want))
+
+
+def test_payloads_are_v1_with_integer_quantities(produced):
+    allowed = {"v", "eventId", "licenseArn", "customerAWSAccountId", "dimension", "quantity",
+               "timestamp", "producerId", "usageAllocations"}
+    for e in produced["events"]:
+        assert e["v"] == 1
+        assert set(e) <= allowed
+        assert isinstance(e["quantity"], int) and e["quantity"] >= 0
+        assert e["timestamp"].endswith("Z") and len(e["timestamp"]) == 24
