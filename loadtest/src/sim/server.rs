@@ -63,6 +63,11 @@ impl SimHandle {
         f(&lock(&self.state))
     }
 
+    /// Change the state in-process (e.g. `set_clock`) without HTTP.
+    pub fn with_state_mut<T>(&self, f: impl FnOnce(&mut Simulator) -> T) -> T {
+        f(&mut lock(&self.state))
+    }
+
     /// A copy of the ledger.
     pub fn ledger(&self) -> Ledger {
         self.with_state(|s| s.ledger().clone())
