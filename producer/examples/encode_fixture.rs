@@ -1,10 +1,12 @@
 //! Writes what the producer puts on a stream, for an independent deaggregator to check.
 //!
-//! `cargo run -q -p awsmp-producer --example encode_fixture -- OUT.json`
+//! `cargo run -q -p awsmp-producer --example encode_fixture -- OUT.json [--stream NAME]`
 //!
-//! Runs the real producer (aggregation on, small aggregates, four shards) against an in-memory
-//! stream and writes JSON: the shard map, every Kinesis record exactly as put (partition key,
+//! Runs the real producer (aggregation on, small aggregates) against an in-memory stream of four
+//! shards and writes JSON: the shard map, every Kinesis record exactly as put (partition key,
 //! explicit hash key, base64 data, shard) and every recorded event as its v1 payload.
+//! With `--stream NAME` it writes to that Kinesis stream instead (endpoint, region and
+//! credentials from the environment) and the JSON holds only the events.
 
 use std::time::Duration;
 
@@ -58,16 +60,39 @@ fn events() -> Vec<Event> {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let out = std::env::args()
-        .nth(1)
-        .ok_or("usage: encode_fixture OUT.json")?;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let out = args
+        .first()
+        .ok_or("usage: encode_fixture OUT.json [--stream NAME]")?
+        .clone();
+    let evs = events();
+    let payloads = evs
+        .iter()
+        .map(|e| serde_json::from_slice::<serde_json::Value>(&encode_event(e)))
+        .collect::<Result<Vec<_>, _>>()?;
+    if let (Some("--stream"), Some(stream)) = (args.get(1).map(String::as_str), args.get(2)) {
+        let producer = Producer::builder(stream.clone())
+            .max_aggregate_bytes(4096)
+            .build()
+            .await?;
+        for e in &evs {
+            producer.record(e.clone()).await?;
+        }
+        let outcome = producer.shutdown().await?;
+        if !outcome.is_complete() {
+            return Err(format!("{} events undelivered", outcome.undelivered_events()).into());
+        }
+        let json = serde_json::json!({ "events": payloads });
+        std::fs::write(&out, serde_json::to_vec_pretty(&json)?)?;
+        println!("{} events -> stream {stream}", evs.len());
+        return Ok(());
+    }
     let map = ShardMap::uniform(4);
     let sink = MemoryRecordSink::new(map.clone());
     let producer = Producer::builder("fixture-stream")
         .max_aggregate_bytes(4096)
         .linger(Duration::from_millis(10))
         .start_with(sink.clone(), StaticShardMapSource::new(map.clone()))?;
-    let evs = events();
     for e in &evs {
         producer.record(e.clone()).await?;
     }
@@ -88,8 +113,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "shardId": r.shard_id,
             "data": b64.encode(&r.entry.data),
         })).collect::<Vec<_>>(),
-        "events": evs.iter().map(|e| serde_json::from_slice::<serde_json::Value>(&encode_event(e)))
-            .collect::<Result<Vec<_>, _>>()?,
+        "events": payloads,
     });
     std::fs::write(&out, serde_json::to_vec_pretty(&json)?)?;
     println!(
