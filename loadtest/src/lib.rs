@@ -2,5 +2,5 @@
 //! (`marketplace-sim`) and the end-to-end load test.
 
 pub mod local;
-pub mod sim;
 pub mod runner;
+pub mod sim;

@@ -7,12 +7,17 @@
 use crate::local::LocalEnv;
 use anyhow::{Context, Result, bail};
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName};
+use aws_sdk_sqs::types::{
+    DeleteMessageBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
+};
+use awsmp_pipeline::adapters::marketplace::MarketplaceMeteringApi;
 use awsmp_pipeline::config::Config;
 use awsmp_pipeline::domain::clock::FixedClock;
 use awsmp_pipeline::emf::MetricsSink;
 use awsmp_pipeline::handlers::discoverer::{DiscovererInput, DiscovererOutput, scheduled_targets};
-use awsmp_pipeline::handlers::{Services, aggregator, cleanup, discoverer, expiry, handle_sqs_batch};
+use awsmp_pipeline::handlers::{
+    Services, aggregator, cleanup, discoverer, expiry, handle_sqs_batch, submitter,
+};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
@@ -43,6 +48,8 @@ pub struct Runner {
     pub clock: Arc<FixedClock>,
     /// Captured EMF metric lines.
     pub metrics: MetricsSink,
+    /// `BatchMeterUsage`, pointed at the simulator.
+    pub metering: MarketplaceMeteringApi,
     env: LocalEnv,
     sqs: aws_sdk_sqs::Client,
     http: reqwest::Client,
@@ -59,6 +66,10 @@ pub struct TickReport {
     pub discoverer: DiscovererOutput,
     /// Messages handled per queue, and how many failed.
     pub drained: BTreeMap<String, DrainCount>,
+    /// The submitter run (its error, if it failed, in `submitterError`).
+    pub submitter: Option<submitter::SubmitterOutput>,
+    /// Why the submitter run failed, if it did (the Lambda's Errors alarm would fire).
+    pub submitter_error: Option<String>,
     /// The expiry sweep.
     pub expiry: Option<expiry::ExpiryOutput>,
 }
@@ -78,24 +89,48 @@ impl Runner {
     /// environment (e.g. `AWSMP_METERING_LOCK_HOURS`).
     pub async fn new(env: LocalEnv, overrides: &BTreeMap<String, String>) -> Result<Self> {
         let lookup = |k: &str| {
-            overrides.get(k).cloned().or_else(|| std::env::var(k).ok()).or_else(|| env.vars.get(k).cloned())
+            overrides
+                .get(k)
+                .cloned()
+                .or_else(|| std::env::var(k).ok())
+                .or_else(|| env.vars.get(k).cloned())
         };
         let config = Config::from_lookup(lookup).context("pipeline configuration")?;
         let clock = Arc::new(FixedClock::new(Utc::now()));
         let metrics = MetricsSink::capture("local-runner");
         let sqs = env.sqs().await?;
-        let svc = Services::from_clients(config.clone(), env.dynamodb().await?, sqs.clone(), metrics.clone(), clock.clone());
+        let svc = Services::from_clients(
+            config.clone(),
+            env.dynamodb().await?,
+            sqs.clone(),
+            metrics.clone(),
+            clock.clone(),
+        );
         let mut queues = Vec::new();
         for (name, url, consumer) in [
             ("work", &config.work_queue_url, Consumer::Aggregator),
-            ("deprovision-work", &config.deprovision_work_queue_url, Consumer::Aggregator),
+            (
+                "deprovision-work",
+                &config.deprovision_work_queue_url,
+                Consumer::Aggregator,
+            ),
             ("cleanup", &config.cleanup_queue_url, Consumer::Cleanup),
         ] {
             if let Some(url) = url {
                 queues.push((name.to_owned(), url.clone(), consumer));
             }
         }
-        Ok(Self { svc, clock, metrics, env, sqs, http: reqwest::Client::new(), queues })
+        let metering = MarketplaceMeteringApi::new(env.metering().await?);
+        Ok(Self {
+            svc,
+            clock,
+            metrics,
+            metering,
+            env,
+            sqs,
+            http: reqwest::Client::new(),
+            queues,
+        })
     }
 
     /// Set the one instant for handlers and the simulator.
@@ -118,10 +153,13 @@ impl Runner {
 
     /// Run every scheduled target once as of `at` (all 30 discoverer targets and the
     /// deprovisioning flush), drain the queues through their handlers until quiet, then run
-    /// the expiry sweep.
+    /// the submitter and the expiry sweep (the 5-minute rule's two targets).
     pub async fn tick(&self, at: DateTime<Utc>) -> Result<TickReport> {
         self.set_time(at).await?;
-        let mut report = TickReport { at: Some(at), ..Default::default() };
+        let mut report = TickReport {
+            at: Some(at),
+            ..Default::default()
+        };
         let full = self.svc.usage.is_some();
         if full {
             let mut targets = scheduled_targets();
@@ -129,13 +167,19 @@ impl Runner {
                 targets.push(DiscovererInput::FlushDeprovisioning);
             }
             for t in targets {
-                let out = discoverer::discover(&self.svc, t).await.with_context(|| format!("discoverer {t:?}"))?;
+                let out = discoverer::discover(&self.svc, t)
+                    .await
+                    .with_context(|| format!("discoverer {t:?}"))?;
                 report.discoverer.buckets += out.buckets;
                 report.discoverer.groups_enqueued += out.groups_enqueued;
                 report.discoverer.rows_expired += out.rows_expired;
                 report.discoverer.quantity_expired += out.quantity_expired;
             }
             report.drained = self.drain().await?;
+        }
+        match submitter::submit(&self.svc, &self.metering).await {
+            Ok(out) => report.submitter = Some(out),
+            Err(e) => report.submitter_error = Some(format!("{e:#}")),
         }
         report.expiry = Some(expiry::expire(&self.svc).await.context("expiry")?);
         Ok(report)
@@ -149,7 +193,10 @@ impl Runner {
         loop {
             let mut delivered = false;
             for (name, url, consumer) in &self.queues {
-                let c = self.deliver_once(url, *consumer).await.with_context(|| format!("draining {name}"))?;
+                let c = self
+                    .deliver_once(url, *consumer)
+                    .await
+                    .with_context(|| format!("draining {name}"))?;
                 let entry = counts.entry(name.clone()).or_default();
                 entry.succeeded += c.succeeded;
                 entry.failed += c.failed;
@@ -191,37 +238,69 @@ impl Runner {
             msg.attributes = m
                 .attributes
                 .as_ref()
-                .map(|a| a.iter().map(|(k, v)| (k.as_str().to_owned(), v.clone())).collect())
+                .map(|a| {
+                    a.iter()
+                        .map(|(k, v)| (k.as_str().to_owned(), v.clone()))
+                        .collect()
+                })
                 .unwrap_or_default();
             msg.event_source = Some("aws:sqs".into());
-            handles.insert(m.message_id.clone().unwrap_or_default(), m.receipt_handle.clone().unwrap_or_default());
+            handles.insert(
+                m.message_id.clone().unwrap_or_default(),
+                m.receipt_handle.clone().unwrap_or_default(),
+            );
             event.records.push(msg);
         }
         let svc = &self.svc;
         let response = match consumer {
             Consumer::Aggregator => {
-                handle_sqs_batch("aggregator", event, |body| async move { aggregator::aggregate(svc, &body).await.map(drop) }).await
+                handle_sqs_batch("aggregator", event, |body| async move {
+                    aggregator::aggregate(svc, &body).await.map(drop)
+                })
+                .await
             }
-            Consumer::Cleanup => handle_sqs_batch("cleanup", event, |body| async move { cleanup::cleanup(svc, &body).await.map(drop) }).await,
+            Consumer::Cleanup => {
+                handle_sqs_batch("cleanup", event, |body| async move {
+                    cleanup::cleanup(svc, &body).await.map(drop)
+                })
+                .await
+            }
         };
-        let failed: std::collections::BTreeSet<&str> =
-            response.batch_item_failures.iter().map(|f| f.item_identifier.as_str()).collect();
+        let failed: std::collections::BTreeSet<&str> = response
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.as_str())
+            .collect();
         // As Lambda does with ReportBatchItemFailures: delete the successes, leave the failures
         // to reappear after the visibility timeout (and move to the DLQ after maxReceiveCount).
         let deletes: Vec<DeleteMessageBatchRequestEntry> = handles
             .iter()
             .filter(|(id, _)| !failed.contains(id.as_str()))
             .enumerate()
-            .map(|(i, (_, handle))| DeleteMessageBatchRequestEntry::builder().id(i.to_string()).receipt_handle(handle).build())
+            .map(|(i, (_, handle))| {
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(handle)
+                    .build()
+            })
             .collect::<Result<_, _>>()?;
         let succeeded = deletes.len() as u64;
         if !deletes.is_empty() {
-            let out = self.sqs.delete_message_batch().queue_url(url).set_entries(Some(deletes)).send().await?;
+            let out = self
+                .sqs
+                .delete_message_batch()
+                .queue_url(url)
+                .set_entries(Some(deletes))
+                .send()
+                .await?;
             if !out.failed.is_empty() {
                 bail!("DeleteMessageBatch failed for {} entries", out.failed.len());
             }
         }
-        Ok(DrainCount { succeeded, failed: failed.len() as u64 })
+        Ok(DrainCount {
+            succeeded,
+            failed: failed.len() as u64,
+        })
     }
 
     async fn all_empty(&self) -> Result<bool> {
@@ -236,8 +315,16 @@ impl Runner {
                 .await?
                 .attributes
                 .unwrap_or_default();
-            let n = |k: QueueAttributeName| attrs.get(&k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-            if n(QueueAttributeName::ApproximateNumberOfMessages) + n(QueueAttributeName::ApproximateNumberOfMessagesNotVisible) > 0 {
+            let n = |k: QueueAttributeName| {
+                attrs
+                    .get(&k)
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            if n(QueueAttributeName::ApproximateNumberOfMessages)
+                + n(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+                > 0
+            {
                 return Ok(false);
             }
         }
@@ -248,18 +335,30 @@ impl Runner {
     pub async fn invoke(&self, function: &str, event: Value) -> Result<Value> {
         let svc = &self.svc;
         Ok(match function {
-            "discoverer" => serde_json::to_value(discoverer::discover(svc, serde_json::from_value(event)?).await?)?,
+            "discoverer" => serde_json::to_value(
+                discoverer::discover(svc, serde_json::from_value(event)?).await?,
+            )?,
             "aggregator" | "cleanup" => {
-                let event: SqsEvent = serde_json::from_value(event).context("an SQS event ({\"Records\":[…]})")?;
+                let event: SqsEvent =
+                    serde_json::from_value(event).context("an SQS event ({\"Records\":[…]})")?;
                 let response = if function == "aggregator" {
-                    handle_sqs_batch("aggregator", event, |body| async move { aggregator::aggregate(svc, &body).await.map(drop) }).await
+                    handle_sqs_batch("aggregator", event, |body| async move {
+                        aggregator::aggregate(svc, &body).await.map(drop)
+                    })
+                    .await
                 } else {
-                    handle_sqs_batch("cleanup", event, |body| async move { cleanup::cleanup(svc, &body).await.map(drop) }).await
+                    handle_sqs_batch("cleanup", event, |body| async move {
+                        cleanup::cleanup(svc, &body).await.map(drop)
+                    })
+                    .await
                 };
                 serde_json::to_value(response)?
             }
+            "submitter" => serde_json::to_value(submitter::submit(svc, &self.metering).await?)?,
             "expiry" => serde_json::to_value(expiry::expire(svc).await?)?,
-            other => bail!("unknown function {other:?} (discoverer, aggregator, cleanup, submitter, expiry)"),
+            other => bail!(
+                "unknown function {other:?} (discoverer, aggregator, cleanup, submitter, expiry)"
+            ),
         })
     }
 }

@@ -19,12 +19,17 @@ fn run(dir: &Path, args: &[&str]) -> Result<String> {
         cmd.env("AWSMP_LOCAL_TOOLS_DIR", tools);
     }
     let out = cmd.output()?;
-    anyhow::ensure!(out.status.success(), "awsmp-local {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    anyhow::ensure!(
+        out.status.success(),
+        "awsmp-local {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     Ok(String::from_utf8(out.stdout)?)
 }
 
 fn services(dir: &Path) -> Result<Vec<ServiceState>> {
-    let state: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("state.json"))?)?;
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("state.json"))?)?;
     Ok(serde_json::from_value(state["services"].clone())?)
 }
 
@@ -37,7 +42,11 @@ fn up_twice_changes_nothing_and_down_leaves_nothing_behind() -> Result<()> {
     let procs1 = services(dir.path())?;
     assert_eq!(procs1.len(), 4);
     for s in &procs1 {
-        assert!(is_alive(s) && is_listening(s.port), "{} runs and listens", s.name);
+        assert!(
+            is_alive(s) && is_listening(s.port),
+            "{} runs and listens",
+            s.name
+        );
     }
     for key in [
         "AWS_ENDPOINT_URL_DYNAMODB",
@@ -49,11 +58,20 @@ fn up_twice_changes_nothing_and_down_leaves_nothing_behind() -> Result<()> {
         "AWSMP_WORK_QUEUE_URL",
         "AWSMP_USAGE_STREAM",
     ] {
-        assert!(env1.lines().any(|l| l.starts_with(&format!("{key}=http://127.0.0.1:")) || l.starts_with(&format!("{key}=awsmp-"))), "{key} in env:\n{env1}");
+        assert!(
+            env1.lines()
+                .any(|l| l.starts_with(&format!("{key}=http://127.0.0.1:"))
+                    || l.starts_with(&format!("{key}=awsmp-"))),
+            "{key} in env:\n{env1}"
+        );
     }
 
     run(dir.path(), &["up", "--ephemeral"])?;
-    assert_eq!(std::fs::read_to_string(dir.path().join("env"))?, env1, "second up rewrote nothing");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("env"))?,
+        env1,
+        "second up rewrote nothing"
+    );
     assert_eq!(services(dir.path())?, procs1, "second up started nothing");
 
     let status = run(dir.path(), &["status"])?;

@@ -32,14 +32,29 @@ async fn provisioned_tables_match_the_definitions() -> Result<()> {
     for t in Resources::load()?.tables {
         let name = env.get(&t.env)?;
         assert_eq!(name, t.name);
-        let desc = ddb.describe_table().table_name(name).send().await?.table.unwrap();
+        let desc = ddb
+            .describe_table()
+            .table_name(name)
+            .send()
+            .await?
+            .table
+            .unwrap();
         let keys: Vec<(String, String)> = desc
             .key_schema()
             .iter()
-            .map(|k| (k.attribute_name().to_owned(), k.key_type().as_str().to_owned()))
+            .map(|k| {
+                (
+                    k.attribute_name().to_owned(),
+                    k.key_type().as_str().to_owned(),
+                )
+            })
             .collect();
         let mut want = vec![(t.hash_key.name.clone(), "HASH".to_owned())];
-        want.extend(t.range_key.iter().map(|r| (r.name.clone(), "RANGE".to_owned())));
+        want.extend(
+            t.range_key
+                .iter()
+                .map(|r| (r.name.clone(), "RANGE".to_owned())),
+        );
         assert_eq!(keys, want, "{}", t.name);
         let mut gsis: Vec<(String, String, Vec<String>)> = desc
             .global_secondary_indexes()
@@ -48,7 +63,11 @@ async fn provisioned_tables_match_the_definitions() -> Result<()> {
                 let p = g.projection().unwrap();
                 let mut nka = p.non_key_attributes().to_vec();
                 nka.sort();
-                (g.index_name().unwrap().to_owned(), p.projection_type().unwrap().as_str().to_owned(), nka)
+                (
+                    g.index_name().unwrap().to_owned(),
+                    p.projection_type().unwrap().as_str().to_owned(),
+                    nka,
+                )
             })
             .collect();
         gsis.sort();
@@ -75,13 +94,30 @@ async fn provisioned_queues_have_dead_letter_queues() -> Result<()> {
     let sqs = env.sqs().await?;
     for q in Resources::load()?.queues {
         let url = env.get(&q.env)?;
-        let attrs = sqs.get_queue_attributes().queue_url(url).attribute_names(Q::All).send().await?;
+        let attrs = sqs
+            .get_queue_attributes()
+            .queue_url(url)
+            .attribute_names(Q::All)
+            .send()
+            .await?;
         let attrs = attrs.attributes.unwrap_or_default();
-        assert_eq!(attrs.get(&Q::VisibilityTimeout).map(String::as_str), Some(q.visibility_timeout_seconds.to_string().as_str()));
+        assert_eq!(
+            attrs.get(&Q::VisibilityTimeout).map(String::as_str),
+            Some(q.visibility_timeout_seconds.to_string().as_str())
+        );
         if let Some(dlq) = &q.dlq {
-            let policy: serde_json::Value = serde_json::from_str(attrs.get(&Q::RedrivePolicy).expect("redrive policy"))?;
-            assert!(policy["deadLetterTargetArn"].as_str().unwrap().ends_with(&dlq.name));
-            assert_eq!(policy["maxReceiveCount"].to_string().trim_matches('"'), dlq.max_receive_count.to_string());
+            let policy: serde_json::Value =
+                serde_json::from_str(attrs.get(&Q::RedrivePolicy).expect("redrive policy"))?;
+            assert!(
+                policy["deadLetterTargetArn"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with(&dlq.name)
+            );
+            assert_eq!(
+                policy["maxReceiveCount"].to_string().trim_matches('"'),
+                dlq.max_receive_count.to_string()
+            );
             env.get(&dlq.env)?;
         }
     }
@@ -89,7 +125,11 @@ async fn provisioned_queues_have_dead_letter_queues() -> Result<()> {
 }
 
 fn scratch_table(name: &str) -> TableDef {
-    let mut t = Resources::load().unwrap().table("UsageTable").unwrap().clone();
+    let mut t = Resources::load()
+        .unwrap()
+        .table("UsageTable")
+        .unwrap()
+        .clone();
     t.name = name.into();
     t
 }
@@ -112,7 +152,10 @@ async fn dynamodb_conditional_put_update_query_and_sparse_gsi_paging() -> Result
             .put_item()
             .table_name(&table)
             .item("licenseArn", s(lic))
-            .item("customerAWSAccountId_dimension_timestamp", s(&format!("111122223333#calls#2026-11-30T10:00:{sec:02}")))
+            .item(
+                "customerAWSAccountId_dimension_timestamp",
+                s(&format!("111122223333#calls#2026-11-30T10:00:{sec:02}")),
+            )
             .item("customerAWSAccountId", s("111122223333"))
             .item("dimension", s("calls"))
             .item("quantity", Av::N(sec.to_string()));
@@ -127,12 +170,19 @@ async fn dynamodb_conditional_put_update_query_and_sparse_gsi_paging() -> Result
         .put_item()
         .table_name(&table)
         .item("licenseArn", s(lic))
-        .item("customerAWSAccountId_dimension_timestamp", s("111122223333#calls#2026-11-30T10:00:00"))
+        .item(
+            "customerAWSAccountId_dimension_timestamp",
+            s("111122223333#calls#2026-11-30T10:00:00"),
+        )
         .condition_expression("attribute_not_exists(licenseArn)")
         .send()
         .await
         .unwrap_err();
-    assert!(err.as_service_error().unwrap().is_conditional_check_failed_exception());
+    assert!(
+        err.as_service_error()
+            .unwrap()
+            .is_conditional_check_failed_exception()
+    );
 
     // UpdateItem with ADD, SET (if_not_exists) and REMOVE in one expression.
     let out = ddb
@@ -155,7 +205,9 @@ async fn dynamodb_conditional_put_update_query_and_sparse_gsi_paging() -> Result
     let q = ddb
         .query()
         .table_name(&table)
-        .key_condition_expression("licenseArn = :l AND begins_with(customerAWSAccountId_dimension_timestamp, :p)")
+        .key_condition_expression(
+            "licenseArn = :l AND begins_with(customerAWSAccountId_dimension_timestamp, :p)",
+        )
         .expression_attribute_values(":l", s(lic))
         .expression_attribute_values(":p", s("111122223333#calls#2026-11-30T10:00:1"))
         .send()
@@ -179,8 +231,17 @@ async fn dynamodb_conditional_put_update_query_and_sparse_gsi_paging() -> Result
             .await?;
         pages += 1;
         for it in page.items() {
-            assert_eq!(it["dimension"], s("calls"), "INCLUDE projection carries dimension");
-            seen.push(it["customerAWSAccountId_dimension_timestamp"].as_s().unwrap().clone());
+            assert_eq!(
+                it["dimension"],
+                s("calls"),
+                "INCLUDE projection carries dimension"
+            );
+            seen.push(
+                it["customerAWSAccountId_dimension_timestamp"]
+                    .as_s()
+                    .unwrap()
+                    .clone(),
+            );
         }
         start = page.last_evaluated_key;
         if start.is_none() {
@@ -219,9 +280,22 @@ async fn kinesis_put_and_read_back() -> Result<()> {
                 .unwrap()
         })
         .collect();
-    let out = kinesis.put_records().stream_name(&stream.name).set_records(Some(entries)).send().await?;
+    let out = kinesis
+        .put_records()
+        .stream_name(&stream.name)
+        .set_records(Some(entries))
+        .send()
+        .await?;
     assert_eq!(out.failed_record_count, Some(0));
-    let shard = kinesis.list_shards().stream_name(&stream.name).send().await?.shards.unwrap()[0].shard_id.clone();
+    let shard = kinesis
+        .list_shards()
+        .stream_name(&stream.name)
+        .send()
+        .await?
+        .shards
+        .unwrap()[0]
+        .shard_id
+        .clone();
     let mut it = kinesis
         .get_shard_iterator()
         .stream_name(&stream.name)
@@ -243,8 +317,15 @@ async fn kinesis_put_and_read_back() -> Result<()> {
         }
         it = page.next_shard_iterator;
     }
-    assert_eq!(got, (0..20).map(|i| format!("record-{i}")).collect::<Vec<_>>());
-    kinesis.delete_stream().stream_name(&stream.name).send().await?;
+    assert_eq!(
+        got,
+        (0..20).map(|i| format!("record-{i}")).collect::<Vec<_>>()
+    );
+    kinesis
+        .delete_stream()
+        .stream_name(&stream.name)
+        .send()
+        .await?;
     Ok(())
 }
 
@@ -259,21 +340,46 @@ async fn sqs_send_receive_visibility_and_redrive_to_dlq() -> Result<()> {
         name: unique("q"),
         env: "Q".into(),
         visibility_timeout_seconds: 30,
-        dlq: Some(awsmp_loadtest::local::resources::DlqDef { name: unique("dlq"), env: "D".into(), max_receive_count: 2 }),
+        dlq: Some(awsmp_loadtest::local::resources::DlqDef {
+            name: unique("dlq"),
+            env: "D".into(),
+            max_receive_count: 2,
+        }),
     };
     let urls = awsmp_loadtest::local::resources::ensure_queue(&sqs, &def).await?;
     let (queue, dlq) = (&urls[0].1, &urls[1].1);
 
-    sqs.send_message().queue_url(queue).message_body("hello").send().await?;
+    sqs.send_message()
+        .queue_url(queue)
+        .message_body("hello")
+        .send()
+        .await?;
     // Receive with a 1 s visibility timeout: hidden immediately after, visible again later.
-    let first = sqs.receive_message().queue_url(queue).visibility_timeout(1).send().await?;
+    let first = sqs
+        .receive_message()
+        .queue_url(queue)
+        .visibility_timeout(1)
+        .send()
+        .await?;
     assert_eq!(first.messages().len(), 1);
     assert_eq!(first.messages()[0].body(), Some("hello"));
     let hidden = sqs.receive_message().queue_url(queue).send().await?;
-    assert!(hidden.messages().is_empty(), "in flight messages are invisible");
+    assert!(
+        hidden.messages().is_empty(),
+        "in flight messages are invisible"
+    );
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let second = sqs.receive_message().queue_url(queue).visibility_timeout(1).send().await?;
-    assert_eq!(second.messages().len(), 1, "redelivered after the visibility timeout");
+    let second = sqs
+        .receive_message()
+        .queue_url(queue)
+        .visibility_timeout(1)
+        .send()
+        .await?;
+    assert_eq!(
+        second.messages().len(),
+        1,
+        "redelivered after the visibility timeout"
+    );
     tokio::time::sleep(Duration::from_millis(1500)).await;
     // Received twice = maxReceiveCount: the next receive moves it to the DLQ.
     let third = sqs.receive_message().queue_url(queue).send().await?;

@@ -71,7 +71,11 @@ impl Config {
     /// Read from any lookup (tests, the local runner).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let num = |k: &str, default: u64| -> Result<u64> {
-            get(k).map_or(Ok(default), |v| v.trim().parse().map_err(|_| PipelineError::Config(format!("{k}={v:?} is not a number"))))
+            get(k).map_or(Ok(default), |v| {
+                v.trim()
+                    .parse()
+                    .map_err(|_| PipelineError::Config(format!("{k}={v:?} is not a number")))
+            })
         };
         let time = TimeConfig::new(
             num("AWSMP_METERING_LOCK_HOURS", 1)? as u32,
@@ -81,12 +85,20 @@ impl Config {
         let deployment_mode = match get("AWSMP_DEPLOYMENT_MODE").as_deref().unwrap_or("full") {
             "full" => DeploymentMode::Full,
             "direct-submit" => DeploymentMode::DirectSubmit,
-            other => return Err(PipelineError::Config(format!("AWSMP_DEPLOYMENT_MODE={other:?}: full | direct-submit"))),
+            other => {
+                return Err(PipelineError::Config(format!(
+                    "AWSMP_DEPLOYMENT_MODE={other:?}: full | direct-submit"
+                )));
+            }
         };
         let metering_mode = match get("AWSMP_METERING_MODE").as_deref().unwrap_or("live") {
             "live" => MeteringMode::Live,
             "dry-run" => MeteringMode::DryRun,
-            other => return Err(PipelineError::Config(format!("AWSMP_METERING_MODE={other:?}: live | dry-run"))),
+            other => {
+                return Err(PipelineError::Config(format!(
+                    "AWSMP_METERING_MODE={other:?}: live | dry-run"
+                )));
+            }
         };
         let dry_run_accounts: BTreeSet<String> = get("AWSMP_DRY_RUN_ACCOUNTS")
             .unwrap_or_default()
@@ -96,11 +108,23 @@ impl Config {
             .map(str::to_owned)
             .collect();
         if metering_mode == MeteringMode::DryRun && dry_run_accounts.is_empty() {
-            return Err(PipelineError::Config("dry-run needs AWSMP_DRY_RUN_ACCOUNTS (the test-account allowlist)".into()));
+            return Err(PipelineError::Config(
+                "dry-run needs AWSMP_DRY_RUN_ACCOUNTS (the test-account allowlist)".into(),
+            ));
         }
-        let required = |k: &str| get(k).filter(|v| !v.is_empty()).ok_or_else(|| PipelineError::Config(format!("{k} is not set")));
+        let required = |k: &str| {
+            get(k)
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| PipelineError::Config(format!("{k} is not set")))
+        };
         let full = deployment_mode == DeploymentMode::Full;
-        let full_only = |k: &str| if full { required(k).map(Some) } else { Ok(get(k).filter(|v| !v.is_empty())) };
+        let full_only = |k: &str| {
+            if full {
+                required(k).map(Some)
+            } else {
+                Ok(get(k).filter(|v| !v.is_empty()))
+            }
+        };
         Ok(Self {
             time,
             deployment_mode,
@@ -114,9 +138,16 @@ impl Config {
             deprovision_work_queue_url: full_only("AWSMP_DEPROVISION_WORK_QUEUE_URL")?,
             cleanup_queue_url: full_only("AWSMP_CLEANUP_QUEUE_URL")?,
             aggregated_ttl_days: num("AWSMP_AGGREGATED_USAGE_TABLE_TTL_DAYS", 0)? as u32,
-            submitter_max_records_per_run: num("AWSMP_SUBMITTER_MAX_RECORDS_PER_RUN", DEFAULT_SUBMITTER_MAX_RECORDS_PER_RUN as u64)? as usize,
-            submitter_time_budget_secs: num("AWSMP_SUBMITTER_TIME_BUDGET_SECS", DEFAULT_SUBMITTER_TIME_BUDGET_SECS)?,
-            metrics_namespace: get("AWSMP_METRICS_NAMESPACE").unwrap_or_else(|| crate::emf::DEFAULT_NAMESPACE.into()),
+            submitter_max_records_per_run: num(
+                "AWSMP_SUBMITTER_MAX_RECORDS_PER_RUN",
+                DEFAULT_SUBMITTER_MAX_RECORDS_PER_RUN as u64,
+            )? as usize,
+            submitter_time_budget_secs: num(
+                "AWSMP_SUBMITTER_TIME_BUDGET_SECS",
+                DEFAULT_SUBMITTER_TIME_BUDGET_SECS,
+            )?,
+            metrics_namespace: get("AWSMP_METRICS_NAMESPACE")
+                .unwrap_or_else(|| crate::emf::DEFAULT_NAMESPACE.into()),
         })
     }
 }
@@ -127,7 +158,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn cfg(pairs: &[(&str, &str)]) -> Result<Config> {
-        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         Config::from_lookup(|k| m.get(k).cloned())
     }
 
@@ -148,7 +182,12 @@ mod tests {
 
     #[test]
     fn direct_submit_needs_only_the_aggregated_table() {
-        let c = cfg(&[("AWSMP_PRODUCT_CODE", "p"), ("AWSMP_AGGREGATED_USAGE_TABLE", "a"), ("AWSMP_DEPLOYMENT_MODE", "direct-submit")]).unwrap();
+        let c = cfg(&[
+            ("AWSMP_PRODUCT_CODE", "p"),
+            ("AWSMP_AGGREGATED_USAGE_TABLE", "a"),
+            ("AWSMP_DEPLOYMENT_MODE", "direct-submit"),
+        ])
+        .unwrap();
         assert_eq!(c.deployment_mode, DeploymentMode::DirectSubmit);
         assert!(c.usage_table.is_none());
     }

@@ -27,11 +27,21 @@ pub struct Metric {
 impl Metric {
     /// A count of 1 with no dimensions.
     pub fn count(name: &'static str) -> Self {
-        Self { name, value: 1.0, unit: "Count", dimensions: Vec::new() }
+        Self {
+            name,
+            value: 1.0,
+            unit: "Count",
+            dimensions: Vec::new(),
+        }
     }
     /// A count of `n`.
     pub fn counts(name: &'static str, n: u64) -> Self {
-        Self { name, value: n as f64, unit: "Count", dimensions: Vec::new() }
+        Self {
+            name,
+            value: n as f64,
+            unit: "Count",
+            dimensions: Vec::new(),
+        }
     }
     /// Add a dimension.
     pub fn with(mut self, dimension: &'static str, value: impl Into<String>) -> Self {
@@ -42,7 +52,9 @@ impl Metric {
     /// The EMF JSON line for this metric at `timestamp_ms`.
     pub fn to_emf(&self, namespace: &str, service: &str, timestamp_ms: i64) -> String {
         let mut root = Map::new();
-        let dims: Vec<&str> = std::iter::once("Service").chain(self.dimensions.iter().map(|(k, _)| *k)).collect();
+        let dims: Vec<&str> = std::iter::once("Service")
+            .chain(self.dimensions.iter().map(|(k, _)| *k))
+            .collect();
         root.insert(
             "_aws".into(),
             json!({
@@ -74,7 +86,10 @@ pub struct MetricsSink {
 
 impl std::fmt::Debug for MetricsSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MetricsSink").field("namespace", &self.namespace).field("service", &self.service).finish()
+        f.debug_struct("MetricsSink")
+            .field("namespace", &self.namespace)
+            .field("service", &self.service)
+            .finish()
     }
 }
 
@@ -101,9 +116,15 @@ impl MetricsSink {
 
     /// Emit one metric now.
     pub fn emit(&self, metric: Metric) {
-        let line = metric.to_emf(&self.namespace, &self.service, chrono::Utc::now().timestamp_millis());
+        let line = metric.to_emf(
+            &self.namespace,
+            &self.service,
+            chrono::Utc::now().timestamp_millis(),
+        );
         if let Some(c) = &self.captured {
-            c.lock().expect("metrics capture poisoned").push(line.clone());
+            c.lock()
+                .expect("metrics capture poisoned")
+                .push(line.clone());
         }
         let mut out = self.out.lock().expect("metrics writer poisoned");
         // A metric line that cannot be written must not fail billing work.
@@ -112,7 +133,10 @@ impl MetricsSink {
 
     /// Captured lines (empty unless built with [`MetricsSink::capture`]).
     pub fn lines(&self) -> Vec<String> {
-        self.captured.as_ref().map(|c| c.lock().expect("metrics capture poisoned").clone()).unwrap_or_default()
+        self.captured
+            .as_ref()
+            .map(|c| c.lock().expect("metrics capture poisoned").clone())
+            .unwrap_or_default()
     }
 
     /// Captured data points named `name`, as parsed JSON objects.
@@ -126,7 +150,10 @@ impl MetricsSink {
 
     /// Sum of captured values of metric `name`.
     pub fn total(&self, name: &str) -> f64 {
-        self.points(name).iter().filter_map(|v| v[name].as_f64()).sum()
+        self.points(name)
+            .iter()
+            .filter_map(|v| v[name].as_f64())
+            .sum()
     }
 }
 
@@ -136,13 +163,18 @@ mod tests {
 
     #[test]
     fn emf_line_has_the_cloudwatch_shape() {
-        let line = Metric::count("UsageRecordRejected").with("Reason", "MalformedTimestamp").to_emf("awsmp", "aggregator", 1_700_000_000_000);
+        let line = Metric::count("UsageRecordRejected")
+            .with("Reason", "MalformedTimestamp")
+            .to_emf("awsmp", "aggregator", 1_700_000_000_000);
         let v: Value = serde_json::from_str(&line).unwrap();
         assert_eq!(v["_aws"]["Timestamp"], 1_700_000_000_000_i64);
         let cw = &v["_aws"]["CloudWatchMetrics"][0];
         assert_eq!(cw["Namespace"], "awsmp");
         assert_eq!(cw["Dimensions"][0], json!(["Service", "Reason"]));
-        assert_eq!(cw["Metrics"][0], json!({"Name": "UsageRecordRejected", "Unit": "Count"}));
+        assert_eq!(
+            cw["Metrics"][0],
+            json!({"Name": "UsageRecordRejected", "Unit": "Count"})
+        );
         assert_eq!(v["Reason"], "MalformedTimestamp");
         assert_eq!(v["UsageRecordRejected"], 1.0);
     }
@@ -153,6 +185,9 @@ mod tests {
         sink.emit(Metric::counts("UsageRecordUnprocessed", 3));
         sink.emit(Metric::count("UsageRecordUnprocessed"));
         assert_eq!(sink.total("UsageRecordUnprocessed"), 4.0);
-        assert_eq!(sink.points("UsageRecordUnprocessed")[0]["Service"], "submitter");
+        assert_eq!(
+            sink.points("UsageRecordUnprocessed")[0]["Service"],
+            "submitter"
+        );
     }
 }

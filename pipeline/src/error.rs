@@ -51,6 +51,13 @@ pub enum PipelineError {
     /// A message could not be decoded.
     #[error("bad message: {0}")]
     BadMessage(String),
+    /// The submitter stopped its run: `DisabledApiException` (a whole-region failure) or an
+    /// exception that is neither poison nor transient (credentials, permissions).
+    #[error("metering halted by {exception}")]
+    MeteringHalted {
+        /// The exception name.
+        exception: String,
+    },
 }
 
 impl PipelineError {
@@ -59,7 +66,11 @@ impl PipelineError {
         match self {
             Self::DynamoDb { retryable, .. } => *retryable,
             Self::Sqs { .. } => true,
-            Self::MalformedItem { .. } | Self::Domain(_) | Self::Config(_) | Self::BadMessage(_) => false,
+            Self::MalformedItem { .. }
+            | Self::Domain(_)
+            | Self::Config(_)
+            | Self::BadMessage(_)
+            | Self::MeteringHalted { .. } => false,
         }
     }
 }
@@ -77,6 +88,7 @@ impl PipelineError {
             Self::Domain(_) => "DomainError",
             Self::Config(_) => "ConfigError",
             Self::BadMessage(_) => "BadMessage",
+            Self::MeteringHalted { .. } => "MeteringHalted",
         }
     }
 }
@@ -91,6 +103,9 @@ impl From<PipelineError> for lambda_runtime::Diagnostic {
             message.push_str(&s.to_string());
             source = s.source();
         }
-        lambda_runtime::Diagnostic { error_type: e.kind().into(), error_message: message }
+        lambda_runtime::Diagnostic {
+            error_type: e.kind().into(),
+            error_message: message,
+        }
     }
 }

@@ -33,14 +33,19 @@ pub fn is_valid_license_arn(arn: &str) -> bool {
         && is_valid_account_id(account)
         && *kind == "license"
         && hex.len() == LICENSE_ID_HEX_LEN
-        && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        && hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 fn is_partition(p: &str) -> bool {
     // aws, aws-cn, aws-us-gov, aws-iso-b, ...
     p == "aws"
         || p.strip_prefix("aws-").is_some_and(|rest| {
-            !rest.is_empty() && rest.split('-').all(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_lowercase()))
+            !rest.is_empty()
+                && rest
+                    .split('-')
+                    .all(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_lowercase()))
         })
 }
 
@@ -57,14 +62,19 @@ pub fn is_valid_account_id(id: &str) -> bool {
 
 /// True when `code` looks like a Marketplace product code: 1–255 lowercase letters and digits.
 pub fn is_valid_product_code(code: &str) -> bool {
-    !code.is_empty() && code.len() <= 255 && code.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    !code.is_empty()
+        && code.len() <= 255
+        && code
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const GOOD: &str = "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef";
+    const GOOD: &str =
+        "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef";
 
     #[test]
     fn accepts_marketplace_license_arns() {

@@ -87,14 +87,32 @@ pub struct ExpiredRow {
 pub trait UsageStore: Send + Sync {
     /// Distinct groups with pending rows in `bucket` (paginated sparse-GSI query), optionally
     /// only for one license (the GSI sort key).
-    async fn pending_groups(&self, bucket: HourBucket, license: Option<&str>) -> Result<Vec<GroupKey>>;
+    async fn pending_groups(
+        &self,
+        bucket: HourBucket,
+        license: Option<&str>,
+    ) -> Result<Vec<GroupKey>>;
     /// Every still-pending row of `group` (targeted `begins_with` read), page by page.
-    async fn read_pending_rows(&self, group: &GroupKey, each: &mut (dyn FnMut(RawUsageRow) + Send)) -> Result<()>;
+    async fn read_pending_rows(
+        &self,
+        group: &GroupKey,
+        each: &mut (dyn FnMut(RawUsageRow) + Send),
+    ) -> Result<()>;
     /// Finalize one row: remove `meteringPending` and, with a status, stamp it. Idempotent;
     /// never creates a row that does not exist. Returns false when the row is gone.
-    async fn finalize_row(&self, key: &RowKey, status: Option<(RawStatus, &str)>, now: DateTime<Utc>) -> Result<bool>;
+    async fn finalize_row(
+        &self,
+        key: &RowKey,
+        status: Option<(RawStatus, &str)>,
+        now: DateTime<Utc>,
+    ) -> Result<bool>;
     /// Expire every row still pending in `bucket` (`AggregationExpired`).
-    async fn expire_bucket(&self, bucket: HourBucket, reason: &str, now: DateTime<Utc>) -> Result<Vec<ExpiredRow>>;
+    async fn expire_bucket(
+        &self,
+        bucket: HourBucket,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ExpiredRow>>;
 }
 
 /// The aggregated-usage table: the source of truth for submission.
@@ -105,12 +123,26 @@ pub trait AggregatedStore: Send + Sync {
     /// The record of `group`, if any.
     async fn get(&self, group: &GroupKey) -> Result<Option<AggregatedItem>>;
     /// Pending records of `bucket` (sparse GSI), optionally for one license.
-    async fn pending(&self, bucket: HourBucket, license: Option<&str>) -> Result<Vec<AggregatedItem>>;
+    async fn pending(
+        &self,
+        bucket: HourBucket,
+        license: Option<&str>,
+    ) -> Result<Vec<AggregatedItem>>;
     /// Persist that we are about to submit `quantity` (before calling BatchMeterUsage).
-    async fn mark_attempted(&self, group: &GroupKey, quantity: u64, now: DateTime<Utc>) -> Result<()>;
+    async fn mark_attempted(
+        &self,
+        group: &GroupKey,
+        quantity: u64,
+        now: DateTime<Utc>,
+    ) -> Result<()>;
     /// Record a terminal outcome and clear `meteringPending`. False when the record was no
     /// longer pending (someone else finalized it).
-    async fn write_back(&self, group: &GroupKey, outcome: &WriteBack, now: DateTime<Utc>) -> Result<bool>;
+    async fn write_back(
+        &self,
+        group: &GroupKey,
+        outcome: &WriteBack,
+        now: DateTime<Utc>,
+    ) -> Result<bool>;
 }
 
 /// An SQS queue the pipeline sends to.
@@ -137,4 +169,34 @@ pub struct Deprovisioning {
 pub trait DeprovisioningIndex: Send + Sync {
     /// Every license currently in its flush window.
     async fn active(&self) -> Result<Vec<Deprovisioning>>;
+}
+
+/// A failed `BatchMeterUsage` call.
+#[derive(Debug, thiserror::Error)]
+pub enum MeterCallError {
+    /// AWS answered with an exception (request-level validation, throttling, internal error,
+    /// disabled API, …); classify by name with [`crate::domain::bisect::classify_exception`].
+    #[error("{name}: {message}")]
+    Exception {
+        /// Exception name, e.g. `InvalidUsageDimensionException`.
+        name: String,
+        /// Its message.
+        message: String,
+    },
+    /// No answer (timeout, connection, unparseable response): the call may or may not have
+    /// been applied, so it is retried like a transient error and a replay is recognised.
+    #[error("no response from BatchMeterUsage")]
+    Transport(#[source] crate::error::SdkError),
+}
+
+/// The Marketplace Metering `BatchMeterUsage` capability.
+#[async_trait]
+pub trait MeteringApi: Send + Sync {
+    /// One call with `records` (already planned: ≤25, ≤1 MB, one kind). Each record's
+    /// timestamp is the start of its hour.
+    async fn batch_meter_usage(
+        &self,
+        kind: &crate::domain::batch::CallKind,
+        records: &[crate::domain::batch::SubmitRecord],
+    ) -> std::result::Result<crate::domain::results::ApiResponse, MeterCallError>;
 }

@@ -1,16 +1,19 @@
 //! `awsmp-local`: run awsmp on one machine, with no AWS account.
 
 use anyhow::Result;
-use awsmp_loadtest::local::{self, Paths, UpOptions};
-use clap::{Parser, Subcommand};
 use awsmp_loadtest::local::LocalEnv;
+use awsmp_loadtest::local::{self, Paths, UpOptions};
 use awsmp_loadtest::runner::Runner;
 use chrono::{DateTime, Utc};
+use clap::{Parser, Subcommand};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(version, about = "The awsmp local stack: emulators, the Marketplace simulator, and the local runner")]
+#[command(
+    version,
+    about = "The awsmp local stack: emulators, the Marketplace simulator, and the local runner"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -79,11 +82,22 @@ async fn main() -> Result<()> {
             for line in local::status(&paths)? {
                 println!("{line}");
             }
-            println!("{} variables written to {}", env.vars.len(), paths.env_file().display());
+            println!(
+                "{} variables written to {}",
+                env.vars.len(),
+                paths.env_file().display()
+            );
         }
         Command::Down { wipe } => {
             let stopped = local::down(&paths, wipe)?;
-            println!("stopped: {}", if stopped.is_empty() { "nothing was running".into() } else { stopped.join(", ") });
+            println!(
+                "stopped: {}",
+                if stopped.is_empty() {
+                    "nothing was running".into()
+                } else {
+                    stopped.join(", ")
+                }
+            );
         }
         Command::Status => {
             for line in local::status(&paths)? {
@@ -96,21 +110,38 @@ async fn main() -> Result<()> {
             println!("{}", serde_json::to_string_pretty(&report)?);
             print_metrics(&runner);
         }
-        Command::Invoke { function, event, at } => {
+        Command::Invoke {
+            function,
+            event,
+            at,
+        } => {
             let runner = runner(&paths).await?;
             runner.set_time(at.unwrap_or_else(Utc::now)).await?;
-            let out = runner.invoke(&function, serde_json::from_str(&event)?).await?;
+            let out = runner
+                .invoke(&function, serde_json::from_str(&event)?)
+                .await?;
             println!("{}", serde_json::to_string_pretty(&out)?);
             print_metrics(&runner);
         }
-        Command::Run { start, speed, every, ticks } => {
-            anyhow::ensure!(speed > 0.0 && every > 0, "--speed and --every must be positive");
+        Command::Run {
+            start,
+            speed,
+            every,
+            ticks,
+        } => {
+            anyhow::ensure!(
+                speed > 0.0 && every > 0,
+                "--speed and --every must be positive"
+            );
             let runner = runner(&paths).await?;
             let origin = std::time::Instant::now();
             let start = start.unwrap_or_else(Utc::now);
             let mut n = 0;
             loop {
-                let virtual_now = start + chrono::Duration::milliseconds((origin.elapsed().as_secs_f64() * speed * 1000.0) as i64);
+                let virtual_now = start
+                    + chrono::Duration::milliseconds(
+                        (origin.elapsed().as_secs_f64() * speed * 1000.0) as i64,
+                    );
                 let report = runner.tick(virtual_now).await?;
                 println!("{}", serde_json::to_string(&report)?);
                 n += 1;
@@ -140,7 +171,9 @@ async fn runner(paths: &Paths) -> Result<Runner> {
 fn print_metrics(runner: &Runner) {
     let mut totals: BTreeMap<String, f64> = BTreeMap::new();
     for line in runner.metrics.lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else { continue };
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
         if let Some(name) = v["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"].as_str() {
             let dims: Vec<String> = v["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]
                 .as_array()
@@ -150,7 +183,11 @@ fn print_metrics(runner: &Runner) {
                 .filter(|d| *d != "Service")
                 .map(|d| format!("{d}={}", v[d].as_str().unwrap_or("")))
                 .collect();
-            let key = if dims.is_empty() { name.to_owned() } else { format!("{name}[{}]", dims.join(",")) };
+            let key = if dims.is_empty() {
+                name.to_owned()
+            } else {
+                format!("{name}[{}]", dims.join(","))
+            };
             *totals.entry(key).or_default() += v[name].as_f64().unwrap_or(0.0);
         }
     }

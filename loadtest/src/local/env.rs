@@ -44,16 +44,26 @@ impl LocalEnv {
 
     /// Read an env file written by `up`.
     pub fn read(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading {} (is the stack up? run `awsmp-local up`)", path.display()))?;
+        let text = std::fs::read_to_string(path).with_context(|| {
+            format!(
+                "reading {} (is the stack up? run `awsmp-local up`)",
+                path.display()
+            )
+        })?;
         Self::parse(&text)
     }
 
     /// Parse `KEY=value` lines (comments and blank lines ignored).
     pub fn parse(text: &str) -> Result<Self> {
         let mut vars = BTreeMap::new();
-        for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
-            let (k, v) = line.split_once('=').with_context(|| format!("bad env line: {line}"))?;
+        for line in text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        {
+            let (k, v) = line
+                .split_once('=')
+                .with_context(|| format!("bad env line: {line}"))?;
             vars.insert(k.trim().to_owned(), unquote(v.trim()));
         }
         Ok(Self { vars })
@@ -61,7 +71,9 @@ impl LocalEnv {
 
     /// Shell-sourceable text.
     pub fn render(&self) -> String {
-        let mut out = String::from("# Written by `awsmp-local up`. Source it: set -a; . .awsmp-local/env; set +a\n");
+        let mut out = String::from(
+            "# Written by `awsmp-local up`. Source it: set -a; . .awsmp-local/env; set +a\n",
+        );
         for (k, v) in &self.vars {
             out.push_str(&format!("{k}={}\n", quote(v)));
         }
@@ -70,7 +82,10 @@ impl LocalEnv {
 
     /// A value, or an error naming the missing variable.
     pub fn get(&self, key: &str) -> Result<&str> {
-        self.vars.get(key).map(String::as_str).with_context(|| format!("{key} missing from the local env"))
+        self.vars
+            .get(key)
+            .map(String::as_str)
+            .with_context(|| format!("{key} missing from the local env"))
     }
 
     /// Set these variables on a child command.
@@ -85,14 +100,23 @@ impl LocalEnv {
             .tls_provider(Provider::Rustls(CryptoMode::Ring))
             .build_https();
         let creds = aws_credential_types::Credentials::from_keys(
-            self.vars.get("AWS_ACCESS_KEY_ID").cloned().unwrap_or_else(|| LOCAL_CREDENTIAL.into()),
-            self.vars.get("AWS_SECRET_ACCESS_KEY").cloned().unwrap_or_else(|| LOCAL_CREDENTIAL.into()),
+            self.vars
+                .get("AWS_ACCESS_KEY_ID")
+                .cloned()
+                .unwrap_or_else(|| LOCAL_CREDENTIAL.into()),
+            self.vars
+                .get("AWS_SECRET_ACCESS_KEY")
+                .cloned()
+                .unwrap_or_else(|| LOCAL_CREDENTIAL.into()),
             None,
         );
         aws_config::defaults(aws_config::BehaviorVersion::latest())
             .http_client(http)
             .region(aws_config::Region::new(
-                self.vars.get("AWS_REGION").cloned().unwrap_or_else(|| LOCAL_REGION.into()),
+                self.vars
+                    .get("AWS_REGION")
+                    .cloned()
+                    .unwrap_or_else(|| LOCAL_REGION.into()),
             ))
             .credentials_provider(creds)
             .load()
@@ -111,7 +135,9 @@ impl LocalEnv {
     /// An SQS client for the local endpoint.
     pub async fn sqs(&self) -> Result<aws_sdk_sqs::Client> {
         let cfg = self.sdk_config().await;
-        let conf = aws_sdk_sqs::config::Builder::from(&cfg).endpoint_url(self.get("AWS_ENDPOINT_URL_SQS")?).build();
+        let conf = aws_sdk_sqs::config::Builder::from(&cfg)
+            .endpoint_url(self.get("AWS_ENDPOINT_URL_SQS")?)
+            .build();
         Ok(aws_sdk_sqs::Client::from_conf(conf))
     }
 
@@ -124,14 +150,31 @@ impl LocalEnv {
         Ok(aws_sdk_kinesis::Client::from_conf(conf))
     }
 
+    /// A Marketplace Metering client for the simulator, with the request fix every awsmp
+    /// submitter uses ([`awsmp_pipeline::metering_client`]).
+    pub async fn metering(&self) -> Result<aws_sdk_marketplacemetering::Client> {
+        let cfg = self.sdk_config().await;
+        let conf = aws_sdk_marketplacemetering::config::Builder::from(&cfg)
+            .endpoint_url(self.get("AWS_ENDPOINT_URL_MARKETPLACE_METERING")?)
+            .interceptor(awsmp_pipeline::metering_client::OmitEmptyCustomerIdentifier)
+            .build();
+        Ok(aws_sdk_marketplacemetering::Client::from_conf(conf))
+    }
+
     /// The environment of this process as a [`LocalEnv`] (what the test script exported).
     pub fn from_process() -> Self {
-        Self { vars: std::env::vars().filter(|(k, _)| k.starts_with("AWS") ).collect() }
+        Self {
+            vars: std::env::vars()
+                .filter(|(k, _)| k.starts_with("AWS"))
+                .collect(),
+        }
     }
 }
 
 fn quote(v: &str) -> String {
-    if v.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:@%+,=".contains(c)) {
+    if v.chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_./:@%+,=".contains(c))
+    {
         v.to_owned()
     } else {
         format!("'{}'", v.replace('\'', r"'\''"))

@@ -43,9 +43,11 @@ pub struct Paths {
 impl Paths {
     /// From `$AWSMP_LOCAL_DIR` (default `./.awsmp-local`) and `$AWSMP_LOCAL_TOOLS_DIR`.
     pub fn from_env() -> Self {
-        let root = std::env::var_os("AWSMP_LOCAL_DIR").map_or_else(|| PathBuf::from(".awsmp-local"), PathBuf::from);
+        let root = std::env::var_os("AWSMP_LOCAL_DIR")
+            .map_or_else(|| PathBuf::from(".awsmp-local"), PathBuf::from);
         let root = std::path::absolute(&root).unwrap_or(root);
-        let tools = std::env::var_os("AWSMP_LOCAL_TOOLS_DIR").map_or_else(|| root.join("tools"), PathBuf::from);
+        let tools = std::env::var_os("AWSMP_LOCAL_TOOLS_DIR")
+            .map_or_else(|| root.join("tools"), PathBuf::from);
         let tools = std::path::absolute(&tools).unwrap_or(tools);
         Self { root, tools }
     }
@@ -86,7 +88,9 @@ pub struct State {
 impl State {
     fn load(paths: &Paths) -> Result<Option<Self>> {
         match std::fs::read_to_string(paths.state_file()) {
-            Ok(s) => Ok(Some(serde_json::from_str(&s).context("reading state.json")?)),
+            Ok(s) => Ok(Some(
+                serde_json::from_str(&s).context("reading state.json")?,
+            )),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e.into()),
         }
@@ -139,7 +143,10 @@ pub async fn up(paths: &Paths, opts: &UpOptions) -> Result<LocalEnv> {
     }
     state.catalog = Some(catalog.clone());
     if state.services.iter().any(procs::is_alive) && state.ephemeral != opts.ephemeral {
-        bail!("the running stack was started with ephemeral={}; run `awsmp-local down` first", state.ephemeral);
+        bail!(
+            "the running stack was started with ephemeral={}; run `awsmp-local down` first",
+            state.ephemeral
+        );
     }
     state.ephemeral = opts.ephemeral;
 
@@ -166,13 +173,15 @@ pub async fn up(paths: &Paths, opts: &UpOptions) -> Result<LocalEnv> {
     }
 
     let mut env = LocalEnv::for_services(&state)?;
-    env.vars.insert("AWSMP_CATALOG".into(), catalog.display().to_string());
+    env.vars
+        .insert("AWSMP_CATALOG".into(), catalog.display().to_string());
     if let Some(code) = first_product_code(&catalog)? {
         env.vars.insert("AWSMP_PRODUCT_CODE".into(), code);
     }
     // dynalite has no TTL, and the age-out sweep checks every bucket back to the raw TTL
     // (365 days by default, 8,760 GSI queries a tick): the local stack uses a 7-day TTL.
-    env.vars.insert("AWSMP_USAGE_TABLE_TTL_DAYS".into(), "7".into());
+    env.vars
+        .insert("AWSMP_USAGE_TABLE_TTL_DAYS".into(), "7".into());
     create_resources(&mut env).await?;
     write_if_changed(&paths.env_file(), &env.render())?;
     Ok(env)
@@ -194,7 +203,8 @@ pub fn down(paths: &Paths, wipe: bool) -> Result<Vec<String>> {
     if wipe {
         for dir in [paths.data(), paths.logs()] {
             if dir.exists() {
-                std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+                std::fs::remove_dir_all(&dir)
+                    .with_context(|| format!("removing {}", dir.display()))?;
             }
         }
         std::fs::remove_file(paths.default_catalog()).ok();
@@ -223,7 +233,13 @@ pub fn status(paths: &Paths) -> Result<Vec<String>> {
         .collect())
 }
 
-fn start_service(paths: &Paths, name: &str, port: u16, catalog: &Path, ephemeral: bool) -> Result<Spawned> {
+fn start_service(
+    paths: &Paths,
+    name: &str,
+    port: u16,
+    catalog: &Path,
+    ephemeral: bool,
+) -> Result<Spawned> {
     let tools = &paths.tools;
     let node_modules = tools.join("node").join("node_modules");
     let data = paths.data();
@@ -231,7 +247,11 @@ fn start_service(paths: &Paths, name: &str, port: u16, catalog: &Path, ephemeral
     let (program, args): (PathBuf, Vec<String>) = match name {
         "kinesis" => {
             let mut args = vec![
-                tools.join("node").join("kinesalite-loopback.js").display().to_string(),
+                tools
+                    .join("node")
+                    .join("kinesalite-loopback.js")
+                    .display()
+                    .to_string(),
                 "--port".into(),
                 port_s,
                 // No artificial CREATING/DELETING delays: tests create streams of their own.
@@ -252,7 +272,11 @@ fn start_service(paths: &Paths, name: &str, port: u16, catalog: &Path, ephemeral
         }
         "dynamodb" => {
             let mut args = vec![
-                node_modules.join("dynalite").join("cli.js").display().to_string(),
+                node_modules
+                    .join("dynalite")
+                    .join("cli.js")
+                    .display()
+                    .to_string(),
                 "--host".into(),
                 "127.0.0.1".into(),
                 "--port".into(),
@@ -287,7 +311,13 @@ fn start_service(paths: &Paths, name: &str, port: u16, catalog: &Path, ephemeral
         ),
         other => bail!("unknown service {other}"),
     };
-    procs::spawn(name, port, &program, &args, &paths.logs().join(format!("{name}.log")))
+    procs::spawn(
+        name,
+        port,
+        &program,
+        &args,
+        &paths.logs().join(format!("{name}.log")),
+    )
 }
 
 /// A binary built next to the running one (`target/debug/marketplace-sim`).
@@ -295,12 +325,18 @@ pub fn sibling_binary(name: &str) -> Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let dir = exe.parent().context("current exe has no directory")?;
     // Test binaries live one level down, in target/debug/deps.
-    for candidate in [dir.join(name), dir.parent().map(|p| p.join(name)).unwrap_or_default()] {
+    for candidate in [
+        dir.join(name),
+        dir.parent().map(|p| p.join(name)).unwrap_or_default(),
+    ] {
         if candidate.is_file() {
             return Ok(candidate);
         }
     }
-    bail!("{name} not found next to {} (build it: cargo build -p awsmp-loadtest --bins)", exe.display())
+    bail!(
+        "{name} not found next to {} (build it: cargo build -p awsmp-loadtest --bins)",
+        exe.display()
+    )
 }
 
 fn install_emulators(tools: &Path) -> Result<()> {
@@ -308,10 +344,17 @@ fn install_emulators(tools: &Path) -> Result<()> {
     std::fs::create_dir_all(&node_dir)?;
     let lock_changed = write_if_changed(&node_dir.join("package.json"), PACKAGE_JSON)?
         | write_if_changed(&node_dir.join("package-lock.json"), PACKAGE_LOCK)?;
-    write_if_changed(&node_dir.join("kinesalite-loopback.js"), KINESALITE_LOOPBACK)?;
-    let installed = ["kinesalite", "dynalite"].iter().all(|p| node_dir.join("node_modules").join(p).is_dir());
+    write_if_changed(
+        &node_dir.join("kinesalite-loopback.js"),
+        KINESALITE_LOOPBACK,
+    )?;
+    let installed = ["kinesalite", "dynalite"]
+        .iter()
+        .all(|p| node_dir.join("node_modules").join(p).is_dir());
     if lock_changed || !installed {
-        eprintln!("awsmp-local: installing kinesalite and dynalite (npm ci, pinned by package-lock.json)");
+        eprintln!(
+            "awsmp-local: installing kinesalite and dynalite (npm ci, pinned by package-lock.json)"
+        );
         run(std::process::Command::new("npm")
             .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
             .current_dir(&node_dir))?;
@@ -322,7 +365,9 @@ fn install_emulators(tools: &Path) -> Result<()> {
     let current = std::fs::read_to_string(&marker).unwrap_or_default();
     if current != REQUIREMENTS_LOCK || !venv.join("bin").join("moto_server").is_file() {
         eprintln!("awsmp-local: installing moto server (Python venv, pinned by requirements.lock)");
-        run(std::process::Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+        run(std::process::Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv))?;
         let req = tools.join("requirements.lock");
         std::fs::write(&req, REQUIREMENTS_LOCK)?;
         run(std::process::Command::new(venv.join("bin").join("pip"))
@@ -378,7 +423,8 @@ async fn create_resources(env: &mut LocalEnv) -> Result<()> {
 
 fn first_product_code(catalog: &Path) -> Result<Option<String>> {
     let v: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(catalog).with_context(|| format!("reading {}", catalog.display()))?,
+        &std::fs::read_to_string(catalog)
+            .with_context(|| format!("reading {}", catalog.display()))?,
     )
     .with_context(|| format!("parsing {}", catalog.display()))?;
     Ok(v["products"][0]["productCode"].as_str().map(str::to_owned))
@@ -393,7 +439,10 @@ pub const DEMO_LICENSES: usize = 200;
 
 /// The deterministic license ARN of demo license `i`.
 pub fn demo_license_arn(i: usize) -> String {
-    format!("arn:aws:license-manager::{LOCAL_ACCOUNT}:license:l-{:032x}", 0xa11ce000_u64 + i as u64)
+    format!(
+        "arn:aws:license-manager::{LOCAL_ACCOUNT}:license:l-{:032x}",
+        0xa11ce000_u64 + i as u64
+    )
 }
 
 /// The buyer account of demo license `i`.
@@ -437,10 +486,16 @@ mod tests {
     #[test]
     fn demo_identifiers_have_marketplace_shapes() {
         for i in [0, 1, DEMO_LICENSES - 1, DEMO_LICENSES] {
-            assert!(awsmp_pipeline::ids::is_valid_license_arn(&demo_license_arn(i)), "{}", demo_license_arn(i));
+            assert!(
+                awsmp_pipeline::ids::is_valid_license_arn(&demo_license_arn(i)),
+                "{}",
+                demo_license_arn(i)
+            );
             assert!(awsmp_pipeline::ids::is_valid_account_id(&demo_account(i)));
         }
-        assert!(awsmp_pipeline::ids::is_valid_product_code(DEMO_PRODUCT_CODE));
+        assert!(awsmp_pipeline::ids::is_valid_product_code(
+            DEMO_PRODUCT_CODE
+        ));
     }
 
     #[test]

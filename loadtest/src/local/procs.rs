@@ -31,7 +31,13 @@ pub struct Spawned {
 }
 
 /// Start `program args…` in its own process group, detached from our stdio, logging to `log`.
-pub fn spawn(name: &str, port: u16, program: &Path, args: &[String], log: &Path) -> Result<Spawned> {
+pub fn spawn(
+    name: &str,
+    port: u16,
+    program: &Path,
+    args: &[String],
+    log: &Path,
+) -> Result<Spawned> {
     let out = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
     let err = out.try_clone()?;
     let child = Command::new(program)
@@ -44,7 +50,13 @@ pub fn spawn(name: &str, port: u16, program: &Path, args: &[String], log: &Path)
         .spawn()
         .with_context(|| format!("starting {name}: {}", program.display()))?;
     Ok(Spawned {
-        state: ServiceState { name: name.into(), pid: child.id(), port, args: args.to_vec(), log: log.to_path_buf() },
+        state: ServiceState {
+            name: name.into(),
+            pid: child.id(),
+            port,
+            args: args.to_vec(),
+            log: log.to_path_buf(),
+        },
     })
 }
 
@@ -56,11 +68,20 @@ pub fn is_alive(s: &ServiceState) -> bool {
     };
     let running = std::fs::read_to_string(proc_dir.join("stat"))
         .ok()
-        .and_then(|stat| stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()))
+        .and_then(|stat| {
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next())
+        })
         .is_some_and(|state| state != 'Z' && state != 'X');
-    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).filter(|a| !a.is_empty()).collect();
+    let args: Vec<&[u8]> = cmdline
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .collect();
     let ours = args.len() >= s.args.len()
-        && args[args.len() - s.args.len()..].iter().zip(&s.args).all(|(a, b)| *a == b.as_bytes());
+        && args[args.len() - s.args.len()..]
+            .iter()
+            .zip(&s.args)
+            .all(|(a, b)| *a == b.as_bytes());
     running && ours
 }
 
@@ -112,7 +133,11 @@ pub fn port_is_free(port: u16) -> bool {
 
 /// True when something accepts connections on 127.0.0.1:`port`.
 pub fn is_listening(port: u16) -> bool {
-    TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)), Duration::from_millis(200)).is_ok()
+    TcpStream::connect_timeout(
+        &SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_millis(200),
+    )
+    .is_ok()
 }
 
 /// Wait until the service accepts connections; fail early (with its log) if it died.
@@ -129,7 +154,11 @@ pub async fn wait_listening(s: &ServiceState, timeout: Duration) -> Result<()> {
                 "{} did not start listening on 127.0.0.1:{} ({}); log {}:\n{}",
                 s.name,
                 s.port,
-                if is_alive(s) { "timed out" } else { "process exited" },
+                if is_alive(s) {
+                    "timed out"
+                } else {
+                    "process exited"
+                },
                 s.log.display(),
                 tail.into_iter().rev().collect::<Vec<_>>().join("\n")
             );

@@ -3,8 +3,8 @@
 
 use anyhow::{Context, Result, bail};
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType,
-    Projection, ProjectionType, ScalarAttributeType,
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
+    ProjectionType, ScalarAttributeType,
 };
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -178,12 +178,22 @@ pub async fn ensure_table(client: &aws_sdk_dynamodb::Client, table: &TableDef) -
     let mut attrs: BTreeMap<&str, &str> = BTreeMap::new();
     for k in std::iter::once(&table.hash_key)
         .chain(table.range_key.iter())
-        .chain(table.gsis.iter().flat_map(|g| std::iter::once(&g.hash_key).chain(g.range_key.iter())))
+        .chain(
+            table
+                .gsis
+                .iter()
+                .flat_map(|g| std::iter::once(&g.hash_key).chain(g.range_key.iter())),
+        )
     {
         if let Some(prev) = attrs.insert(&k.name, &k.kind)
             && prev != k.kind
         {
-            bail!("{}: attribute {} declared as {prev} and {}", table.name, k.name, k.kind);
+            bail!(
+                "{}: attribute {} declared as {prev} and {}",
+                table.name,
+                k.name,
+                k.kind
+            );
         }
     }
     let mut req = client
@@ -200,7 +210,8 @@ pub async fn ensure_table(client: &aws_sdk_dynamodb::Client, table: &TableDef) -
         );
     }
     for g in &table.gsis {
-        let mut projection = Projection::builder().projection_type(ProjectionType::from(g.projection.kind.as_str()));
+        let mut projection =
+            Projection::builder().projection_type(ProjectionType::from(g.projection.kind.as_str()));
         for a in &g.projection.non_key_attributes {
             projection = projection.non_key_attributes(a);
         }
@@ -214,20 +225,28 @@ pub async fn ensure_table(client: &aws_sdk_dynamodb::Client, table: &TableDef) -
     }
     match req.send().await {
         Ok(_) => Ok(true),
-        Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => Ok(false),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_resource_in_use_exception()) =>
+        {
+            Ok(false)
+        }
         Err(e) => Err(anyhow::Error::new(e).context(format!("creating table {}", table.name))),
     }
 }
 
 /// Create `queue` (and its DLQ with the redrive policy) unless they exist. Returns the queue
 /// URLs as `(env var, url)` pairs.
-pub async fn ensure_queue(client: &aws_sdk_sqs::Client, queue: &QueueDef) -> Result<Vec<(String, String)>> {
+pub async fn ensure_queue(
+    client: &aws_sdk_sqs::Client,
+    queue: &QueueDef,
+) -> Result<Vec<(String, String)>> {
     use aws_sdk_sqs::types::QueueAttributeName;
     let mut out = Vec::new();
-    let mut req = client
-        .create_queue()
-        .queue_name(&queue.name)
-        .attributes(QueueAttributeName::VisibilityTimeout, queue.visibility_timeout_seconds.to_string());
+    let mut req = client.create_queue().queue_name(&queue.name).attributes(
+        QueueAttributeName::VisibilityTimeout,
+        queue.visibility_timeout_seconds.to_string(),
+    );
     if let Some(dlq) = &queue.dlq {
         let dlq_url = client
             .create_queue()
@@ -264,13 +283,27 @@ pub async fn ensure_queue(client: &aws_sdk_sqs::Client, queue: &QueueDef) -> Res
 
 /// Create `stream` unless it exists, and wait until it is ACTIVE.
 pub async fn ensure_stream(client: &aws_sdk_kinesis::Client, stream: &StreamDef) -> Result<()> {
-    match client.create_stream().stream_name(&stream.name).shard_count(stream.shards).send().await {
+    match client
+        .create_stream()
+        .stream_name(&stream.name)
+        .shard_count(stream.shards)
+        .send()
+        .await
+    {
         Ok(_) => {}
-        Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => {}
-        Err(e) => return Err(anyhow::Error::new(e).context(format!("creating stream {}", stream.name))),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_resource_in_use_exception()) => {}
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context(format!("creating stream {}", stream.name)));
+        }
     }
     for _ in 0..100 {
-        let desc = client.describe_stream_summary().stream_name(&stream.name).send().await?;
+        let desc = client
+            .describe_stream_summary()
+            .stream_name(&stream.name)
+            .send()
+            .await?;
         if desc
             .stream_description_summary
             .is_some_and(|s| s.stream_status == aws_sdk_kinesis::types::StreamStatus::Active)
@@ -291,17 +324,32 @@ mod tests {
         let r = Resources::load().unwrap();
         let usage = r.table("UsageTable").unwrap();
         assert_eq!(usage.hash_key.name, "licenseArn");
-        assert_eq!(usage.range_key.as_ref().unwrap().name, "customerAWSAccountId_dimension_timestamp");
+        assert_eq!(
+            usage.range_key.as_ref().unwrap().name,
+            "customerAWSAccountId_dimension_timestamp"
+        );
         let gsi = &usage.gsis[0];
         assert_eq!(gsi.name, "metering_pending");
         assert_eq!(gsi.projection.kind, "INCLUDE");
         let subs = r.table("SubscribersTable").unwrap();
         let names: Vec<_> = subs.gsis.iter().map(|g| g.name.as_str()).collect();
-        assert_eq!(names, ["customerAWSAccountId-index", "agreementId-index", "deprovisioning-pending-index"]);
+        assert_eq!(
+            names,
+            [
+                "customerAWSAccountId-index",
+                "agreementId-index",
+                "deprovisioning-pending-index"
+            ]
+        );
         // Every env var is unique: each binary reads one name from one variable.
         let mut envs: Vec<&str> = r.tables.iter().map(|t| t.env.as_str()).collect();
         envs.extend(r.queues.iter().map(|q| q.env.as_str()));
-        envs.extend(r.queues.iter().filter_map(|q| q.dlq.as_ref()).map(|d| d.env.as_str()));
+        envs.extend(
+            r.queues
+                .iter()
+                .filter_map(|q| q.dlq.as_ref())
+                .map(|d| d.env.as_str()),
+        );
         envs.extend(r.streams.iter().map(|s| s.env.as_str()));
         let n = envs.len();
         envs.sort();

@@ -3,11 +3,16 @@
 //! SDK's `AttributeValue` and the domain's [`AttrValue`] lives here.
 
 use crate::domain::attrs as a;
-use crate::domain::keys::{GroupKey, HourBucket, RowKey, parse_aggregated_sort_key, split_usage_sort_key};
+use crate::domain::keys::{
+    GroupKey, HourBucket, RowKey, parse_aggregated_sort_key, split_usage_sort_key,
+};
 use crate::domain::row::{Allocation, AttrValue, RawUsageRow, Tag, parse_non_negative_integer};
 use crate::domain::status::{AggregatedStatus, RawStatus};
 use crate::error::{PipelineError, Result};
-use crate::ports::{AggregatedItem, AggregatedStore, Deprovisioning, DeprovisioningIndex, ExpiredRow, UsageStore, WriteBack};
+use crate::ports::{
+    AggregatedItem, AggregatedStore, Deprovisioning, DeprovisioningIndex, ExpiredRow, UsageStore,
+    WriteBack,
+};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
@@ -44,7 +49,9 @@ pub fn to_sdk(v: &AttrValue) -> Av {
 
 /// A row (SDK item) in domain form.
 pub fn row_from_item(item: &HashMap<String, Av>) -> RawUsageRow {
-    item.iter().map(|(k, v)| (k.clone(), to_domain(v))).collect()
+    item.iter()
+        .map(|(k, v)| (k.clone(), to_domain(v)))
+        .collect()
 }
 
 fn iso(t: DateTime<Utc>) -> String {
@@ -80,14 +87,24 @@ where
                     | "LimitExceededException"
             )
         ),
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => true,
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            true
+        }
         _ => false,
     };
-    PipelineError::DynamoDb { operation, resource: resource.to_owned(), source: Box::new(e), retryable }
+    PipelineError::DynamoDb {
+        operation,
+        resource: resource.to_owned(),
+        source: Box::new(e),
+        retryable,
+    }
 }
 
 fn malformed(table: &str, detail: impl Into<String>) -> PipelineError {
-    PipelineError::MalformedItem { table: table.to_owned(), detail: detail.into() }
+    PipelineError::MalformedItem {
+        table: table.to_owned(),
+        detail: detail.into(),
+    }
 }
 
 /// The raw usage table.
@@ -100,11 +117,18 @@ pub struct DynamoDbUsageStore {
 impl DynamoDbUsageStore {
     /// Over `table`.
     pub fn new(client: Client, table: impl Into<String>) -> Self {
-        Self { client, table: table.into() }
+        Self {
+            client,
+            table: table.into(),
+        }
     }
 
     /// Every item of the sparse index in `bucket` (paginated), optionally for one license.
-    async fn pending_index_items(&self, bucket: HourBucket, license: Option<&str>) -> Result<Vec<HashMap<String, Av>>> {
+    async fn pending_index_items(
+        &self,
+        bucket: HourBucket,
+        license: Option<&str>,
+    ) -> Result<Vec<HashMap<String, Av>>> {
         let mut out = Vec::new();
         let mut start = None;
         loop {
@@ -121,7 +145,10 @@ impl DynamoDbUsageStore {
                     .expression_attribute_values(":la", s(l)),
                 None => q.key_condition_expression("meteringPending = :hb"),
             };
-            let page = q.send().await.map_err(|e| ddb_err("Query", &self.table, e))?;
+            let page = q
+                .send()
+                .await
+                .map_err(|e| ddb_err("Query", &self.table, e))?;
             out.extend(page.items.unwrap_or_default());
             start = page.last_evaluated_key;
             if start.is_none() {
@@ -133,7 +160,11 @@ impl DynamoDbUsageStore {
 
 #[async_trait]
 impl UsageStore for DynamoDbUsageStore {
-    async fn pending_groups(&self, bucket: HourBucket, license: Option<&str>) -> Result<Vec<GroupKey>> {
+    async fn pending_groups(
+        &self,
+        bucket: HourBucket,
+        license: Option<&str>,
+    ) -> Result<Vec<GroupKey>> {
         let mut groups = BTreeSet::new();
         for item in self.pending_index_items(bucket, license).await? {
             let get = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
@@ -149,12 +180,21 @@ impl UsageStore for DynamoDbUsageStore {
                 tracing::warn!(table = %self.table, sort_key = %sk, "pending row with no group identity; left for age-out");
                 continue;
             };
-            groups.insert(GroupKey { license_arn: license, customer_aws_account_id: account, dimension, hour: bucket });
+            groups.insert(GroupKey {
+                license_arn: license,
+                customer_aws_account_id: account,
+                dimension,
+                hour: bucket,
+            });
         }
         Ok(groups.into_iter().collect())
     }
 
-    async fn read_pending_rows(&self, group: &GroupKey, each: &mut (dyn FnMut(RawUsageRow) + Send)) -> Result<()> {
+    async fn read_pending_rows(
+        &self,
+        group: &GroupKey,
+        each: &mut (dyn FnMut(RawUsageRow) + Send),
+    ) -> Result<()> {
         let mut start = None;
         loop {
             let page = self
@@ -167,7 +207,10 @@ impl UsageStore for DynamoDbUsageStore {
                 .expression_attribute_values(":la", s(&group.license_arn))
                 // Without the trailing ':' so hour-truncated and other malformed timestamps of this
                 // hour are read too, and rejected with a reason instead of sitting pending.
-                .expression_attribute_values(":prefix", s(group.usage_prefix().trim_end_matches(':')))
+                .expression_attribute_values(
+                    ":prefix",
+                    s(group.usage_prefix().trim_end_matches(':')),
+                )
                 .consistent_read(true)
                 .set_exclusive_start_key(start)
                 .send()
@@ -183,7 +226,12 @@ impl UsageStore for DynamoDbUsageStore {
         }
     }
 
-    async fn finalize_row(&self, key: &RowKey, status: Option<(RawStatus, &str)>, now: DateTime<Utc>) -> Result<bool> {
+    async fn finalize_row(
+        &self,
+        key: &RowKey,
+        status: Option<(RawStatus, &str)>,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
         let mut req = self
             .client
             .update_item()
@@ -210,13 +258,23 @@ impl UsageStore for DynamoDbUsageStore {
         }
     }
 
-    async fn expire_bucket(&self, bucket: HourBucket, reason: &str, now: DateTime<Utc>) -> Result<Vec<ExpiredRow>> {
+    async fn expire_bucket(
+        &self,
+        bucket: HourBucket,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ExpiredRow>> {
         let mut expired = Vec::new();
         for item in self.pending_index_items(bucket, None).await? {
-            let (Some(Av::S(license)), Some(Av::S(sk))) = (item.get(a::LICENSE_ARN), item.get(a::USAGE_SORT_KEY)) else {
+            let (Some(Av::S(license)), Some(Av::S(sk))) =
+                (item.get(a::LICENSE_ARN), item.get(a::USAGE_SORT_KEY))
+            else {
                 return Err(malformed(&self.table, "index item without its key"));
             };
-            let key = RowKey { license_arn: license.clone(), sort_key: sk.clone() };
+            let key = RowKey {
+                license_arn: license.clone(),
+                sort_key: sk.clone(),
+            };
             let res = self
                 .client
                 .update_item()
@@ -264,13 +322,19 @@ pub struct DynamoDbAggregatedStore {
 impl DynamoDbAggregatedStore {
     /// Over `table`.
     pub fn new(client: Client, table: impl Into<String>) -> Self {
-        Self { client, table: table.into() }
+        Self {
+            client,
+            table: table.into(),
+        }
     }
 
     fn key(group: &GroupKey) -> [(String, Av); 2] {
         [
             (a::LICENSE_ARN.to_owned(), s(&group.license_arn)),
-            (a::AGGREGATED_SORT_KEY.to_owned(), s(group.aggregated_sort_key())),
+            (
+                a::AGGREGATED_SORT_KEY.to_owned(),
+                s(group.aggregated_sort_key()),
+            ),
         ]
     }
 }
@@ -280,8 +344,14 @@ pub fn aggregated_to_item(item: &AggregatedItem, now: DateTime<Utc>) -> HashMap<
     let g = &item.group;
     let mut m = HashMap::from([
         (a::LICENSE_ARN.to_owned(), s(&g.license_arn)),
-        (a::AGGREGATED_SORT_KEY.to_owned(), s(g.aggregated_sort_key())),
-        (a::CUSTOMER_AWS_ACCOUNT_ID.to_owned(), s(&g.customer_aws_account_id)),
+        (
+            a::AGGREGATED_SORT_KEY.to_owned(),
+            s(g.aggregated_sort_key()),
+        ),
+        (
+            a::CUSTOMER_AWS_ACCOUNT_ID.to_owned(),
+            s(&g.customer_aws_account_id),
+        ),
         (a::DIMENSION.to_owned(), s(&g.dimension)),
         (a::HOUR_BUCKET.to_owned(), s(g.hour.to_string())),
         (a::QUANTITY.to_owned(), n(item.quantity)),
@@ -293,10 +363,16 @@ pub fn aggregated_to_item(item: &AggregatedItem, now: DateTime<Utc>) -> HashMap<
         m.insert(a::METERING_PENDING.to_owned(), s(g.hour.to_string()));
     }
     if let Some(allocs) = &item.allocations {
-        m.insert(a::USAGE_ALLOCATIONS.to_owned(), Av::L(allocs.iter().map(|al| to_sdk(&al.to_attr())).collect()));
+        m.insert(
+            a::USAGE_ALLOCATIONS.to_owned(),
+            Av::L(allocs.iter().map(|al| to_sdk(&al.to_attr())).collect()),
+        );
     }
     if !item.contributed_seconds.is_empty() {
-        m.insert(a::CONTRIBUTED_SECONDS.to_owned(), Av::B(Blob::new(item.contributed_seconds.clone())));
+        m.insert(
+            a::CONTRIBUTED_SECONDS.to_owned(),
+            Av::B(Blob::new(item.contributed_seconds.clone())),
+        );
     }
     if let Some(ci) = &item.customer_identifier {
         m.insert(a::CUSTOMER_IDENTIFIER.to_owned(), s(ci));
@@ -319,19 +395,27 @@ pub fn aggregated_from_item(table: &str, item: &HashMap<String, Av>) -> Result<A
     };
     let license = str_of(a::LICENSE_ARN).ok_or_else(|| malformed(table, "no licenseArn"))?;
     let sk = str_of(a::AGGREGATED_SORT_KEY).ok_or_else(|| malformed(table, "no sort key"))?;
-    let (account, dimension, hour) =
-        parse_aggregated_sort_key(&sk).ok_or_else(|| malformed(table, format!("bad sort key {sk:?}")))?;
+    let (account, dimension, hour) = parse_aggregated_sort_key(&sk)
+        .ok_or_else(|| malformed(table, format!("bad sort key {sk:?}")))?;
     let allocations = match item.get(a::USAGE_ALLOCATIONS) {
         None => None,
         Some(Av::L(list)) => Some(
             list.iter()
-                .map(|v| allocation_from(&to_domain(v)).ok_or_else(|| malformed(table, "bad usageAllocations")))
+                .map(|v| {
+                    allocation_from(&to_domain(v))
+                        .ok_or_else(|| malformed(table, "bad usageAllocations"))
+                })
                 .collect::<Result<Vec<_>>>()?,
         ),
         Some(_) => return Err(malformed(table, "usageAllocations is not a list")),
     };
     Ok(AggregatedItem {
-        group: GroupKey { license_arn: license, customer_aws_account_id: account.to_owned(), dimension: dimension.to_owned(), hour },
+        group: GroupKey {
+            license_arn: license,
+            customer_aws_account_id: account.to_owned(),
+            dimension: dimension.to_owned(),
+            hour,
+        },
         quantity: num_of(a::QUANTITY)?.ok_or_else(|| malformed(table, "no quantity"))?,
         allocations,
         row_count: num_of(a::ROW_COUNT)?.unwrap_or(0) as u32,
@@ -362,7 +446,10 @@ fn allocation_from(v: &AttrValue) -> Option<Allocation> {
             .iter()
             .map(|t| {
                 let tm: &BTreeMap<String, AttrValue> = t.as_m()?;
-                Some(Tag::new(tm.get(a::TAG_KEY)?.as_s()?, tm.get(a::TAG_VALUE)?.as_s()?))
+                Some(Tag::new(
+                    tm.get(a::TAG_KEY)?.as_s()?,
+                    tm.get(a::TAG_VALUE)?.as_s()?,
+                ))
             })
             .collect::<Option<Vec<_>>>()?,
     };
@@ -397,10 +484,17 @@ impl AggregatedStore for DynamoDbAggregatedStore {
             .send()
             .await
             .map_err(|e| ddb_err("GetItem", &self.table, e))?;
-        out.item.as_ref().map(|i| aggregated_from_item(&self.table, i)).transpose()
+        out.item
+            .as_ref()
+            .map(|i| aggregated_from_item(&self.table, i))
+            .transpose()
     }
 
-    async fn pending(&self, bucket: HourBucket, license: Option<&str>) -> Result<Vec<AggregatedItem>> {
+    async fn pending(
+        &self,
+        bucket: HourBucket,
+        license: Option<&str>,
+    ) -> Result<Vec<AggregatedItem>> {
         let mut out = Vec::new();
         let mut start = None;
         loop {
@@ -417,7 +511,10 @@ impl AggregatedStore for DynamoDbAggregatedStore {
                     .expression_attribute_values(":la", s(l)),
                 None => q.key_condition_expression("meteringPending = :hb"),
             };
-            let page = q.send().await.map_err(|e| ddb_err("Query", &self.table, e))?;
+            let page = q
+                .send()
+                .await
+                .map_err(|e| ddb_err("Query", &self.table, e))?;
             for item in page.items() {
                 out.push(aggregated_from_item(&self.table, item)?);
             }
@@ -428,14 +525,21 @@ impl AggregatedStore for DynamoDbAggregatedStore {
         }
     }
 
-    async fn mark_attempted(&self, group: &GroupKey, quantity: u64, now: DateTime<Utc>) -> Result<()> {
+    async fn mark_attempted(
+        &self,
+        group: &GroupKey,
+        quantity: u64,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
         let res = self
             .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(Self::key(group).into_iter().collect()))
             .condition_expression("attribute_exists(meteringPending)")
-            .update_expression("SET attemptedQuantity = :q, submissionAttemptedAt = :now, updatedAt = :now")
+            .update_expression(
+                "SET attemptedQuantity = :q, submissionAttemptedAt = :now, updatedAt = :now",
+            )
             .expression_attribute_values(":q", n(quantity))
             .expression_attribute_values(":now", s(iso(now)))
             .send()
@@ -447,8 +551,17 @@ impl AggregatedStore for DynamoDbAggregatedStore {
         }
     }
 
-    async fn write_back(&self, group: &GroupKey, outcome: &WriteBack, now: DateTime<Utc>) -> Result<bool> {
-        let mut sets = vec!["meteringStatus = :st", "updatedAt = :now", "createdAt = if_not_exists(createdAt, :now)"];
+    async fn write_back(
+        &self,
+        group: &GroupKey,
+        outcome: &WriteBack,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let mut sets = vec![
+            "meteringStatus = :st",
+            "updatedAt = :now",
+            "createdAt = if_not_exists(createdAt, :now)",
+        ];
         let mut req = self
             .client
             .update_item()
@@ -467,9 +580,14 @@ impl AggregatedStore for DynamoDbAggregatedStore {
         }
         if let Some(ttl) = outcome.ttl {
             sets.push("#ttl = :ttl");
-            req = req.expression_attribute_names("#ttl", a::TTL).expression_attribute_values(":ttl", n(ttl));
+            req = req
+                .expression_attribute_names("#ttl", a::TTL)
+                .expression_attribute_values(":ttl", n(ttl));
         }
-        let res = req.update_expression(format!("REMOVE meteringPending SET {}", sets.join(", "))).send().await;
+        let res = req
+            .update_expression(format!("REMOVE meteringPending SET {}", sets.join(", ")))
+            .send()
+            .await;
         match res {
             Ok(_) => Ok(true),
             Err(e) if is_conditional_failure(&e) => Ok(false),
@@ -493,7 +611,10 @@ pub struct DynamoDbDeprovisioningIndex {
 impl DynamoDbDeprovisioningIndex {
     /// Over the subscribers `table`.
     pub fn new(client: Client, table: impl Into<String>) -> Self {
-        Self { client, table: table.into() }
+        Self {
+            client,
+            table: table.into(),
+        }
     }
 }
 
@@ -516,15 +637,26 @@ impl DeprovisioningIndex for DynamoDbDeprovisioningIndex {
                 .map_err(|e| ddb_err("Query", &self.table, e))?;
             for item in page.items() {
                 let get = |k: &str| item.get(k).and_then(|v| v.as_s().ok());
-                let (Some(l), Some(acct), Some(exp)) =
-                    (get(a::LICENSE_ARN), get(a::CUSTOMER_AWS_ACCOUNT_ID), get("deprovisioningExpiry"))
-                else {
-                    return Err(malformed(&self.table, "deprovisioning index item without its keys"));
+                let (Some(l), Some(acct), Some(exp)) = (
+                    get(a::LICENSE_ARN),
+                    get(a::CUSTOMER_AWS_ACCOUNT_ID),
+                    get("deprovisioningExpiry"),
+                ) else {
+                    return Err(malformed(
+                        &self.table,
+                        "deprovisioning index item without its keys",
+                    ));
                 };
                 let expiry = DateTime::parse_from_rfc3339(exp)
-                    .map_err(|_| malformed(&self.table, format!("bad deprovisioningExpiry {exp:?}")))?
+                    .map_err(|_| {
+                        malformed(&self.table, format!("bad deprovisioningExpiry {exp:?}"))
+                    })?
                     .with_timezone(&Utc);
-                out.push(Deprovisioning { license_arn: l.clone(), customer_aws_account_id: acct.clone(), expiry });
+                out.push(Deprovisioning {
+                    license_arn: l.clone(),
+                    customer_aws_account_id: acct.clone(),
+                    expiry,
+                });
             }
             start = page.last_evaluated_key;
             if start.is_none() {
@@ -546,7 +678,9 @@ mod tests {
 
     fn group() -> GroupKey {
         GroupKey {
-            license_arn: "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef".into(),
+            license_arn:
+                "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef"
+                    .into(),
             customer_aws_account_id: "111122223333".into(),
             dimension: "calls".into(),
             hour: "2026-11-30T10".parse().unwrap(),
@@ -558,7 +692,10 @@ mod tests {
         let mut item = AggregatedItem::new(
             group(),
             42,
-            Some(vec![Allocation { quantity: 42, tags: vec![Tag::new("team", "a")] }]),
+            Some(vec![Allocation {
+                quantity: 42,
+                tags: vec![Tag::new("team", "a")],
+            }]),
         );
         item.row_count = 3;
         item.contributed_seconds = vec![0b101, 0, 1];
@@ -570,7 +707,14 @@ mod tests {
     #[test]
     fn attribute_values_round_trip() {
         let v = AttrValue::M(BTreeMap::from([
-            ("a".into(), AttrValue::L(vec![AttrValue::N("1".into()), AttrValue::Bool(true), AttrValue::Null])),
+            (
+                "a".into(),
+                AttrValue::L(vec![
+                    AttrValue::N("1".into()),
+                    AttrValue::Bool(true),
+                    AttrValue::Null,
+                ]),
+            ),
             ("b".into(), AttrValue::S("x".into())),
         ]));
         assert_eq!(to_domain(&to_sdk(&v)), v);

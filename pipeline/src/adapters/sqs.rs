@@ -19,7 +19,10 @@ pub struct SqsQueue {
 impl SqsQueue {
     /// The queue at `url`.
     pub fn new(client: Client, url: impl Into<String>) -> Self {
-        Self { client, url: url.into() }
+        Self {
+            client,
+            url: url.into(),
+        }
     }
 }
 
@@ -30,7 +33,12 @@ impl MessageQueue for SqsQueue {
             let entries = chunk
                 .iter()
                 .enumerate()
-                .map(|(i, body)| SendMessageBatchRequestEntry::builder().id(i.to_string()).message_body(body).build())
+                .map(|(i, body)| {
+                    SendMessageBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .message_body(body)
+                        .build()
+                })
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| PipelineError::Sqs {
                     operation: "SendMessageBatch",
@@ -56,10 +64,22 @@ impl MessageQueue for SqsQueue {
                 let detail = out
                     .failed
                     .iter()
-                    .map(|f| format!("entry {} ({}): {}", f.id, f.code, f.message.as_deref().unwrap_or("")))
+                    .map(|f| {
+                        format!(
+                            "entry {} ({}): {}",
+                            f.id,
+                            f.code,
+                            f.message.as_deref().unwrap_or("")
+                        )
+                    })
                     .collect::<Vec<_>>()
                     .join("; ");
-                return Err(PipelineError::Sqs { operation: "SendMessageBatch", queue: self.url.clone(), detail, source: None });
+                return Err(PipelineError::Sqs {
+                    operation: "SendMessageBatch",
+                    queue: self.url.clone(),
+                    detail,
+                    source: None,
+                });
             }
         }
         Ok(())

@@ -11,7 +11,10 @@ async fn main() -> Result<(), Error> {
     let svc = &svc;
     lambda_runtime::run(service_fn(move |ev: LambdaEvent<SqsEvent>| async move {
         Ok::<SqsBatchResponse, Error>(
-            handle_sqs_batch("aggregator", ev.payload, |body| async move { aggregator::aggregate(svc, &body).await.map(drop) }).await,
+            handle_sqs_batch("aggregator", ev.payload, |body| async move {
+                aggregator::aggregate(svc, &body).await.map(drop)
+            })
+            .await,
         )
     }))
     .await

@@ -9,7 +9,12 @@ async fn main() -> Result<(), Error> {
     let svc = services_from_env("cleanup").await?;
     let svc = &svc;
     lambda_runtime::run(service_fn(move |ev: LambdaEvent<SqsEvent>| async move {
-        Ok::<SqsBatchResponse, Error>(handle_sqs_batch("cleanup", ev.payload, |body| async move { cleanup::cleanup(svc, &body).await.map(drop) }).await)
+        Ok::<SqsBatchResponse, Error>(
+            handle_sqs_batch("cleanup", ev.payload, |body| async move {
+                cleanup::cleanup(svc, &body).await.map(drop)
+            })
+            .await,
+        )
     }))
     .await
 }

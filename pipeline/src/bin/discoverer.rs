@@ -7,8 +7,10 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let svc = services_from_env("discoverer").await?;
     let svc = &svc;
-    lambda_runtime::run(service_fn(move |ev: LambdaEvent<discoverer::DiscovererInput>| async move {
-        discoverer::discover(svc, ev.payload).await
-    }))
+    lambda_runtime::run(service_fn(
+        move |ev: LambdaEvent<discoverer::DiscovererInput>| async move {
+            discoverer::discover(svc, ev.payload).await
+        },
+    ))
     .await
 }

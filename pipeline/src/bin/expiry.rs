@@ -7,5 +7,8 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let svc = services_from_env("expiry").await?;
     let svc = &svc;
-    lambda_runtime::run(service_fn(move |_: LambdaEvent<serde_json::Value>| async move { expiry::expire(svc).await })).await
+    lambda_runtime::run(service_fn(
+        move |_: LambdaEvent<serde_json::Value>| async move { expiry::expire(svc).await },
+    ))
+    .await
 }

@@ -70,17 +70,24 @@ pub async fn aggregate(svc: &Services, body: &str) -> Result<AggregateOutcome> {
     }
     match fold.finish() {
         FoldOutcome::Valid(rec) => {
-            let mut item = AggregatedItem::new(rec.group.clone(), rec.quantity, rec.allocations.clone());
+            let mut item =
+                AggregatedItem::new(rec.group.clone(), rec.quantity, rec.allocations.clone());
             item.row_count = rec.row_count;
             item.contributed_seconds = rec.seconds.to_bytes();
-            if let Identity::Legacy { customer_identifier, .. } = rec.identity() {
+            if let Identity::Legacy {
+                customer_identifier,
+                ..
+            } = rec.identity()
+            {
                 item.customer_identifier = Some(customer_identifier.to_owned());
             }
             if !svc.aggregated.put_if_absent(&item, now).await? {
                 // Someone committed this group between our read and our put.
-                let existing = svc.aggregated.get(&group).await?.ok_or_else(|| PipelineError::MalformedItem {
-                    table: svc.config.aggregated_table.clone(),
-                    detail: format!("{group}: conditional put failed but no record exists"),
+                let existing = svc.aggregated.get(&group).await?.ok_or_else(|| {
+                    PipelineError::MalformedItem {
+                        table: svc.config.aggregated_table.clone(),
+                        detail: format!("{group}: conditional put failed but no record exists"),
+                    }
                 })?;
                 return revisit(svc, &group, &existing).await;
             }
@@ -89,9 +96,16 @@ pub async fn aggregate(svc: &Services, body: &str) -> Result<AggregateOutcome> {
             let keys: Vec<RowKey> = rec.raw_row_keys().collect();
             let reason = rec.raw_status_reason();
             svc.queue(svc.cleanup_queue.as_deref(), "cleanup")?
-                .send_all(&CleanupMessage::batches(Some(RawStatus::Aggregated), Some(&reason), &keys))
+                .send_all(&CleanupMessage::batches(
+                    Some(RawStatus::Aggregated),
+                    Some(&reason),
+                    &keys,
+                ))
                 .await?;
-            Ok(AggregateOutcome::Committed { quantity: rec.quantity, rows: rec.row_count })
+            Ok(AggregateOutcome::Committed {
+                quantity: rec.quantity,
+                rows: rec.row_count,
+            })
         }
         FoldOutcome::Rejected(rej) => {
             let reason = rej.reason.as_str();
@@ -99,12 +113,20 @@ pub async fn aggregate(svc: &Services, body: &str) -> Result<AggregateOutcome> {
             let usage = svc.usage()?;
             let mut rows = 0;
             for key in rej.rows.row_keys() {
-                if retry_transient(|| usage.finalize_row(&key, Some((RawStatus::RejectedClientSide, reason)), now)).await? {
+                if retry_transient(|| {
+                    usage.finalize_row(&key, Some((RawStatus::RejectedClientSide, reason)), now)
+                })
+                .await?
+                {
                     rows += 1;
                 }
             }
-            svc.metrics.emit(Metric::count(metric::USAGE_RECORD_REJECTED).with(metric::REASON, reason));
-            Ok(AggregateOutcome::Rejected { reason: reason.to_owned(), rows })
+            svc.metrics
+                .emit(Metric::count(metric::USAGE_RECORD_REJECTED).with(metric::REASON, reason));
+            Ok(AggregateOutcome::Rejected {
+                reason: reason.to_owned(),
+                rows,
+            })
         }
         FoldOutcome::Empty => Ok(AggregateOutcome::Empty),
         FoldOutcome::DeferredZero { .. } => Ok(AggregateOutcome::DeferredZero),
@@ -114,25 +136,43 @@ pub async fn aggregate(svc: &Services, body: &str) -> Result<AggregateOutcome> {
 /// The group already has its aggregated record: rows it folded in whose cleanup was lost are
 /// finalized `Aggregated` with the committed record's own (authoritative) sum; rows written
 /// after aggregation are terminal late usage, never silently re-opened.
-async fn revisit(svc: &Services, group: &GroupKey, existing: &AggregatedItem) -> Result<AggregateOutcome> {
+async fn revisit(
+    svc: &Services,
+    group: &GroupKey,
+    existing: &AggregatedItem,
+) -> Result<AggregateOutcome> {
     let stored = SecondSet::from_bytes(&existing.contributed_seconds)?;
     let now = svc.clock.now();
     let mut rows = Vec::new();
     let usage = svc.usage()?;
-    usage.read_pending_rows(group, &mut |row| rows.push(classify_revisit(group, &stored, &row))).await?;
+    usage
+        .read_pending_rows(group, &mut |row| {
+            rows.push(classify_revisit(group, &stored, &row))
+        })
+        .await?;
     let committed_reason = aggregated_reason(existing.quantity, existing.row_count);
     let (mut cleaned, mut late_rows, mut late_quantity) = (0, 0, 0);
     for row in rows {
         match row {
             RevisitRow::NotPending | RevisitRow::Foreign => {}
             RevisitRow::AlreadyAggregated(key) => {
-                if retry_transient(|| usage.finalize_row(&key, Some((RawStatus::Aggregated, &committed_reason)), now)).await? {
+                if retry_transient(|| {
+                    usage.finalize_row(&key, Some((RawStatus::Aggregated, &committed_reason)), now)
+                })
+                .await?
+                {
                     cleaned += 1;
                 }
             }
             RevisitRow::Late(late) => {
-                if retry_transient(|| usage.finalize_row(&late.row_key, Some((RawStatus::RejectedClientSide, LATE_USAGE_REASON)), now))
-                    .await?
+                if retry_transient(|| {
+                    usage.finalize_row(
+                        &late.row_key,
+                        Some((RawStatus::RejectedClientSide, LATE_USAGE_REASON)),
+                        now,
+                    )
+                })
+                .await?
                 {
                     late_rows += 1;
                     late_quantity += late.quantity.unwrap_or(0);
@@ -147,5 +187,9 @@ async fn revisit(svc: &Services, group: &GroupKey, existing: &AggregatedItem) ->
             }
         }
     }
-    Ok(AggregateOutcome::Revisited { cleaned, late_rows, late_quantity })
+    Ok(AggregateOutcome::Revisited {
+        cleaned,
+        late_rows,
+        late_quantity,
+    })
 }

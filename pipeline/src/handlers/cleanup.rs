@@ -33,7 +33,11 @@ pub struct CleanupMessage {
 
 impl CleanupMessage {
     /// Messages of at most [`MAX_KEYS_PER_MESSAGE`] keys each.
-    pub fn batches(status: Option<RawStatus>, reason: Option<&str>, keys: &[RowKey]) -> Vec<String> {
+    pub fn batches(
+        status: Option<RawStatus>,
+        reason: Option<&str>,
+        keys: &[RowKey],
+    ) -> Vec<String> {
         keys.chunks(MAX_KEYS_PER_MESSAGE)
             .map(|chunk| {
                 serde_json::to_string(&CleanupMessage {
@@ -49,14 +53,17 @@ impl CleanupMessage {
 
 /// Process one cleanup message body. Returns how many rows were finalized.
 pub async fn cleanup(svc: &Services, body: &str) -> Result<usize> {
-    let msg: CleanupMessage = serde_json::from_str(body).map_err(|e| PipelineError::BadMessage(format!("cleanup message: {e}")))?;
+    let msg: CleanupMessage = serde_json::from_str(body)
+        .map_err(|e| PipelineError::BadMessage(format!("cleanup message: {e}")))?;
     let status = msg
         .status
         .as_deref()
         .map(|s| s.parse::<RawStatus>().map_err(PipelineError::BadMessage))
         .transpose()?;
     if status.is_some() != msg.reason.is_some() {
-        return Err(PipelineError::BadMessage("cleanup status and reason go together".into()));
+        return Err(PipelineError::BadMessage(
+            "cleanup status and reason go together".into(),
+        ));
     }
     let usage = svc.usage()?;
     let now = svc.clock.now();
@@ -75,13 +82,28 @@ mod tests {
 
     #[test]
     fn batches_hold_at_most_100_keys() {
-        let keys: Vec<RowKey> = (0..250).map(|i| RowKey { license_arn: "l".into(), sort_key: format!("a#d#{i}") }).collect();
+        let keys: Vec<RowKey> = (0..250)
+            .map(|i| RowKey {
+                license_arn: "l".into(),
+                sort_key: format!("a#d#{i}"),
+            })
+            .collect();
         let msgs = CleanupMessage::batches(Some(RawStatus::Aggregated), Some("r"), &keys);
         assert_eq!(msgs.len(), 3);
-        let back: Vec<CleanupMessage> = msgs.iter().map(|m| serde_json::from_str(m).unwrap()).collect();
-        assert_eq!(back.iter().map(|m| m.keys.len()).collect::<Vec<_>>(), [100, 100, 50]);
-        assert_eq!(back.into_iter().flat_map(|m| m.keys).collect::<Vec<_>>(), keys);
-        let plain: CleanupMessage = serde_json::from_str(&CleanupMessage::batches(None, None, &keys[..1])[0]).unwrap();
+        let back: Vec<CleanupMessage> = msgs
+            .iter()
+            .map(|m| serde_json::from_str(m).unwrap())
+            .collect();
+        assert_eq!(
+            back.iter().map(|m| m.keys.len()).collect::<Vec<_>>(),
+            [100, 100, 50]
+        );
+        assert_eq!(
+            back.into_iter().flat_map(|m| m.keys).collect::<Vec<_>>(),
+            keys
+        );
+        let plain: CleanupMessage =
+            serde_json::from_str(&CleanupMessage::batches(None, None, &keys[..1])[0]).unwrap();
         assert_eq!(plain.status, None);
     }
 }

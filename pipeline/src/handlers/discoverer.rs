@@ -63,7 +63,9 @@ pub async fn discover(svc: &Services, input: DiscovererInput) -> Result<Discover
             out.buckets = 1;
             let groups = usage.pending_groups(bucket, None).await?;
             let bodies: Vec<String> = groups.iter().map(|g| g.to_work_message()).collect();
-            svc.queue(svc.work_queue.as_deref(), "work")?.send_all(&bodies).await?;
+            svc.queue(svc.work_queue.as_deref(), "work")?
+                .send_all(&bodies)
+                .await?;
             out.groups_enqueued = bodies.len();
         }
         DiscovererInput::Ageout { shard } => {
@@ -79,15 +81,21 @@ pub async fn discover(svc: &Services, input: DiscovererInput) -> Result<Discover
                 out.quantity_expired += row.quantity.unwrap_or(0);
             }
             if out.rows_expired > 0 {
-                tracing::error!(rows = out.rows_expired, quantity = out.quantity_expired, "raw usage aged out before aggregation");
-                svc.metrics.emit(Metric::counts(metric::USAGE_AGGREGATION_EXPIRED, out.rows_expired as u64));
+                tracing::error!(
+                    rows = out.rows_expired,
+                    quantity = out.quantity_expired,
+                    "raw usage aged out before aggregation"
+                );
+                svc.metrics.emit(Metric::counts(
+                    metric::USAGE_AGGREGATION_EXPIRED,
+                    out.rows_expired as u64,
+                ));
             }
         }
         DiscovererInput::FlushDeprovisioning => {
-            let index = svc
-                .deprovisioning
-                .as_deref()
-                .ok_or_else(|| PipelineError::Config("flush-deprovisioning needs AWSMP_SUBSCRIBERS_TABLE".into()))?;
+            let index = svc.deprovisioning.as_deref().ok_or_else(|| {
+                PipelineError::Config("flush-deprovisioning needs AWSMP_SUBSCRIBERS_TABLE".into())
+            })?;
             let mut bodies = Vec::new();
             for d in index.active().await? {
                 for bucket in deprovisioning_flush_buckets(now, d.expiry, cfg) {
@@ -97,7 +105,9 @@ pub async fn discover(svc: &Services, input: DiscovererInput) -> Result<Discover
                     }
                 }
             }
-            svc.queue(svc.deprovision_queue.as_deref(), "deprovision-work")?.send_all(&bodies).await?;
+            svc.queue(svc.deprovision_queue.as_deref(), "deprovision-work")?
+                .send_all(&bodies)
+                .await?;
             out.groups_enqueued = bodies.len();
         }
     }
@@ -118,13 +128,18 @@ mod tests {
 
     #[test]
     fn target_inputs_parse_exactly() {
-        let m: DiscovererInput = serde_json::from_str(r#"{"mode":"meter","hourOffset":3}"#).unwrap();
+        let m: DiscovererInput =
+            serde_json::from_str(r#"{"mode":"meter","hourOffset":3}"#).unwrap();
         assert_eq!(m, DiscovererInput::Meter { hour_offset: 3 });
         let a: DiscovererInput = serde_json::from_str(r#"{"mode":"ageout","shard":6}"#).unwrap();
         assert_eq!(a, DiscovererInput::Ageout { shard: 6 });
-        let f: DiscovererInput = serde_json::from_str(r#"{"mode":"flush-deprovisioning"}"#).unwrap();
+        let f: DiscovererInput =
+            serde_json::from_str(r#"{"mode":"flush-deprovisioning"}"#).unwrap();
         assert_eq!(f, DiscovererInput::FlushDeprovisioning);
-        assert!(serde_json::from_str::<DiscovererInput>(r#"{"mode":"meter","hourOffset":3,"x":1}"#).is_err());
+        assert!(
+            serde_json::from_str::<DiscovererInput>(r#"{"mode":"meter","hourOffset":3,"x":1}"#)
+                .is_err()
+        );
         assert_eq!(scheduled_targets().len(), 30);
     }
 }

@@ -36,7 +36,10 @@ pub async fn expire(svc: &Services) -> Result<ExpiryOutput> {
         .buffer_unordered(EXPIRY_CONCURRENCY)
         .try_collect()
         .await?;
-    let mut out = ExpiryOutput { buckets: buckets.len(), ..Default::default() };
+    let mut out = ExpiryOutput {
+        buckets: buckets.len(),
+        ..Default::default()
+    };
     let outcome = WriteBack {
         status: AggregatedStatus::SubmissionExpired,
         reason: Some(SUBMISSION_EXPIRED_REASON.into()),
@@ -48,7 +51,8 @@ pub async fn expire(svc: &Services) -> Result<ExpiryOutput> {
             out.records_expired += 1;
             out.quantity_expired += item.quantity;
             tracing::error!(group = %item.group, quantity = item.quantity, "aggregated usage expired before submission");
-            svc.metrics.emit(Metric::count(metric::USAGE_SUBMISSION_EXPIRED));
+            svc.metrics
+                .emit(Metric::count(metric::USAGE_SUBMISSION_EXPIRED));
         }
     }
     Ok(out)

@@ -5,10 +5,14 @@ pub mod aggregator;
 pub mod cleanup;
 pub mod discoverer;
 pub mod expiry;
+pub mod submitter;
 
-use crate::adapters::dynamodb::{DynamoDbAggregatedStore, DynamoDbDeprovisioningIndex, DynamoDbUsageStore};
+use crate::adapters::dynamodb::{
+    DynamoDbAggregatedStore, DynamoDbDeprovisioningIndex, DynamoDbUsageStore,
+};
 use crate::adapters::sqs::SqsQueue;
 use crate::config::Config;
+use crate::domain::bisect::backoff_full_jitter;
 use crate::domain::clock::Clock;
 use crate::emf::MetricsSink;
 use crate::error::{PipelineError, Result};
@@ -42,14 +46,27 @@ pub struct Services {
 
 impl std::fmt::Debug for Services {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Services").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("Services")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 
 impl Services {
     /// Adapters over the AWS SDK for `config`'s resources.
-    pub fn from_sdk(config: Config, sdk: &aws_config::SdkConfig, metrics: MetricsSink, clock: Arc<dyn Clock>) -> Self {
-        Self::from_clients(config, aws_sdk_dynamodb::Client::new(sdk), aws_sdk_sqs::Client::new(sdk), metrics, clock)
+    pub fn from_sdk(
+        config: Config,
+        sdk: &aws_config::SdkConfig,
+        metrics: MetricsSink,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self::from_clients(
+            config,
+            aws_sdk_dynamodb::Client::new(sdk),
+            aws_sdk_sqs::Client::new(sdk),
+            metrics,
+            clock,
+        )
     }
 
     /// Adapters over the given clients (the local runner points each at its emulator).
@@ -60,14 +77,23 @@ impl Services {
         metrics: MetricsSink,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        let queue = |url: &Option<String>| url.as_ref().map(|u| Arc::new(SqsQueue::new(sqs.clone(), u)) as Arc<dyn MessageQueue>);
+        let queue = |url: &Option<String>| {
+            url.as_ref()
+                .map(|u| Arc::new(SqsQueue::new(sqs.clone(), u)) as Arc<dyn MessageQueue>)
+        };
         Self {
-            usage: config.usage_table.as_ref().map(|t| Arc::new(DynamoDbUsageStore::new(ddb.clone(), t)) as Arc<dyn UsageStore>),
-            aggregated: Arc::new(DynamoDbAggregatedStore::new(ddb.clone(), &config.aggregated_table)),
-            deprovisioning: config
-                .subscribers_table
+            usage: config
+                .usage_table
                 .as_ref()
-                .map(|t| Arc::new(DynamoDbDeprovisioningIndex::new(ddb.clone(), t)) as Arc<dyn DeprovisioningIndex>),
+                .map(|t| Arc::new(DynamoDbUsageStore::new(ddb.clone(), t)) as Arc<dyn UsageStore>),
+            aggregated: Arc::new(DynamoDbAggregatedStore::new(
+                ddb.clone(),
+                &config.aggregated_table,
+            )),
+            deprovisioning: config.subscribers_table.as_ref().map(|t| {
+                Arc::new(DynamoDbDeprovisioningIndex::new(ddb.clone(), t))
+                    as Arc<dyn DeprovisioningIndex>
+            }),
             work_queue: queue(&config.work_queue_url),
             deprovision_queue: queue(&config.deprovision_work_queue_url),
             cleanup_queue: queue(&config.cleanup_queue_url),
@@ -79,12 +105,18 @@ impl Services {
 
     /// The raw usage table, or a configuration error in direct-submit mode.
     pub fn usage(&self) -> Result<&dyn UsageStore> {
-        self.usage
-            .as_deref()
-            .ok_or_else(|| PipelineError::Config("this stage needs the raw usage table (full deployment mode)".into()))
+        self.usage.as_deref().ok_or_else(|| {
+            PipelineError::Config(
+                "this stage needs the raw usage table (full deployment mode)".into(),
+            )
+        })
     }
 
-    pub(crate) fn queue<'a>(&self, q: Option<&'a dyn MessageQueue>, name: &str) -> Result<&'a dyn MessageQueue> {
+    pub(crate) fn queue<'a>(
+        &self,
+        q: Option<&'a dyn MessageQueue>,
+        name: &str,
+    ) -> Result<&'a dyn MessageQueue> {
         q.ok_or_else(|| PipelineError::Config(format!("the {name} queue is not configured")))
     }
 }
@@ -106,7 +138,13 @@ where
     loop {
         match op().await {
             Err(e) if e.is_retryable() && attempt + 1 < TRANSIENT_ATTEMPTS => {
-                tokio::time::sleep(full_jitter(attempt, BACKOFF_BASE, BACKOFF_CAP)).await;
+                tokio::time::sleep(backoff_full_jitter(
+                    attempt,
+                    BACKOFF_BASE,
+                    BACKOFF_CAP,
+                    &mut rand::rng(),
+                ))
+                .await;
                 attempt += 1;
             }
             other => return other,
@@ -114,17 +152,13 @@ where
     }
 }
 
-/// Full-jitter backoff: uniform in `[0, min(cap, base·2^attempt)]` (AWS Architecture Blog,
-/// "Exponential Backoff And Jitter").
-pub fn full_jitter(attempt: u32, base: Duration, cap: Duration) -> Duration {
-    use rand::Rng;
-    let ceiling = base.saturating_mul(1u32 << attempt.min(20)).min(cap);
-    Duration::from_micros(rand::rng().random_range(0..=ceiling.as_micros() as u64))
-}
-
 /// Run `per_message` over every record of an SQS event and report per-message failures
 /// (`ReportBatchItemFailures`): one bad message never fails, or re-drives, the others.
-pub async fn handle_sqs_batch<F, Fut>(stage: &str, event: aws_lambda_events::sqs::SqsEvent, per_message: F) -> aws_lambda_events::sqs::SqsBatchResponse
+pub async fn handle_sqs_batch<F, Fut>(
+    stage: &str,
+    event: aws_lambda_events::sqs::SqsEvent,
+    per_message: F,
+) -> aws_lambda_events::sqs::SqsBatchResponse
 where
     F: Fn(String) -> Fut,
     Fut: Future<Output = Result<()>>,
@@ -134,7 +168,9 @@ where
         let id = record.message_id.clone().unwrap_or_default();
         let outcome = match record.body {
             Some(body) => per_message(body).await,
-            None => Err(PipelineError::BadMessage("SQS message without a body".into())),
+            None => Err(PipelineError::BadMessage(
+                "SQS message without a body".into(),
+            )),
         };
         if let Err(e) = outcome {
             tracing::warn!(stage, message_id = %id, error = %e, retryable = e.is_retryable(), "message failed; SQS will redeliver it (DLQ after maxReceiveCount)");
@@ -150,5 +186,10 @@ pub async fn services_from_env(stage: &str) -> Result<Services> {
     let config = Config::from_env()?;
     let sdk = crate::aws::sdk_config().await;
     let metrics = MetricsSink::stdout(config.metrics_namespace.clone(), stage);
-    Ok(Services::from_sdk(config, &sdk, metrics, Arc::new(crate::domain::clock::SystemClock)))
+    Ok(Services::from_sdk(
+        config,
+        &sdk,
+        metrics,
+        Arc::new(crate::domain::clock::SystemClock),
+    ))
 }
