@@ -32,6 +32,9 @@ use crate::sink::{EntryOutcome, PutEntry, RecordSink, SinkError};
 use crate::wire::{deaggregate, decode_event, encode_event};
 
 /// Commands from producer handles.
+// Records are the hot path and the other commands are rare: boxing records to shrink the
+// enum would cost an allocation per event.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Command {
     Record(Incoming),
     Flush(oneshot::Sender<FlushOutcome>),

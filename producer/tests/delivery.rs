@@ -73,7 +73,7 @@ async fn plain_records_when_aggregation_is_off() {
     assert!(
         records
             .iter()
-            .all(|r| deaggregate(&r.entry.data).unwrap()[0].aggregated == false)
+            .all(|r| !deaggregate(&r.entry.data).unwrap()[0].aggregated)
     );
     let delivered = stored_events(&records, &map);
     assert_eq!(assert_conserved(&evs, &delivered, &outcome), (500, 0));

@@ -53,7 +53,7 @@ impl RecordSink for KinesisRecordSink {
             .set_records(Some(records))
             .send()
             .await
-            .map_err(|e| classify_put_records_error(e))?;
+            .map_err(classify_put_records_error)?;
         interpret_put_records_output(&out, n)
     }
 }
