@@ -32,7 +32,7 @@
 //! assert_eq!(record.raw_status_reason(), "Aggregated total quantity 21 from 3 raw usage records");
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use chrono::{DateTime, Utc};
@@ -191,12 +191,13 @@ impl AggregatedRecord {
 }
 
 /// Every pending row of a group as seen by the fold, to stamp them all when the group is
-/// rejected: rows with a well-formed whole-second key as a [`SecondSet`], the rest verbatim.
+/// rejected: rows with a well-formed whole-second key as a [`SecondSet`], the rest verbatim (sorted, so
+/// the value does not depend on row order).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupRows {
     group: GroupKey,
     seconds: SecondSet,
-    irregular_sort_keys: Vec<String>,
+    irregular_sort_keys: BTreeSet<String>,
 }
 
 impl GroupRows {
@@ -358,7 +359,7 @@ pub struct GroupFold {
     row_count: u32,
     total: u64,
     seconds: SecondSet,
-    irregular_sort_keys: Vec<String>,
+    irregular_sort_keys: BTreeSet<String>,
     nonzero_allocated: u32,
     nonzero_unallocated: u32,
     merged: BTreeMap<Vec<Tag>, u64>,
@@ -396,7 +397,7 @@ impl GroupFold {
             row_count: 0,
             total: 0,
             seconds: SecondSet::new(),
-            irregular_sort_keys: Vec::new(),
+            irregular_sort_keys: BTreeSet::new(),
             nonzero_allocated: 0,
             nonzero_unallocated: 0,
             merged: BTreeMap::new(),
@@ -467,10 +468,9 @@ impl GroupFold {
     }
 
     fn remember_irregular(&mut self, sort_key: &str) -> Result<(), DomainError> {
-        if self.irregular_sort_keys.iter().any(|k| k == sort_key) {
+        if !self.irregular_sort_keys.insert(sort_key.to_owned()) {
             return Err(DomainError::DuplicateRow(sort_key.to_owned()));
         }
-        self.irregular_sort_keys.push(sort_key.to_owned());
         Ok(())
     }
 
