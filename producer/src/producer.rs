@@ -7,7 +7,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
-use uuid::Uuid;
 
 use crate::config::{ProducerConfig, RetryPolicy};
 use crate::engine::{self, Command};
@@ -349,7 +348,10 @@ impl Producer {
             return Err(invalid(e, event));
         }
         if event.event_id.is_empty() {
-            event.event_id = Uuid::new_v4().to_string();
+            // A v4 UUID from the thread-local CSPRNG: `Uuid::new_v4` asks the OS on every call.
+            event.event_id = uuid::Builder::from_random_bytes(rand::random())
+                .into_uuid()
+                .to_string();
         }
         let payload = encode_event(&event);
         let pk = partition_key(

@@ -123,7 +123,8 @@ def test_a_stream_written_by_the_producer_reads_back_with_aws_kinesis_agg(tmp_pa
 
     import boto3
 
-    kinesis = boto3.client("kinesis")
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    kinesis = boto3.client("kinesis", region_name=region)
     name = "awsmp-interop-%s" % uuid.uuid4().hex
     kinesis.create_stream(StreamName=name, ShardCount=2)
     try:
