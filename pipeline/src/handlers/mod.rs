@@ -127,6 +127,13 @@ pub const TRANSIENT_ATTEMPTS: u32 = 5;
 const BACKOFF_BASE: Duration = Duration::from_millis(50);
 const BACKOFF_CAP: Duration = Duration::from_secs(2);
 
+/// Sleep a full-jitter backoff. The thread-local RNG is dropped before the sleep, so handler
+/// futures stay `Send` (spawnable on a multi-threaded runtime).
+pub(crate) async fn sleep_full_jitter(attempt: u32, base: Duration, cap: Duration) {
+    let delay = backoff_full_jitter(attempt, base, cap, &mut rand::rng());
+    tokio::time::sleep(delay).await;
+}
+
 /// Retry an idempotent operation on retryable errors (throttling, 5xx, transport) with
 /// exponential backoff and full jitter.
 pub async fn retry_transient<T, F, Fut>(mut op: F) -> Result<T>
@@ -138,13 +145,7 @@ where
     loop {
         match op().await {
             Err(e) if e.is_retryable() && attempt + 1 < TRANSIENT_ATTEMPTS => {
-                tokio::time::sleep(backoff_full_jitter(
-                    attempt,
-                    BACKOFF_BASE,
-                    BACKOFF_CAP,
-                    &mut rand::rng(),
-                ))
-                .await;
+                sleep_full_jitter(attempt, BACKOFF_BASE, BACKOFF_CAP).await;
                 attempt += 1;
             }
             other => return other,

@@ -9,11 +9,11 @@
 //! Success / DuplicateRecord of our own attempt) instead of being mis-reported; write-backs
 //! of an accepted batch are retried through throttling and never abandoned silently.
 
-use super::{Services, retry_transient};
+use super::{Services, retry_transient, sleep_full_jitter};
 use crate::config::MeteringMode;
 use crate::domain::batch::{CallKind, SubmitRecord, plan_calls};
 use crate::domain::bisect::{
-    Bisector, CallOutcome, ExceptionClass, Halt, Verdict, backoff_full_jitter, classify_exception,
+    Bisector, CallOutcome, ExceptionClass, Halt, Verdict, classify_exception,
 };
 use crate::domain::results::{
     ApiResponse, Decision, dry_run_decision, map_response, oversized_decision, poison_decision,
@@ -164,13 +164,7 @@ pub async fn submit(svc: &Services, api: &dyn MeteringApi) -> Result<SubmitterOu
                 }
                 break;
             }
-            tokio::time::sleep(backoff_full_jitter(
-                round,
-                CALL_BACKOFF_BASE,
-                CALL_BACKOFF_CAP,
-                &mut rand::rng(),
-            ))
-            .await;
+            sleep_full_jitter(round, CALL_BACKOFF_BASE, CALL_BACKOFF_CAP).await;
             batch = unprocessed.into_iter().map(|(r, _)| r).collect();
         }
     }
@@ -261,13 +255,7 @@ async fn submit_call(
             if retry && (attempt >= CALL_ATTEMPTS || started.elapsed() > budget) {
                 break CallOutcome::GaveUp;
             }
-            tokio::time::sleep(backoff_full_jitter(
-                attempt,
-                CALL_BACKOFF_BASE,
-                CALL_BACKOFF_CAP,
-                &mut rand::rng(),
-            ))
-            .await;
+            sleep_full_jitter(attempt, CALL_BACKOFF_BASE, CALL_BACKOFF_CAP).await;
         };
         bisector.report(call.id, outcome).expect("call in flight");
     }
@@ -354,13 +342,7 @@ async fn apply(
                 return;
             }
             Err(e) if e.is_retryable() && attempt + 1 < WRITE_BACK_ATTEMPTS => {
-                tokio::time::sleep(backoff_full_jitter(
-                    attempt,
-                    CALL_BACKOFF_BASE,
-                    WRITE_BACK_CAP,
-                    &mut rand::rng(),
-                ))
-                .await;
+                sleep_full_jitter(attempt, CALL_BACKOFF_BASE, WRITE_BACK_CAP).await;
                 attempt += 1;
             }
             Err(e) => {
