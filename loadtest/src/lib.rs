@@ -4,3 +4,9 @@
 pub mod local;
 pub mod runner;
 pub mod sim;
+pub mod conservation;
+pub mod workload;
+pub mod report;
+pub mod faults;
+pub mod produce;
+pub mod metrics_capture;

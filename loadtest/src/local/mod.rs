@@ -108,8 +108,9 @@ impl State {
 pub struct UpOptions {
     /// Simulator catalog; default: a demo catalog written to `.awsmp-local/catalog.json`.
     pub catalog: Option<PathBuf>,
-    /// Keep emulator data in memory only (faster; nothing to wipe).
-    pub ephemeral: bool,
+    /// Keep emulator data in memory only (faster; nothing to wipe). `None`: keep the running
+    /// stack's mode (a new stack persists its data).
+    pub ephemeral: Option<bool>,
 }
 
 /// The services, in start order.
@@ -142,13 +143,15 @@ pub async fn up(paths: &Paths, opts: &UpOptions) -> Result<LocalEnv> {
         state.services.retain(|s| s.name != "marketplace-metering");
     }
     state.catalog = Some(catalog.clone());
-    if state.services.iter().any(procs::is_alive) && state.ephemeral != opts.ephemeral {
+    let running = state.services.iter().any(procs::is_alive);
+    let ephemeral = opts.ephemeral.unwrap_or(running && state.ephemeral);
+    if running && state.ephemeral != ephemeral {
         bail!(
             "the running stack was started with ephemeral={}; run `awsmp-local down` first",
             state.ephemeral
         );
     }
-    state.ephemeral = opts.ephemeral;
+    state.ephemeral = ephemeral;
 
     for name in SERVICES {
         let existing = state.service(name).cloned();
@@ -162,7 +165,7 @@ pub async fn up(paths: &Paths, opts: &UpOptions) -> Result<LocalEnv> {
             Some(p) if procs::port_is_free(p) => p,
             _ => procs::free_port()?,
         };
-        let spawned = start_service(paths, name, port, &catalog, opts.ephemeral)?;
+        let spawned = start_service(paths, name, port, &catalog, ephemeral)?;
         state.services.retain(|s| s.name != name);
         state.services.push(spawned.state);
         state.save(paths)?;

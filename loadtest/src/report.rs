@@ -1,0 +1,345 @@
+//! The load test's report: a terminal summary, a JSON result, and a self-contained HTML page
+//! with SVG plots (plotters) of throughput over time, latency percentiles, rejects by reason
+//! and the conservation table.
+
+use crate::conservation::Verdict;
+use anyhow::Result;
+use plotters::prelude::*;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// One sample of the run's counters (cumulative), taken about once a second.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Sample {
+    /// Seconds since the run started.
+    pub t: f64,
+    /// Events accepted by `record()`.
+    pub produced: u64,
+    /// Events acknowledged by Kinesis.
+    pub acked: u64,
+    /// Events the consumer processed.
+    pub consumed: u64,
+    /// Usage-row writes the consumer made.
+    pub rows_written: u64,
+    /// Records the simulator billed.
+    pub billed: u64,
+}
+
+/// Latency percentiles in milliseconds.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Percentiles {
+    /// Samples.
+    pub count: u64,
+    /// p50.
+    pub p50: f64,
+    /// p90.
+    pub p90: f64,
+    /// p99.
+    pub p99: f64,
+    /// p99.9.
+    pub p999: f64,
+    /// Maximum.
+    pub max: f64,
+}
+
+impl Percentiles {
+    /// From an hdrhistogram of microseconds.
+    pub fn from_micros(h: &hdrhistogram::Histogram<u64>) -> Self {
+        let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+        Self { count: h.len(), p50: ms(0.50), p90: ms(0.90), p99: ms(0.99), p999: ms(0.999), max: h.max() as f64 / 1000.0 }
+    }
+}
+
+/// Everything the report shows.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunReport {
+    /// `run` (the whole path) or `produce` (ingestion only).
+    pub mode: String,
+    /// The command line and settings of the run.
+    pub settings: BTreeMap<String, String>,
+    /// Wall-clock seconds.
+    pub elapsed_secs: f64,
+    /// Counter samples over time.
+    pub timeline: Vec<Sample>,
+    /// Latencies by stage: `recordToAck`, `eventToRow`, `eventToBilled` (virtual time).
+    pub latency: BTreeMap<String, Percentiles>,
+    /// UpdateItems per 1,000 events accepted by the consumer.
+    pub write_amplification: f64,
+    /// Rejects by reason, all tiers.
+    pub rejects: BTreeMap<String, u64>,
+    /// Faults injected, by class and count.
+    pub faults: BTreeMap<String, u64>,
+    /// The conservation verdict.
+    pub conservation: Verdict,
+}
+
+impl RunReport {
+    /// The terminal summary.
+    pub fn summary(&self) -> String {
+        let c = &self.conservation;
+        let mut s = String::new();
+        let _ = writeln!(s, "run: {:.1} s wall clock", self.elapsed_secs);
+        if let Some(last) = self.timeline.last() {
+            let rate = if self.elapsed_secs > 0.0 { last.acked as f64 / self.elapsed_secs } else { 0.0 };
+            let _ = writeln!(
+                s,
+                "events: {} produced, {} acked ({rate:.0}/s), {} consumed, {} row writes; {} records billed",
+                last.produced, last.acked, last.consumed, last.rows_written, last.billed
+            );
+        }
+        let _ = writeln!(s, "write amplification: {:.1} UpdateItems per 1,000 events", self.write_amplification);
+        for (stage, p) in &self.latency {
+            let _ = writeln!(s, "latency {stage:<14} p50 {:>9.1} ms  p99 {:>9.1} ms  max {:>9.1} ms  (n={})", p.p50, p.p99, p.max, p.count);
+        }
+        if !self.rejects.is_empty() {
+            let _ = writeln!(s, "rejects: {}", self.rejects.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", "));
+        }
+        if !self.faults.is_empty() {
+            let _ = writeln!(s, "faults injected: {}", self.faults.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", "));
+        }
+        let _ = writeln!(
+            s,
+            "units: {} produced, {} accepted, {} billed, {} terminal ({}) over {} group-hours",
+            c.produced,
+            c.accepted,
+            c.billed,
+            c.terminal.values().sum::<u64>(),
+            c.terminal.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", "),
+            c.group_hours
+        );
+        if c.conserved && self.mode == "produce" {
+            let _ = writeln!(s, "DELIVERED: every event recorded was acknowledged by Kinesis or handed back to the caller");
+        } else if c.conserved {
+            let _ = writeln!(s, "CONSERVED: every unit produced was billed exactly once or has a terminal reason");
+        } else {
+            let _ = writeln!(s, "NOT CONSERVED: {} violation(s)", c.violations.len());
+            for v in c.violations.iter().take(20) {
+                let _ = writeln!(s, "  [{}] {}: expected {}, found {} — {}", v.stage, v.key, v.expected, v.found, v.detail);
+            }
+        }
+        s
+    }
+
+    /// Write `report.json` and `report.html` into `dir`; returns the HTML path.
+    pub fn write(&self, dir: &Path) -> Result<PathBuf> {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(self)?)?;
+        let html = self.html()?;
+        let path = dir.join("report.html");
+        std::fs::write(&path, html)?;
+        Ok(path)
+    }
+
+    fn html(&self) -> Result<String> {
+        let c = &self.conservation;
+        let mut h = String::new();
+        let _ = write!(
+            h,
+            "<!doctype html><html><head><meta charset=\"utf-8\"><title>awsmp load test</title><style>\
+             body{{font-family:sans-serif;margin:2em;max-width:1100px}} table{{border-collapse:collapse}}\
+             td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}} th{{background:#eee}}\
+             .ok{{color:#070}} .bad{{color:#b00}} pre{{background:#f6f6f6;padding:1em}}</style></head><body>\
+             <h1>awsmp load test</h1><p class=\"{}\"><b>{}</b></p><pre>{}</pre>",
+            if c.conserved { "ok" } else { "bad" },
+            if c.conserved { "Conserved: every unit produced was billed exactly once or has a terminal reason." } else { "NOT conserved — see the violations below." },
+            escape(&self.summary())
+        );
+        h.push_str("<h2>Throughput over time</h2>");
+        h.push_str(&throughput_svg(&self.timeline)?);
+        h.push_str("<h2>Latency percentiles</h2>");
+        h.push_str(&latency_svg(&self.latency)?);
+        if !self.rejects.is_empty() {
+            h.push_str("<h2>Rejects by reason</h2>");
+            h.push_str(&bars_svg(&self.rejects)?);
+        }
+        h.push_str("<h2>Settings</h2><table>");
+        for (k, v) in &self.settings {
+            let _ = write!(h, "<tr><th>{}</th><td style=\"text-align:left\">{}</td></tr>", escape(k), escape(v));
+        }
+        h.push_str("</table>");
+        if !c.violations.is_empty() {
+            h.push_str("<h2>Violations</h2><table><tr><th>stage</th><th>group(-hour)</th><th>expected</th><th>found</th><th>detail</th></tr>");
+            for v in &c.violations {
+                let _ = write!(
+                    h,
+                    "<tr><td>{}</td><td style=\"text-align:left\">{}</td><td>{}</td><td>{}</td><td style=\"text-align:left\">{}</td></tr>",
+                    v.stage,
+                    escape(&v.key),
+                    v.expected,
+                    v.found,
+                    escape(&v.detail)
+                );
+            }
+            h.push_str("</table>");
+        }
+        let _ = write!(h, "<h2>Conservation table ({} group-hours)</h2><table><tr><th>group-hour</th><th>accepted</th><th>billed</th><th>terminal (reason=units)</th></tr>", c.table.len());
+        for r in &c.table {
+            let _ = write!(
+                h,
+                "<tr><td style=\"text-align:left\">{}</td><td>{}</td><td>{}</td><td style=\"text-align:left\">{}</td></tr>",
+                escape(&r.group_hour),
+                r.accepted,
+                r.billed,
+                escape(&r.terminal.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", "))
+            );
+        }
+        h.push_str("</table></body></html>");
+        Ok(h)
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+    anyhow::anyhow!("plotting: {e:?}")
+}
+
+/// Events (or rows, records) per second per stage, from cumulative samples.
+fn throughput_svg(timeline: &[Sample]) -> Result<String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (1000, 420)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let rate = |f: fn(&Sample) -> u64| -> Vec<(f64, f64)> {
+            timeline
+                .windows(2)
+                .map(|w| {
+                    let dt = (w[1].t - w[0].t).max(1e-3);
+                    (w[1].t, (f(&w[1]).saturating_sub(f(&w[0]))) as f64 / dt)
+                })
+                .collect()
+        };
+        let series: [(&str, Vec<(f64, f64)>, RGBColor); 4] = [
+            ("produced events/s", rate(|s| s.produced), BLUE),
+            ("acked events/s", rate(|s| s.acked), GREEN),
+            ("consumed events/s", rate(|s| s.consumed), MAGENTA),
+            ("row writes/s", rate(|s| s.rows_written), RED),
+        ];
+        let t_max = timeline.last().map_or(1.0, |s| s.t).max(1.0);
+        let y_max = series.iter().flat_map(|(_, v, _)| v.iter().map(|p| p.1)).fold(1.0, f64::max) * 1.1;
+        let mut chart = ChartBuilder::on(&root)
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..t_max, 0.0..y_max)
+            .map_err(plot_err)?;
+        chart.configure_mesh().x_desc("seconds since start").y_desc("per second").draw().map_err(plot_err)?;
+        for (name, points, color) in series {
+            chart
+                .draw_series(LineSeries::new(points, color.stroke_width(2)))
+                .map_err(plot_err)?
+                .label(name)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+        }
+        chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(plot_err)?;
+        root.present().map_err(plot_err)?;
+    }
+    Ok(svg)
+}
+
+/// p50/p90/p99/p99.9 per stage, as lines over the percentile axis (log latency).
+fn latency_svg(latency: &BTreeMap<String, Percentiles>) -> Result<String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (1000, 380)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let y_max = latency.values().map(|p| p.max).fold(1.0, f64::max) * 2.0;
+        let mut chart = ChartBuilder::on(&root)
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0.0..4.0, (0.01..y_max).log_scale())
+            .map_err(plot_err)?;
+        chart
+            .configure_mesh()
+            .x_desc("percentile (0=p50, 1=p90, 2=p99, 3=p99.9, 4=max)")
+            .y_desc("milliseconds")
+            .draw()
+            .map_err(plot_err)?;
+        for (i, (name, p)) in latency.iter().enumerate() {
+            let color = Palette99::pick(i).to_rgba();
+            let points = vec![(0.0, p.p50), (1.0, p.p90), (2.0, p.p99), (3.0, p.p999), (4.0, p.max)]
+                .into_iter()
+                .map(|(x, y)| (x, y.max(0.01)))
+                .collect::<Vec<_>>();
+            chart
+                .draw_series(LineSeries::new(points, color.stroke_width(2)))
+                .map_err(plot_err)?
+                .label(name.as_str())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+        }
+        chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(plot_err)?;
+        root.present().map_err(plot_err)?;
+    }
+    Ok(svg)
+}
+
+/// A horizontal bar per reason.
+fn bars_svg(counts: &BTreeMap<String, u64>) -> Result<String> {
+    let mut svg = String::new();
+    {
+        let height = 60 + 28 * counts.len() as u32;
+        let root = SVGBackend::with_string(&mut svg, (1000, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let max = counts.values().copied().max().unwrap_or(1) as f64 * 1.1;
+        let labels: Vec<&String> = counts.keys().collect();
+        let mut chart = ChartBuilder::on(&root)
+            .margin(10)
+            .x_label_area_size(30)
+            .y_label_area_size(260)
+            .build_cartesian_2d(0.0..max, (0..labels.len()).into_segmented())
+            .map_err(plot_err)?;
+        chart
+            .configure_mesh()
+            .y_label_formatter(&|v| match v {
+                SegmentValue::CenterOf(i) => labels.get(*i).map_or(String::new(), |s| s.to_string()),
+                _ => String::new(),
+            })
+            .x_desc("units")
+            .draw()
+            .map_err(plot_err)?;
+        chart
+            .draw_series(counts.values().enumerate().map(|(i, v)| {
+                Rectangle::new([(0.0, SegmentValue::Exact(i)), (*v as f64, SegmentValue::Exact(i + 1))], RED.mix(0.6).filled())
+            }))
+            .map_err(plot_err)?;
+        root.present().map_err(plot_err)?;
+    }
+    Ok(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn html_report_is_self_contained_with_plots() {
+        let mut h = hdrhistogram::Histogram::<u64>::new(3).unwrap();
+        for v in [1_000, 2_000, 50_000] {
+            h.record(v).unwrap();
+        }
+        let report = RunReport {
+            elapsed_secs: 3.0,
+            timeline: (0..4).map(|i| Sample { t: i as f64, produced: i * 100, acked: i * 90, consumed: i * 80, rows_written: i * 10, billed: 0 }).collect(),
+            latency: BTreeMap::from([("recordToAck".into(), Percentiles::from_micros(&h))]),
+            rejects: BTreeMap::from([("consumer:StaleTimestamp".into(), 3)]),
+            ..Default::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = report.write(dir.path()).unwrap();
+        let html = std::fs::read_to_string(path).unwrap();
+        assert_eq!(html.matches("<svg").count(), 3, "three inline plots");
+        assert!(html.contains("acked events/s") && html.contains("recordToAck"));
+        assert!(!html.contains("src=\"http"), "no external resources");
+        let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("report.json")).unwrap()).unwrap();
+        assert_eq!(json["latency"]["recordToAck"]["count"], 3);
+        assert!(report.summary().contains("CONSERVED"));
+    }
+}
