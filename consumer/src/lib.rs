@@ -1,1 +1,13 @@
-//! awsmp-consumer: turns the usage stream into per-second usage rows.
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+
+pub mod adapters;
+pub mod config;
+pub mod domain;
+pub mod error;
+pub mod handler;
+pub mod ports;
+
+pub use config::Config;
+pub use error::{ConsumerError, Result};
+pub use handler::{BatchReport, Consumer, Settings};

@@ -1,0 +1,5 @@
+//! Implementations of the [`crate::ports`]: DynamoDB, in memory, and fault-injecting wrappers.
+
+pub mod dynamodb;
+pub mod fault;
+pub mod memory;

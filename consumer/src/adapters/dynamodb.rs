@@ -1,0 +1,529 @@
+//! DynamoDB adapters: the usage table (conditional row writes), the dedup table, the
+//! rejected-events table and the aggregated-usage table (finalized group-hours). Each holds a
+//! client and a table name; SDK ↔ domain conversion lives here.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
+use aws_sdk_dynamodb::types::{AttributeValue as Av, KeysAndAttributes, ReturnValue};
+use awsmp_pipeline::adapters::dynamodb::{row_from_item, to_sdk};
+use awsmp_pipeline::domain::attrs as a;
+use awsmp_pipeline::domain::keys::{GroupKey, RowKey, parse_aggregated_sort_key};
+use awsmp_pipeline::domain::row::{Allocation, AttrValue, RawUsageRow};
+use chrono::SecondsFormat;
+
+use crate::domain::row::{Change, Guard, ROW_VERSION, RowWrite};
+use crate::error::{ConsumerError, Result};
+use crate::ports::{
+    ClaimOutcome, DedupClaim, DedupStore, FinalizedGroups, RejectedEvent, RejectedEventStore,
+    UsageRowWriter,
+};
+
+/// Keys per `BatchGetItem` request (DynamoDB limit: 100 items per call).
+pub const MAX_BATCH_GET_KEYS: usize = 100;
+/// Rounds of `UnprocessedKeys` before the lookup fails (and the batch is retried by Lambda).
+const MAX_UNPROCESSED_ROUNDS: u32 = 8;
+
+/// Dedup table attributes.
+pub mod dedup_attrs {
+    /// Hash key.
+    pub const DEDUP_KEY: &str = "dedupKey";
+    /// Claiming record's shard.
+    pub const SHARD_ID: &str = "shardId";
+    /// Claiming record's sequence number (decimal).
+    pub const SEQUENCE_NUMBER: &str = "sequenceNumber";
+    /// ISO-8601 claim time.
+    pub const CLAIMED_AT: &str = "claimedAt";
+    /// TTL attribute (epoch seconds).
+    pub const EXPIRES_AT: &str = "expiresAt";
+}
+
+fn is_conditional_failure<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> bool {
+    e.as_service_error().and_then(|s| s.code()) == Some("ConditionalCheckFailedException")
+}
+
+fn ddb_err<E, R>(operation: &'static str, resource: &str, e: SdkError<E, R>) -> ConsumerError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    let retryable = match &e {
+        SdkError::ServiceError(se) => matches!(
+            se.err().code(),
+            Some(
+                "ProvisionedThroughputExceededException"
+                    | "ThrottlingException"
+                    | "RequestLimitExceeded"
+                    | "InternalServerError"
+                    | "ServiceUnavailable"
+                    | "LimitExceededException"
+                    | "TransactionConflictException"
+            )
+        ),
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            true
+        }
+        _ => false,
+    };
+    ConsumerError::DynamoDb {
+        operation,
+        resource: resource.to_owned(),
+        source: Box::new(e),
+        retryable,
+    }
+}
+
+fn s(v: impl Into<String>) -> Av {
+    Av::S(v.into())
+}
+
+fn n(v: impl ToString) -> Av {
+    Av::N(v.to_string())
+}
+
+/// The usage table.
+#[derive(Debug, Clone)]
+pub struct DynamoDbUsageRows {
+    client: Client,
+    table: String,
+}
+
+impl DynamoDbUsageRows {
+    /// Over `table`.
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self {
+            client,
+            table: table.into(),
+        }
+    }
+}
+
+/// The `UpdateItem` for `w`: update expression, condition, names and values. Pure, so the
+/// expression can be checked without a table.
+pub fn update_request(mut req: UpdateItemFluentBuilder, w: &RowWrite) -> UpdateItemFluentBuilder {
+    let mut set = vec![
+        "#acct = :acct",
+        "#dim = :dim",
+        "#ts = :ts",
+        "#mp = :mp",
+        "#ca = if_not_exists(#ca, :now)",
+        "#ua = :now",
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .collect::<Vec<_>>();
+    let mut add = vec!["#rv :one".to_owned()];
+    let mut names: Vec<(String, String)> = [
+        ("#la", a::LICENSE_ARN),
+        ("#acct", a::CUSTOMER_AWS_ACCOUNT_ID),
+        ("#dim", a::DIMENSION),
+        ("#ts", a::TIMESTAMP),
+        ("#mp", a::METERING_PENDING),
+        ("#ca", a::CREATED_AT),
+        ("#ua", a::UPDATED_AT),
+        ("#q", a::QUANTITY),
+        ("#rv", ROW_VERSION),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let mut values: Vec<(String, Av)> = vec![
+        (":acct".into(), s(&w.customer_aws_account_id)),
+        (":dim".into(), s(&w.dimension)),
+        (":ts".into(), s(&w.timestamp)),
+        (":mp".into(), s(&w.metering_pending)),
+        (":now".into(), s(&w.now)),
+        (":one".into(), n(1)),
+    ];
+    if let Some(ttl) = w.ttl {
+        set.push("#ttl = :ttl".into());
+        names.push(("#ttl".into(), a::TTL.into()));
+        values.push((":ttl".into(), n(ttl)));
+    }
+    let mut lane_name: HashMap<String, String> = HashMap::new();
+    let mut name_of = |attr: String, names: &mut Vec<(String, String)>| -> String {
+        let next = format!("#w{}", lane_name.len());
+        lane_name
+            .entry(attr.clone())
+            .or_insert_with(|| {
+                names.push((next.clone(), attr));
+                next
+            })
+            .clone()
+    };
+    for (i, (lane, seq)) in w.watermarks.iter().enumerate() {
+        let nm = name_of(lane.attribute(), &mut names);
+        set.push(format!("{nm} = :wm{i}"));
+        values.push((format!(":wm{i}"), s(seq.sortable())));
+    }
+    match &w.change {
+        Change::Add(q) => {
+            add.push("#q :dq".into());
+            values.push((":dq".into(), n(q)));
+        }
+        Change::Set {
+            quantity,
+            allocations,
+        } => {
+            set.push("#q = :q".into());
+            values.push((":q".into(), n(quantity)));
+            if let Some(allocs) = allocations {
+                set.push("#al = :al".into());
+                names.push(("#al".into(), a::USAGE_ALLOCATIONS.into()));
+                values.push((
+                    ":al".into(),
+                    to_sdk(&AttrValue::L(
+                        allocs.iter().map(Allocation::to_attr).collect(),
+                    )),
+                ));
+            }
+        }
+    }
+    let condition = match &w.guard {
+        Guard::Absent => "attribute_not_exists(#la)".to_owned(),
+        Guard::Version(None) => "attribute_exists(#mp) AND attribute_not_exists(#rv)".to_owned(),
+        Guard::Version(Some(v)) => {
+            values.push((":v".into(), n(v)));
+            "attribute_exists(#mp) AND #rv = :v".to_owned()
+        }
+        Guard::Fresh {
+            lanes,
+            max_quantity_before,
+            require_unallocated,
+        } => {
+            let mut parts = vec!["(attribute_not_exists(#la) OR attribute_exists(#mp))".to_owned()];
+            for (i, (lane, first)) in lanes.iter().enumerate() {
+                let nm = name_of(lane.attribute(), &mut names);
+                parts.push(format!("(attribute_not_exists({nm}) OR {nm} < :first{i})"));
+                values.push((format!(":first{i}"), s(first.sortable())));
+            }
+            parts.push("(attribute_not_exists(#q) OR #q <= :room)".into());
+            values.push((":room".into(), n(max_quantity_before)));
+            if *require_unallocated {
+                parts.push("attribute_not_exists(#al)".into());
+                if !names.iter().any(|(k, _)| k == "#al") {
+                    names.push(("#al".into(), a::USAGE_ALLOCATIONS.into()));
+                }
+            }
+            parts.join(" AND ")
+        }
+    };
+    let expr = format!("SET {} ADD {}", set.join(", "), add.join(", "));
+    // Only names the expressions use may be sent (DynamoDB refuses unused ones).
+    let used = |k: &str| expr.contains(k) || condition.contains(k);
+    for (k, v) in names {
+        if used(&k) {
+            req = req.expression_attribute_names(k, v);
+        }
+    }
+    for (k, v) in values {
+        req = req.expression_attribute_values(k, v);
+    }
+    req.update_expression(expr).condition_expression(condition)
+}
+
+#[async_trait]
+impl UsageRowWriter for DynamoDbUsageRows {
+    async fn read(&self, key: &RowKey) -> Result<Option<RawUsageRow>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(a::LICENSE_ARN, s(&key.license_arn))
+            .key(a::USAGE_SORT_KEY, s(&key.sort_key))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| ddb_err("GetItem", &self.table, e))?;
+        Ok(out.item.as_ref().map(row_from_item))
+    }
+
+    async fn write(&self, w: &RowWrite) -> Result<bool> {
+        let req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(a::LICENSE_ARN, s(&w.key.license_arn))
+            .key(a::USAGE_SORT_KEY, s(&w.key.sort_key));
+        match update_request(req, w).send().await {
+            Ok(_) => Ok(true),
+            Err(e) if is_conditional_failure(&e) => Ok(false),
+            Err(e) => Err(ddb_err("UpdateItem", &self.table, e)),
+        }
+    }
+}
+
+/// The dedup table (hash key `dedupKey`, TTL attribute `expiresAt`).
+#[derive(Debug, Clone)]
+pub struct DynamoDbDedupStore {
+    client: Client,
+    table: String,
+}
+
+impl DynamoDbDedupStore {
+    /// Over `table`.
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self {
+            client,
+            table: table.into(),
+        }
+    }
+}
+
+#[async_trait]
+impl DedupStore for DynamoDbDedupStore {
+    async fn claim(&self, c: &DedupClaim) -> Result<ClaimOutcome> {
+        use dedup_attrs::*;
+        let res = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item(DEDUP_KEY, s(&c.key))
+            .item(SHARD_ID, s(&c.shard_id))
+            .item(SEQUENCE_NUMBER, s(c.sequence_number.decimal()))
+            .item(
+                CLAIMED_AT,
+                s(c.claimed_at.to_rfc3339_opts(SecondsFormat::Millis, true)),
+            )
+            .item(EXPIRES_AT, n(c.expires_at.timestamp()))
+            // Absent, owned by this very record (a replay), or expired but not yet deleted by TTL.
+            .condition_expression(
+                "attribute_not_exists(#k) OR (#sh = :sh AND #sq = :sq) OR #ex < :now",
+            )
+            .expression_attribute_names("#k", DEDUP_KEY)
+            .expression_attribute_names("#sh", SHARD_ID)
+            .expression_attribute_names("#sq", SEQUENCE_NUMBER)
+            .expression_attribute_names("#ex", EXPIRES_AT)
+            .expression_attribute_values(":sh", s(&c.shard_id))
+            .expression_attribute_values(":sq", s(c.sequence_number.decimal()))
+            .expression_attribute_values(":now", n(c.claimed_at.timestamp()))
+            .return_values(ReturnValue::AllOld)
+            .send()
+            .await;
+        match res {
+            Ok(out) => Ok(claim_outcome(out.attributes.as_ref(), c)),
+            Err(e) if is_conditional_failure(&e) => Ok(ClaimOutcome::Duplicate),
+            Err(e) => Err(ddb_err("PutItem", &self.table, e)),
+        }
+    }
+}
+
+/// Whether a successful claim was a first claim or a replay, from the replaced item.
+pub fn claim_outcome(old: Option<&HashMap<String, Av>>, c: &DedupClaim) -> ClaimOutcome {
+    use dedup_attrs::*;
+    let Some(old) = old.filter(|o| !o.is_empty()) else {
+        return ClaimOutcome::Claimed;
+    };
+    let same = old.get(SHARD_ID).and_then(|v| v.as_s().ok()) == Some(&c.shard_id)
+        && old
+            .get(SEQUENCE_NUMBER)
+            .and_then(|v| v.as_s().ok())
+            .map(String::as_str)
+            == Some(c.sequence_number.decimal());
+    if same {
+        ClaimOutcome::Reclaimed
+    } else {
+        ClaimOutcome::Claimed
+    }
+}
+
+/// The rejected-events table (hash key `recordKey`, TTL attribute `ttl`).
+#[derive(Debug, Clone)]
+pub struct DynamoDbRejectedEventStore {
+    client: Client,
+    table: String,
+}
+
+impl DynamoDbRejectedEventStore {
+    /// Over `table`.
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self {
+            client,
+            table: table.into(),
+        }
+    }
+}
+
+/// The item stored for `e`.
+pub fn rejected_item(e: &RejectedEvent) -> HashMap<String, Av> {
+    let mut item = HashMap::from([
+        ("recordKey".to_owned(), s(&e.record_key)),
+        ("reason".to_owned(), s(&e.reason)),
+        ("detail".to_owned(), s(&e.detail)),
+        ("stream".to_owned(), s(&e.stream)),
+        ("shardId".to_owned(), s(&e.shard_id)),
+        ("sequenceNumber".to_owned(), s(&e.sequence_number)),
+        ("partitionKey".to_owned(), s(&e.partition_key)),
+        (
+            "approximateArrivalTimestamp".to_owned(),
+            s(e.arrival.to_rfc3339_opts(SecondsFormat::Millis, true)),
+        ),
+        ("dataLength".to_owned(), n(e.data_len)),
+        (
+            "rejectedAt".to_owned(),
+            s(e.rejected_at.to_rfc3339_opts(SecondsFormat::Millis, true)),
+        ),
+    ]);
+    if !e.sub_sequence_numbers.is_empty() {
+        item.insert(
+            "subSequenceNumbers".into(),
+            Av::L(e.sub_sequence_numbers.iter().map(n).collect()),
+        );
+    }
+    let opt_s = [
+        ("data", &e.data_base64),
+        ("eventId", &e.event_id),
+        ("producerId", &e.producer_id),
+        (a::LICENSE_ARN, &e.license_arn),
+        (a::CUSTOMER_AWS_ACCOUNT_ID, &e.customer_aws_account_id),
+        (a::DIMENSION, &e.dimension),
+        ("rowSortKey", &e.row_sort_key),
+    ];
+    for (k, v) in opt_s {
+        if let Some(v) = v.as_ref().filter(|v| !v.is_empty()) {
+            item.insert(k.to_owned(), s(v));
+        }
+    }
+    if let Some(q) = e.quantity {
+        item.insert(a::QUANTITY.into(), n(q));
+    }
+    if let Some(t) = e.ttl {
+        item.insert(a::TTL.into(), n(t));
+    }
+    item
+}
+
+#[async_trait]
+impl RejectedEventStore for DynamoDbRejectedEventStore {
+    async fn put(&self, e: &RejectedEvent) -> Result<()> {
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(rejected_item(e)))
+            .send()
+            .await
+            .map_err(|err| ddb_err("PutItem", &self.table, err))?;
+        Ok(())
+    }
+}
+
+/// Finalized group-hours from the aggregated-usage table.
+#[derive(Debug, Clone)]
+pub struct DynamoDbFinalizedGroups {
+    client: Client,
+    table: String,
+}
+
+impl DynamoDbFinalizedGroups {
+    /// Over `table`.
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self {
+            client,
+            table: table.into(),
+        }
+    }
+}
+
+#[async_trait]
+impl FinalizedGroups for DynamoDbFinalizedGroups {
+    async fn finalized(&self, groups: &[GroupKey]) -> Result<HashSet<GroupKey>> {
+        let mut found = HashSet::new();
+        for chunk in groups.chunks(MAX_BATCH_GET_KEYS) {
+            let keys: Vec<HashMap<String, Av>> = chunk
+                .iter()
+                .map(|g| {
+                    HashMap::from([
+                        (a::LICENSE_ARN.to_owned(), s(&g.license_arn)),
+                        (
+                            a::AGGREGATED_SORT_KEY.to_owned(),
+                            s(g.aggregated_sort_key()),
+                        ),
+                    ])
+                })
+                .collect();
+            let mut request = Some(
+                KeysAndAttributes::builder()
+                    .set_keys(Some(keys))
+                    .projection_expression("#la, #sk")
+                    .expression_attribute_names("#la", a::LICENSE_ARN)
+                    .expression_attribute_names("#sk", a::AGGREGATED_SORT_KEY)
+                    .consistent_read(true)
+                    .build()
+                    .map_err(|e| ConsumerError::Config(e.to_string()))?,
+            );
+            let mut round = 0;
+            while let Some(ka) = request.take() {
+                if round == MAX_UNPROCESSED_ROUNDS {
+                    return Err(ConsumerError::DynamoDb {
+                        operation: "BatchGetItem",
+                        resource: self.table.clone(),
+                        source: "unprocessed keys remained after every round".into(),
+                        retryable: true,
+                    });
+                }
+                if round > 0 {
+                    tokio::time::sleep(Duration::from_millis(20 << round.min(6))).await;
+                }
+                round += 1;
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, ka)
+                    .send()
+                    .await
+                    .map_err(|e| ddb_err("BatchGetItem", &self.table, e))?;
+                for item in out
+                    .responses
+                    .unwrap_or_default()
+                    .remove(&self.table)
+                    .unwrap_or_default()
+                {
+                    let la = item.get(a::LICENSE_ARN).and_then(|v| v.as_s().ok());
+                    let sk = item.get(a::AGGREGATED_SORT_KEY).and_then(|v| v.as_s().ok());
+                    let (Some(la), Some((acct, dim, hour))) =
+                        (la, sk.and_then(|sk| parse_aggregated_sort_key(sk)))
+                    else {
+                        return Err(ConsumerError::MalformedItem {
+                            table: self.table.clone(),
+                            detail: "aggregated record without a readable key".into(),
+                        });
+                    };
+                    found.insert(GroupKey::new(la, acct, dim, hour));
+                }
+                request = out
+                    .unprocessed_keys
+                    .and_then(|mut u| u.remove(&self.table))
+                    .filter(|k| !k.keys.is_empty());
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// A [`Consumer`](crate::Consumer) over DynamoDB for `config`'s tables, EMF metrics on stdout
+/// and the system clock (what the Lambda runs).
+pub fn consumer_from_config(config: &crate::Config, client: Client) -> crate::Consumer {
+    use std::sync::Arc;
+    crate::Consumer {
+        settings: config.settings.clone(),
+        dedup: Arc::new(DynamoDbDedupStore::new(client.clone(), &config.dedup_table)),
+        rejected: Arc::new(DynamoDbRejectedEventStore::new(
+            client.clone(),
+            &config.rejected_table,
+        )),
+        rows: Arc::new(DynamoDbUsageRows::new(client.clone(), &config.usage_table)),
+        finalized: Arc::new(DynamoDbFinalizedGroups::new(
+            client,
+            &config.aggregated_table,
+        )),
+        metrics: awsmp_pipeline::emf::MetricsSink::stdout(
+            config.metrics_namespace.clone(),
+            "kinesis-consumer",
+        ),
+        clock: Arc::new(awsmp_pipeline::domain::clock::SystemClock),
+    }
+}

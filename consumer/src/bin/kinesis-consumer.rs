@@ -1,0 +1,20 @@
+//! Lambda `kinesis-consumer`: Kinesis batches in (ReportBatchItemFailures), usage rows out.
+use aws_lambda_events::event::kinesis::KinesisEvent;
+use aws_lambda_events::event::streams::KinesisEventResponse;
+use awsmp_consumer::{Config, adapters::dynamodb::consumer_from_config};
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    lambda_runtime::tracing::init_default_subscriber();
+    let config = Config::from_env()?;
+    let sdk = awsmp_pipeline::aws::sdk_config().await;
+    let consumer = consumer_from_config(&config, aws_sdk_dynamodb::Client::new(&sdk));
+    let consumer = &consumer;
+    lambda_runtime::run(service_fn(
+        move |ev: LambdaEvent<KinesisEvent>| async move {
+            Ok::<KinesisEventResponse, Error>(consumer.handle(ev.payload).await)
+        },
+    ))
+    .await
+}

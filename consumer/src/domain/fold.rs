@@ -1,0 +1,231 @@
+//! The per-(group, UTC second) fold of one batch.
+//!
+//! Quantities and allocations are summed per row in memory, but kept apart per stream record
+//! (a [`Part`]): the write decision compares each part's sequence number with the row's
+//! watermark, so a replayed batch — whole, bisected, or resumed from a checkpoint — adds
+//! exactly the parts not yet applied.
+//!
+//! ```
+//! use awsmp_consumer::domain::fold::BatchFold;
+//! use awsmp_consumer::domain::verify::VerifiedEvent;
+//! let ev = |q| VerifiedEvent {
+//!     license_arn: "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef".into(),
+//!     customer_aws_account_id: "210987654321".into(), dimension: "api".into(),
+//!     second: 1_800_000_000, quantity: q, allocations: None, event_id: "e".into(), producer_id: None,
+//! };
+//! let mut fold = BatchFold::new();
+//! fold.add(0, 0, ev(2));
+//! fold.add(0, 1, ev(3));
+//! fold.add(1, 0, ev(4));
+//! let rows = fold.into_rows();
+//! assert_eq!(rows.len(), 1);
+//! assert_eq!(rows[0].parts.len(), 2, "one part per stream record");
+//! assert_eq!(rows[0].quantity(), 9);
+//! ```
+
+use std::collections::{BTreeMap, HashMap};
+
+use awsmp_pipeline::domain::keys::{GroupKey, HourBucket, RowKey, format_usage_timestamp};
+use awsmp_pipeline::domain::row::Tag;
+use chrono::{DateTime, TimeZone, Utc};
+
+use super::verify::{Kind, VerifiedEvent};
+
+/// One usage row: (license, account, dimension, UTC second).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RowId {
+    /// License ARN.
+    pub license_arn: String,
+    /// Account id.
+    pub customer_aws_account_id: String,
+    /// Dimension.
+    pub dimension: String,
+    /// Epoch second.
+    pub second: i64,
+}
+
+impl RowId {
+    /// The row's second as an instant.
+    pub fn instant(&self) -> DateTime<Utc> {
+        Utc.timestamp_opt(self.second, 0)
+            .single()
+            .unwrap_or(DateTime::<Utc>::MIN_UTC)
+    }
+
+    /// The row's UTC hour (its `meteringPending`).
+    pub fn hour(&self) -> HourBucket {
+        HourBucket::containing(self.instant())
+    }
+
+    /// `YYYY-MM-DDTHH:MM:SS`.
+    pub fn timestamp(&self) -> String {
+        format_usage_timestamp(self.instant())
+    }
+
+    /// The group-hour the row belongs to.
+    pub fn group(&self) -> GroupKey {
+        GroupKey::new(
+            &self.license_arn,
+            &self.customer_aws_account_id,
+            &self.dimension,
+            self.hour(),
+        )
+    }
+
+    /// The row's primary key.
+    pub fn key(&self) -> RowKey {
+        RowKey {
+            license_arn: self.license_arn.clone(),
+            sort_key: format!(
+                "{}#{}#{}",
+                self.customer_aws_account_id,
+                self.dimension,
+                self.timestamp()
+            ),
+        }
+    }
+}
+
+/// What one stream record contributes to one row.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Part {
+    /// Index of the stream record in the batch.
+    pub record: u32,
+    /// Sum of non-zero unallocated events.
+    pub unallocated: u64,
+    /// Allocated events merged by tag set.
+    pub allocated: BTreeMap<Vec<Tag>, u64>,
+    /// Sum of allocated events.
+    pub allocated_total: u64,
+    /// Kind of the first non-zero event (decides which kind wins on a fresh row).
+    pub first_kind: Option<Kind>,
+    /// Positions (sub-sequence numbers) of the events in the record.
+    pub subs: Vec<u32>,
+}
+
+impl Part {
+    /// Total quantity.
+    pub fn quantity(&self) -> u64 {
+        self.unallocated + self.allocated_total
+    }
+
+    fn add(&mut self, sub: u32, quantity: u64, allocations: Option<BTreeMap<Vec<Tag>, u64>>) {
+        self.subs.push(sub);
+        if self.first_kind.is_none() && quantity > 0 {
+            self.first_kind = Some(if allocations.is_some() {
+                Kind::Allocated
+            } else {
+                Kind::Unallocated
+            });
+        }
+        // Quantities are ≤ 2^31 each and a batch holds far fewer than 2^32 events: u64 cannot overflow.
+        match allocations {
+            Some(allocs) => {
+                self.allocated_total += quantity;
+                for (tags, q) in allocs {
+                    *self.allocated.entry(tags).or_default() += q;
+                }
+            }
+            None => self.unallocated += quantity,
+        }
+    }
+}
+
+/// Everything a batch contributes to one row, one part per stream record, in record order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowContribution {
+    /// The row.
+    pub id: RowId,
+    /// Parts in record order.
+    pub parts: Vec<Part>,
+}
+
+impl RowContribution {
+    /// Total quantity of every part.
+    pub fn quantity(&self) -> u64 {
+        self.parts.iter().map(Part::quantity).sum()
+    }
+
+    /// Number of events.
+    pub fn events(&self) -> usize {
+        self.parts.iter().map(|p| p.subs.len()).sum()
+    }
+
+    /// Lowest record index among the parts (the failure point if the row cannot be written).
+    pub fn first_record(&self) -> u32 {
+        self.parts.iter().map(|p| p.record).min().unwrap_or(0)
+    }
+}
+
+/// The in-memory fold of one batch.
+#[derive(Debug, Default)]
+pub struct BatchFold {
+    index: HashMap<RowId, usize>,
+    rows: Vec<RowContribution>,
+}
+
+impl BatchFold {
+    /// An empty fold.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add event `ev` found at position `sub` of record `record`. Records must be added in
+    /// batch order.
+    pub fn add(&mut self, record: u32, sub: u32, ev: VerifiedEvent) {
+        let VerifiedEvent {
+            license_arn,
+            customer_aws_account_id,
+            dimension,
+            second,
+            quantity,
+            allocations,
+            ..
+        } = ev;
+        let id = RowId {
+            license_arn,
+            customer_aws_account_id,
+            dimension,
+            second,
+        };
+        let ix = match self.index.get(&id) {
+            Some(ix) => *ix,
+            None => {
+                let ix = self.rows.len();
+                self.index.insert(id.clone(), ix);
+                self.rows.push(RowContribution {
+                    id,
+                    parts: Vec::new(),
+                });
+                ix
+            }
+        };
+        let parts = &mut self.rows[ix].parts;
+        match parts.last_mut() {
+            Some(p) if p.record == record => p.add(sub, quantity, allocations),
+            _ => {
+                let mut p = Part {
+                    record,
+                    ..Part::default()
+                };
+                p.add(sub, quantity, allocations);
+                parts.push(p);
+            }
+        }
+    }
+
+    /// Distinct rows so far.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// True when nothing was added.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The rows, in first-seen order.
+    pub fn into_rows(self) -> Vec<RowContribution> {
+        self.rows
+    }
+}

@@ -1,0 +1,215 @@
+//! One stream record: deaggregate, decode, verify, and its de-duplication key.
+
+use awsmp_producer::wire::{MD5_LEN, deaggregate, decode_event, is_aggregated};
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use md5::{Digest, Md5};
+
+use super::seq::{Lane, SeqNum};
+use super::verify::{VerifiedEvent, VerifyPolicy, verify};
+
+/// One Kinesis record as the event source mapping delivered it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamRecord {
+    /// Stream name (from the event source ARN).
+    pub stream: String,
+    /// Shard id (from the event id `shardId-…:seq`).
+    pub shard_id: String,
+    /// Sequence number.
+    pub sequence_number: SeqNum,
+    /// Kinesis partition key of the record (for an aggregate: its outer key).
+    pub partition_key: String,
+    /// `approximateArrivalTimestamp`: the server receive time.
+    pub arrival: DateTime<Utc>,
+    /// The record's data.
+    pub data: Bytes,
+}
+
+impl StreamRecord {
+    /// The lane this record is ordered in (see [`Lane`]).
+    pub fn lane(&self) -> Lane {
+        Lane::new(&self.shard_id, &self.partition_key)
+    }
+}
+
+/// What a rejected item carried, when it decoded far enough to tell.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EventSummary {
+    /// Event id.
+    pub event_id: String,
+    /// License ARN.
+    pub license_arn: String,
+    /// Account id.
+    pub customer_aws_account_id: String,
+    /// Dimension.
+    pub dimension: String,
+    /// Quantity.
+    pub quantity: u64,
+    /// Producer id.
+    pub producer_id: Option<String>,
+    /// Client timestamp.
+    pub timestamp: Option<DateTime<Utc>>,
+}
+
+/// A user record (or a whole record) that was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedItem {
+    /// Position inside the aggregate; `None` when the whole record is refused.
+    pub sub: Option<u32>,
+    /// Stable reason code.
+    pub reason: &'static str,
+    /// Detail.
+    pub detail: String,
+    /// The refused bytes (the user record, or the whole record).
+    pub data: Bytes,
+    /// What the event said, if it decoded.
+    pub event: Option<EventSummary>,
+}
+
+/// A record after decoding and verification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodedRecord {
+    /// De-duplication key: the aggregate's MD5 trailer, the plain event's id, or the MD5 of
+    /// bytes that did not decode (so a duplicated bad record is recorded once).
+    pub dedup_key: String,
+    /// Accepted events with their position inside the record.
+    pub events: Vec<(u32, VerifiedEvent)>,
+    /// Refused items.
+    pub refused: Vec<RefusedItem>,
+}
+
+fn raw_key(data: &[u8]) -> String {
+    format!("raw:{}", hex::encode(Md5::digest(data)))
+}
+
+fn summary(e: &awsmp_producer::Event) -> EventSummary {
+    EventSummary {
+        event_id: e.event_id.clone(),
+        license_arn: e.license_arn.clone(),
+        customer_aws_account_id: e.customer_aws_account_id.clone(),
+        dimension: e.dimension.clone(),
+        quantity: e.quantity,
+        producer_id: e.producer_id.clone(),
+        timestamp: Some(e.timestamp),
+    }
+}
+
+/// Deaggregate, decode and verify one record. Never fails: every user record ends up either
+/// accepted or refused with a reason.
+pub fn decode_record(record: &StreamRecord, policy: &VerifyPolicy) -> DecodedRecord {
+    let data = &record.data;
+    let users = match deaggregate(data) {
+        Ok(users) => users,
+        Err(e) => {
+            return DecodedRecord {
+                dedup_key: raw_key(data),
+                events: Vec::new(),
+                refused: vec![RefusedItem {
+                    sub: None,
+                    reason: e.reason(),
+                    detail: e.to_string(),
+                    data: data.clone(),
+                    event: None,
+                }],
+            };
+        }
+    };
+    let aggregated = is_aggregated(data);
+    let mut out = DecodedRecord {
+        dedup_key: if aggregated {
+            // deaggregate verified the trailer: it is the MD5 of the whole body.
+            format!("kpl:{}", hex::encode(&data[data.len() - MD5_LEN..]))
+        } else {
+            raw_key(data)
+        },
+        events: Vec::with_capacity(users.len()),
+        refused: Vec::new(),
+    };
+    for user in users {
+        let sub = u32::try_from(user.sub_sequence_number).unwrap_or(u32::MAX);
+        let item_sub = aggregated.then_some(sub);
+        match decode_event(&user.data) {
+            Err(e) => out.refused.push(RefusedItem {
+                sub: item_sub,
+                reason: e.reason(),
+                detail: e.to_string(),
+                data: user.data,
+                event: None,
+            }),
+            Ok(event) => {
+                if !aggregated {
+                    out.dedup_key = format!("evt:{}", event.event_id);
+                }
+                let s = summary(&event);
+                match verify(event, record.arrival, policy) {
+                    Ok(v) => out.events.push((sub, v)),
+                    Err(r) => out.refused.push(RefusedItem {
+                        sub: item_sub,
+                        reason: r.reason,
+                        detail: r.detail,
+                        data: user.data,
+                        event: Some(s),
+                    }),
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use awsmp_producer::Event;
+    use awsmp_producer::wire::{encode_aggregated, encode_event};
+    use chrono::TimeZone;
+
+    const ARN: &str =
+        "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef";
+
+    fn rec(data: Bytes) -> StreamRecord {
+        StreamRecord {
+            stream: "s".into(),
+            shard_id: "shardId-000000000000".into(),
+            sequence_number: SeqNum::parse("1").unwrap(),
+            partition_key: "pk".into(),
+            arrival: Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap(),
+            data,
+        }
+    }
+
+    fn payload(id: &str, q: u64) -> Vec<u8> {
+        let ts = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
+        encode_event(&Event::new(ARN, "210987654321", "api", q, ts).with_event_id(id))
+    }
+
+    #[test]
+    fn aggregate_with_a_bad_user_record_keeps_the_good_ones() {
+        let good = payload("a", 3);
+        let bad = br#"{"v":2}"#.to_vec();
+        let data = encode_aggregated([("pk", None, &good[..]), ("pk", None, &bad[..])]);
+        let trailer = hex::encode(&data[data.len() - 16..]);
+        let d = decode_record(&rec(data), &VerifyPolicy::default());
+        assert_eq!(d.dedup_key, format!("kpl:{trailer}"));
+        assert_eq!(d.events.len(), 1);
+        assert_eq!(d.events[0].0, 0);
+        assert_eq!(d.refused.len(), 1);
+        assert_eq!(d.refused[0].sub, Some(1));
+        assert_eq!(d.refused[0].reason, "UnknownVersion");
+    }
+
+    #[test]
+    fn plain_records_dedup_by_event_id_and_corrupt_ones_by_bytes() {
+        let d = decode_record(&rec(payload("evt-7", 1).into()), &VerifyPolicy::default());
+        assert_eq!(d.dedup_key, "evt:evt-7");
+        assert_eq!(d.events[0].0, 0);
+
+        let mut corrupt = encode_aggregated([("pk", None, &payload("x", 1)[..])]).to_vec();
+        let n = corrupt.len();
+        corrupt[n - 1] ^= 0xff;
+        let d = decode_record(&rec(corrupt.clone().into()), &VerifyPolicy::default());
+        assert_eq!(d.refused[0].reason, "Md5Mismatch");
+        assert_eq!(d.refused[0].sub, None);
+        assert_eq!(d.dedup_key, raw_key(&corrupt));
+    }
+}

@@ -1,0 +1,118 @@
+//! The capabilities the consumer needs, as small traits (DynamoDB adapters in
+//! [`crate::adapters::dynamodb`], in-memory fakes in [`crate::adapters::memory`]).
+
+use std::collections::HashSet;
+
+use async_trait::async_trait;
+use awsmp_pipeline::domain::keys::{GroupKey, RowKey};
+use awsmp_pipeline::domain::row::RawUsageRow;
+use chrono::{DateTime, Utc};
+
+use crate::domain::row::RowWrite;
+use crate::domain::seq::SeqNum;
+use crate::error::Result;
+
+/// A de-duplication claim: this stream record is the one copy of `key`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DedupClaim {
+    /// The dedup key (`kpl:<md5>`, `evt:<event id>`, `raw:<md5>`).
+    pub key: String,
+    /// Shard of the claiming record.
+    pub shard_id: String,
+    /// Sequence number of the claiming record.
+    pub sequence_number: SeqNum,
+    /// When claimed.
+    pub claimed_at: DateTime<Utc>,
+    /// When the claim lapses (the store's TTL; an expired claim is claimable again even if the
+    /// store has not deleted it yet).
+    pub expires_at: DateTime<Utc>,
+}
+
+/// What a claim found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// First claim of the key.
+    Claimed,
+    /// The key was already claimed by this very record (a replay): process it again.
+    Reclaimed,
+    /// Another record claimed the key: this one is a duplicate.
+    Duplicate,
+}
+
+/// The dedup store (short TTL).
+#[async_trait]
+pub trait DedupStore: Send + Sync {
+    /// Claim `claim.key` for `claim`'s record (conditional put: absent, expired, or already
+    /// owned by the same shard and sequence number).
+    async fn claim(&self, claim: &DedupClaim) -> Result<ClaimOutcome>;
+}
+
+/// One rejected event, or one part of a row that was not written (late usage and other
+/// row-level reasons), with a reference to the raw bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RejectedEvent {
+    /// Unique, deterministic key: `{stream}/{shard}/{seq}/{sub|record|row/…}` (a replay
+    /// overwrites the same item).
+    pub record_key: String,
+    /// Reason code.
+    pub reason: String,
+    /// Detail.
+    pub detail: String,
+    /// Stream name.
+    pub stream: String,
+    /// Shard id.
+    pub shard_id: String,
+    /// Sequence number of the stream record.
+    pub sequence_number: String,
+    /// Positions inside the record (empty: the whole record).
+    pub sub_sequence_numbers: Vec<u32>,
+    /// Kinesis partition key.
+    pub partition_key: String,
+    /// Arrival time.
+    pub arrival: DateTime<Utc>,
+    /// The rejected bytes, base64, when small enough to keep.
+    pub data_base64: Option<String>,
+    /// Length of the rejected bytes.
+    pub data_len: usize,
+    /// Quantity not billed, when known.
+    pub quantity: Option<u64>,
+    /// Event id, when known.
+    pub event_id: Option<String>,
+    /// Producer id, when known.
+    pub producer_id: Option<String>,
+    /// License ARN, when known.
+    pub license_arn: Option<String>,
+    /// Account id, when known.
+    pub customer_aws_account_id: Option<String>,
+    /// Dimension, when known.
+    pub dimension: Option<String>,
+    /// Usage-row sort key (row-level reasons).
+    pub row_sort_key: Option<String>,
+    /// When recorded.
+    pub rejected_at: DateTime<Utc>,
+    /// Epoch-seconds TTL, if the store expires items.
+    pub ttl: Option<i64>,
+}
+
+/// The rejected-events store.
+#[async_trait]
+pub trait RejectedEventStore: Send + Sync {
+    /// Record (idempotently: same key, same item).
+    async fn put(&self, event: &RejectedEvent) -> Result<()>;
+}
+
+/// The usage table, as the consumer writes it.
+#[async_trait]
+pub trait UsageRowWriter: Send + Sync {
+    /// Strongly consistent read of one row.
+    async fn read(&self, key: &RowKey) -> Result<Option<RawUsageRow>>;
+    /// One conditional write; `Ok(false)` when its guard did not hold.
+    async fn write(&self, write: &RowWrite) -> Result<bool>;
+}
+
+/// Which group-hours the pipeline has finalized (an aggregated-usage record exists).
+#[async_trait]
+pub trait FinalizedGroups: Send + Sync {
+    /// The finalized subset of `groups`.
+    async fn finalized(&self, groups: &[GroupKey]) -> Result<HashSet<GroupKey>>;
+}
