@@ -533,3 +533,42 @@ async fn dropping_every_handle_still_delivers() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(stored_events(&sink.records(), &map).len(), 100);
 }
+
+#[tokio::test(start_paused = true)]
+async fn calls_fill_up_to_the_put_records_limits_and_no_further() {
+    use awsmp_producer::limits::{MAX_BYTES_PER_PUT, MAX_RECORDS_PER_PUT};
+    // Record limit: 1,500 plain records in one window go out as calls of at most 500.
+    let map = ShardMap::uniform(8);
+    let sink = MemoryRecordSink::new(map.clone());
+    let p = builder()
+        .aggregation(false)
+        .start_with(sink.clone(), StaticShardMapSource::new(map.clone()))
+        .unwrap();
+    record_all(&p, &events(1_500, 200, 17)).await;
+    p.shutdown().await.unwrap();
+    let calls = sink.calls();
+    assert_eq!(calls.iter().map(|c| c.0).max(), Some(MAX_RECORDS_PER_PUT));
+    assert_eq!(calls.iter().map(|c| c.0).sum::<usize>(), 1_500);
+
+    // Byte limit: ~900 KB records, five fit in 5 MiB, six do not.
+    let map = ShardMap::uniform(16);
+    let sink = MemoryRecordSink::new(map.clone());
+    let p = builder()
+        .aggregation(false)
+        .max_buffered_bytes(64 * 1024 * 1024)
+        .start_with(sink.clone(), StaticShardMapSource::new(map.clone()))
+        .unwrap();
+    let big: Vec<Event> = events(24, 24, 18)
+        .into_iter()
+        .map(|mut e| {
+            e.dimension = format!("{}-{}", e.dimension, "x".repeat(900_000));
+            e
+        })
+        .collect();
+    record_all(&p, &big).await;
+    assert!(p.shutdown().await.unwrap().is_complete());
+    let calls = sink.calls();
+    assert!(calls.iter().all(|c| c.1 <= MAX_BYTES_PER_PUT), "{calls:?}");
+    assert_eq!(calls.iter().map(|c| c.0).max(), Some(5), "{calls:?}");
+    assert_eq!(stored_events(&sink.records(), &map).len(), 24);
+}
