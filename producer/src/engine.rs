@@ -92,6 +92,7 @@ pub(crate) fn spawn<S: RecordSink, M: ShardMapSource>(
         flush_waiters: Vec::new(),
         shutdown_waiters: Vec::new(),
         held: Vec::new(),
+        held_reservation: None,
         closing: false,
         input_closed: false,
         rng,
@@ -124,12 +125,21 @@ struct Window {
     collapser: Collapser<UserMeta>,
 }
 
+/// What is kept per user record once packed (its bytes are charged to the record).
+struct UserAck {
+    enqueued_at: Instant,
+    epoch: u64,
+    constituents: u64,
+}
+
 /// One Kinesis record on its way.
 struct KRecord {
     entry: PutEntry,
     route_hash: u128,
     size: usize,
-    users: Vec<UserMeta>,
+    users: Vec<UserAck>,
+    /// The buffer bytes of every user record inside: one release per record, not per event.
+    reservation: Reservation,
     attempts: u32,
     deadline: Instant,
     maybe_delivered: bool,
@@ -197,7 +207,8 @@ struct Engine<S, M> {
     flush_waiters: Vec<(u64, oneshot::Sender<FlushOutcome>)>,
     shutdown_waiters: Vec<oneshot::Sender<FlushOutcome>>,
     /// Undelivered events waiting for the caller (no callback installed); still charged.
-    held: Vec<(Undelivered, Reservation)>,
+    held: Vec<Undelivered>,
+    held_reservation: Option<Reservation>,
     closing: bool,
     input_closed: bool,
     rng: StdRng,
@@ -274,7 +285,7 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         if let Some(t) = self.refresh_task.take() {
             t.abort();
         }
-        let undelivered: Vec<Undelivered> = self.held.drain(..).map(|(u, _)| u).collect();
+        let undelivered = self.take_held();
         let mut outcome = Some(FlushOutcome { undelivered });
         for (_, w) in self.flush_waiters.drain(..) {
             let _ = w.send(outcome.take().unwrap_or_default());
@@ -416,8 +427,7 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
                 self.epoch += 1;
             }
             Command::TakeUndelivered(tx) => {
-                let out = self.held.drain(..).map(|(u, _)| u).collect();
-                let _ = tx.send(out);
+                let _ = tx.send(self.take_held());
             }
             Command::Shutdown(tx) => {
                 self.closing = true;
@@ -512,17 +522,32 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
     }
 
     fn new_record(&self, p: Packed<UserMeta>) -> KRecord {
-        let oldest = p
-            .users
-            .iter()
-            .map(|u| u.enqueued_at)
-            .min()
+        let mut metas = p.users.into_iter();
+        let first = metas
+            .next()
             .expect("a record holds at least one user record");
+        let mut oldest = first.enqueued_at;
+        let mut reservation = first.reservation;
+        let mut users = vec![UserAck {
+            enqueued_at: first.enqueued_at,
+            epoch: first.epoch,
+            constituents: first.constituents,
+        }];
+        for u in metas {
+            oldest = oldest.min(u.enqueued_at);
+            reservation.merge(u.reservation);
+            users.push(UserAck {
+                enqueued_at: u.enqueued_at,
+                epoch: u.epoch,
+                constituents: u.constituents,
+            });
+        }
         KRecord {
             size: p.entry.billed_size(),
             entry: p.entry,
             route_hash: p.route_hash,
-            users: p.users,
+            users,
+            reservation,
             attempts: 0,
             deadline: oldest + self.parts.config.record_ttl,
             maybe_delivered: false,
@@ -793,6 +818,24 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         }));
     }
 
+    /// Settles the users of one record, one map update per run of equal epochs.
+    fn settle_users(&mut self, users: &[UserAck]) {
+        let mut run: Option<(u64, u64)> = None;
+        for u in users {
+            run = match run {
+                Some((e, n)) if e == u.epoch => Some((e, n + u.constituents)),
+                Some((e, n)) => {
+                    self.settle(e, n);
+                    Some((u.epoch, u.constituents))
+                }
+                None => Some((u.epoch, u.constituents)),
+            };
+        }
+        if let Some((e, n)) = run {
+            self.settle(e, n);
+        }
+    }
+
     fn settle(&mut self, epoch: u64, constituents: u64) {
         if let Some(n) = self.outstanding.get_mut(&epoch) {
             *n -= constituents.min(*n);
@@ -809,15 +852,15 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         StatCounters::add(&self.parts.stats.records_acked, 1);
         StatCounters::add(&self.parts.stats.bytes_acked, r.size as u64);
         let mut events = 0;
-        for u in r.users {
+        for u in &r.users {
             self.parts
                 .metrics
                 .record_to_ack
                 .record(now.saturating_duration_since(u.enqueued_at).as_secs_f64());
             events += u.constituents;
-            self.settle(u.epoch, u.constituents);
-            // `u.reservation` drops here: its bytes return to the buffer.
         }
+        self.settle_users(&r.users);
+        // `r.reservation` drops here: the record's bytes return to the buffer.
         self.parts.metrics.events_acked.increment(events);
         StatCounters::add(&self.parts.stats.events_acked, events);
     }
@@ -837,9 +880,9 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         };
         let mut out = Vec::with_capacity(r.users.len());
         let mut events = 0u64;
-        for (i, u) in r.users.into_iter().enumerate() {
+        self.settle_users(&r.users);
+        for (i, u) in r.users.iter().enumerate() {
             events += u.constituents;
-            self.settle(u.epoch, u.constituents);
             match payloads.get(i).map(|p| decode_event(p)) {
                 Some(Ok(event)) => {
                     let partition_key = partition_key(
@@ -847,17 +890,14 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
                         &event.customer_aws_account_id,
                         &event.dimension,
                     );
-                    out.push((
-                        Undelivered {
-                            event,
-                            partition_key,
-                            reason: why.clone(),
-                            attempts: r.attempts,
-                            maybe_delivered: r.maybe_delivered,
-                            constituents: u.constituents as usize,
-                        },
-                        u.reservation,
-                    ));
+                    out.push(Undelivered {
+                        event,
+                        partition_key,
+                        reason: why.clone(),
+                        attempts: r.attempts,
+                        maybe_delivered: r.maybe_delivered,
+                        constituents: u.constituents as usize,
+                    });
                 }
                 _ => {
                     // Our own encoding failed to decode: a bug, never expected (round trips are
@@ -881,9 +921,22 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         self.parts.metrics.undelivered(code, events);
         StatCounters::add(&self.parts.stats.events_undelivered, events);
         match &self.parts.on_undelivered {
-            Some(cb) => cb(out.into_iter().map(|(u, _)| u).collect()),
-            None => self.held.extend(out),
+            // The record's reservation drops after the callback has the events.
+            Some(cb) => cb(out),
+            None => {
+                self.held.extend(out);
+                match &mut self.held_reservation {
+                    Some(h) => h.merge(r.reservation),
+                    None => self.held_reservation = Some(r.reservation),
+                }
+            }
         }
+    }
+
+    /// Hands the held undelivered events over; their bytes are released.
+    fn take_held(&mut self) -> Vec<Undelivered> {
+        self.held_reservation = None;
+        std::mem::take(&mut self.held)
     }
 
     fn answer_flushes(&mut self) {
@@ -897,7 +950,7 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
             .partition(|(epoch, _)| oldest_open.is_none_or(|o| o > *epoch));
         self.flush_waiters = pending;
         for (_, tx) in done {
-            let undelivered = self.held.drain(..).map(|(u, _)| u).collect();
+            let undelivered = self.take_held();
             let _ = tx.send(FlushOutcome { undelivered });
         }
     }

@@ -4,7 +4,7 @@
 //! negative quantity and a non-UTC timestamp are all rejected with a specific reason, because
 //! guessing on a money path turns into billing disputes.
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Datelike, SecondsFormat, Timelike, Utc};
 use serde::Serialize;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
@@ -46,7 +46,30 @@ struct V1<'a> {
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ`, the timestamp form of the v1 payload.
 pub fn format_timestamp(ts: &DateTime<Utc>) -> String {
-    ts.to_rfc3339_opts(SecondsFormat::Millis, true)
+    let (y, mo, d) = (ts.year(), ts.month(), ts.day());
+    if !(0..=9999).contains(&y) {
+        // Outside what validation admits; keep chrono's spelling rather than mangle it.
+        return ts.to_rfc3339_opts(SecondsFormat::Millis, true);
+    }
+    // Hand-rolled: this runs once per event on the caller's thread, and chrono's formatter is
+    // several times slower than writing the digits.
+    let (h, mi, s) = (ts.hour(), ts.minute(), ts.second());
+    let ms = ts.timestamp_subsec_millis().min(999);
+    let mut b = *b"0000-00-00T00:00:00.000Z";
+    let mut put = |at: usize, width: usize, mut v: u32| {
+        for i in (0..width).rev() {
+            b[at + i] = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+    };
+    put(0, 4, y as u32);
+    put(5, 2, mo);
+    put(8, 2, d);
+    put(11, 2, h);
+    put(14, 2, mi);
+    put(17, 2, s);
+    put(20, 3, ms);
+    String::from_utf8_lossy(&b).into_owned()
 }
 
 /// Encodes `event` as a v1 payload. The event should have passed [`Event::validate`]; the
@@ -316,5 +339,31 @@ impl<'de> Visitor<'de> for JVisitor {
             out.push((k, v));
         }
         Ok(J::Obj(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn timestamps_format_like_rfc3339_millis() {
+        for (secs, nanos) in [
+            (0i64, 0u32),
+            (1_764_505_496, 789_000_000),
+            (253_402_300_799, 999_999_999),
+            (951_782_400, 5_000_000),
+            // A leap second as chrono represents it (nanos ≥ 1e9).
+            (1_483_228_799, 1_500_000_000),
+        ] {
+            let ts = Utc.timestamp_opt(secs, nanos).unwrap();
+            let ours = format_timestamp(&ts);
+            assert_eq!(ours.len(), 24, "{ours}");
+            if nanos < 1_000_000_000 {
+                assert_eq!(ours, ts.to_rfc3339_opts(SecondsFormat::Millis, true));
+            }
+            assert_eq!(parse_timestamp(&ours).unwrap().timestamp(), ts.timestamp());
+        }
     }
 }
