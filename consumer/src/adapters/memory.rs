@@ -23,10 +23,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A claim's owner (shard, sequence number) and expiry.
+type ClaimEntry = (String, SeqNum, DateTime<Utc>);
+
 /// Dedup claims in memory.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryDedupStore {
-    claims: Arc<Mutex<HashMap<String, (String, SeqNum, DateTime<Utc>)>>>,
+    claims: Arc<Mutex<HashMap<String, ClaimEntry>>>,
 }
 
 impl MemoryDedupStore {

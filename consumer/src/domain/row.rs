@@ -358,6 +358,9 @@ pub struct PartRejection {
     pub kind: Option<Kind>,
 }
 
+/// A decided write: its guard, its change and the new watermark per lane.
+pub type WritePlan = (Guard, Change, Vec<(Lane, SeqNum)>);
+
 /// The write decision for one row.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Decision {
@@ -368,7 +371,7 @@ pub struct Decision {
     /// Quantity this decision adds to the row.
     pub accepted_quantity: u64,
     /// The conditional write, if any.
-    pub write: Option<(Guard, Change, Vec<(Lane, SeqNum)>)>,
+    pub write: Option<WritePlan>,
 }
 
 /// The result of [`resolve`].
@@ -628,7 +631,7 @@ fn decide(
 /// The [`RowWrite`] for `row` with the decided guard, change and watermarks.
 pub fn row_write(
     id: &RowId,
-    (guard, change, watermarks): (Guard, Change, Vec<(Lane, SeqNum)>),
+    (guard, change, watermarks): WritePlan,
     ttl: Option<i64>,
     now: String,
 ) -> RowWrite {

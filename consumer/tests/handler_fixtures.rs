@@ -1,0 +1,163 @@
+//! Handler tests from JSON fixtures (Kinesis events as Lambda delivers them).
+
+use std::sync::Arc;
+
+use aws_lambda_events::event::kinesis::KinesisEvent;
+use awsmp_consumer::Settings;
+use awsmp_consumer::adapters::memory::MemoryStores;
+use awsmp_pipeline::domain::attrs;
+use awsmp_pipeline::domain::clock::FixedClock;
+use awsmp_pipeline::domain::keys::RowKey;
+use awsmp_pipeline::domain::row::AttrValue;
+use chrono::{TimeZone, Utc};
+
+const ARN: &str =
+    "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef";
+
+fn fixture(name: &str) -> KinesisEvent {
+    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+fn stores_and_consumer() -> (MemoryStores, awsmp_consumer::Consumer) {
+    let stores = MemoryStores::new();
+    let now = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 9).unwrap();
+    let c = stores.consumer(Settings::default(), Arc::new(FixedClock::new(now)));
+    (stores, c)
+}
+
+fn row_key() -> RowKey {
+    RowKey {
+        license_arn: ARN.into(),
+        sort_key: "210987654321#api#2026-11-30T12:00:07".into(),
+    }
+}
+
+#[tokio::test]
+async fn mixed_batch_writes_the_good_events_once_and_records_every_bad_one() {
+    let (stores, consumer) = stores_and_consumer();
+    let (response, report) = consumer.process(fixture("mixed-batch.json")).await;
+    assert!(response.batch_item_failures.is_empty());
+    // e1 (5) + e2 (7) from the aggregate, p1 (3) plain; the copy of the aggregate is a dedup hit.
+    assert_eq!(stores.rows.quantities().get(&row_key()), Some(&15));
+    assert_eq!(report.dedup_hits, 1);
+    let rejected = stores.rejected.items();
+    let reasons: Vec<(&str, &str)> = rejected
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.reason.as_str()))
+        .collect();
+    assert_eq!(
+        reasons,
+        vec![
+            (
+                "awsmp-usage-events/shardId-000000000000/49590338271490256608559692538361571095921575989136588898/2",
+                "StaleTimestamp"
+            ),
+            (
+                "awsmp-usage-events/shardId-000000000000/49590338271490256608559692538361571095921575989136588898/3",
+                "MissingField"
+            ),
+            (
+                "awsmp-usage-events/shardId-000000000000/49590338271490256608559692538361571095921575989136588900/record",
+                "Md5Mismatch"
+            ),
+        ]
+    );
+    let stale = rejected
+        .values()
+        .find(|e| e.reason == "StaleTimestamp")
+        .unwrap();
+    assert_eq!(stale.quantity, Some(4));
+    assert_eq!(stale.event_id.as_deref(), Some("e3"));
+    assert!(stale.data_base64.is_some());
+    assert_eq!(consumer.metrics.total("EventRejected"), 3.0);
+    assert_eq!(consumer.metrics.total("DedupHit"), 1.0);
+
+    // The row carries every attribute of the writer contract.
+    let row = &stores.rows.rows()[&row_key()];
+    assert_eq!(
+        row[attrs::CUSTOMER_AWS_ACCOUNT_ID].as_s(),
+        Some("210987654321")
+    );
+    assert_eq!(row[attrs::DIMENSION].as_s(), Some("api"));
+    assert_eq!(row[attrs::TIMESTAMP].as_s(), Some("2026-11-30T12:00:07"));
+    assert_eq!(row[attrs::METERING_PENDING].as_s(), Some("2026-11-30T12"));
+    assert_eq!(
+        row[attrs::TTL].as_n(),
+        Some(
+            (Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 7).unwrap() + chrono::Duration::days(365))
+                .timestamp()
+                .to_string()
+                .as_str()
+        )
+    );
+    assert_eq!(
+        row[attrs::CREATED_AT].as_s(),
+        Some("2026-11-30T12:00:09.000Z")
+    );
+    assert!(row.contains_key(attrs::UPDATED_AT));
+
+    // Lambda retries the same batch: nothing changes.
+    let (response, report) = consumer.process(fixture("mixed-batch.json")).await;
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(stores.rows.quantities().get(&row_key()), Some(&15));
+    assert_eq!(report.quantity_written, 0);
+    assert_eq!(stores.rejected.items().len(), 3);
+}
+
+#[tokio::test]
+async fn allocations_merge_by_tag_set_in_the_batch_meter_usage_shape() {
+    let (stores, consumer) = stores_and_consumer();
+    let response = consumer.handle(fixture("vmt-batch.json")).await;
+    assert!(response.batch_item_failures.is_empty());
+    let row = &stores.rows.rows()[&row_key()];
+    assert_eq!(row[attrs::QUANTITY].as_n(), Some("15"));
+    let allocs = row[attrs::USAGE_ALLOCATIONS].as_l().unwrap();
+    let got: Vec<(String, String)> = allocs
+        .iter()
+        .map(|a| {
+            let m = a.as_m().unwrap();
+            let tag = &m[attrs::TAGS].as_l().unwrap()[0];
+            (
+                m[attrs::ALLOCATED_USAGE_QUANTITY]
+                    .as_n()
+                    .unwrap()
+                    .to_owned(),
+                tag.as_m().unwrap()[attrs::TAG_VALUE]
+                    .as_s()
+                    .unwrap()
+                    .to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![("11".into(), "a".into()), ("4".into(), "b".into())]
+    );
+    // A replay after the row changed under it (a second batch in the same second).
+    let response = consumer.handle(fixture("vmt-batch.json")).await;
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(
+        stores.rows.rows()[&row_key()][attrs::QUANTITY],
+        AttrValue::n(15)
+    );
+}
+
+#[tokio::test]
+async fn late_usage_and_finalized_rows_are_not_reopened() {
+    let (stores, consumer) = stores_and_consumer();
+    stores
+        .finalized
+        .finalize(awsmp_pipeline::domain::keys::GroupKey::new(
+            ARN,
+            "210987654321",
+            "api",
+            "2026-11-30T12".parse().unwrap(),
+        ));
+    let (response, report) = consumer.process(fixture("vmt-batch.json")).await;
+    assert!(response.batch_item_failures.is_empty());
+    assert!(stores.rows.rows().is_empty());
+    assert_eq!(report.late_quantity, 15);
+    assert_eq!(stores.rejected.quantity("LateUsage"), 15);
+    assert_eq!(consumer.metrics.total("LateUsage"), 15.0);
+}
