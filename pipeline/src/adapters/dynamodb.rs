@@ -158,6 +158,73 @@ impl DynamoDbUsageStore {
     }
 }
 
+impl DynamoDbUsageStore {
+    /// Pending rows of `group`'s license and hour whose sort key does not split into
+    /// `account#dimension#timestamp` but whose attributes name this group. No `begins_with`
+    /// prefix can reach them; the discoverer keys them by their attributes, so they are found
+    /// the same way (the sparse index, this license and hour) and handed to the fold, which
+    /// rejects the group with `MalformedSortKey` rather than letting them age out.
+    async fn read_malformed_key_rows(
+        &self,
+        group: &GroupKey,
+        each: &mut (dyn FnMut(RawUsageRow) + Send),
+    ) -> Result<()> {
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(a::METERING_PENDING_INDEX)
+                .key_condition_expression("meteringPending = :hb AND licenseArn = :la")
+                .filter_expression(
+                    "#acct = :acct AND #dim = :dim AND NOT begins_with(#sk, :prefix)",
+                )
+                .expression_attribute_names("#acct", a::CUSTOMER_AWS_ACCOUNT_ID)
+                .expression_attribute_names("#dim", a::DIMENSION)
+                .expression_attribute_names("#sk", a::USAGE_SORT_KEY)
+                .expression_attribute_values(":hb", s(group.hour.to_string()))
+                .expression_attribute_values(":la", s(&group.license_arn))
+                .expression_attribute_values(":acct", s(&group.customer_aws_account_id))
+                .expression_attribute_values(":dim", s(&group.dimension))
+                .expression_attribute_values(
+                    ":prefix",
+                    s(group.usage_prefix().trim_end_matches(':')),
+                )
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| ddb_err("Query", &self.table, e))?;
+            for item in page.items() {
+                let Some(Av::S(sk)) = item.get(a::USAGE_SORT_KEY) else {
+                    continue;
+                };
+                // A well-formed key belongs to the group it names, which reads it by prefix.
+                if split_usage_sort_key(sk).is_some() {
+                    continue;
+                }
+                let full = self
+                    .client
+                    .get_item()
+                    .table_name(&self.table)
+                    .key(a::LICENSE_ARN, s(&group.license_arn))
+                    .key(a::USAGE_SORT_KEY, s(sk))
+                    .consistent_read(true)
+                    .send()
+                    .await
+                    .map_err(|e| ddb_err("GetItem", &self.table, e))?;
+                if let Some(row) = full.item.filter(|r| r.contains_key(a::METERING_PENDING)) {
+                    each(row_from_item(&row));
+                }
+            }
+            start = page.last_evaluated_key;
+            if start.is_none() {
+                return Ok(());
+            }
+        }
+    }
+}
+
 #[async_trait]
 impl UsageStore for DynamoDbUsageStore {
     async fn pending_groups(
@@ -168,15 +235,22 @@ impl UsageStore for DynamoDbUsageStore {
         let mut groups = BTreeSet::new();
         for item in self.pending_index_items(bucket, license).await? {
             let get = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
-            // A row whose account or dimension attribute is missing is still discovered through
-            // its sort key, so the aggregator sees it and rejects it with a reason.
+            // The group is what the sort key names, because the aggregator reads the group by
+            // sort-key prefix: a row whose attributes disagree with its key (or are missing)
+            // is then read and rejected with a reason (SortKeyMismatch, Missing*) instead of
+            // sitting pending. Only a key without three segments falls back to the
+            // attributes; the aggregator finds such rows through the index.
             let sk = get(a::USAGE_SORT_KEY).unwrap_or_default();
-            let segs = split_usage_sort_key(&sk);
-            let (Some(license), Some(account), Some(dimension)) = (
-                get(a::LICENSE_ARN),
-                get(a::CUSTOMER_AWS_ACCOUNT_ID).or_else(|| segs.map(|s| s.account.to_owned())),
-                get(a::DIMENSION).or_else(|| segs.map(|s| s.dimension.to_owned())),
-            ) else {
+            let (account, dimension) = match split_usage_sort_key(&sk) {
+                Some(segs) => (
+                    Some(segs.account.to_owned()),
+                    Some(segs.dimension.to_owned()),
+                ),
+                None => (get(a::CUSTOMER_AWS_ACCOUNT_ID), get(a::DIMENSION)),
+            };
+            let (Some(license), Some(account), Some(dimension)) =
+                (get(a::LICENSE_ARN), account, dimension)
+            else {
                 tracing::warn!(table = %self.table, sort_key = %sk, "pending row with no group identity; left for age-out");
                 continue;
             };
@@ -221,9 +295,10 @@ impl UsageStore for DynamoDbUsageStore {
             }
             start = page.last_evaluated_key;
             if start.is_none() {
-                return Ok(());
+                break;
             }
         }
+        self.read_malformed_key_rows(group, each).await
     }
 
     async fn finalize_row(
