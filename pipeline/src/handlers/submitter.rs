@@ -226,10 +226,6 @@ async fn submit_call(
         let outcome = loop {
             out.calls += 1;
             let result = api.batch_meter_usage(kind, &batch).await;
-            // From the first send on, a DuplicateRecord of this quantity is our own attempt.
-            for &i in &call.indices {
-                records[i].mark_sent();
-            }
             let retry = match result {
                 Ok(response) => {
                     responses.insert(call.id.0, (call.indices.clone(), response));
@@ -251,6 +247,13 @@ async fn submit_call(
                     true
                 }
             };
+            // No answer, or a transient error that may follow an applied call: from now on a
+            // DuplicateRecord of this quantity is our own attempt. (Not before: the answer to
+            // this very send must be read against the earlier attempts only, or a genuine
+            // DuplicateRecord would be mistaken for a replay and reported as Success.)
+            for &i in &call.indices {
+                records[i].mark_sent();
+            }
             attempt += 1;
             if retry && (attempt >= CALL_ATTEMPTS || started.elapsed() > budget) {
                 break CallOutcome::GaveUp;
