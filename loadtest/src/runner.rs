@@ -11,7 +11,7 @@ use aws_sdk_sqs::types::{
     DeleteMessageBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
 };
 use awsmp_pipeline::adapters::marketplace::MarketplaceMeteringApi;
-use awsmp_pipeline::config::Config;
+use awsmp_pipeline::config::{Config, DeploymentMode};
 use awsmp_pipeline::domain::clock::FixedClock;
 use awsmp_pipeline::emf::MetricsSink;
 use awsmp_pipeline::handlers::discoverer::{DiscovererInput, DiscovererOutput, scheduled_targets};
@@ -160,7 +160,10 @@ impl Runner {
             at: Some(at),
             ..Default::default()
         };
-        let full = self.svc.usage.is_some();
+        // Direct-submit deploys no discoverer rules (the raw usage table may still be named in
+        // the local env file, which serves both modes).
+        let full =
+            self.svc.config.deployment_mode == DeploymentMode::Full && self.svc.usage.is_some();
         if full {
             let mut targets = scheduled_targets();
             if self.svc.deprovisioning.is_some() {
