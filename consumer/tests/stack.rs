@@ -1,0 +1,314 @@
+//! Against the local stack (kinesalite + dynalite + moto): events produced with the producer
+//! library flow through a stream of this test's own, the local event source mapping and the
+//! handler into the usage table — exactly, also with a duplicated record (a producer retry
+//! after a lost response), a consumer killed mid-batch, and a full replay of the stream.
+//!
+//! Run: `awsmp-local up && set -a && . .awsmp-local/env && set +a &&
+//! cargo test -p awsmp-consumer --test stack -- --include-ignored`
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use aws_lambda_events::event::kinesis::KinesisEvent;
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_kinesis::primitives::Blob;
+use aws_sdk_kinesis::types::{ShardIteratorType, StreamStatus};
+use awsmp_consumer::Config;
+use awsmp_consumer::adapters::dynamodb::{DynamoDbUsageRows, consumer_from_config};
+use awsmp_consumer::adapters::fault::{Faults, Faulty};
+use awsmp_loadtest::kinesis_esm::{EsmOptions, KinesisEsm};
+use awsmp_loadtest::local::LocalEnv;
+use awsmp_pipeline::domain::keys::format_usage_timestamp;
+use awsmp_producer::partition::partition_key;
+use awsmp_producer::wire::{deaggregate, decode_event, encode_aggregated, encode_event};
+use awsmp_producer::{Event, Producer};
+use chrono::{TimeZone, Utc};
+
+struct TestStream {
+    client: aws_sdk_kinesis::Client,
+    name: String,
+}
+
+impl TestStream {
+    async fn create(client: aws_sdk_kinesis::Client) -> Result<Self> {
+        let name = format!("awsmp-consumer-test-{}", uuid::Uuid::new_v4().simple());
+        client
+            .create_stream()
+            .stream_name(&name)
+            .shard_count(2)
+            .send()
+            .await
+            .context("CreateStream")?;
+        for _ in 0..200 {
+            let d = client
+                .describe_stream_summary()
+                .stream_name(&name)
+                .send()
+                .await?;
+            if d.stream_description_summary().map(|s| s.stream_status())
+                == Some(&StreamStatus::Active)
+            {
+                return Ok(Self { client, name });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        bail!("stream {name} did not become ACTIVE")
+    }
+
+    /// Expected quantity per (license, sort key), read back independently: every record on
+    /// every shard, identical bytes counted once.
+    async fn expected(&self) -> Result<BTreeMap<(String, String), u64>> {
+        let shards = self
+            .client
+            .list_shards()
+            .stream_name(&self.name)
+            .send()
+            .await?;
+        let mut seen = std::collections::HashSet::new();
+        let mut out = BTreeMap::new();
+        for shard in shards.shards() {
+            let mut it = self
+                .client
+                .get_shard_iterator()
+                .stream_name(&self.name)
+                .shard_id(shard.shard_id())
+                .shard_iterator_type(ShardIteratorType::TrimHorizon)
+                .send()
+                .await?
+                .shard_iterator
+                .context("no iterator")?;
+            loop {
+                let r = self.client.get_records().shard_iterator(&it).send().await?;
+                for rec in r.records() {
+                    if !seen.insert(rec.data().as_ref().to_vec()) {
+                        continue;
+                    }
+                    let arrival = Utc
+                        .timestamp_millis_opt(
+                            rec.approximate_arrival_timestamp().unwrap().to_millis()?,
+                        )
+                        .unwrap();
+                    for u in deaggregate(rec.data().as_ref())? {
+                        let e = decode_event(&u.data)?;
+                        let sk = format!(
+                            "{}#{}#{}",
+                            e.customer_aws_account_id,
+                            e.dimension,
+                            format_usage_timestamp(arrival)
+                        );
+                        *out.entry((e.license_arn, sk)).or_default() += e.quantity;
+                    }
+                }
+                match r.next_shard_iterator() {
+                    Some(n) if !r.records().is_empty() => it = n.to_owned(),
+                    _ => break,
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for TestStream {
+    fn drop(&mut self) {
+        let client = self.client.clone();
+        let name = self.name.clone();
+        // Best effort: the stack is ephemeral anyway.
+        tokio::spawn(async move {
+            let _ = client.delete_stream().stream_name(name).send().await;
+        });
+    }
+}
+
+async fn rows_of(
+    ddb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    licenses: &[String],
+) -> Result<BTreeMap<(String, String), u64>> {
+    let mut out = BTreeMap::new();
+    for l in licenses {
+        let items = ddb
+            .query()
+            .table_name(table)
+            .key_condition_expression("licenseArn = :l")
+            .expression_attribute_values(":l", AttributeValue::S(l.clone()))
+            .consistent_read(true)
+            .send()
+            .await?;
+        for item in items.items() {
+            let sk = item["customerAWSAccountId_dimension_timestamp"]
+                .as_s()
+                .unwrap()
+                .clone();
+            let q: u64 = item["quantity"].as_n().unwrap().parse()?;
+            assert_eq!(
+                item["meteringPending"].as_s().unwrap(),
+                &sk.rsplit_once('#').unwrap().1[..13],
+                "meteringPending is the hour of the row's own second"
+            );
+            out.insert((l.clone(), sk), q);
+        }
+    }
+    Ok(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the local stack (awsmp-local up); run by scripts/test"]
+async fn produced_events_reach_the_usage_table_exactly_through_crashes_duplicates_and_replays()
+-> Result<()> {
+    let env = LocalEnv::from_process();
+    let kinesis = env.kinesis().await?;
+    let ddb = env.dynamodb().await?;
+    let sqs = env.sqs().await?;
+    let config = Config::from_env()?;
+    let stream = TestStream::create(kinesis.clone()).await?;
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let licenses: Vec<String> = (0..3)
+        .map(|i| {
+            format!(
+                "arn:aws:license-manager::123456789012:license:l-{}{i:02x}",
+                &run[..30]
+            )
+        })
+        .collect();
+
+    // GIVEN events produced with the producer library into our stream,
+    let producer = Producer::builder(&stream.name)
+        .sdk_config(env.sdk_config().await)
+        .producer_id("stack-test")
+        .linger(Duration::from_millis(20))
+        .build()
+        .await?;
+    for i in 0..600u64 {
+        let l = &licenses[(i % 3) as usize];
+        let dim = if i % 2 == 0 { "api" } else { "gb" };
+        producer
+            .record(Event::new(l, "210987654321", dim, 1 + i % 7, Utc::now()))
+            .await?;
+        if i % 150 == 0 {
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+        }
+    }
+    assert!(producer.shutdown().await?.is_complete());
+    // AND one record put twice with identical bytes (the producer's response was lost).
+    let pk = partition_key(&licenses[0], "210987654321", "api");
+    let payloads: Vec<Vec<u8>> = (0..3)
+        .map(|k| {
+            encode_event(
+                &Event::new(&licenses[0], "210987654321", "api", 100 + k, Utc::now())
+                    .with_event_id(format!("{run}-dup-{k}")),
+            )
+        })
+        .collect();
+    let bytes = encode_aggregated(payloads.iter().map(|p| (pk.as_str(), None, &p[..])));
+    for _ in 0..2 {
+        kinesis
+            .put_record()
+            .stream_name(&stream.name)
+            .partition_key(&pk)
+            .data(Blob::new(bytes.to_vec()))
+            .send()
+            .await?;
+    }
+    let expected = stream.expected().await?;
+    let expected_total: u64 = expected.values().sum();
+    assert_eq!(
+        expected_total,
+        (0..600u64).map(|i| 1 + i % 7).sum::<u64>() + 303
+    );
+
+    // WHEN the mapping delivers through a consumer that is killed mid-batch now and then,
+    let faults = Faults::new(7);
+    let mut consumer = consumer_from_config(&config, ddb.clone());
+    consumer.rows = Arc::new(Faulty::new(
+        DynamoDbUsageRows::new(ddb.clone(), &config.usage_table),
+        faults.clone(),
+    ));
+    let dir = tempfile::tempdir()?;
+    let checkpoints = dir.path().join("esm.json");
+    let options = || EsmOptions {
+        batch_size: 9,
+        batching_window: Duration::from_millis(200),
+        failure_destination: Some((
+            sqs.clone(),
+            env.get("AWSMP_CONSUMER_FAILURE_QUEUE_URL")
+                .unwrap()
+                .to_owned(),
+        )),
+        ..EsmOptions::default()
+    };
+    let mut esm = KinesisEsm::new(
+        kinesis.clone(),
+        &stream.name,
+        options(),
+        checkpoints.clone(),
+    )
+    .await?;
+    let invocations = std::sync::atomic::AtomicU64::new(0);
+    let handler = |event: KinesisEvent| {
+        let n = invocations.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if n % 3 == 0 {
+            faults.crash_after(n % 4);
+        }
+        let c = &consumer;
+        let f = &faults;
+        async move {
+            let response = c.handle(event).await;
+            if f.crashed() {
+                f.recover();
+                return Err("consumer killed mid-batch");
+            }
+            Ok(response)
+        }
+    };
+    let report = esm.drain(handler).await?;
+    assert!(report.function_errors > 0, "{report:?}");
+    assert!(report.discarded.is_empty(), "{report:?}");
+
+    // THEN the rows hold exactly what the stream holds, per group-second.
+    let rows = rows_of(&ddb, &config.usage_table, &licenses).await?;
+    assert_eq!(rows, expected);
+
+    // AND a second tick from the persisted checkpoints delivers nothing,
+    let mut again = KinesisEsm::new(
+        kinesis.clone(),
+        &stream.name,
+        options(),
+        checkpoints.clone(),
+    )
+    .await?;
+    let plain = consumer_from_config(&config, ddb.clone());
+    let r2 = again
+        .drain(|e| {
+            let c = &plain;
+            async move { Ok::<_, String>(c.handle(e).await) }
+        })
+        .await?;
+    assert_eq!(r2.records_delivered, 0);
+    // AND a full replay from TRIM_HORIZON with other batch boundaries adds nothing.
+    std::fs::remove_file(&checkpoints)?;
+    let mut replay = KinesisEsm::new(
+        kinesis.clone(),
+        &stream.name,
+        EsmOptions {
+            batch_size: 50,
+            ..options()
+        },
+        checkpoints.clone(),
+    )
+    .await?;
+    let r3 = replay
+        .drain(|e| {
+            let c = &plain;
+            async move { Ok::<_, String>(c.handle(e).await) }
+        })
+        .await?;
+    assert!(r3.records_delivered > 0);
+    assert_eq!(
+        rows_of(&ddb, &config.usage_table, &licenses).await?,
+        expected
+    );
+    Ok(())
+}
