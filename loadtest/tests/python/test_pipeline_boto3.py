@@ -5,11 +5,13 @@ simulator's ledger.
 
 Needs a running stack with its env file exported (scripts/test does both; by hand:
 `awsmp-local up`, `set -a; . .awsmp-local/env; set +a`, and AWSMP_LOCAL_DIR if not the default).
-Uses its own demo licenses and the year 2049, so it never meets another test's rows.
+Uses its own demo licenses and a year of its own (random per run, so a rerun on the same stack
+starts fresh), so it never meets another test's rows.
 """
 
 import json
 import os
+import random
 import subprocess
 import urllib.request
 from pathlib import Path
@@ -26,8 +28,9 @@ pytestmark = pytest.mark.skipif(
 )
 
 DIMENSIONS = ["api_calls", "storage_gb_hours"]
-HOUR = "2049-06-15T10"
-TICK_AT = "2049-06-15T12:05:00Z"
+YEAR = 2049 + 20 * random.randrange(350)
+HOUR = f"{YEAR}-06-15T10"
+TICK_AT = f"{YEAR}-06-15T12:05:00Z"
 
 
 def license_arn(i):
@@ -39,8 +42,10 @@ def account(i):
 
 
 def ledger():
+    """The simulator's ledger, only this run's hour."""
     with urllib.request.urlopen(os.environ["AWSMP_SIM_ADMIN_URL"] + "/_sim/ledger") as r:
-        return json.load(r)
+        whole = json.load(r)
+    return {k: [x for x in whole[k] if x["hour"] == HOUR] for k in ("records", "duplicates")}
 
 
 def put_row(ddb, lic, acct, dim, ts, quantity, allocations=None, sort_key=None):
@@ -140,7 +145,7 @@ def test_rows_written_with_boto3_are_aggregated_and_billed_once():
     assert not [r for r in ledger()["records"] if r["licenseArn"] == bad_lic]
 
     # WHEN the schedules run again, THEN nothing is billed twice
-    subprocess.run([LOCAL_BIN, "tick", "--at", "2049-06-15T12:35:00Z"], check=True, capture_output=True)
+    subprocess.run([LOCAL_BIN, "tick", "--at", f"{YEAR}-06-15T12:35:00Z"], check=True, capture_output=True)
     again = ledger()
     assert [r for r in again["records"] if r["licenseArn"] == lic] == list(billed.values())
     assert not [d for d in again["duplicates"] if d["licenseArn"] == lic]
