@@ -922,7 +922,19 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         StatCounters::add(&self.parts.stats.events_undelivered, events);
         match &self.parts.on_undelivered {
             // The record's reservation drops after the callback has the events.
-            Some(cb) => cb(out),
+            Some(cb) => {
+                // A panicking callback must not take the background task (and every buffered
+                // event) down with it.
+                let n = out.len();
+                let cb = cb.clone();
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || cb(out))).is_err()
+                {
+                    error!(
+                        events = n,
+                        "on_undelivered callback panicked; those events were handed to it"
+                    );
+                }
+            }
             None => {
                 self.held.extend(out);
                 match &mut self.held_reservation {

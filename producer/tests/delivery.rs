@@ -572,3 +572,31 @@ async fn calls_fill_up_to_the_put_records_limits_and_no_further() {
     assert_eq!(calls.iter().map(|c| c.0).max(), Some(5), "{calls:?}");
     assert_eq!(stored_events(&sink.records(), &map).len(), 24);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_callback_does_not_stop_delivery() {
+    let map = ShardMap::uniform(1);
+    let mem = MemoryRecordSink::new(map.clone());
+    let sink = Arc::new(FaultInjectingRecordSink::new(
+        mem.clone(),
+        FaultConfig {
+            call_reject_rate: 1.0,
+            ..FaultConfig::default()
+        },
+    ));
+    let p = builder()
+        .on_undelivered(|_| panic!("callback bug"))
+        .start_with(sink.clone(), StaticShardMapSource::new(map.clone()))
+        .unwrap();
+    record_all(&p, &events(20, 2, 19)).await;
+    p.flush().await.unwrap();
+    // The producer is still alive: once the stream accepts again, events get through.
+    sink.set_config(FaultConfig::default());
+    let later = events(30, 2, 20)
+        .into_iter()
+        .map(|e| e.with_event_id(format!("later-{}", uuid::Uuid::new_v4())))
+        .collect::<Vec<_>>();
+    record_all(&p, &later).await;
+    assert!(p.shutdown().await.unwrap().is_complete());
+    assert_eq!(stored_events(&mem.records(), &map).len(), 30);
+}
