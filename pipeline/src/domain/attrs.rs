@@ -51,7 +51,7 @@ pub const METERING_PENDING_INDEX: &str = "metering_pending";
 /// Aggregated record: number of raw rows folded into it.
 pub const ROW_COUNT: &str = "rowCount";
 /// Aggregated record: 450-byte bitmap of the seconds of the hour that contributed
-/// (`SecondSet::to_bytes` in the fold module), so a re-visit can tell a lost cleanup from
+/// ([`crate::domain::fold::SecondSet::to_bytes`]), so a re-visit can tell a lost cleanup from
 /// late usage.
 pub const CONTRIBUTED_SECONDS: &str = "contributedSeconds";
 /// Aggregated record: when the submitter last sent it (ISO-8601 UTC), persisted *before* the

@@ -331,9 +331,9 @@ fn finding(reason: RejectReason, detail: impl Into<String>) -> Finding {
 }
 
 /// Per-row facts once the row passed every row-level check up to identity.
-struct RowFacts {
+struct RowFacts<'r> {
     quantity: u64,
-    allocations: Option<Vec<(Vec<Tag>, u64)>>,
+    allocations: Option<Vec<(BorrowedTags<'r>, u64)>>,
     /// The row's allocations do not sum to its quantity (ranked after the group-level checks).
     sum_mismatch: Option<String>,
 }
@@ -362,7 +362,11 @@ pub struct GroupFold {
     irregular_sort_keys: BTreeSet<String>,
     nonzero_allocated: u32,
     nonzero_unallocated: u32,
-    merged: BTreeMap<Vec<Tag>, u64>,
+    /// Merged quantity per tag set, keyed by [`encode_tag_set`] so lookups need no
+    /// per-tag allocation.
+    merged: BTreeMap<Vec<u8>, u64>,
+    /// Reused buffer for encoding tag-set keys.
+    scratch: Vec<u8>,
     /// More distinct tag sets than the API allows were seen; new ones are no longer stored.
     merged_overflowed_limit: bool,
     /// The earliest-ranked finding so far, with the sort key that produced it ("" = group).
@@ -401,6 +405,7 @@ impl GroupFold {
             nonzero_allocated: 0,
             nonzero_unallocated: 0,
             merged: BTreeMap::new(),
+            scratch: Vec::new(),
             merged_overflowed_limit: false,
             worst: None,
         }
@@ -486,12 +491,12 @@ impl GroupFold {
     }
 
     /// The row-level checks, in reason order, up to (not including) the group-level ones.
-    fn check_row(
+    fn check_row<'r>(
         &self,
-        row: &RawUsageRow,
+        row: &'r RawUsageRow,
         segments: &SortKeySegments<'_>,
         timestamp: Option<DateTime<Utc>>,
-    ) -> Result<RowFacts, Finding> {
+    ) -> Result<RowFacts<'r>, Finding> {
         use RejectReason::*;
         let legacy = self.kind == PartitionKind::Legacy;
         let account_attr = if legacy {
@@ -654,7 +659,7 @@ impl GroupFold {
         })
     }
 
-    fn accumulate(&mut self, sort_key: &str, facts: RowFacts) {
+    fn accumulate(&mut self, sort_key: &str, facts: RowFacts<'_>) {
         match self
             .total
             .checked_add(facts.quantity)
@@ -681,11 +686,12 @@ impl GroupFold {
             self.note(RejectReason::AllocationSumMismatch, sort_key, detail);
         }
         for (tags, q) in facts.allocations.into_iter().flatten() {
+            encode_tag_set(&tags, &mut self.scratch);
             let len = self.merged.len();
-            match self.merged.get_mut(&tags) {
+            match self.merged.get_mut(self.scratch.as_slice()) {
                 Some(sum) => *sum = sum.saturating_add(q),
                 None if len < MAX_ALLOCATIONS_PER_RECORD => {
-                    self.merged.insert(tags, q);
+                    self.merged.insert(self.scratch.clone(), q);
                 }
                 // Memory stays bounded: one set past the limit already decides TooManyAllocations.
                 None => self.merged_overflowed_limit = true,
@@ -752,10 +758,15 @@ impl GroupFold {
             };
         }
         let allocations = allocated.then(|| {
-            std::mem::take(&mut self.merged)
+            let mut out: Vec<Allocation> = std::mem::take(&mut self.merged)
                 .into_iter()
-                .map(|(tags, quantity)| Allocation { quantity, tags })
-                .collect()
+                .map(|(key, quantity)| Allocation {
+                    quantity,
+                    tags: decode_tag_set(&key),
+                })
+                .collect();
+            out.sort_unstable_by(|a, b| a.tags.cmp(&b.tags));
+            out
         });
         FoldOutcome::Valid(AggregatedRecord {
             group: self.group,
@@ -769,7 +780,7 @@ impl GroupFold {
 
 /// Parse a row's `usageAllocations`, returning the earliest-ranked problem if any.
 /// Each allocation becomes (tags sorted by key then value, quantity).
-fn parse_allocations(v: &AttrValue) -> Result<Vec<(Vec<Tag>, u64)>, Finding> {
+fn parse_allocations(v: &AttrValue) -> Result<Vec<(BorrowedTags<'_>, u64)>, Finding> {
     use RejectReason::*;
     let Some(list) = v.as_l() else {
         return Err(finding(
@@ -864,7 +875,11 @@ fn parse_allocations(v: &AttrValue) -> Result<Vec<(Vec<Tag>, u64)>, Finding> {
     }
 }
 
-fn parse_tags(i: usize, tags: &[AttrValue], note: &mut impl FnMut(Finding)) -> Option<Vec<Tag>> {
+fn parse_tags<'r>(
+    i: usize,
+    tags: &'r [AttrValue],
+    note: &mut impl FnMut(Finding),
+) -> Option<BorrowedTags<'r>> {
     use RejectReason::*;
     if tags.is_empty() {
         note(finding(
@@ -918,7 +933,7 @@ fn parse_tags(i: usize, tags: &[AttrValue], note: &mut impl FnMut(Finding)) -> O
                 ));
                 None
             }
-            Some(AttrValue::S(s)) => Some(s.clone()),
+            Some(AttrValue::S(s)) => Some(s.as_str()),
             Some(other) => {
                 note(finding(
                     MalformedAllocations,
@@ -930,11 +945,46 @@ fn parse_tags(i: usize, tags: &[AttrValue], note: &mut impl FnMut(Finding)) -> O
         let key = field(attrs::TAG_KEY);
         let value = field(attrs::TAG_VALUE);
         match (key, value) {
-            (Some(key), Some(value)) => out.push(Tag { key, value }),
+            (Some(key), Some(value)) => out.push((key, value)),
             _ => ok = false,
         }
     }
     ok.then_some(out)
+}
+
+/// A row's tags, borrowed from the row: `(key, value)` pairs.
+type BorrowedTags<'r> = Vec<(&'r str, &'r str)>;
+
+/// Encode a tag set, whose pairs are already sorted (so the key is order-insensitive), into
+/// `out` (cleared first): each string length-prefixed, so distinct tag sets never share an
+/// encoding.
+fn encode_tag_set(sorted_tags: &[(&str, &str)], out: &mut Vec<u8>) {
+    out.clear();
+    for &(k, v) in sorted_tags {
+        for part in [k, v] {
+            out.extend_from_slice(&(part.len() as u64).to_le_bytes());
+            out.extend_from_slice(part.as_bytes());
+        }
+    }
+}
+
+/// Inverse of [`encode_tag_set`]: the tags sorted by key then value.
+fn decode_tag_set(mut bytes: &[u8]) -> Vec<Tag> {
+    fn next(bytes: &mut &[u8]) -> String {
+        let (len, rest) = bytes.split_at(8);
+        let len = u64::from_le_bytes(len.try_into().unwrap_or([0; 8])) as usize;
+        let (s, rest) = rest.split_at(len);
+        *bytes = rest;
+        // The bytes were copied from `&str`s, so they are valid UTF-8.
+        String::from_utf8_lossy(s).into_owned()
+    }
+    let mut tags = Vec::new();
+    while !bytes.is_empty() {
+        let key = next(&mut bytes);
+        let value = next(&mut bytes);
+        tags.push(Tag { key, value });
+    }
+    tags
 }
 
 /// A raw row seen on a re-visit of a group whose aggregated record already exists.
@@ -1041,6 +1091,22 @@ mod tests {
     }
     fn set(r: &mut RawUsageRow, name: &str, v: AttrValue) {
         r.insert(name.to_owned(), v);
+    }
+
+    #[test]
+    fn tag_set_keys_are_unambiguous_and_reversible() {
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        encode_tag_set(&[("a", "bc")], &mut a);
+        encode_tag_set(&[("ab", "c")], &mut b);
+        assert_ne!(a, b);
+        encode_tag_set(&[("k", "v"), ("k2", "")], &mut a);
+        assert_eq!(
+            decode_tag_set(&a),
+            vec![Tag::new("k", "v"), Tag::new("k2", "")]
+        );
+        encode_tag_set(&[], &mut a);
+        assert!(decode_tag_set(&a).is_empty());
     }
 
     #[test]

@@ -111,6 +111,12 @@ const MAX_EXPONENT_DIGITS: usize = 6;
 /// ```
 pub fn parse_non_negative_integer(s: &str) -> Result<u64, NumberError> {
     let b = s.as_bytes();
+    // Fast path: DynamoDB returns integers normalized as plain digits; 19 digits always fit.
+    if !b.is_empty() && b.len() <= 19 && b.iter().all(u8::is_ascii_digit) {
+        return Ok(b
+            .iter()
+            .fold(0u64, |acc, &c| acc * 10 + u64::from(c - b'0')));
+    }
     let mut i = 0;
     let negative = match b.first() {
         Some(b'-') => {
