@@ -97,7 +97,9 @@ pub fn check(inp: &Inputs) -> Verdict {
     // Ingest: per group, produced = rows over all hours + consumer-rejected + producer-returned.
     let mut rows_per_group: BTreeMap<Group, u64> = BTreeMap::new();
     for (gh, q) in &inp.rows {
-        *rows_per_group.entry((gh.0.clone(), gh.1.clone(), gh.2.clone())).or_default() += q;
+        *rows_per_group
+            .entry((gh.0.clone(), gh.1.clone(), gh.2.clone()))
+            .or_default() += q;
     }
     let mut rejected_per_group: BTreeMap<Group, u64> = BTreeMap::new();
     for ((g, reason), q) in &inp.consumer_rejected {
@@ -107,7 +109,12 @@ pub fn check(inp: &Inputs) -> Verdict {
     for q in inp.producer_returned.values() {
         *v.terminal.entry("producer:Undelivered".into()).or_default() += q;
     }
-    let groups: BTreeSet<&Group> = inp.produced.keys().chain(rows_per_group.keys()).chain(rejected_per_group.keys()).collect();
+    let groups: BTreeSet<&Group> = inp
+        .produced
+        .keys()
+        .chain(rows_per_group.keys())
+        .chain(rejected_per_group.keys())
+        .collect();
     for g in groups {
         let produced = inp.produced.get(g).copied().unwrap_or(0);
         let accounted = rows_per_group.get(g).copied().unwrap_or(0)
@@ -120,7 +127,11 @@ pub fn check(inp: &Inputs) -> Verdict {
                 key: key3(g),
                 expected: produced,
                 found: accounted,
-                detail: if accounted > produced { "more in rows than produced (a duplicate)".into() } else { "units lost between producer and rows".into() },
+                detail: if accounted > produced {
+                    "more in rows than produced (a duplicate)".into()
+                } else {
+                    "units lost between producer and rows".into()
+                },
             });
         }
     }
@@ -160,10 +171,19 @@ pub fn check(inp: &Inputs) -> Verdict {
                 key: key4(gh),
                 expected: accepted,
                 found: billed + term_sum,
-                detail: if billed > accepted { "billed more than accepted".into() } else { "accepted units neither billed nor terminal".into() },
+                detail: if billed > accepted {
+                    "billed more than accepted".into()
+                } else {
+                    "accepted units neither billed nor terminal".into()
+                },
             });
         }
-        v.table.push(TableRow { group_hour: key4(gh), accepted, billed, terminal });
+        v.table.push(TableRow {
+            group_hour: key4(gh),
+            accepted,
+            billed,
+            terminal,
+        });
     }
     for gh in &inp.still_pending {
         if !inp.rows.contains_key(gh) && !inp.billed.contains_key(gh) {
@@ -206,16 +226,21 @@ mod tests {
     fn exact_billing_conserves() {
         let v = check(&clean());
         assert!(v.conserved, "{:?}", v.violations);
-        assert_eq!((v.produced, v.accepted, v.billed, v.group_hours), (10, 10, 10, 2));
+        assert_eq!(
+            (v.produced, v.accepted, v.billed, v.group_hours),
+            (10, 10, 10, 2)
+        );
     }
 
     #[test]
     fn terminal_reasons_account_for_unbilled_units() {
         let mut i = clean();
         i.produced.insert(g("b"), 5);
-        i.consumer_rejected.insert((g("b"), "StaleTimestamp".into()), 2);
+        i.consumer_rejected
+            .insert((g("b"), "StaleTimestamp".into()), 2);
         i.rows.insert(gh("b", "2026-11-30T10"), 3);
-        i.pipeline_terminal.insert((gh("b", "2026-11-30T10"), "RejectedClientSide".into()), 3);
+        i.pipeline_terminal
+            .insert((gh("b", "2026-11-30T10"), "RejectedClientSide".into()), 3);
         let v = check(&i);
         assert!(v.conserved, "{:?}", v.violations);
         assert_eq!(v.terminal["consumer:StaleTimestamp"], 2);
@@ -227,8 +252,16 @@ mod tests {
         i.rows.insert(gh("a", "2026-11-30T11"), 3); // lost one at ingest
         let v = check(&i);
         assert!(!v.conserved);
-        assert!(v.violations.iter().any(|x| x.stage == "ingest" && x.found == 9));
-        assert!(v.violations.iter().any(|x| x.stage == "billing" && x.detail.contains("billed more")));
+        assert!(
+            v.violations
+                .iter()
+                .any(|x| x.stage == "ingest" && x.found == 9)
+        );
+        assert!(
+            v.violations
+                .iter()
+                .any(|x| x.stage == "billing" && x.detail.contains("billed more"))
+        );
 
         let mut i = clean();
         i.rows.insert(gh("a", "2026-11-30T11"), 5); // duplicate at ingest

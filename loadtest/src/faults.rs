@@ -92,7 +92,15 @@ impl Faults {
 
     /// Comma-separated names.
     pub fn describe(&self) -> String {
-        if self.0.is_empty() { "none".into() } else { self.0.iter().map(|c| c.name()).collect::<Vec<_>>().join(",") }
+        if self.0.is_empty() {
+            "none".into()
+        } else {
+            self.0
+                .iter()
+                .map(|c| c.name())
+                .collect::<Vec<_>>()
+                .join(",")
+        }
     }
 }
 
@@ -105,7 +113,11 @@ mod tests {
         assert_eq!(Faults::parse("all").unwrap().0.len(), FaultClass::ALL.len());
         assert!(Faults::parse("none").unwrap().0.is_empty());
         let f = Faults::parse("throttling, lost-responses").unwrap();
-        assert!(f.has(FaultClass::Throttling) && f.has(FaultClass::LostResponses) && !f.has(FaultClass::ClockJumps));
+        assert!(
+            f.has(FaultClass::Throttling)
+                && f.has(FaultClass::LostResponses)
+                && !f.has(FaultClass::ClockJumps)
+        );
         assert_eq!(f.describe(), "throttling,lost-responses");
         assert!(Faults::parse("gremlins").is_err());
     }

@@ -18,7 +18,9 @@ pub fn install() {
 /// Every value recorded into histograms named `name` since the last call (all label sets).
 /// Empty when [`install`] was not called.
 pub fn drain_histogram(name: &str) -> Vec<f64> {
-    let Some(s) = SNAPSHOTTER.get() else { return Vec::new() };
+    let Some(s) = SNAPSHOTTER.get() else {
+        return Vec::new();
+    };
     s.snapshot()
         .into_vec()
         .into_iter()

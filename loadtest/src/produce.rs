@@ -60,7 +60,14 @@ pub struct ProduceOutcome {
 
 /// Run the producers to completion (events or duration reached), then shut them down,
 /// delivering everything buffered.
-pub async fn produce(env: &LocalEnv, stream: &str, licenses: &[(String, String)], spec: &ProduceSpec, counters: Arc<ProduceCounters>, producers_out: Arc<Mutex<Vec<Producer>>>) -> Result<ProduceOutcome> {
+pub async fn produce(
+    env: &LocalEnv,
+    stream: &str,
+    licenses: &[(String, String)],
+    spec: &ProduceSpec,
+    counters: Arc<ProduceCounters>,
+    producers_out: Arc<Mutex<Vec<Producer>>>,
+) -> Result<ProduceOutcome> {
     let kinesis = env.kinesis().await?;
     let returned: Arc<Mutex<Vec<Undelivered>>> = Arc::default();
     let mut tasks = Vec::new();
@@ -71,13 +78,32 @@ pub async fn produce(env: &LocalEnv, stream: &str, licenses: &[(String, String)]
     for p in 0..spec.producers {
         let fault = FaultConfig {
             seed: spec.workload.seed.wrapping_add(p as u64 + 1),
-            call_throttle_rate: if spec.faults.has(FaultClass::Throttling) { 0.05 } else { 0.0 },
-            entry_throttle_rate: if spec.faults.has(FaultClass::PartialPutRecords) { 0.05 } else { 0.0 },
-            entry_failure_rate: if spec.faults.has(FaultClass::PartialPutRecords) { 0.02 } else { 0.0 },
-            lost_response_rate: if spec.faults.has(FaultClass::LostResponses) { 0.05 } else { 0.0 },
+            call_throttle_rate: if spec.faults.has(FaultClass::Throttling) {
+                0.05
+            } else {
+                0.0
+            },
+            entry_throttle_rate: if spec.faults.has(FaultClass::PartialPutRecords) {
+                0.05
+            } else {
+                0.0
+            },
+            entry_failure_rate: if spec.faults.has(FaultClass::PartialPutRecords) {
+                0.02
+            } else {
+                0.0
+            },
+            lost_response_rate: if spec.faults.has(FaultClass::LostResponses) {
+                0.05
+            } else {
+                0.0
+            },
             ..FaultConfig::default()
         };
-        let sink = Arc::new(FaultInjectingRecordSink::new(KinesisRecordSink::new(kinesis.clone(), stream), fault));
+        let sink = Arc::new(FaultInjectingRecordSink::new(
+            KinesisRecordSink::new(kinesis.clone(), stream),
+            fault,
+        ));
         sinks.push(sink.clone());
         let returned = returned.clone();
         let producer = Producer::builder(stream)
@@ -90,8 +116,21 @@ pub async fn produce(env: &LocalEnv, stream: &str, licenses: &[(String, String)]
             .on_undelivered(move |u| returned.lock().expect("poisoned").extend(u))
             .start_with(sink, KinesisShardMapSource::new(kinesis.clone(), stream))
             .context("starting a producer")?;
-        producers_out.lock().expect("poisoned").push(producer.clone());
-        let mut workload = Workload::new(&WorkloadSpec { seed: spec.workload.seed.wrapping_mul(1_000_003).wrapping_add(p as u64), ..spec.workload.clone() }, licenses)?;
+        producers_out
+            .lock()
+            .expect("poisoned")
+            .push(producer.clone());
+        let mut workload = Workload::new(
+            &WorkloadSpec {
+                seed: spec
+                    .workload
+                    .seed
+                    .wrapping_mul(1_000_003)
+                    .wrapping_add(p as u64),
+                ..spec.workload.clone()
+            },
+            licenses,
+        )?;
         let counters = counters.clone();
         let issued = issued.clone();
         let duration = spec.duration.map(Duration::from_secs_f64);
@@ -123,7 +162,12 @@ pub async fn produce(env: &LocalEnv, stream: &str, licenses: &[(String, String)]
             }
             let outcome = producer.shutdown().await.context("producer shutdown")?;
             counters.running.fetch_sub(1, Ordering::SeqCst);
-            anyhow::Ok((produced, n, producer.stats().events_acked, outcome.undelivered))
+            anyhow::Ok((
+                produced,
+                n,
+                producer.stats().events_acked,
+                outcome.undelivered,
+            ))
         }));
     }
     let mut out = ProduceOutcome::default();
@@ -137,9 +181,15 @@ pub async fn produce(env: &LocalEnv, stream: &str, licenses: &[(String, String)]
         returned.lock().expect("poisoned").extend(undelivered);
     }
     for u in returned.lock().expect("poisoned").drain(..) {
-        let g = Group { license_arn: u.event.license_arn.clone(), account: u.event.customer_aws_account_id.clone(), dimension: u.event.dimension.clone() };
+        let g = Group {
+            license_arn: u.event.license_arn.clone(),
+            account: u.event.customer_aws_account_id.clone(),
+            dimension: u.event.dimension.clone(),
+        };
         *out.returned.entry(g).or_default() += u.event.quantity;
-        *out.returned_by_reason.entry(u.reason.code().to_owned()).or_default() += u.constituents as u64;
+        *out.returned_by_reason
+            .entry(u.reason.code().to_owned())
+            .or_default() += u.constituents as u64;
     }
     for s in &sinks {
         let c = s.counts();
@@ -156,4 +206,3 @@ pub async fn produce(env: &LocalEnv, stream: &str, licenses: &[(String, String)]
     }
     Ok(out)
 }
-

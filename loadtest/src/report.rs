@@ -50,7 +50,14 @@ impl Percentiles {
     /// From an hdrhistogram of microseconds.
     pub fn from_micros(h: &hdrhistogram::Histogram<u64>) -> Self {
         let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
-        Self { count: h.len(), p50: ms(0.50), p90: ms(0.90), p99: ms(0.99), p999: ms(0.999), max: h.max() as f64 / 1000.0 }
+        Self {
+            count: h.len(),
+            p50: ms(0.50),
+            p90: ms(0.90),
+            p99: ms(0.99),
+            p999: ms(0.999),
+            max: h.max() as f64 / 1000.0,
+        }
     }
 }
 
@@ -85,22 +92,56 @@ impl RunReport {
         let mut s = String::new();
         let _ = writeln!(s, "run: {:.1} s wall clock", self.elapsed_secs);
         if let Some(last) = self.timeline.last() {
-            let rate = if self.elapsed_secs > 0.0 { last.acked as f64 / self.elapsed_secs } else { 0.0 };
+            // Production throughput: events acked over the time until the last ack arrived.
+            let acked_by = self
+                .timeline
+                .iter()
+                .find(|s| s.acked == last.acked)
+                .map_or(self.elapsed_secs, |s| s.t);
+            let rate = if acked_by > 0.0 {
+                last.acked as f64 / acked_by
+            } else {
+                0.0
+            };
             let _ = writeln!(
                 s,
                 "events: {} produced, {} acked ({rate:.0}/s), {} consumed, {} row writes; {} records billed",
                 last.produced, last.acked, last.consumed, last.rows_written, last.billed
             );
         }
-        let _ = writeln!(s, "write amplification: {:.1} UpdateItems per 1,000 events", self.write_amplification);
+        let _ = writeln!(
+            s,
+            "write amplification: {:.1} UpdateItems per 1,000 events",
+            self.write_amplification
+        );
         for (stage, p) in &self.latency {
-            let _ = writeln!(s, "latency {stage:<14} p50 {:>9.1} ms  p99 {:>9.1} ms  max {:>9.1} ms  (n={})", p.p50, p.p99, p.max, p.count);
+            let _ = writeln!(
+                s,
+                "latency {stage:<14} p50 {:>9.1} ms  p99 {:>9.1} ms  max {:>9.1} ms  (n={})",
+                p.p50, p.p99, p.max, p.count
+            );
         }
         if !self.rejects.is_empty() {
-            let _ = writeln!(s, "rejects: {}", self.rejects.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", "));
+            let _ = writeln!(
+                s,
+                "rejects: {}",
+                self.rejects
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
         }
         if !self.faults.is_empty() {
-            let _ = writeln!(s, "faults injected: {}", self.faults.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", "));
+            let _ = writeln!(
+                s,
+                "faults injected: {}",
+                self.faults
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
         }
         let _ = writeln!(
             s,
@@ -109,17 +150,31 @@ impl RunReport {
             c.accepted,
             c.billed,
             c.terminal.values().sum::<u64>(),
-            c.terminal.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", "),
+            c.terminal
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(", "),
             c.group_hours
         );
         if c.conserved && self.mode == "produce" {
-            let _ = writeln!(s, "DELIVERED: every event recorded was acknowledged by Kinesis or handed back to the caller");
+            let _ = writeln!(
+                s,
+                "DELIVERED: every event recorded was acknowledged by Kinesis or handed back to the caller"
+            );
         } else if c.conserved {
-            let _ = writeln!(s, "CONSERVED: every unit produced was billed exactly once or has a terminal reason");
+            let _ = writeln!(
+                s,
+                "CONSERVED: every unit produced was billed exactly once or has a terminal reason"
+            );
         } else {
             let _ = writeln!(s, "NOT CONSERVED: {} violation(s)", c.violations.len());
             for v in c.violations.iter().take(20) {
-                let _ = writeln!(s, "  [{}] {}: expected {}, found {} — {}", v.stage, v.key, v.expected, v.found, v.detail);
+                let _ = writeln!(
+                    s,
+                    "  [{}] {}: expected {}, found {} — {}",
+                    v.stage, v.key, v.expected, v.found, v.detail
+                );
             }
         }
         s
@@ -146,7 +201,11 @@ impl RunReport {
              .ok{{color:#070}} .bad{{color:#b00}} pre{{background:#f6f6f6;padding:1em}}</style></head><body>\
              <h1>awsmp load test</h1><p class=\"{}\"><b>{}</b></p><pre>{}</pre>",
             if c.conserved { "ok" } else { "bad" },
-            if c.conserved { "Conserved: every unit produced was billed exactly once or has a terminal reason." } else { "NOT conserved — see the violations below." },
+            if c.conserved {
+                "Conserved: every unit produced was billed exactly once or has a terminal reason."
+            } else {
+                "NOT conserved — see the violations below."
+            },
             escape(&self.summary())
         );
         h.push_str("<h2>Throughput over time</h2>");
@@ -159,7 +218,12 @@ impl RunReport {
         }
         h.push_str("<h2>Settings</h2><table>");
         for (k, v) in &self.settings {
-            let _ = write!(h, "<tr><th>{}</th><td style=\"text-align:left\">{}</td></tr>", escape(k), escape(v));
+            let _ = write!(
+                h,
+                "<tr><th>{}</th><td style=\"text-align:left\">{}</td></tr>",
+                escape(k),
+                escape(v)
+            );
         }
         h.push_str("</table>");
         if !c.violations.is_empty() {
@@ -177,7 +241,11 @@ impl RunReport {
             }
             h.push_str("</table>");
         }
-        let _ = write!(h, "<h2>Conservation table ({} group-hours)</h2><table><tr><th>group-hour</th><th>accepted</th><th>billed</th><th>terminal (reason=units)</th></tr>", c.table.len());
+        let _ = write!(
+            h,
+            "<h2>Conservation table ({} group-hours)</h2><table><tr><th>group-hour</th><th>accepted</th><th>billed</th><th>terminal (reason=units)</th></tr>",
+            c.table.len()
+        );
         for r in &c.table {
             let _ = write!(
                 h,
@@ -185,7 +253,13 @@ impl RunReport {
                 escape(&r.group_hour),
                 r.accepted,
                 r.billed,
-                escape(&r.terminal.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", "))
+                escape(
+                    &r.terminal
+                        .iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
             );
         }
         h.push_str("</table></body></html>");
@@ -194,7 +268,10 @@ impl RunReport {
 }
 
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
@@ -223,14 +300,23 @@ fn throughput_svg(timeline: &[Sample]) -> Result<String> {
             ("row writes/s", rate(|s| s.rows_written), RED),
         ];
         let t_max = timeline.last().map_or(1.0, |s| s.t).max(1.0);
-        let y_max = series.iter().flat_map(|(_, v, _)| v.iter().map(|p| p.1)).fold(1.0, f64::max) * 1.1;
+        let y_max = series
+            .iter()
+            .flat_map(|(_, v, _)| v.iter().map(|p| p.1))
+            .fold(1.0, f64::max)
+            * 1.1;
         let mut chart = ChartBuilder::on(&root)
             .margin(10)
             .x_label_area_size(35)
             .y_label_area_size(60)
             .build_cartesian_2d(0.0..t_max, 0.0..y_max)
             .map_err(plot_err)?;
-        chart.configure_mesh().x_desc("seconds since start").y_desc("per second").draw().map_err(plot_err)?;
+        chart
+            .configure_mesh()
+            .x_desc("seconds since start")
+            .y_desc("per second")
+            .draw()
+            .map_err(plot_err)?;
         for (name, points, color) in series {
             chart
                 .draw_series(LineSeries::new(points, color.stroke_width(2)))
@@ -238,7 +324,12 @@ fn throughput_svg(timeline: &[Sample]) -> Result<String> {
                 .label(name)
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
         }
-        chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(plot_err)?;
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(plot_err)?;
         root.present().map_err(plot_err)?;
     }
     Ok(svg)
@@ -265,17 +356,28 @@ fn latency_svg(latency: &BTreeMap<String, Percentiles>) -> Result<String> {
             .map_err(plot_err)?;
         for (i, (name, p)) in latency.iter().enumerate() {
             let color = Palette99::pick(i).to_rgba();
-            let points = vec![(0.0, p.p50), (1.0, p.p90), (2.0, p.p99), (3.0, p.p999), (4.0, p.max)]
-                .into_iter()
-                .map(|(x, y)| (x, y.max(0.01)))
-                .collect::<Vec<_>>();
+            let points = vec![
+                (0.0, p.p50),
+                (1.0, p.p90),
+                (2.0, p.p99),
+                (3.0, p.p999),
+                (4.0, p.max),
+            ]
+            .into_iter()
+            .map(|(x, y)| (x, y.max(0.01)))
+            .collect::<Vec<_>>();
             chart
                 .draw_series(LineSeries::new(points, color.stroke_width(2)))
                 .map_err(plot_err)?
                 .label(name.as_str())
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
         }
-        chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(plot_err)?;
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(plot_err)?;
         root.present().map_err(plot_err)?;
     }
     Ok(svg)
@@ -299,7 +401,9 @@ fn bars_svg(counts: &BTreeMap<String, u64>) -> Result<String> {
         chart
             .configure_mesh()
             .y_label_formatter(&|v| match v {
-                SegmentValue::CenterOf(i) => labels.get(*i).map_or(String::new(), |s| s.to_string()),
+                SegmentValue::CenterOf(i) => {
+                    labels.get(*i).map_or(String::new(), |s| s.to_string())
+                }
                 _ => String::new(),
             })
             .x_desc("units")
@@ -307,7 +411,13 @@ fn bars_svg(counts: &BTreeMap<String, u64>) -> Result<String> {
             .map_err(plot_err)?;
         chart
             .draw_series(counts.values().enumerate().map(|(i, v)| {
-                Rectangle::new([(0.0, SegmentValue::Exact(i)), (*v as f64, SegmentValue::Exact(i + 1))], RED.mix(0.6).filled())
+                Rectangle::new(
+                    [
+                        (0.0, SegmentValue::Exact(i)),
+                        (*v as f64, SegmentValue::Exact(i + 1)),
+                    ],
+                    RED.mix(0.6).filled(),
+                )
             }))
             .map_err(plot_err)?;
         root.present().map_err(plot_err)?;
@@ -327,7 +437,16 @@ mod tests {
         }
         let report = RunReport {
             elapsed_secs: 3.0,
-            timeline: (0..4).map(|i| Sample { t: i as f64, produced: i * 100, acked: i * 90, consumed: i * 80, rows_written: i * 10, billed: 0 }).collect(),
+            timeline: (0..4)
+                .map(|i| Sample {
+                    t: i as f64,
+                    produced: i * 100,
+                    acked: i * 90,
+                    consumed: i * 80,
+                    rows_written: i * 10,
+                    billed: 0,
+                })
+                .collect(),
             latency: BTreeMap::from([("recordToAck".into(), Percentiles::from_micros(&h))]),
             rejects: BTreeMap::from([("consumer:StaleTimestamp".into(), 3)]),
             ..Default::default()
@@ -338,7 +457,9 @@ mod tests {
         assert_eq!(html.matches("<svg").count(), 3, "three inline plots");
         assert!(html.contains("acked events/s") && html.contains("recordToAck"));
         assert!(!html.contains("src=\"http"), "no external resources");
-        let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("report.json")).unwrap()).unwrap();
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join("report.json")).unwrap())
+                .unwrap();
         assert_eq!(json["latency"]["recordToAck"]["count"], 3);
         assert!(report.summary().contains("CONSERVED"));
     }

@@ -85,15 +85,16 @@ pub struct DrainCount {
 }
 
 impl Runner {
-    /// A runner over the stack in `env`; `overrides` win over the env file and the process
+    /// A runner over the stack in `env`. A setting comes from `overrides`, else the env file
+    /// (the stack's resource names and URLs are authoritative there), else the process
     /// environment (e.g. `AWSMP_METERING_LOCK_HOURS`).
     pub async fn new(env: LocalEnv, overrides: &BTreeMap<String, String>) -> Result<Self> {
         let lookup = |k: &str| {
             overrides
                 .get(k)
                 .cloned()
-                .or_else(|| std::env::var(k).ok())
                 .or_else(|| env.vars.get(k).cloned())
+                .or_else(|| std::env::var(k).ok())
         };
         let config = Config::from_lookup(lookup).context("pipeline configuration")?;
         let clock = Arc::new(FixedClock::new(Utc::now()));

@@ -32,8 +32,11 @@ pub struct WorkloadSpec {
     pub allocation_share: f64,
     /// Largest quantity of one event.
     pub max_quantity: u64,
-    /// Seed.
+    /// Seed of the event stream.
     pub seed: u64,
+    /// Seed of which groups carry allocations: shared by every producer of a run, because a
+    /// group-hour's rows must be all tagged or all untagged.
+    pub tagging_seed: u64,
 }
 
 /// A deterministic event stream.
@@ -49,7 +52,10 @@ pub struct Workload {
 impl Workload {
     /// Groups over `licenses` (license ARN, account) × dimensions, `spec.groups` of them.
     pub fn new(spec: &WorkloadSpec, licenses: &[(String, String)]) -> anyhow::Result<Self> {
-        anyhow::ensure!(spec.groups > 0 && !spec.dimensions.is_empty(), "need at least one group and one dimension");
+        anyhow::ensure!(
+            spec.groups > 0 && !spec.dimensions.is_empty(),
+            "need at least one group and one dimension"
+        );
         anyhow::ensure!(
             licenses.len() * spec.dimensions.len() >= spec.groups,
             "{} groups need {} licenses, the catalog has {}",
@@ -60,11 +66,18 @@ impl Workload {
         let groups: Vec<Group> = (0..spec.groups)
             .map(|i| {
                 let (l, a) = &licenses[i / spec.dimensions.len()];
-                Group { license_arn: l.clone(), account: a.clone(), dimension: spec.dimensions[i % spec.dimensions.len()].clone() }
+                Group {
+                    license_arn: l.clone(),
+                    account: a.clone(),
+                    dimension: spec.dimensions[i % spec.dimensions.len()].clone(),
+                }
             })
             .collect();
-        let mut rng = StdRng::seed_from_u64(spec.seed);
-        let tagged = (0..spec.groups).map(|_| rng.random_bool(spec.allocation_share.clamp(0.0, 1.0))).collect();
+        let mut tagging = StdRng::seed_from_u64(spec.tagging_seed);
+        let tagged = (0..spec.groups)
+            .map(|_| tagging.random_bool(spec.allocation_share.clamp(0.0, 1.0)))
+            .collect();
+        let rng = StdRng::seed_from_u64(spec.seed);
         Ok(Self {
             zipf: Zipf::new(spec.groups as f64, spec.zipf_exponent.max(0.0))?,
             groups,
@@ -89,9 +102,15 @@ impl Workload {
         if self.tagged[idx] {
             // Two cost centres; the split always sums to the quantity.
             let first = self.rng.random_range(0..=quantity);
-            let mut allocs = vec![UsageAllocation::new(first, vec![Tag::new("costCentre", "alpha")])];
+            let mut allocs = vec![UsageAllocation::new(
+                first,
+                vec![Tag::new("costCentre", "alpha")],
+            )];
             if quantity > first {
-                allocs.push(UsageAllocation::new(quantity - first, vec![Tag::new("costCentre", "beta")]));
+                allocs.push(UsageAllocation::new(
+                    quantity - first,
+                    vec![Tag::new("costCentre", "beta")],
+                ));
             }
             event = event.with_allocations(allocs);
         }
@@ -111,12 +130,18 @@ mod tests {
             allocation_share: 0.3,
             max_quantity: 10,
             seed,
+            tagging_seed: 7,
         }
     }
 
     fn licenses() -> Vec<(String, String)> {
         (0..25)
-            .map(|i| (crate::local::demo_license_arn(i), crate::local::demo_account(i)))
+            .map(|i| {
+                (
+                    crate::local::demo_license_arn(i),
+                    crate::local::demo_account(i),
+                )
+            })
             .collect()
     }
 
@@ -129,13 +154,25 @@ mod tests {
         for _ in 0..5000 {
             let (i, e) = a.next_event(t);
             let (j, f) = b.next_event(t);
-            assert_eq!((i, e.quantity, e.usage_allocations.clone()), (j, f.quantity, f.usage_allocations.clone()));
+            assert_eq!(
+                (i, e.quantity, e.usage_allocations.clone()),
+                (j, f.quantity, f.usage_allocations.clone())
+            );
             if let Some(allocs) = &e.usage_allocations {
-                assert_eq!(allocs.iter().map(|a| a.allocated_usage_quantity).sum::<u64>(), e.quantity);
+                assert_eq!(
+                    allocs
+                        .iter()
+                        .map(|a| a.allocated_usage_quantity)
+                        .sum::<u64>(),
+                    e.quantity
+                );
             }
             counts[i] += 1;
         }
-        assert!(counts[0] > 10 * counts[49].max(1), "rank 1 far more popular: {counts:?}");
+        assert!(
+            counts[0] > 10 * counts[49].max(1),
+            "rank 1 far more popular: {counts:?}"
+        );
     }
 
     #[test]
@@ -143,5 +180,51 @@ mod tests {
         let mut s = spec(1);
         s.groups = 51;
         assert!(Workload::new(&s, &licenses()).is_err());
+    }
+}
+
+#[cfg(test)]
+mod tagging_tests {
+    use super::*;
+
+    #[test]
+    fn every_producer_agrees_on_which_groups_are_tagged() {
+        let licenses: Vec<(String, String)> = (0..100)
+            .map(|i| {
+                (
+                    crate::local::demo_license_arn(i),
+                    crate::local::demo_account(i),
+                )
+            })
+            .collect();
+        let base = WorkloadSpec {
+            groups: 300,
+            dimensions: vec!["a".into(), "b".into(), "c".into()],
+            zipf_exponent: 1.1,
+            allocation_share: 0.2,
+            max_quantity: 100,
+            seed: 1,
+            tagging_seed: 42,
+        };
+        let mut seen: std::collections::BTreeMap<usize, bool> = Default::default();
+        for p in 0..4u64 {
+            let mut w = Workload::new(
+                &WorkloadSpec {
+                    seed: 1000 + p,
+                    ..base.clone()
+                },
+                &licenses,
+            )
+            .unwrap();
+            for _ in 0..3000 {
+                let (i, e) = w.next_event(Utc::now());
+                let tagged = e.usage_allocations.is_some();
+                assert_eq!(
+                    *seen.entry(i).or_insert(tagged),
+                    tagged,
+                    "group {i} producer {p}"
+                );
+            }
+        }
     }
 }

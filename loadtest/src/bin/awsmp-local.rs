@@ -78,7 +78,14 @@ async fn main() -> Result<()> {
     let paths = Paths::from_env();
     match cli.command {
         Command::Up { catalog, ephemeral } => {
-            let env = local::up(&paths, &UpOptions { catalog, ephemeral: ephemeral.then_some(true) }).await?;
+            let env = local::up(
+                &paths,
+                &UpOptions {
+                    catalog,
+                    ephemeral: ephemeral.then_some(true),
+                },
+            )
+            .await?;
             for line in local::status(&paths)? {
                 println!("{line}");
             }

@@ -1,0 +1,130 @@
+//! A CI-sized load run with every fault class on, over several seeds: the whole path
+//! (producer → Kinesis → consumer → pipeline → simulator) must conserve every unit exactly.
+//!
+//! Each run gets a stack of its own (a temporary state dir), because a load run loads a
+//! catalog of its own into the simulator.
+
+use anyhow::Result;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn bin(name: &str) -> PathBuf {
+    awsmp_loadtest::local::sibling_binary(name).unwrap()
+}
+
+/// Stops the run's stack even when the test fails.
+struct Stack(tempfile::TempDir);
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        let _ = local(self, &["down", "--wipe"]).status();
+    }
+}
+
+fn local(stack: &Stack, args: &[&str]) -> Command {
+    let mut cmd = Command::new(bin("awsmp-local"));
+    cmd.args(args);
+    env_for(&mut cmd, stack);
+    cmd
+}
+
+/// Only this stack's settings: never the suite stack's endpoints from the environment.
+fn env_for(cmd: &mut Command, stack: &Stack) {
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AWS") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("AWSMP_LOCAL_DIR", stack.0.path());
+    if let Some(tools) = std::env::var_os("AWSMP_LOCAL_TOOLS_DIR") {
+        cmd.env("AWSMP_LOCAL_TOOLS_DIR", tools);
+    }
+}
+
+#[test]
+#[ignore = "starts its own emulators (installed by awsmp-local up); run by scripts/test"]
+fn every_fault_class_on_conserves_exactly_over_several_seeds() -> Result<()> {
+    let stack = Stack(tempfile::tempdir()?);
+    anyhow::ensure!(
+        local(&stack, &["up", "--ephemeral"]).status()?.success(),
+        "awsmp-local up"
+    );
+    for seed in [1, 2, 3] {
+        let report = stack.0.path().join(format!("report-{seed}"));
+        let mut cmd = Command::new(bin("awsmp-loadtest"));
+        cmd.args([
+            "run", "--events", "4000", "--rate", "2000", "--groups", "60", "--faults", "all",
+            "--json", "--seed",
+        ])
+        .arg(seed.to_string())
+        .arg("--report")
+        .arg(&report);
+        env_for(&mut cmd, &stack);
+        let out = cmd.output()?;
+        let stdout = String::from_utf8(out.stdout)?;
+        let v: serde_json::Value = serde_json::from_str(stdout.trim()).map_err(|e| {
+            anyhow::anyhow!(
+                "seed {seed}: no JSON on stdout ({e}); stderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })?;
+        assert_eq!(v["conserved"], true, "seed {seed}: {}", v["violations"]);
+        assert!(out.status.success(), "seed {seed}: exit {:?}", out.status);
+        let c = &v["conservation"];
+        assert!(c["produced"].as_u64().unwrap() > 0);
+        assert_eq!(
+            c["produced"], c["accepted"],
+            "seed {seed}: nothing rejected in this workload"
+        );
+        assert_eq!(
+            c["accepted"], c["billed"],
+            "seed {seed}: every accepted unit billed exactly once"
+        );
+        // The faults really happened.
+        let faults = v["faults"].as_object().unwrap();
+        for class in ["producer:responsesLost", "marketplace:throttled"] {
+            assert!(
+                faults.get(class).and_then(|n| n.as_u64()).unwrap_or(0) > 0,
+                "seed {seed}: {class} injected: {faults:?}"
+            );
+        }
+        let html = std::fs::read_to_string(report.join("report.html"))?;
+        assert!(
+            html.contains("<svg") && html.contains("Conserved"),
+            "seed {seed}: report written"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "starts its own emulators (installed by awsmp-local up); run by scripts/test"]
+fn produce_only_delivers_every_event() -> Result<()> {
+    let stack = Stack(tempfile::tempdir()?);
+    anyhow::ensure!(
+        local(&stack, &["up", "--ephemeral"]).status()?.success(),
+        "awsmp-local up"
+    );
+    let mut cmd = Command::new(bin("awsmp-loadtest"));
+    cmd.args([
+        "produce",
+        "--events",
+        "5000",
+        "--rate",
+        "5000",
+        "--faults",
+        "throttling,partial-put-records,lost-responses",
+        "--json",
+    ]);
+    env_for(&mut cmd, &stack);
+    let out = cmd.output()?;
+    let v: serde_json::Value = serde_json::from_str(String::from_utf8(out.stdout)?.trim())?;
+    assert!(out.status.success());
+    assert_eq!(v["conserved"], true, "{}", v["violations"]);
+    assert_eq!(v["mode"], "produce");
+    assert_eq!(
+        v["timeline"].as_array().unwrap().last().unwrap()["acked"],
+        5000
+    );
+    Ok(())
+}
