@@ -284,12 +284,15 @@ fn throughput_svg(timeline: &[Sample]) -> Result<String> {
     {
         let root = SVGBackend::with_string(&mut svg, (1000, 420)).into_drawing_area();
         root.fill(&WHITE).map_err(plot_err)?;
+        // Per-second rates from cumulative counters, averaged over a 5-sample window: the
+        // consumer finishes whole batches, so raw per-second deltas come in spikes.
         let rate = |f: fn(&Sample) -> u64| -> Vec<(f64, f64)> {
-            timeline
-                .windows(2)
-                .map(|w| {
-                    let dt = (w[1].t - w[0].t).max(1e-3);
-                    (w[1].t, (f(&w[1]).saturating_sub(f(&w[0]))) as f64 / dt)
+            const WINDOW: usize = 5;
+            (1..timeline.len())
+                .map(|i| {
+                    let j = i.saturating_sub(WINDOW);
+                    let dt = (timeline[i].t - timeline[j].t).max(1e-3);
+                    (timeline[i].t, f(&timeline[i]).saturating_sub(f(&timeline[j])) as f64 / dt)
                 })
                 .collect()
         };

@@ -1,8 +1,11 @@
-"""Seed the local usage table with conforming rows (and a few that break the writer
-contract), tick the pipeline two hours later, and check what was billed.
+"""A seller's own writer, with boto3: seed the local usage table with conforming rows (and a
+few that break the writer contract), tick the pipeline two hours later, and check what was
+billed. Uses only boto3 and urllib — any DynamoDB client works.
 
-Run by scripts/demo with the local stack's env exported; uses only boto3 and urllib, so it is
-also an example of a seller's own writer (any DynamoDB client works)."""
+    target/debug/awsmp-local down --wipe && target/debug/awsmp-local up
+    set -a; . .awsmp-local/env; set +a
+    AWSMP_LOCAL_BIN=target/debug/awsmp-local .awsmp-local/tools/venv/bin/python scripts/pipeline_example.py
+"""
 
 import datetime as dt
 import json
