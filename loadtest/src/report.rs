@@ -292,7 +292,10 @@ fn throughput_svg(timeline: &[Sample]) -> Result<String> {
                 .map(|i| {
                     let j = i.saturating_sub(WINDOW);
                     let dt = (timeline[i].t - timeline[j].t).max(1e-3);
-                    (timeline[i].t, f(&timeline[i]).saturating_sub(f(&timeline[j])) as f64 / dt)
+                    (
+                        timeline[i].t,
+                        f(&timeline[i]).saturating_sub(f(&timeline[j])) as f64 / dt,
+                    )
                 })
                 .collect()
         };
