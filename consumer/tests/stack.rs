@@ -23,7 +23,7 @@ use awsmp_loadtest::local::LocalEnv;
 use awsmp_pipeline::domain::keys::format_usage_timestamp;
 use awsmp_producer::partition::partition_key;
 use awsmp_producer::wire::{deaggregate, decode_event, encode_aggregated, encode_event};
-use awsmp_producer::{Event, Producer};
+use awsmp_producer::{Event, Producer, Tag, UsageAllocation};
 use chrono::{TimeZone, Utc};
 
 struct TestStream {
@@ -92,6 +92,9 @@ impl TestStream {
                         .unwrap();
                     for u in deaggregate(rec.data().as_ref())? {
                         let e = decode_event(&u.data)?;
+                        if (e.timestamp - arrival).num_seconds().abs() > 60 {
+                            continue; // StaleTimestamp / FutureTimestamp: not billed
+                        }
                         let sk = format!(
                             "{}#{}#{}",
                             e.customer_aws_account_id,
@@ -191,7 +194,34 @@ async fn produced_events_reach_the_usage_table_exactly_through_crashes_duplicate
             tokio::time::sleep(Duration::from_millis(1100)).await;
         }
     }
+    // Vendor-metered tagging on one group.
+    for i in 0..40u64 {
+        let e =
+            Event::new(&licenses[2], "210987654321", "vmt", 10, Utc::now()).with_allocations(vec![
+                UsageAllocation::new(3 + i % 2, vec![Tag::new("team", "a")]),
+                UsageAllocation::new(7 - i % 2, vec![Tag::new("team", format!("b{}", i % 3))]),
+            ]);
+        producer.record(e).await?;
+    }
     assert!(producer.shutdown().await?.is_complete());
+    // AND a plain record whose client clock is five minutes behind (StaleTimestamp).
+    let stale = encode_event(
+        &Event::new(
+            &licenses[1],
+            "210987654321",
+            "api",
+            77,
+            Utc::now() - chrono::Duration::minutes(5),
+        )
+        .with_event_id(format!("{run}-stale")),
+    );
+    let stale_put = kinesis
+        .put_record()
+        .stream_name(&stream.name)
+        .partition_key(partition_key(&licenses[1], "210987654321", "api"))
+        .data(Blob::new(stale))
+        .send()
+        .await?;
     // AND one record put twice with identical bytes (the producer's response was lost).
     let pk = partition_key(&licenses[0], "210987654321", "api");
     let payloads: Vec<Vec<u8>> = (0..3)
@@ -216,7 +246,7 @@ async fn produced_events_reach_the_usage_table_exactly_through_crashes_duplicate
     let expected_total: u64 = expected.values().sum();
     assert_eq!(
         expected_total,
-        (0..600u64).map(|i| 1 + i % 7).sum::<u64>() + 303
+        (0..600u64).map(|i| 1 + i % 7).sum::<u64>() + 303 + 400
     );
 
     // WHEN the mapping delivers through a consumer that is killed mid-batch now and then,
@@ -271,6 +301,51 @@ async fn produced_events_reach_the_usage_table_exactly_through_crashes_duplicate
     let rows = rows_of(&ddb, &config.usage_table, &licenses).await?;
     assert_eq!(rows, expected);
 
+    // AND allocated rows carry allocations summing to their quantity,
+    let vmt = ddb
+        .query()
+        .table_name(&config.usage_table)
+        .key_condition_expression("licenseArn = :l AND begins_with(#sk, :p)")
+        .expression_attribute_names("#sk", "customerAWSAccountId_dimension_timestamp")
+        .expression_attribute_values(":l", AttributeValue::S(licenses[2].clone()))
+        .expression_attribute_values(":p", AttributeValue::S("210987654321#vmt#".into()))
+        .consistent_read(true)
+        .send()
+        .await?;
+    assert!(!vmt.items().is_empty());
+    for item in vmt.items() {
+        let q: u64 = item["quantity"].as_n().unwrap().parse()?;
+        let allocated: u64 = item["usageAllocations"]
+            .as_l()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                a.as_m().unwrap()["AllocatedUsageQuantity"]
+                    .as_n()
+                    .unwrap()
+                    .parse::<u64>()
+                    .unwrap()
+            })
+            .sum();
+        assert_eq!(allocated, q);
+    }
+    // AND the stale event is in the rejected-events table with its reason and quantity,
+    let key = format!(
+        "{}/{}/{}/record",
+        stream.name,
+        stale_put.shard_id(),
+        stale_put.sequence_number()
+    );
+    let rejected = ddb
+        .get_item()
+        .table_name(&config.rejected_table)
+        .key("recordKey", AttributeValue::S(key.clone()))
+        .send()
+        .await?
+        .item
+        .with_context(|| format!("no rejected item {key}"))?;
+    assert_eq!(rejected["reason"].as_s().unwrap(), "StaleTimestamp");
+    assert_eq!(rejected["quantity"].as_n().unwrap(), "77");
     // AND a second tick from the persisted checkpoints delivers nothing,
     let mut again = KinesisEsm::new(
         kinesis.clone(),

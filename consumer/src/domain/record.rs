@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use md5::{Digest, Md5};
 
 use super::seq::{Lane, SeqNum};
-use super::verify::{VerifiedEvent, VerifyPolicy, verify};
+use super::verify::{VerifiedEvent, VerifyPolicy, billing_time, verified};
 
 /// One Kinesis record as the event source mapping delivered it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,15 +140,14 @@ pub fn decode_record(record: &StreamRecord, policy: &VerifyPolicy) -> DecodedRec
                 if !aggregated {
                     out.dedup_key = format!("evt:{}", event.event_id);
                 }
-                let s = summary(&event);
-                match verify(event, record.arrival, policy) {
-                    Ok(v) => out.events.push((sub, v)),
+                match billing_time(&event, record.arrival, policy) {
+                    Ok(billing) => out.events.push((sub, verified(event, billing))),
                     Err(r) => out.refused.push(RefusedItem {
                         sub: item_sub,
                         reason: r.reason,
                         detail: r.detail,
                         data: user.data,
-                        event: Some(s),
+                        event: Some(summary(&event)),
                     }),
                 }
             }

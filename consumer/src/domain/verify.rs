@@ -125,6 +125,16 @@ pub fn verify(
     arrival: DateTime<Utc>,
     policy: &VerifyPolicy,
 ) -> Result<VerifiedEvent, Refusal> {
+    let billing = billing_time(&event, arrival, policy)?;
+    Ok(verified(event, billing))
+}
+
+/// Every check of [`verify`] on a borrowed event; the billing instant when it passes.
+pub fn billing_time(
+    event: &Event,
+    arrival: DateTime<Utc>,
+    policy: &VerifyPolicy,
+) -> Result<DateTime<Utc>, Refusal> {
     if let Some(allowed) = &policy.allowed_producers
         && !event
             .producer_id
@@ -157,7 +167,7 @@ pub fn verify(
             ),
         ));
     }
-    let billing = match policy.timestamp {
+    match policy.timestamp {
         TimestampPolicy::Server => {
             if -offset > policy.max_clock_skew {
                 return Err(refuse(
@@ -170,7 +180,7 @@ pub fn verify(
                     ),
                 ));
             }
-            arrival
+            Ok(arrival)
         }
         TimestampPolicy::TrustedClient => {
             let hour = HourBucket::containing(event.timestamp);
@@ -180,9 +190,13 @@ pub fn verify(
                     format!("client hour {hour} is outside the billable window at {arrival}"),
                 ));
             }
-            event.timestamp
+            Ok(event.timestamp)
         }
-    };
+    }
+}
+
+/// The verified form of an event that passed [`billing_time`] with `billing`.
+pub fn verified(event: Event, billing: DateTime<Utc>) -> VerifiedEvent {
     let allocations = match event.usage_allocations {
         Some(allocs) if event.quantity > 0 => {
             let mut merged: BTreeMap<Vec<Tag>, u64> = BTreeMap::new();
@@ -203,7 +217,7 @@ pub fn verify(
         }
         _ => None,
     };
-    Ok(VerifiedEvent {
+    VerifiedEvent {
         license_arn: event.license_arn,
         customer_aws_account_id: event.customer_aws_account_id,
         dimension: event.dimension,
@@ -212,7 +226,7 @@ pub fn verify(
         allocations,
         event_id: event.event_id,
         producer_id: event.producer_id,
-    })
+    }
 }
 
 #[cfg(test)]
