@@ -200,7 +200,7 @@ pub async fn produce(
             ("producer:responsesLost", c.responses_lost),
         ] {
             if v > 0 {
-                *out.faults.entry(k.into()).or_default() += v as u64;
+                *out.faults.entry(k.into()).or_default() += v;
             }
         }
     }

@@ -299,7 +299,8 @@ fn throughput_svg(timeline: &[Sample]) -> Result<String> {
                 })
                 .collect()
         };
-        let series: [(&str, Vec<(f64, f64)>, RGBColor); 4] = [
+        type Series<'a> = (&'a str, Vec<(f64, f64)>, RGBColor);
+        let series: [Series; 4] = [
             ("produced events/s", rate(|s| s.produced), BLUE),
             ("acked events/s", rate(|s| s.acked), GREEN),
             ("consumed events/s", rate(|s| s.consumed), MAGENTA),
