@@ -279,7 +279,7 @@ async fn produced_events_reach_the_usage_table_exactly_through_crashes_duplicate
     let invocations = std::sync::atomic::AtomicU64::new(0);
     let handler = |event: KinesisEvent| {
         let n = invocations.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        if n % 3 == 0 {
+        if n.is_multiple_of(3) {
             faults.crash_after(n % 4);
         }
         let c = &consumer;
