@@ -164,3 +164,19 @@ async fn late_usage_is_recorded_not_written_and_replays_are_not_late() {
         assert_rows_pass_the_guardrails(&stores);
     }
 }
+
+#[tokio::test]
+async fn checkpoint_resumes_after_partial_failures_are_exact() {
+    for seed in 0..10u64 {
+        let stream = workload(500 + seed, 2, 6, 50);
+        let stores = MemoryStores::new();
+        // Heavy throttling exhausts the in-handler retries: the handler reports batch item
+        // failures and the mapping resumes from the lowest one.
+        let faults = Faults::new(seed).throttle(0.45).lose_responses(0.1);
+        let consumer = faulty_consumer(&stores, &faults);
+        let stats = drain(&consumer, &stream, 8, &faults, || None).await;
+        assert!(stats.partial_failures > 0, "seed {seed}: {stats:?}");
+        assert_eq!(stores.rows.quantities(), stream.expected, "seed {seed}");
+        assert_rows_pass_the_guardrails(&stores);
+    }
+}
