@@ -153,6 +153,10 @@ pub async fn up(paths: &Paths, opts: &UpOptions) -> Result<LocalEnv> {
     }
     state.ephemeral = ephemeral;
 
+    // Pick every port first, holding each until all are chosen, so two services starting at
+    // once can never be handed the same free port.
+    let mut to_start = Vec::new();
+    let mut held = Vec::new();
     for name in SERVICES {
         let existing = state.service(name).cloned();
         if let Some(s) = &existing
@@ -161,10 +165,16 @@ pub async fn up(paths: &Paths, opts: &UpOptions) -> Result<LocalEnv> {
             continue;
         }
         // Reuse a dead service's port so the env file stays valid for anyone holding it.
-        let port = match existing.as_ref().map(|s| s.port) {
-            Some(p) if procs::port_is_free(p) => p,
-            _ => procs::free_port()?,
-        };
+        let listener = match existing.as_ref().map(|s| s.port) {
+            Some(p) => std::net::TcpListener::bind(("127.0.0.1", p))
+                .or_else(|_| std::net::TcpListener::bind("127.0.0.1:0")),
+            None => std::net::TcpListener::bind("127.0.0.1:0"),
+        }?;
+        to_start.push((name, listener.local_addr()?.port()));
+        held.push(listener);
+    }
+    drop(held);
+    for (name, port) in to_start {
         let spawned = start_service(paths, name, port, &catalog, ephemeral)?;
         state.services.retain(|s| s.name != name);
         state.services.push(spawned.state);
@@ -173,6 +183,19 @@ pub async fn up(paths: &Paths, opts: &UpOptions) -> Result<LocalEnv> {
     state.save(paths)?;
     for s in &state.services {
         procs::wait_listening(s, Duration::from_secs(30)).await?;
+    }
+    // Something else may have taken a port in the instant between choosing and binding it:
+    // then our process has exited even though the port answers. Never hand out such a stack.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for s in &state.services {
+        if !procs::is_alive(s) {
+            bail!(
+                "{} exited after start (port {} taken?); see {}",
+                s.name,
+                s.port,
+                s.log.display()
+            );
+        }
     }
 
     let mut env = LocalEnv::for_services(&state)?;

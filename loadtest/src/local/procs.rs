@@ -2,7 +2,7 @@
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -119,16 +119,6 @@ fn signal_group(pid: u32, signal: &str) {
         .args([format!("-{signal}"), "--".into(), format!("-{pid}")])
         .stderr(Stdio::null())
         .status();
-}
-
-/// A port on 127.0.0.1 nobody listens on right now.
-pub fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// True when 127.0.0.1:`port` can be bound.
-pub fn port_is_free(port: u16) -> bool {
-    TcpListener::bind(("127.0.0.1", port)).is_ok()
 }
 
 /// True when something accepts connections on 127.0.0.1:`port`.
