@@ -21,9 +21,13 @@ use awsmp_consumer::adapters::fault::{Faults, Faulty};
 use awsmp_loadtest::kinesis_esm::{EsmOptions, KinesisEsm};
 use awsmp_loadtest::local::LocalEnv;
 use awsmp_pipeline::domain::keys::format_usage_timestamp;
+use awsmp_pipeline::emf::MetricsSink;
 use awsmp_producer::partition::partition_key;
 use awsmp_producer::wire::{deaggregate, decode_event, encode_aggregated, encode_event};
-use awsmp_producer::{Event, Producer, Tag, UsageAllocation};
+use awsmp_producer::{
+    Event, FaultConfig, FaultInjectingRecordSink, KinesisRecordSink, KinesisShardMapSource,
+    Producer, Tag, UsageAllocation,
+};
 use chrono::{TimeZone, Utc};
 
 struct TestStream {
@@ -178,12 +182,24 @@ async fn produced_events_reach_the_usage_table_exactly_through_crashes_duplicate
         .collect();
 
     // GIVEN events produced with the producer library into our stream,
+    // through a sink that loses 30% of PutRecords responses after applying them (the producer
+    // resends those records byte-identical: duplicates on the stream).
+    let sink = Arc::new(FaultInjectingRecordSink::new(
+        KinesisRecordSink::new(kinesis.clone(), &stream.name),
+        FaultConfig {
+            seed: 3,
+            lost_response_rate: 0.3,
+            entry_throttle_rate: 0.05,
+            ..FaultConfig::default()
+        },
+    ));
     let producer = Producer::builder(&stream.name)
-        .sdk_config(env.sdk_config().await)
         .producer_id("stack-test")
         .linger(Duration::from_millis(20))
-        .build()
-        .await?;
+        .start_with(
+            sink.clone(),
+            KinesisShardMapSource::new(kinesis.clone(), &stream.name),
+        )?;
     for i in 0..600u64 {
         let l = &licenses[(i % 3) as usize];
         let dim = if i % 2 == 0 { "api" } else { "gb" };
@@ -204,6 +220,7 @@ async fn produced_events_reach_the_usage_table_exactly_through_crashes_duplicate
         producer.record(e).await?;
     }
     assert!(producer.shutdown().await?.is_complete());
+    assert!(sink.counts().responses_lost > 0, "{:?}", sink.counts());
     // AND a plain record whose client clock is five minutes behind (StaleTimestamp).
     let stale = encode_event(
         &Event::new(
@@ -252,6 +269,7 @@ async fn produced_events_reach_the_usage_table_exactly_through_crashes_duplicate
     // WHEN the mapping delivers through a consumer that is killed mid-batch now and then,
     let faults = Faults::new(7);
     let mut consumer = consumer_from_config(&config, ddb.clone());
+    consumer.metrics = MetricsSink::capture("kinesis-consumer");
     consumer.rows = Arc::new(Faulty::new(
         DynamoDbUsageRows::new(ddb.clone(), &config.usage_table),
         faults.clone(),
@@ -296,6 +314,10 @@ async fn produced_events_reach_the_usage_table_exactly_through_crashes_duplicate
     let report = esm.drain(handler).await?;
     assert!(report.function_errors > 0, "{report:?}");
     assert!(report.discarded.is_empty(), "{report:?}");
+    assert!(
+        consumer.metrics.total("DedupHit") >= 2.0,
+        "lost responses and the manual copy"
+    );
 
     // THEN the rows hold exactly what the stream holds, per group-second.
     let rows = rows_of(&ddb, &config.usage_table, &licenses).await?;
