@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use aws_lambda_events::event::kinesis::KinesisEvent;
+use aws_lambda_events::event::streams::KinesisEventResponse;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::{ShardIteratorType, StreamStatus};
@@ -407,5 +408,96 @@ async fn produced_events_reach_the_usage_table_exactly_through_crashes_duplicate
         rows_of(&ddb, &config.usage_table, &licenses).await?,
         expected
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the local stack (awsmp-local up); run by scripts/test"]
+async fn a_batch_that_keeps_failing_goes_to_the_on_failure_destination_and_the_mapping_moves_on()
+-> Result<()> {
+    let env = LocalEnv::from_process();
+    let kinesis = env.kinesis().await?;
+    let sqs = env.sqs().await?;
+    let stream = TestStream::create(kinesis.clone()).await?;
+    let queue = sqs
+        .create_queue()
+        .queue_name(format!(
+            "awsmp-consumer-test-{}",
+            uuid::Uuid::new_v4().simple()
+        ))
+        .send()
+        .await?
+        .queue_url
+        .context("no queue url")?;
+    let mut seqs = Vec::new();
+    for i in 0..6 {
+        let out = kinesis
+            .put_record()
+            .stream_name(&stream.name)
+            .partition_key("one-key")
+            .data(Blob::new(format!("record {i}")))
+            .send()
+            .await?;
+        seqs.push(out.sequence_number().to_owned());
+    }
+    let poison = seqs[3].clone();
+    let dir = tempfile::tempdir()?;
+    let mut esm = KinesisEsm::new(
+        kinesis.clone(),
+        &stream.name,
+        EsmOptions {
+            batch_size: 6,
+            max_retry_attempts: Some(3),
+            failure_destination: Some((sqs.clone(), queue.clone())),
+            ..EsmOptions::default()
+        },
+        dir.path().join("esm.json"),
+    )
+    .await?;
+    let delivered = std::sync::Mutex::new(Vec::<String>::new());
+    let report = esm
+        .drain(|event: KinesisEvent| {
+            let poisoned = event
+                .records
+                .iter()
+                .any(|r| r.kinesis.sequence_number == poison);
+            if !poisoned {
+                delivered.lock().unwrap().extend(
+                    event
+                        .records
+                        .iter()
+                        .map(|r| r.kinesis.sequence_number.clone()),
+                );
+            }
+            async move {
+                if poisoned {
+                    Err("poison record")
+                } else {
+                    Ok(KinesisEventResponse::default())
+                }
+            }
+        })
+        .await?;
+    assert_eq!(report.discarded.len(), 1, "{report:?}");
+    let mut others = seqs.clone();
+    others.remove(3);
+    assert_eq!(*delivered.lock().unwrap(), others);
+    assert_eq!(esm.checkpoints().values().next(), seqs.last());
+    let msgs = sqs
+        .receive_message()
+        .queue_url(&queue)
+        .wait_time_seconds(1)
+        .send()
+        .await?;
+    let body: serde_json::Value = serde_json::from_str(msgs.messages()[0].body().unwrap())?;
+    let info = &body["KinesisBatchInfo"];
+    assert_eq!(info["startSequenceNumber"], poison.as_str());
+    assert_eq!(info["endSequenceNumber"], poison.as_str());
+    assert_eq!(info["batchSize"], 1);
+    assert_eq!(
+        body["requestContext"]["condition"],
+        "RetryAttemptsExhausted"
+    );
+    sqs.delete_queue().queue_url(&queue).send().await?;
     Ok(())
 }
