@@ -51,6 +51,9 @@ pub const MAX_BATCH_SIZE: usize = 10_000;
 /// Most records one `GetRecords` call returns (Kinesis API `Limit`: up to 10,000).
 pub const MAX_GET_RECORDS: i32 = 10_000;
 
+/// Longest pause between retries of a failing batch.
+pub const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(5);
+
 /// How the mapping behaves (Lambda's event source mapping settings).
 #[derive(Debug, Clone)]
 pub struct EsmOptions {
@@ -63,6 +66,9 @@ pub struct EsmOptions {
     pub max_retry_attempts: Option<u32>,
     /// `BisectBatchOnFunctionError` (default true).
     pub bisect_on_error: bool,
+    /// Pause before the first retry of a failing batch, doubling per retry up to 5 s (so a
+    /// passing outage does not burn the retry budget in milliseconds).
+    pub retry_backoff: Duration,
     /// On-failure destination: an SQS client and queue URL.
     pub failure_destination: Option<(aws_sdk_sqs::Client, String)>,
     /// Function ARN written into failure records.
@@ -76,6 +82,7 @@ impl Default for EsmOptions {
             batching_window: Duration::from_secs(1),
             max_retry_attempts: Some(10),
             bisect_on_error: true,
+            retry_backoff: Duration::from_millis(100),
             failure_destination: None,
             function_arn: "arn:aws:lambda:us-east-1:000000000000:function:kinesis-consumer".into(),
         }
@@ -286,6 +293,13 @@ where
                         done: hi,
                         discarded: Some(rec),
                     };
+                }
+                let pause = options
+                    .retry_backoff
+                    .saturating_mul(1 << retries.min(16))
+                    .min(MAX_RETRY_BACKOFF);
+                if !pause.is_zero() {
+                    tokio::time::sleep(pause).await;
                 }
                 retries += 1;
                 if options.bisect_on_error && hi > 1 {
@@ -546,6 +560,7 @@ mod tests {
         };
         let opts = EsmOptions {
             max_retry_attempts: Some(4),
+            retry_backoff: Duration::ZERO,
             ..EsmOptions::default()
         };
         let mut report = EsmReport::default();
@@ -577,6 +592,7 @@ mod tests {
         };
         let opts = EsmOptions {
             bisect_on_error: false,
+            retry_backoff: Duration::ZERO,
             ..EsmOptions::default()
         };
         let mut report = EsmReport::default();
