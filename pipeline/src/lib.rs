@@ -1,7 +1,5 @@
-//! awsmp-pipeline: discover, aggregate, clean up, submit and expire metered usage.
-//!
-//! Layout (SPEC §3): [`domain`] is pure logic that knows nothing of AWS; [`ports`] are the
-//! small capabilities the stages need; [`adapters`] implement them over `aws-sdk-*`.
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
 
 pub mod adapters;
 pub mod aws;
