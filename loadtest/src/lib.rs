@@ -1,5 +1,5 @@
-//! awsmp-loadtest: the local AWS stack (`awsmp-local`), the Marketplace Metering simulator
-//! (`marketplace-sim`) and the end-to-end load test.
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
 
 pub mod cli;
 pub mod conservation;
