@@ -4,6 +4,7 @@
 //! handler functions the Lambdas run. Time reaches handlers only through one settable clock,
 //! shared with the Marketplace simulator.
 
+use crate::kinesis_esm::{EsmOptions, KinesisEsm};
 use crate::local::LocalEnv;
 use anyhow::{Context, Result, bail};
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
@@ -50,6 +51,8 @@ pub struct Runner {
     pub metrics: MetricsSink,
     /// `BatchMeterUsage`, pointed at the simulator.
     pub metering: MarketplaceMeteringApi,
+    /// The Kinesis consumer behind its event source mapping, if attached.
+    stream: Option<StreamConsumer>,
     env: LocalEnv,
     sqs: aws_sdk_sqs::Client,
     http: reqwest::Client,
@@ -62,6 +65,9 @@ pub struct Runner {
 pub struct TickReport {
     /// The instant of the tick.
     pub at: Option<DateTime<Utc>>,
+    /// The Kinesis consumer's event source mapping, when the runner has one: the usage
+    /// stream polled until every shard is caught up.
+    pub consumer: Option<crate::kinesis_esm::EsmReport>,
     /// Totals over the 30 discoverer targets and the flush target.
     pub discoverer: DiscovererOutput,
     /// Messages handled per queue, and how many failed.
@@ -72,6 +78,25 @@ pub struct TickReport {
     pub submitter_error: Option<String>,
     /// The expiry sweep.
     pub expiry: Option<expiry::ExpiryOutput>,
+}
+
+/// The consumer and its event source mapping.
+struct StreamConsumer {
+    esm: tokio::sync::Mutex<KinesisEsm>,
+    consumer: awsmp_consumer::Consumer,
+}
+
+impl StreamConsumer {
+    async fn drain(&self) -> Result<crate::kinesis_esm::EsmReport> {
+        let consumer = &self.consumer;
+        self.esm
+            .lock()
+            .await
+            .drain(|event| async move {
+                Ok::<_, std::convert::Infallible>(consumer.handle(event).await)
+            })
+            .await
+    }
 }
 
 /// Messages one queue delivered during a drain.
@@ -127,11 +152,48 @@ impl Runner {
             clock,
             metrics,
             metering,
+            stream: None,
             env,
             sqs,
             http: reqwest::Client::new(),
             queues,
         })
+    }
+
+    /// Attach the Kinesis consumer: each tick first polls the usage stream
+    /// (`AWSMP_USAGE_STREAM`) through the local event source mapping — checkpoints kept in
+    /// `checkpoint`, failed batches retried with bisection, then sent to the on-failure queue —
+    /// into the consumer handler, as Lambda's mapping would.
+    pub async fn with_stream_consumer(mut self, checkpoint: std::path::PathBuf) -> Result<Self> {
+        let env = &self.env;
+        let config = awsmp_consumer::Config::from_lookup(|k| {
+            env.vars.get(k).cloned().or_else(|| std::env::var(k).ok())
+        })
+        .context("consumer configuration")?;
+        let mut consumer = awsmp_consumer::adapters::dynamodb::consumer_from_config(
+            &config,
+            env.dynamodb().await?,
+        );
+        consumer.metrics = self.metrics.clone();
+        let options = EsmOptions {
+            failure_destination: Some((
+                env.sqs().await?,
+                env.get("AWSMP_CONSUMER_FAILURE_QUEUE_URL")?.to_owned(),
+            )),
+            ..EsmOptions::default()
+        };
+        let esm = KinesisEsm::new(
+            env.kinesis().await?,
+            env.get("AWSMP_USAGE_STREAM")?,
+            options,
+            checkpoint,
+        )
+        .await?;
+        self.stream = Some(StreamConsumer {
+            esm: tokio::sync::Mutex::new(esm),
+            consumer,
+        });
+        Ok(self)
     }
 
     /// Set the one instant for handlers and the simulator.
@@ -161,6 +223,9 @@ impl Runner {
             at: Some(at),
             ..Default::default()
         };
+        if let Some(stream) = &self.stream {
+            report.consumer = Some(stream.drain().await.context("the Kinesis consumer")?);
+        }
         // Direct-submit deploys no discoverer rules (the raw usage table may still be named in
         // the local env file, which serves both modes).
         let full =

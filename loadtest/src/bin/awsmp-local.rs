@@ -171,7 +171,11 @@ async fn main() -> Result<()> {
 
 async fn runner(paths: &Paths) -> Result<Runner> {
     let env = LocalEnv::read(&paths.env_file())?;
-    Runner::new(env, &BTreeMap::new()).await
+    let checkpoint = paths.root.join("esm-checkpoints.json");
+    Runner::new(env, &BTreeMap::new())
+        .await?
+        .with_stream_consumer(checkpoint)
+        .await
 }
 
 /// Totals of the business metrics the handlers emitted (the EMF lines CloudWatch would ingest).
