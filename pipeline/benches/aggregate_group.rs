@@ -1,0 +1,117 @@
+//! The aggregator's read + fold of one full 3,600-row group through DynamoDB (the targeted
+//! `begins_with` query, page by page, streamed into the guardrail fold), against the local
+//! stack. The rows are written once in setup; the benchmark only reads and folds, so they
+//! stay pending.
+//!
+//! Needs the local stack: `awsmp-local up`, source its env file, then
+//! `cargo bench -p awsmp-pipeline --bench aggregate_group`. Without
+//! `AWS_ENDPOINT_URL_DYNAMODB` it says so and measures nothing.
+
+use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
+use awsmp_pipeline::adapters::dynamodb::{DynamoDbUsageStore, to_sdk};
+use awsmp_pipeline::domain::fold::{FoldOutcome, GroupFold};
+use awsmp_pipeline::domain::keys::{GroupKey, SECONDS_PER_HOUR};
+use awsmp_pipeline::domain::row::{RawUsageRow, conforming_row};
+use awsmp_pipeline::domain::time::TimeConfig;
+use awsmp_pipeline::ports::UsageStore;
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// DynamoDB `BatchWriteItem` limit: "up to 25 item put or delete operations".
+const BATCH_WRITE_ITEMS: usize = 25;
+
+/// A group of its own (a license and a year no test uses).
+fn bench_group() -> GroupKey {
+    GroupKey::new(
+        "arn:aws:license-manager::123456789012:license:l-0000000000000000000000000be0f01d",
+        "270000000001",
+        "api_calls",
+        "2070-01-15T10".parse().expect("hour"),
+    )
+}
+
+async fn write_group(client: &aws_sdk_dynamodb::Client, table: &str, group: &GroupKey) {
+    let rows: Vec<RawUsageRow> = (0..SECONDS_PER_HOUR)
+        .map(|s| conforming_row(group, s, u64::from(s % 17), None))
+        .collect();
+    for chunk in rows.chunks(BATCH_WRITE_ITEMS) {
+        let mut requests: Vec<WriteRequest> = chunk
+            .iter()
+            .map(|r| {
+                let item: HashMap<String, AttributeValue> =
+                    r.iter().map(|(k, v)| (k.clone(), to_sdk(v))).collect();
+                WriteRequest::builder()
+                    .put_request(
+                        PutRequest::builder()
+                            .set_item(Some(item))
+                            .build()
+                            .expect("put"),
+                    )
+                    .build()
+            })
+            .collect();
+        // BatchWriteItem answers 200 with UnprocessedItems: resend them until none are left.
+        while !requests.is_empty() {
+            let out = client
+                .batch_write_item()
+                .request_items(table, requests)
+                .send()
+                .await
+                .expect("BatchWriteItem against the local stack");
+            requests = out
+                .unprocessed_items
+                .and_then(|mut m| m.remove(table))
+                .unwrap_or_default();
+        }
+    }
+}
+
+fn aggregate_group(c: &mut Criterion) {
+    if std::env::var_os("AWS_ENDPOINT_URL_DYNAMODB").is_none() {
+        eprintln!(
+            "aggregate_group: skipped — AWS_ENDPOINT_URL_DYNAMODB is unset. Start the local stack \
+             (awsmp-local up) and source its env file to run this benchmark."
+        );
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let sdk = rt.block_on(awsmp_pipeline::aws::sdk_config());
+    let client = aws_sdk_dynamodb::Client::new(&sdk);
+    let table = std::env::var("AWSMP_USAGE_TABLE").unwrap_or_else(|_| "awsmp-usage".into());
+    let group = bench_group();
+    rt.block_on(write_group(&client, &table, &group));
+    let store = DynamoDbUsageStore::new(client, &table);
+    let now = group.hour.end() + chrono::Duration::hours(1);
+    let cfg = TimeConfig::default();
+    let expected: u64 = (0..u64::from(SECONDS_PER_HOUR)).map(|s| s % 17).sum();
+
+    let mut g = c.benchmark_group("aggregator");
+    g.throughput(Throughput::Elements(u64::from(SECONDS_PER_HOUR)))
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(2))
+        .measurement_time(Duration::from_secs(30));
+    g.bench_function("read_and_fold_3600_row_group_dynamodb", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let mut fold = GroupFold::new(group.clone(), now, &cfg);
+                store
+                    .read_pending_rows(&group, &mut |row| {
+                        fold.push(&row).expect("no duplicate rows");
+                    })
+                    .await
+                    .expect("read the group");
+                match fold.finish() {
+                    FoldOutcome::Valid(rec) => {
+                        assert_eq!((rec.row_count, rec.quantity), (SECONDS_PER_HOUR, expected));
+                    }
+                    other => panic!("unexpected fold outcome {other:?}"),
+                }
+            })
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, aggregate_group);
+criterion_main!(benches);
