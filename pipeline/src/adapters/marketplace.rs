@@ -8,6 +8,7 @@ use crate::domain::results::{ApiResponse, ApiResult, ApiStatus};
 use crate::ports::{MeterCallError, MeteringApi};
 use async_trait::async_trait;
 use aws_sdk_marketplacemetering::Client;
+use aws_sdk_marketplacemetering::config::retry::RetryConfig;
 use aws_sdk_marketplacemetering::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_marketplacemetering::primitives::DateTime as SmithyTime;
 use aws_sdk_marketplacemetering::types::{Tag, UsageAllocation, UsageRecord, UsageRecordResult};
@@ -19,9 +20,19 @@ pub struct MarketplaceMeteringApi {
 }
 
 impl MarketplaceMeteringApi {
-    /// Over a client built by [`crate::metering_client::metering_client`].
+    /// Over a client built by [`crate::metering_client::metering_client`], with the SDK's own
+    /// retries turned off: the submitter owns retrying (pacing at the quota, full-jitter
+    /// backoff, replay recognition, its time budget), and SDK retries underneath would hide
+    /// throttling from it and stack a second backoff on top of its own.
     pub fn new(client: Client) -> Self {
-        Self { client }
+        let conf = client
+            .config()
+            .to_builder()
+            .retry_config(RetryConfig::disabled())
+            .build();
+        Self {
+            client: Client::from_conf(conf),
+        }
     }
 }
 
