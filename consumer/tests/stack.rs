@@ -312,7 +312,7 @@ async fn produced_events_reach_the_usage_table_exactly_through_crashes_duplicate
             Ok(response)
         }
     };
-    let report = esm.drain(handler).await?;
+    let report = esm.drain_concurrent(handler).await?;
     assert!(report.function_errors > 0, "{report:?}");
     assert!(report.discarded.is_empty(), "{report:?}");
     assert!(

@@ -16,7 +16,10 @@
 //!   mapping moves on.
 //!
 //! Checkpoints (last sequence number done, per shard) persist in a JSON file, so repeated
-//! `awsmp-local tick`s continue where the last one stopped.
+//! `awsmp-local tick`s continue where the last one stopped. [`KinesisEsm::drain`] takes any
+//! `FnMut` handler and drains shards one after another; [`KinesisEsm::drain_concurrent`] takes
+//! an `Fn` handler and drains the shards of a generation concurrently (children of a reshard
+//! wait for their parents either way).
 //!
 //! ```no_run
 //! # async fn demo(kinesis: aws_sdk_kinesis::Client) -> anyhow::Result<()> {
@@ -144,7 +147,7 @@ pub struct KinesisEsm {
     stream_arn: String,
     options: EsmOptions,
     checkpoint_path: PathBuf,
-    checkpoints: Checkpoints,
+    checkpoints: std::sync::Mutex<Checkpoints>,
 }
 
 impl std::fmt::Debug for KinesisEsm {
@@ -230,10 +233,10 @@ pub async fn deliver<F, Fut, E>(
     batch: &[KinesisEventRecord],
     options: &EsmOptions,
     report: &mut EsmReport,
-    handler: &mut F,
+    handler: &F,
 ) -> Delivered
 where
-    F: FnMut(KinesisEvent) -> Fut,
+    F: Fn(KinesisEvent) -> Fut,
     Fut: Future<Output = std::result::Result<KinesisEventResponse, E>>,
     E: std::fmt::Display,
 {
@@ -344,7 +347,7 @@ impl KinesisEsm {
                 ..options
             },
             checkpoint_path,
-            checkpoints,
+            checkpoints: std::sync::Mutex::new(checkpoints),
         })
     }
 
@@ -354,67 +357,137 @@ impl KinesisEsm {
     }
 
     /// Last sequence number done, per shard.
-    pub fn checkpoints(&self) -> &BTreeMap<String, String> {
-        &self.checkpoints.shards
+    pub fn checkpoints(&self) -> BTreeMap<String, String> {
+        self.lock().shards.clone()
     }
 
-    fn save(&self) -> Result<()> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Checkpoints> {
+        // A poisoned lock only means a shard task panicked holding plain data.
+        self.checkpoints.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Record `seq` as the last done on `shard` and persist every checkpoint.
+    fn checkpoint(&self, shard: &str, seq: &str) -> Result<()> {
+        // The lock is held through the write: concurrent shards never interleave files.
+        let mut cps = self.lock();
+        cps.shards.insert(shard.to_owned(), seq.to_owned());
         if let Some(dir) = self.checkpoint_path.parent()
             && !dir.as_os_str().is_empty()
         {
             std::fs::create_dir_all(dir)?;
         }
         let tmp = self.checkpoint_path.with_extension("tmp");
-        std::fs::write(&tmp, serde_json::to_vec_pretty(&self.checkpoints)?)?;
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&*cps)?)?;
         // Rename is atomic: a killed tick never leaves a torn checkpoint file.
         std::fs::rename(&tmp, &self.checkpoint_path)
             .with_context(|| format!("writing {}", self.checkpoint_path.display()))
     }
 
-    async fn shard_ids(&self) -> Result<Vec<String>> {
-        let mut ids = Vec::new();
+    /// Every shard as (id, parent ids).
+    async fn shards(&self) -> Result<Vec<(String, Vec<String>)>> {
+        let mut out = Vec::new();
         let mut token: Option<String> = None;
         loop {
             let req = match &token {
                 Some(t) => self.kinesis.list_shards().next_token(t),
                 None => self.kinesis.list_shards().stream_name(&self.stream),
             };
-            let out = req.send().await.context("ListShards")?;
-            ids.extend(out.shards().iter().map(|s| s.shard_id().to_owned()));
-            match out.next_token() {
+            let page = req.send().await.context("ListShards")?;
+            out.extend(page.shards().iter().map(|s| {
+                let parents = [s.parent_shard_id(), s.adjacent_parent_shard_id()]
+                    .into_iter()
+                    .flatten()
+                    .map(str::to_owned)
+                    .collect();
+                (s.shard_id().to_owned(), parents)
+            }));
+            match page.next_token() {
                 Some(t) => token = Some(t.to_owned()),
                 None => break,
             }
         }
-        // Parents sort before their children (ids grow as shards are created).
-        ids.sort();
-        Ok(ids)
+        out.sort();
+        Ok(out)
     }
 
-    /// Deliver every shard's records to `handler` until each shard is caught up.
-    pub async fn drain<F, Fut, E>(&mut self, mut handler: F) -> Result<EsmReport>
+    /// Deliver every shard's records to `handler` until each shard is caught up, one shard
+    /// after another (see [`KinesisEsm::drain_concurrent`] for Lambda's one-batch-per-shard
+    /// concurrency).
+    pub async fn drain<F, Fut, E>(&mut self, handler: F) -> Result<EsmReport>
     where
         F: FnMut(KinesisEvent) -> Fut,
         Fut: Future<Output = std::result::Result<KinesisEventResponse, E>>,
         E: std::fmt::Display,
     {
-        let mut report = EsmReport::default();
-        let shards = self.shard_ids().await?;
-        report.shards = shards.len();
-        for shard in shards {
-            self.drain_shard(&shard, &mut handler, &mut report).await?;
+        let cell = std::cell::RefCell::new(handler);
+        // Shards run one at a time here, so the handler is never borrowed twice.
+        let shared = |e: KinesisEvent| (cell.borrow_mut())(e);
+        self.run(&shared, false).await
+    }
+
+    /// Like [`KinesisEsm::drain`], with the shards of one generation drained concurrently
+    /// (each still in order, one batch at a time), as Lambda does.
+    pub async fn drain_concurrent<F, Fut, E>(&mut self, handler: F) -> Result<EsmReport>
+    where
+        F: Fn(KinesisEvent) -> Fut,
+        Fut: Future<Output = std::result::Result<KinesisEventResponse, E>>,
+        E: std::fmt::Display,
+    {
+        self.run(&handler, true).await
+    }
+
+    async fn run<F, Fut, E>(&self, handler: &F, concurrent: bool) -> Result<EsmReport>
+    where
+        F: Fn(KinesisEvent) -> Fut,
+        Fut: Future<Output = std::result::Result<KinesisEventResponse, E>>,
+        E: std::fmt::Display,
+    {
+        let mut pending = self.shards().await?;
+        let mut report = EsmReport {
+            shards: pending.len(),
+            ..EsmReport::default()
+        };
+        let mut reports = Vec::new();
+        // Generations: a child shard starts only once its parents are drained (Lambda's order
+        // across a reshard); the shards of one generation run concurrently.
+        while !pending.is_empty() {
+            let ids: std::collections::HashSet<String> =
+                pending.iter().map(|(id, _)| id.clone()).collect();
+            let (ready, blocked): (Vec<_>, Vec<_>) = pending
+                .into_iter()
+                .partition(|(_, parents)| parents.iter().all(|p| !ids.contains(p)));
+            anyhow::ensure!(!ready.is_empty(), "shard parents form a cycle");
+            pending = blocked;
+            if concurrent {
+                reports.extend(
+                    futures::future::try_join_all(
+                        ready
+                            .iter()
+                            .map(|(shard, _)| self.drain_shard(shard, handler)),
+                    )
+                    .await?,
+                );
+            } else {
+                for (shard, _) in &ready {
+                    reports.push(self.drain_shard(shard, handler).await?);
+                }
+            }
+        }
+        for r in reports {
+            report.invocations += r.invocations;
+            report.records_delivered += r.records_delivered;
+            report.records_done += r.records_done;
+            report.function_errors += r.function_errors;
+            report.partial_failures += r.partial_failures;
+            report.bisections += r.bisections;
+            report.discarded.extend(r.discarded);
         }
         Ok(report)
     }
 
-    async fn drain_shard<F, Fut, E>(
-        &mut self,
-        shard: &str,
-        handler: &mut F,
-        report: &mut EsmReport,
-    ) -> Result<()>
+    async fn drain_shard<F, Fut, E>(&self, shard: &str, handler: &F) -> Result<EsmReport>
     where
-        F: FnMut(KinesisEvent) -> Fut,
+        F: Fn(KinesisEvent) -> Fut,
         Fut: Future<Output = std::result::Result<KinesisEventResponse, E>>,
         E: std::fmt::Display,
     {
@@ -423,7 +496,9 @@ impl KinesisEsm {
             .get_shard_iterator()
             .stream_name(&self.stream)
             .shard_id(shard);
-        let req = match self.checkpoints.shards.get(shard) {
+        let mut report = EsmReport::default();
+        let start = self.lock().shards.get(shard).cloned();
+        let req = match start {
             Some(seq) => req
                 .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
                 .starting_sequence_number(seq),
@@ -469,19 +544,23 @@ impl KinesisEsm {
                 }
             }
             if buffer.is_empty() {
-                return Ok(());
+                return Ok(report);
             }
             let n = buffer.len().min(self.options.batch_size);
             let batch: Vec<KinesisEventRecord> = buffer.iter().take(n).cloned().collect();
-            let delivered = deliver(&self.stream_arn, &batch, &self.options, report, handler).await;
+            let delivered = deliver(
+                &self.stream_arn,
+                &batch,
+                &self.options,
+                &mut report,
+                handler,
+            )
+            .await;
             if let Some(rec) = &delivered.discarded {
                 self.send_failure(rec).await?;
             }
             let last_done = &batch[delivered.done - 1].kinesis.sequence_number;
-            self.checkpoints
-                .shards
-                .insert(shard.to_owned(), last_done.clone());
-            self.save()?;
+            self.checkpoint(shard, last_done)?;
             report.records_done += delivered.done as u64;
             buffer.drain(..delivered.done);
             window_start = Instant::now();
@@ -544,8 +623,8 @@ mod tests {
     async fn a_partial_failure_checkpoints_before_the_lowest_failed_record() {
         let batch = records(5);
         let mut report = EsmReport::default();
-        let mut h = |_e: KinesisEvent| async { Ok::<_, String>(fail_ids(&["104", "102"])) };
-        let d = deliver("arn", &batch, &EsmOptions::default(), &mut report, &mut h).await;
+        let h = |_e: KinesisEvent| async { Ok::<_, String>(fail_ids(&["104", "102"])) };
+        let d = deliver("arn", &batch, &EsmOptions::default(), &mut report, &h).await;
         assert_eq!(d.done, 2);
         assert_eq!(report.partial_failures, 1);
     }
@@ -554,7 +633,7 @@ mod tests {
     async fn a_function_error_bisects_until_the_failing_record_is_alone_then_discards() {
         let batch = records(8);
         let sizes = RefCell::new(Vec::new());
-        let mut h = |e: KinesisEvent| {
+        let h = |e: KinesisEvent| {
             sizes.borrow_mut().push(e.records.len());
             async { Err::<KinesisEventResponse, _>("boom") }
         };
@@ -564,7 +643,7 @@ mod tests {
             ..EsmOptions::default()
         };
         let mut report = EsmReport::default();
-        let d = deliver("arn", &batch, &opts, &mut report, &mut h).await;
+        let d = deliver("arn", &batch, &opts, &mut report, &h).await;
         assert_eq!(*sizes.borrow(), vec![8, 4, 2, 1, 1]);
         assert_eq!(d.done, 1, "only the isolated record is discarded");
         let rec = d.discarded.unwrap();
@@ -579,7 +658,7 @@ mod tests {
     async fn an_unknown_failure_identifier_retries_the_whole_batch() {
         let batch = records(3);
         let calls = RefCell::new(0);
-        let mut h = |_e: KinesisEvent| {
+        let h = |_e: KinesisEvent| {
             *calls.borrow_mut() += 1;
             let first = *calls.borrow() == 1;
             async move {
@@ -596,7 +675,7 @@ mod tests {
             ..EsmOptions::default()
         };
         let mut report = EsmReport::default();
-        let d = deliver("arn", &batch, &opts, &mut report, &mut h).await;
+        let d = deliver("arn", &batch, &opts, &mut report, &h).await;
         assert_eq!((d.done, *calls.borrow()), (3, 2));
     }
 }
