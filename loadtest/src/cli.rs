@@ -1,7 +1,7 @@
 //! The `awsmp-loadtest` command line.
 
 use crate::faults::Faults;
-use crate::loadrun::{self, RunSpec};
+use crate::loadrun::{self, RunSpec, Target};
 use crate::produce::ProduceSpec;
 use crate::workload::WorkloadSpec;
 use anyhow::Result;
@@ -44,6 +44,10 @@ struct Common {
     /// Dimensions per license.
     #[arg(long, default_value_t = 3)]
     dimensions: usize,
+    /// Dimension names, comma-separated (default `dim0,dim1,…`; a deployment needs the
+    /// product's real dimension keys). Overrides `--dimensions`.
+    #[arg(long, value_delimiter = ',')]
+    dimension_names: Vec<String>,
     /// Zipf exponent of group popularity.
     #[arg(long, default_value_t = 1.1)]
     zipf: f64,
@@ -74,6 +78,15 @@ struct Common {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// `local` (default): the local stack, started if needed. `deployment`: a real deployment
+    /// named by the environment (`AWSMP_USAGE_STREAM`, the `AWSMP_*_TABLE` names, region,
+    /// credentials, optional `AWS_ENDPOINT_URL_<SERVICE>`), with `--licenses`.
+    #[arg(long, default_value = "local", value_parser = ["local", "deployment"])]
+    target: String,
+    /// For `--target deployment`: a file of `licenseArn,customerAWSAccountId` lines — test
+    /// licenses of the product to meter against.
+    #[arg(long, required_if_eq("target", "deployment"))]
+    licenses: Option<PathBuf>,
 }
 
 impl Common {
@@ -86,8 +99,19 @@ impl Common {
             self.rate > 0.0 && self.producers > 0 && self.dimensions > 0,
             "--rate, --producers and --dimensions must be positive"
         );
-        let dimensions = (0..self.dimensions).map(|i| format!("dim{i}")).collect();
+        let dimensions: Vec<String> = if self.dimension_names.is_empty() {
+            (0..self.dimensions).map(|i| format!("dim{i}")).collect()
+        } else {
+            self.dimension_names.clone()
+        };
+        let target = match (self.target.as_str(), &self.licenses) {
+            ("deployment", Some(file)) => Target::Deployment {
+                licenses: read_licenses(file)?,
+            },
+            _ => Target::Local,
+        };
         Ok(RunSpec {
+            target,
             produce: ProduceSpec {
                 events: self.events,
                 duration: self.duration,
@@ -144,4 +168,36 @@ pub fn main() -> Result<()> {
         std::process::exit(1);
     }
     Ok(())
+}
+
+/// `licenseArn,customerAWSAccountId` per line; blank lines and `#` comments skipped.
+fn read_licenses(path: &std::path::Path) -> Result<Vec<(String, String)>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate().map(|(n, l)| (n + 1, l.trim())) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((license, account)) = line.split_once(',') else {
+            anyhow::bail!(
+                "{}:{n}: expected licenseArn,customerAWSAccountId",
+                path.display()
+            );
+        };
+        let (license, account) = (license.trim(), account.trim());
+        anyhow::ensure!(
+            awsmp_pipeline::ids::is_valid_license_arn(license),
+            "{}:{n}: not a license ARN: {license}",
+            path.display()
+        );
+        anyhow::ensure!(
+            awsmp_pipeline::ids::is_valid_account_id(account),
+            "{}:{n}: not an account id: {account}",
+            path.display()
+        );
+        out.push((license.to_owned(), account.to_owned()));
+    }
+    anyhow::ensure!(!out.is_empty(), "{}: no licenses", path.display());
+    Ok(out)
 }

@@ -33,9 +33,29 @@ const FAULTY_TICKS: usize = 4;
 /// Most pipeline ticks before a run is declared unsettled.
 const MAX_TICKS: usize = 40;
 
+/// Where a run goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// The local stack (started if needed), with a catalog and a stream of the run's own, the
+    /// local event source mapping and consumer, pipeline ticks on a controlled clock, and the
+    /// simulator's ledger as the billing record.
+    Local,
+    /// A real deployment, named by the environment (`AWSMP_USAGE_STREAM`, the table names,
+    /// `AWS_REGION`, credentials; `AWS_ENDPOINT_URL_<SERVICE>` if set). Its own consumer and
+    /// schedules do the work; the run produces, waits until every group-hour of its licenses
+    /// is terminal, and takes `Success` records of aggregated-usage as billed.
+    Deployment {
+        /// Licenses to meter against (license ARN, buyer account) — test licenses of the
+        /// product, in a dry-run or test-account stage.
+        licenses: Vec<(String, String)>,
+    },
+}
+
 /// A whole run.
 #[derive(Debug, Clone)]
 pub struct RunSpec {
+    /// Where it runs.
+    pub target: Target,
     /// What to produce.
     pub produce: ProduceSpec,
     /// Stop after producing (no consumer, no pipeline).
@@ -103,48 +123,80 @@ fn catalog(licenses: &[(String, String)], dimensions: &[String]) -> serde_json::
 /// Run the load test on the local stack in `paths`.
 pub async fn run(paths: &Paths, spec: &RunSpec) -> Result<RunReport> {
     let started = Instant::now();
+    let run_started_at = Utc::now();
     let deadline = started + spec.timeout;
     let w = &spec.produce.workload;
     let nonce = (w.seed as u32) ^ (Utc::now().timestamp() as u32).rotate_left(16);
-    let licenses: Vec<(String, String)> = (0..w.groups.div_ceil(w.dimensions.len()))
-        .map(|i| run_license(nonce, i))
-        .collect();
+    let needed = w.groups.div_ceil(w.dimensions.len());
+    let deployment = matches!(spec.target, Target::Deployment { .. });
+    let licenses: Vec<(String, String)> = match &spec.target {
+        Target::Local => (0..needed).map(|i| run_license(nonce, i)).collect(),
+        Target::Deployment { licenses } => {
+            anyhow::ensure!(
+                licenses.len() >= needed,
+                "{} groups over {} dimensions need {needed} licenses; {} given",
+                w.groups,
+                w.dimensions.len(),
+                licenses.len()
+            );
+            let simulated_only = [
+                FaultClass::ConsumerCrashes,
+                FaultClass::DuplicateDeliveries,
+                FaultClass::MarketplaceFaults,
+                FaultClass::SubmitterCrashes,
+                FaultClass::ClockJumps,
+            ];
+            if let Some(c) = simulated_only.iter().find(|c| spec.produce.faults.has(**c)) {
+                bail!(
+                    "fault class {c} exists only on the local stack; against a deployment only producer faults apply"
+                );
+            }
+            licenses[..needed].to_vec()
+        }
+    };
 
-    // The stack, with this run's catalog.
+    // Local state of the run (its catalog, its mapping's checkpoints); a deployment run keeps none.
     let dir = paths.root.join("loadtest");
-    std::fs::create_dir_all(&dir)?;
-    for old in std::fs::read_dir(&dir)?.flatten() {
-        std::fs::remove_file(old.path()).ok();
-    }
-    let catalog_path = dir.join(format!("catalog-{nonce:08x}.json"));
-    std::fs::write(
-        &catalog_path,
-        serde_json::to_string_pretty(&catalog(&licenses, &w.dimensions))?,
-    )?;
-    let env = local::up(
-        paths,
-        &UpOptions {
-            catalog: Some(catalog_path),
-            ephemeral: None,
-        },
-    )
-    .await
-    .context("starting the local stack")?;
-    let stream = format!("awsmp-loadtest-{nonce:08x}");
-    let kinesis = env.kinesis().await?;
-    local::resources::ensure_stream(
-        &kinesis,
-        &local::resources::StreamDef {
-            logical_id: "LoadTestStream".into(),
-            stack: "loadtest".into(),
-            name: stream.clone(),
-            env: String::new(),
-            shards: RUN_STREAM_SHARDS,
-        },
-    )
-    .await?;
-    let sim = SimAdmin::new(&env)?;
-    sim.post("/_sim/reset", serde_json::json!({})).await?;
+    let (env, stream, sim) = if deployment {
+        let env = LocalEnv::from_process();
+        let stream = env.get("AWSMP_USAGE_STREAM")?.to_owned();
+        (env, stream, None)
+    } else {
+        std::fs::create_dir_all(&dir)?;
+        for old in std::fs::read_dir(&dir)?.flatten() {
+            std::fs::remove_file(old.path()).ok();
+        }
+        let catalog_path = dir.join(format!("catalog-{nonce:08x}.json"));
+        std::fs::write(
+            &catalog_path,
+            serde_json::to_string_pretty(&catalog(&licenses, &w.dimensions))?,
+        )?;
+        let env = local::up(
+            paths,
+            &UpOptions {
+                catalog: Some(catalog_path),
+                ephemeral: None,
+            },
+        )
+        .await
+        .context("starting the local stack")?;
+        let stream = format!("awsmp-loadtest-{nonce:08x}");
+        let kinesis = env.kinesis().await?;
+        local::resources::ensure_stream(
+            &kinesis,
+            &local::resources::StreamDef {
+                logical_id: "LoadTestStream".into(),
+                stack: "loadtest".into(),
+                name: stream.clone(),
+                env: String::new(),
+                shards: RUN_STREAM_SHARDS,
+            },
+        )
+        .await?;
+        let sim = SimAdmin::new(&env)?;
+        sim.post("/_sim/reset", serde_json::json!({})).await?;
+        (env, stream, Some(sim))
+    };
 
     let mut settings = BTreeMap::from([
         ("command".to_owned(), spec.command_line.clone()),
@@ -224,7 +276,7 @@ pub async fn run(paths: &Paths, spec: &RunSpec) -> Result<RunReport> {
     let checkpoint = dir.join(format!("esm-{nonce:08x}.json"));
     // Producing and consuming run side by side, as they would in production.
     let consuming = async {
-        if spec.produce_only {
+        if spec.produce_only || deployment {
             return Ok(BTreeMap::new());
         }
         consume(
@@ -324,89 +376,137 @@ pub async fn run(paths: &Paths, spec: &RunSpec) -> Result<RunReport> {
             }
         }
 
-        // The pipeline, on a controlled clock: hours close without waiting an hour.
-        progress.phase("metering");
-        let mut runner = Runner::new(env.clone(), &BTreeMap::new()).await?;
-        if spec.produce.faults.has(FaultClass::DuplicateDeliveries) {
-            duplicate_deliveries(&mut runner);
-        }
-        let marketplace_faults = spec.produce.faults.has(FaultClass::MarketplaceFaults);
-        let submitter_crashes = spec.produce.faults.has(FaultClass::SubmitterCrashes);
-        if marketplace_faults || submitter_crashes {
-            sim.post(
-                "/_sim/faults",
-                serde_json::json!({
-                    "throttleRate": if marketplace_faults { 0.2 } else { 0.0 },
-                    "internalErrorRate": if marketplace_faults { 0.05 } else { 0.0 },
-                    "unprocessedRate": if marketplace_faults { 0.1 } else { 0.0 },
-                    "applyThenFailRate": if submitter_crashes { 0.3 } else { 0.0 },
-                    "latencyMs": 0,
-                    "seed": w.seed,
-                }),
-            )
-            .await?;
-        }
-        let last_hour = HourBucket::containing(Utc::now());
-        let lock = runner.svc.config.time.metering_lock_hours();
-        let mut at = last_hour.plus_hours(i64::from(lock) + 1).start() + ChronoDuration::minutes(5);
-        let mut ticks = 0;
         let our: BTreeSet<String> = licenses.iter().map(|(l, _)| l.clone()).collect();
-        loop {
-            let tick = runner
-                .tick(at)
-                .await
-                .with_context(|| format!("tick at {at}"))?;
-            ticks += 1;
-            if let Some(e) = &tick.submitter_error {
-                tracing::info!(error = %e, "submitter run failed; the next tick retries");
+        // Only this run's groups and hours: a deployment's licenses outlive one run.
+        let scope = Scope {
+            stream: &stream,
+            licenses: &our,
+            groups: inputs
+                .produced
+                .keys()
+                .chain(inputs.producer_returned.keys())
+                .cloned()
+                .collect(),
+            since: run_started_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            since_hour: HourBucket::containing(run_started_at).to_string(),
+        };
+        if let Some(sim) = &sim {
+            // The pipeline, on a controlled clock: hours close without waiting an hour.
+            progress.phase("metering");
+            let mut runner = Runner::new(env.clone(), &BTreeMap::new()).await?;
+            if spec.produce.faults.has(FaultClass::DuplicateDeliveries) {
+                duplicate_deliveries(&mut runner);
             }
-            let ledger = sim.ledger().await?;
-            ccounters.billed.store(
-                ledger["records"].as_array().map_or(0, |r| r.len() as u64),
-                Ordering::Relaxed,
-            );
-            if ticks == FAULTY_TICKS {
-                sim.post("/_sim/faults", serde_json::json!({})).await?;
+            let marketplace_faults = spec.produce.faults.has(FaultClass::MarketplaceFaults);
+            let submitter_crashes = spec.produce.faults.has(FaultClass::SubmitterCrashes);
+            if marketplace_faults || submitter_crashes {
+                sim.post(
+                    "/_sim/faults",
+                    serde_json::json!({
+                        "throttleRate": if marketplace_faults { 0.2 } else { 0.0 },
+                        "internalErrorRate": if marketplace_faults { 0.05 } else { 0.0 },
+                        "unprocessedRate": if marketplace_faults { 0.1 } else { 0.0 },
+                        "applyThenFailRate": if submitter_crashes { 0.3 } else { 0.0 },
+                        "latencyMs": 0,
+                        "seed": w.seed,
+                    }),
+                )
+                .await?;
             }
-            let pending = pending_hours(&env, &licenses).await?;
-            if pending.is_empty() || ticks >= MAX_TICKS || Instant::now() > deadline {
-                inputs.still_pending = pending;
-                break;
+            let last_hour = HourBucket::containing(Utc::now());
+            let lock = runner.svc.config.time.metering_lock_hours();
+            let mut at =
+                last_hour.plus_hours(i64::from(lock) + 1).start() + ChronoDuration::minutes(5);
+            let mut ticks = 0;
+            loop {
+                let tick = runner
+                    .tick(at)
+                    .await
+                    .with_context(|| format!("tick at {at}"))?;
+                ticks += 1;
+                if let Some(e) = &tick.submitter_error {
+                    tracing::info!(error = %e, "submitter run failed; the next tick retries");
+                }
+                let ledger = sim.ledger().await?;
+                ccounters.billed.store(
+                    ledger["records"].as_array().map_or(0, |r| r.len() as u64),
+                    Ordering::Relaxed,
+                );
+                if ticks == FAULTY_TICKS {
+                    sim.post("/_sim/faults", serde_json::json!({})).await?;
+                }
+                let pending: BTreeSet<GroupHour> = pending_hours(&env, &licenses)
+                    .await?
+                    .into_iter()
+                    .filter(|gh| scope.keeps(gh))
+                    .collect();
+                if pending.is_empty() || ticks >= MAX_TICKS || Instant::now() > deadline {
+                    inputs.still_pending = pending;
+                    break;
+                }
+                at += if spec.produce.faults.has(FaultClass::ClockJumps) {
+                    // Irregular jumps: 1–40 minutes, never backwards.
+                    ChronoDuration::minutes(
+                        1 + (w.seed.wrapping_add(ticks as u64 * 7919) % 40) as i64,
+                    )
+                } else {
+                    ChronoDuration::minutes(5)
+                };
             }
-            at += if spec.produce.faults.has(FaultClass::ClockJumps) {
-                // Irregular jumps: 1–40 minutes, never backwards.
-                ChronoDuration::minutes(1 + (w.seed.wrapping_add(ticks as u64 * 7919) % 40) as i64)
-            } else {
-                ChronoDuration::minutes(5)
-            };
-        }
-        settings.insert("pipelineTicks".into(), ticks.to_string());
-        let counters = sim.ledger().await?["counters"].clone();
-        for (k, name) in [
-            ("throttled", "marketplace:throttled"),
-            ("internalErrors", "marketplace:internalErrors"),
-            ("unprocessed", "marketplace:unprocessed"),
-            ("applyThenFail", "marketplace:applyThenFail"),
-        ] {
-            if let Some(n) = counters[k].as_u64().filter(|n| *n > 0) {
-                report.faults.insert(name.into(), n);
+            settings.insert("pipelineTicks".into(), ticks.to_string());
+            let counters = sim.ledger().await?["counters"].clone();
+            for (k, name) in [
+                ("throttled", "marketplace:throttled"),
+                ("internalErrors", "marketplace:internalErrors"),
+                ("unprocessed", "marketplace:unprocessed"),
+                ("applyThenFail", "marketplace:applyThenFail"),
+            ] {
+                if let Some(n) = counters[k].as_u64().filter(|n| *n > 0) {
+                    report.faults.insert(name.into(), n);
+                }
             }
-        }
-        for line in runner.metrics.lines() {
-            let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
-                continue;
-            };
-            if v.get("UsageRecordRejected").is_some() {
-                *report
-                    .rejects
-                    .entry(format!("pipeline:{}", v["Reason"].as_str().unwrap_or("?")))
-                    .or_default() += 1;
+            for line in runner.metrics.lines() {
+                let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                    continue;
+                };
+                if v.get("UsageRecordRejected").is_some() {
+                    *report
+                        .rejects
+                        .entry(format!("pipeline:{}", v["Reason"].as_str().unwrap_or("?")))
+                        .or_default() += 1;
+                }
+            }
+        } else {
+            // A deployment's own consumer and schedules do the work: wait until every unit is
+            // in a row or rejected and no group-hour of ours is pending.
+            progress.phase("waiting for the deployment");
+            let produced_total: u64 = inputs.produced.values().sum::<u64>()
+                + inputs.producer_returned.values().sum::<u64>();
+            loop {
+                let mut probe = Inputs::default();
+                collect(&env, None, &scope, &mut probe).await?;
+                ccounters
+                    .billed
+                    .store(probe.billed.len() as u64, Ordering::Relaxed);
+                let accounted = probe.rows.values().sum::<u64>()
+                    + probe.consumer_rejected.values().sum::<u64>();
+                let pending: BTreeSet<GroupHour> = pending_hours(&env, &licenses)
+                    .await?
+                    .into_iter()
+                    .filter(|gh| scope.keeps(gh))
+                    .collect();
+                if (accounted >= produced_total && pending.is_empty()) || Instant::now() > deadline
+                {
+                    inputs.still_pending = pending;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_secs(15)).await;
             }
         }
 
         progress.phase("checking");
-        collect(&env, &sim, &stream, &our, &mut inputs).await?;
-        let billed_at = billed_instants(&sim, &our).await?;
+        collect(&env, sim.as_ref(), &scope, &mut inputs).await?;
+        let billed_at = billed_instants(&env, sim.as_ref(), &our).await?;
         let mut event_to_billed = histogram();
         {
             let t = timings.lock().expect("poisoned");
@@ -444,12 +544,18 @@ pub async fn run(paths: &Paths, spec: &RunSpec) -> Result<RunReport> {
     stop_sampling.store(true, Ordering::SeqCst);
     sampler.await.ok();
     progress.finish();
-    kinesis
-        .delete_stream()
-        .stream_name(&stream)
-        .send()
-        .await
-        .ok();
+    if !deployment {
+        env.kinesis()
+            .await?
+            .delete_stream()
+            .stream_name(&stream)
+            .send()
+            .await
+            .ok();
+        settings.insert("target".into(), "local stack".into());
+    } else {
+        settings.insert("target".into(), format!("deployment (stream {stream})"));
+    }
     report.settings = settings;
     report.mode = if spec.produce_only { "produce" } else { "run" }.into();
     report.elapsed_secs = started.elapsed().as_secs_f64();
@@ -542,14 +648,16 @@ async fn consume(
         DynamoDbDedupStore::new(ddb, env.get("AWSMP_DEDUP_TABLE")?),
         store_faults.clone(),
     ));
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0xc0ffee);
+    let rng = Mutex::new(rand::rngs::StdRng::seed_from_u64(seed ^ 0xc0ffee));
     let mut totals: BTreeMap<String, u64> = BTreeMap::new();
     loop {
         let production_finished = done.load(Ordering::SeqCst);
         let report = esm
             .drain(|event: KinesisEvent| {
-                let crash_now = crash && rng.random_bool(0.25);
-                let crash_after = rng.random_range(0..8u64);
+                let (crash_now, crash_after) = {
+                    let mut rng = rng.lock().expect("poisoned");
+                    (crash && rng.random_bool(0.25), rng.random_range(0..8u64))
+                };
                 let (consumer, crashing, faults) = (consumer, &crashing, &store_faults);
                 async move {
                     if crash_now {
@@ -731,12 +839,12 @@ fn num(item: &std::collections::HashMap<String, Av>, k: &str) -> u64 {
 /// Read what every tier ended with, for our licenses only.
 async fn collect(
     env: &LocalEnv,
-    sim: &SimAdmin,
-    stream: &str,
-    our: &BTreeSet<String>,
+    sim: Option<&SimAdmin>,
+    scope: &Scope<'_>,
     inputs: &mut Inputs,
 ) -> Result<()> {
     let ddb = env.dynamodb().await?;
+    let (stream, our) = (scope.stream, scope.licenses);
     for license in our {
         for item in query_license(&ddb, env.get("AWSMP_USAGE_TABLE")?, license).await? {
             let s = |k: &str| {
@@ -752,6 +860,9 @@ async fn collect(
                 s("dimension"),
                 hour,
             );
+            if !scope.keeps(&gh) {
+                continue;
+            }
             let q = num(&item, "quantity");
             *inputs.rows.entry(gh.clone()).or_default() += q;
             match s("meteringStatus").as_str() {
@@ -777,9 +888,15 @@ async fn collect(
                 s("dimension"),
                 s("hourBucket"),
             );
+            if !scope.keeps(&gh) {
+                continue;
+            }
             match s("meteringStatus").as_str() {
-                // Billed units are counted from the simulator's ledger, not from our own status.
-                "" | "Success" => {}
+                "" => {}
+                // Billed units come from the simulator's ledger when there is one; against a
+                // deployment, from the records AWS accepted.
+                "Success" if sim.is_some() => {}
+                "Success" => *inputs.billed.entry(gh).or_default() += num(&item, "quantity"),
                 status => {
                     *inputs
                         .pipeline_terminal
@@ -805,7 +922,15 @@ async fn collect(
                     .cloned()
                     .unwrap_or_default()
             };
-            if s("stream") != stream || !our.contains(&s("licenseArn")) {
+            if s("stream") != stream
+                || !our.contains(&s("licenseArn"))
+                || s("rejectedAt") < scope.since
+                || !scope.groups.contains(&(
+                    s("licenseArn"),
+                    s("customerAWSAccountId"),
+                    s("dimension"),
+                ))
+            {
                 continue;
             }
             let g = (s("licenseArn"), s("customerAWSAccountId"), s("dimension"));
@@ -819,6 +944,7 @@ async fn collect(
             break;
         }
     }
+    let Some(sim) = sim else { return Ok(()) };
     let ledger = sim.ledger().await?;
     for r in ledger["records"].as_array().into_iter().flatten() {
         let l = r["licenseArn"].as_str().unwrap_or_default();
@@ -832,19 +958,73 @@ async fn collect(
                 r["dimension"].as_str().unwrap_or_default().to_owned(),
                 r["hour"].as_str().unwrap_or_default().to_owned(),
             );
-            *inputs.billed.entry(gh).or_default() += r["quantity"].as_u64().unwrap_or(0);
+            if scope.keeps(&gh) {
+                *inputs.billed.entry(gh).or_default() += r["quantity"].as_u64().unwrap_or(0);
+            }
         }
     }
     Ok(())
 }
 
+/// What of the tables belongs to this run.
+struct Scope<'a> {
+    stream: &'a str,
+    licenses: &'a BTreeSet<String>,
+    groups: BTreeSet<conservation::Group>,
+    /// RFC 3339 (millis, Z) instant the run started: compare as strings.
+    since: String,
+    /// Its hour bucket.
+    since_hour: String,
+}
+
+impl Scope<'_> {
+    fn keeps(&self, gh: &GroupHour) -> bool {
+        gh.3 >= self.since_hour
+            && self
+                .groups
+                .contains(&(gh.0.clone(), gh.1.clone(), gh.2.clone()))
+    }
+}
+
 /// When the simulator billed each of our group-hours (its clock: virtual time).
 async fn billed_instants(
-    sim: &SimAdmin,
+    env: &LocalEnv,
+    sim: Option<&SimAdmin>,
     our: &BTreeSet<String>,
 ) -> Result<BTreeMap<GroupHour, DateTime<Utc>>> {
-    let ledger = sim.ledger().await?;
     let mut out = BTreeMap::new();
+    let Some(sim) = sim else {
+        // A deployment: when the submitter recorded `Success` (its write-back time).
+        let ddb = env.dynamodb().await?;
+        for license in our {
+            for item in
+                query_license(&ddb, env.get("AWSMP_AGGREGATED_USAGE_TABLE")?, license).await?
+            {
+                let s = |k: &str| {
+                    item.get(k)
+                        .and_then(|v| v.as_s().ok())
+                        .cloned()
+                        .unwrap_or_default()
+                };
+                if s("meteringStatus") != "Success" {
+                    continue;
+                }
+                if let Ok(at) = DateTime::parse_from_rfc3339(&s("updatedAt")) {
+                    out.insert(
+                        (
+                            license.clone(),
+                            s("customerAWSAccountId"),
+                            s("dimension"),
+                            s("hourBucket"),
+                        ),
+                        at.with_timezone(&Utc),
+                    );
+                }
+            }
+        }
+        return Ok(out);
+    };
+    let ledger = sim.ledger().await?;
     for r in ledger["records"].as_array().into_iter().flatten() {
         let l = r["licenseArn"].as_str().unwrap_or_default();
         if !our.contains(l) {

@@ -128,3 +128,91 @@ fn produce_only_delivers_every_event() -> Result<()> {
     );
     Ok(())
 }
+
+/// Kills the background `awsmp-local run` even when the test fails.
+struct Background(std::process::Child);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+#[ignore = "starts its own emulators (installed by awsmp-local up); run by scripts/test"]
+fn against_a_deployment_named_by_the_environment() -> Result<()> {
+    // The local stack plays the deployment: `awsmp-local run` is its consumer and schedules
+    // (on a clock 120× real time), and the load test only sees what the environment names.
+    let stack = Stack(tempfile::tempdir()?);
+    anyhow::ensure!(
+        local(&stack, &["up", "--ephemeral"]).status()?.success(),
+        "awsmp-local up"
+    );
+    let env = awsmp_loadtest::local::LocalEnv::read(&stack.0.path().join("env"))?;
+    let licenses = stack.0.path().join("licenses.csv");
+    let lines: Vec<String> = (150..160)
+        .map(|i| {
+            format!(
+                "{},{}",
+                awsmp_loadtest::local::demo_license_arn(i),
+                awsmp_loadtest::local::demo_account(i)
+            )
+        })
+        .collect();
+    std::fs::write(&licenses, lines.join("\n"))?;
+    let mut deployment = local(&stack, &["run", "--speed", "120", "--every", "300"]);
+    deployment
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let _deployment = Background(deployment.spawn()?);
+
+    let mut cmd = Command::new(bin("awsmp-loadtest"));
+    cmd.args([
+        "run",
+        "--target",
+        "deployment",
+        "--dimension-names",
+        "api_calls,storage_gb_hours",
+        "--groups",
+        "20",
+    ])
+    .args([
+        "--events",
+        "2000",
+        "--rate",
+        "1000",
+        "--faults",
+        "throttling,lost-responses",
+        "--json",
+        "--timeout",
+        "300",
+    ])
+    .arg("--licenses")
+    .arg(&licenses);
+    env_for(&mut cmd, &stack);
+    // A deployment is named by the environment, not by a state dir.
+    cmd.env_remove("AWSMP_LOCAL_DIR").envs(&env.vars);
+    let out = cmd.output()?;
+    let v: serde_json::Value = serde_json::from_str(String::from_utf8(out.stdout)?.trim())
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "no JSON ({e}); stderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })?;
+    assert_eq!(v["conserved"], true, "{}", v["violations"]);
+    let c = &v["conservation"];
+    assert!(c["produced"].as_u64().unwrap() > 0);
+    assert_eq!(
+        c["produced"], c["billed"],
+        "every unit billed through the deployment's own pipeline"
+    );
+    assert!(
+        v["settings"]["target"]
+            .as_str()
+            .unwrap()
+            .starts_with("deployment")
+    );
+    Ok(())
+}

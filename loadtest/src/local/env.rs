@@ -99,54 +99,64 @@ impl LocalEnv {
         let http = aws_smithy_http_client::Builder::new()
             .tls_provider(Provider::Rustls(CryptoMode::Ring))
             .build_https();
-        let creds = aws_credential_types::Credentials::from_keys(
-            self.vars
-                .get("AWS_ACCESS_KEY_ID")
-                .cloned()
-                .unwrap_or_else(|| LOCAL_CREDENTIAL.into()),
-            self.vars
-                .get("AWS_SECRET_ACCESS_KEY")
-                .cloned()
-                .unwrap_or_else(|| LOCAL_CREDENTIAL.into()),
-            None,
-        );
-        aws_config::defaults(aws_config::BehaviorVersion::latest())
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
             .http_client(http)
             .region(aws_config::Region::new(
                 self.vars
                     .get("AWS_REGION")
                     .cloned()
                     .unwrap_or_else(|| LOCAL_REGION.into()),
-            ))
-            .credentials_provider(creds)
-            .load()
-            .await
+            ));
+        // Keys given (the local stack's dummies, or a session's): use exactly those. Otherwise
+        // the SDK's default chain (a real deployment: profile, SSO, instance role…).
+        if let (Some(id), Some(secret)) = (
+            self.vars.get("AWS_ACCESS_KEY_ID"),
+            self.vars.get("AWS_SECRET_ACCESS_KEY"),
+        ) {
+            loader = loader.credentials_provider(aws_credential_types::Credentials::from_keys(
+                id,
+                secret,
+                self.vars.get("AWS_SESSION_TOKEN").cloned(),
+            ));
+        }
+        loader.load().await
     }
 
-    /// A DynamoDB client for the local endpoint.
+    /// `AWS_ENDPOINT_URL_<SERVICE>` when set; `None` means the service's real AWS endpoint.
+    fn endpoint(&self, key: &str) -> Option<&str> {
+        self.vars
+            .get(key)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    /// A DynamoDB client (the local endpoint, or AWS when none is set).
     pub async fn dynamodb(&self) -> Result<aws_sdk_dynamodb::Client> {
         let cfg = self.sdk_config().await;
-        let conf = aws_sdk_dynamodb::config::Builder::from(&cfg)
-            .endpoint_url(self.get("AWS_ENDPOINT_URL_DYNAMODB")?)
-            .build();
+        let mut builder = aws_sdk_dynamodb::config::Builder::from(&cfg);
+        builder.set_endpoint_url(
+            self.endpoint("AWS_ENDPOINT_URL_DYNAMODB")
+                .map(str::to_owned),
+        );
+        let conf = builder.build();
         Ok(aws_sdk_dynamodb::Client::from_conf(conf))
     }
 
-    /// An SQS client for the local endpoint.
+    /// An SQS client (the local endpoint, or AWS when none is set).
     pub async fn sqs(&self) -> Result<aws_sdk_sqs::Client> {
         let cfg = self.sdk_config().await;
-        let conf = aws_sdk_sqs::config::Builder::from(&cfg)
-            .endpoint_url(self.get("AWS_ENDPOINT_URL_SQS")?)
-            .build();
+        let mut builder = aws_sdk_sqs::config::Builder::from(&cfg);
+        builder.set_endpoint_url(self.endpoint("AWS_ENDPOINT_URL_SQS").map(str::to_owned));
+        let conf = builder.build();
         Ok(aws_sdk_sqs::Client::from_conf(conf))
     }
 
-    /// A Kinesis client for the local endpoint.
+    /// A Kinesis client (the local endpoint, or AWS when none is set).
     pub async fn kinesis(&self) -> Result<aws_sdk_kinesis::Client> {
         let cfg = self.sdk_config().await;
-        let conf = aws_sdk_kinesis::config::Builder::from(&cfg)
-            .endpoint_url(self.get("AWS_ENDPOINT_URL_KINESIS")?)
-            .build();
+        let mut builder = aws_sdk_kinesis::config::Builder::from(&cfg);
+        builder.set_endpoint_url(self.endpoint("AWS_ENDPOINT_URL_KINESIS").map(str::to_owned));
+        let conf = builder.build();
         Ok(aws_sdk_kinesis::Client::from_conf(conf))
     }
 
@@ -154,8 +164,12 @@ impl LocalEnv {
     /// submitter uses ([`awsmp_pipeline::metering_client`]).
     pub async fn metering(&self) -> Result<aws_sdk_marketplacemetering::Client> {
         let cfg = self.sdk_config().await;
-        let conf = aws_sdk_marketplacemetering::config::Builder::from(&cfg)
-            .endpoint_url(self.get("AWS_ENDPOINT_URL_MARKETPLACE_METERING")?)
+        let mut builder = aws_sdk_marketplacemetering::config::Builder::from(&cfg);
+        builder.set_endpoint_url(
+            self.endpoint("AWS_ENDPOINT_URL_MARKETPLACE_METERING")
+                .map(str::to_owned),
+        );
+        let conf = builder
             .interceptor(awsmp_pipeline::metering_client::OmitEmptyCustomerIdentifier)
             .build();
         Ok(aws_sdk_marketplacemetering::Client::from_conf(conf))
