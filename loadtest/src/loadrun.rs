@@ -947,20 +947,9 @@ async fn collect(
     let Some(sim) = sim else { return Ok(()) };
     let ledger = sim.ledger().await?;
     for r in ledger["records"].as_array().into_iter().flatten() {
-        let l = r["licenseArn"].as_str().unwrap_or_default();
-        if our.contains(l) {
-            let gh = (
-                l.to_owned(),
-                r["customerAWSAccountId"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
-                r["dimension"].as_str().unwrap_or_default().to_owned(),
-                r["hour"].as_str().unwrap_or_default().to_owned(),
-            );
-            if scope.keeps(&gh) {
-                *inputs.billed.entry(gh).or_default() += r["quantity"].as_u64().unwrap_or(0);
-            }
+        let gh = ledger_group_hour(r);
+        if our.contains(&gh.0) && scope.keeps(&gh) {
+            *inputs.billed.entry(gh).or_default() += r["quantity"].as_u64().unwrap_or(0);
         }
     }
     Ok(())
@@ -1026,30 +1015,26 @@ async fn billed_instants(
     };
     let ledger = sim.ledger().await?;
     for r in ledger["records"].as_array().into_iter().flatten() {
-        let l = r["licenseArn"].as_str().unwrap_or_default();
-        if !our.contains(l) {
-            continue;
-        }
-        let Some(at) = r["firstSeen"]
+        let gh = ledger_group_hour(r);
+        let billed_at = r["firstSeen"]
             .as_str()
-            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-        else {
-            continue;
-        };
-        out.insert(
-            (
-                l.to_owned(),
-                r["customerAWSAccountId"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
-                r["dimension"].as_str().unwrap_or_default().to_owned(),
-                r["hour"].as_str().unwrap_or_default().to_owned(),
-            ),
-            at.with_timezone(&Utc),
-        );
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok());
+        if let Some(at) = billed_at.filter(|_| our.contains(&gh.0)) {
+            out.insert(gh, at.with_timezone(&Utc));
+        }
     }
     Ok(out)
+}
+
+/// The group-hour of one simulator ledger record.
+fn ledger_group_hour(r: &serde_json::Value) -> GroupHour {
+    let field = |k: &str| r[k].as_str().unwrap_or_default().to_owned();
+    (
+        field("licenseArn"),
+        field("customerAWSAccountId"),
+        field("dimension"),
+        field("hour"),
+    )
 }
 
 /// The simulator's admin API.

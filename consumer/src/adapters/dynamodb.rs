@@ -10,7 +10,9 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue as Av, KeysAndAttributes, ReturnValue};
-use awsmp_pipeline::adapters::dynamodb::{row_from_item, to_sdk};
+use awsmp_pipeline::adapters::dynamodb::{
+    is_conditional_failure, is_retryable, row_from_item, to_sdk,
+};
 use awsmp_pipeline::domain::attrs as a;
 use awsmp_pipeline::domain::keys::{GroupKey, RowKey, parse_aggregated_sort_key};
 use awsmp_pipeline::domain::row::{Allocation, AttrValue, RawUsageRow};
@@ -42,38 +44,16 @@ pub mod dedup_attrs {
     pub const EXPIRES_AT: &str = "expiresAt";
 }
 
-fn is_conditional_failure<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> bool {
-    e.as_service_error().and_then(|s| s.code()) == Some("ConditionalCheckFailedException")
-}
-
 fn ddb_err<E, R>(operation: &'static str, resource: &str, e: SdkError<E, R>) -> ConsumerError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     R: std::fmt::Debug + Send + Sync + 'static,
 {
-    let retryable = match &e {
-        SdkError::ServiceError(se) => matches!(
-            se.err().code(),
-            Some(
-                "ProvisionedThroughputExceededException"
-                    | "ThrottlingException"
-                    | "RequestLimitExceeded"
-                    | "InternalServerError"
-                    | "ServiceUnavailable"
-                    | "LimitExceededException"
-                    | "TransactionConflictException"
-            )
-        ),
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
-            true
-        }
-        _ => false,
-    };
     ConsumerError::DynamoDb {
         operation,
         resource: resource.to_owned(),
+        retryable: is_retryable(&e),
         source: Box::new(e),
-        retryable,
     }
 }
 

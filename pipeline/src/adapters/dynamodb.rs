@@ -66,16 +66,15 @@ fn n(v: impl ToString) -> Av {
     Av::N(v.to_string())
 }
 
-fn is_conditional_failure<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> bool {
+/// True when `e` is DynamoDB's `ConditionalCheckFailedException` (an expected outcome of a
+/// conditional write, never an error to retry).
+pub fn is_conditional_failure<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> bool {
     e.as_service_error().and_then(|s| s.code()) == Some("ConditionalCheckFailedException")
 }
 
-fn ddb_err<E, R>(operation: &'static str, resource: &str, e: SdkError<E, R>) -> PipelineError
-where
-    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    R: std::fmt::Debug + Send + Sync + 'static,
-{
-    let retryable = match &e {
+/// True when a failed DynamoDB call may succeed if retried: throttling, 5xx, transport.
+pub fn is_retryable<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> bool {
+    match e {
         SdkError::ServiceError(se) => matches!(
             se.err().code(),
             Some(
@@ -85,18 +84,26 @@ where
                     | "InternalServerError"
                     | "ServiceUnavailable"
                     | "LimitExceededException"
+                    | "TransactionConflictException"
             )
         ),
         SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
             true
         }
         _ => false,
-    };
+    }
+}
+
+fn ddb_err<E, R>(operation: &'static str, resource: &str, e: SdkError<E, R>) -> PipelineError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
     PipelineError::DynamoDb {
         operation,
         resource: resource.to_owned(),
+        retryable: is_retryable(&e),
         source: Box::new(e),
-        retryable,
     }
 }
 
@@ -104,6 +111,38 @@ fn malformed(table: &str, detail: impl Into<String>) -> PipelineError {
     PipelineError::MalformedItem {
         table: table.to_owned(),
         detail: detail.into(),
+    }
+}
+
+/// Every item of `table`'s sparse `metering_pending` index in `bucket` (paginated), optionally
+/// only one license's (the index sort key).
+async fn query_pending_index(
+    client: &Client,
+    table: &str,
+    bucket: HourBucket,
+    license: Option<&str>,
+) -> Result<Vec<HashMap<String, Av>>> {
+    let mut out = Vec::new();
+    let mut start = None;
+    loop {
+        let mut q = client
+            .query()
+            .table_name(table)
+            .index_name(a::METERING_PENDING_INDEX)
+            .expression_attribute_values(":hb", s(bucket.to_string()))
+            .set_exclusive_start_key(start);
+        q = match license {
+            Some(l) => q
+                .key_condition_expression("meteringPending = :hb AND licenseArn = :la")
+                .expression_attribute_values(":la", s(l)),
+            None => q.key_condition_expression("meteringPending = :hb"),
+        };
+        let page = q.send().await.map_err(|e| ddb_err("Query", table, e))?;
+        out.extend(page.items.unwrap_or_default());
+        start = page.last_evaluated_key;
+        if start.is_none() {
+            return Ok(out);
+        }
     }
 }
 
@@ -129,32 +168,7 @@ impl DynamoDbUsageStore {
         bucket: HourBucket,
         license: Option<&str>,
     ) -> Result<Vec<HashMap<String, Av>>> {
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let mut q = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .index_name(a::METERING_PENDING_INDEX)
-                .expression_attribute_values(":hb", s(bucket.to_string()))
-                .set_exclusive_start_key(start);
-            q = match license {
-                Some(l) => q
-                    .key_condition_expression("meteringPending = :hb AND licenseArn = :la")
-                    .expression_attribute_values(":la", s(l)),
-                None => q.key_condition_expression("meteringPending = :hb"),
-            };
-            let page = q
-                .send()
-                .await
-                .map_err(|e| ddb_err("Query", &self.table, e))?;
-            out.extend(page.items.unwrap_or_default());
-            start = page.last_evaluated_key;
-            if start.is_none() {
-                return Ok(out);
-            }
-        }
+        query_pending_index(&self.client, &self.table, bucket, license).await
     }
 }
 
@@ -570,34 +584,11 @@ impl AggregatedStore for DynamoDbAggregatedStore {
         bucket: HourBucket,
         license: Option<&str>,
     ) -> Result<Vec<AggregatedItem>> {
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let mut q = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .index_name(a::METERING_PENDING_INDEX)
-                .expression_attribute_values(":hb", s(bucket.to_string()))
-                .set_exclusive_start_key(start);
-            q = match license {
-                Some(l) => q
-                    .key_condition_expression("meteringPending = :hb AND licenseArn = :la")
-                    .expression_attribute_values(":la", s(l)),
-                None => q.key_condition_expression("meteringPending = :hb"),
-            };
-            let page = q
-                .send()
-                .await
-                .map_err(|e| ddb_err("Query", &self.table, e))?;
-            for item in page.items() {
-                out.push(aggregated_from_item(&self.table, item)?);
-            }
-            start = page.last_evaluated_key;
-            if start.is_none() {
-                return Ok(out);
-            }
-        }
+        query_pending_index(&self.client, &self.table, bucket, license)
+            .await?
+            .iter()
+            .map(|item| aggregated_from_item(&self.table, item))
+            .collect()
     }
 
     async fn mark_attempted(
