@@ -360,7 +360,7 @@ impl Consumer {
                     lane: rec.lane(),
                     seq: rec.sequence_number.clone(),
                 },
-                // Never folded; a placeholder keeps indexes aligned.
+                // Never folded; an empty slot keeps the indexes aligned.
                 Err(_) => RecordMeta {
                     lane: crate::domain::seq::Lane::from_name(""),
                     seq: SeqNum::parse("0").expect("0 is a sequence number"),
