@@ -26,7 +26,7 @@ use crate::domain::verify::{DEFAULT_MAX_CLOCK_SKEW_SECONDS, TimestampPolicy, Ver
 use crate::error::{ConsumerError, Result};
 use crate::handler::Settings;
 
-/// Shortest dedup TTL (SPEC §5: a 24–72 h store).
+/// Shortest dedup TTL (the dedup store keeps claims 24–72 h; docs/guarantees.md).
 pub const MIN_DEDUP_TTL_HOURS: u32 = 24;
 /// Longest dedup TTL.
 pub const MAX_DEDUP_TTL_HOURS: u32 = 72;

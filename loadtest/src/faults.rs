@@ -1,4 +1,4 @@
-//! Fault classes the load test can switch on, across every tier (SPEC §13).
+//! Fault classes the load test can switch on, across every tier (docs/local-stack.md, "Fault injection").
 
 use anyhow::{Result, bail};
 use std::collections::BTreeSet;

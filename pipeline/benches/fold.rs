@@ -1,5 +1,5 @@
 //! Aggregator fold of a full 3,600-row group (one row per second of the hour), with and
-//! without VMT allocations (SPEC §15: "aggregator fold of a 3,600-row group").
+//! without VMT allocations (the "aggregator fold of a 3,600-row group" benchmark).
 
 use std::hint::black_box;
 

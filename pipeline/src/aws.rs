@@ -6,7 +6,7 @@ use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
 /// `AWS_ENDPOINT_URL_<SERVICE>` endpoint overrides, which is how the local stack is reached).
 ///
 /// Every awsmp binary builds one HTTP client here: the SDK crates are compiled without their
-/// default client (see BUILD-NOTES: one TLS stack for the whole workspace).
+/// default client (one TLS stack for the whole workspace; see the root `Cargo.toml`).
 pub async fn sdk_config() -> aws_config::SdkConfig {
     let http_client = aws_smithy_http_client::Builder::new()
         .tls_provider(Provider::Rustls(CryptoMode::Ring))

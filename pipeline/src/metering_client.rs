@@ -3,8 +3,8 @@
 //! `aws-sdk-marketplacemetering` models `UsageRecord.CustomerIdentifier` as a plain `String`,
 //! so it always serializes `"CustomerIdentifier": ""` — also for Concurrent-Agreements records
 //! that carry only `CustomerAWSAccountId` + `LicenseArn`. AWS documents the two identifiers as
-//! mutually exclusive, so such a record is invalid on the wire (BUILD-NOTES, "Marketplace
-//! Metering SDK gotcha"; the awsmp simulator answers it with `ValidationException`).
+//! mutually exclusive, so such a record is invalid on the wire (docs/metering-api.md,
+//! "The SDK's empty CustomerIdentifier"; the awsmp simulator answers it with `ValidationException`).
 //! [`metering_client`] installs [`OmitEmptyCustomerIdentifier`], which removes the empty member
 //! from each record of a BatchMeterUsage body before the request is signed. A non-empty
 //! (legacy) CustomerIdentifier is left alone.

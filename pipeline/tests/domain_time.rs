@@ -1,4 +1,4 @@
-//! Property and exhaustive tests of the time rules (SPEC §8): every hour of a leap year with
+//! Property and exhaustive tests of the time rules (docs/time-rules.md): every hour of a leap year with
 //! every lock, the month-boundary instants, and age-out / expiry sweeps without blind spots.
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,4 +1,4 @@
-//! Optional per-second collapse (SPEC §4): inside one linger window, events of the same group
+//! Optional per-second collapse (docs/row-contract.md, "Collapse"): inside one linger window, events of the same group
 //! and UTC second are summed into one event. Pure; conserves quantity per group-second and per
 //! allocation tag set.
 

@@ -16,7 +16,7 @@ pub const MAX_EVENT_ID_BYTES: usize = 256;
 /// One metered usage event: `quantity` units of `dimension` used by the buyer identified by
 /// (`license_arn`, `customer_aws_account_id`) at `timestamp`.
 ///
-/// Field names follow the usage-row contract (SPEC §4, §6).
+/// Field names follow the usage-row contract (docs/row-contract.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
     /// Idempotency key. Leave empty to let the producer generate a UUID v4 once, at `record()`.
@@ -129,7 +129,7 @@ impl Event {
         }
     }
 
-    /// Checks every rule of the v1 event (SPEC §4). An empty `event_id` is accepted here only
+    /// Checks every rule of the v1 event (docs/row-contract.md, "Event payload v1"). An empty `event_id` is accepted here only
     /// when `allow_missing_id` (the producer fills it in); the wire decoder never allows it.
     pub fn validate(&self, allow_missing_id: bool) -> Result<(), ValidationError> {
         validate_event_id(&self.event_id, allow_missing_id)?;

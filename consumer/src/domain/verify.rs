@@ -1,5 +1,5 @@
-//! Verification of a decoded event: timestamp authority (reference:
-//! meter-ingest-trust-boundary.md "Timestamp authority"), producer allowlist and quantity
+//! Verification of a decoded event: timestamp authority (docs/guarantees.md, "Billing time"),
+//! producer allowlist and quantity
 //! bounds. The result, a [`VerifiedEvent`], carries the *billing* second.
 
 use std::collections::{BTreeMap, HashSet};

@@ -1,5 +1,5 @@
 //! The simulator's catalog: products, their dimensions, licenses, legacy customers and
-//! registration tokens (SPEC §14 JSON, field for field).
+//! registration tokens (the catalog JSON of docs/local-stack.md, field for field).
 
 use std::collections::{HashMap, HashSet};
 

@@ -1,5 +1,4 @@
-//! DynamoDB attribute and index names shared by every adapter (reference: system-design.md
-//! "Data model", setup-path.md "Usage-row writer contract"). Spelled once here so the adapters,
+//! DynamoDB attribute and index names shared by every adapter (docs/row-contract.md). Spelled once here so the adapters,
 //! the consumer (the row writer) and `meterctl` cannot drift apart.
 
 /// Partition key of the usage and aggregated-usage tables.

@@ -1,5 +1,5 @@
-//! Planning `BatchMeterUsage` calls from pending aggregated records (SPEC §7 "Submitter",
-//! metering-facts.md "Batch cap", "ONE PRODUCT PER BatchMeterUsage CALL").
+//! Planning `BatchMeterUsage` calls from pending aggregated records (docs/metering-api.md,
+//! "Batch limits", "One product per call").
 //!
 //! Every call holds ≤25 records and ≤1 MB of serialized request; Concurrent-Agreements
 //! records (`LicenseArn` + `CustomerAWSAccountId`, no `ProductCode`) and legacy records
@@ -29,7 +29,7 @@ use super::row::Allocation;
 
 /// `BatchMeterUsage` accepts up to 25 `UsageRecords` per call (API reference).
 pub const MAX_USAGE_RECORDS_PER_CALL: usize = 25;
-/// `BatchMeterUsage` rejects request payloads over 1 MB (metering-facts.md "Batch cap").
+/// `BatchMeterUsage` rejects request payloads over 1 MB (docs/metering-api.md, "Batch limits").
 pub const MAX_REQUEST_BYTES: usize = 1_048_576;
 
 /// Conservative per-request JSON overhead: braces, `"UsageRecords":[]`, `"ProductCode":""`.

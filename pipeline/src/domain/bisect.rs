@@ -1,5 +1,5 @@
-//! Isolating request-level `BatchMeterUsage` errors by bisection (SPEC §7 "Submitter",
-//! metering-facts.md "request-level exceptions", "DisabledApiException").
+//! Isolating request-level `BatchMeterUsage` errors by bisection (docs/metering-api.md,
+//! "Request-level exceptions", "DisabledApiException").
 //!
 //! A request-level validation exception fails the whole call, so one poison record would
 //! block its co-batched records. [`Bisector`] is a pure state machine the async submitter
@@ -33,7 +33,7 @@ use rand::Rng;
 use super::DomainError;
 
 /// Bisection depth bound: ⌈log2 25⌉ = 5 levels isolate any record of a 25-record call, and
-/// bound the extra calls a many-failure batch can cost (metering-facts.md).
+/// bound the extra calls a many-failure batch can cost (docs/metering-api.md).
 pub const MAX_BISECTION_DEPTH: u32 = 5;
 
 /// Request-level exceptions caused by the *content* of some record: isolate by bisection.

@@ -1,4 +1,4 @@
-//! The clock port: all time in the pipeline comes from one injectable [`Clock`] (SPEC §8), so
+//! The clock port: all time in the pipeline comes from one injectable [`Clock`] (docs/time-rules.md), so
 //! every rule can be exercised at any instant, month and year ends included.
 
 use std::sync::{Arc, Mutex};

@@ -1,5 +1,5 @@
-//! The streamed group fold with the client-side guardrails and the VMT merge (SPEC §7
-//! "Aggregator", setup-path.md "Usage-row writer contract", system-design.md "Aggregator").
+//! The streamed group fold with the client-side guardrails and the VMT merge (docs/row-contract.md,
+//! docs/architecture.md "Aggregator").
 //!
 //! Feed a group's rows one at a time as the adapter pages through its `begins_with` query;
 //! memory stays O(distinct tag sets) — plus a fixed 450-byte bitmap of contributing seconds —

@@ -1,6 +1,5 @@
-//! Mapping `BatchMeterUsage` results back to per-record write-back decisions (SPEC §7
-//! "Submitter"; metering-facts.md "DuplicateRecord", "CustomerNotSubscribed",
-//! "UnprocessedRecords").
+//! Mapping `BatchMeterUsage` results back to per-record write-back decisions (docs/metering-api.md,
+//! "DuplicateRecord", "CustomerNotSubscribed", "UnprocessedRecords").
 //!
 //! The adapter converts the SDK output into an [`ApiResponse`] (each echoed `UsageRecord`
 //! identified by its [`GroupKey`]: `LicenseArn` + `CustomerAWSAccountId`, or for legacy calls

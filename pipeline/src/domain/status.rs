@@ -1,5 +1,5 @@
-//! Status domains, reason codes and metric names, exactly as the reference spells them
-//! (system-design.md, setup-path.md, metering-facts.md), plus awsmp's named additions.
+//! Status domains, reason codes and metric names, exactly as the AWS reference pipeline spells
+//! them (docs/operations.md lists each with its meaning), plus awsmp's named additions.
 
 use std::fmt;
 use std::str::FromStr;
@@ -252,7 +252,7 @@ impl FromStr for AggregatedStatus {
     }
 }
 
-/// Business metric names (EMF), as the reference's alarms and dashboards expect them.
+/// Business metric names (EMF), as the alarms and dashboards of docs/operations.md expect them.
 pub mod metric {
     /// A group rejected client-side; dimension [`REASON`].
     pub const USAGE_RECORD_REJECTED: &str = "UsageRecordRejected";

@@ -1,5 +1,5 @@
-//! Time rules (SPEC §8, system-design.md "Metering lock period", "Month-boundary
-//! reconciliation", "Discoverer", "Submission expiry", "Expedited deprovisioning flush").
+//! Time rules (docs/time-rules.md: metering lock, month-boundary grace, discoverer offsets,
+//! submission expiry, the expedited deprovisioning flush).
 //!
 //! Everything is a function of an hour bucket, `now` (from the injected clock) and a validated
 //! [`TimeConfig`]. Ages are whole hours: `age = floor(now, hour) − bucket`, so the current hour

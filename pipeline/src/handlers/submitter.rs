@@ -42,7 +42,8 @@ pub const CALL_ATTEMPTS: u32 = 6;
 const CALL_BACKOFF_BASE: Duration = Duration::from_millis(50);
 const CALL_BACKOFF_CAP: Duration = Duration::from_secs(5);
 /// BatchMeterUsage quota per account and region, in calls per second (AWS Marketplace
-/// Metering Service quotas; SPEC §1 "~10 calls/s per account and region"). Calls are paced to it.
+/// Metering Service quotas, ~10 calls/s per account and region:
+/// <https://docs.aws.amazon.com/marketplace/latest/userguide/metering-service-quotas.html>). Calls are paced to it.
 pub const QUOTA_CALLS_PER_SECOND: u32 = 10;
 /// Rounds of resending `UnprocessedRecords` within one run.
 pub const UNPROCESSED_ROUNDS: u32 = 4;

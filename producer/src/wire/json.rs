@@ -1,4 +1,4 @@
-//! The v1 event payload: UTF-8 JSON with exactly the fields of SPEC §4.
+//! The v1 event payload: UTF-8 JSON with exactly the fields of docs/row-contract.md, "Event payload v1".
 //!
 //! Decoding is strict on purpose: an unknown version or field, a duplicate key, a fractional or
 //! negative quantity and a non-UTC timestamp are all rejected with a specific reason, because
