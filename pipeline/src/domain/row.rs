@@ -117,111 +117,138 @@ pub fn parse_non_negative_integer(s: &str) -> Result<u64, NumberError> {
             .iter()
             .fold(0u64, |acc, &c| acc * 10 + u64::from(c - b'0')));
     }
-    let mut i = 0;
-    let negative = match b.first() {
+    Decimal::parse(b)?.to_non_negative_integer()
+}
+
+/// A decimal number's parts, borrowed from its spelling: `±int.frac E±exp`.
+struct Decimal<'a> {
+    negative: bool,
+    int_digits: &'a [u8],
+    frac_digits: &'a [u8],
+    exponent: i64,
+    /// More than [`MAX_EXPONENT_DIGITS`] significant exponent digits: `exponent` is only a
+    /// far-out stand-in of the right sign.
+    exponent_huge: bool,
+}
+
+/// The digits of `b` from `*i` on; `*i` moves past them.
+fn take_digits<'a>(b: &'a [u8], i: &mut usize) -> &'a [u8] {
+    let start = *i;
+    while *i < b.len() && b[*i].is_ascii_digit() {
+        *i += 1;
+    }
+    &b[start..*i]
+}
+
+/// An optional sign at `*i`: true for `-`; `*i` moves past it.
+fn take_sign(b: &[u8], i: &mut usize) -> bool {
+    match b.get(*i) {
         Some(b'-') => {
-            i = 1;
+            *i += 1;
             true
         }
         Some(b'+') => {
-            i = 1;
+            *i += 1;
             false
         }
         _ => false,
-    };
-    let int_start = i;
-    while i < b.len() && b[i].is_ascii_digit() {
-        i += 1;
     }
-    let int_digits = &b[int_start..i];
-    let mut frac_digits: &[u8] = &[];
-    if i < b.len() && b[i] == b'.' {
-        i += 1;
-        let frac_start = i;
-        while i < b.len() && b[i].is_ascii_digit() {
+}
+
+impl<'a> Decimal<'a> {
+    fn parse(b: &'a [u8]) -> Result<Self, NumberError> {
+        let mut i = 0;
+        let negative = take_sign(b, &mut i);
+        let int_digits = take_digits(b, &mut i);
+        let mut frac_digits: &[u8] = &[];
+        if i < b.len() && b[i] == b'.' {
             i += 1;
+            frac_digits = take_digits(b, &mut i);
         }
-        frac_digits = &b[frac_start..i];
-    }
-    if int_digits.is_empty() && frac_digits.is_empty() {
-        return Err(NumberError::NonNumeric);
-    }
-    let mut exponent: i64 = 0;
-    let mut exponent_huge = false;
-    if i < b.len() && (b[i] == b'e' || b[i] == b'E') {
-        i += 1;
-        let exp_negative = match b.get(i) {
-            Some(b'-') => {
-                i += 1;
-                true
-            }
-            Some(b'+') => {
-                i += 1;
-                false
-            }
-            _ => false,
-        };
-        let exp_start = i;
-        while i < b.len() && b[i].is_ascii_digit() {
-            i += 1;
-        }
-        let exp_digits = &b[exp_start..i];
-        if exp_digits.is_empty() {
+        if int_digits.is_empty() && frac_digits.is_empty() {
             return Err(NumberError::NonNumeric);
         }
-        let significant = exp_digits.iter().skip_while(|&&c| c == b'0').count();
-        if significant > MAX_EXPONENT_DIGITS {
-            exponent_huge = true;
-            exponent = if exp_negative {
-                i64::MIN / 2
-            } else {
-                i64::MAX / 2
-            };
+        let (exponent, exponent_huge) = if i < b.len() && (b[i] == b'e' || b[i] == b'E') {
+            i += 1;
+            parse_exponent(b, &mut i)?
         } else {
-            let v = exp_digits
-                .iter()
-                .fold(0i64, |acc, &c| acc * 10 + i64::from(c - b'0'));
-            exponent = if exp_negative { -v } else { v };
+            (0, false)
+        };
+        if i != b.len() {
+            return Err(NumberError::NonNumeric);
         }
-    }
-    if i != b.len() {
-        return Err(NumberError::NonNumeric);
+        Ok(Self {
+            negative,
+            int_digits,
+            frac_digits,
+            exponent,
+            exponent_huge,
+        })
     }
 
-    // value = mantissa × 10^(exponent − frac_len), mantissa = int_digits ++ frac_digits.
-    let mantissa: Vec<u8> = int_digits.iter().chain(frac_digits).copied().collect();
-    let Some(first_nonzero) = mantissa.iter().position(|&c| c != b'0') else {
-        return Ok(0); // every spelling of zero, signed or not, with any exponent
-    };
-    let mantissa = &mantissa[first_nonzero..];
-    let trailing_zeros = mantissa.iter().rev().take_while(|&&c| c == b'0').count();
-    let mantissa = &mantissa[..mantissa.len() - trailing_zeros];
-    let scale = if exponent_huge {
-        exponent
-    } else {
-        exponent - frac_digits.len() as i64 + trailing_zeros as i64
-    };
-    if scale < 0 {
-        return Err(NumberError::NonInteger);
+    /// value = mantissa × 10^(exponent − frac_len), mantissa = int_digits ++ frac_digits.
+    fn to_non_negative_integer(&self) -> Result<u64, NumberError> {
+        let mantissa: Vec<u8> = self
+            .int_digits
+            .iter()
+            .chain(self.frac_digits)
+            .copied()
+            .collect();
+        let Some(first_nonzero) = mantissa.iter().position(|&c| c != b'0') else {
+            return Ok(0); // every spelling of zero, signed or not, with any exponent
+        };
+        let mantissa = &mantissa[first_nonzero..];
+        let trailing_zeros = mantissa.iter().rev().take_while(|&&c| c == b'0').count();
+        let mantissa = &mantissa[..mantissa.len() - trailing_zeros];
+        let scale = if self.exponent_huge {
+            self.exponent
+        } else {
+            self.exponent - self.frac_digits.len() as i64 + trailing_zeros as i64
+        };
+        if scale < 0 {
+            return Err(NumberError::NonInteger);
+        }
+        if self.negative {
+            return Err(NumberError::Negative);
+        }
+        // u64::MAX has 20 digits; anything longer overflows for sure.
+        if mantissa.len() as i64 + scale > 20 {
+            return Err(NumberError::Overflow);
+        }
+        let mut v: u64 = 0;
+        for &c in mantissa {
+            v = v
+                .checked_mul(10)
+                .and_then(|v| v.checked_add(u64::from(c - b'0')))
+                .ok_or(NumberError::Overflow)?;
+        }
+        for _ in 0..scale {
+            v = v.checked_mul(10).ok_or(NumberError::Overflow)?;
+        }
+        Ok(v)
     }
-    if negative {
-        return Err(NumberError::Negative);
+}
+
+/// The exponent after `e`/`E` at `*i`: `(value, huge)`; `*i` moves past it.
+fn parse_exponent(b: &[u8], i: &mut usize) -> Result<(i64, bool), NumberError> {
+    let exp_negative = take_sign(b, i);
+    let exp_digits = take_digits(b, i);
+    if exp_digits.is_empty() {
+        return Err(NumberError::NonNumeric);
     }
-    // u64::MAX has 20 digits; anything longer overflows for sure.
-    if mantissa.len() as i64 + scale > 20 {
-        return Err(NumberError::Overflow);
+    let significant = exp_digits.iter().skip_while(|&&c| c == b'0').count();
+    if significant > MAX_EXPONENT_DIGITS {
+        let far = if exp_negative {
+            i64::MIN / 2
+        } else {
+            i64::MAX / 2
+        };
+        return Ok((far, true));
     }
-    let mut v: u64 = 0;
-    for &c in mantissa {
-        v = v
-            .checked_mul(10)
-            .and_then(|v| v.checked_add(u64::from(c - b'0')))
-            .ok_or(NumberError::Overflow)?;
-    }
-    for _ in 0..scale {
-        v = v.checked_mul(10).ok_or(NumberError::Overflow)?;
-    }
-    Ok(v)
+    let v = exp_digits
+        .iter()
+        .fold(0i64, |acc, &c| acc * 10 + i64::from(c - b'0'));
+    Ok((if exp_negative { -v } else { v }, false))
 }
 
 /// One VMT tag: the event's own tag type (`Key` / `Value`), so the producer, the consumer and

@@ -1,0 +1,353 @@
+//! The streamed fold over one group's rows: membership, the row checks, the sums, the
+//! group-level checks, and the outcome.
+
+use std::collections::BTreeSet;
+
+use chrono::{DateTime, Utc};
+
+use super::allocations::TagSetMerge;
+use super::checks::{RowChecks, RowFacts};
+use super::membership::{Membership, membership};
+use super::seconds::SecondSet;
+use crate::contract::limits::{MAX_ALLOCATIONS_PER_RECORD, MAX_USAGE_QUANTITY};
+use crate::contract::status::{RejectReason, aggregated_reason};
+use crate::domain::DomainError;
+use crate::domain::keys::{GroupKey, Identity, RowKey};
+use crate::domain::row::{Allocation, RawUsageRow};
+use crate::domain::time::{TimeConfig, is_zero_finalize_edge};
+
+/// One valid group, ready for the conditional put (the commit point).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AggregatedRecord {
+    /// The group (license / product code, account / customer identifier, dimension, hour).
+    pub group: GroupKey,
+    /// Exact sum of the rows' quantities (≤ [`MAX_USAGE_QUANTITY`]).
+    pub quantity: u64,
+    /// Merged VMT allocations (one per distinct tag set, ordered by tag set; each tag set's
+    /// tags sorted by key then value); `None` when the group's non-zero rows carry none.
+    pub allocations: Option<Vec<Allocation>>,
+    /// Raw rows folded in.
+    pub row_count: u32,
+    /// Seconds of the hour that contributed.
+    pub seconds: SecondSet,
+}
+
+impl AggregatedRecord {
+    /// Which kind of `UsageRecord` this becomes.
+    pub fn identity(&self) -> Identity<'_> {
+        self.group.identity()
+    }
+
+    /// `meteringStatusReason` for the raw rows (exact reference text).
+    pub fn raw_status_reason(&self) -> String {
+        aggregated_reason(self.quantity, self.row_count)
+    }
+
+    /// Keys of every raw row folded in, in second order (for cleanup messages of at most
+    /// [`MAX_CLEANUP_KEYS_PER_MESSAGE`](crate::contract::limits::MAX_CLEANUP_KEYS_PER_MESSAGE) keys).
+    pub fn raw_row_keys(&self) -> impl Iterator<Item = RowKey> + '_ {
+        self.seconds.iter().map(|s| RowKey {
+            license_arn: self.group.license_arn.clone(),
+            sort_key: self.group.usage_sort_key_at(s),
+        })
+    }
+}
+
+/// Every pending row of a group as seen by the fold, to stamp them all when the group is
+/// rejected: rows with a well-formed whole-second key as a [`SecondSet`], the rest verbatim (sorted, so
+/// the value does not depend on row order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupRows {
+    group: GroupKey,
+    seconds: SecondSet,
+    irregular_sort_keys: BTreeSet<String>,
+}
+
+impl GroupRows {
+    /// Number of keyed rows.
+    pub fn len(&self) -> usize {
+        self.seconds.len() as usize + self.irregular_sort_keys.len()
+    }
+
+    /// True when no keyed row was seen.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every keyed row's primary key.
+    pub fn row_keys(&self) -> impl Iterator<Item = RowKey> + '_ {
+        let regular = self.seconds.iter().map(|s| self.group.usage_sort_key_at(s));
+        regular
+            .chain(self.irregular_sort_keys.iter().cloned())
+            .map(|sort_key| RowKey {
+                license_arn: self.group.license_arn.clone(),
+                sort_key,
+            })
+    }
+}
+
+/// A rejected group: every row gets `RejectedClientSide` with `reason`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    /// The winning reason code.
+    pub reason: RejectReason,
+    /// Human-readable detail (which value, which limit).
+    pub detail: String,
+    /// The row that produced the reason; `None` for a group-level reason.
+    pub row_key: Option<RowKey>,
+    /// Every row of the group, to stamp.
+    pub rows: GroupRows,
+}
+
+/// What the fold concluded for a group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FoldOutcome {
+    /// Write this record with a conditional put; on a fresh write, clean up its rows.
+    Valid(AggregatedRecord),
+    /// Stamp every row `RejectedClientSide` + reason; emit `UsageRecordRejected`.
+    Rejected(Rejection),
+    /// No pending rows: nothing to do.
+    Empty,
+    /// The group sums to 0 and the bucket is not yet at the oldest processed edge: leave the
+    /// rows pending (submitting 0 now would lock the hour at 0, first-write-wins).
+    DeferredZero {
+        /// Pending rows seen.
+        row_count: u32,
+    },
+}
+
+/// How the fold treated one pushed row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushed {
+    /// Part of the group and pending: checked and counted.
+    Counted,
+    /// No `meteringPending`: already finalized, ignored.
+    NotPending,
+    /// Its keys place it in another group (another license, hour, or a dimension containing
+    /// `#`): ignored here, that group will fold it.
+    Foreign,
+}
+
+/// The streamed fold over one group's rows.
+#[derive(Debug)]
+pub struct GroupFold {
+    group: GroupKey,
+    prefix: String,
+    checks: RowChecks,
+    finalize_zero: bool,
+
+    row_count: u32,
+    total: u64,
+    seconds: SecondSet,
+    irregular_sort_keys: BTreeSet<String>,
+    nonzero_allocated: u32,
+    nonzero_unallocated: u32,
+    merge: TagSetMerge,
+    /// The earliest-ranked finding so far, with the sort key that produced it ("" = group).
+    worst: Option<(RejectReason, String, String)>,
+}
+
+impl GroupFold {
+    /// Start folding `group` as of `now`. The zero-quantity edge and the billable window are
+    /// evaluated once, at `now`.
+    pub fn new(group: GroupKey, now: DateTime<Utc>, cfg: &TimeConfig) -> Self {
+        Self {
+            prefix: group.usage_prefix(),
+            checks: RowChecks::new(&group, now, cfg),
+            finalize_zero: is_zero_finalize_edge(group.hour, now, cfg),
+            group,
+            row_count: 0,
+            total: 0,
+            seconds: SecondSet::new(),
+            irregular_sort_keys: BTreeSet::new(),
+            nonzero_allocated: 0,
+            nonzero_unallocated: 0,
+            merge: TagSetMerge::default(),
+            worst: None,
+        }
+    }
+
+    /// Force (or forbid) finalizing a zero-sum group regardless of the edge rule, e.g. for an
+    /// operator re-drive at the end of the window.
+    pub fn finalize_zero(mut self, finalize: bool) -> Self {
+        self.finalize_zero = finalize;
+        self
+    }
+
+    /// The group being folded.
+    pub fn group(&self) -> &GroupKey {
+        &self.group
+    }
+
+    /// Fold one row. Rows that are not pending or belong to another group are ignored (see
+    /// [`Pushed`]). The same sort key twice is refused ([`DomainError::DuplicateRow`]) rather
+    /// than counted twice.
+    pub fn push(&mut self, row: &RawUsageRow) -> Result<Pushed, DomainError> {
+        match membership(&self.group, &self.prefix, row) {
+            Membership::NotPending => Ok(Pushed::NotPending),
+            Membership::Foreign => Ok(Pushed::Foreign),
+            Membership::Unkeyed => {
+                self.row_count += 1;
+                self.note(
+                    RejectReason::MalformedSortKey,
+                    "",
+                    "sort key is missing or not a string".to_owned(),
+                );
+                Ok(Pushed::Counted)
+            }
+            Membership::Malformed(sort_key) => {
+                self.remember_irregular(sort_key)?;
+                self.row_count += 1;
+                self.note(
+                    RejectReason::MalformedSortKey,
+                    sort_key,
+                    format!("sort key {sort_key:?} does not have three #-separated segments"),
+                );
+                Ok(Pushed::Counted)
+            }
+            Membership::Member {
+                sort_key,
+                segments,
+                timestamp,
+            } => {
+                match timestamp {
+                    Some((_, second)) => {
+                        if !self.seconds.insert(second) {
+                            return Err(DomainError::DuplicateRow(sort_key.to_owned()));
+                        }
+                    }
+                    None => self.remember_irregular(sort_key)?,
+                }
+                self.row_count += 1;
+                let checked =
+                    self.checks
+                        .check(&self.group, row, &segments, timestamp.map(|(t, _)| t));
+                match checked {
+                    Ok(facts) => self.accumulate(sort_key, facts),
+                    Err(f) => self.note(f.reason, sort_key, f.detail),
+                }
+                Ok(Pushed::Counted)
+            }
+        }
+    }
+
+    fn remember_irregular(&mut self, sort_key: &str) -> Result<(), DomainError> {
+        if !self.irregular_sort_keys.insert(sort_key.to_owned()) {
+            return Err(DomainError::DuplicateRow(sort_key.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// Keep the earliest-ranked finding; ties go to the smallest sort key ("" = group level).
+    fn note(&mut self, reason: RejectReason, sort_key: &str, detail: String) {
+        let better = match &self.worst {
+            None => true,
+            Some((r, k, _)) => (reason, sort_key) < (*r, k.as_str()),
+        };
+        if better {
+            self.worst = Some((reason, sort_key.to_owned(), detail));
+        }
+    }
+
+    fn accumulate(&mut self, sort_key: &str, facts: RowFacts<'_>) {
+        match self
+            .total
+            .checked_add(facts.quantity)
+            .filter(|t| *t <= MAX_USAGE_QUANTITY)
+        {
+            Some(t) => self.total = t,
+            None => {
+                self.total = self.total.saturating_add(facts.quantity);
+                self.note(
+                    RejectReason::QuantityOverflow,
+                    "",
+                    format!("group total exceeds the BatchMeterUsage maximum {MAX_USAGE_QUANTITY}"),
+                );
+            }
+        }
+        if facts.quantity > 0 {
+            if facts.allocations.is_some() {
+                self.nonzero_allocated += 1;
+            } else {
+                self.nonzero_unallocated += 1;
+            }
+        }
+        if let Some(detail) = facts.sum_mismatch {
+            self.note(RejectReason::AllocationSumMismatch, sort_key, detail);
+        }
+        for (tags, q) in facts.allocations.into_iter().flatten() {
+            self.merge.add(&tags, q);
+        }
+    }
+
+    /// The group-level VMT checks of a group whose non-zero rows carry allocations.
+    fn note_allocation_findings(&mut self) {
+        if self.nonzero_unallocated > 0 {
+            let detail = format!(
+                "{} non-zero rows carry usageAllocations and {} do not",
+                self.nonzero_allocated, self.nonzero_unallocated
+            );
+            self.note(RejectReason::MixedAllocatedAndUnallocated, "", detail);
+        }
+        if self.merge.overflowed_limit() {
+            self.note(
+                RejectReason::TooManyAllocations,
+                "",
+                format!("more than {MAX_ALLOCATIONS_PER_RECORD} distinct tag sets"),
+            );
+        }
+        let merged_sum = self.merge.sum();
+        if merged_sum != Some(self.total) {
+            self.note(
+                RejectReason::AllocationSumMismatch,
+                "",
+                format!(
+                    "merged allocations sum to {merged_sum:?}, group total is {}",
+                    self.total
+                ),
+            );
+        }
+    }
+
+    /// Conclude the group.
+    pub fn finish(mut self) -> FoldOutcome {
+        if self.row_count == 0 {
+            return FoldOutcome::Empty;
+        }
+        let allocated = self.nonzero_allocated > 0;
+        if allocated {
+            self.note_allocation_findings();
+        }
+        let rows = GroupRows {
+            group: self.group.clone(),
+            seconds: self.seconds.clone(),
+            irregular_sort_keys: std::mem::take(&mut self.irregular_sort_keys),
+        };
+        if let Some((reason, sort_key, detail)) = self.worst.take() {
+            let row_key = (!sort_key.is_empty()).then(|| RowKey {
+                license_arn: self.group.license_arn.clone(),
+                sort_key,
+            });
+            return FoldOutcome::Rejected(Rejection {
+                reason,
+                detail,
+                row_key,
+                rows,
+            });
+        }
+        if self.total == 0 && !self.finalize_zero {
+            return FoldOutcome::DeferredZero {
+                row_count: self.row_count,
+            };
+        }
+        let allocations: Option<Vec<Allocation>> =
+            allocated.then(|| std::mem::take(&mut self.merge).into_allocations());
+        FoldOutcome::Valid(AggregatedRecord {
+            group: self.group,
+            quantity: self.total,
+            allocations,
+            row_count: self.row_count,
+            seconds: self.seconds,
+        })
+    }
+}

@@ -1,0 +1,61 @@
+//! The streamed group fold with the client-side guardrails and the VMT merge (docs/row-contract.md,
+//! docs/architecture.md "Aggregator").
+//!
+//! Feed a group's rows one at a time as the adapter pages through its `begins_with` query;
+//! memory stays O(distinct tag sets) — plus a fixed 450-byte bitmap of contributing seconds —
+//! never O(rows).
+//!
+//! **Precedence.** Each row is checked in the exact order of [`RejectReason`]; the row's first
+//! failing check is its reason. One bad row rejects the whole group-hour, and the group's
+//! reason is the earliest-ranked reason over all its rows and the group-level checks
+//! (`MixedAllocatedAndUnallocated`, `TooManyAllocations`, merged `AllocationSumMismatch`, a
+//! total beyond the API maximum), ties broken by the smallest sort key. The outcome is
+//! therefore independent of row order.
+//!
+//! | module | what it owns |
+//! |---|---|
+//! | `group` | [`GroupFold`]: membership, sums, the group-level checks, the [`FoldOutcome`] |
+//! | `checks` | the row-level guardrails, in reason order |
+//! | `allocations` | reading a row's `usageAllocations`; the merge per distinct tag set |
+//! | `revisit` | [`classify_revisit`]: a lost cleanup or late usage, once the record exists |
+//! | `seconds` | [`SecondSet`], the contributing seconds an aggregated record stores |
+//!
+//! ```
+//! use awsmp_pipeline::domain::fold::{FoldOutcome, GroupFold};
+//! use awsmp_pipeline::domain::keys::GroupKey;
+//! use awsmp_pipeline::domain::row::conforming_row;
+//! use awsmp_pipeline::domain::time::TimeConfig;
+//! use chrono::{TimeZone, Utc};
+//!
+//! let group = GroupKey::new(
+//!     "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef",
+//!     "210987654321", "api_calls", "2026-11-30T11".parse().unwrap());
+//! let now = Utc.with_ymd_and_hms(2026, 11, 30, 12, 20, 0).unwrap();
+//! let mut fold = GroupFold::new(group.clone(), now, &TimeConfig::default());
+//! for second in [0, 59, 3599] {
+//!     fold.push(&conforming_row(&group, second, 7, None)).unwrap();
+//! }
+//! let FoldOutcome::Valid(record) = fold.finish() else { panic!("valid group") };
+//! assert_eq!(record.quantity, 21);
+//! assert_eq!(record.raw_status_reason(), "Aggregated total quantity 21 from 3 raw usage records");
+//! ```
+
+mod allocations;
+mod checks;
+mod group;
+mod membership;
+mod revisit;
+mod seconds;
+#[cfg(test)]
+mod tests;
+
+pub use group::{AggregatedRecord, FoldOutcome, GroupFold, GroupRows, Pushed, Rejection};
+pub use revisit::{LateRow, RevisitRow, classify_revisit};
+pub use seconds::{SECOND_SET_BYTES, SecondSet};
+
+use super::row::{AttrValue, RawUsageRow};
+
+/// The attribute `name` of `row`, unless absent or NULL.
+fn present<'r>(row: &'r RawUsageRow, name: &str) -> Option<&'r AttrValue> {
+    row.get(name).filter(|v| !matches!(v, AttrValue::Null))
+}

@@ -1,0 +1,69 @@
+//! Re-visiting a group whose aggregated record already exists: lost cleanups vs late usage.
+
+use super::membership::{Membership, membership};
+use super::present;
+use super::seconds::SecondSet;
+use crate::contract::attrs;
+use crate::contract::limits::MAX_USAGE_QUANTITY;
+use crate::domain::keys::{GroupKey, RowKey};
+use crate::domain::row::{AttrValue, RawUsageRow, parse_non_negative_integer};
+
+/// A raw row seen on a re-visit of a group whose aggregated record already exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RevisitRow {
+    /// Not pending: nothing to do.
+    NotPending,
+    /// Belongs to another group: ignore.
+    Foreign,
+    /// Its second is in the stored record: its cleanup was lost. Clear `meteringPending`
+    /// (without restamping a sum from this visit).
+    AlreadyAggregated(RowKey),
+    /// Written after aggregation: terminal `RejectedClientSide` + [`LATE_USAGE`](crate::contract::reasons::LATE_USAGE),
+    /// `LateUsage` metric carrying its quantity.
+    Late(LateRow),
+}
+
+/// A late raw row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LateRow {
+    /// Its key.
+    pub row_key: RowKey,
+    /// Its second of the hour, when its key is well-formed.
+    pub second: Option<u32>,
+    /// Its quantity when it is a valid one; `None` for a non-numeric / invalid quantity (the
+    /// row keeps its own attribute, nothing is defaulted).
+    pub quantity: Option<u64>,
+}
+
+/// Classify a pending row found when re-visiting `group`, whose aggregated record stores the
+/// contributing seconds `stored`. Rows without a sort key cannot exist in DynamoDB and are
+/// reported as [`RevisitRow::Foreign`].
+pub fn classify_revisit(group: &GroupKey, stored: &SecondSet, row: &RawUsageRow) -> RevisitRow {
+    let prefix = group.usage_prefix();
+    let (sort_key, second) = match membership(group, &prefix, row) {
+        Membership::NotPending => return RevisitRow::NotPending,
+        Membership::Foreign | Membership::Unkeyed => return RevisitRow::Foreign,
+        Membership::Malformed(sk) => (sk, None),
+        Membership::Member {
+            sort_key,
+            timestamp,
+            ..
+        } => (sort_key, timestamp.map(|(_, s)| s)),
+    };
+    let row_key = RowKey {
+        license_arn: group.license_arn.clone(),
+        sort_key: sort_key.to_owned(),
+    };
+    if second.is_some_and(|s| stored.contains(s)) {
+        return RevisitRow::AlreadyAggregated(row_key);
+    }
+    let quantity = present(row, attrs::QUANTITY)
+        .and_then(AttrValue::as_n)
+        .and_then(|n| parse_non_negative_integer(n).ok())
+        .filter(|q| *q <= MAX_USAGE_QUANTITY);
+    RevisitRow::Late(LateRow {
+        row_key,
+        second,
+        quantity,
+    })
+}
