@@ -1,0 +1,317 @@
+//! The aggregated-usage table and its item conversion.
+
+use super::convert::{n, s, to_domain, to_sdk};
+use super::errors::{ddb_err, is_conditional_failure, malformed};
+use super::pending::query_pending_index;
+use crate::contract::attrs as a;
+use crate::contract::status::AggregatedStatus;
+use crate::domain::keys::{GroupKey, HourBucket, parse_aggregated_sort_key};
+use crate::domain::row::{Allocation, AttrValue, Tag, parse_non_negative_integer};
+use crate::error::Result;
+use crate::ports::{AggregatedItem, AggregatedStore, WriteBack};
+use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::AttributeValue as Av;
+use chrono::{DateTime, Utc};
+use std::collections::{BTreeMap, HashMap};
+
+/// The aggregated-usage table.
+#[derive(Debug, Clone)]
+pub struct DynamoDbAggregatedStore {
+    client: Client,
+    table: String,
+}
+
+impl DynamoDbAggregatedStore {
+    /// Over `table`.
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self {
+            client,
+            table: table.into(),
+        }
+    }
+
+    fn key(group: &GroupKey) -> [(String, Av); 2] {
+        [
+            (a::LICENSE_ARN.to_owned(), s(&group.license_arn)),
+            (
+                a::AGGREGATED_SORT_KEY.to_owned(),
+                s(group.aggregated_sort_key()),
+            ),
+        ]
+    }
+}
+
+/// The SDK item for an aggregated record (what the aggregator puts, or a direct-submit seller writes).
+pub fn aggregated_to_item(item: &AggregatedItem, now: DateTime<Utc>) -> HashMap<String, Av> {
+    let g = &item.group;
+    let mut m = HashMap::from([
+        (a::LICENSE_ARN.to_owned(), s(&g.license_arn)),
+        (
+            a::AGGREGATED_SORT_KEY.to_owned(),
+            s(g.aggregated_sort_key()),
+        ),
+        (
+            a::CUSTOMER_AWS_ACCOUNT_ID.to_owned(),
+            s(&g.customer_aws_account_id),
+        ),
+        (a::DIMENSION.to_owned(), s(&g.dimension)),
+        (a::HOUR_BUCKET.to_owned(), s(g.hour.to_string())),
+        (a::QUANTITY.to_owned(), n(item.quantity)),
+        (a::ROW_COUNT.to_owned(), n(item.row_count)),
+        (a::CREATED_AT.to_owned(), s(a::audit_timestamp(now))),
+        (a::UPDATED_AT.to_owned(), s(a::audit_timestamp(now))),
+    ]);
+    if item.pending {
+        m.insert(a::METERING_PENDING.to_owned(), s(g.hour.to_string()));
+    }
+    if let Some(allocs) = &item.allocations {
+        m.insert(
+            a::USAGE_ALLOCATIONS.to_owned(),
+            Av::L(allocs.iter().map(|al| to_sdk(&al.to_attr())).collect()),
+        );
+    }
+    if !item.contributed_seconds.is_empty() {
+        m.insert(
+            a::CONTRIBUTED_SECONDS.to_owned(),
+            Av::B(Blob::new(item.contributed_seconds.clone())),
+        );
+    }
+    if let Some(ci) = &item.customer_identifier {
+        m.insert(a::CUSTOMER_IDENTIFIER.to_owned(), s(ci));
+    }
+    m
+}
+
+/// Parse an aggregated record item.
+pub fn aggregated_from_item(table: &str, item: &HashMap<String, Av>) -> Result<AggregatedItem> {
+    let str_of = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
+    let num_of = |k: &str| -> Result<Option<u64>> {
+        item.get(k)
+            .map(|v| {
+                v.as_n()
+                    .ok()
+                    .and_then(|x| parse_non_negative_integer(x).ok())
+                    .ok_or_else(|| malformed(table, format!("{k} is not a non-negative integer")))
+            })
+            .transpose()
+    };
+    let license = str_of(a::LICENSE_ARN).ok_or_else(|| malformed(table, "no licenseArn"))?;
+    let sk = str_of(a::AGGREGATED_SORT_KEY).ok_or_else(|| malformed(table, "no sort key"))?;
+    let (account, dimension, hour) = parse_aggregated_sort_key(&sk)
+        .ok_or_else(|| malformed(table, format!("bad sort key {sk:?}")))?;
+    let allocations = match item.get(a::USAGE_ALLOCATIONS) {
+        None => None,
+        Some(Av::L(list)) => Some(
+            list.iter()
+                .map(|v| {
+                    allocation_from(&to_domain(v))
+                        .ok_or_else(|| malformed(table, "bad usageAllocations"))
+                })
+                .collect::<Result<Vec<_>>>()?,
+        ),
+        Some(_) => return Err(malformed(table, "usageAllocations is not a list")),
+    };
+    Ok(AggregatedItem {
+        group: GroupKey {
+            license_arn: license,
+            customer_aws_account_id: account.to_owned(),
+            dimension: dimension.to_owned(),
+            hour,
+        },
+        quantity: num_of(a::QUANTITY)?.ok_or_else(|| malformed(table, "no quantity"))?,
+        allocations,
+        row_count: num_of(a::ROW_COUNT)?.unwrap_or(0) as u32,
+        contributed_seconds: item
+            .get(a::CONTRIBUTED_SECONDS)
+            .and_then(|v| v.as_b().ok())
+            .map(|b| b.as_ref().to_vec())
+            .unwrap_or_default(),
+        customer_identifier: str_of(a::CUSTOMER_IDENTIFIER),
+        pending: item.contains_key(a::METERING_PENDING),
+        status: str_of(a::METERING_STATUS).and_then(|s| s.parse().ok()),
+        status_reason: str_of(a::METERING_STATUS_REASON),
+        metering_record_id: str_of(a::METERING_RECORD_ID),
+        attempted_quantity: num_of(a::ATTEMPTED_QUANTITY)?,
+        submission_attempted_at: str_of(a::SUBMISSION_ATTEMPTED_AT)
+            .and_then(|t| DateTime::parse_from_rfc3339(&t).ok())
+            .map(|t| t.with_timezone(&Utc)),
+    })
+}
+
+fn allocation_from(v: &AttrValue) -> Option<Allocation> {
+    let m = v.as_m()?;
+    let quantity = parse_non_negative_integer(m.get(a::ALLOCATED_USAGE_QUANTITY)?.as_n()?).ok()?;
+    let tags = match m.get(a::TAGS) {
+        None => Vec::new(),
+        Some(t) => t
+            .as_l()?
+            .iter()
+            .map(|t| {
+                let tm: &BTreeMap<String, AttrValue> = t.as_m()?;
+                Some(Tag::new(
+                    tm.get(a::TAG_KEY)?.as_s()?,
+                    tm.get(a::TAG_VALUE)?.as_s()?,
+                ))
+            })
+            .collect::<Option<Vec<_>>>()?,
+    };
+    Some(Allocation { quantity, tags })
+}
+
+#[async_trait]
+impl AggregatedStore for DynamoDbAggregatedStore {
+    async fn put_if_absent(&self, item: &AggregatedItem, now: DateTime<Utc>) -> Result<bool> {
+        let res = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(aggregated_to_item(item, now)))
+            .condition_expression("attribute_not_exists(licenseArn)")
+            .send()
+            .await;
+        match res {
+            Ok(_) => Ok(true),
+            Err(e) if is_conditional_failure(&e) => Ok(false),
+            Err(e) => Err(ddb_err("PutItem", &self.table, e)),
+        }
+    }
+
+    async fn get(&self, group: &GroupKey) -> Result<Option<AggregatedItem>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(group).into_iter().collect()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| ddb_err("GetItem", &self.table, e))?;
+        out.item
+            .as_ref()
+            .map(|i| aggregated_from_item(&self.table, i))
+            .transpose()
+    }
+
+    async fn pending(
+        &self,
+        bucket: HourBucket,
+        license: Option<&str>,
+    ) -> Result<Vec<AggregatedItem>> {
+        query_pending_index(&self.client, &self.table, bucket, license)
+            .await?
+            .iter()
+            .map(|item| aggregated_from_item(&self.table, item))
+            .collect()
+    }
+
+    async fn mark_attempted(
+        &self,
+        group: &GroupKey,
+        quantity: u64,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let res = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(group).into_iter().collect()))
+            .condition_expression("attribute_exists(meteringPending)")
+            .update_expression(
+                "SET attemptedQuantity = :q, submissionAttemptedAt = :now, updatedAt = :now",
+            )
+            .expression_attribute_values(":q", n(quantity))
+            .expression_attribute_values(":now", s(a::audit_timestamp(now)))
+            .send()
+            .await;
+        match res {
+            Ok(_) => Ok(()),
+            Err(e) if is_conditional_failure(&e) => Ok(()),
+            Err(e) => Err(ddb_err("UpdateItem", &self.table, e)),
+        }
+    }
+
+    async fn write_back(
+        &self,
+        group: &GroupKey,
+        outcome: &WriteBack,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let mut sets = vec![
+            "meteringStatus = :st",
+            "updatedAt = :now",
+            "createdAt = if_not_exists(createdAt, :now)",
+        ];
+        let mut req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(group).into_iter().collect()))
+            .condition_expression("attribute_exists(meteringPending)")
+            .expression_attribute_values(":st", s(outcome.status.as_str()))
+            .expression_attribute_values(":now", s(a::audit_timestamp(now)));
+        if let Some(r) = &outcome.reason {
+            sets.push("meteringStatusReason = :r");
+            req = req.expression_attribute_values(":r", s(r));
+        }
+        if let Some(id) = &outcome.metering_record_id {
+            sets.push("meteringRecordId = :id");
+            req = req.expression_attribute_values(":id", s(id));
+        }
+        if let Some(ttl) = outcome.ttl {
+            sets.push("#ttl = :ttl");
+            req = req
+                .expression_attribute_names("#ttl", a::TTL)
+                .expression_attribute_values(":ttl", n(ttl));
+        }
+        let res = req
+            .update_expression(format!("REMOVE meteringPending SET {}", sets.join(", ")))
+            .send()
+            .await;
+        match res {
+            Ok(_) => Ok(true),
+            Err(e) if is_conditional_failure(&e) => Ok(false),
+            Err(e) => Err(ddb_err("UpdateItem", &self.table, e)),
+        }
+    }
+}
+
+/// Whether a status stored on a record is terminal and billed.
+pub fn is_billed(status: Option<AggregatedStatus>) -> bool {
+    status.is_some_and(AggregatedStatus::is_billed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::row::Tag;
+
+    fn group() -> GroupKey {
+        GroupKey {
+            license_arn:
+                "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef"
+                    .into(),
+            customer_aws_account_id: "111122223333".into(),
+            dimension: "calls".into(),
+            hour: "2026-11-30T10".parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn aggregated_items_round_trip() {
+        let mut item = AggregatedItem::new(
+            group(),
+            42,
+            Some(vec![Allocation {
+                quantity: 42,
+                tags: vec![Tag::new("team", "a")],
+            }]),
+        );
+        item.row_count = 3;
+        item.contributed_seconds = vec![0b101, 0, 1];
+        let now = "2026-11-30T12:00:00Z".parse().unwrap();
+        let back = aggregated_from_item("t", &aggregated_to_item(&item, now)).unwrap();
+        assert_eq!(back, item);
+    }
+}

@@ -1,0 +1,69 @@
+//! SDK `AttributeValue` ↔ the domain's [`AttrValue`].
+
+use crate::domain::row::{AttrValue, RawUsageRow};
+use aws_sdk_dynamodb::types::AttributeValue as Av;
+use std::collections::HashMap;
+
+/// Convert an SDK attribute value to the domain's.
+pub fn to_domain(av: &Av) -> AttrValue {
+    match av {
+        Av::S(s) => AttrValue::S(s.clone()),
+        Av::N(n) => AttrValue::N(n.clone()),
+        Av::Bool(b) => AttrValue::Bool(*b),
+        Av::Null(_) => AttrValue::Null,
+        Av::L(l) => AttrValue::L(l.iter().map(to_domain).collect()),
+        Av::M(m) => AttrValue::M(m.iter().map(|(k, v)| (k.clone(), to_domain(v))).collect()),
+        _ => AttrValue::Other,
+    }
+}
+
+/// Convert a domain attribute value to the SDK's. `Other` has no faithful SDK form and
+/// becomes NULL; the pipeline never writes it.
+pub fn to_sdk(v: &AttrValue) -> Av {
+    match v {
+        AttrValue::S(s) => Av::S(s.clone()),
+        AttrValue::N(n) => Av::N(n.clone()),
+        AttrValue::Bool(b) => Av::Bool(*b),
+        AttrValue::Null | AttrValue::Other => Av::Null(true),
+        AttrValue::L(l) => Av::L(l.iter().map(to_sdk).collect()),
+        AttrValue::M(m) => Av::M(m.iter().map(|(k, v)| (k.clone(), to_sdk(v))).collect()),
+    }
+}
+
+/// A row (SDK item) in domain form.
+pub fn row_from_item(item: &HashMap<String, Av>) -> RawUsageRow {
+    item.iter()
+        .map(|(k, v)| (k.clone(), to_domain(v)))
+        .collect()
+}
+
+pub(super) fn s(v: impl Into<String>) -> Av {
+    Av::S(v.into())
+}
+
+pub(super) fn n(v: impl ToString) -> Av {
+    Av::N(v.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn attribute_values_round_trip() {
+        let v = AttrValue::M(BTreeMap::from([
+            (
+                "a".into(),
+                AttrValue::L(vec![
+                    AttrValue::N("1".into()),
+                    AttrValue::Bool(true),
+                    AttrValue::Null,
+                ]),
+            ),
+            ("b".into(), AttrValue::S("x".into())),
+        ]));
+        assert_eq!(to_domain(&to_sdk(&v)), v);
+        assert_eq!(to_domain(&Av::Ss(vec!["a".into()])), AttrValue::Other);
+    }
+}

@@ -1,0 +1,29 @@
+//! DynamoDB adapters: the usage table, the aggregated-usage table and the subscribers'
+//! deprovisioning index. Each holds only a client and a table name; conversion between the
+//! SDK's `AttributeValue` and the domain's `AttrValue` lives here.
+//!
+//! | module | what it owns |
+//! |---|---|
+//! | `usage` | [`DynamoDbUsageStore`], the raw usage table |
+//! | `aggregated` | [`DynamoDbAggregatedStore`] and the aggregated item conversion |
+//! | `deprovisioning` | [`DynamoDbDeprovisioningIndex`] over the subscribers table |
+//! | `convert` | SDK `AttributeValue` ↔ [`AttrValue`](crate::domain::row::AttrValue) |
+//! | `errors` | DynamoDB error classification ([`is_retryable`], [`is_conditional_failure`]) |
+//! | `pending` | the paginated query of the sparse `metering_pending` index |
+
+mod aggregated;
+mod convert;
+mod deprovisioning;
+mod errors;
+mod pending;
+mod usage;
+
+pub use aggregated::{
+    DynamoDbAggregatedStore, aggregated_from_item, aggregated_to_item, is_billed,
+};
+pub use convert::{row_from_item, to_domain, to_sdk};
+pub use deprovisioning::{
+    DEPROVISIONING_INDEX, DEPROVISIONING_PENDING_FLAG, DynamoDbDeprovisioningIndex,
+};
+pub use errors::{is_conditional_failure, is_retryable};
+pub use usage::DynamoDbUsageStore;
