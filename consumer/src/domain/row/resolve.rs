@@ -1,0 +1,358 @@
+//! The write decision for one row: which parts it already holds, which are refused, and the
+//! conditional write for the rest.
+
+use std::collections::BTreeMap;
+
+use awsmp_pipeline::contract::limits::{MAX_ALLOCATIONS_PER_RECORD, MAX_USAGE_QUANTITY};
+use awsmp_pipeline::contract::reasons;
+use awsmp_pipeline::domain::row::{Allocation, Tag};
+
+use crate::domain::fold::{Part, RowContribution};
+use crate::domain::seq::{Lane, SeqNum};
+use crate::domain::verify::Kind;
+
+use super::state::RowState;
+use super::write::{Change, Guard};
+
+/// Where a part of a row is ordered: its record's lane and sequence number.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordMeta {
+    /// Lane.
+    pub lane: Lane,
+    /// Sequence number.
+    pub seq: SeqNum,
+}
+
+/// What is known of the stored row.
+#[derive(Debug, Clone, Copy)]
+pub enum Observation<'a> {
+    /// Nothing read yet.
+    Unknown,
+    /// Read: no such row.
+    Absent,
+    /// Read: the row.
+    Present(&'a RowState),
+}
+
+/// Row-level limits (the aggregator's guardrails; tests may shrink them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowLimits {
+    /// Largest row quantity (BatchMeterUsage maximum).
+    pub max_quantity: u64,
+    /// Most distinct tag sets in one row.
+    pub max_allocations: usize,
+}
+
+impl Default for RowLimits {
+    fn default() -> Self {
+        Self {
+            max_quantity: MAX_USAGE_QUANTITY,
+            max_allocations: MAX_ALLOCATIONS_PER_RECORD,
+        }
+    }
+}
+
+/// A part (or one kind of usage inside it) that is not written to the row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartRejection {
+    /// Index into the contribution's parts.
+    pub part: usize,
+    /// Reason code.
+    pub reason: &'static str,
+    /// Quantity not written.
+    pub quantity: u64,
+    /// Which kind of usage (for a part that mixes both); `None` = the whole part.
+    pub kind: Option<Kind>,
+}
+
+/// A decided write: its guard, its change and the new watermark per lane.
+pub type WritePlan = (Guard, Change, Vec<(Lane, SeqNum)>);
+
+/// The write decision for one row.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Decision {
+    /// Parts the row already holds (a replay).
+    pub applied: Vec<usize>,
+    /// Parts (or kinds of usage in them) recorded instead of written.
+    pub rejected: Vec<PartRejection>,
+    /// Quantity this decision adds to the row.
+    pub accepted_quantity: u64,
+    /// The conditional write, if any.
+    pub write: Option<WritePlan>,
+}
+
+/// The result of [`resolve`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolve {
+    /// The optimistic write is not safe (the decision depends on the stored row): read it.
+    NeedsRead,
+    /// Decided.
+    Decided(Decision),
+}
+
+fn lane_bounds<'a>(
+    parts: impl Iterator<Item = &'a Part>,
+    records: &[RecordMeta],
+) -> BTreeMap<Lane, (SeqNum, SeqNum)> {
+    let mut out: BTreeMap<Lane, (SeqNum, SeqNum)> = BTreeMap::new();
+    for p in parts {
+        let m = &records[p.record as usize];
+        out.entry(m.lane.clone())
+            .and_modify(|(lo, hi)| {
+                if m.seq < *lo {
+                    *lo = m.seq.clone();
+                }
+                if m.seq > *hi {
+                    *hi = m.seq.clone();
+                }
+            })
+            .or_insert_with(|| (m.seq.clone(), m.seq.clone()));
+    }
+    out
+}
+
+fn to_allocations(m: BTreeMap<Vec<Tag>, u64>) -> Vec<Allocation> {
+    m.into_iter()
+        .map(|(tags, quantity)| Allocation { quantity, tags })
+        .collect()
+}
+
+/// Decide how `row`'s parts reach the stored row. `records` gives each part's lane and
+/// sequence number; `finalized` says the group-hour already has an aggregated record.
+pub fn resolve(
+    row: &RowContribution,
+    records: &[RecordMeta],
+    observed: Observation<'_>,
+    finalized: bool,
+    limits: RowLimits,
+) -> Resolve {
+    match observed {
+        Observation::Unknown => optimistic(row, records, finalized, limits),
+        Observation::Absent => Resolve::Decided(decide(
+            row,
+            records,
+            &RowState {
+                pending: true,
+                ..RowState::default()
+            },
+            false,
+            finalized,
+            limits,
+        )),
+        Observation::Present(st) => {
+            Resolve::Decided(decide(row, records, st, true, finalized, limits))
+        }
+    }
+}
+
+fn optimistic(
+    row: &RowContribution,
+    records: &[RecordMeta],
+    finalized: bool,
+    limits: RowLimits,
+) -> Resolve {
+    if finalized {
+        return Resolve::NeedsRead;
+    }
+    let kinds: Vec<Kind> = row
+        .parts
+        .iter()
+        .flat_map(|p| {
+            [
+                (p.unallocated > 0).then_some(Kind::Unallocated),
+                (p.allocated_total > 0).then_some(Kind::Allocated),
+            ]
+        })
+        .flatten()
+        .collect();
+    let mixed = kinds.windows(2).any(|w| w[0] != w[1]);
+    let total = row.quantity();
+    if mixed || total > limits.max_quantity {
+        return Resolve::NeedsRead;
+    }
+    let bounds = lane_bounds(row.parts.iter(), records);
+    let watermarks = bounds
+        .iter()
+        .map(|(l, (_, hi))| (l.clone(), hi.clone()))
+        .collect();
+    if kinds.first() == Some(&Kind::Allocated) {
+        let mut merged: BTreeMap<Vec<Tag>, u64> = BTreeMap::new();
+        for p in &row.parts {
+            for (t, q) in &p.allocated {
+                *merged.entry(t.clone()).or_default() += q;
+            }
+        }
+        if merged.len() > limits.max_allocations {
+            return Resolve::NeedsRead;
+        }
+        return Resolve::Decided(Decision {
+            accepted_quantity: total,
+            write: Some((
+                Guard::Absent,
+                Change::Set {
+                    quantity: total,
+                    allocations: Some(to_allocations(merged)),
+                },
+                watermarks,
+            )),
+            ..Decision::default()
+        });
+    }
+    Resolve::Decided(Decision {
+        accepted_quantity: total,
+        write: Some((
+            Guard::Fresh {
+                lanes: bounds.into_iter().map(|(l, (lo, _))| (l, lo)).collect(),
+                max_quantity_before: limits.max_quantity - total,
+                require_unallocated: total > 0,
+            },
+            Change::Add(total),
+            watermarks,
+        )),
+        ..Decision::default()
+    })
+}
+
+fn decide(
+    row: &RowContribution,
+    records: &[RecordMeta],
+    st: &RowState,
+    present: bool,
+    finalized: bool,
+    limits: RowLimits,
+) -> Decision {
+    let mut d = Decision::default();
+    let mut pending = Vec::new();
+    for (i, p) in row.parts.iter().enumerate() {
+        let m = &records[p.record as usize];
+        if st.watermarks.get(&m.lane).is_some_and(|wm| *wm >= m.seq) {
+            d.applied.push(i);
+        } else {
+            pending.push(i);
+        }
+    }
+    if pending.is_empty() {
+        return d;
+    }
+    let whole_row_reason = if finalized || (present && !st.pending) {
+        Some(reasons::LATE_USAGE)
+    } else if present && st.malformed.is_some() {
+        Some(reasons::EXISTING_ROW_MALFORMED)
+    } else {
+        None
+    };
+    if let Some(reason) = whole_row_reason {
+        d.rejected = pending
+            .iter()
+            .map(|&i| PartRejection {
+                part: i,
+                reason,
+                quantity: row.parts[i].quantity(),
+                kind: None,
+            })
+            .collect();
+        return d;
+    }
+    let mut acc = RowAccumulator {
+        kind: st.kind(),
+        quantity: st.quantity,
+        merged: st.allocations.clone().unwrap_or_default(),
+        any_written: false,
+    };
+    for &i in &pending {
+        acc.add_part(i, &row.parts[i], limits, &mut d);
+    }
+    if acc.any_written {
+        let watermarks = lane_bounds(pending.iter().map(|&i| &row.parts[i]), records)
+            .into_iter()
+            .map(|(l, (_, hi))| (l, hi))
+            .collect();
+        let guard = if present {
+            Guard::Version(st.version)
+        } else {
+            Guard::Absent
+        };
+        let allocations = (acc.kind == Some(Kind::Allocated)).then(|| to_allocations(acc.merged));
+        d.write = Some((
+            guard,
+            Change::Set {
+                quantity: acc.quantity,
+                allocations,
+            },
+            watermarks,
+        ));
+    }
+    d
+}
+
+/// The row as the pending parts are added to it, one kind of usage at a time.
+struct RowAccumulator {
+    kind: Option<Kind>,
+    quantity: u64,
+    merged: BTreeMap<Vec<Tag>, u64>,
+    any_written: bool,
+}
+
+impl RowAccumulator {
+    /// Add part `i`: each kind of usage in it is written, or recorded in `d` as rejected.
+    fn add_part(&mut self, i: usize, p: &Part, limits: RowLimits, d: &mut Decision) {
+        if p.quantity() == 0 {
+            self.any_written = true;
+            return;
+        }
+        let order = if p.first_kind == Some(Kind::Allocated) {
+            [Kind::Allocated, Kind::Unallocated]
+        } else {
+            [Kind::Unallocated, Kind::Allocated]
+        };
+        for k in order {
+            let q = match k {
+                Kind::Unallocated => p.unallocated,
+                Kind::Allocated => p.allocated_total,
+            };
+            if q == 0 {
+                continue;
+            }
+            match self.refusal(k, q, p, limits) {
+                Some(reason) => d.rejected.push(PartRejection {
+                    part: i,
+                    reason,
+                    quantity: q,
+                    kind: Some(k),
+                }),
+                None => {
+                    if k == Kind::Allocated {
+                        for (t, a) in &p.allocated {
+                            *self.merged.entry(t.clone()).or_default() += a;
+                        }
+                    }
+                    self.kind = Some(k);
+                    self.quantity += q;
+                    d.accepted_quantity += q;
+                    self.any_written = true;
+                }
+            }
+        }
+    }
+
+    /// Why `q` units of kind `k` from `p` cannot be added, in check order.
+    fn refusal(&self, k: Kind, q: u64, p: &Part, limits: RowLimits) -> Option<&'static str> {
+        if self.kind.is_some_and(|have| have != k) {
+            return Some(reasons::MIXED_ALLOCATED_AND_UNALLOCATED);
+        }
+        if self.quantity + q > limits.max_quantity {
+            return Some(reasons::QUANTITY_OVERFLOW);
+        }
+        if k == Kind::Allocated {
+            let new_sets = p
+                .allocated
+                .keys()
+                .filter(|t| !self.merged.contains_key(*t))
+                .count();
+            if self.merged.len() + new_sets > limits.max_allocations {
+                return Some(reasons::TOO_MANY_ALLOCATIONS);
+            }
+        }
+        None
+    }
+}

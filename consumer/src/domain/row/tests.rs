@@ -1,0 +1,161 @@
+//! Unit tests of the row decision and the conditional write.
+
+use std::collections::BTreeMap;
+
+use awsmp_pipeline::contract::attrs;
+use awsmp_pipeline::contract::limits::MAX_USAGE_QUANTITY;
+use awsmp_pipeline::contract::reasons;
+use awsmp_pipeline::domain::row::{AttrValue, RawUsageRow, Tag};
+
+use super::*;
+use crate::domain::fold::{BatchFold, RowContribution};
+use crate::domain::seq::{Lane, SeqNum};
+use crate::domain::verify::{Kind, VerifiedEvent};
+
+const ARN: &str =
+    "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef";
+
+fn ev(q: u64, tags: Option<&str>) -> VerifiedEvent {
+    VerifiedEvent {
+        license_arn: ARN.into(),
+        customer_aws_account_id: "210987654321".into(),
+        dimension: "api".into(),
+        second: 1_796_040_007,
+        quantity: q,
+        allocations: tags.map(|t| BTreeMap::from([(vec![Tag::new("team", t)], q)])),
+        event_id: "e".into(),
+        producer_id: None,
+    }
+}
+
+fn metas(n: usize) -> Vec<RecordMeta> {
+    (0..n)
+        .map(|i| RecordMeta {
+            lane: Lane::new("shardId-000000000000", "pk"),
+            seq: SeqNum::parse(&(100 + i).to_string()).unwrap(),
+        })
+        .collect()
+}
+
+fn contribution(events: &[(u32, VerifiedEvent)]) -> RowContribution {
+    let mut f = BatchFold::new();
+    for (r, e) in events {
+        f.add(*r, 0, e.clone());
+    }
+    f.into_rows().remove(0)
+}
+
+fn apply(
+    row: &RowContribution,
+    m: &[RecordMeta],
+    stored: Option<&RawUsageRow>,
+) -> (Decision, Option<RawUsageRow>) {
+    let st = stored.map(RowState::from_row);
+    let obs = match &st {
+        None => Observation::Absent,
+        Some(s) => Observation::Present(s),
+    };
+    let Resolve::Decided(d) = resolve(row, m, obs, false, RowLimits::default()) else {
+        panic!("a read row is always decided")
+    };
+    let written = d.write.clone().and_then(|plan| {
+        row_write(&row.id, plan, None, "2026-11-30T12:00:08.000Z".into()).apply(stored)
+    });
+    (d, written)
+}
+
+#[test]
+fn the_optimistic_write_refuses_an_applied_lane() {
+    let m = metas(3);
+    let row = contribution(&[(0, ev(5, None)), (1, ev(6, None))]);
+    let Resolve::Decided(d) = resolve(&row, &m, Observation::Unknown, false, RowLimits::default())
+    else {
+        panic!("plain usage goes optimistic")
+    };
+    let w = row_write(&row.id, d.write.unwrap(), None, "now".into());
+    let stored = w.apply(None).unwrap();
+    assert_eq!(stored[attrs::QUANTITY], AttrValue::n(11));
+    assert!(
+        w.apply(Some(&stored)).is_none(),
+        "same parts again: guard fails"
+    );
+}
+
+#[test]
+fn a_replay_writes_only_the_parts_above_the_watermark() {
+    let m = metas(3);
+    let first = contribution(&[(0, ev(5, None)), (1, ev(6, None))]);
+    let (_, stored) = apply(&first, &m, None);
+    let stored = stored.unwrap();
+    // The replayed batch holds records 0..=2; 0 and 1 are already in the row.
+    let replay = contribution(&[(0, ev(5, None)), (1, ev(6, None)), (2, ev(7, None))]);
+    let (d, after) = apply(&replay, &m, Some(&stored));
+    assert_eq!(d.applied, vec![0, 1]);
+    assert_eq!(d.accepted_quantity, 7);
+    assert_eq!(after.unwrap()[attrs::QUANTITY], AttrValue::n(18));
+}
+
+#[test]
+fn mixed_usage_keeps_the_first_kind_and_records_the_other() {
+    let m = metas(2);
+    let row = contribution(&[
+        (0, ev(4, Some("a"))),
+        (1, ev(9, None)),
+        (1, ev(2, Some("b"))),
+    ]);
+    let (d, after) = apply(&row, &m, None);
+    assert_eq!(
+        d.rejected,
+        vec![PartRejection {
+            part: 1,
+            reason: reasons::MIXED_ALLOCATED_AND_UNALLOCATED,
+            quantity: 9,
+            kind: Some(Kind::Unallocated),
+        }]
+    );
+    let after = after.unwrap();
+    assert_eq!(after[attrs::QUANTITY], AttrValue::n(6));
+    assert_eq!(after[attrs::USAGE_ALLOCATIONS].as_l().unwrap().len(), 2);
+}
+
+#[test]
+fn a_row_total_beyond_the_api_maximum_is_recorded_not_written() {
+    let m = metas(2);
+    let big = MAX_USAGE_QUANTITY - 10;
+    let row = contribution(&[(0, ev(big, None)), (1, ev(11, None))]);
+    assert_eq!(
+        resolve(&row, &m, Observation::Unknown, false, RowLimits::default()),
+        Resolve::NeedsRead
+    );
+    let (d, after) = apply(&row, &m, None);
+    assert_eq!(d.rejected[0].reason, reasons::QUANTITY_OVERFLOW);
+    assert_eq!(d.rejected[0].quantity, 11);
+    assert_eq!(after.unwrap()[attrs::QUANTITY], AttrValue::n(big));
+}
+
+#[test]
+fn finalized_and_unreadable_rows_are_never_written() {
+    let m = metas(1);
+    let row = contribution(&[(0, ev(3, None))]);
+    let Resolve::Decided(d) = resolve(&row, &m, Observation::Absent, true, RowLimits::default())
+    else {
+        panic!()
+    };
+    assert_eq!((d.rejected[0].reason, d.write), (reasons::LATE_USAGE, None));
+
+    let mut seller = RawUsageRow::new();
+    seller.insert(
+        attrs::METERING_PENDING.into(),
+        AttrValue::s("2026-11-30T12"),
+    );
+    seller.insert(attrs::QUANTITY.into(), AttrValue::s("7"));
+    let (d, after) = apply(&row, &m, Some(&seller));
+    assert_eq!(d.rejected[0].reason, reasons::EXISTING_ROW_MALFORMED);
+    assert!(after.is_none());
+
+    let mut finalized = seller.clone();
+    finalized.remove(attrs::METERING_PENDING);
+    finalized.insert(attrs::QUANTITY.into(), AttrValue::n(7));
+    let (d, _) = apply(&row, &m, Some(&finalized));
+    assert_eq!(d.rejected[0].reason, reasons::LATE_USAGE);
+}

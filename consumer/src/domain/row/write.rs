@@ -1,0 +1,207 @@
+//! One conditional `UpdateItem` on a usage row, in domain terms: its guard, its change, and
+//! the row it produces (what the in-memory store applies and the DynamoDB adapter's
+//! expressions implement).
+
+use awsmp_pipeline::contract::attrs::{self, ROW_VERSION};
+use awsmp_pipeline::domain::keys::RowKey;
+use awsmp_pipeline::domain::row::{Allocation, AttrValue, RawUsageRow, parse_non_negative_integer};
+
+use crate::domain::fold::RowId;
+use crate::domain::seq::{Lane, SeqNum};
+
+use super::WritePlan;
+
+/// The condition of a row write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Guard {
+    /// Optimistic first write: the row is absent or pending; each lane's watermark is absent or
+    /// below the given (first) sequence number; the stored quantity is at most
+    /// `max_quantity_before`; and, when `require_unallocated`, the row has no allocations.
+    Fresh {
+        /// (lane, first sequence number of the batch's parts in that lane).
+        lanes: Vec<(Lane, SeqNum)>,
+        /// Largest stored quantity the addition still fits on.
+        max_quantity_before: u64,
+        /// The addition is non-zero unallocated usage.
+        require_unallocated: bool,
+    },
+    /// The row must not exist.
+    Absent,
+    /// The row must be pending and carry this `rowVersion` (`None`: no version attribute).
+    Version(Option<u64>),
+}
+
+/// How the quantity changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// `ADD quantity :q`.
+    Add(u64),
+    /// `SET quantity = :q` (and `usageAllocations = :list` when given).
+    Set {
+        /// The new quantity.
+        quantity: u64,
+        /// The new allocation list (merged, in the contract shape).
+        allocations: Option<Vec<Allocation>>,
+    },
+}
+
+/// One conditional `UpdateItem` on a usage row, in domain terms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowWrite {
+    /// Primary key.
+    pub key: RowKey,
+    /// `customerAWSAccountId`.
+    pub customer_aws_account_id: String,
+    /// `dimension`.
+    pub dimension: String,
+    /// `timestamp` (`YYYY-MM-DDTHH:MM:SS`).
+    pub timestamp: String,
+    /// `meteringPending` (`YYYY-MM-DDTHH`, the hour of the row's own second).
+    pub metering_pending: String,
+    /// `ttl` (epoch seconds), when the table has a TTL.
+    pub ttl: Option<i64>,
+    /// ISO-8601 UTC write time (`updatedAt`, and `createdAt` once).
+    pub now: String,
+    /// Condition.
+    pub guard: Guard,
+    /// Quantity change.
+    pub change: Change,
+    /// New watermark per lane.
+    pub watermarks: Vec<(Lane, SeqNum)>,
+}
+
+impl RowWrite {
+    /// True when `guard` holds for `row` (`None` = absent). The DynamoDB adapter's condition
+    /// expression implements exactly this.
+    pub fn guard_holds(&self, row: Option<&RawUsageRow>) -> bool {
+        let Some(row) = row else {
+            return !matches!(self.guard, Guard::Version(_));
+        };
+        let pending = row.contains_key(attrs::METERING_PENDING);
+        match &self.guard {
+            Guard::Absent => false,
+            Guard::Version(v) => {
+                pending
+                    && match (v, row.get(ROW_VERSION)) {
+                        (None, None) => true,
+                        (Some(v), Some(AttrValue::N(n))) => n.parse::<u64>().ok() == Some(*v),
+                        _ => false,
+                    }
+            }
+            Guard::Fresh {
+                lanes,
+                max_quantity_before,
+                require_unallocated,
+            } => {
+                pending
+                    && lanes
+                        .iter()
+                        .all(|(lane, first)| match row.get(&lane.attribute()) {
+                            None => true,
+                            Some(AttrValue::S(s)) => s.as_str() < first.sortable(),
+                            Some(_) => false,
+                        })
+                    && match row.get(attrs::QUANTITY) {
+                        None => true,
+                        Some(AttrValue::N(n)) => {
+                            parse_non_negative_integer(n).is_ok_and(|q| q <= *max_quantity_before)
+                        }
+                        Some(_) => false,
+                    }
+                    && !(*require_unallocated && row.contains_key(attrs::USAGE_ALLOCATIONS))
+            }
+        }
+    }
+
+    /// The row after this write, or `None` when the guard fails. The in-memory store applies
+    /// writes with this; the DynamoDB adapter's update expression does the same.
+    pub fn apply(&self, row: Option<&RawUsageRow>) -> Option<RawUsageRow> {
+        if !self.guard_holds(row) {
+            return None;
+        }
+        let mut r = row.cloned().unwrap_or_default();
+        let set = |r: &mut RawUsageRow, k: &str, v: AttrValue| {
+            r.insert(k.to_owned(), v);
+        };
+        set(
+            &mut r,
+            attrs::LICENSE_ARN,
+            AttrValue::s(&self.key.license_arn),
+        );
+        set(
+            &mut r,
+            attrs::USAGE_SORT_KEY,
+            AttrValue::s(&self.key.sort_key),
+        );
+        set(
+            &mut r,
+            attrs::CUSTOMER_AWS_ACCOUNT_ID,
+            AttrValue::s(&self.customer_aws_account_id),
+        );
+        set(&mut r, attrs::DIMENSION, AttrValue::s(&self.dimension));
+        set(&mut r, attrs::TIMESTAMP, AttrValue::s(&self.timestamp));
+        set(
+            &mut r,
+            attrs::METERING_PENDING,
+            AttrValue::s(&self.metering_pending),
+        );
+        if let Some(ttl) = self.ttl {
+            set(&mut r, attrs::TTL, AttrValue::N(ttl.to_string()));
+        }
+        r.entry(attrs::CREATED_AT.to_owned())
+            .or_insert_with(|| AttrValue::s(&self.now));
+        set(&mut r, attrs::UPDATED_AT, AttrValue::s(&self.now));
+        for (lane, seq) in &self.watermarks {
+            set(&mut r, &lane.attribute(), AttrValue::s(seq.sortable()));
+        }
+        match &self.change {
+            Change::Add(q) => {
+                let old = match r.get(attrs::QUANTITY) {
+                    Some(AttrValue::N(n)) => parse_non_negative_integer(n).ok()?,
+                    _ => 0,
+                };
+                set(&mut r, attrs::QUANTITY, AttrValue::n(old.checked_add(*q)?));
+            }
+            Change::Set {
+                quantity,
+                allocations,
+            } => {
+                set(&mut r, attrs::QUANTITY, AttrValue::n(*quantity));
+                if let Some(a) = allocations {
+                    set(
+                        &mut r,
+                        attrs::USAGE_ALLOCATIONS,
+                        AttrValue::L(a.iter().map(Allocation::to_attr).collect()),
+                    );
+                }
+            }
+        }
+        let version = match r.get(ROW_VERSION) {
+            Some(AttrValue::N(n)) => n.parse::<u64>().ok()?,
+            _ => 0,
+        };
+        set(&mut r, ROW_VERSION, AttrValue::n(version + 1));
+        Some(r)
+    }
+}
+
+/// The [`RowWrite`] for `row` with the decided guard, change and watermarks.
+pub fn row_write(
+    id: &RowId,
+    (guard, change, watermarks): WritePlan,
+    ttl: Option<i64>,
+    now: String,
+) -> RowWrite {
+    RowWrite {
+        key: id.key(),
+        customer_aws_account_id: id.customer_aws_account_id.clone(),
+        dimension: id.dimension.clone(),
+        timestamp: id.timestamp(),
+        metering_pending: id.hour().to_string(),
+        ttl,
+        now,
+        guard,
+        change,
+        watermarks,
+    }
+}
