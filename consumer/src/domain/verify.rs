@@ -12,7 +12,8 @@ use awsmp_pipeline::domain::time::{TimeConfig, is_billable};
 use awsmp_producer::Event;
 use chrono::{DateTime, Duration, Utc};
 
-/// Default `AWSMP_MAX_CLOCK_SKEW_SECONDS` (reference: ">60 seconds off receive time").
+/// Default `AWSMP_MAX_CLOCK_SKEW_SECONDS`: events more than 60 seconds off the receive time are
+/// refused (docs/guarantees.md, "Billing time").
 pub const DEFAULT_MAX_CLOCK_SKEW_SECONDS: i64 = 60;
 
 /// Whose clock decides the billing second.

@@ -310,7 +310,7 @@ impl GroupKey {
     }
 
     /// The `begins_with` prefix that reads this group's raw rows:
-    /// `{account}#{dimension}#{YYYY-MM-DDTHH}` (the reference's prefix).
+    /// `{account}#{dimension}#{YYYY-MM-DDTHH}` (docs/row-contract.md).
     ///
     /// Deliberately *without* a trailing `:`: hours are zero-padded, so no other well-formed
     /// hour can match, while malformed keys of this group-hour (hour-truncated

@@ -19,29 +19,33 @@ use chrono::{DateTime, Datelike, Duration, Timelike, Utc};
 use super::DomainError;
 use super::keys::HourBucket;
 
-/// Smallest `MeteringLockHours` (reference: validated 1–20).
+/// Smallest `MeteringLockHours` (docs/time-rules.md: validated 1–20).
 pub const MIN_METERING_LOCK_HOURS: u32 = 1;
-/// Largest `MeteringLockHours`: leaves ≥4 h of retry margin inside a 24 h window (reference).
+/// Largest `MeteringLockHours`: leaves ≥4 h of retry margin inside a 24 h window
+/// (docs/time-rules.md).
 pub const MAX_METERING_LOCK_HOURS: u32 = 20;
 /// Default billable window: `BatchMeterUsage` accepts timestamps up to 24 h in the past
-/// (UsageRecord.Timestamp API docs).
+/// (<https://docs.aws.amazon.com/marketplacemetering/latest/APIReference/API_UsageRecord.html>, `Timestamp`).
 pub const DEFAULT_BILLABLE_WINDOW_HOURS: u32 = 24;
-/// Largest billable window the API accepts (UsageRecord.Timestamp: "up to 24 hours in the past").
+/// Largest billable window the API accepts (`UsageRecord.Timestamp`: "up to 24 hours in the
+/// past", <https://docs.aws.amazon.com/marketplacemetering/latest/APIReference/API_UsageRecord.html>).
 pub const MAX_BILLABLE_WINDOW_HOURS: u32 = 24;
-/// Default raw-table TTL (`UsageTableTtlDays`, reference default 365).
+/// Default raw-table TTL (`UsageTableTtlDays`, default 365; docs/time-rules.md).
 pub const DEFAULT_USAGE_TTL_DAYS: u32 = 365;
-/// Smallest non-zero raw-table TTL (reference: "≥2 days, and greater than lock + 24 h").
+/// Smallest non-zero raw-table TTL: ≥2 days, and greater than lock + 24 h (docs/time-rules.md).
 pub const MIN_USAGE_TTL_DAYS: u32 = 2;
-/// Meter-mode offsets run 1–23 (23 constant EventBridge targets, reference).
+/// Meter-mode offsets run 1–23 (23 constant EventBridge targets; docs/time-rules.md).
 pub const MAX_HOUR_OFFSET: u32 = 23;
-/// Age-out runs as 7 shards (7 constant EventBridge targets, reference).
+/// Age-out runs as 7 shards (7 constant EventBridge targets; docs/time-rules.md).
 pub const AGEOUT_SHARDS: u32 = 7;
-/// Month-end grace: previous-month buckets switch to lock 0 at 03:00 UTC on the 1st (reference).
+/// Month-end grace: previous-month buckets switch to lock 0 at 03:00 UTC on the 1st
+/// (docs/time-rules.md).
 pub const GRACE_LOCK_ZERO_HOUR: u32 = 3;
 /// Month-end grace: previous-month usage is accepted until 06:00 UTC on the 1st
-/// (UsageRecord.Timestamp API docs: "6-hour grace period").
+/// (`UsageRecord.Timestamp`: "6-hour grace period", <https://docs.aws.amazon.com/marketplacemetering/latest/APIReference/API_UsageRecord.html>).
 pub const GRACE_CLOSE_HOUR: u32 = 6;
-/// The deprovisioning flush includes the current hour once `now ≥ expiry − 10 min` (reference).
+/// The deprovisioning flush includes the current hour once `now ≥ expiry − 10 min`
+/// (docs/time-rules.md).
 pub const FLUSH_CURRENT_HOUR_LEAD_MINUTES: i64 = 10;
 /// Default submission-expiry lookback: a month of hours, far beyond any "did not run" alarm.
 pub const DEFAULT_EXPIRY_LOOKBACK_HOURS: u32 = 31 * 24;
@@ -59,7 +63,7 @@ pub struct TimeConfig {
 }
 
 impl Default for TimeConfig {
-    /// Lock 1 h, window 24 h, raw TTL 365 days (the reference defaults).
+    /// Lock 1 h, window 24 h, raw TTL 365 days (the defaults of docs/time-rules.md).
     fn default() -> Self {
         Self::new(
             MIN_METERING_LOCK_HOURS,
