@@ -2,7 +2,7 @@
 //! replays exact.
 //!
 //! **Watermarks.** Each row stores, per lane (shard + Kinesis partition key, see
-//! [`Lane`]), the highest sequence number whose contribution it holds (`seq#<lane>`
+//! [`Lane`](crate::domain::seq::Lane)), the highest sequence number whose contribution it holds (`seq#<lane>`
 //! attributes, sortable strings). Lambda delivers a lane in order and only ever replays a
 //! suffix of it, so the parts a row holds are always a prefix of its lane: a part is applied
 //! exactly when its sequence number is at or below the watermark. The first write of a batch
