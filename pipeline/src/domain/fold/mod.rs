@@ -5,8 +5,9 @@
 //! memory stays O(distinct tag sets) — plus a fixed 450-byte bitmap of contributing seconds —
 //! never O(rows).
 //!
-//! **Precedence.** Each row is checked in the exact order of [`RejectReason`](crate::contract::status::RejectReason); the row's first
-//! failing check is its reason. One bad row rejects the whole group-hour, and the group's
+//! **Precedence.** Each row is checked in the exact order of
+//! [`RejectReason`](crate::contract::status::RejectReason); the row's first failing check is its
+//! reason. One bad row rejects the whole group-hour, and the group's
 //! reason is the earliest-ranked reason over all its rows and the group-level checks
 //! (`MixedAllocatedAndUnallocated`, `TooManyAllocations`, merged `AllocationSumMismatch`, a
 //! total beyond the API maximum), ties broken by the smallest sort key. The outcome is
