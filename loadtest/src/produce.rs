@@ -7,7 +7,7 @@ use crate::local::LocalEnv;
 use crate::workload::{Group, Workload, WorkloadSpec};
 use anyhow::{Context, Result};
 use awsmp_producer::sink::{FaultConfig, FaultInjectingRecordSink, KinesisRecordSink};
-use awsmp_producer::{KinesisShardMapSource, Producer, RetryPolicy, Undelivered};
+use awsmp_producer::{DEFAULT_RETRY_POLICY, KinesisShardMapSource, Producer, Undelivered};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -112,7 +112,7 @@ pub async fn produce(
             .linger(Duration::from_millis(50))
             // Long enough that faults delay but never expire a record in a load run.
             .record_ttl(Duration::from_secs(300))
-            .retry(RetryPolicy::default())
+            .retry(DEFAULT_RETRY_POLICY)
             .on_undelivered(move |u| returned.lock().expect("poisoned").extend(u))
             .start_with(sink, KinesisShardMapSource::new(kinesis.clone(), stream))
             .context("starting a producer")?;
