@@ -9,7 +9,7 @@ use crate::partition::MAX_PARTITION_KEY_CHARS;
 /// import: full-jitter delays doubling from `base` up to `cap`.
 pub use awsmp_retry::RetryPolicy;
 
-/// Ceiling of the delay before the first re-send of a failed entry (the KPL's 100 ms).
+/// Ceiling of the delay before the first re-send of a failed entry.
 pub const RETRY_BASE: Duration = Duration::from_millis(100);
 /// Largest ceiling of any re-send delay.
 pub const RETRY_CAP: Duration = Duration::from_secs(5);
