@@ -25,7 +25,7 @@ def write(root: Path, path: str, text: str) -> None:
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    write(tmp_path, "docs/guarantees.md", "# Guarantees\n\nSee [the index](README.md).\n")
+    write(tmp_path, "docs/guarantees.md", "# Guarantees\n\n## Billing time\n\nSee [the index](README.md).\n")
     write(tmp_path, "docs/README.md", "# Docs\n")
     write(tmp_path, "crate/Cargo.toml", "[package]\nname = \"c\"\n")
     write(tmp_path, "crate/tests/fixtures/batch.json", "{}\n")
@@ -110,3 +110,16 @@ def test_machete_output_is_parsed_into_findings(tree: Path):
     assert module.parse_machete(tree, output) == [
         "crate/Cargo.toml:6: unused dependency hex (cargo machete)"
     ]
+
+
+def test_cited_sections_must_be_headings(tree: Path):
+    write(tree, "docs/guarantees.md", "# Guarantees\n\n## Billing time\n\n```\n# not a heading\n```\n")
+    write(tree, "crate/src/verify.rs", '//! Authority (docs/guarantees.md,\n//! "Billing time").\nfn v() {}\n')
+    assert run(tree).returncode == 0, run(tree).stdout
+    write(tree, "crate/src/verify.rs", '//! See docs/guarantees.md, "Billing time", "Dedup window".\nfn v() {}\n')
+    write(tree, "docs/README.md", 'See [guarantees](guarantees.md), "not a heading".\n')
+    out = run(tree)
+    assert out.returncode == 1
+    assert 'crate/src/verify.rs:1: cites section "Dedup window" of docs/guarantees.md' in out.stdout
+    assert 'docs/README.md:1: cites section "not a heading" of guarantees.md' in out.stdout
+    assert "Billing time" not in out.stdout
