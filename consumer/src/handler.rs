@@ -19,17 +19,18 @@ use std::time::Duration;
 
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use aws_lambda_events::event::streams::KinesisEventResponse;
+use awsmp_pipeline::contract::attrs::audit_timestamp;
+use awsmp_pipeline::contract::{metrics, reasons};
 use awsmp_pipeline::domain::bisect::backoff_full_jitter;
 use awsmp_pipeline::domain::clock::Clock;
 use awsmp_pipeline::domain::keys::GroupKey;
 use awsmp_pipeline::emf::{Metric, MetricsSink};
 use base64::Engine;
 use bytes::Bytes;
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt};
 
 use crate::domain::fold::{BatchFold, RowContribution};
-use crate::domain::reasons;
 use crate::domain::record::{DecodedRecord, RefusedItem, StreamRecord, decode_record};
 use crate::domain::row::{
     Decision, Observation, RecordMeta, Resolve, RowLimits, RowState, resolve, row_write,
@@ -144,10 +145,6 @@ struct Slot {
     item_id: String,
     decoded: Option<DecodedRecord>,
     duplicate: bool,
-}
-
-fn iso(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
 /// Stream name from `arn:aws:kinesis:<region>:<account>:stream/<name>`.
@@ -310,7 +307,7 @@ impl Consumer {
         report.dedup_hits = slots[..cut].iter().filter(|s| s.duplicate).count() as u64;
         if report.dedup_hits > 0 {
             self.metrics
-                .emit(Metric::counts("DedupHit", report.dedup_hits));
+                .emit(Metric::counts(metrics::DEDUP_HIT, report.dedup_hits));
         }
 
         // 3. Refused events and malformed records.
@@ -346,8 +343,9 @@ impl Consumer {
             }
         }
         for (_, r) in &refusals {
-            self.metrics
-                .emit(Metric::count("EventRejected").with("Reason", r.reason.clone()));
+            self.metrics.emit(
+                Metric::count(metrics::EVENT_REJECTED).with(metrics::REASON, r.reason.clone()),
+            );
         }
 
         // 4. Fold.
@@ -381,8 +379,9 @@ impl Consumer {
             }
         }
         for (producer, n) in per_producer {
-            self.metrics
-                .emit(Metric::counts("EventsAccepted", n).with("Producer", producer));
+            self.metrics.emit(
+                Metric::counts(metrics::EVENTS_ACCEPTED, n).with(metrics::PRODUCER, producer),
+            );
         }
         let rows = fold.into_rows();
         report.rows = rows.len();
@@ -432,15 +431,12 @@ impl Consumer {
                                 *report.rejected.entry(rej.reason.to_owned()).or_default() += 1;
                                 if rej.reason == reasons::LATE_USAGE {
                                     report.late_quantity += rej.quantity;
-                                    self.metrics.emit(Metric {
-                                        name: "LateUsage",
-                                        value: rej.quantity as f64,
-                                        unit: "Count",
-                                        dimensions: Vec::new(),
-                                    });
+                                    self.metrics
+                                        .emit(Metric::counts(metrics::LATE_USAGE, rej.quantity));
                                 } else {
                                     self.metrics.emit(
-                                        Metric::count("EventRejected").with("Reason", rej.reason),
+                                        Metric::count(metrics::EVENT_REJECTED)
+                                            .with(metrics::REASON, rej.reason),
                                     );
                                 }
                             }
@@ -455,15 +451,13 @@ impl Consumer {
         }
         if report.row_writes > 0 {
             self.metrics
-                .emit(Metric::counts("RowsWritten", report.row_writes));
+                .emit(Metric::counts(metrics::ROWS_WRITTEN, report.row_writes));
         }
         if report.events_accepted > 0 {
-            self.metrics.emit(Metric {
-                name: "WriteAmplification",
-                value: report.update_items as f64 * 1000.0 / report.events_accepted as f64,
-                unit: "None",
-                dimensions: Vec::new(),
-            });
+            self.metrics.emit(Metric::value(
+                metrics::WRITE_AMPLIFICATION,
+                report.update_items as f64 * 1000.0 / report.events_accepted as f64,
+            ));
         }
         let mut response = KinesisEventResponse::default();
         if let Some(i) = failed {
@@ -561,7 +555,7 @@ impl Consumer {
                 &row.id,
                 plan,
                 self.ttl_days_after(row.id.instant(), self.settings.usage_ttl_days),
-                iso(now),
+                audit_timestamp(now),
             );
             update_items += 1;
             if self.retry(|| self.rows.write(&write)).await? {

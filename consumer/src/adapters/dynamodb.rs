@@ -13,12 +13,12 @@ use aws_sdk_dynamodb::types::{AttributeValue as Av, KeysAndAttributes, ReturnVal
 use awsmp_pipeline::adapters::dynamodb::{
     is_conditional_failure, is_retryable, row_from_item, to_sdk,
 };
-use awsmp_pipeline::domain::attrs as a;
+use awsmp_pipeline::contract::attrs::{self as a, ROW_VERSION};
 use awsmp_pipeline::domain::keys::{GroupKey, RowKey, parse_aggregated_sort_key};
 use awsmp_pipeline::domain::row::{Allocation, AttrValue, RawUsageRow};
 use chrono::SecondsFormat;
 
-use crate::domain::row::{Change, Guard, ROW_VERSION, RowWrite};
+use crate::domain::row::{Change, Guard, RowWrite};
 use crate::error::{ConsumerError, Result};
 use crate::ports::{
     ClaimOutcome, DedupClaim, DedupStore, FinalizedGroups, RejectedEvent, RejectedEventStore,
