@@ -3,16 +3,16 @@
 //! event source mapping.
 //!
 //! [`Consumer::process`] is the sequence of its steps, one module each:
-//! 1. [`decode`]: parse, decode and verify every record (pure).
-//! 2. [`claim`]: claim each record's dedup key; a claim that cannot be made is the batch's
+//! 1. `decode.rs`: parse, decode and verify every record (pure).
+//! 2. `claim.rs`: claim each record's dedup key; a claim that cannot be made is the batch's
 //!    *cut* — that record and every later one is left for the retry.
-//! 3. [`refuse`]: record refused events (idempotent puts keyed by stream position).
-//! 4. [`fold`]: fold the accepted events per (group, second).
-//! 5. [`rows`]: look up which group-hours are finalized; per row decide, record late /
+//! 3. `refuse.rs`: record refused events (idempotent puts keyed by stream position).
+//! 4. `fold.rs`: fold the accepted events per (group, second).
+//! 5. `rows.rs`: look up which group-hours are finalized; per row decide, record late /
 //!    rejected parts, then one conditional write.
-//! 6. [`respond`]: report the lowest failed record as the batch item failure.
+//! 6. `respond.rs`: report the lowest failed record as the batch item failure.
 //!
-//! Every store call goes through [`Consumer::with_retry`] ([`Settings::store_retry`]).
+//! Every store call is retried under [`Settings::store_retry`] ([`STORE_RETRY`]).
 
 mod claim;
 mod decode;
