@@ -97,6 +97,23 @@ impl Retryable for ConsumerError {
 /// Result alias.
 pub type Result<T, E = ConsumerError> = std::result::Result<T, E>;
 
+/// An error and its sources, `: `-separated (for a log field: each error's `Display` names
+/// only itself, so the SDK's detail is in its source).
+#[derive(Debug, Clone, Copy)]
+pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(s) = source {
+            write!(f, ": {s}")?;
+            source = s.source();
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

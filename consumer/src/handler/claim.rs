@@ -9,7 +9,7 @@ use awsmp_pipeline::emf::Metric;
 use futures::StreamExt;
 
 use super::{Batch, Consumer};
-use crate::error::Result;
+use crate::error::{ErrorChain, Result};
 use crate::ports::{ClaimOutcome, DedupClaim};
 
 impl Consumer {
@@ -27,7 +27,7 @@ impl Consumer {
                 Ok(ClaimOutcome::Duplicate) => batch.slots[i].duplicate = true,
                 Ok(_) => {}
                 Err(e) => {
-                    tracing::warn!(error = %e, seq = %batch.slots[i].item_id, "dedup claim failed; the batch resumes from this record");
+                    tracing::warn!(error = %ErrorChain(&e), seq = %batch.slots[i].item_id, "dedup claim failed; the batch resumes from this record");
                     batch.fail_at(i);
                 }
             }

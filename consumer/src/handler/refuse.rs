@@ -12,7 +12,7 @@ use super::decode::stream_name;
 use super::{Batch, Consumer, MAX_INLINE_REJECTED_BYTES};
 use crate::domain::reasons;
 use crate::domain::record::{RefusedItem, StreamRecord};
-use crate::error::Result;
+use crate::error::{ErrorChain, Result};
 use crate::ports::RejectedEvent;
 
 impl Consumer {
@@ -29,7 +29,7 @@ impl Consumer {
             .await;
         for (i, res) in results {
             if let Err(e) = res {
-                tracing::warn!(error = %e, "recording a rejected event failed; the batch resumes from its record");
+                tracing::warn!(error = %ErrorChain(&e), "recording a rejected event failed; the batch resumes from its record");
                 batch.fail_at(i);
             }
         }

@@ -18,7 +18,7 @@ use crate::domain::row::{
     Decision, Observation, PartRejection, RecordMeta, Resolve, RowState, resolve, row_write,
 };
 use crate::domain::verify::Kind;
-use crate::error::{ConsumerError, Result};
+use crate::error::{ConsumerError, ErrorChain, Result};
 use crate::ports::RejectedEvent;
 
 /// What writing one row did.
@@ -47,7 +47,7 @@ impl Consumer {
         let finalized = match finalized {
             Ok(finalized) => finalized,
             Err(e) => {
-                tracing::warn!(error = %e, "finalized-group lookup failed; no row written");
+                tracing::warn!(error = %ErrorChain(&e), "finalized-group lookup failed; no row written");
                 if let Some(first) = rows.iter().map(|r| r.first_record() as usize).min() {
                     batch.fail_at(first);
                 }
@@ -70,7 +70,7 @@ impl Consumer {
             match outcome {
                 Ok(o) => self.tally_row(batch, &o),
                 Err(e) => {
-                    tracing::warn!(error = %e, "row write failed; the batch resumes from its first record");
+                    tracing::warn!(error = %ErrorChain(&e), "row write failed; the batch resumes from its first record");
                     batch.fail_at(first);
                 }
             }
