@@ -11,9 +11,9 @@ use std::time::Duration;
 use awsmp_consumer::Settings;
 use awsmp_consumer::adapters::fault::{Faults, Faulty};
 use awsmp_consumer::adapters::memory::MemoryStores;
-use awsmp_consumer::domain::reasons;
 use awsmp_consumer::handler::STORE_RETRY;
-use awsmp_pipeline::domain::attrs;
+use awsmp_pipeline::contract::attrs;
+use awsmp_pipeline::contract::reasons;
 use awsmp_pipeline::domain::clock::FixedClock;
 use awsmp_pipeline::domain::fold::{FoldOutcome, GroupFold};
 use awsmp_pipeline::domain::keys::{

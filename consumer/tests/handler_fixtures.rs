@@ -5,7 +5,7 @@ use std::sync::Arc;
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use awsmp_consumer::Settings;
 use awsmp_consumer::adapters::memory::MemoryStores;
-use awsmp_pipeline::domain::attrs;
+use awsmp_pipeline::contract::attrs;
 use awsmp_pipeline::domain::clock::FixedClock;
 use awsmp_pipeline::domain::keys::RowKey;
 use awsmp_pipeline::domain::row::AttrValue;

@@ -10,8 +10,9 @@ use std::sync::Arc;
 use awsmp_consumer::Settings;
 use awsmp_consumer::adapters::memory::MemoryStores;
 use awsmp_consumer::handler::kinesis_record;
+use awsmp_pipeline::contract::limits::MAX_USAGE_QUANTITY;
 use awsmp_pipeline::domain::clock::FixedClock;
-use awsmp_pipeline::domain::fold::{FoldOutcome, GroupFold, MAX_USAGE_QUANTITY};
+use awsmp_pipeline::domain::fold::{FoldOutcome, GroupFold};
 use awsmp_pipeline::domain::keys::{
     GroupKey, HourBucket, parse_usage_timestamp, split_usage_sort_key,
 };

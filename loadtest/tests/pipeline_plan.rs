@@ -12,7 +12,8 @@ mod common;
 
 use anyhow::{Result, ensure};
 use awsmp_loadtest::runner::TickReport;
-use awsmp_pipeline::domain::status::AggregatedStatus;
+use awsmp_pipeline::contract::reasons::LATE_USAGE;
+use awsmp_pipeline::contract::status::AggregatedStatus;
 use awsmp_pipeline::handlers::discoverer::DiscovererInput;
 use common::*;
 use serde_json::Value;
@@ -657,7 +658,7 @@ async fn late_row_into_an_aggregated_hour_is_terminal_late_usage() -> Result<()>
     // WHEN the hour is discovered again
     ok(&runner.tick(utc(2041, 3, 10, 13, 0, 0)).await?)?;
     // THEN the late row is terminal late usage with its quantity on the metric, not billed
-    st.assert_raw(&late, "RejectedClientSide", "LateUsageAfterAggregation")
+    st.assert_raw(&late, "RejectedClientSide", LATE_USAGE)
         .await?;
     let late_points = points(&runner, "LateUsage");
     assert_eq!(late_points.len(), 1);

@@ -1,12 +1,16 @@
 //! Business metrics as CloudWatch Embedded Metric Format (EMF) lines.
 //!
 //! A Lambda's stdout goes to CloudWatch Logs, which turns each EMF JSON line into metrics —
-//! no `PutMetricData` call, no extra IAM (reference: "Business-status metrics are emitted via
-//! CloudWatch Embedded Metric Format"). Locally the same lines are captured and asserted on.
+//! no `PutMetricData` call, no extra IAM
+//! (<https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format.html>).
+//! Locally the same lines are captured and asserted on. Names and units come from
+//! [`crate::contract::metrics`].
 
 use serde_json::{Map, Value, json};
 use std::io::Write;
 use std::sync::{Arc, Mutex};
+
+use crate::contract::metrics::{self, MetricName};
 
 /// Default CloudWatch namespace of awsmp's business metrics.
 pub const DEFAULT_NAMESPACE: &str = "awsmp";
@@ -14,32 +18,28 @@ pub const DEFAULT_NAMESPACE: &str = "awsmp";
 /// One metric data point with its dimensions.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Metric {
-    /// Metric name, e.g. `UsageRecordRejected`.
-    pub name: &'static str,
-    /// Value (a count, or a quantity for `LateUsage`-style metrics).
+    /// Metric name and unit, e.g. [`metrics::USAGE_RECORD_REJECTED`].
+    pub name: MetricName,
+    /// Value (a count, a quantity for `LateUsage`, a ratio for `WriteAmplification`).
     pub value: f64,
-    /// CloudWatch unit (`Count`, `None`, `Milliseconds`).
-    pub unit: &'static str,
     /// Dimension name → value, e.g. `Reason` → `MalformedTimestamp`.
     pub dimensions: Vec<(&'static str, String)>,
 }
 
 impl Metric {
-    /// A count of 1 with no dimensions.
-    pub fn count(name: &'static str) -> Self {
-        Self {
-            name,
-            value: 1.0,
-            unit: "Count",
-            dimensions: Vec::new(),
-        }
+    /// A value of 1 with no dimensions.
+    pub fn count(name: MetricName) -> Self {
+        Self::value(name, 1.0)
     }
-    /// A count of `n`.
-    pub fn counts(name: &'static str, n: u64) -> Self {
+    /// A value of `n` (a number of things, or a quantity of usage units).
+    pub fn counts(name: MetricName, n: u64) -> Self {
+        Self::value(name, n as f64)
+    }
+    /// Any value, e.g. a ratio.
+    pub fn value(name: MetricName, value: f64) -> Self {
         Self {
             name,
-            value: n as f64,
-            unit: "Count",
+            value,
             dimensions: Vec::new(),
         }
     }
@@ -52,7 +52,7 @@ impl Metric {
     /// The EMF JSON line for this metric at `timestamp_ms`.
     pub fn to_emf(&self, namespace: &str, service: &str, timestamp_ms: i64) -> String {
         let mut root = Map::new();
-        let dims: Vec<&str> = std::iter::once("Service")
+        let dims: Vec<&str> = std::iter::once(metrics::SERVICE)
             .chain(self.dimensions.iter().map(|(k, _)| *k))
             .collect();
         root.insert(
@@ -62,15 +62,15 @@ impl Metric {
                 "CloudWatchMetrics": [{
                     "Namespace": namespace,
                     "Dimensions": [dims],
-                    "Metrics": [{"Name": self.name, "Unit": self.unit}]
+                    "Metrics": [{"Name": self.name.name(), "Unit": self.name.unit().as_str()}]
                 }]
             }),
         );
-        root.insert("Service".into(), Value::String(service.into()));
+        root.insert(metrics::SERVICE.into(), Value::String(service.into()));
         for (k, v) in &self.dimensions {
             root.insert((*k).into(), Value::String(v.clone()));
         }
-        root.insert(self.name.into(), json!(self.value));
+        root.insert(self.name.name().into(), json!(self.value));
         Value::Object(root).to_string()
     }
 }
@@ -163,7 +163,7 @@ mod tests {
 
     #[test]
     fn emf_line_has_the_cloudwatch_shape() {
-        let line = Metric::count("UsageRecordRejected")
+        let line = Metric::count(metrics::USAGE_RECORD_REJECTED)
             .with("Reason", "MalformedTimestamp")
             .to_emf("awsmp", "aggregator", 1_700_000_000_000);
         let v: Value = serde_json::from_str(&line).unwrap();
@@ -182,8 +182,8 @@ mod tests {
     #[test]
     fn capture_sink_records_lines() {
         let sink = MetricsSink::capture("submitter");
-        sink.emit(Metric::counts("UsageRecordUnprocessed", 3));
-        sink.emit(Metric::count("UsageRecordUnprocessed"));
+        sink.emit(Metric::counts(metrics::USAGE_RECORD_UNPROCESSED, 3));
+        sink.emit(Metric::count(metrics::USAGE_RECORD_UNPROCESSED));
         assert_eq!(sink.total("UsageRecordUnprocessed"), 4.0);
         assert_eq!(
             sink.points("UsageRecordUnprocessed")[0]["Service"],

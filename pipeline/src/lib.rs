@@ -4,6 +4,7 @@
 pub mod adapters;
 pub mod aws;
 pub mod config;
+pub mod contract;
 pub mod domain;
 pub mod emf;
 pub mod error;

@@ -1,9 +1,9 @@
 //! Ports: the small capabilities the pipeline stages need from the outside world. Adapters
 //! over `aws-sdk-*` live in [`crate::adapters`]; handlers only see these traits.
 
+use crate::contract::status::{AggregatedStatus, RawStatus};
 use crate::domain::keys::{GroupKey, HourBucket, RowKey};
 use crate::domain::row::{Allocation, RawUsageRow};
-use crate::domain::status::{AggregatedStatus, RawStatus};
 use crate::error::Result;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};

@@ -3,14 +3,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use awsmp_pipeline::contract::attrs;
+use awsmp_pipeline::contract::limits::MAX_USAGE_QUANTITY;
+use awsmp_pipeline::contract::status::RejectReason;
 use awsmp_pipeline::domain::DomainError;
-use awsmp_pipeline::domain::attrs;
-use awsmp_pipeline::domain::fold::{
-    FoldOutcome, GroupFold, MAX_USAGE_QUANTITY, Pushed, RevisitRow, classify_revisit,
-};
+use awsmp_pipeline::domain::fold::{FoldOutcome, GroupFold, Pushed, RevisitRow, classify_revisit};
 use awsmp_pipeline::domain::keys::GroupKey;
 use awsmp_pipeline::domain::row::{Allocation, AttrValue, RawUsageRow, Tag, conforming_row};
-use awsmp_pipeline::domain::status::RejectReason;
 use awsmp_pipeline::domain::time::TimeConfig;
 use chrono::{DateTime, TimeZone, Utc};
 use proptest::prelude::*;

@@ -13,19 +13,19 @@ use aws_sdk_dynamodb::types::{AttributeValue as Av, KeysAndAttributes, ReturnVal
 use awsmp_pipeline::adapters::dynamodb::{
     is_conditional_failure, is_retryable, row_from_item, to_sdk,
 };
-use awsmp_pipeline::domain::attrs as a;
+use awsmp_pipeline::contract::attrs::{self as a, ROW_VERSION, audit_timestamp};
 use awsmp_pipeline::domain::keys::{GroupKey, RowKey, parse_aggregated_sort_key};
 use awsmp_pipeline::domain::row::{Allocation, AttrValue, RawUsageRow};
-use chrono::SecondsFormat;
 
-use crate::domain::row::{Change, Guard, ROW_VERSION, RowWrite};
+use crate::domain::row::{Change, Guard, RowWrite};
 use crate::error::{ConsumerError, Result};
 use crate::ports::{
     ClaimOutcome, DedupClaim, DedupStore, FinalizedGroups, RejectedEvent, RejectedEventStore,
     UsageRowWriter,
 };
 
-/// Keys per `BatchGetItem` request (DynamoDB limit: 100 items per call).
+/// Keys per `BatchGetItem` request (DynamoDB: at most 100 items per call,
+/// <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html>).
 pub const MAX_BATCH_GET_KEYS: usize = 100;
 /// Rounds of `UnprocessedKeys` before the lookup fails (and the batch is retried by Lambda).
 const MAX_UNPROCESSED_ROUNDS: u32 = 8;
@@ -301,10 +301,7 @@ impl DedupStore for DynamoDbDedupStore {
             .item(DEDUP_KEY, s(&c.key))
             .item(SHARD_ID, s(&c.shard_id))
             .item(SEQUENCE_NUMBER, s(c.sequence_number.decimal()))
-            .item(
-                CLAIMED_AT,
-                s(c.claimed_at.to_rfc3339_opts(SecondsFormat::Millis, true)),
-            )
+            .item(CLAIMED_AT, s(audit_timestamp(c.claimed_at)))
             .item(EXPIRES_AT, n(c.expires_at.timestamp()))
             // Absent, owned by this very record (a replay), or expired but not yet deleted by TTL.
             .condition_expression(
@@ -376,13 +373,10 @@ pub fn rejected_item(e: &RejectedEvent) -> HashMap<String, Av> {
         ("partitionKey".to_owned(), s(&e.partition_key)),
         (
             "approximateArrivalTimestamp".to_owned(),
-            s(e.arrival.to_rfc3339_opts(SecondsFormat::Millis, true)),
+            s(audit_timestamp(e.arrival)),
         ),
         ("dataLength".to_owned(), n(e.data_len)),
-        (
-            "rejectedAt".to_owned(),
-            s(e.rejected_at.to_rfc3339_opts(SecondsFormat::Millis, true)),
-        ),
+        ("rejectedAt".to_owned(), s(audit_timestamp(e.rejected_at))),
     ]);
     if !e.sub_sequence_numbers.is_empty() {
         item.insert(

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use awsmp_pipeline::domain::attrs;
+use awsmp_pipeline::contract::attrs;
 use awsmp_pipeline::domain::keys::{GroupKey, RowKey, split_usage_sort_key};
 use awsmp_pipeline::domain::row::{AttrValue, RawUsageRow};
 use chrono::{DateTime, Utc};

@@ -3,14 +3,12 @@
 //! | module | what it owns |
 //! |---|---|
 //! | [`seq`] | Kinesis sequence numbers in a form that sorts numerically, and lanes (shard + partition key) |
-//! | [`reasons`] | the reason codes of rejected events and late usage |
 //! | [`record`] | one stream record: deaggregate, decode, verify, its dedup key |
 //! | [`verify`] | timestamp authority, producer allowlist, quantity bounds |
 //! | [`fold`] | the per-(group, second) fold of a batch, kept per stream record |
 //! | [`row`] | the usage-row state, the conditional write, and the replay-exact decision |
 
 pub mod fold;
-pub mod reasons;
 pub mod record;
 pub mod row;
 pub mod seq;

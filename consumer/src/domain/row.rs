@@ -18,20 +18,17 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use awsmp_pipeline::domain::attrs;
-use awsmp_pipeline::domain::fold::{MAX_ALLOCATIONS_PER_RECORD, MAX_USAGE_QUANTITY};
+use awsmp_pipeline::contract::attrs::{self, ROW_VERSION, WATERMARK_ATTR_PREFIX};
+use awsmp_pipeline::contract::limits::{MAX_ALLOCATIONS_PER_RECORD, MAX_USAGE_QUANTITY};
+use awsmp_pipeline::contract::reasons;
 use awsmp_pipeline::domain::keys::RowKey;
 use awsmp_pipeline::domain::row::{
     Allocation, AttrValue, RawUsageRow, Tag, parse_non_negative_integer,
 };
 
 use super::fold::{Part, RowContribution, RowId};
-use super::reasons;
-use super::seq::{Lane, SeqNum, WATERMARK_ATTR_PREFIX};
+use super::seq::{Lane, SeqNum};
 use super::verify::Kind;
-
-/// Consumer-owned attribute: incremented by every consumer write (compare-and-set guard).
-pub const ROW_VERSION: &str = "rowVersion";
 
 /// What the consumer reads from a stored row.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -18,6 +18,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use awsmp_pipeline::contract::attrs::WATERMARK_ATTR_PREFIX;
 use md5::{Digest, Md5};
 
 /// Longest sequence number Kinesis issues (API: `0|([1-9]\d{0,128})`, i.e. 129 digits).
@@ -76,9 +77,6 @@ impl fmt::Display for SeqNum {
         f.write_str(self.decimal())
     }
 }
-
-/// Prefix of the usage-row attributes that hold a lane's sequence watermark.
-pub const WATERMARK_ATTR_PREFIX: &str = "seq#";
 
 /// The order Lambda keeps: records of one shard with one Kinesis partition key are delivered
 /// in sequence order, whatever the parallelization factor. A row's watermark is kept per lane,

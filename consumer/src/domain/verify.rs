@@ -4,14 +4,13 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use awsmp_pipeline::domain::fold::MAX_USAGE_QUANTITY;
+use awsmp_pipeline::contract::limits::MAX_USAGE_QUANTITY;
+use awsmp_pipeline::contract::reasons;
 use awsmp_pipeline::domain::keys::HourBucket;
 use awsmp_pipeline::domain::row::Tag;
 use awsmp_pipeline::domain::time::{TimeConfig, is_billable};
 use awsmp_producer::Event;
 use chrono::{DateTime, Duration, Utc};
-
-use super::reasons;
 
 /// Default `AWSMP_MAX_CLOCK_SKEW_SECONDS` (reference: ">60 seconds off receive time").
 pub const DEFAULT_MAX_CLOCK_SKEW_SECONDS: i64 = 60;
@@ -109,7 +108,7 @@ impl VerifiedEvent {
 /// A verification failure: reason code and detail.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
-    /// Stable reason code (see [`super::reasons`]).
+    /// Stable reason code (see [`awsmp_pipeline::contract::reasons`]).
     pub reason: &'static str,
     /// Human-readable detail.
     pub detail: String,
@@ -204,11 +203,7 @@ pub fn verified(event: Event, billing: DateTime<Utc>) -> VerifiedEvent {
                 if a.allocated_usage_quantity == 0 {
                     continue;
                 }
-                let mut tags: Vec<Tag> = a
-                    .tags
-                    .into_iter()
-                    .map(|t| Tag::new(t.key, t.value))
-                    .collect();
+                let mut tags: Vec<Tag> = a.tags;
                 tags.sort_unstable();
                 // The producer checked the allocations sum to the quantity (≤ 2^31), so no overflow.
                 *merged.entry(tags).or_default() += a.allocated_usage_quantity;

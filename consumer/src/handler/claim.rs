@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 
+use awsmp_pipeline::contract::metrics;
 use awsmp_pipeline::emf::Metric;
 use futures::StreamExt;
 
@@ -40,7 +41,7 @@ impl Consumer {
         let hits = batch.slots[..cut].iter().filter(|s| s.duplicate).count() as u64;
         batch.report.dedup_hits = hits;
         if hits > 0 {
-            self.metrics.emit(Metric::counts("DedupHit", hits));
+            self.metrics.emit(Metric::counts(metrics::DEDUP_HIT, hits));
         }
         cut
     }

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use awsmp_pipeline::contract::metrics;
 use awsmp_pipeline::emf::Metric;
 
 use super::{Batch, Consumer};
@@ -51,8 +52,9 @@ impl Consumer {
             }
         }
         for (producer, n) in per_producer {
-            self.metrics
-                .emit(Metric::counts("EventsAccepted", n).with("Producer", producer));
+            self.metrics.emit(
+                Metric::counts(metrics::EVENTS_ACCEPTED, n).with(metrics::PRODUCER, producer),
+            );
         }
         let rows = fold.into_rows();
         batch.report.rows = rows.len();

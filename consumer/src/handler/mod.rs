@@ -31,7 +31,7 @@ use aws_lambda_events::event::streams::KinesisEventResponse;
 use awsmp_pipeline::domain::clock::Clock;
 use awsmp_pipeline::emf::MetricsSink;
 use awsmp_retry::RetryPolicy;
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 
 use crate::domain::row::RowLimits;
 use crate::domain::verify::VerifyPolicy;
@@ -159,11 +159,6 @@ impl Batch<'_> {
     fn fail_at(&mut self, i: usize) {
         self.failed = Some(self.failed.map_or(i, |f| f.min(i)));
     }
-}
-
-/// ISO-8601 UTC with milliseconds, as the usage rows' audit attributes hold it.
-fn iso(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
 impl Consumer {

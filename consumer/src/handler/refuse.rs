@@ -3,6 +3,7 @@
 //! (idempotent puts keyed by stream position), with an `EventRejected` metric each.
 
 use aws_lambda_events::event::kinesis::KinesisEventRecord;
+use awsmp_pipeline::contract::{metrics, reasons};
 use awsmp_pipeline::emf::Metric;
 use base64::Engine;
 use chrono::{DateTime, Utc};
@@ -10,7 +11,6 @@ use futures::StreamExt;
 
 use super::decode::stream_name;
 use super::{Batch, Consumer, MAX_INLINE_REJECTED_BYTES};
-use crate::domain::reasons;
 use crate::domain::record::{RefusedItem, StreamRecord};
 use crate::error::{ErrorChain, Result};
 use crate::ports::RejectedEvent;
@@ -34,8 +34,9 @@ impl Consumer {
             }
         }
         for (_, r) in &refusals {
-            self.metrics
-                .emit(Metric::count("EventRejected").with("Reason", r.reason.clone()));
+            self.metrics.emit(
+                Metric::count(metrics::EVENT_REJECTED).with(metrics::REASON, r.reason.clone()),
+            );
         }
     }
 

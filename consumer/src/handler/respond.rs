@@ -4,6 +4,7 @@
 //! (<https://docs.aws.amazon.com/lambda/latest/dg/services-kinesis-batchfailurereporting.html>).
 
 use aws_lambda_events::event::streams::KinesisEventResponse;
+use awsmp_pipeline::contract::metrics;
 use awsmp_pipeline::emf::Metric;
 
 use super::{Batch, BatchReport, Consumer};
@@ -14,15 +15,13 @@ impl Consumer {
         let mut report = batch.report;
         if report.row_writes > 0 {
             self.metrics
-                .emit(Metric::counts("RowsWritten", report.row_writes));
+                .emit(Metric::counts(metrics::ROWS_WRITTEN, report.row_writes));
         }
         if report.events_accepted > 0 {
-            self.metrics.emit(Metric {
-                name: "WriteAmplification",
-                value: report.update_items as f64 * 1000.0 / report.events_accepted as f64,
-                unit: "None",
-                dimensions: Vec::new(),
-            });
+            self.metrics.emit(Metric::value(
+                metrics::WRITE_AMPLIFICATION,
+                report.update_items as f64 * 1000.0 / report.events_accepted as f64,
+            ));
         }
         let mut response = KinesisEventResponse::default();
         if let Some(i) = batch.failed {

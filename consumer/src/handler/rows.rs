@@ -4,6 +4,8 @@
 
 use std::collections::HashSet;
 
+use awsmp_pipeline::contract::attrs::audit_timestamp;
+use awsmp_pipeline::contract::{metrics, reasons};
 use awsmp_pipeline::domain::keys::GroupKey;
 use awsmp_pipeline::emf::Metric;
 use chrono::{DateTime, Utc};
@@ -11,9 +13,8 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::decode::Slot;
 use super::fold::Folded;
-use super::{Batch, Consumer, MAX_ROW_CAS_ROUNDS, iso};
+use super::{Batch, Consumer, MAX_ROW_CAS_ROUNDS};
 use crate::domain::fold::RowContribution;
-use crate::domain::reasons;
 use crate::domain::row::{
     Decision, Observation, PartRejection, RecordMeta, Resolve, RowState, resolve, row_write,
 };
@@ -88,15 +89,11 @@ impl Consumer {
             *report.rejected.entry(rej.reason.to_owned()).or_default() += 1;
             if rej.reason == reasons::LATE_USAGE {
                 report.late_quantity += rej.quantity;
-                self.metrics.emit(Metric {
-                    name: "LateUsage",
-                    value: rej.quantity as f64,
-                    unit: "Count",
-                    dimensions: Vec::new(),
-                });
+                self.metrics
+                    .emit(Metric::counts(metrics::LATE_USAGE, rej.quantity));
             } else {
                 self.metrics
-                    .emit(Metric::count("EventRejected").with("Reason", rej.reason));
+                    .emit(Metric::count(metrics::EVENT_REJECTED).with(metrics::REASON, rej.reason));
             }
         }
     }
@@ -147,7 +144,7 @@ impl Consumer {
                 });
             };
             let ttl = self.usage_ttl(row.id.instant());
-            let write = row_write(&row.id, plan, ttl, iso(now));
+            let write = row_write(&row.id, plan, ttl, audit_timestamp(now));
             update_items += 1;
             if self.with_retry(|| self.rows.write(&write)).await? {
                 return Ok(RowOutcome {

@@ -14,7 +14,7 @@ use aws_sdk_dynamodb::types::AttributeValue as Av;
 use awsmp_loadtest::local::{LocalEnv, demo_account, demo_license_arn};
 use awsmp_loadtest::runner::Runner;
 use awsmp_pipeline::adapters::dynamodb::{DynamoDbAggregatedStore, to_domain, to_sdk};
-use awsmp_pipeline::domain::attrs as a;
+use awsmp_pipeline::contract::attrs as a;
 use awsmp_pipeline::domain::keys::{GroupKey, HourBucket};
 use awsmp_pipeline::domain::row::{Allocation, AttrValue, RawUsageRow, Tag, conforming_row};
 use awsmp_pipeline::error::PipelineError;

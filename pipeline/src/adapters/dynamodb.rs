@@ -2,12 +2,12 @@
 //! deprovisioning index. Each holds only a client and a table name; conversion between the
 //! SDK's `AttributeValue` and the domain's [`AttrValue`] lives here.
 
-use crate::domain::attrs as a;
+use crate::contract::attrs as a;
+use crate::contract::status::{AggregatedStatus, RawStatus};
 use crate::domain::keys::{
     GroupKey, HourBucket, RowKey, parse_aggregated_sort_key, split_usage_sort_key,
 };
 use crate::domain::row::{Allocation, AttrValue, RawUsageRow, Tag, parse_non_negative_integer};
-use crate::domain::status::{AggregatedStatus, RawStatus};
 use crate::error::{PipelineError, Result};
 use crate::ports::{
     AggregatedItem, AggregatedStore, Deprovisioning, DeprovisioningIndex, ExpiredRow, UsageStore,
@@ -18,7 +18,7 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{AttributeValue as Av, ReturnValue};
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Convert an SDK attribute value to the domain's.
@@ -52,10 +52,6 @@ pub fn row_from_item(item: &HashMap<String, Av>) -> RawUsageRow {
     item.iter()
         .map(|(k, v)| (k.clone(), to_domain(v)))
         .collect()
-}
-
-fn iso(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
 fn s(v: impl Into<String>) -> Av {
@@ -329,7 +325,7 @@ impl UsageStore for DynamoDbUsageStore {
             .key(a::USAGE_SORT_KEY, s(&key.sort_key))
             // Never create a phantom row: UpdateItem on a missing key would insert one.
             .condition_expression("attribute_exists(licenseArn)")
-            .expression_attribute_values(":now", s(iso(now)));
+            .expression_attribute_values(":now", s(a::audit_timestamp(now)));
         req = match status {
             Some((st, reason)) => req
                 .update_expression(
@@ -379,7 +375,7 @@ impl UsageStore for DynamoDbUsageStore {
                 .expression_attribute_values(":hb", s(bucket.to_string()))
                 .expression_attribute_values(":st", s(RawStatus::AggregationExpired.as_str()))
                 .expression_attribute_values(":r", s(reason))
-                .expression_attribute_values(":now", s(iso(now)))
+                .expression_attribute_values(":now", s(a::audit_timestamp(now)))
                 .return_values(ReturnValue::AllNew)
                 .send()
                 .await;
@@ -445,8 +441,8 @@ pub fn aggregated_to_item(item: &AggregatedItem, now: DateTime<Utc>) -> HashMap<
         (a::HOUR_BUCKET.to_owned(), s(g.hour.to_string())),
         (a::QUANTITY.to_owned(), n(item.quantity)),
         (a::ROW_COUNT.to_owned(), n(item.row_count)),
-        (a::CREATED_AT.to_owned(), s(iso(now))),
-        (a::UPDATED_AT.to_owned(), s(iso(now))),
+        (a::CREATED_AT.to_owned(), s(a::audit_timestamp(now))),
+        (a::UPDATED_AT.to_owned(), s(a::audit_timestamp(now))),
     ]);
     if item.pending {
         m.insert(a::METERING_PENDING.to_owned(), s(g.hour.to_string()));
@@ -607,7 +603,7 @@ impl AggregatedStore for DynamoDbAggregatedStore {
                 "SET attemptedQuantity = :q, submissionAttemptedAt = :now, updatedAt = :now",
             )
             .expression_attribute_values(":q", n(quantity))
-            .expression_attribute_values(":now", s(iso(now)))
+            .expression_attribute_values(":now", s(a::audit_timestamp(now)))
             .send()
             .await;
         match res {
@@ -635,7 +631,7 @@ impl AggregatedStore for DynamoDbAggregatedStore {
             .set_key(Some(Self::key(group).into_iter().collect()))
             .condition_expression("attribute_exists(meteringPending)")
             .expression_attribute_values(":st", s(outcome.status.as_str()))
-            .expression_attribute_values(":now", s(iso(now)));
+            .expression_attribute_values(":now", s(a::audit_timestamp(now)));
         if let Some(r) = &outcome.reason {
             sets.push("meteringStatusReason = :r");
             req = req.expression_attribute_values(":r", s(r));

@@ -8,7 +8,8 @@
 //! of their first record.
 //!
 //! ```
-//! use awsmp_pipeline::domain::batch::{plan_calls, SubmitRecord, MAX_USAGE_RECORDS_PER_CALL};
+//! use awsmp_pipeline::contract::limits::MAX_USAGE_RECORDS_PER_CALL;
+//! use awsmp_pipeline::domain::batch::{plan_calls, SubmitRecord};
 //! use awsmp_pipeline::domain::keys::{GroupKey, HourBucket};
 //! let hour: HourBucket = "2026-11-30T11".parse().unwrap();
 //! let records: Vec<SubmitRecord> = (0..30)
@@ -26,11 +27,7 @@ use std::collections::BTreeMap;
 
 use super::keys::{GroupKey, Identity};
 use super::row::Allocation;
-
-/// `BatchMeterUsage` accepts up to 25 `UsageRecords` per call (API reference).
-pub const MAX_USAGE_RECORDS_PER_CALL: usize = 25;
-/// `BatchMeterUsage` rejects request payloads over 1 MB (docs/metering-api.md, "Batch limits").
-pub const MAX_REQUEST_BYTES: usize = 1_048_576;
+use crate::contract::limits::{MAX_REQUEST_BYTES, MAX_USAGE_RECORDS_PER_CALL};
 
 /// Conservative per-request JSON overhead: braces, `"UsageRecords":[]`, `"ProductCode":""`.
 const REQUEST_OVERHEAD_BYTES: usize = 64;
@@ -155,12 +152,11 @@ pub struct Plan {
     /// Calls, in order.
     pub calls: Vec<PlannedCall>,
     /// Records that alone exceed [`MAX_REQUEST_BYTES`]: they can never be sent (the submitter
-    /// should mark them `Error` with reason [`RECORD_TOO_LARGE_REASON`] and alarm).
+    /// should mark them `Error` with reason
+    /// [`RECORD_EXCEEDS_REQUEST_SIZE_LIMIT`](crate::contract::reasons::RECORD_EXCEEDS_REQUEST_SIZE_LIMIT)
+    /// and alarm).
     pub oversized: Vec<SubmitRecord>,
 }
-
-/// Reason for a record too large for any request.
-pub const RECORD_TOO_LARGE_REASON: &str = "RecordExceedsRequestSizeLimit";
 
 /// Which records may share a call.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]

@@ -38,7 +38,6 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 
 use super::DomainError;
-use super::attrs;
 use super::keys::{
     GroupKey, Identity, RowKey, SECONDS_PER_HOUR, SortKeySegments, parse_usage_timestamp,
     split_usage_sort_key,
@@ -46,19 +45,13 @@ use super::keys::{
 use super::row::{
     Allocation, AttrValue, NumberError, RawUsageRow, Tag, parse_non_negative_integer,
 };
-use super::status::{RejectReason, aggregated_reason};
 use super::time::{TimeConfig, is_billable, is_zero_finalize_edge};
+use crate::contract::attrs;
+use crate::contract::limits::{
+    MAX_ALLOCATIONS_PER_RECORD, MAX_TAGS_PER_ALLOCATION, MAX_USAGE_QUANTITY,
+};
+use crate::contract::status::{RejectReason, aggregated_reason};
 use crate::ids::{is_valid_account_id, is_valid_license_arn, is_valid_product_code};
-
-/// VMT: at most 5 tags per `UsageAllocation` (BatchMeterUsage `Tags`: 1–5 items).
-pub const MAX_TAGS_PER_ALLOCATION: usize = 5;
-/// At most 2,500 `UsageAllocations` (merged tag sets) per `UsageRecord` (API limit).
-pub const MAX_ALLOCATIONS_PER_RECORD: usize = 2500;
-/// `UsageRecord.Quantity` and `AllocatedUsageQuantity` are 32-bit integers, 0–2,147,483,647
-/// (BatchMeterUsage API reference); a larger hour total cannot be submitted.
-pub const MAX_USAGE_QUANTITY: u64 = i32::MAX as u64;
-/// Cleanup messages carry at most 100 raw-row keys (reference: "≤100 keys per message").
-pub const MAX_CLEANUP_KEYS_PER_MESSAGE: usize = 100;
 /// Size of a stored [`SecondSet`]: one bit per second of the hour.
 pub const SECOND_SET_BYTES: usize = (SECONDS_PER_HOUR / 8) as usize;
 
@@ -181,7 +174,7 @@ impl AggregatedRecord {
     }
 
     /// Keys of every raw row folded in, in second order (for cleanup messages of at most
-    /// [`MAX_CLEANUP_KEYS_PER_MESSAGE`] keys).
+    /// [`MAX_CLEANUP_KEYS_PER_MESSAGE`](crate::contract::limits::MAX_CLEANUP_KEYS_PER_MESSAGE) keys).
     pub fn raw_row_keys(&self) -> impl Iterator<Item = RowKey> + '_ {
         self.seconds.iter().map(|s| RowKey {
             license_arn: self.group.license_arn.clone(),
@@ -997,7 +990,7 @@ pub enum RevisitRow {
     /// Its second is in the stored record: its cleanup was lost. Clear `meteringPending`
     /// (without restamping a sum from this visit).
     AlreadyAggregated(RowKey),
-    /// Written after aggregation: terminal `RejectedClientSide` + [`super::status::LATE_USAGE_REASON`],
+    /// Written after aggregation: terminal `RejectedClientSide` + [`LATE_USAGE`](crate::contract::reasons::LATE_USAGE),
     /// `LateUsage` metric carrying its quantity.
     Late(LateRow),
 }

@@ -18,7 +18,7 @@
 //! use awsmp_pipeline::domain::batch::SubmitRecord;
 //! use awsmp_pipeline::domain::keys::GroupKey;
 //! use awsmp_pipeline::domain::results::{decide, ApiResult, ApiStatus, Decision};
-//! use awsmp_pipeline::domain::status::AggregatedStatus;
+//! use awsmp_pipeline::contract::status::AggregatedStatus;
 //! let group = GroupKey::new("arn:aws:license-manager::123456789012:license:l-0", "123456789012", "api",
 //!     "2026-11-30T11".parse().unwrap());
 //! let mut record = SubmitRecord::new(group.clone(), 42, None);
@@ -30,14 +30,14 @@
 
 use std::collections::HashMap;
 
-use super::batch::{RECORD_TOO_LARGE_REASON, SubmitRecord};
+use super::batch::SubmitRecord;
 use super::keys::GroupKey;
-use super::status::{
-    AggregatedStatus, DUPLICATE_QUANTITY_MISMATCH_REASON, SUBMISSION_EXPIRED_REASON, metric,
+use crate::contract::metrics::{self, MetricName};
+use crate::contract::reasons::{
+    ATTEMPTED_QUANTITY_CHANGED, DUPLICATE_RECORD_OF_OWN_ATTEMPT, PENDING_PAST_BILLABLE_WINDOW,
+    RECORD_EXCEEDS_REQUEST_SIZE_LIMIT,
 };
-
-/// Reason recorded with `Success` when a `DuplicateRecord` was recognised as our own replay.
-pub const REPLAY_REASON: &str = "DuplicateRecordOfOwnAttempt";
+use crate::contract::status::AggregatedStatus;
 
 /// Per-record status in `BatchMeterUsage` `Results`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,8 +110,8 @@ pub enum Decision {
 /// A business metric to emit for a decision (value 1 per record).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetricEvent {
-    /// Metric name ([`crate::domain::status::metric`]).
-    pub name: &'static str,
+    /// Metric name and unit.
+    pub name: MetricName,
     /// Optional `(dimension name, value)`.
     pub dimension: Option<(&'static str, String)>,
 }
@@ -128,18 +128,18 @@ impl Decision {
             })
         };
         match self {
-            Decision::StayPending { .. } => plain(metric::USAGE_RECORD_UNPROCESSED),
+            Decision::StayPending { .. } => plain(metrics::USAGE_RECORD_UNPROCESSED),
             Decision::Finalize(f) => match f.status {
                 AggregatedStatus::Success | AggregatedStatus::DryRunSubmitted => None,
-                AggregatedStatus::DuplicateRecord => plain(metric::DUPLICATE_RECORD),
+                AggregatedStatus::DuplicateRecord => plain(metrics::DUPLICATE_RECORD),
                 AggregatedStatus::DuplicateRecordQuantityMismatch => {
-                    plain(metric::DUPLICATE_RECORD_QUANTITY_MISMATCH)
+                    plain(metrics::DUPLICATE_RECORD_QUANTITY_MISMATCH)
                 }
-                AggregatedStatus::CustomerNotSubscribed => plain(metric::CUSTOMER_NOT_SUBSCRIBED),
-                AggregatedStatus::SubmissionExpired => plain(metric::USAGE_SUBMISSION_EXPIRED),
+                AggregatedStatus::CustomerNotSubscribed => plain(metrics::CUSTOMER_NOT_SUBSCRIBED),
+                AggregatedStatus::SubmissionExpired => plain(metrics::USAGE_SUBMISSION_EXPIRED),
                 AggregatedStatus::Error => Some(MetricEvent {
-                    name: metric::BATCH_METER_USAGE_EXCEPTION,
-                    dimension: Some((metric::EXCEPTION, f.reason.clone().unwrap_or_default())),
+                    name: metrics::BATCH_METER_USAGE_EXCEPTION,
+                    dimension: Some((metrics::EXCEPTION, f.reason.clone().unwrap_or_default())),
                 }),
             },
         }
@@ -185,13 +185,13 @@ pub fn decide(record: &SubmitRecord, result: Option<&ApiResult>, unprocessed: bo
         ApiStatus::DuplicateRecord => match record.previous_attempt {
             Some(q) if q == record.quantity => finalize(
                 AggregatedStatus::Success,
-                Some(REPLAY_REASON.to_owned()),
+                Some(DUPLICATE_RECORD_OF_OWN_ATTEMPT.to_owned()),
                 id,
             ),
             Some(q) => finalize(
                 AggregatedStatus::DuplicateRecordQuantityMismatch,
                 Some(format!(
-                    "{DUPLICATE_QUANTITY_MISMATCH_REASON}: sent {q} earlier, now {}",
+                    "{ATTEMPTED_QUANTITY_CHANGED}: sent {q} earlier, now {}",
                     record.quantity
                 )),
                 id,
@@ -225,11 +225,11 @@ pub fn poison_decision(exception: &str) -> Decision {
     finalize(AggregatedStatus::Error, Some(exception.to_owned()), None)
 }
 
-/// A record too large for any request: `Error` with [`RECORD_TOO_LARGE_REASON`].
+/// A record too large for any request: `Error` with [`RECORD_EXCEEDS_REQUEST_SIZE_LIMIT`].
 pub fn oversized_decision() -> Decision {
     finalize(
         AggregatedStatus::Error,
-        Some(RECORD_TOO_LARGE_REASON.to_owned()),
+        Some(RECORD_EXCEEDS_REQUEST_SIZE_LIMIT.to_owned()),
         None,
     )
 }
@@ -243,7 +243,7 @@ pub fn dry_run_decision() -> Decision {
 pub fn submission_expired_decision() -> Decision {
     finalize(
         AggregatedStatus::SubmissionExpired,
-        Some(SUBMISSION_EXPIRED_REASON.to_owned()),
+        Some(PENDING_PAST_BILLABLE_WINDOW.to_owned()),
         None,
     )
 }
@@ -322,14 +322,14 @@ mod tests {
             panic!()
         };
         assert_eq!(f.metering_record_id.as_deref(), Some("id-7"));
-        assert_eq!(d[0].metric().unwrap().name, metric::DUPLICATE_RECORD);
+        assert_eq!(d[0].metric().unwrap().name, metrics::DUPLICATE_RECORD);
         assert_eq!(
             d[2].metric().unwrap().name,
-            metric::DUPLICATE_RECORD_QUANTITY_MISMATCH
+            metrics::DUPLICATE_RECORD_QUANTITY_MISMATCH
         );
         assert_eq!(
             d[4].metric().unwrap().name,
-            metric::USAGE_RECORD_UNPROCESSED
+            metrics::USAGE_RECORD_UNPROCESSED
         );
         assert_eq!(d[1].metric(), None);
     }
@@ -340,13 +340,13 @@ mod tests {
         assert_eq!(
             e.metric(),
             Some(MetricEvent {
-                name: metric::BATCH_METER_USAGE_EXCEPTION,
-                dimension: Some((metric::EXCEPTION, "InvalidUsageDimensionException".into()))
+                name: metrics::BATCH_METER_USAGE_EXCEPTION,
+                dimension: Some((metrics::EXCEPTION, "InvalidUsageDimensionException".into()))
             })
         );
         assert_eq!(
             submission_expired_decision().metric().unwrap().name,
-            metric::USAGE_SUBMISSION_EXPIRED
+            metrics::USAGE_SUBMISSION_EXPIRED
         );
         assert_eq!(dry_run_decision().metric(), None);
         assert!(matches!(

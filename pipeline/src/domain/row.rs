@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::attrs;
 use super::keys::{GroupKey, SECONDS_PER_HOUR};
+use crate::contract::attrs;
 
 /// One DynamoDB attribute value, mirroring the SDK's `AttributeValue` for the types the
 /// usage-row contract uses.
@@ -224,26 +224,9 @@ pub fn parse_non_negative_integer(s: &str) -> Result<u64, NumberError> {
     Ok(v)
 }
 
-/// One VMT tag.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct Tag {
-    /// Tag key.
-    #[serde(rename = "Key")]
-    pub key: String,
-    /// Tag value.
-    #[serde(rename = "Value")]
-    pub value: String,
-}
-
-impl Tag {
-    /// A tag from key and value.
-    pub fn new(key: impl Into<String>, value: impl Into<String>) -> Self {
-        Self {
-            key: key.into(),
-            value: value.into(),
-        }
-    }
-}
+/// One VMT tag: the event's own tag type (`Key` / `Value`), so the producer, the consumer and
+/// the pipeline share one definition.
+pub use awsmp_producer::Tag;
 
 /// One usage allocation in the `BatchMeterUsage` `UsageAllocation` shape.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

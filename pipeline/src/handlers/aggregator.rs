@@ -4,11 +4,13 @@
 
 use super::cleanup::CleanupMessage;
 use super::{Services, retry_transient};
+use crate::contract::metrics;
+use crate::contract::reasons::LATE_USAGE;
+use crate::contract::status::{RawStatus, aggregated_reason};
 use crate::domain::DomainError;
 use crate::domain::fold::{FoldOutcome, GroupFold, RevisitRow, SecondSet, classify_revisit};
 use crate::domain::keys::{GroupKey, Identity, RowKey};
 use crate::domain::row::RawUsageRow;
-use crate::domain::status::{LATE_USAGE_REASON, RawStatus, aggregated_reason, metric};
 use crate::emf::Metric;
 use crate::error::{PipelineError, Result};
 use crate::ports::AggregatedItem;
@@ -122,7 +124,7 @@ pub async fn aggregate(svc: &Services, body: &str) -> Result<AggregateOutcome> {
                 }
             }
             svc.metrics
-                .emit(Metric::count(metric::USAGE_RECORD_REJECTED).with(metric::REASON, reason));
+                .emit(Metric::count(metrics::USAGE_RECORD_REJECTED).with(metrics::REASON, reason));
             Ok(AggregateOutcome::Rejected {
                 reason: reason.to_owned(),
                 rows,
@@ -168,7 +170,7 @@ async fn revisit(
                 if retry_transient(|| {
                     usage.finalize_row(
                         &late.row_key,
-                        Some((RawStatus::RejectedClientSide, LATE_USAGE_REASON)),
+                        Some((RawStatus::RejectedClientSide, LATE_USAGE)),
                         now,
                     )
                 })
@@ -177,12 +179,10 @@ async fn revisit(
                     late_rows += 1;
                     late_quantity += late.quantity.unwrap_or(0);
                     tracing::error!(%group, row = %late.row_key.sort_key, quantity = ?late.quantity, "late usage after the group-hour was aggregated; not billed");
-                    svc.metrics.emit(Metric {
-                        name: metric::LATE_USAGE,
-                        value: late.quantity.unwrap_or(0) as f64,
-                        unit: "None",
-                        dimensions: Vec::new(),
-                    });
+                    svc.metrics.emit(Metric::counts(
+                        metrics::LATE_USAGE,
+                        late.quantity.unwrap_or(0),
+                    ));
                 }
             }
         }

@@ -5,14 +5,13 @@
 //! stale sum). Each key is one idempotent `UpdateItem`, a bounded number at a time.
 
 use super::{Services, retry_transient};
+use crate::contract::limits::MAX_CLEANUP_KEYS_PER_MESSAGE;
+use crate::contract::status::RawStatus;
 use crate::domain::keys::RowKey;
-use crate::domain::status::RawStatus;
 use crate::error::{PipelineError, Result};
 use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 
-/// Keys per cleanup message (reference: "keys are batched at ≤100 per message").
-pub const MAX_KEYS_PER_MESSAGE: usize = 100;
 /// Concurrent `UpdateItem`s per message: all rows of a group share one partition (~1,000 WCU/s),
 /// and this times the queue's maximum concurrency stays well under it.
 pub const CLEANUP_CONCURRENCY: usize = 8;
@@ -32,13 +31,13 @@ pub struct CleanupMessage {
 }
 
 impl CleanupMessage {
-    /// Messages of at most [`MAX_KEYS_PER_MESSAGE`] keys each.
+    /// Messages of at most [`MAX_CLEANUP_KEYS_PER_MESSAGE`] keys each.
     pub fn batches(
         status: Option<RawStatus>,
         reason: Option<&str>,
         keys: &[RowKey],
     ) -> Vec<String> {
-        keys.chunks(MAX_KEYS_PER_MESSAGE)
+        keys.chunks(MAX_CLEANUP_KEYS_PER_MESSAGE)
             .map(|chunk| {
                 serde_json::to_string(&CleanupMessage {
                     status: status.map(|s| s.as_str().to_owned()),

@@ -5,8 +5,9 @@
 //! Slice identity comes only from the constant target input, never from a clock read.
 
 use super::Services;
+use crate::contract::metrics;
+use crate::contract::reasons::PENDING_PAST_BILLABLE_WINDOW;
 use crate::domain::keys::HourBucket;
-use crate::domain::status::{AGGREGATION_EXPIRED_REASON, metric};
 use crate::domain::time::{ageout_shard_buckets, deprovisioning_flush_buckets, meter_mode_bucket};
 use crate::emf::Metric;
 use crate::error::{PipelineError, Result};
@@ -72,7 +73,7 @@ pub async fn discover(svc: &Services, input: DiscovererInput) -> Result<Discover
             let buckets = ageout_shard_buckets(shard, now, cfg)?;
             out.buckets = buckets.len();
             let expired: Vec<Vec<crate::ports::ExpiredRow>> = futures::stream::iter(buckets)
-                .map(|b: HourBucket| usage.expire_bucket(b, AGGREGATION_EXPIRED_REASON, now))
+                .map(|b: HourBucket| usage.expire_bucket(b, PENDING_PAST_BILLABLE_WINDOW, now))
                 .buffer_unordered(AGEOUT_CONCURRENCY)
                 .try_collect()
                 .await?;
@@ -87,7 +88,7 @@ pub async fn discover(svc: &Services, input: DiscovererInput) -> Result<Discover
                     "raw usage aged out before aggregation"
                 );
                 svc.metrics.emit(Metric::counts(
-                    metric::USAGE_AGGREGATION_EXPIRED,
+                    metrics::USAGE_AGGREGATION_EXPIRED,
                     out.rows_expired as u64,
                 ));
             }

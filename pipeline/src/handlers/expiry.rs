@@ -3,7 +3,9 @@
 //! of a bounded lookback is checked each run, whatever empty stretches lie between.
 
 use super::{Services, retry_transient};
-use crate::domain::status::{AggregatedStatus, SUBMISSION_EXPIRED_REASON, metric};
+use crate::contract::metrics;
+use crate::contract::reasons::PENDING_PAST_BILLABLE_WINDOW;
+use crate::contract::status::AggregatedStatus;
 use crate::domain::time::expiry_buckets;
 use crate::emf::Metric;
 use crate::error::Result;
@@ -42,7 +44,7 @@ pub async fn expire(svc: &Services) -> Result<ExpiryOutput> {
     };
     let outcome = WriteBack {
         status: AggregatedStatus::SubmissionExpired,
-        reason: Some(SUBMISSION_EXPIRED_REASON.into()),
+        reason: Some(PENDING_PAST_BILLABLE_WINDOW.into()),
         metering_record_id: None,
         ttl: None,
     };
@@ -52,7 +54,7 @@ pub async fn expire(svc: &Services) -> Result<ExpiryOutput> {
             out.quantity_expired += item.quantity;
             tracing::error!(group = %item.group, quantity = item.quantity, "aggregated usage expired before submission");
             svc.metrics
-                .emit(Metric::count(metric::USAGE_SUBMISSION_EXPIRED));
+                .emit(Metric::count(metrics::USAGE_SUBMISSION_EXPIRED));
         }
     }
     Ok(out)

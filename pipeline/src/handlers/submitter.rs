@@ -15,6 +15,8 @@
 
 use super::{Services, retry_transient, sleep_full_jitter};
 use crate::config::MeteringMode;
+use crate::contract::metrics;
+use crate::contract::status::AggregatedStatus;
 use crate::domain::batch::{CallKind, SubmitRecord, plan_calls};
 use crate::domain::bisect::{
     Bisector, CallOutcome, ExceptionClass, Halt, Verdict, classify_exception,
@@ -23,8 +25,6 @@ use crate::domain::keys::GroupKey;
 use crate::domain::results::{
     ApiResponse, Decision, dry_run_decision, map_response, oversized_decision, poison_decision,
 };
-use crate::domain::status::AggregatedStatus;
-use crate::domain::status::metric;
 use crate::domain::time::submitter_pending_buckets;
 use crate::emf::Metric;
 use crate::error::{PipelineError, Result};
@@ -342,15 +342,15 @@ impl Run<'_> {
                     "BatchMeterUsage is disabled in this region: nothing can be billed here"
                 );
                 svc.metrics.emit(
-                    Metric::count(metric::BATCH_METER_USAGE_EXCEPTION)
-                        .with(metric::EXCEPTION, "DisabledApiException"),
+                    Metric::count(metrics::BATCH_METER_USAGE_EXCEPTION)
+                        .with(metrics::EXCEPTION, "DisabledApiException"),
                 );
                 self.out.halted = Some("DisabledApiException".into());
             }
             Some(Halt::Fatal { exception }) => {
                 svc.metrics.emit(
-                    Metric::count(metric::BATCH_METER_USAGE_EXCEPTION)
-                        .with(metric::EXCEPTION, exception.clone()),
+                    Metric::count(metrics::BATCH_METER_USAGE_EXCEPTION)
+                        .with(metrics::EXCEPTION, exception.clone()),
                 );
                 self.out.halted = Some(exception.clone());
             }

@@ -1,5 +1,8 @@
-//! DynamoDB attribute and index names shared by every adapter (docs/row-contract.md). Spelled once here so the adapters,
-//! the consumer (the row writer) and `meterctl` cannot drift apart.
+//! DynamoDB attribute and index names of the usage and aggregated-usage tables
+//! (docs/row-contract.md), and the format of their audit stamps. Spelled once here so the
+//! pipeline's adapters and the consumer (the row writer) cannot drift apart.
+
+use chrono::{DateTime, SecondsFormat, Utc};
 
 /// Partition key of the usage and aggregated-usage tables.
 pub const LICENSE_ARN: &str = "licenseArn";
@@ -30,7 +33,7 @@ pub const TAG_KEY: &str = "Key";
 pub const TAG_VALUE: &str = "Value";
 /// Sparse hour-bucket marker (`YYYY-MM-DDTHH`): present while a row / record is pending.
 pub const METERING_PENDING: &str = "meteringPending";
-/// Terminal status (see [`crate::domain::status`]).
+/// Terminal status (see [`crate::contract::status`]).
 pub const METERING_STATUS: &str = "meteringStatus";
 /// Reason text for [`METERING_STATUS`].
 pub const METERING_STATUS_REASON: &str = "meteringStatusReason";
@@ -38,12 +41,18 @@ pub const METERING_STATUS_REASON: &str = "meteringStatusReason";
 pub const HOUR_BUCKET: &str = "hourBucket";
 /// `MeteringRecordId` returned by `BatchMeterUsage`.
 pub const METERING_RECORD_ID: &str = "meteringRecordId";
-/// ISO-8601 UTC audit stamp, set once.
+/// ISO-8601 UTC audit stamp ([`audit_timestamp`]), set once.
 pub const CREATED_AT: &str = "createdAt";
-/// ISO-8601 UTC audit stamp, refreshed on every write.
+/// ISO-8601 UTC audit stamp ([`audit_timestamp`]), refreshed on every write.
 pub const UPDATED_AT: &str = "updatedAt";
 /// Epoch-seconds TTL.
 pub const TTL: &str = "ttl";
+/// Consumer-owned usage-row attribute: incremented by every consumer write (its
+/// compare-and-set guard). The pipeline never writes it.
+pub const ROW_VERSION: &str = "rowVersion";
+/// Prefix of the consumer-owned usage-row attributes that hold a lane's sequence watermark
+/// (`seq#<lane>`). The pipeline never writes them.
+pub const WATERMARK_ATTR_PREFIX: &str = "seq#";
 /// Sparse GSI over [`METERING_PENDING`] on both the usage and the aggregated-usage table.
 pub const METERING_PENDING_INDEX: &str = "metering_pending";
 
@@ -53,8 +62,20 @@ pub const ROW_COUNT: &str = "rowCount";
 /// ([`crate::domain::fold::SecondSet::to_bytes`]), so a re-visit can tell a lost cleanup from
 /// late usage.
 pub const CONTRIBUTED_SECONDS: &str = "contributedSeconds";
-/// Aggregated record: when the submitter last sent it (ISO-8601 UTC), persisted *before* the
+/// Aggregated record: when the submitter last sent it ([`audit_timestamp`]), persisted *before* the
 /// `BatchMeterUsage` call so a replay after a crash is recognised.
 pub const SUBMISSION_ATTEMPTED_AT: &str = "submissionAttemptedAt";
 /// Aggregated record: the quantity sent in that attempt.
 pub const ATTEMPTED_QUANTITY: &str = "attemptedQuantity";
+
+/// The value of [`CREATED_AT`], [`UPDATED_AT`] and [`SUBMISSION_ATTEMPTED_AT`]: ISO-8601 UTC
+/// with milliseconds, every writer alike.
+///
+/// ```
+/// use chrono::{TimeZone, Utc};
+/// let t = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 9).unwrap();
+/// assert_eq!(awsmp_pipeline::contract::attrs::audit_timestamp(t), "2026-11-30T12:00:09.000Z");
+/// ```
+pub fn audit_timestamp(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Millis, true)
+}

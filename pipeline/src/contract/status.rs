@@ -1,5 +1,6 @@
-//! Status domains, reason codes and metric names, exactly as the AWS reference pipeline spells
-//! them (docs/operations.md lists each with its meaning), plus awsmp's named additions.
+//! The `meteringStatus` domains and the client-side guardrail reasons, exactly as the AWS
+//! reference pipeline spells them (docs/operations.md lists each with its meaning), plus awsmp's
+//! named additions. Other reason codes are in [`super::reasons`].
 
 use std::fmt;
 use std::str::FromStr;
@@ -120,24 +121,11 @@ impl FromStr for RejectReason {
     }
 }
 
-/// Reason stamped on a raw row that arrived after its group-hour was aggregated (with raw
-/// status [`RawStatus::RejectedClientSide`]; the hour was already committed, first-write-wins).
-pub const LATE_USAGE_REASON: &str = "LateUsageAfterAggregation";
-
-/// Reason stamped on a raw row aged out before aggregation.
-pub const AGGREGATION_EXPIRED_REASON: &str = "PendingPastBillableWindow";
-
-/// Reason stamped on an aggregated record expired before submission.
-pub const SUBMISSION_EXPIRED_REASON: &str = "PendingPastBillableWindow";
-
-/// Reason stamped on a DuplicateRecord whose billed quantity differs from ours.
-pub const DUPLICATE_QUANTITY_MISMATCH_REASON: &str = "AttemptedQuantityChanged";
-
 /// The `meteringStatusReason` for a successfully aggregated raw row (exact reference text).
 ///
 /// ```
 /// assert_eq!(
-///     awsmp_pipeline::domain::status::aggregated_reason(42, 3),
+///     awsmp_pipeline::contract::status::aggregated_reason(42, 3),
 ///     "Aggregated total quantity 42 from 3 raw usage records"
 /// );
 /// ```
@@ -250,33 +238,6 @@ impl FromStr for AggregatedStatus {
         .find(|r| r.as_str() == s)
         .ok_or_else(|| format!("unknown aggregated status {s:?}"))
     }
-}
-
-/// Business metric names (EMF), as the alarms and dashboards of docs/operations.md expect them.
-pub mod metric {
-    /// A group rejected client-side; dimension [`REASON`].
-    pub const USAGE_RECORD_REJECTED: &str = "UsageRecordRejected";
-    /// Raw rows aged out before aggregation.
-    pub const USAGE_AGGREGATION_EXPIRED: &str = "UsageAggregationExpired";
-    /// Aggregated records expired before submission.
-    pub const USAGE_SUBMISSION_EXPIRED: &str = "UsageSubmissionExpired";
-    /// Records still unprocessed after the submitter's retries (they stay pending).
-    pub const USAGE_RECORD_UNPROCESSED: &str = "UsageRecordUnprocessed";
-    /// `CustomerNotSubscribed` results.
-    pub const CUSTOMER_NOT_SUBSCRIBED: &str = "CustomerNotSubscribed";
-    /// Request-level `BatchMeterUsage` exceptions; dimension [`EXCEPTION`].
-    pub const BATCH_METER_USAGE_EXCEPTION: &str = "BatchMeterUsageException";
-    /// `DuplicateRecord` results that were not a recognised replay of our own attempt.
-    pub const DUPLICATE_RECORD: &str = "DuplicateRecord";
-    /// Late rows after aggregation (value: their quantity).
-    pub const LATE_USAGE: &str = "LateUsage";
-    /// `DuplicateRecord` whose billed quantity differs from ours.
-    pub const DUPLICATE_RECORD_QUANTITY_MISMATCH: &str = "DuplicateRecordQuantityMismatch";
-
-    /// Dimension name carrying a [`super::RejectReason`].
-    pub const REASON: &str = "Reason";
-    /// Dimension name carrying an exception name.
-    pub const EXCEPTION: &str = "Exception";
 }
 
 #[cfg(test)]

@@ -1,0 +1,130 @@
+//! Business metric names, each with its CloudWatch unit, and their dimension names, as the
+//! alarms and dashboards of docs/operations.md expect them. The pipeline and the consumer emit
+//! only these (through [`crate::emf::Metric`]), so a name cannot be emitted with two units.
+//!
+//! Units: a metric whose value is a number of records, events, rows or usage units is
+//! [`Unit::Count`] — `LateUsage` too: its value is the late rows' quantity, a whole number of
+//! the dimension's units, exactly what `BatchMeterUsage` would have billed. Only a ratio is
+//! [`Unit::None`]. CloudWatch units:
+//! <https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_MetricDatum.html>.
+
+/// A CloudWatch `StandardUnit`, of the ones awsmp uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Unit {
+    /// A number of things (records, events, rows, usage units).
+    Count,
+    /// A plain number (a ratio).
+    None,
+}
+
+impl Unit {
+    /// The CloudWatch spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Count => "Count",
+            Self::None => "None",
+        }
+    }
+}
+
+/// A business metric: its name and unit, together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MetricName {
+    name: &'static str,
+    unit: Unit,
+}
+
+impl MetricName {
+    const fn count(name: &'static str) -> Self {
+        Self {
+            name,
+            unit: Unit::Count,
+        }
+    }
+
+    /// The metric name, e.g. `UsageRecordRejected`.
+    pub const fn name(self) -> &'static str {
+        self.name
+    }
+
+    /// Its unit.
+    pub const fn unit(self) -> Unit {
+        self.unit
+    }
+}
+
+/// Pipeline: a group rejected client-side; dimension [`REASON`].
+pub const USAGE_RECORD_REJECTED: MetricName = MetricName::count("UsageRecordRejected");
+/// Pipeline: raw rows aged out before aggregation.
+pub const USAGE_AGGREGATION_EXPIRED: MetricName = MetricName::count("UsageAggregationExpired");
+/// Pipeline: aggregated records expired before submission.
+pub const USAGE_SUBMISSION_EXPIRED: MetricName = MetricName::count("UsageSubmissionExpired");
+/// Pipeline: records still unprocessed after the submitter's retries (they stay pending).
+pub const USAGE_RECORD_UNPROCESSED: MetricName = MetricName::count("UsageRecordUnprocessed");
+/// Pipeline: `CustomerNotSubscribed` results.
+pub const CUSTOMER_NOT_SUBSCRIBED: MetricName = MetricName::count("CustomerNotSubscribed");
+/// Pipeline: request-level `BatchMeterUsage` exceptions; dimension [`EXCEPTION`].
+pub const BATCH_METER_USAGE_EXCEPTION: MetricName = MetricName::count("BatchMeterUsageException");
+/// Pipeline: `DuplicateRecord` results that were not a recognised replay of our own attempt.
+pub const DUPLICATE_RECORD: MetricName = MetricName::count("DuplicateRecord");
+/// Pipeline: `DuplicateRecord` whose billed quantity differs from ours.
+pub const DUPLICATE_RECORD_QUANTITY_MISMATCH: MetricName =
+    MetricName::count("DuplicateRecordQuantityMismatch");
+/// Pipeline and consumer: usage after its group-hour was aggregated (value: its quantity).
+pub const LATE_USAGE: MetricName = MetricName::count("LateUsage");
+
+/// Consumer: events refused or not written; dimension [`REASON`].
+pub const EVENT_REJECTED: MetricName = MetricName::count("EventRejected");
+/// Consumer: records of a batch already claimed (replays).
+pub const DEDUP_HIT: MetricName = MetricName::count("DedupHit");
+/// Consumer: events folded into rows; dimension [`PRODUCER`].
+pub const EVENTS_ACCEPTED: MetricName = MetricName::count("EventsAccepted");
+/// Consumer: usage rows written.
+pub const ROWS_WRITTEN: MetricName = MetricName::count("RowsWritten");
+/// Consumer: `UpdateItem` calls per 1,000 accepted events (a ratio).
+pub const WRITE_AMPLIFICATION: MetricName = MetricName {
+    name: "WriteAmplification",
+    unit: Unit::None,
+};
+
+/// Dimension carrying a reason code ([`super::status::RejectReason`] or [`super::reasons`]).
+pub const REASON: &str = "Reason";
+/// Dimension carrying an exception name.
+pub const EXCEPTION: &str = "Exception";
+/// Dimension carrying the producer id of accepted events.
+pub const PRODUCER: &str = "Producer";
+/// Dimension every metric carries: the emitting function.
+pub const SERVICE: &str = "Service";
+
+/// Every business metric.
+pub const ALL: [MetricName; 14] = [
+    USAGE_RECORD_REJECTED,
+    USAGE_AGGREGATION_EXPIRED,
+    USAGE_SUBMISSION_EXPIRED,
+    USAGE_RECORD_UNPROCESSED,
+    CUSTOMER_NOT_SUBSCRIBED,
+    BATCH_METER_USAGE_EXCEPTION,
+    DUPLICATE_RECORD,
+    DUPLICATE_RECORD_QUANTITY_MISMATCH,
+    LATE_USAGE,
+    EVENT_REJECTED,
+    DEDUP_HIT,
+    EVENTS_ACCEPTED,
+    ROWS_WRITTEN,
+    WRITE_AMPLIFICATION,
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_name_is_defined_once() {
+        let mut names: Vec<&str> = ALL.iter().map(|m| m.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), ALL.len());
+        assert_eq!(LATE_USAGE.unit().as_str(), "Count");
+        assert_eq!(WRITE_AMPLIFICATION.unit().as_str(), "None");
+    }
+}

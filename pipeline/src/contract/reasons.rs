@@ -1,0 +1,72 @@
+//! Reason codes other than the guardrails' [`RejectReason`]: the ones the pipeline stamps in
+//! `meteringStatusReason`, and the ones the consumer records with a rejected event (the
+//! rejected-events store's `reason`, the `EventRejected` metric's `Reason` dimension).
+//!
+//! Where the consumer refuses usage for the same cause as a guardrail, it uses the
+//! guardrail's own spelling. Decode failures use the producer's stable codes
+//! ([`awsmp_producer::DecodeError::reason`]: `Md5Mismatch`, `InvalidJson`, `UnknownVersion`,
+//! `NonIntegerQuantity`, …).
+
+use super::status::RejectReason;
+
+/// Usage that arrived after its group-hour was aggregated (the hour is committed,
+/// first-write-wins). The pipeline stamps it on such a raw row (with status
+/// `RejectedClientSide`); the consumer records it with an event whose row is already
+/// finalized. Either way the `LateUsage` metric carries the quantity.
+pub const LATE_USAGE: &str = "LateUsage";
+
+/// Stamped on a raw row aged out before aggregation (`AggregationExpired`) and on an
+/// aggregated record expired before submission (`SubmissionExpired`).
+pub const PENDING_PAST_BILLABLE_WINDOW: &str = "PendingPastBillableWindow";
+
+/// Stamped on a `DuplicateRecordQuantityMismatch`: the billed quantity differs from ours.
+pub const ATTEMPTED_QUANTITY_CHANGED: &str = "AttemptedQuantityChanged";
+
+/// Stamped with `Success` when a `DuplicateRecord` was recognised as our own replay.
+pub const DUPLICATE_RECORD_OF_OWN_ATTEMPT: &str = "DuplicateRecordOfOwnAttempt";
+
+/// Stamped with `Error` on a record that alone exceeds the request size limit.
+pub const RECORD_EXCEEDS_REQUEST_SIZE_LIMIT: &str = "RecordExceedsRequestSizeLimit";
+
+/// Consumer: the stream record itself is unusable (no shard id in its event id, a malformed
+/// sequence number).
+pub const MALFORMED_STREAM_RECORD: &str = "MalformedStreamRecord";
+/// Consumer: client time more than the allowed skew before the arrival time.
+pub const STALE_TIMESTAMP: &str = "StaleTimestamp";
+/// Consumer: client time more than the allowed skew after the arrival time.
+pub const FUTURE_TIMESTAMP: &str = "FutureTimestamp";
+/// Consumer, trusted-client policy: the client's hour is outside the billable window at
+/// arrival (the guardrail's reason).
+pub const TIMESTAMP_OUT_OF_WINDOW: &str = RejectReason::TimestampOutOfWindow.as_str();
+/// Consumer: a producer allowlist is configured and the event's producer is not on it.
+pub const UNKNOWN_PRODUCER: &str = "UnknownProducer";
+/// Consumer: an event, or a row with it, would exceed the `BatchMeterUsage` quantity maximum
+/// (the guardrail's reason).
+pub const QUANTITY_OVERFLOW: &str = RejectReason::QuantityOverflow.as_str();
+/// Consumer: the row already holds non-zero usage of the other kind (allocated vs
+/// unallocated; the guardrail's reason).
+pub const MIXED_ALLOCATED_AND_UNALLOCATED: &str =
+    RejectReason::MixedAllocatedAndUnallocated.as_str();
+/// Consumer: the row would carry more than
+/// [`MAX_ALLOCATIONS_PER_RECORD`](super::limits::MAX_ALLOCATIONS_PER_RECORD) distinct tag sets
+/// (the guardrail's reason).
+pub const TOO_MANY_ALLOCATIONS: &str = RejectReason::TooManyAllocations.as_str();
+/// Consumer: a row not written by the consumer holds a quantity or allocations it cannot add
+/// to.
+pub const EXISTING_ROW_MALFORMED: &str = "ExistingRowMalformed";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consumer_reasons_shared_with_the_guardrails_keep_their_spelling() {
+        assert_eq!(TIMESTAMP_OUT_OF_WINDOW, "TimestampOutOfWindow");
+        assert_eq!(QUANTITY_OVERFLOW, "QuantityOverflow");
+        assert_eq!(
+            MIXED_ALLOCATED_AND_UNALLOCATED,
+            "MixedAllocatedAndUnallocated"
+        );
+        assert_eq!(TOO_MANY_ALLOCATIONS, "TooManyAllocations");
+    }
+}
