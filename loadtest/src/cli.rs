@@ -23,8 +23,20 @@ enum Command {
     /// The whole path: producer → Kinesis → consumer → usage table → pipeline → simulator,
     /// then the conservation check. Exits non-zero when conservation is violated.
     Run(Common),
-    /// Only write events into the stream and stop (load-tests the ingestion tier).
-    Produce(Common),
+    /// Only write events into an existing stream (default: the usage stream) and stop, leaving
+    /// the stream and its records in place (load-tests the ingestion tier; `awsmp-local tick`
+    /// consumes them afterwards).
+    Produce(ProduceArgs),
+}
+
+#[derive(Args, Clone, Debug)]
+struct ProduceArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The existing stream to write into (default: `AWSMP_USAGE_STREAM` of the local stack's
+    /// env file, or of the environment with `--target deployment`). It is left in place.
+    #[arg(long)]
+    stream: Option<String>,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -90,7 +102,9 @@ struct Common {
 }
 
 impl Common {
-    fn spec(&self, produce_only: bool) -> Result<RunSpec> {
+    /// The run: produce only with `stream` (`Some(None)`: the default stream), or the whole
+    /// path (`None`).
+    fn spec(&self, produce: Option<Option<String>>) -> Result<RunSpec> {
         anyhow::ensure!(
             self.events.is_some() || self.duration.is_some(),
             "give --events N or --duration S"
@@ -129,7 +143,8 @@ impl Common {
                 },
                 faults: Faults::parse(&self.faults)?,
             },
-            produce_only,
+            produce_only: produce.is_some(),
+            stream: produce.flatten(),
             timeout: std::time::Duration::from_secs(self.timeout),
             progress: !self.quiet && !self.json,
             command_line: std::env::args().collect::<Vec<_>>().join(" "),
@@ -141,11 +156,11 @@ impl Common {
 pub fn main() -> Result<()> {
     let cli = Cli::parse();
     crate::metrics_capture::install();
-    let (common, produce_only) = match &cli.command {
-        Command::Run(c) => (c, false),
-        Command::Produce(c) => (c, true),
+    let (common, produce) = match &cli.command {
+        Command::Run(c) => (c, None),
+        Command::Produce(p) => (&p.common, Some(p.stream.clone())),
     };
-    let spec = common.spec(produce_only)?;
+    let spec = common.spec(produce)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -171,10 +171,9 @@ async fn main() -> Result<()> {
 
 async fn runner(paths: &Paths) -> Result<Runner> {
     let env = LocalEnv::read(&paths.env_file())?;
-    let checkpoint = paths.root.join("esm-checkpoints.json");
     Runner::new(env, &BTreeMap::new())
         .await?
-        .with_stream_consumer(checkpoint)
+        .with_stream_consumer(paths.esm_checkpoints())
         .await
 }
 

@@ -71,6 +71,14 @@ impl Paths {
     pub fn default_catalog(&self) -> PathBuf {
         self.root.join("catalog.json")
     }
+    /// Checkpoints of the usage stream's local event source mapping (`tick`, `run`).
+    pub fn esm_checkpoints(&self) -> PathBuf {
+        self.root.join("esm-checkpoints.json")
+    }
+    /// Load runs' catalogs and event source mapping checkpoints.
+    pub fn loadtest(&self) -> PathBuf {
+        self.root.join("loadtest")
+    }
 }
 
 /// What `up` started.
@@ -214,7 +222,10 @@ pub async fn up(paths: &Paths, opts: &UpOptions) -> Result<LocalEnv> {
 }
 
 /// Stop exactly the processes `up` started and wait until their ports are closed.
-/// With `wipe`, also delete emulator data, logs, the env file and the default catalog.
+/// With `wipe`, also delete every piece of the stack's state: emulator data, logs, the
+/// default catalog, the event source mapping's checkpoints (they name sequence numbers of
+/// streams that no longer exist) and the load runs' catalogs and checkpoints. The installed
+/// emulators stay.
 pub fn down(paths: &Paths, wipe: bool) -> Result<Vec<String>> {
     let mut stopped = Vec::new();
     if let Some(state) = State::load(paths)? {
@@ -227,15 +238,31 @@ pub fn down(paths: &Paths, wipe: bool) -> Result<Vec<String>> {
     }
     std::fs::remove_file(paths.env_file()).ok();
     if wipe {
-        for dir in [paths.data(), paths.logs()] {
-            if dir.exists() {
-                std::fs::remove_dir_all(&dir)
-                    .with_context(|| format!("removing {}", dir.display()))?;
-            }
-        }
-        std::fs::remove_file(paths.default_catalog()).ok();
+        wipe_state(paths)?;
     }
     Ok(stopped)
+}
+
+fn wipe_state(paths: &Paths) -> Result<()> {
+    for dir in [paths.data(), paths.logs(), paths.loadtest()] {
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+        }
+    }
+    let checkpoints = paths.esm_checkpoints();
+    for file in [
+        paths.default_catalog(),
+        checkpoints.with_extension("tmp"),
+        checkpoints,
+    ] {
+        match std::fs::remove_file(&file) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("removing {}", file.display()));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// One line per service: name, pid, endpoint, whether it runs.
