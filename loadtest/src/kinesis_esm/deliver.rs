@@ -202,6 +202,7 @@ where
 mod tests {
     use super::*;
     use std::cell::RefCell;
+    use std::time::Duration;
 
     fn records(n: usize) -> Vec<KinesisEventRecord> {
         (0..n)
