@@ -20,7 +20,7 @@ use chrono::{DateTime, Datelike, Duration, TimeZone, Timelike, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::catalog::{CatalogIndex, SubscriptionStatus};
+use super::catalog::{CatalogIndex, Product, SubscriptionStatus};
 use super::error::{ApiError, ErrorCode};
 
 mod parse;
@@ -284,116 +284,170 @@ pub fn validate_batch(
             "ProductCode must not be sent with LicenseArn records",
         ));
     }
-
     // Resolve identities: which product the call is for, and each record's disposition.
-    let mut dispositions = Vec::with_capacity(req.records.len());
-    let mut keys = Vec::with_capacity(req.records.len());
-    let product = if ca > 0 {
-        let mut products = BTreeSet::new();
-        for (i, r) in req.records.iter().enumerate() {
-            let RecordIdentity::Concurrent { license_arn, .. } = &r.identity else {
-                continue;
-            };
-            if !is_valid_license_arn(license_arn) {
-                return Err(err(
-                    ErrorCode::InvalidLicense,
-                    format!("UsageRecords[{i}].LicenseArn {license_arn:?} is malformed"),
-                ));
-            }
-            if let Some(info) = catalog.license(license_arn) {
-                products.insert(info.product.product_code.as_str());
-            }
-        }
-        if products.len() > 1 {
+    let resolved = if ca > 0 {
+        resolve_concurrent(req, catalog)?
+    } else if legacy > 0 {
+        resolve_legacy(req, catalog)?
+    } else {
+        Resolved::default()
+    };
+    check_dimensions(req, catalog, resolved.product)?;
+    check_timestamps(req, now, limits.window_hours)?;
+    for (i, r) in req.records.iter().enumerate() {
+        check_allocations(i, r, limits.max_allocations_per_record)?;
+    }
+    Ok(req
+        .records
+        .iter()
+        .zip(resolved.records)
+        .map(|(r, (disposition, (customer, scope)))| ValidatedRecord {
+            key: DedupKey {
+                customer,
+                scope,
+                dimension: r.dimension.clone(),
+                hour: hour_of(r.timestamp),
+            },
+            record: r.clone(),
+            disposition,
+        })
+        .collect())
+}
+
+/// The product a call is for, and each record's disposition and dedup identity.
+#[derive(Default)]
+struct Resolved<'a> {
+    product: Option<&'a Product>,
+    records: Vec<(Disposition, (CustomerKey, ScopeKey))>,
+}
+
+/// Concurrent Agreements records: well-formed license ARNs, of one product at most; a record
+/// is billable when its license is active and the account is the license's.
+fn resolve_concurrent<'a>(
+    req: &BatchRequest,
+    catalog: &'a CatalogIndex,
+) -> Result<Resolved<'a>, ApiError> {
+    let mut products = BTreeSet::new();
+    for (i, r) in req.records.iter().enumerate() {
+        let RecordIdentity::Concurrent { license_arn, .. } = &r.identity else {
+            continue;
+        };
+        if !is_valid_license_arn(license_arn) {
             return Err(err(
                 ErrorCode::InvalidLicense,
+                format!("UsageRecords[{i}].LicenseArn {license_arn:?} is malformed"),
+            ));
+        }
+        if let Some(info) = catalog.license(license_arn) {
+            products.insert(info.product.product_code.as_str());
+        }
+    }
+    if products.len() > 1 {
+        return Err(err(
+            ErrorCode::InvalidLicense,
+            format!(
+                "LicenseArns of {} products in one call; each call is for one product",
+                products.len()
+            ),
+        ));
+    }
+    let product = products.first().and_then(|code| catalog.product(code));
+    let mut records = Vec::with_capacity(req.records.len());
+    for r in &req.records {
+        let RecordIdentity::Concurrent {
+            license_arn,
+            customer_aws_account_id,
+        } = &r.identity
+        else {
+            continue;
+        };
+        let disposition = match catalog.license(license_arn) {
+            Some(info)
+                if info.license.status == SubscriptionStatus::Active
+                    && info.license.customer_aws_account_id == *customer_aws_account_id =>
+            {
+                Disposition::Billable {
+                    product_code: info.product.product_code.clone(),
+                }
+            }
+            _ => Disposition::NotSubscribed,
+        };
+        let key = (
+            CustomerKey::Account(customer_aws_account_id.clone()),
+            ScopeKey::License(license_arn.clone()),
+        );
+        records.push((disposition, key));
+    }
+    Ok(Resolved { product, records })
+}
+
+/// Legacy records: a well-formed, known ProductCode and customers of it; a record is billable
+/// when its customer is active.
+fn resolve_legacy<'a>(
+    req: &BatchRequest,
+    catalog: &'a CatalogIndex,
+) -> Result<Resolved<'a>, ApiError> {
+    let Some(code) = &req.product_code else {
+        return Err(err(
+            ErrorCode::Validation,
+            "ProductCode is required with CustomerIdentifier records",
+        ));
+    };
+    if !is_valid_product_code(code) {
+        return Err(err(
+            ErrorCode::Validation,
+            format!("ProductCode {code:?} is malformed"),
+        ));
+    }
+    let Some(product) = catalog.product(code) else {
+        return Err(err(
+            ErrorCode::InvalidProductCode,
+            format!("ProductCode {code:?} is not a product of this seller"),
+        ));
+    };
+    let mut records = Vec::with_capacity(req.records.len());
+    for (i, r) in req.records.iter().enumerate() {
+        let RecordIdentity::Legacy {
+            customer_identifier,
+        } = &r.identity
+        else {
+            continue;
+        };
+        let Some(customer) = product
+            .legacy_customers
+            .iter()
+            .find(|c| c.customer_identifier == *customer_identifier)
+        else {
+            return Err(err(
+                ErrorCode::InvalidCustomerIdentifier,
                 format!(
-                    "LicenseArns of {} products in one call; each call is for one product",
-                    products.len()
+                    "UsageRecords[{i}].CustomerIdentifier {customer_identifier:?} is not a customer of {code}"
                 ),
             ));
-        }
-        let product = products.first().and_then(|code| catalog.product(code));
-        for r in &req.records {
-            let RecordIdentity::Concurrent {
-                license_arn,
-                customer_aws_account_id,
-            } = &r.identity
-            else {
-                continue;
-            };
-            let disposition = match catalog.license(license_arn) {
-                Some(info)
-                    if info.license.status == SubscriptionStatus::Active
-                        && info.license.customer_aws_account_id == *customer_aws_account_id =>
-                {
-                    Disposition::Billable {
-                        product_code: info.product.product_code.clone(),
-                    }
-                }
-                _ => Disposition::NotSubscribed,
-            };
-            dispositions.push(disposition);
-            keys.push((
-                CustomerKey::Account(customer_aws_account_id.clone()),
-                ScopeKey::License(license_arn.clone()),
-            ));
-        }
-        product
-    } else if legacy > 0 {
-        let Some(code) = &req.product_code else {
-            return Err(err(
-                ErrorCode::Validation,
-                "ProductCode is required with CustomerIdentifier records",
-            ));
         };
-        if !is_valid_product_code(code) {
-            return Err(err(
-                ErrorCode::Validation,
-                format!("ProductCode {code:?} is malformed"),
-            ));
-        }
-        let Some(product) = catalog.product(code) else {
-            return Err(err(
-                ErrorCode::InvalidProductCode,
-                format!("ProductCode {code:?} is not a product of this seller"),
-            ));
+        let disposition = match customer.status {
+            SubscriptionStatus::Active => Disposition::Billable {
+                product_code: code.clone(),
+            },
+            SubscriptionStatus::Ended => Disposition::NotSubscribed,
         };
-        for (i, r) in req.records.iter().enumerate() {
-            let RecordIdentity::Legacy {
-                customer_identifier,
-            } = &r.identity
-            else {
-                continue;
-            };
-            let Some(customer) = product
-                .legacy_customers
-                .iter()
-                .find(|c| c.customer_identifier == *customer_identifier)
-            else {
-                return Err(err(
-                    ErrorCode::InvalidCustomerIdentifier,
-                    format!(
-                        "UsageRecords[{i}].CustomerIdentifier {customer_identifier:?} is not a customer of {code}"
-                    ),
-                ));
-            };
-            dispositions.push(match customer.status {
-                SubscriptionStatus::Active => Disposition::Billable {
-                    product_code: code.clone(),
-                },
-                SubscriptionStatus::Ended => Disposition::NotSubscribed,
-            });
-            keys.push((
-                CustomerKey::Identifier(customer_identifier.clone()),
-                ScopeKey::Product(code.clone()),
-            ));
-        }
-        Some(product)
-    } else {
-        None
-    };
+        let key = (
+            CustomerKey::Identifier(customer_identifier.clone()),
+            ScopeKey::Product(code.clone()),
+        );
+        records.push((disposition, key));
+    }
+    Ok(Resolved {
+        product: Some(product),
+        records,
+    })
+}
 
+fn check_dimensions(
+    req: &BatchRequest,
+    catalog: &CatalogIndex,
+    product: Option<&Product>,
+) -> Result<(), ApiError> {
     for (i, r) in req.records.iter().enumerate() {
         // With no known license in the call there is no product to check against; the
         // dimension must then at least exist somewhere in the catalog.
@@ -411,39 +465,28 @@ pub fn validate_batch(
             ));
         }
     }
+    Ok(())
+}
+
+fn check_timestamps(
+    req: &BatchRequest,
+    now: DateTime<Utc>,
+    window_hours: u32,
+) -> Result<(), ApiError> {
     for (i, r) in req.records.iter().enumerate() {
-        if !timestamp_in_window(r.timestamp, now, limits.window_hours) {
+        if !timestamp_in_window(r.timestamp, now, window_hours) {
             return Err(err(
                 ErrorCode::TimestampOutOfBounds,
                 format!(
                     "UsageRecords[{i}].Timestamp {} is outside the {}-hour window ending {}",
                     r.timestamp.to_rfc3339(),
-                    limits.window_hours,
+                    window_hours,
                     now.to_rfc3339()
                 ),
             ));
         }
     }
-    for (i, r) in req.records.iter().enumerate() {
-        check_allocations(i, r, limits.max_allocations_per_record)?;
-    }
-
-    Ok(req
-        .records
-        .iter()
-        .zip(dispositions)
-        .zip(keys)
-        .map(|((r, disposition), (customer, scope))| ValidatedRecord {
-            key: DedupKey {
-                customer,
-                scope,
-                dimension: r.dimension.clone(),
-                hour: hour_of(r.timestamp),
-            },
-            record: r.clone(),
-            disposition,
-        })
-        .collect())
+    Ok(())
 }
 
 #[cfg(test)]
