@@ -401,9 +401,10 @@ async fn plain_sdk_client_gets_validation_exception_and_metering_client_succeeds
 
 // ---- request-level exceptions ----------------------------------------------------------------
 
-#[tokio::test]
-async fn request_level_exceptions_arrive_as_typed_sdk_errors_and_bill_nothing() {
-    let env = start().await;
+type Check = fn(&BatchMeterUsageError) -> bool;
+
+/// Calls that fail as a whole, with the typed error each must arrive as.
+fn request_level_cases() -> Vec<(&'static str, Vec<UsageRecord>, Check)> {
     let good = || ca(L1, "requests", 1);
     let stale = ca_at(
         Utc::now() - chrono::Duration::hours(25),
@@ -427,8 +428,7 @@ async fn request_level_exceptions_arrive_as_typed_sdk_errors_and_bill_nothing() 
         ("e", "1"),
         ("f", "1"),
     ];
-    type Check = fn(&BatchMeterUsageError) -> bool;
-    let cases: Vec<(&str, Vec<UsageRecord>, Check)> = vec![
+    vec![
         (
             "unknown dimension",
             vec![good(), ca(L1, "Requests", 1)],
@@ -495,8 +495,13 @@ async fn request_level_exceptions_arrive_as_typed_sdk_errors_and_bill_nothing() 
             vec![with_allocations(ca(L1, "requests", 0), vec![])],
             BatchMeterUsageError::is_invalid_usage_allocations_exception,
         ),
-    ];
-    for (name, records, is_expected) in cases {
+    ]
+}
+
+#[tokio::test]
+async fn request_level_exceptions_arrive_as_typed_sdk_errors_and_bill_nothing() {
+    let env = start().await;
+    for (name, records, is_expected) in request_level_cases() {
         let err = env.meter_err(records).await;
         assert!(is_expected(&err), "{name}: got {err:?}");
     }
