@@ -405,6 +405,13 @@ type Check = fn(&BatchMeterUsageError) -> bool;
 
 /// Calls that fail as a whole, with the typed error each must arrive as.
 fn request_level_cases() -> Vec<(&'static str, Vec<UsageRecord>, Check)> {
+    let mut cases = identity_cases();
+    cases.extend(allocation_cases());
+    cases
+}
+
+/// Dimensions, timestamps and licenses.
+fn identity_cases() -> Vec<(&'static str, Vec<UsageRecord>, Check)> {
     let good = || ca(L1, "requests", 1);
     let stale = ca_at(
         Utc::now() - chrono::Duration::hours(25),
@@ -420,14 +427,6 @@ fn request_level_cases() -> Vec<(&'static str, Vec<UsageRecord>, Check)> {
         "requests",
         1,
     );
-    let six_tags: Vec<(&str, &str)> = vec![
-        ("a", "1"),
-        ("b", "1"),
-        ("c", "1"),
-        ("d", "1"),
-        ("e", "1"),
-        ("f", "1"),
-    ];
     vec![
         (
             "unknown dimension",
@@ -466,6 +465,20 @@ fn request_level_cases() -> Vec<(&'static str, Vec<UsageRecord>, Check)> {
             vec![good(), ca(L3_OTHER_PRODUCT, "seats", 1)],
             BatchMeterUsageError::is_invalid_license_exception,
         ),
+    ]
+}
+
+/// Tags and allocations.
+fn allocation_cases() -> Vec<(&'static str, Vec<UsageRecord>, Check)> {
+    let six_tags: Vec<(&str, &str)> = vec![
+        ("a", "1"),
+        ("b", "1"),
+        ("c", "1"),
+        ("d", "1"),
+        ("e", "1"),
+        ("f", "1"),
+    ];
+    vec![
         (
             "six tags",
             vec![with_allocations(
