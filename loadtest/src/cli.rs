@@ -4,7 +4,7 @@ use crate::faults::Faults;
 use crate::loadrun::{self, RunSpec, Target};
 use crate::produce::ProduceSpec;
 use crate::workload::WorkloadSpec;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
@@ -188,7 +188,7 @@ pub fn main() -> Result<()> {
 /// `licenseArn,customerAWSAccountId` per line; blank lines and `#` comments skipped.
 fn read_licenses(path: &std::path::Path) -> Result<Vec<(String, String)>> {
     let text = std::fs::read_to_string(path)
-        .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+        .with_context(|| format!("reading {}", path.display()))?;
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate().map(|(n, l)| (n + 1, l.trim())) {
         if line.is_empty() || line.starts_with('#') {
