@@ -101,10 +101,16 @@ struct Common {
     licenses: Option<PathBuf>,
 }
 
+/// What a command runs.
+enum Mode {
+    /// The whole path, into a fresh stream.
+    Run,
+    /// Producing only, into `stream` (default: the usage stream).
+    Produce { stream: Option<String> },
+}
+
 impl Common {
-    /// The run: produce only with `stream` (`Some(None)`: the default stream), or the whole
-    /// path (`None`).
-    fn spec(&self, produce: Option<Option<String>>) -> Result<RunSpec> {
+    fn spec(&self, mode: Mode) -> Result<RunSpec> {
         anyhow::ensure!(
             self.events.is_some() || self.duration.is_some(),
             "give --events N or --duration S"
@@ -143,8 +149,11 @@ impl Common {
                 },
                 faults: Faults::parse(&self.faults)?,
             },
-            produce_only: produce.is_some(),
-            stream: produce.flatten(),
+            produce_only: matches!(mode, Mode::Produce { .. }),
+            stream: match mode {
+                Mode::Run => None,
+                Mode::Produce { stream } => stream,
+            },
             timeout: std::time::Duration::from_secs(self.timeout),
             progress: !self.quiet && !self.json,
             command_line: std::env::args().collect::<Vec<_>>().join(" "),
@@ -156,11 +165,16 @@ impl Common {
 pub fn main() -> Result<()> {
     let cli = Cli::parse();
     crate::metrics_capture::install();
-    let (common, produce) = match &cli.command {
-        Command::Run(c) => (c, None),
-        Command::Produce(p) => (&p.common, Some(p.stream.clone())),
+    let (common, mode) = match &cli.command {
+        Command::Run(c) => (c, Mode::Run),
+        Command::Produce(p) => (
+            &p.common,
+            Mode::Produce {
+                stream: p.stream.clone(),
+            },
+        ),
     };
-    let spec = common.spec(produce)?;
+    let spec = common.spec(mode)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -187,8 +201,8 @@ pub fn main() -> Result<()> {
 
 /// `licenseArn,customerAWSAccountId` per line; blank lines and `#` comments skipped.
 fn read_licenses(path: &std::path::Path) -> Result<Vec<(String, String)>> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate().map(|(n, l)| (n + 1, l.trim())) {
         if line.is_empty() || line.starts_with('#') {
