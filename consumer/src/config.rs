@@ -86,8 +86,7 @@ impl Config {
         let usage_ttl_days = number("AWSMP_USAGE_TABLE_TTL_DAYS", 365)?;
         let window = number("AWSMP_BILLABLE_WINDOW_HOURS", DEFAULT_BILLABLE_WINDOW_HOURS)?;
         // The lock does not matter to the consumer; TimeConfig validates window and TTL.
-        let time = TimeConfig::new(MIN_METERING_LOCK_HOURS, window, usage_ttl_days)
-            .map_err(|e| ConsumerError::Config(e.to_string()))?;
+        let time = TimeConfig::new(MIN_METERING_LOCK_HOURS, window, usage_ttl_days)?;
         let allowed_producers = get("AWSMP_ALLOWED_PRODUCERS")
             .filter(|v| !v.trim().is_empty())
             .map(|v| {

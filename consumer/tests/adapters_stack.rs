@@ -42,6 +42,150 @@ fn write(
     }
 }
 
+fn fresh(lanes: Vec<(Lane, SeqNum)>, room: u64, unalloc: bool) -> Guard {
+    Guard::Fresh {
+        lanes,
+        max_quantity_before: room,
+        require_unallocated: unalloc,
+    }
+}
+
+fn alloc(q: u64, t: &str) -> Allocation {
+    Allocation {
+        quantity: q,
+        tags: vec![Tag::new("team", t)],
+    }
+}
+
+fn lanes() -> (Lane, Lane) {
+    (
+        Lane::new("shardId-000000000000", "pk-a"),
+        Lane::new("shardId-000000000001", "pk-b"),
+    )
+}
+
+/// Optimistic ADDs: a creation, its replay, a later batch with a new lane, no room left.
+fn add_steps(key: &RowKey) -> Vec<RowWrite> {
+    let (a, b) = lanes();
+    vec![
+        // First batch: created by an optimistic ADD.
+        write(
+            key,
+            fresh(vec![(a.clone(), seq(9))], 100, true),
+            Change::Add(5),
+            vec![(a.clone(), seq(12))],
+            "t1",
+        ),
+        // Its replay: lane a's watermark 12 is not below 9.
+        write(
+            key,
+            fresh(vec![(a.clone(), seq(9))], 100, true),
+            Change::Add(5),
+            vec![(a.clone(), seq(12))],
+            "t2",
+        ),
+        // A later batch of lane a (sequence numbers grow a digit) and a new lane b.
+        write(
+            key,
+            fresh(vec![(a.clone(), seq(100)), (b.clone(), seq(7))], 100, true),
+            Change::Add(3),
+            vec![(a.clone(), seq(120)), (b.clone(), seq(8))],
+            "t3",
+        ),
+        // No room left under the maximum.
+        write(
+            key,
+            fresh(vec![(a.clone(), seq(200))], 7, true),
+            Change::Add(93),
+            vec![(a.clone(), seq(200))],
+            "t4",
+        ),
+    ]
+}
+
+/// Compare-and-set writes, an Absent guard on an existing row, allocations.
+fn cas_steps(key: &RowKey) -> Vec<RowWrite> {
+    let (a, b) = lanes();
+    vec![
+        // Compare-and-set on the version: wrong, then right.
+        write(
+            key,
+            Guard::Version(Some(1)),
+            Change::Set {
+                quantity: 50,
+                allocations: None,
+            },
+            vec![(a.clone(), seq(300))],
+            "t5",
+        ),
+        write(
+            key,
+            Guard::Version(Some(2)),
+            Change::Set {
+                quantity: 50,
+                allocations: None,
+            },
+            vec![(a.clone(), seq(300))],
+            "t6",
+        ),
+        // Absent guard on an existing row.
+        write(key, Guard::Absent, Change::Add(1), vec![], "t7"),
+        // Allocations by compare-and-set, then an unallocated ADD is refused.
+        write(
+            key,
+            Guard::Version(Some(3)),
+            Change::Set {
+                quantity: 60,
+                allocations: Some(vec![alloc(40, "a"), alloc(20, "b")]),
+            },
+            vec![(b.clone(), seq(9))],
+            "t8",
+        ),
+        write(
+            key,
+            fresh(vec![(a.clone(), seq(301))], 1000, true),
+            Change::Add(1),
+            vec![(a.clone(), seq(301))],
+            "t9",
+        ),
+        write(
+            key,
+            fresh(vec![(a.clone(), seq(301))], 1000, false),
+            Change::Add(0),
+            vec![(a.clone(), seq(301))],
+            "t10",
+        ),
+    ]
+}
+
+/// Remove `meteringPending` from the row in both stores, as the pipeline's cleanup does.
+async fn finalize_in_both(
+    env: &LocalEnv,
+    config: &Config,
+    mem: &MemoryUsageRows,
+    key: &RowKey,
+) -> Result<()> {
+    let mut finalized = mem.read(key).await?.unwrap();
+    finalized.remove("meteringPending");
+    let client = env.dynamodb().await?;
+    client
+        .update_item()
+        .table_name(&config.usage_table)
+        .key(
+            "licenseArn",
+            aws_sdk_dynamodb::types::AttributeValue::S(key.license_arn.clone()),
+        )
+        .key(
+            "customerAWSAccountId_dimension_timestamp",
+            aws_sdk_dynamodb::types::AttributeValue::S(key.sort_key.clone()),
+        )
+        .update_expression("REMOVE meteringPending")
+        .send()
+        .await?;
+    mem.put(finalized);
+    Ok(())
+}
+
 #[tokio::test]
 #[ignore = "needs the local stack (awsmp-local up); run by scripts/test"]
 async fn conditional_row_writes_behave_like_the_in_memory_model() -> Result<()> {
@@ -57,99 +201,8 @@ async fn conditional_row_writes_behave_like_the_in_memory_model() -> Result<()> 
         ),
         sort_key: "210987654321#api#2026-11-30T12:00:07".into(),
     };
-    let a = Lane::new("shardId-000000000000", "pk-a");
-    let b = Lane::new("shardId-000000000001", "pk-b");
-    let fresh = |lanes: Vec<(Lane, SeqNum)>, room: u64, unalloc: bool| Guard::Fresh {
-        lanes,
-        max_quantity_before: room,
-        require_unallocated: unalloc,
-    };
-    let alloc = |q: u64, t: &str| Allocation {
-        quantity: q,
-        tags: vec![Tag::new("team", t)],
-    };
-    let steps: Vec<RowWrite> = vec![
-        // First batch: created by an optimistic ADD.
-        write(
-            &key,
-            fresh(vec![(a.clone(), seq(9))], 100, true),
-            Change::Add(5),
-            vec![(a.clone(), seq(12))],
-            "t1",
-        ),
-        // Its replay: lane a's watermark 12 is not below 9.
-        write(
-            &key,
-            fresh(vec![(a.clone(), seq(9))], 100, true),
-            Change::Add(5),
-            vec![(a.clone(), seq(12))],
-            "t2",
-        ),
-        // A later batch of lane a (sequence numbers grow a digit) and a new lane b.
-        write(
-            &key,
-            fresh(vec![(a.clone(), seq(100)), (b.clone(), seq(7))], 100, true),
-            Change::Add(3),
-            vec![(a.clone(), seq(120)), (b.clone(), seq(8))],
-            "t3",
-        ),
-        // No room left under the maximum.
-        write(
-            &key,
-            fresh(vec![(a.clone(), seq(200))], 7, true),
-            Change::Add(93),
-            vec![(a.clone(), seq(200))],
-            "t4",
-        ),
-        // Compare-and-set on the version: wrong, then right.
-        write(
-            &key,
-            Guard::Version(Some(1)),
-            Change::Set {
-                quantity: 50,
-                allocations: None,
-            },
-            vec![(a.clone(), seq(300))],
-            "t5",
-        ),
-        write(
-            &key,
-            Guard::Version(Some(2)),
-            Change::Set {
-                quantity: 50,
-                allocations: None,
-            },
-            vec![(a.clone(), seq(300))],
-            "t6",
-        ),
-        // Absent guard on an existing row.
-        write(&key, Guard::Absent, Change::Add(1), vec![], "t7"),
-        // Allocations by compare-and-set, then an unallocated ADD is refused.
-        write(
-            &key,
-            Guard::Version(Some(3)),
-            Change::Set {
-                quantity: 60,
-                allocations: Some(vec![alloc(40, "a"), alloc(20, "b")]),
-            },
-            vec![(b.clone(), seq(9))],
-            "t8",
-        ),
-        write(
-            &key,
-            fresh(vec![(a.clone(), seq(301))], 1000, true),
-            Change::Add(1),
-            vec![(a.clone(), seq(301))],
-            "t9",
-        ),
-        write(
-            &key,
-            fresh(vec![(a.clone(), seq(301))], 1000, false),
-            Change::Add(0),
-            vec![(a.clone(), seq(301))],
-            "t10",
-        ),
-    ];
+    let a = lanes().0;
+    let steps: Vec<RowWrite> = [add_steps(&key), cas_steps(&key)].concat();
     let expected_outcomes = [
         true, false, true, false, false, true, false, true, false, true,
     ];
@@ -168,24 +221,7 @@ async fn conditional_row_writes_behave_like_the_in_memory_model() -> Result<()> 
         );
     }
     // A pipeline-finalized row (marker removed) is refused by every guard but Absent's creator.
-    let mut finalized = mem.read(&key).await?.unwrap();
-    finalized.remove("meteringPending");
-    let client = env.dynamodb().await?;
-    client
-        .update_item()
-        .table_name(&config.usage_table)
-        .key(
-            "licenseArn",
-            aws_sdk_dynamodb::types::AttributeValue::S(key.license_arn.clone()),
-        )
-        .key(
-            "customerAWSAccountId_dimension_timestamp",
-            aws_sdk_dynamodb::types::AttributeValue::S(key.sort_key.clone()),
-        )
-        .update_expression("REMOVE meteringPending")
-        .send()
-        .await?;
-    mem.put(finalized);
+    finalize_in_both(&env, &config, &mem, &key).await?;
     for w in [
         write(
             &key,

@@ -11,6 +11,7 @@ use std::time::Duration;
 use awsmp_consumer::Settings;
 use awsmp_consumer::adapters::fault::{Faults, Faulty};
 use awsmp_consumer::adapters::memory::MemoryStores;
+use awsmp_consumer::handler::STORE_RETRY;
 use awsmp_pipeline::contract::attrs;
 use awsmp_pipeline::contract::reasons;
 use awsmp_pipeline::domain::clock::FixedClock;
@@ -20,6 +21,7 @@ use awsmp_pipeline::domain::keys::{
 };
 use awsmp_pipeline::domain::row::AttrValue;
 use awsmp_pipeline::domain::time::TimeConfig;
+use awsmp_retry::RetryPolicy;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -27,7 +29,10 @@ use common::*;
 
 fn settings() -> Settings {
     Settings {
-        backoff_base: Duration::from_micros(50),
+        store_retry: RetryPolicy {
+            base: Duration::from_micros(50),
+            ..STORE_RETRY
+        },
         concurrency: 4,
         ..Settings::default()
     }

@@ -162,31 +162,31 @@ async fn rows_of(
     Ok(out)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the local stack (awsmp-local up); run by scripts/test"]
-async fn produced_events_reach_the_usage_table_exactly_through_crashes_duplicates_and_replays()
--> Result<()> {
-    let env = LocalEnv::from_process();
-    let kinesis = env.kinesis().await?;
-    let ddb = env.dynamodb().await?;
-    let sqs = env.sqs().await?;
-    let config = Config::from_env()?;
-    let stream = TestStream::create(kinesis.clone()).await?;
-    let run = uuid::Uuid::new_v4().simple().to_string();
-    let licenses: Vec<String> = (0..3)
-        .map(|i| {
-            format!(
-                "arn:aws:license-manager::123456789012:license:l-{}{i:02x}",
-                &run[..30]
-            )
-        })
-        .collect();
+/// The mapping's settings for these tests: small batches, failures to the stack's queue.
+fn esm_options(env: &LocalEnv, sqs: &aws_sdk_sqs::Client) -> EsmOptions {
+    EsmOptions {
+        batch_size: 9,
+        batching_window: Duration::from_millis(200),
+        failure_destination: Some((
+            sqs.clone(),
+            env.get("AWSMP_CONSUMER_FAILURE_QUEUE_URL")
+                .unwrap()
+                .to_owned(),
+        )),
+        ..EsmOptions::default()
+    }
+}
 
-    // GIVEN events produced with the producer library into our stream,
-    // through a sink that loses 30% of PutRecords responses after applying them (the producer
-    // resends those records byte-identical: duplicates on the stream).
+/// Events produced with the producer library into `stream`, through a sink that loses 30% of
+/// PutRecords responses after applying them (the producer resends those records
+/// byte-identical: duplicates on the stream), and vendor-metered tagging on one group.
+async fn produce_with_lost_responses(
+    kinesis: &aws_sdk_kinesis::Client,
+    stream: &str,
+    licenses: &[String],
+) -> Result<()> {
     let sink = Arc::new(FaultInjectingRecordSink::new(
-        KinesisRecordSink::new(kinesis.clone(), &stream.name),
+        KinesisRecordSink::new(kinesis.clone(), stream),
         FaultConfig {
             seed: 3,
             lost_response_rate: 0.3,
@@ -194,12 +194,12 @@ async fn produced_events_reach_the_usage_table_exactly_through_crashes_duplicate
             ..FaultConfig::default()
         },
     ));
-    let producer = Producer::builder(&stream.name)
+    let producer = Producer::builder(stream)
         .producer_id("stack-test")
         .linger(Duration::from_millis(20))
         .start_with(
             sink.clone(),
-            KinesisShardMapSource::new(kinesis.clone(), &stream.name),
+            KinesisShardMapSource::new(kinesis.clone(), stream),
         )?;
     for i in 0..600u64 {
         let l = &licenses[(i % 3) as usize];
@@ -222,7 +222,17 @@ async fn produced_events_reach_the_usage_table_exactly_through_crashes_duplicate
     }
     assert!(producer.shutdown().await?.is_complete());
     assert!(sink.counts().responses_lost > 0, "{:?}", sink.counts());
-    // AND a plain record whose client clock is five minutes behind (StaleTimestamp).
+    Ok(())
+}
+
+/// A plain record whose client clock is five minutes behind (StaleTimestamp), and one record
+/// put twice with identical bytes (the producer's response was lost). Returns the stale put.
+async fn put_stale_and_duplicated(
+    kinesis: &aws_sdk_kinesis::Client,
+    stream: &str,
+    licenses: &[String],
+    run: &str,
+) -> Result<aws_sdk_kinesis::operation::put_record::PutRecordOutput> {
     let stale = encode_event(
         &Event::new(
             &licenses[1],
@@ -235,12 +245,11 @@ async fn produced_events_reach_the_usage_table_exactly_through_crashes_duplicate
     );
     let stale_put = kinesis
         .put_record()
-        .stream_name(&stream.name)
+        .stream_name(stream)
         .partition_key(partition_key(&licenses[1], "210987654321", "api"))
         .data(Blob::new(stale))
         .send()
         .await?;
-    // AND one record put twice with identical bytes (the producer's response was lost).
     let pk = partition_key(&licenses[0], "210987654321", "api");
     let payloads: Vec<Vec<u8>> = (0..3)
         .map(|k| {
@@ -254,45 +263,40 @@ async fn produced_events_reach_the_usage_table_exactly_through_crashes_duplicate
     for _ in 0..2 {
         kinesis
             .put_record()
-            .stream_name(&stream.name)
+            .stream_name(stream)
             .partition_key(&pk)
             .data(Blob::new(bytes.to_vec()))
             .send()
             .await?;
     }
-    let expected = stream.expected().await?;
-    let expected_total: u64 = expected.values().sum();
-    assert_eq!(
-        expected_total,
-        (0..600u64).map(|i| 1 + i % 7).sum::<u64>() + 303 + 400
-    );
+    Ok(stale_put)
+}
 
-    // WHEN the mapping delivers through a consumer that is killed mid-batch now and then,
+/// Drain `stream` through a consumer whose row store is killed mid-batch now and then: some
+/// invocations fail, nothing is discarded, and the duplicates are dedup hits.
+async fn drain_through_crashes(
+    env: &LocalEnv,
+    config: &Config,
+    stream: &str,
+    checkpoints: &std::path::Path,
+) -> Result<()> {
+    let (kinesis, ddb, sqs) = (
+        env.kinesis().await?,
+        env.dynamodb().await?,
+        env.sqs().await?,
+    );
     let faults = Faults::new(7);
-    let mut consumer = consumer_from_config(&config, ddb.clone());
+    let mut consumer = consumer_from_config(config, ddb.clone());
     consumer.metrics = MetricsSink::capture("kinesis-consumer");
     consumer.rows = Arc::new(Faulty::new(
         DynamoDbUsageRows::new(ddb.clone(), &config.usage_table),
         faults.clone(),
     ));
-    let dir = tempfile::tempdir()?;
-    let checkpoints = dir.path().join("esm.json");
-    let options = || EsmOptions {
-        batch_size: 9,
-        batching_window: Duration::from_millis(200),
-        failure_destination: Some((
-            sqs.clone(),
-            env.get("AWSMP_CONSUMER_FAILURE_QUEUE_URL")
-                .unwrap()
-                .to_owned(),
-        )),
-        ..EsmOptions::default()
-    };
     let mut esm = KinesisEsm::new(
         kinesis.clone(),
-        &stream.name,
-        options(),
-        checkpoints.clone(),
+        stream,
+        esm_options(env, &sqs),
+        checkpoints.to_path_buf(),
     )
     .await?;
     let invocations = std::sync::atomic::AtomicU64::new(0);
@@ -319,18 +323,21 @@ async fn produced_events_reach_the_usage_table_exactly_through_crashes_duplicate
         consumer.metrics.total("DedupHit") >= 2.0,
         "lost responses and the manual copy"
     );
+    Ok(())
+}
 
-    // THEN the rows hold exactly what the stream holds, per group-second.
-    let rows = rows_of(&ddb, &config.usage_table, &licenses).await?;
-    assert_eq!(rows, expected);
-
-    // AND allocated rows carry allocations summing to their quantity,
+/// Every allocated (`vmt`) row of `license` carries allocations summing to its quantity.
+async fn assert_allocations_sum_to_quantity(
+    ddb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    license: &str,
+) -> Result<()> {
     let vmt = ddb
         .query()
-        .table_name(&config.usage_table)
+        .table_name(table)
         .key_condition_expression("licenseArn = :l AND begins_with(#sk, :p)")
         .expression_attribute_names("#sk", "customerAWSAccountId_dimension_timestamp")
-        .expression_attribute_values(":l", AttributeValue::S(licenses[2].clone()))
+        .expression_attribute_values(":l", AttributeValue::S(license.to_owned()))
         .expression_attribute_values(":p", AttributeValue::S("210987654321#vmt#".into()))
         .consistent_read(true)
         .send()
@@ -352,6 +359,106 @@ async fn produced_events_reach_the_usage_table_exactly_through_crashes_duplicate
             .sum();
         assert_eq!(allocated, q);
     }
+    Ok(())
+}
+
+/// A second tick from the persisted checkpoints delivers nothing, and a full replay from
+/// TRIM_HORIZON with other batch boundaries adds nothing.
+async fn replays_add_nothing(
+    env: &LocalEnv,
+    config: &Config,
+    stream: &str,
+    checkpoints: &std::path::Path,
+    licenses: &[String],
+    expected: &BTreeMap<(String, String), u64>,
+) -> Result<()> {
+    let (kinesis, ddb, sqs) = (
+        env.kinesis().await?,
+        env.dynamodb().await?,
+        env.sqs().await?,
+    );
+    let options = || esm_options(env, &sqs);
+    let mut again = KinesisEsm::new(
+        kinesis.clone(),
+        stream,
+        options(),
+        checkpoints.to_path_buf(),
+    )
+    .await?;
+    let plain = consumer_from_config(config, ddb.clone());
+    let r2 = again
+        .drain(|e| {
+            let c = &plain;
+            async move { Ok::<_, String>(c.handle(e).await) }
+        })
+        .await?;
+    assert_eq!(r2.records_delivered, 0);
+    std::fs::remove_file(checkpoints)?;
+    let mut replay = KinesisEsm::new(
+        kinesis.clone(),
+        stream,
+        EsmOptions {
+            batch_size: 50,
+            ..options()
+        },
+        checkpoints.to_path_buf(),
+    )
+    .await?;
+    let r3 = replay
+        .drain(|e| {
+            let c = &plain;
+            async move { Ok::<_, String>(c.handle(e).await) }
+        })
+        .await?;
+    assert!(r3.records_delivered > 0);
+    assert_eq!(
+        rows_of(&ddb, &config.usage_table, licenses).await?,
+        *expected
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the local stack (awsmp-local up); run by scripts/test"]
+async fn produced_events_reach_the_usage_table_exactly_through_crashes_duplicates_and_replays()
+-> Result<()> {
+    let env = LocalEnv::from_process();
+    let kinesis = env.kinesis().await?;
+    let ddb = env.dynamodb().await?;
+    let config = Config::from_env()?;
+    let stream = TestStream::create(kinesis.clone()).await?;
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let licenses: Vec<String> = (0..3)
+        .map(|i| {
+            format!(
+                "arn:aws:license-manager::123456789012:license:l-{}{i:02x}",
+                &run[..30]
+            )
+        })
+        .collect();
+
+    // GIVEN events produced with the producer library into our stream (lost responses),
+    produce_with_lost_responses(&kinesis, &stream.name, &licenses).await?;
+    // AND a stale plain record and a record put twice with identical bytes.
+    let stale_put = put_stale_and_duplicated(&kinesis, &stream.name, &licenses, &run).await?;
+    let expected = stream.expected().await?;
+    let expected_total: u64 = expected.values().sum();
+    assert_eq!(
+        expected_total,
+        (0..600u64).map(|i| 1 + i % 7).sum::<u64>() + 303 + 400
+    );
+
+    // WHEN the mapping delivers through a consumer that is killed mid-batch now and then,
+    let dir = tempfile::tempdir()?;
+    let checkpoints = dir.path().join("esm.json");
+    drain_through_crashes(&env, &config, &stream.name, &checkpoints).await?;
+
+    // THEN the rows hold exactly what the stream holds, per group-second.
+    let rows = rows_of(&ddb, &config.usage_table, &licenses).await?;
+    assert_eq!(rows, expected);
+
+    // AND allocated rows carry allocations summing to their quantity,
+    assert_allocations_sum_to_quantity(&ddb, &config.usage_table, &licenses[2]).await?;
     // AND the stale event is in the rejected-events table with its reason and quantity,
     let key = format!(
         "{}/{}/{}/record",
@@ -369,46 +476,49 @@ async fn produced_events_reach_the_usage_table_exactly_through_crashes_duplicate
         .with_context(|| format!("no rejected item {key}"))?;
     assert_eq!(rejected["reason"].as_s().unwrap(), "StaleTimestamp");
     assert_eq!(rejected["quantity"].as_n().unwrap(), "77");
-    // AND a second tick from the persisted checkpoints delivers nothing,
-    let mut again = KinesisEsm::new(
-        kinesis.clone(),
+    // AND replays from the checkpoints and from TRIM_HORIZON add nothing.
+    replays_add_nothing(
+        &env,
+        &config,
         &stream.name,
-        options(),
-        checkpoints.clone(),
+        &checkpoints,
+        &licenses,
+        &expected,
     )
-    .await?;
-    let plain = consumer_from_config(&config, ddb.clone());
-    let r2 = again
-        .drain(|e| {
-            let c = &plain;
-            async move { Ok::<_, String>(c.handle(e).await) }
-        })
-        .await?;
-    assert_eq!(r2.records_delivered, 0);
-    // AND a full replay from TRIM_HORIZON with other batch boundaries adds nothing.
-    std::fs::remove_file(&checkpoints)?;
-    let mut replay = KinesisEsm::new(
-        kinesis.clone(),
-        &stream.name,
-        EsmOptions {
-            batch_size: 50,
-            ..options()
-        },
-        checkpoints.clone(),
-    )
-    .await?;
-    let r3 = replay
-        .drain(|e| {
-            let c = &plain;
-            async move { Ok::<_, String>(c.handle(e).await) }
-        })
-        .await?;
-    assert!(r3.records_delivered > 0);
-    assert_eq!(
-        rows_of(&ddb, &config.usage_table, &licenses).await?,
-        expected
-    );
-    Ok(())
+    .await
+}
+
+/// `n` records with one partition key, in order; their sequence numbers.
+async fn put_plain_records(
+    kinesis: &aws_sdk_kinesis::Client,
+    stream: &str,
+    n: usize,
+) -> Result<Vec<String>> {
+    let mut seqs = Vec::new();
+    for i in 0..n {
+        let out = kinesis
+            .put_record()
+            .stream_name(stream)
+            .partition_key("one-key")
+            .data(Blob::new(format!("record {i}")))
+            .send()
+            .await?;
+        seqs.push(out.sequence_number().to_owned());
+    }
+    Ok(seqs)
+}
+
+/// A queue of this test's own (the mapping's on-failure destination); its URL.
+async fn create_queue(sqs: &aws_sdk_sqs::Client) -> Result<String> {
+    sqs.create_queue()
+        .queue_name(format!(
+            "awsmp-consumer-test-{}",
+            uuid::Uuid::new_v4().simple()
+        ))
+        .send()
+        .await?
+        .queue_url
+        .context("no queue url")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -419,27 +529,8 @@ async fn a_batch_that_keeps_failing_goes_to_the_on_failure_destination_and_the_m
     let kinesis = env.kinesis().await?;
     let sqs = env.sqs().await?;
     let stream = TestStream::create(kinesis.clone()).await?;
-    let queue = sqs
-        .create_queue()
-        .queue_name(format!(
-            "awsmp-consumer-test-{}",
-            uuid::Uuid::new_v4().simple()
-        ))
-        .send()
-        .await?
-        .queue_url
-        .context("no queue url")?;
-    let mut seqs = Vec::new();
-    for i in 0..6 {
-        let out = kinesis
-            .put_record()
-            .stream_name(&stream.name)
-            .partition_key("one-key")
-            .data(Blob::new(format!("record {i}")))
-            .send()
-            .await?;
-        seqs.push(out.sequence_number().to_owned());
-    }
+    let queue = create_queue(&sqs).await?;
+    let seqs = put_plain_records(&kinesis, &stream.name, 6).await?;
     let poison = seqs[3].clone();
     let dir = tempfile::tempdir()?;
     let mut esm = KinesisEsm::new(

@@ -4,7 +4,7 @@ use crate::faults::Faults;
 use crate::loadrun::{self, RunSpec, Target};
 use crate::produce::ProduceSpec;
 use crate::workload::WorkloadSpec;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
@@ -23,8 +23,20 @@ enum Command {
     /// The whole path: producer → Kinesis → consumer → usage table → pipeline → simulator,
     /// then the conservation check. Exits non-zero when conservation is violated.
     Run(Common),
-    /// Only write events into the stream and stop (load-tests the ingestion tier).
-    Produce(Common),
+    /// Only write events into an existing stream (default: the usage stream) and stop, leaving
+    /// the stream and its records in place (load-tests the ingestion tier; `awsmp-local tick`
+    /// consumes them afterwards).
+    Produce(ProduceArgs),
+}
+
+#[derive(Args, Clone, Debug)]
+struct ProduceArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The existing stream to write into (default: `AWSMP_USAGE_STREAM` of the local stack's
+    /// env file, or of the environment with `--target deployment`). It is left in place.
+    #[arg(long)]
+    stream: Option<String>,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -89,8 +101,16 @@ struct Common {
     licenses: Option<PathBuf>,
 }
 
+/// What a command runs.
+enum Mode {
+    /// The whole path, into a fresh stream.
+    Run,
+    /// Producing only, into `stream` (default: the usage stream).
+    Produce { stream: Option<String> },
+}
+
 impl Common {
-    fn spec(&self, produce_only: bool) -> Result<RunSpec> {
+    fn spec(&self, mode: Mode) -> Result<RunSpec> {
         anyhow::ensure!(
             self.events.is_some() || self.duration.is_some(),
             "give --events N or --duration S"
@@ -129,7 +149,11 @@ impl Common {
                 },
                 faults: Faults::parse(&self.faults)?,
             },
-            produce_only,
+            produce_only: matches!(mode, Mode::Produce { .. }),
+            stream: match mode {
+                Mode::Run => None,
+                Mode::Produce { stream } => stream,
+            },
             timeout: std::time::Duration::from_secs(self.timeout),
             progress: !self.quiet && !self.json,
             command_line: std::env::args().collect::<Vec<_>>().join(" "),
@@ -141,11 +165,16 @@ impl Common {
 pub fn main() -> Result<()> {
     let cli = Cli::parse();
     crate::metrics_capture::install();
-    let (common, produce_only) = match &cli.command {
-        Command::Run(c) => (c, false),
-        Command::Produce(c) => (c, true),
+    let (common, mode) = match &cli.command {
+        Command::Run(c) => (c, Mode::Run),
+        Command::Produce(p) => (
+            &p.common,
+            Mode::Produce {
+                stream: p.stream.clone(),
+            },
+        ),
     };
-    let spec = common.spec(produce_only)?;
+    let spec = common.spec(mode)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -172,8 +201,8 @@ pub fn main() -> Result<()> {
 
 /// `licenseArn,customerAWSAccountId` per line; blank lines and `#` comments skipped.
 fn read_licenses(path: &std::path::Path) -> Result<Vec<(String, String)>> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate().map(|(n, l)| (n + 1, l.trim())) {
         if line.is_empty() || line.starts_with('#') {

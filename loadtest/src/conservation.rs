@@ -94,7 +94,26 @@ fn key4(g: &GroupHour) -> String {
 /// Check conservation.
 pub fn check(inp: &Inputs) -> Verdict {
     let mut v = Verdict::default();
-    // Ingest: per group, produced = rows over all hours + consumer-rejected + producer-returned.
+    check_ingest(inp, &mut v);
+    check_billing(inp, &mut v);
+    for gh in &inp.still_pending {
+        if !inp.rows.contains_key(gh) && !inp.billed.contains_key(gh) {
+            v.violations.push(Violation {
+                stage: "pending",
+                key: key4(gh),
+                expected: 0,
+                found: 0,
+                detail: "still pending when the run ended".into(),
+            });
+        }
+    }
+    v.group_hours = v.table.len();
+    v.conserved = v.violations.is_empty();
+    v
+}
+
+/// Ingest: per group, produced = rows over all hours + consumer-rejected + producer-returned.
+fn check_ingest(inp: &Inputs, v: &mut Verdict) {
     let mut rows_per_group: BTreeMap<Group, u64> = BTreeMap::new();
     for (gh, q) in &inp.rows {
         *rows_per_group
@@ -135,7 +154,10 @@ pub fn check(inp: &Inputs) -> Verdict {
             });
         }
     }
-    // Billing: per group-hour, accepted = billed + terminal non-billed.
+}
+
+/// Billing: per group-hour, accepted = billed + terminal non-billed.
+fn check_billing(inp: &Inputs, v: &mut Verdict) {
     let hours: BTreeSet<&GroupHour> = inp
         .rows
         .keys()
@@ -185,20 +207,6 @@ pub fn check(inp: &Inputs) -> Verdict {
             terminal,
         });
     }
-    for gh in &inp.still_pending {
-        if !inp.rows.contains_key(gh) && !inp.billed.contains_key(gh) {
-            v.violations.push(Violation {
-                stage: "pending",
-                key: key4(gh),
-                expected: 0,
-                found: 0,
-                detail: "still pending when the run ended".into(),
-            });
-        }
-    }
-    v.group_hours = v.table.len();
-    v.conserved = v.violations.is_empty();
-    v
 }
 
 #[cfg(test)]

@@ -91,24 +91,7 @@ impl RunReport {
         let c = &self.conservation;
         let mut s = String::new();
         let _ = writeln!(s, "run: {:.1} s wall clock", self.elapsed_secs);
-        if let Some(last) = self.timeline.last() {
-            // Production throughput: events acked over the time until the last ack arrived.
-            let acked_by = self
-                .timeline
-                .iter()
-                .find(|s| s.acked == last.acked)
-                .map_or(self.elapsed_secs, |s| s.t);
-            let rate = if acked_by > 0.0 {
-                last.acked as f64 / acked_by
-            } else {
-                0.0
-            };
-            let _ = writeln!(
-                s,
-                "events: {} produced, {} acked ({rate:.0}/s), {} consumed, {} row writes; {} records billed",
-                last.produced, last.acked, last.consumed, last.rows_written, last.billed
-            );
-        }
+        self.write_throughput(&mut s);
         let _ = writeln!(
             s,
             "write amplification: {:.1} UpdateItems per 1,000 events",
@@ -122,26 +105,10 @@ impl RunReport {
             );
         }
         if !self.rejects.is_empty() {
-            let _ = writeln!(
-                s,
-                "rejects: {}",
-                self.rejects
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
+            let _ = writeln!(s, "rejects: {}", joined(&self.rejects));
         }
         if !self.faults.is_empty() {
-            let _ = writeln!(
-                s,
-                "faults injected: {}",
-                self.faults
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
+            let _ = writeln!(s, "faults injected: {}", joined(&self.faults));
         }
         let _ = writeln!(
             s,
@@ -150,13 +117,39 @@ impl RunReport {
             c.accepted,
             c.billed,
             c.terminal.values().sum::<u64>(),
-            c.terminal
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(", "),
+            joined(&c.terminal),
             c.group_hours
         );
+        self.write_verdict(&mut s);
+        s
+    }
+
+    /// Events produced, acked (and at what rate), consumed, written and billed.
+    fn write_throughput(&self, s: &mut String) {
+        let Some(last) = self.timeline.last() else {
+            return;
+        };
+        // Production throughput: events acked over the time until the last ack arrived.
+        let acked_by = self
+            .timeline
+            .iter()
+            .find(|s| s.acked == last.acked)
+            .map_or(self.elapsed_secs, |s| s.t);
+        let rate = if acked_by > 0.0 {
+            last.acked as f64 / acked_by
+        } else {
+            0.0
+        };
+        let _ = writeln!(
+            s,
+            "events: {} produced, {} acked ({rate:.0}/s), {} consumed, {} row writes; {} records billed",
+            last.produced, last.acked, last.consumed, last.rows_written, last.billed
+        );
+    }
+
+    /// The verdict line, and the first violations.
+    fn write_verdict(&self, s: &mut String) {
+        let c = &self.conservation;
         if c.conserved && self.mode == "produce" {
             let _ = writeln!(
                 s,
@@ -177,7 +170,6 @@ impl RunReport {
                 );
             }
         }
-        s
     }
 
     /// Write `report.json` and `report.html` into `dir`; returns the HTML path.
@@ -430,6 +422,14 @@ fn bars_svg(counts: &BTreeMap<String, u64>) -> Result<String> {
         root.present().map_err(plot_err)?;
     }
     Ok(svg)
+}
+
+/// `k=v, k=v, …`
+fn joined(m: &BTreeMap<String, u64>) -> String {
+    m.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]

@@ -297,29 +297,7 @@ impl Runner {
         if messages.is_empty() {
             return Ok(DrainCount::default());
         }
-        let mut event = SqsEvent::default();
-        let mut handles = BTreeMap::new();
-        for m in &messages {
-            let mut msg = SqsMessage::default();
-            msg.message_id = m.message_id.clone();
-            msg.receipt_handle = m.receipt_handle.clone();
-            msg.body = m.body.clone();
-            msg.attributes = m
-                .attributes
-                .as_ref()
-                .map(|a| {
-                    a.iter()
-                        .map(|(k, v)| (k.as_str().to_owned(), v.clone()))
-                        .collect()
-                })
-                .unwrap_or_default();
-            msg.event_source = Some("aws:sqs".into());
-            handles.insert(
-                m.message_id.clone().unwrap_or_default(),
-                m.receipt_handle.clone().unwrap_or_default(),
-            );
-            event.records.push(msg);
-        }
+        let (event, handles) = sqs_event(&messages);
         let svc = &self.svc;
         let response = match consumer {
             Consumer::Aggregator => {
@@ -430,4 +408,33 @@ impl Runner {
             ),
         })
     }
+}
+
+/// The Lambda event for received messages, as SQS's event source mapping builds it, and each
+/// message's receipt handle by message id.
+fn sqs_event(messages: &[aws_sdk_sqs::types::Message]) -> (SqsEvent, BTreeMap<String, String>) {
+    let mut event = SqsEvent::default();
+    let mut handles = BTreeMap::new();
+    for m in messages {
+        let mut msg = SqsMessage::default();
+        msg.message_id = m.message_id.clone();
+        msg.receipt_handle = m.receipt_handle.clone();
+        msg.body = m.body.clone();
+        msg.attributes = m
+            .attributes
+            .as_ref()
+            .map(|a| {
+                a.iter()
+                    .map(|(k, v)| (k.as_str().to_owned(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        msg.event_source = Some("aws:sqs".into());
+        handles.insert(
+            m.message_id.clone().unwrap_or_default(),
+            m.receipt_handle.clone().unwrap_or_default(),
+        );
+        event.records.push(msg);
+    }
+    (event, handles)
 }

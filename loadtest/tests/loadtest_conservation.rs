@@ -216,3 +216,65 @@ fn against_a_deployment_named_by_the_environment() -> Result<()> {
     );
     Ok(())
 }
+
+#[test]
+#[ignore = "starts its own emulators (installed by awsmp-local up); run by scripts/test"]
+fn produce_into_a_named_stream_leaves_it_and_every_event_in_it() -> Result<()> {
+    use awsmp_loadtest::kinesis_esm::{EsmOptions, KinesisEsm};
+    let stack = Stack(tempfile::tempdir()?);
+    anyhow::ensure!(
+        local(&stack, &["up", "--ephemeral"]).status()?.success(),
+        "awsmp-local up"
+    );
+    let env = awsmp_loadtest::local::LocalEnv::read(&stack.0.path().join("env"))?;
+    let rt = tokio::runtime::Runtime::new()?;
+    let name = "awsmp-loadtest-named";
+    // GIVEN an existing stream of someone else's
+    rt.block_on(async {
+        let kinesis = env.kinesis().await?;
+        kinesis
+            .create_stream()
+            .stream_name(name)
+            .shard_count(1)
+            .send()
+            .await?;
+        anyhow::Ok(())
+    })?;
+    // WHEN the load test produces into it
+    let mut cmd = Command::new(bin("awsmp-loadtest"));
+    cmd.args(["produce", "--events", "1500", "--rate", "3000", "--json"])
+        .args(["--stream", name]);
+    env_for(&mut cmd, &stack);
+    let out = cmd.output()?;
+    let v: serde_json::Value = serde_json::from_str(String::from_utf8(out.stdout)?.trim())?;
+    assert!(out.status.success());
+    assert_eq!(v["conserved"], true, "{}", v["violations"]);
+    assert!(v["settings"]["stream"].as_str().unwrap().starts_with(name));
+    // THEN the stream is still there, holding every event produced
+    let events = rt.block_on(async {
+        let checkpoints = stack.0.path().join("named-esm.json");
+        let mut esm = KinesisEsm::new(
+            env.kinesis().await?,
+            name,
+            EsmOptions::default(),
+            checkpoints,
+        )
+        .await?;
+        let mut events = 0;
+        esm.drain(|e: aws_lambda_events::kinesis::KinesisEvent| {
+            for r in &e.records {
+                events +=
+                    awsmp_producer::wire::deaggregate(&r.kinesis.data.0).map_or(0, |u| u.len());
+            }
+            async {
+                Ok::<_, std::convert::Infallible>(
+                    aws_lambda_events::event::streams::KinesisEventResponse::default(),
+                )
+            }
+        })
+        .await?;
+        anyhow::Ok(events)
+    })?;
+    assert_eq!(events, 1500, "every event is in the named stream");
+    Ok(())
+}

@@ -147,23 +147,7 @@ async fn dynamodb_conditional_put_update_query_and_sparse_gsi_paging() -> Result
 
     let lic = "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef";
     // 30 rows in one hour, every third one pending (the sparse index holds only those).
-    for sec in 0..30 {
-        let mut put = ddb
-            .put_item()
-            .table_name(&table)
-            .item("licenseArn", s(lic))
-            .item(
-                "customerAWSAccountId_dimension_timestamp",
-                s(&format!("111122223333#calls#2026-11-30T10:00:{sec:02}")),
-            )
-            .item("customerAWSAccountId", s("111122223333"))
-            .item("dimension", s("calls"))
-            .item("quantity", Av::N(sec.to_string()));
-        if sec % 3 == 0 {
-            put = put.item("meteringPending", s("2026-11-30T10"));
-        }
-        put.send().await?;
-    }
+    put_rows(&ddb, &table, lic).await?;
 
     // Conditional put on an existing key fails with ConditionalCheckFailed.
     let err = ddb
@@ -215,14 +199,52 @@ async fn dynamodb_conditional_put_update_query_and_sparse_gsi_paging() -> Result
     assert_eq!(q.count, 10);
 
     // The sparse GSI, read 3 items a page, yields only the 9 still-pending rows.
+    let (pages, mut seen) = pending_pages(&ddb, &table, &gsi.name).await?;
+    assert!(pages >= 3, "paged: {pages}");
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 9, "{seen:?}"); // 10 pending (0,3,..27) minus the one REMOVEd above
+    ddb.delete_table().table_name(&table).send().await?;
+    Ok(())
+}
+
+/// 30 rows of one group-hour, one a second; every third one pending.
+async fn put_rows(ddb: &aws_sdk_dynamodb::Client, table: &str, lic: &str) -> Result<()> {
+    for sec in 0..30 {
+        let mut put = ddb
+            .put_item()
+            .table_name(table)
+            .item("licenseArn", s(lic))
+            .item(
+                "customerAWSAccountId_dimension_timestamp",
+                s(&format!("111122223333#calls#2026-11-30T10:00:{sec:02}")),
+            )
+            .item("customerAWSAccountId", s("111122223333"))
+            .item("dimension", s("calls"))
+            .item("quantity", Av::N(sec.to_string()));
+        if sec % 3 == 0 {
+            put = put.item("meteringPending", s("2026-11-30T10"));
+        }
+        put.send().await?;
+    }
+    Ok(())
+}
+
+/// The pending rows of hour 2026-11-30T10 through the sparse index, 3 items a page: pages read
+/// and the sort keys seen. Every item carries `dimension` (the INCLUDE projection).
+async fn pending_pages(
+    ddb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    index: &str,
+) -> Result<(usize, Vec<String>)> {
     let mut seen = Vec::new();
     let mut start = None;
     let mut pages = 0;
     loop {
         let page = ddb
             .query()
-            .table_name(&table)
-            .index_name(&gsi.name)
+            .table_name(table)
+            .index_name(index)
             .key_condition_expression("meteringPending = :h")
             .expression_attribute_values(":h", s("2026-11-30T10"))
             .limit(3)
@@ -248,12 +270,7 @@ async fn dynamodb_conditional_put_update_query_and_sparse_gsi_paging() -> Result
             break;
         }
     }
-    assert!(pages >= 3, "paged: {pages}");
-    seen.sort();
-    seen.dedup();
-    assert_eq!(seen.len(), 9, "{seen:?}"); // 10 pending (0,3,..27) minus the one REMOVEd above
-    ddb.delete_table().table_name(&table).send().await?;
-    Ok(())
+    Ok((pages, seen))
 }
 
 #[tokio::test]

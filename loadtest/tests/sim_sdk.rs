@@ -401,9 +401,17 @@ async fn plain_sdk_client_gets_validation_exception_and_metering_client_succeeds
 
 // ---- request-level exceptions ----------------------------------------------------------------
 
-#[tokio::test]
-async fn request_level_exceptions_arrive_as_typed_sdk_errors_and_bill_nothing() {
-    let env = start().await;
+type Check = fn(&BatchMeterUsageError) -> bool;
+
+/// Calls that fail as a whole, with the typed error each must arrive as.
+fn request_level_cases() -> Vec<(&'static str, Vec<UsageRecord>, Check)> {
+    let mut cases = identity_cases();
+    cases.extend(allocation_cases());
+    cases
+}
+
+/// Dimensions, timestamps and licenses.
+fn identity_cases() -> Vec<(&'static str, Vec<UsageRecord>, Check)> {
     let good = || ca(L1, "requests", 1);
     let stale = ca_at(
         Utc::now() - chrono::Duration::hours(25),
@@ -419,16 +427,7 @@ async fn request_level_exceptions_arrive_as_typed_sdk_errors_and_bill_nothing() 
         "requests",
         1,
     );
-    let six_tags: Vec<(&str, &str)> = vec![
-        ("a", "1"),
-        ("b", "1"),
-        ("c", "1"),
-        ("d", "1"),
-        ("e", "1"),
-        ("f", "1"),
-    ];
-    type Check = fn(&BatchMeterUsageError) -> bool;
-    let cases: Vec<(&str, Vec<UsageRecord>, Check)> = vec![
+    vec![
         (
             "unknown dimension",
             vec![good(), ca(L1, "Requests", 1)],
@@ -466,6 +465,20 @@ async fn request_level_exceptions_arrive_as_typed_sdk_errors_and_bill_nothing() 
             vec![good(), ca(L3_OTHER_PRODUCT, "seats", 1)],
             BatchMeterUsageError::is_invalid_license_exception,
         ),
+    ]
+}
+
+/// Tags and allocations.
+fn allocation_cases() -> Vec<(&'static str, Vec<UsageRecord>, Check)> {
+    let six_tags: Vec<(&str, &str)> = vec![
+        ("a", "1"),
+        ("b", "1"),
+        ("c", "1"),
+        ("d", "1"),
+        ("e", "1"),
+        ("f", "1"),
+    ];
+    vec![
         (
             "six tags",
             vec![with_allocations(
@@ -495,8 +508,13 @@ async fn request_level_exceptions_arrive_as_typed_sdk_errors_and_bill_nothing() 
             vec![with_allocations(ca(L1, "requests", 0), vec![])],
             BatchMeterUsageError::is_invalid_usage_allocations_exception,
         ),
-    ];
-    for (name, records, is_expected) in cases {
+    ]
+}
+
+#[tokio::test]
+async fn request_level_exceptions_arrive_as_typed_sdk_errors_and_bill_nothing() {
+    let env = start().await;
+    for (name, records, is_expected) in request_level_cases() {
         let err = env.meter_err(records).await;
         assert!(is_expected(&err), "{name}: got {err:?}");
     }

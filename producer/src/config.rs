@@ -5,35 +5,16 @@ use std::time::Duration;
 use crate::limits::MAX_RECORD_BYTES;
 use crate::partition::MAX_PARTITION_KEY_CHARS;
 
-/// Exponential backoff with full jitter: before retry `n` (1-based) wait a uniform time in
-/// `0..=min(max_backoff, initial_backoff · 2^(n-1))`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// Cap of the first retry's delay.
-    pub initial_backoff: Duration,
-    /// Largest cap.
-    pub max_backoff: Duration,
-}
+/// The workspace's one retry policy (`awsmp-retry`), re-exported so a seller needs no second
+/// import: full-jitter delays doubling from `base` up to `cap`.
+pub use awsmp_retry::RetryPolicy;
 
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            initial_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(5),
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// The upper bound of the delay before retry `attempt` (1-based).
-    pub fn cap(&self, attempt: u32) -> Duration {
-        let shift = attempt.saturating_sub(1).min(31);
-        self.initial_backoff
-            .checked_mul(1u32 << shift)
-            .unwrap_or(self.max_backoff)
-            .min(self.max_backoff)
-    }
-}
+/// Ceiling of the delay before the first re-send of a failed entry.
+pub const RETRY_BASE: Duration = Duration::from_millis(100);
+/// Largest ceiling of any re-send delay.
+pub const RETRY_CAP: Duration = Duration::from_secs(5);
+/// Re-sends of failed entries: attempts are bounded by the record TTL, not by a count.
+pub const DEFAULT_RETRY_POLICY: RetryPolicy = RetryPolicy::new(u32::MAX, RETRY_BASE, RETRY_CAP);
 
 /// Everything the producer needs besides its sink.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,7 +40,8 @@ pub struct ProducerConfig {
     pub collapse: bool,
     /// Concurrent PutRecords calls.
     pub max_in_flight: usize,
-    /// Backoff between attempts.
+    /// Backoff between attempts of a failed entry; its `max_attempts` bounds them too (the
+    /// default leaves that to `record_ttl`).
     pub retry: RetryPolicy,
     /// How long an event may wait for delivery before it is handed back (KPL `RecordTtl`, 30 s).
     pub record_ttl: Duration,
@@ -88,7 +70,7 @@ impl ProducerConfig {
             max_aggregate_bytes: 51_200,
             collapse: false,
             max_in_flight: 8,
-            retry: RetryPolicy::default(),
+            retry: DEFAULT_RETRY_POLICY,
             record_ttl: Duration::from_secs(30),
             put_timeout: Duration::from_secs(10),
             shard_refresh_interval: Duration::from_secs(60),
@@ -124,10 +106,11 @@ impl ProducerConfig {
         if self.record_ttl.is_zero() || self.put_timeout.is_zero() {
             return Err("record_ttl and put_timeout must be positive".into());
         }
-        if self.retry.initial_backoff.is_zero()
-            || self.retry.max_backoff < self.retry.initial_backoff
+        if self.retry.max_attempts == 0
+            || self.retry.base.is_zero()
+            || self.retry.cap < self.retry.base
         {
-            return Err("retry backoff must be positive and max ≥ initial".into());
+            return Err("retry policy needs an attempt, a positive base and cap ≥ base".into());
         }
         if self.shard_refresh_interval < std::time::Duration::from_secs(1) {
             return Err("shard_refresh_interval must be at least 1 s".into());
@@ -147,12 +130,13 @@ mod tests {
 
     #[test]
     fn backoff_caps_double_up_to_the_maximum() {
-        let p = RetryPolicy::default();
-        assert_eq!(p.cap(1), Duration::from_millis(100));
-        assert_eq!(p.cap(2), Duration::from_millis(200));
-        assert_eq!(p.cap(6), Duration::from_millis(3200));
-        assert_eq!(p.cap(7), Duration::from_secs(5));
-        assert_eq!(p.cap(1000), Duration::from_secs(5));
+        // Retry n (1-based) has ceiling `ceiling(n - 1)`.
+        let p = DEFAULT_RETRY_POLICY;
+        assert_eq!(p.ceiling(0), Duration::from_millis(100));
+        assert_eq!(p.ceiling(1), Duration::from_millis(200));
+        assert_eq!(p.ceiling(5), Duration::from_millis(3200));
+        assert_eq!(p.ceiling(6), Duration::from_secs(5));
+        assert_eq!(p.ceiling(999), Duration::from_secs(5));
     }
 
     #[test]

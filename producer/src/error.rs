@@ -170,8 +170,8 @@ impl DecodeError {
 /// ([`ProducerError::into_event`]): nothing is dropped silently.
 #[derive(Debug, thiserror::Error)]
 pub enum ProducerError {
-    /// The event breaks a v1 rule; it was not buffered.
-    #[error("invalid event ({}): {source}", source.reason())]
+    /// The event breaks a v1 rule; it was not buffered. What is wrong is the source.
+    #[error("invalid event ({})", source.reason())]
     Invalid {
         /// What is wrong.
         source: ValidationError,
@@ -216,5 +216,38 @@ impl ProducerError {
             ProducerError::Config(_) => "Config",
             ProducerError::NoRuntime => "NoRuntime",
         }
+    }
+}
+
+/// An error and its sources, `error: source: source…`, for a log field or a hand-back message
+/// (each error's own `Display` shows only itself).
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        next = s.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Event;
+
+    #[test]
+    fn an_invalid_event_prints_its_reason_once_and_keeps_the_detail_as_source() {
+        let event = Event::new("arn", "1", "d", 1, chrono::Utc::now());
+        let err = ProducerError::Invalid {
+            source: ValidationError::InvalidAccountId("1".into()),
+            event: Box::new(event),
+        };
+        assert_eq!(err.to_string(), "invalid event (InvalidAccountId)");
+        assert_eq!(
+            error_chain(&err),
+            "invalid event (InvalidAccountId): customerAWSAccountId \"1\" is not 12 digits"
+        );
     }
 }

@@ -8,22 +8,23 @@ pub mod config;
 mod engine;
 pub mod error;
 pub mod event;
+mod handoff;
 pub mod limits;
 pub mod metrics;
+mod outcome;
 pub mod partition;
 mod producer;
 pub mod shards;
 pub mod sink;
 pub mod wire;
 
-pub use config::{ProducerConfig, RetryPolicy};
+pub use config::{DEFAULT_RETRY_POLICY, ProducerConfig, RetryPolicy};
 pub use error::{DecodeError, ProducerError, ValidationError};
 pub use event::{Event, Tag, UsageAllocation};
+pub use handoff::RECORD_OVERHEAD_BYTES;
 pub use metrics::ProducerStats;
-pub use producer::{
-    FlushOutcome, Producer, ProducerBuilder, RECORD_OVERHEAD_BYTES, Undelivered,
-    UndeliveredCallback, UndeliveredReason,
-};
+pub use outcome::{FlushOutcome, Undelivered, UndeliveredCallback, UndeliveredReason};
+pub use producer::{Producer, ProducerBuilder};
 pub use shards::{KinesisShardMapSource, ShardMapSource, StaticShardMapSource};
 pub use sink::{
     EntryOutcome, FaultConfig, FaultInjectingRecordSink, KinesisRecordSink, MemoryRecordSink,

@@ -9,148 +9,17 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::config::{ProducerConfig, RetryPolicy};
-use crate::engine::{self, Command};
+use crate::engine;
 use crate::error::{ProducerError, ValidationError};
 use crate::event::{Event, truncate_to_millis};
+use crate::handoff::{Body, Command, EngineParts, Incoming, RECORD_OVERHEAD_BYTES, Reservation};
 use crate::limits::MAX_RECORD_BYTES;
 use crate::metrics::{Metrics, ProducerStats, StatCounters};
+use crate::outcome::{FlushOutcome, Undelivered, UndeliveredCallback};
 use crate::partition::{partition_hash, partition_key};
 use crate::shards::{KinesisShardMapSource, ShardMapSource};
 use crate::sink::{KinesisRecordSink, RecordSink};
-use crate::wire::{decode_event, encode_event};
-
-/// Bytes charged per user record on top of its payload and partition key: the bookkeeping the
-/// producer keeps for it while it is held.
-pub const RECORD_OVERHEAD_BYTES: usize = 96;
-
-/// Why events came back undelivered.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UndeliveredReason {
-    /// The record TTL ran out before Kinesis acknowledged the event.
-    Expired {
-        /// The last failure seen (throttling, transient error…), if any attempt was made.
-        last_error: Option<String>,
-    },
-    /// Kinesis refused the records permanently (access denied, stream missing, …).
-    Rejected {
-        /// Error code.
-        code: String,
-        /// Error message.
-        message: String,
-    },
-}
-
-impl UndeliveredReason {
-    /// Stable reason code: `RecordTtlExpired` or `Rejected`.
-    pub fn code(&self) -> &'static str {
-        match self {
-            UndeliveredReason::Expired { .. } => "RecordTtlExpired",
-            UndeliveredReason::Rejected { .. } => "Rejected",
-        }
-    }
-}
-
-/// An event the producer could not deliver, handed back to the caller.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Undelivered {
-    /// The event as it was sent (a collapsed event stands for `constituents` recorded ones).
-    pub event: Event,
-    /// Its partition key.
-    pub partition_key: String,
-    /// Why it came back.
-    pub reason: UndeliveredReason,
-    /// PutRecords attempts made.
-    pub attempts: u32,
-    /// A call carrying it may have been applied although no success was seen (lost response):
-    /// re-sending it may create a duplicate, which downstream de-duplication must absorb.
-    pub maybe_delivered: bool,
-    /// Recorded events this one stands for (1 unless collapsed).
-    pub constituents: usize,
-}
-
-/// What `flush()` or `shutdown()` could not deliver.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct FlushOutcome {
-    /// Events handed back since the last flush (empty when everything was delivered or an
-    /// undelivered callback is installed).
-    pub undelivered: Vec<Undelivered>,
-}
-
-impl FlushOutcome {
-    /// True when every event was delivered.
-    pub fn is_complete(&self) -> bool {
-        self.undelivered.is_empty()
-    }
-
-    /// Recorded events not delivered (collapsed events count their constituents).
-    pub fn undelivered_events(&self) -> usize {
-        self.undelivered.iter().map(|u| u.constituents).sum()
-    }
-}
-
-/// Receives undelivered events as soon as they are known (instead of holding them for the next
-/// `flush()`). Runs on the producer's task: keep it short (e.g. send to a channel).
-pub type UndeliveredCallback = Arc<dyn Fn(Vec<Undelivered>) + Send + Sync>;
-
-/// Bytes held against the buffer bound; released when dropped.
-pub(crate) struct Reservation {
-    sem: Arc<Semaphore>,
-    bytes: usize,
-}
-
-impl Reservation {
-    pub fn bytes(&self) -> usize {
-        self.bytes
-    }
-
-    /// Takes over `other`'s bytes.
-    pub fn merge(&mut self, mut other: Reservation) {
-        self.bytes += other.bytes;
-        other.bytes = 0;
-    }
-
-    /// Releases everything above `bytes`.
-    pub fn shrink_to(&mut self, bytes: usize) {
-        if bytes < self.bytes {
-            self.sem.add_permits(self.bytes - bytes);
-            self.bytes = bytes;
-        }
-    }
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        if self.bytes > 0 {
-            self.sem.add_permits(self.bytes);
-        }
-    }
-}
-
-/// A validated event on its way to the background task.
-pub(crate) struct Incoming {
-    pub body: Body,
-    pub partition_key: String,
-    pub hash: u128,
-    pub enqueued_at: Instant,
-    pub reservation: Reservation,
-}
-
-pub(crate) enum Body {
-    /// Encoded payload (no collapse).
-    Encoded(Bytes),
-    /// The event itself, kept for collapse.
-    Event { event: Event, payload_len: usize },
-}
-
-impl Incoming {
-    fn into_event(self) -> Option<Event> {
-        match self.body {
-            Body::Event { event, .. } => Some(event),
-            // Our own payload always decodes (tested property); `None` only on a bug.
-            Body::Encoded(p) => decode_event(&p).ok(),
-        }
-    }
-}
+use crate::wire::encode_event;
 
 struct Prepared {
     event: Event,
@@ -397,10 +266,7 @@ impl Producer {
             hash: partition_hash(&p.partition_key),
             partition_key: p.partition_key,
             enqueued_at: Instant::now(),
-            reservation: Reservation {
-                sem: self.shared.sem.clone(),
-                bytes: p.cost,
-            },
+            reservation: Reservation::new(self.shared.sem.clone(), p.cost),
         }
     }
 }
@@ -582,7 +448,7 @@ impl ProducerBuilder {
         let stats = Arc::new(StatCounters::default());
         engine::spawn(
             &runtime,
-            engine::EngineParts {
+            EngineParts {
                 config: config.clone(),
                 sink: Arc::new(sink),
                 shards: Arc::new(shards),

@@ -13,8 +13,8 @@ use crate::partition::{ShardMap, ShardRange};
 /// Why the shard map could not be learned.
 #[derive(Debug, thiserror::Error)]
 pub enum ShardMapError {
-    /// ListShards failed.
-    #[error("ListShards failed: {0}")]
+    /// ListShards failed; the SDK error is the source.
+    #[error("ListShards failed")]
     Call(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The listing does not describe a usable map (bad hash keys, overlaps).
     #[error("unusable shard listing: {0}")]

@@ -271,6 +271,38 @@ async fn events_outliving_their_ttl_are_handed_back() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_retry_policy_with_few_attempts_hands_back_when_they_are_used_up() {
+    let map = ShardMap::uniform(2);
+    let mem = MemoryRecordSink::new(map.clone());
+    let sink = FaultInjectingRecordSink::new(
+        mem.clone(),
+        FaultConfig {
+            entry_throttle_rate: 1.0,
+            ..FaultConfig::default()
+        },
+    );
+    let p = builder()
+        .retry(awsmp_producer::DEFAULT_RETRY_POLICY.with_attempts(3))
+        .start_with(sink, StaticShardMapSource::new(map.clone()))
+        .unwrap();
+    let evs = events(100, 5, 6);
+    record_all(&p, &evs).await;
+    let started = tokio::time::Instant::now();
+    let outcome = p.shutdown().await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "three attempts end well before the 30 s TTL"
+    );
+    assert_eq!(outcome.undelivered_events(), 100);
+    assert_conserved(&evs, &[], &outcome);
+    for u in &outcome.undelivered {
+        assert_eq!(u.reason.code(), "RecordTtlExpired");
+        assert_eq!(u.attempts, 3, "max_attempts counts every call made");
+    }
+    assert_eq!(p.buffered_bytes(), 0, "handed back: released");
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_callback_receives_undelivered_events_as_they_happen() {
     let map = ShardMap::uniform(1);
     let mem = MemoryRecordSink::new(map.clone());

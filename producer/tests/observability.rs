@@ -47,10 +47,11 @@ async fn metrics_flow_through_the_facade_and_nothing_global_is_installed() {
     let p = Producer::builder("obs")
         .linger(Duration::from_millis(5))
         .jitter_seed(3)
-        .retry(awsmp_producer::RetryPolicy {
-            initial_backoff: Duration::from_millis(5),
-            max_backoff: Duration::from_millis(50),
-        })
+        .retry(awsmp_producer::RetryPolicy::new(
+            u32::MAX,
+            Duration::from_millis(5),
+            Duration::from_millis(50),
+        ))
         .start_with(sink, StaticShardMapSource::new(map))
         .unwrap();
     for e in common::events(500, 10, 2) {

@@ -85,9 +85,9 @@ fn minimal_payload_from_another_producer_decodes() {
     assert_eq!(e.timestamp.timestamp_subsec_nanos(), 123_000_000);
 }
 
-#[test]
-fn each_bad_payload_gets_its_own_reason() {
-    let cases: Vec<(String, &str)> = vec![
+/// Bad JSON, versions and the field set.
+fn envelope_cases() -> Vec<(String, &'static str)> {
+    vec![
         ("not json".into(), "InvalidJson"),
         ("[1,2]".into(), "InvalidJson"),
         (format!("{} trailing", minimal("")), "InvalidJson"),
@@ -104,6 +104,12 @@ fn each_bad_payload_gets_its_own_reason() {
         (minimal(r#","quantity":2"#), "DuplicateField"),
         (minimal("").replace(r#""eventId":"e","#, ""), "MissingField"),
         (minimal("").replace(r#""quantity":1,"#, ""), "MissingField"),
+    ]
+}
+
+/// Bad quantities and timestamps.
+fn quantity_and_timestamp_cases() -> Vec<(String, &'static str)> {
+    vec![
         (
             minimal("").replace(
                 r#""timestamp":"2026-11-30T12:00:00.000Z""#,
@@ -147,6 +153,12 @@ fn each_bad_payload_gets_its_own_reason() {
             minimal("").replace("2026-11-30T12:00:00.000Z", "1700000000"),
             "MalformedTimestamp",
         ),
+    ]
+}
+
+/// Bad license, account, dimension, event and producer ids.
+fn identity_cases() -> Vec<(String, &'static str)> {
+    vec![
         (
             minimal("").replace(ARN, "arn:aws:license-manager::123:license:l-1"),
             "InvalidLicenseArn",
@@ -169,6 +181,12 @@ fn each_bad_payload_gets_its_own_reason() {
         ),
         (minimal(r#","producerId":5"#), "WrongFieldType"),
         (minimal(r#","producerId":"""#), "EmptyProducerId"),
+    ]
+}
+
+/// Bad usage allocations.
+fn allocation_cases() -> Vec<(String, &'static str)> {
+    vec![
         (minimal(r#","usageAllocations":{}"#), "MalformedAllocations"),
         (minimal(r#","usageAllocations":[]"#), "MalformedAllocations"),
         (
@@ -219,7 +237,18 @@ fn each_bad_payload_gets_its_own_reason() {
             ),
             "TooManyTags",
         ),
-    ];
+    ]
+}
+
+#[test]
+fn each_bad_payload_gets_its_own_reason() {
+    let cases = [
+        envelope_cases(),
+        quantity_and_timestamp_cases(),
+        identity_cases(),
+        allocation_cases(),
+    ]
+    .concat();
     for (json, reason) in cases {
         assert_eq!(reason_of(&json), reason, "{json}");
     }

@@ -13,10 +13,9 @@ use aws_sdk_dynamodb::types::{AttributeValue as Av, KeysAndAttributes, ReturnVal
 use awsmp_pipeline::adapters::dynamodb::{
     is_conditional_failure, is_retryable, row_from_item, to_sdk,
 };
-use awsmp_pipeline::contract::attrs::{self as a, ROW_VERSION};
+use awsmp_pipeline::contract::attrs::{self as a, ROW_VERSION, audit_timestamp};
 use awsmp_pipeline::domain::keys::{GroupKey, RowKey, parse_aggregated_sort_key};
 use awsmp_pipeline::domain::row::{Allocation, AttrValue, RawUsageRow};
-use chrono::SecondsFormat;
 
 use crate::domain::row::{Change, Guard, RowWrite};
 use crate::error::{ConsumerError, Result};
@@ -25,7 +24,8 @@ use crate::ports::{
     UsageRowWriter,
 };
 
-/// Keys per `BatchGetItem` request (DynamoDB limit: 100 items per call).
+/// Keys per `BatchGetItem` request (DynamoDB: at most 100 items per call,
+/// <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html>).
 pub const MAX_BATCH_GET_KEYS: usize = 100;
 /// Rounds of `UnprocessedKeys` before the lookup fails (and the batch is retried by Lambda).
 const MAX_UNPROCESSED_ROUNDS: u32 = 8;
@@ -82,125 +82,161 @@ impl DynamoDbUsageRows {
     }
 }
 
-/// The `UpdateItem` for `w`: update expression, condition, names and values. Pure, so the
-/// expression can be checked without a table.
-pub fn update_request(mut req: UpdateItemFluentBuilder, w: &RowWrite) -> UpdateItemFluentBuilder {
-    let mut set = vec![
-        "#acct = :acct",
-        "#dim = :dim",
-        "#ts = :ts",
-        "#mp = :mp",
-        "#ca = if_not_exists(#ca, :now)",
-        "#ua = :now",
-    ]
-    .into_iter()
-    .map(str::to_owned)
-    .collect::<Vec<_>>();
-    let mut add = vec!["#rv :one".to_owned()];
-    let mut names: Vec<(String, String)> = [
-        ("#la", a::LICENSE_ARN),
-        ("#acct", a::CUSTOMER_AWS_ACCOUNT_ID),
-        ("#dim", a::DIMENSION),
-        ("#ts", a::TIMESTAMP),
-        ("#mp", a::METERING_PENDING),
-        ("#ca", a::CREATED_AT),
-        ("#ua", a::UPDATED_AT),
-        ("#q", a::QUANTITY),
-        ("#rv", ROW_VERSION),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect();
-    let mut values: Vec<(String, Av)> = vec![
-        (":acct".into(), s(&w.customer_aws_account_id)),
-        (":dim".into(), s(&w.dimension)),
-        (":ts".into(), s(&w.timestamp)),
-        (":mp".into(), s(&w.metering_pending)),
-        (":now".into(), s(&w.now)),
-        (":one".into(), n(1)),
-    ];
-    if let Some(ttl) = w.ttl {
-        set.push("#ttl = :ttl".into());
-        names.push(("#ttl".into(), a::TTL.into()));
-        values.push((":ttl".into(), n(ttl)));
+/// The expression parts of one `UpdateItem` as they are assembled: `SET` and `ADD` clauses,
+/// attribute names and values.
+#[derive(Default)]
+struct UpdateParts {
+    set: Vec<String>,
+    add: Vec<String>,
+    names: Vec<(String, String)>,
+    values: Vec<(String, Av)>,
+    /// Placeholder of each watermark attribute (`#w0`, `#w1`, …), shared by update and condition.
+    lane_names: HashMap<String, String>,
+}
+
+impl UpdateParts {
+    /// The contract attributes every write sets, and the `rowVersion` increment.
+    fn new(w: &RowWrite) -> Self {
+        let mut p = UpdateParts::default();
+        for clause in [
+            "#acct = :acct",
+            "#dim = :dim",
+            "#ts = :ts",
+            "#mp = :mp",
+            "#ca = if_not_exists(#ca, :now)",
+            "#ua = :now",
+        ] {
+            p.set.push(clause.to_owned());
+        }
+        p.add.push("#rv :one".to_owned());
+        for (k, v) in [
+            ("#la", a::LICENSE_ARN),
+            ("#acct", a::CUSTOMER_AWS_ACCOUNT_ID),
+            ("#dim", a::DIMENSION),
+            ("#ts", a::TIMESTAMP),
+            ("#mp", a::METERING_PENDING),
+            ("#ca", a::CREATED_AT),
+            ("#ua", a::UPDATED_AT),
+            ("#q", a::QUANTITY),
+            ("#rv", ROW_VERSION),
+        ] {
+            p.name(k, v);
+        }
+        p.value(":acct", s(&w.customer_aws_account_id));
+        p.value(":dim", s(&w.dimension));
+        p.value(":ts", s(&w.timestamp));
+        p.value(":mp", s(&w.metering_pending));
+        p.value(":now", s(&w.now));
+        p.value(":one", n(1));
+        p
     }
-    let mut lane_name: HashMap<String, String> = HashMap::new();
-    let mut name_of = |attr: String, names: &mut Vec<(String, String)>| -> String {
-        let next = format!("#w{}", lane_name.len());
-        lane_name
+
+    fn name(&mut self, placeholder: impl Into<String>, attr: impl Into<String>) {
+        self.names.push((placeholder.into(), attr.into()));
+    }
+
+    fn value(&mut self, placeholder: impl Into<String>, v: Av) {
+        self.values.push((placeholder.into(), v));
+    }
+
+    /// The placeholder of a watermark attribute, named on first use.
+    fn lane_name(&mut self, attr: String) -> String {
+        let next = format!("#w{}", self.lane_names.len());
+        let names = &mut self.names;
+        self.lane_names
             .entry(attr.clone())
             .or_insert_with(|| {
                 names.push((next.clone(), attr));
                 next
             })
             .clone()
-    };
-    for (i, (lane, seq)) in w.watermarks.iter().enumerate() {
-        let nm = name_of(lane.attribute(), &mut names);
-        set.push(format!("{nm} = :wm{i}"));
-        values.push((format!(":wm{i}"), s(seq.sortable())));
     }
-    match &w.change {
-        Change::Add(q) => {
-            add.push("#q :dq".into());
-            values.push((":dq".into(), n(q)));
-        }
-        Change::Set {
-            quantity,
-            allocations,
-        } => {
-            set.push("#q = :q".into());
-            values.push((":q".into(), n(quantity)));
-            if let Some(allocs) = allocations {
-                set.push("#al = :al".into());
-                names.push(("#al".into(), a::USAGE_ALLOCATIONS.into()));
-                values.push((
-                    ":al".into(),
-                    to_sdk(&AttrValue::L(
-                        allocs.iter().map(Allocation::to_attr).collect(),
-                    )),
-                ));
+
+    /// The quantity change: an `ADD`, or a `SET` of quantity (and allocations).
+    fn change(&mut self, change: &Change) {
+        match change {
+            Change::Add(q) => {
+                self.add.push("#q :dq".into());
+                self.value(":dq", n(q));
             }
-        }
-    }
-    let condition = match &w.guard {
-        Guard::Absent => "attribute_not_exists(#la)".to_owned(),
-        Guard::Version(None) => "attribute_exists(#mp) AND attribute_not_exists(#rv)".to_owned(),
-        Guard::Version(Some(v)) => {
-            values.push((":v".into(), n(v)));
-            "attribute_exists(#mp) AND #rv = :v".to_owned()
-        }
-        Guard::Fresh {
-            lanes,
-            max_quantity_before,
-            require_unallocated,
-        } => {
-            let mut parts = vec!["(attribute_not_exists(#la) OR attribute_exists(#mp))".to_owned()];
-            for (i, (lane, first)) in lanes.iter().enumerate() {
-                let nm = name_of(lane.attribute(), &mut names);
-                parts.push(format!("(attribute_not_exists({nm}) OR {nm} < :first{i})"));
-                values.push((format!(":first{i}"), s(first.sortable())));
-            }
-            parts.push("(attribute_not_exists(#q) OR #q <= :room)".into());
-            values.push((":room".into(), n(max_quantity_before)));
-            if *require_unallocated {
-                parts.push("attribute_not_exists(#al)".into());
-                if !names.iter().any(|(k, _)| k == "#al") {
-                    names.push(("#al".into(), a::USAGE_ALLOCATIONS.into()));
+            Change::Set {
+                quantity,
+                allocations,
+            } => {
+                self.set.push("#q = :q".into());
+                self.value(":q", n(quantity));
+                if let Some(allocs) = allocations {
+                    self.set.push("#al = :al".into());
+                    self.name("#al", a::USAGE_ALLOCATIONS);
+                    let list = AttrValue::L(allocs.iter().map(Allocation::to_attr).collect());
+                    self.value(":al", to_sdk(&list));
                 }
             }
-            parts.join(" AND ")
         }
-    };
-    let expr = format!("SET {} ADD {}", set.join(", "), add.join(", "));
+    }
+
+    /// The condition expression of `guard`.
+    fn condition(&mut self, guard: &Guard) -> String {
+        match guard {
+            Guard::Absent => "attribute_not_exists(#la)".to_owned(),
+            Guard::Version(None) => {
+                "attribute_exists(#mp) AND attribute_not_exists(#rv)".to_owned()
+            }
+            Guard::Version(Some(v)) => {
+                self.value(":v", n(v));
+                "attribute_exists(#mp) AND #rv = :v".to_owned()
+            }
+            Guard::Fresh {
+                lanes,
+                max_quantity_before,
+                require_unallocated,
+            } => {
+                let mut parts =
+                    vec!["(attribute_not_exists(#la) OR attribute_exists(#mp))".to_owned()];
+                for (i, (lane, first)) in lanes.iter().enumerate() {
+                    let nm = self.lane_name(lane.attribute());
+                    parts.push(format!("(attribute_not_exists({nm}) OR {nm} < :first{i})"));
+                    self.value(format!(":first{i}"), s(first.sortable()));
+                }
+                parts.push("(attribute_not_exists(#q) OR #q <= :room)".into());
+                self.value(":room", n(max_quantity_before));
+                if *require_unallocated {
+                    parts.push("attribute_not_exists(#al)".into());
+                    if !self.names.iter().any(|(k, _)| k == "#al") {
+                        self.name("#al", a::USAGE_ALLOCATIONS);
+                    }
+                }
+                parts.join(" AND ")
+            }
+        }
+    }
+}
+
+/// The `UpdateItem` for `w`: update expression, condition, names and values. Pure, so the
+/// expression can be checked without a table.
+pub fn update_request(mut req: UpdateItemFluentBuilder, w: &RowWrite) -> UpdateItemFluentBuilder {
+    let mut p = UpdateParts::new(w);
+    if let Some(ttl) = w.ttl {
+        p.set.push("#ttl = :ttl".into());
+        p.name("#ttl", a::TTL);
+        p.value(":ttl", n(ttl));
+    }
+    for (i, (lane, seq)) in w.watermarks.iter().enumerate() {
+        let nm = p.lane_name(lane.attribute());
+        p.set.push(format!("{nm} = :wm{i}"));
+        p.value(format!(":wm{i}"), s(seq.sortable()));
+    }
+    p.change(&w.change);
+    let condition = p.condition(&w.guard);
+    let expr = format!("SET {} ADD {}", p.set.join(", "), p.add.join(", "));
     // Only names the expressions use may be sent (DynamoDB refuses unused ones).
     let used = |k: &str| expr.contains(k) || condition.contains(k);
-    for (k, v) in names {
+    for (k, v) in p.names {
         if used(&k) {
             req = req.expression_attribute_names(k, v);
         }
     }
-    for (k, v) in values {
+    for (k, v) in p.values {
         req = req.expression_attribute_values(k, v);
     }
     req.update_expression(expr).condition_expression(condition)
@@ -265,10 +301,7 @@ impl DedupStore for DynamoDbDedupStore {
             .item(DEDUP_KEY, s(&c.key))
             .item(SHARD_ID, s(&c.shard_id))
             .item(SEQUENCE_NUMBER, s(c.sequence_number.decimal()))
-            .item(
-                CLAIMED_AT,
-                s(c.claimed_at.to_rfc3339_opts(SecondsFormat::Millis, true)),
-            )
+            .item(CLAIMED_AT, s(audit_timestamp(c.claimed_at)))
             .item(EXPIRES_AT, n(c.expires_at.timestamp()))
             // Absent, owned by this very record (a replay), or expired but not yet deleted by TTL.
             .condition_expression(
@@ -340,13 +373,10 @@ pub fn rejected_item(e: &RejectedEvent) -> HashMap<String, Av> {
         ("partitionKey".to_owned(), s(&e.partition_key)),
         (
             "approximateArrivalTimestamp".to_owned(),
-            s(e.arrival.to_rfc3339_opts(SecondsFormat::Millis, true)),
+            s(audit_timestamp(e.arrival)),
         ),
         ("dataLength".to_owned(), n(e.data_len)),
-        (
-            "rejectedAt".to_owned(),
-            s(e.rejected_at.to_rfc3339_opts(SecondsFormat::Millis, true)),
-        ),
+        ("rejectedAt".to_owned(), s(audit_timestamp(e.rejected_at))),
     ]);
     if !e.sub_sequence_numbers.is_empty() {
         item.insert(
@@ -408,77 +438,97 @@ impl DynamoDbFinalizedGroups {
     }
 }
 
+impl DynamoDbFinalizedGroups {
+    /// The finalized groups among at most [`MAX_BATCH_GET_KEYS`] groups, added to `found`;
+    /// `UnprocessedKeys` are asked for again, at most [`MAX_UNPROCESSED_ROUNDS`] rounds.
+    async fn finalized_chunk(
+        &self,
+        chunk: &[GroupKey],
+        found: &mut HashSet<GroupKey>,
+    ) -> Result<()> {
+        let keys: Vec<HashMap<String, Av>> = chunk
+            .iter()
+            .map(|g| {
+                HashMap::from([
+                    (a::LICENSE_ARN.to_owned(), s(&g.license_arn)),
+                    (
+                        a::AGGREGATED_SORT_KEY.to_owned(),
+                        s(g.aggregated_sort_key()),
+                    ),
+                ])
+            })
+            .collect();
+        let mut request = Some(
+            KeysAndAttributes::builder()
+                .set_keys(Some(keys))
+                .projection_expression("#la, #sk")
+                .expression_attribute_names("#la", a::LICENSE_ARN)
+                .expression_attribute_names("#sk", a::AGGREGATED_SORT_KEY)
+                .consistent_read(true)
+                .build()
+                .map_err(|source| ConsumerError::Request {
+                    operation: "BatchGetItem",
+                    resource: self.table.clone(),
+                    source,
+                })?,
+        );
+        let mut round = 0;
+        while let Some(ka) = request.take() {
+            if round == MAX_UNPROCESSED_ROUNDS {
+                return Err(ConsumerError::UnprocessedKeys {
+                    resource: self.table.clone(),
+                    rounds: round,
+                });
+            }
+            if round > 0 {
+                tokio::time::sleep(Duration::from_millis(20 << round.min(6))).await;
+            }
+            round += 1;
+            let out = self
+                .client
+                .batch_get_item()
+                .request_items(&self.table, ka)
+                .send()
+                .await
+                .map_err(|e| ddb_err("BatchGetItem", &self.table, e))?;
+            for item in out
+                .responses
+                .unwrap_or_default()
+                .remove(&self.table)
+                .unwrap_or_default()
+            {
+                found.insert(self.aggregated_group(&item)?);
+            }
+            request = out
+                .unprocessed_keys
+                .and_then(|mut u| u.remove(&self.table))
+                .filter(|k| !k.keys.is_empty());
+        }
+        Ok(())
+    }
+
+    /// The group-hour of an aggregated-usage item, from its keys.
+    fn aggregated_group(&self, item: &HashMap<String, Av>) -> Result<GroupKey> {
+        let la = item.get(a::LICENSE_ARN).and_then(|v| v.as_s().ok());
+        let sk = item.get(a::AGGREGATED_SORT_KEY).and_then(|v| v.as_s().ok());
+        let (Some(la), Some((acct, dim, hour))) =
+            (la, sk.and_then(|sk| parse_aggregated_sort_key(sk)))
+        else {
+            return Err(ConsumerError::MalformedItem {
+                table: self.table.clone(),
+                detail: "aggregated record without a readable key".into(),
+            });
+        };
+        Ok(GroupKey::new(la, acct, dim, hour))
+    }
+}
+
 #[async_trait]
 impl FinalizedGroups for DynamoDbFinalizedGroups {
     async fn finalized(&self, groups: &[GroupKey]) -> Result<HashSet<GroupKey>> {
         let mut found = HashSet::new();
         for chunk in groups.chunks(MAX_BATCH_GET_KEYS) {
-            let keys: Vec<HashMap<String, Av>> = chunk
-                .iter()
-                .map(|g| {
-                    HashMap::from([
-                        (a::LICENSE_ARN.to_owned(), s(&g.license_arn)),
-                        (
-                            a::AGGREGATED_SORT_KEY.to_owned(),
-                            s(g.aggregated_sort_key()),
-                        ),
-                    ])
-                })
-                .collect();
-            let mut request = Some(
-                KeysAndAttributes::builder()
-                    .set_keys(Some(keys))
-                    .projection_expression("#la, #sk")
-                    .expression_attribute_names("#la", a::LICENSE_ARN)
-                    .expression_attribute_names("#sk", a::AGGREGATED_SORT_KEY)
-                    .consistent_read(true)
-                    .build()
-                    .map_err(|e| ConsumerError::Config(e.to_string()))?,
-            );
-            let mut round = 0;
-            while let Some(ka) = request.take() {
-                if round == MAX_UNPROCESSED_ROUNDS {
-                    return Err(ConsumerError::DynamoDb {
-                        operation: "BatchGetItem",
-                        resource: self.table.clone(),
-                        source: "unprocessed keys remained after every round".into(),
-                        retryable: true,
-                    });
-                }
-                if round > 0 {
-                    tokio::time::sleep(Duration::from_millis(20 << round.min(6))).await;
-                }
-                round += 1;
-                let out = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&self.table, ka)
-                    .send()
-                    .await
-                    .map_err(|e| ddb_err("BatchGetItem", &self.table, e))?;
-                for item in out
-                    .responses
-                    .unwrap_or_default()
-                    .remove(&self.table)
-                    .unwrap_or_default()
-                {
-                    let la = item.get(a::LICENSE_ARN).and_then(|v| v.as_s().ok());
-                    let sk = item.get(a::AGGREGATED_SORT_KEY).and_then(|v| v.as_s().ok());
-                    let (Some(la), Some((acct, dim, hour))) =
-                        (la, sk.and_then(|sk| parse_aggregated_sort_key(sk)))
-                    else {
-                        return Err(ConsumerError::MalformedItem {
-                            table: self.table.clone(),
-                            detail: "aggregated record without a readable key".into(),
-                        });
-                    };
-                    found.insert(GroupKey::new(la, acct, dim, hour));
-                }
-                request = out
-                    .unprocessed_keys
-                    .and_then(|mut u| u.remove(&self.table))
-                    .filter(|k| !k.keys.is_empty());
-            }
+            self.finalized_chunk(chunk, &mut found).await?;
         }
         Ok(found)
     }

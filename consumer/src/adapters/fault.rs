@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use awsmp_pipeline::domain::keys::{GroupKey, RowKey};
 use awsmp_pipeline::domain::row::RawUsageRow;
+use awsmp_retry::Retryable;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -33,6 +34,27 @@ struct State {
 /// A shared, seeded fault schedule.
 #[derive(Debug, Clone)]
 pub struct Faults(Arc<Mutex<State>>);
+
+/// A fault the schedule injected, the source of the [`ConsumerError::Store`] a wrapped store
+/// returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum InjectedFault {
+    /// Failed before applying (retryable).
+    #[error("injected fault (throttled)")]
+    Throttled,
+    /// Applied, then failed (retryable).
+    #[error("injected fault (response lost)")]
+    ResponseLost,
+    /// The consumer crashed: every call fails until [`Faults::recover`] (not retryable).
+    #[error("injected fault (consumer crashed)")]
+    Crashed,
+}
+
+impl Retryable for InjectedFault {
+    fn is_retryable(&self) -> bool {
+        !matches!(self, InjectedFault::Crashed)
+    }
+}
 
 enum Plan {
     Pass,
@@ -118,28 +140,24 @@ impl Faults {
         }
     }
 
-    async fn run<T, F>(&self, op: F) -> Result<T>
+    async fn run<T, F>(&self, store: &'static str, op: F) -> Result<T>
     where
         F: std::future::Future<Output = Result<T>>,
     {
-        match self.plan() {
-            Plan::Pass => op.await,
-            Plan::Throttle => Err(ConsumerError::Injected {
-                what: "throttled",
-                retryable: true,
-            }),
+        let fault = match self.plan() {
+            Plan::Pass => return op.await,
+            Plan::Throttle => InjectedFault::Throttled,
             Plan::LoseResponse => {
                 op.await?;
-                Err(ConsumerError::Injected {
-                    what: "response lost",
-                    retryable: true,
-                })
+                InjectedFault::ResponseLost
             }
-            Plan::Crash => Err(ConsumerError::Injected {
-                what: "consumer crashed",
-                retryable: false,
-            }),
-        }
+            Plan::Crash => InjectedFault::Crashed,
+        };
+        Err(ConsumerError::Store {
+            store,
+            retryable: fault.is_retryable(),
+            source: Box::new(fault),
+        })
     }
 }
 
@@ -160,30 +178,34 @@ impl<T> Faulty<T> {
 #[async_trait]
 impl<T: DedupStore> DedupStore for Faulty<T> {
     async fn claim(&self, claim: &DedupClaim) -> Result<ClaimOutcome> {
-        self.faults.run(self.inner.claim(claim)).await
+        self.faults.run("dedup", self.inner.claim(claim)).await
     }
 }
 
 #[async_trait]
 impl<T: RejectedEventStore> RejectedEventStore for Faulty<T> {
     async fn put(&self, event: &RejectedEvent) -> Result<()> {
-        self.faults.run(self.inner.put(event)).await
+        self.faults
+            .run("rejected-events", self.inner.put(event))
+            .await
     }
 }
 
 #[async_trait]
 impl<T: UsageRowWriter> UsageRowWriter for Faulty<T> {
     async fn read(&self, key: &RowKey) -> Result<Option<RawUsageRow>> {
-        self.faults.run(self.inner.read(key)).await
+        self.faults.run("usage-rows", self.inner.read(key)).await
     }
     async fn write(&self, write: &RowWrite) -> Result<bool> {
-        self.faults.run(self.inner.write(write)).await
+        self.faults.run("usage-rows", self.inner.write(write)).await
     }
 }
 
 #[async_trait]
 impl<T: FinalizedGroups> FinalizedGroups for Faulty<T> {
     async fn finalized(&self, groups: &[GroupKey]) -> Result<HashSet<GroupKey>> {
-        self.faults.run(self.inner.finalized(groups)).await
+        self.faults
+            .run("finalized-groups", self.inner.finalized(groups))
+            .await
     }
 }

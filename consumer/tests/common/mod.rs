@@ -63,12 +63,10 @@ fn shard_id(i: usize) -> String {
     format!("shardId-{i:012}")
 }
 
-/// A seeded workload: `records` records over `groups` groups on `shards` shards, aggregates
-/// mixing groups of one shard, plain records, duplicates; arrival seconds cross an hour
-/// boundary; sequence numbers cross a length boundary (9,99x → 10,00x).
-pub fn workload(seed: u64, shards: usize, groups: usize, records: usize) -> Stream {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let gs: Vec<Group> = (0..groups)
+/// `groups` groups over three licenses and two dimensions, one in four allocated, spread
+/// round-robin over `shards` shards.
+fn workload_groups(shards: usize, groups: usize) -> Vec<Group> {
+    (0..groups)
         .map(|i| Group {
             license_arn: license(i % 3),
             account: format!("{:012}", 210_987_654_321u64 + i as u64),
@@ -80,7 +78,65 @@ pub fn workload(seed: u64, shards: usize, groups: usize, records: usize) -> Stre
             allocated: i % 4 == 3,
             shard: i % shards,
         })
-        .collect();
+        .collect()
+}
+
+/// One random event of `g` (id `ev-{seed}-{ev_id}`), encoded, and its quantity.
+fn random_event(
+    rng: &mut StdRng,
+    g: &Group,
+    arrival: DateTime<Utc>,
+    seed: u64,
+    ev_id: u64,
+) -> (Vec<u8>, u64) {
+    let q: u64 = if rng.random_bool(0.1) {
+        0
+    } else {
+        rng.random_range(1..1000)
+    };
+    let client = arrival - Duration::milliseconds(rng.random_range(0..5_000));
+    let mut e = Event::new(&g.license_arn, &g.account, &g.dimension, q, client)
+        .with_event_id(format!("ev-{seed}-{ev_id}"))
+        .with_producer_id("test-producer");
+    if g.allocated && q > 0 {
+        let a = rng.random_range(0..=q);
+        let mut allocs = vec![UsageAllocation::new(a, vec![Tag::new("team", "a")])];
+        if q - a > 0 {
+            allocs.push(UsageAllocation::new(
+                q - a,
+                vec![Tag::new("team", format!("b{}", rng.random_range(0..3)))],
+            ));
+        }
+        e = e.with_allocations(allocs);
+    }
+    (encode_event(&e), q)
+}
+
+impl Stream {
+    /// Count `contributions` of a unique record that arrived at `arrival` as expected.
+    fn expect(&mut self, contributions: Vec<(Group, u64)>, arrival: DateTime<Utc>) {
+        self.events += contributions.len();
+        for (g, q) in contributions {
+            let key = RowKey {
+                license_arn: g.license_arn.clone(),
+                sort_key: format!(
+                    "{}#{}#{}",
+                    g.account,
+                    g.dimension,
+                    format_usage_timestamp(arrival)
+                ),
+            };
+            *self.expected.entry(key).or_default() += q;
+        }
+    }
+}
+
+/// A seeded workload: `records` records over `groups` groups on `shards` shards, aggregates
+/// mixing groups of one shard, plain records, duplicates; arrival seconds cross an hour
+/// boundary; sequence numbers cross a length boundary (9,99x → 10,00x).
+pub fn workload(seed: u64, shards: usize, groups: usize, records: usize) -> Stream {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let gs = workload_groups(shards, groups);
     let mut stream = Stream {
         shards: vec![Vec::new(); shards],
         ..Stream::default()
@@ -102,28 +158,9 @@ pub fn workload(seed: u64, shards: usize, groups: usize, records: usize) -> Stre
         let mut contributions = Vec::new();
         for _ in 0..n {
             let g = on_shard[rng.random_range(0..on_shard.len())];
-            let q: u64 = if rng.random_bool(0.1) {
-                0
-            } else {
-                rng.random_range(1..1000)
-            };
             ev_id += 1;
-            let client = arrival - Duration::milliseconds(rng.random_range(0..5_000));
-            let mut e = Event::new(&g.license_arn, &g.account, &g.dimension, q, client)
-                .with_event_id(format!("ev-{seed}-{ev_id}"))
-                .with_producer_id("test-producer");
-            if g.allocated && q > 0 {
-                let a = rng.random_range(0..=q);
-                let mut allocs = vec![UsageAllocation::new(a, vec![Tag::new("team", "a")])];
-                if q - a > 0 {
-                    allocs.push(UsageAllocation::new(
-                        q - a,
-                        vec![Tag::new("team", format!("b{}", rng.random_range(0..3)))],
-                    ));
-                }
-                e = e.with_allocations(allocs);
-            }
-            payloads.push((g.pk(), encode_event(&e)));
+            let (payload, q) = random_event(&mut rng, g, arrival, seed, ev_id);
+            payloads.push((g.pk(), payload));
             contributions.push((g.clone(), q));
         }
         let outer_pk = payloads[0].0.clone();
@@ -142,19 +179,7 @@ pub fn workload(seed: u64, shards: usize, groups: usize, records: usize) -> Stre
             data.clone(),
         );
         stream.shards[shard].push(rec);
-        stream.events += contributions.len();
-        for (g, q) in contributions {
-            let key = RowKey {
-                license_arn: g.license_arn.clone(),
-                sort_key: format!(
-                    "{}#{}#{}",
-                    g.account,
-                    g.dimension,
-                    format_usage_timestamp(arrival)
-                ),
-            };
-            *stream.expected.entry(key).or_default() += q;
-        }
+        stream.expect(contributions, arrival);
         // A producer retry after a lost response: the same bytes, later on the same shard.
         if rng.random_bool(0.15) {
             seq[shard] += 1;

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use clap::{Parser, Subcommand};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
 #[command(
@@ -32,7 +33,8 @@ enum Command {
     },
     /// Stop exactly the processes `up` started.
     Down {
-        /// Also delete local data, logs and the demo catalog.
+        /// Also delete every piece of the stack's state: data, logs, the demo catalog, the
+        /// event source mapping's checkpoints and the load runs' files.
         #[arg(long)]
         wipe: bool,
     },
@@ -74,27 +76,17 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    // Warnings (e.g. a reset checkpoint) on stderr; stdout keeps the JSON reports.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
+        )
+        .init();
     let cli = Cli::parse();
     let paths = Paths::from_env();
     match cli.command {
-        Command::Up { catalog, ephemeral } => {
-            let env = local::up(
-                &paths,
-                &UpOptions {
-                    catalog,
-                    ephemeral: ephemeral.then_some(true),
-                },
-            )
-            .await?;
-            for line in local::status(&paths)? {
-                println!("{line}");
-            }
-            println!(
-                "{} variables written to {}",
-                env.vars.len(),
-                paths.env_file().display()
-            );
-        }
+        Command::Up { catalog, ephemeral } => up(&paths, catalog, ephemeral).await?,
         Command::Down { wipe } => {
             let stopped = local::down(&paths, wipe)?;
             println!(
@@ -135,46 +127,72 @@ async fn main() -> Result<()> {
             speed,
             every,
             ticks,
-        } => {
-            anyhow::ensure!(
-                speed > 0.0 && every > 0,
-                "--speed and --every must be positive"
+        } => run(&paths, start, speed, every, ticks).await?,
+    }
+    Ok(())
+}
+
+async fn up(paths: &Paths, catalog: Option<PathBuf>, ephemeral: bool) -> Result<()> {
+    let options = UpOptions {
+        catalog,
+        ephemeral: ephemeral.then_some(true),
+    };
+    let env = local::up(paths, &options).await?;
+    for line in local::status(paths)? {
+        println!("{line}");
+    }
+    println!(
+        "{} variables written to {}",
+        env.vars.len(),
+        paths.env_file().display()
+    );
+    Ok(())
+}
+
+/// Tick every `every` virtual seconds, `speed` virtual seconds per real second.
+async fn run(
+    paths: &Paths,
+    start: Option<DateTime<Utc>>,
+    speed: f64,
+    every: u64,
+    ticks: Option<u64>,
+) -> Result<()> {
+    anyhow::ensure!(
+        speed > 0.0 && every > 0,
+        "--speed and --every must be positive"
+    );
+    let runner = runner(paths).await?;
+    let origin = std::time::Instant::now();
+    let start = start.unwrap_or_else(Utc::now);
+    let mut n = 0;
+    loop {
+        let virtual_now = start
+            + chrono::Duration::milliseconds(
+                (origin.elapsed().as_secs_f64() * speed * 1000.0) as i64,
             );
-            let runner = runner(&paths).await?;
-            let origin = std::time::Instant::now();
-            let start = start.unwrap_or_else(Utc::now);
-            let mut n = 0;
-            loop {
-                let virtual_now = start
-                    + chrono::Duration::milliseconds(
-                        (origin.elapsed().as_secs_f64() * speed * 1000.0) as i64,
-                    );
-                let report = runner.tick(virtual_now).await?;
-                println!("{}", serde_json::to_string(&report)?);
-                n += 1;
-                if ticks.is_some_and(|t| n >= t) {
-                    break;
-                }
-                let due = std::time::Duration::from_secs_f64(every as f64 * n as f64 / speed);
-                if let Some(wait) = due.checked_sub(origin.elapsed()) {
-                    tokio::select! {
-                        _ = tokio::time::sleep(wait) => {}
-                        _ = tokio::signal::ctrl_c() => break,
-                    }
-                }
+        let report = runner.tick(virtual_now).await?;
+        println!("{}", serde_json::to_string(&report)?);
+        n += 1;
+        if ticks.is_some_and(|t| n >= t) {
+            break;
+        }
+        let due = std::time::Duration::from_secs_f64(every as f64 * n as f64 / speed);
+        if let Some(wait) = due.checked_sub(origin.elapsed()) {
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = tokio::signal::ctrl_c() => break,
             }
-            print_metrics(&runner);
         }
     }
+    print_metrics(&runner);
     Ok(())
 }
 
 async fn runner(paths: &Paths) -> Result<Runner> {
     let env = LocalEnv::read(&paths.env_file())?;
-    let checkpoint = paths.root.join("esm-checkpoints.json");
     Runner::new(env, &BTreeMap::new())
         .await?
-        .with_stream_consumer(checkpoint)
+        .with_stream_consumer(paths.esm_checkpoints())
         .await
 }
 

@@ -71,6 +71,14 @@ impl Paths {
     pub fn default_catalog(&self) -> PathBuf {
         self.root.join("catalog.json")
     }
+    /// Checkpoints of the usage stream's local event source mapping (`tick`, `run`).
+    pub fn esm_checkpoints(&self) -> PathBuf {
+        self.root.join("esm-checkpoints.json")
+    }
+    /// Load runs' catalogs and event source mapping checkpoints.
+    pub fn loadtest(&self) -> PathBuf {
+        self.root.join("loadtest")
+    }
 }
 
 /// What `up` started.
@@ -124,6 +132,36 @@ pub async fn up(paths: &Paths, opts: &UpOptions) -> Result<LocalEnv> {
     }
     install_emulators(&paths.tools)?;
     let mut state = State::load(paths)?.unwrap_or_default();
+    let catalog = resolve_catalog(paths, opts, &mut state)?;
+    let running = state.services.iter().any(procs::is_alive);
+    let ephemeral = opts.ephemeral.unwrap_or(running && state.ephemeral);
+    if running && state.ephemeral != ephemeral {
+        bail!(
+            "the running stack was started with ephemeral={}; run `awsmp-local down` first",
+            state.ephemeral
+        );
+    }
+    state.ephemeral = ephemeral;
+    start_missing(paths, &mut state, &catalog).await?;
+
+    let mut env = LocalEnv::for_services(&state)?;
+    env.vars
+        .insert("AWSMP_CATALOG".into(), catalog.display().to_string());
+    if let Some(code) = first_product_code(&catalog)? {
+        env.vars.insert("AWSMP_PRODUCT_CODE".into(), code);
+    }
+    // dynalite has no TTL, and the age-out sweep checks every bucket back to the raw TTL
+    // (365 days by default, 8,760 GSI queries a tick): the local stack uses a 7-day TTL.
+    env.vars
+        .insert("AWSMP_USAGE_TABLE_TTL_DAYS".into(), "7".into());
+    create_resources(&mut env).await?;
+    write_if_changed(&paths.env_file(), &env.render())?;
+    Ok(env)
+}
+
+/// The simulator's catalog: the one asked for, else the running stack's, else the demo
+/// catalog. A different catalog than the running one stops the simulator (it restarts).
+fn resolve_catalog(paths: &Paths, opts: &UpOptions, state: &mut State) -> Result<PathBuf> {
     let catalog = match (&opts.catalog, &state.catalog) {
         (Some(c), _) => std::path::absolute(c)?,
         (None, Some(c)) => c.clone(),
@@ -143,16 +181,11 @@ pub async fn up(paths: &Paths, opts: &UpOptions) -> Result<LocalEnv> {
         state.services.retain(|s| s.name != "marketplace-metering");
     }
     state.catalog = Some(catalog.clone());
-    let running = state.services.iter().any(procs::is_alive);
-    let ephemeral = opts.ephemeral.unwrap_or(running && state.ephemeral);
-    if running && state.ephemeral != ephemeral {
-        bail!(
-            "the running stack was started with ephemeral={}; run `awsmp-local down` first",
-            state.ephemeral
-        );
-    }
-    state.ephemeral = ephemeral;
+    Ok(catalog)
+}
 
+/// Start every service that is not running, and wait until all of them listen.
+async fn start_missing(paths: &Paths, state: &mut State, catalog: &Path) -> Result<()> {
     // Pick every port first, holding each until all are chosen, so two services starting at
     // once can never be handed the same free port.
     let mut to_start = Vec::new();
@@ -175,7 +208,7 @@ pub async fn up(paths: &Paths, opts: &UpOptions) -> Result<LocalEnv> {
     }
     drop(held);
     for (name, port) in to_start {
-        let spawned = start_service(paths, name, port, &catalog, ephemeral)?;
+        let spawned = start_service(paths, name, port, catalog, state.ephemeral)?;
         state.services.retain(|s| s.name != name);
         state.services.push(spawned.state);
         state.save(paths)?;
@@ -197,24 +230,14 @@ pub async fn up(paths: &Paths, opts: &UpOptions) -> Result<LocalEnv> {
             );
         }
     }
-
-    let mut env = LocalEnv::for_services(&state)?;
-    env.vars
-        .insert("AWSMP_CATALOG".into(), catalog.display().to_string());
-    if let Some(code) = first_product_code(&catalog)? {
-        env.vars.insert("AWSMP_PRODUCT_CODE".into(), code);
-    }
-    // dynalite has no TTL, and the age-out sweep checks every bucket back to the raw TTL
-    // (365 days by default, 8,760 GSI queries a tick): the local stack uses a 7-day TTL.
-    env.vars
-        .insert("AWSMP_USAGE_TABLE_TTL_DAYS".into(), "7".into());
-    create_resources(&mut env).await?;
-    write_if_changed(&paths.env_file(), &env.render())?;
-    Ok(env)
+    Ok(())
 }
 
 /// Stop exactly the processes `up` started and wait until their ports are closed.
-/// With `wipe`, also delete emulator data, logs, the env file and the default catalog.
+/// With `wipe`, also delete every piece of the stack's state: emulator data, logs, the
+/// default catalog, the event source mapping's checkpoints (they name sequence numbers of
+/// streams that no longer exist) and the load runs' catalogs and checkpoints. The installed
+/// emulators stay.
 pub fn down(paths: &Paths, wipe: bool) -> Result<Vec<String>> {
     let mut stopped = Vec::new();
     if let Some(state) = State::load(paths)? {
@@ -227,15 +250,31 @@ pub fn down(paths: &Paths, wipe: bool) -> Result<Vec<String>> {
     }
     std::fs::remove_file(paths.env_file()).ok();
     if wipe {
-        for dir in [paths.data(), paths.logs()] {
-            if dir.exists() {
-                std::fs::remove_dir_all(&dir)
-                    .with_context(|| format!("removing {}", dir.display()))?;
-            }
-        }
-        std::fs::remove_file(paths.default_catalog()).ok();
+        wipe_state(paths)?;
     }
     Ok(stopped)
+}
+
+fn wipe_state(paths: &Paths) -> Result<()> {
+    for dir in [paths.data(), paths.logs(), paths.loadtest()] {
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+        }
+    }
+    let checkpoints = paths.esm_checkpoints();
+    for file in [
+        paths.default_catalog(),
+        checkpoints.with_extension("tmp"),
+        checkpoints,
+    ] {
+        match std::fs::remove_file(&file) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("removing {}", file.display()));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// One line per service: name, pid, endpoint, whether it runs.
@@ -267,62 +306,42 @@ fn start_service(
     ephemeral: bool,
 ) -> Result<Spawned> {
     let tools = &paths.tools;
-    let node_modules = tools.join("node").join("node_modules");
-    let data = paths.data();
-    let port_s = port.to_string();
+    // Emulator data on disk unless the stack is ephemeral.
+    let data_dir = |service: &str| -> Result<Option<String>> {
+        if ephemeral {
+            return Ok(None);
+        }
+        let dir = paths.data().join(service);
+        std::fs::create_dir_all(&dir)?;
+        Ok(Some(dir.display().to_string()))
+    };
     let (program, args): (PathBuf, Vec<String>) = match name {
         "kinesis" => {
-            let mut args = vec![
-                tools
-                    .join("node")
-                    .join("kinesalite-loopback.js")
-                    .display()
-                    .to_string(),
-                "--port".into(),
-                port_s,
-                // No artificial CREATING/DELETING delays: tests create streams of their own.
-                "--createStreamMs".into(),
-                "0".into(),
-                "--deleteStreamMs".into(),
-                "0".into(),
-                "--updateStreamMs".into(),
-                "0".into(),
-                "--shardLimit".into(),
-                "1000".into(),
-            ];
-            if !ephemeral {
-                std::fs::create_dir_all(data.join("kinesis"))?;
-                args.extend(["--path".into(), data.join("kinesis").display().to_string()]);
-            }
-            ("node".into(), args)
+            let script = tools.join("node").join("kinesalite-loopback.js");
+            (
+                "node".into(),
+                kinesalite_args(&script, port, data_dir("kinesis")?),
+            )
         }
         "dynamodb" => {
-            let mut args = vec![
-                node_modules
-                    .join("dynalite")
-                    .join("cli.js")
-                    .display()
-                    .to_string(),
-                "--host".into(),
-                "127.0.0.1".into(),
-                "--port".into(),
-                port_s,
-                "--createTableMs".into(),
-                "0".into(),
-                "--deleteTableMs".into(),
-                "0".into(),
-                "--updateTableMs".into(),
-                "0".into(),
-            ];
-            if !ephemeral {
-                std::fs::create_dir_all(data.join("dynamodb"))?;
-                args.extend(["--path".into(), data.join("dynamodb").display().to_string()]);
-            }
-            ("node".into(), args)
+            let script = tools
+                .join("node")
+                .join("node_modules")
+                .join("dynalite")
+                .join("cli.js");
+            (
+                "node".into(),
+                dynalite_args(&script, port, data_dir("dynamodb")?),
+            )
         }
         "sqs" => (
             tools.join("venv").join("bin").join("moto_server"),
-            vec!["-H".into(), "127.0.0.1".into(), "-p".into(), port_s],
+            vec![
+                "-H".into(),
+                "127.0.0.1".into(),
+                "-p".into(),
+                port.to_string(),
+            ],
         ),
         "marketplace-metering" => (
             sibling_binary("marketplace-sim")?,
@@ -344,6 +363,40 @@ fn start_service(
         &args,
         &paths.logs().join(format!("{name}.log")),
     )
+}
+
+fn kinesalite_args(script: &Path, port: u16, data: Option<String>) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        script.display().to_string(),
+        "--port".into(),
+        port.to_string(),
+    ];
+    // No artificial CREATING/DELETING delays: tests create streams of their own.
+    for flag in ["--createStreamMs", "--deleteStreamMs", "--updateStreamMs"] {
+        args.extend([flag.into(), "0".into()]);
+    }
+    args.extend(["--shardLimit".into(), "1000".into()]);
+    if let Some(dir) = data {
+        args.extend(["--path".into(), dir]);
+    }
+    args
+}
+
+fn dynalite_args(script: &Path, port: u16, data: Option<String>) -> Vec<String> {
+    let mut args: Vec<String> = vec![script.display().to_string()];
+    args.extend([
+        "--host".into(),
+        "127.0.0.1".into(),
+        "--port".into(),
+        port.to_string(),
+    ]);
+    for flag in ["--createTableMs", "--deleteTableMs", "--updateTableMs"] {
+        args.extend([flag.into(), "0".into()]);
+    }
+    if let Some(dir) = data {
+        args.extend(["--path".into(), dir]);
+    }
+    args
 }
 
 /// A binary built next to the running one (`target/debug/marketplace-sim`).

@@ -14,7 +14,7 @@ use super::catalog::{Catalog, CatalogIndex};
 use super::error::{ApiError, ErrorCode, SimError};
 use super::faults::{Faults, TokenBucket};
 use super::ledger::{Ledger, WriteOutcome};
-use super::rules::{Disposition, Limits, parse_batch_request, validate_batch};
+use super::rules::{Disposition, Limits, ValidatedRecord, parse_batch_request, validate_batch};
 
 /// Everything a simulator instance (one region) starts from.
 #[derive(Debug, Clone, PartialEq)]
@@ -221,29 +221,8 @@ impl Simulator {
     /// Handle `AWSMPMeteringService.BatchMeterUsage`. `at` is the arrival time for the quota.
     pub fn batch_meter_usage(&mut self, body: &[u8], at: Instant) -> Reply {
         self.counters.requests += 1;
-        if self.disabled {
-            return self.fail(ApiError::new(
-                ErrorCode::DisabledApi,
-                format!("BatchMeterUsage is not available in {}", self.region),
-            ));
-        }
-        if !self.bucket.try_take(at) {
-            self.counters.throttled += 1;
-            return self.fail(ApiError::new(ErrorCode::Throttling, "Rate exceeded"));
-        }
-        if self.roll(self.faults.throttle_rate) {
-            self.counters.throttled += 1;
-            return self.fail(ApiError::new(
-                ErrorCode::Throttling,
-                "Rate exceeded (injected)",
-            ));
-        }
-        if self.roll(self.faults.internal_error_rate) {
-            self.counters.internal_errors += 1;
-            return self.fail(ApiError::new(
-                ErrorCode::InternalServiceError,
-                "An internal error has occurred (injected, nothing applied)",
-            ));
+        if let Err(e) = self.admit(at) {
+            return self.fail(e);
         }
         let now = self.now();
         let validated = match parse_batch_request(body)
@@ -261,37 +240,7 @@ impl Simulator {
                 unprocessed.push(raw);
                 continue;
             }
-            let product_code = match v.disposition {
-                Disposition::NotSubscribed => {
-                    self.counters.customer_not_subscribed += 1;
-                    results.push(json!({"UsageRecord": raw, "Status": "CustomerNotSubscribed"}));
-                    continue;
-                }
-                Disposition::Billable { product_code } => product_code,
-            };
-            let outcome = self.ledger.write(
-                &v.key,
-                &product_code,
-                v.record.quantity,
-                &v.record.usage_allocations,
-                now,
-                || uuid::Uuid::new_v4().to_string(),
-            );
-            let (status, id) = match outcome {
-                WriteOutcome::Billed(id) => {
-                    self.counters.success += 1;
-                    ("Success", id)
-                }
-                WriteOutcome::IdenticalRetry(id) => {
-                    self.counters.identical_retries += 1;
-                    ("Success", id)
-                }
-                WriteOutcome::Duplicate(id) => {
-                    self.counters.duplicate_record += 1;
-                    ("DuplicateRecord", id)
-                }
-            };
-            results.push(json!({"UsageRecord": raw, "MeteringRecordId": id, "Status": status}));
+            results.push(self.apply(v, raw, now));
         }
         if self.roll(self.faults.apply_then_fail_rate) {
             self.counters.apply_then_fail += 1;
@@ -301,6 +250,70 @@ impl Simulator {
             ));
         }
         Reply::ok(json!({"Results": results, "UnprocessedRecords": unprocessed}))
+    }
+
+    /// Request-level refusals before anything is read: a disabled region, the quota, and the
+    /// injected throttling and internal errors.
+    fn admit(&mut self, at: Instant) -> Result<(), ApiError> {
+        if self.disabled {
+            return Err(ApiError::new(
+                ErrorCode::DisabledApi,
+                format!("BatchMeterUsage is not available in {}", self.region),
+            ));
+        }
+        if !self.bucket.try_take(at) {
+            self.counters.throttled += 1;
+            return Err(ApiError::new(ErrorCode::Throttling, "Rate exceeded"));
+        }
+        if self.roll(self.faults.throttle_rate) {
+            self.counters.throttled += 1;
+            return Err(ApiError::new(
+                ErrorCode::Throttling,
+                "Rate exceeded (injected)",
+            ));
+        }
+        if self.roll(self.faults.internal_error_rate) {
+            self.counters.internal_errors += 1;
+            return Err(ApiError::new(
+                ErrorCode::InternalServiceError,
+                "An internal error has occurred (injected, nothing applied)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// One validated record against the ledger: its entry of `Results`.
+    fn apply(&mut self, v: ValidatedRecord, raw: Value, now: DateTime<Utc>) -> Value {
+        let product_code = match v.disposition {
+            Disposition::NotSubscribed => {
+                self.counters.customer_not_subscribed += 1;
+                return json!({"UsageRecord": raw, "Status": "CustomerNotSubscribed"});
+            }
+            Disposition::Billable { product_code } => product_code,
+        };
+        let outcome = self.ledger.write(
+            &v.key,
+            &product_code,
+            v.record.quantity,
+            &v.record.usage_allocations,
+            now,
+            || uuid::Uuid::new_v4().to_string(),
+        );
+        let (status, id) = match outcome {
+            WriteOutcome::Billed(id) => {
+                self.counters.success += 1;
+                ("Success", id)
+            }
+            WriteOutcome::IdenticalRetry(id) => {
+                self.counters.identical_retries += 1;
+                ("Success", id)
+            }
+            WriteOutcome::Duplicate(id) => {
+                self.counters.duplicate_record += 1;
+                ("DuplicateRecord", id)
+            }
+        };
+        json!({"UsageRecord": raw, "MeteringRecordId": id, "Status": status})
     }
 
     /// Handle `AWSMPMeteringService.ResolveCustomer`.

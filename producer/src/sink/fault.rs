@@ -185,7 +185,7 @@ impl<S: RecordSink> RecordSink for FaultInjectingRecordSink<S> {
         match fate {
             CallFate::Throttle => {
                 c.calls_throttled.fetch_add(1, Ordering::Relaxed);
-                return Err(SinkError::Throttled("injected call throttle".into()));
+                return Err(SinkError::throttled("injected call throttle"));
             }
             CallFate::Fail => {
                 c.calls_failed.fetch_add(1, Ordering::Relaxed);
@@ -193,10 +193,7 @@ impl<S: RecordSink> RecordSink for FaultInjectingRecordSink<S> {
             }
             CallFate::Reject => {
                 c.calls_rejected.fetch_add(1, Ordering::Relaxed);
-                return Err(SinkError::Rejected {
-                    message: "injected AccessDenied".into(),
-                    source: None,
-                });
+                return Err(SinkError::rejected("injected AccessDenied"));
             }
             CallFate::LoseResponse | CallFate::Normal => {}
         }

@@ -7,7 +7,7 @@ use aws_sdk_kinesis::operation::put_records::{PutRecordsError, PutRecordsOutput}
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 
-use super::{EntryOutcome, PutEntry, RecordSink, SinkError};
+use super::{BoxError, EntryOutcome, PutEntry, RecordSink, SinkError};
 
 /// Per-entry code Kinesis uses for throttling.
 const THROTTLED_CODE: &str = "ProvisionedThroughputExceededException";
@@ -118,20 +118,31 @@ pub fn classify_put_records_error(err: SdkError<PutRecordsError>) -> SinkError {
     }
 }
 
-/// Classifies a service error of PutRecords (pure, testable with SDK builders).
+/// Classifies a service error of PutRecords (pure, testable with SDK builders). The error
+/// itself becomes the source.
 pub fn classify_service_error(err: PutRecordsError, http_status: u16) -> SinkError {
-    let message = err.to_string();
+    let make = service_error_kind(&err, http_status);
+    make(
+        format!("service error, HTTP {http_status}"),
+        Some(Box::new(err)),
+    )
+}
+
+type MakeSinkError = fn(String, Option<BoxError>) -> SinkError;
+
+/// Which [`SinkError`] a service error is.
+fn service_error_kind(err: &PutRecordsError, http_status: u16) -> MakeSinkError {
+    let throttled: MakeSinkError = |message, source| SinkError::Throttled { message, source };
+    let transient: MakeSinkError = |message, source| SinkError::Transient { message, source };
+    let rejected: MakeSinkError = |message, source| SinkError::Rejected { message, source };
     if err.is_provisioned_throughput_exceeded_exception() || err.is_kms_throttling_exception() {
-        return SinkError::Throttled(message);
+        return throttled;
     }
     if err.is_resource_not_found_exception() {
-        return SinkError::ResourceNotFound(message);
+        return |message, source| SinkError::ResourceNotFound { message, source };
     }
     if err.is_internal_failure_exception() {
-        return SinkError::Transient {
-            message,
-            source: Some(Box::new(err)),
-        };
+        return transient;
     }
     if err.is_access_denied_exception()
         || err.is_invalid_argument_exception()
@@ -142,24 +153,15 @@ pub fn classify_service_error(err: PutRecordsError, http_status: u16) -> SinkErr
         || err.is_kms_opt_in_required()
         || err.is_dry_run_operation_exception()
     {
-        return SinkError::Rejected {
-            message,
-            source: Some(Box::new(err)),
-        };
+        return rejected;
     }
     match err.code() {
         Some("ThrottlingException" | "LimitExceededException" | "RequestLimitExceeded") => {
-            SinkError::Throttled(message)
+            throttled
         }
-        _ if http_status >= 500 || http_status == 429 => SinkError::Transient {
-            message,
-            source: Some(Box::new(err)),
-        },
+        _ if http_status >= 500 || http_status == 429 => transient,
         // An unknown 4xx: permanent as far as we can tell.
-        _ => SinkError::Rejected {
-            message,
-            source: Some(Box::new(err)),
-        },
+        _ => rejected,
     }
 }
 
@@ -286,5 +288,24 @@ mod tests {
         );
         assert_eq!(c(PutRecordsError::unhandled("boom"), 503), "Transient");
         assert_eq!(c(PutRecordsError::unhandled("boom"), 400), "Rejected");
+    }
+
+    #[test]
+    fn the_sdk_error_is_the_source_and_is_not_repeated_in_the_message() {
+        let err = classify_service_error(
+            PutRecordsError::ProvisionedThroughputExceededException(
+                ProvisionedThroughputExceededException::builder()
+                    .message("slow down")
+                    .build(),
+            ),
+            400,
+        );
+        assert_eq!(
+            err.to_string(),
+            "PutRecords throttled: service error, HTTP 400"
+        );
+        let source = std::error::Error::source(&err).expect("the SDK error is kept");
+        assert!(source.to_string().contains("slow down"), "{source}");
+        assert!(!err.to_string().contains("slow down"));
     }
 }

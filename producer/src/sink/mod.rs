@@ -55,41 +55,60 @@ pub enum EntryOutcome {
     },
 }
 
-/// Why a whole PutRecords call failed.
+/// The underlying error of a [`SinkError`] (an SDK error, a parse error…), kept as its source.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a whole PutRecords call failed. `message` says what happened on our side; the error that
+/// caused it (an SDK error) is the `source`, never copied into the message.
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
     /// The call was throttled as a whole (`ProvisionedThroughputExceeded`, `KMSThrottling`, …).
-    #[error("throttled: {0}")]
-    Throttled(String),
+    #[error("PutRecords throttled: {message}")]
+    Throttled {
+        /// What happened.
+        message: String,
+        /// The underlying error.
+        #[source]
+        source: Option<BoxError>,
+    },
     /// Transient: timeout, connection error, 5xx, a response that could not be read. The call
     /// may or may not have been applied.
     #[error("transient PutRecords failure: {message}")]
     Transient {
-        /// Description.
+        /// What happened.
         message: String,
         /// The underlying error.
         #[source]
-        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+        source: Option<BoxError>,
     },
     /// The stream does not exist (or is not visible): re-learn shards; the records go back to
     /// the caller.
-    #[error("stream not found: {0}")]
-    ResourceNotFound(String),
-    /// Permanent: access denied, invalid argument, KMS key disabled…
-    #[error("PutRecords rejected: {message}")]
-    Rejected {
-        /// Description.
+    #[error("stream not found: {message}")]
+    ResourceNotFound {
+        /// What happened.
         message: String,
         /// The underlying error.
         #[source]
-        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+        source: Option<BoxError>,
+    },
+    /// Permanent: access denied, invalid argument, KMS key disabled…
+    #[error("PutRecords rejected: {message}")]
+    Rejected {
+        /// What happened.
+        message: String,
+        /// The underlying error.
+        #[source]
+        source: Option<BoxError>,
     },
 }
 
 impl SinkError {
     /// Whether resending the same entries can succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, SinkError::Throttled(_) | SinkError::Transient { .. })
+        matches!(
+            self,
+            SinkError::Throttled { .. } | SinkError::Transient { .. }
+        )
     }
 
     /// Whether the call may have been applied although it reported failure (a lost response):
@@ -98,9 +117,25 @@ impl SinkError {
         matches!(self, SinkError::Transient { .. })
     }
 
-    /// A transient error from a message.
+    /// A throttled call, described by `message`, without an underlying error.
+    pub fn throttled(message: impl Into<String>) -> Self {
+        SinkError::Throttled {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A transient failure, described by `message`, without an underlying error.
     pub fn transient(message: impl Into<String>) -> Self {
         SinkError::Transient {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A permanent refusal, described by `message`, without an underlying error.
+    pub fn rejected(message: impl Into<String>) -> Self {
+        SinkError::Rejected {
             message: message.into(),
             source: None,
         }
@@ -109,11 +144,18 @@ impl SinkError {
     /// Stable reason code.
     pub fn reason(&self) -> &'static str {
         match self {
-            SinkError::Throttled(_) => "Throttled",
+            SinkError::Throttled { .. } => "Throttled",
             SinkError::Transient { .. } => "Transient",
-            SinkError::ResourceNotFound(_) => "ResourceNotFound",
+            SinkError::ResourceNotFound { .. } => "ResourceNotFound",
             SinkError::Rejected { .. } => "Rejected",
         }
+    }
+}
+
+/// What to retry is the sink's to say ([`SinkError::is_retryable`]); how, the shared policy's.
+impl awsmp_retry::Retryable for SinkError {
+    fn is_retryable(&self) -> bool {
+        SinkError::is_retryable(self)
     }
 }
 

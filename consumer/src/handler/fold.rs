@@ -1,0 +1,63 @@
+//! Step 4: fold the accepted events of the records before the cut into row contributions,
+//! one per (group, UTC second) ([`BatchFold`]), with an `EventsAccepted` metric per producer.
+
+use std::collections::BTreeMap;
+
+use awsmp_pipeline::contract::metrics;
+use awsmp_pipeline::emf::Metric;
+
+use super::{Batch, Consumer};
+use crate::domain::fold::{BatchFold, RowContribution};
+use crate::domain::row::RecordMeta;
+use crate::domain::seq::{Lane, SeqNum};
+
+/// The batch's rows and, per record before the cut, its lane and sequence number.
+pub(super) struct Folded {
+    /// One contribution per row the batch touches.
+    pub(super) rows: Vec<RowContribution>,
+    /// Indexed like the batch's records.
+    pub(super) metas: Vec<RecordMeta>,
+}
+
+impl Consumer {
+    /// Fold the accepted events before `cut` (the decoded records are taken out of their slots).
+    pub(super) fn fold(&self, batch: &mut Batch<'_>, cut: usize) -> Folded {
+        let mut fold = BatchFold::new();
+        let mut metas: Vec<RecordMeta> = Vec::with_capacity(cut);
+        let mut per_producer: BTreeMap<String, u64> = BTreeMap::new();
+        for (i, s) in batch.slots.iter_mut().enumerate().take(cut) {
+            let meta = match &s.record {
+                Ok(rec) => RecordMeta {
+                    lane: rec.lane(),
+                    seq: rec.sequence_number.clone(),
+                },
+                // Never folded; an empty slot keeps the indexes aligned.
+                Err(_) => RecordMeta {
+                    lane: Lane::from_name(""),
+                    seq: SeqNum::parse("0").expect("0 is a sequence number"),
+                },
+            };
+            metas.push(meta);
+            if s.duplicate {
+                continue;
+            }
+            if let Some(d) = s.decoded.take() {
+                for (sub, ev) in d.events {
+                    batch.report.events_accepted += 1;
+                    *per_producer
+                        .entry(ev.producer_id.clone().unwrap_or_else(|| "unknown".into()))
+                        .or_default() += 1;
+                    fold.add(i as u32, sub, ev);
+                }
+            }
+        }
+        for (producer, n) in per_producer {
+            self.metrics.emit(
+                Metric::counts(metrics::EVENTS_ACCEPTED, n).with(metrics::PRODUCER, producer),
+            );
+        }
+        let rows = fold.into_rows();
+        batch.report.rows = rows.len();
+        Folded { rows, metas }
+    }
+}

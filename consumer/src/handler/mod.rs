@@ -1,0 +1,212 @@
+//! The `kinesis-consumer` handler: one Kinesis batch in, usage rows out, partial batch failures
+//! keyed by sequence number. The same function runs under `lambda_runtime` and under the local
+//! event source mapping.
+//!
+//! [`Consumer::process`] is the sequence of its steps, one module each:
+//! 1. `decode.rs`: parse, decode and verify every record (pure).
+//! 2. `claim.rs`: claim each record's dedup key; a claim that cannot be made is the batch's
+//!    *cut* — that record and every later one is left for the retry.
+//! 3. `refuse.rs`: record refused events (idempotent puts keyed by stream position).
+//! 4. `fold.rs`: fold the accepted events per (group, second).
+//! 5. `rows.rs`: look up which group-hours are finalized; per row decide, record late /
+//!    rejected parts, then one conditional write.
+//! 6. `respond.rs`: report the lowest failed record as the batch item failure.
+//!
+//! Every store call is retried under [`Settings::store_retry`] ([`STORE_RETRY`]).
+
+mod claim;
+mod decode;
+mod fold;
+mod refuse;
+mod respond;
+mod rows;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lambda_events::event::kinesis::KinesisEvent;
+use aws_lambda_events::event::streams::KinesisEventResponse;
+use awsmp_pipeline::domain::clock::Clock;
+use awsmp_pipeline::emf::MetricsSink;
+use awsmp_retry::RetryPolicy;
+use chrono::{DateTime, Utc};
+
+use crate::domain::row::RowLimits;
+use crate::domain::verify::VerifyPolicy;
+use crate::error::Result;
+use crate::ports::{DedupStore, FinalizedGroups, RejectedEventStore, UsageRowWriter};
+
+use decode::Slot;
+pub use decode::{kinesis_record, stream_record};
+
+/// Rejected bytes up to this size are stored inline (base64); larger ones by reference only.
+/// Our bound: keeps a rejected-events item far below DynamoDB's 400 KB item limit.
+pub const MAX_INLINE_REJECTED_BYTES: usize = 8 * 1024;
+/// Optimistic-concurrency rounds on one row (decide, conditional write, re-read when another
+/// writer moved the row first) before the row is failed and the batch retried. Not a backoff:
+/// a round that loses the race re-reads at once.
+pub const MAX_ROW_CAS_ROUNDS: u32 = 8;
+/// Retries of one store call on a retryable error: 5 calls in all, full-jitter delays from
+/// 25 ms doubling up to 2 s (about 0.4 s at most in all, well inside a Lambda invocation).
+pub const STORE_RETRY: RetryPolicy =
+    RetryPolicy::new(5, Duration::from_millis(25), Duration::from_secs(2));
+
+/// Tunables of the handler (see [`crate::config::Config`] for their environment variables).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Event verification.
+    pub verify: VerifyPolicy,
+    /// How long a dedup claim lives.
+    pub dedup_ttl: chrono::Duration,
+    /// Usage-row TTL in days after the row's second (0 = no `ttl` attribute).
+    pub usage_ttl_days: u32,
+    /// Rejected-events TTL in days (0 = keep).
+    pub rejected_ttl_days: u32,
+    /// Concurrent store calls.
+    pub concurrency: usize,
+    /// Row limits.
+    pub limits: RowLimits,
+    /// How a store call that failed with a retryable error is retried ([`STORE_RETRY`]).
+    pub store_retry: RetryPolicy,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            verify: VerifyPolicy::default(),
+            dedup_ttl: chrono::Duration::hours(48),
+            usage_ttl_days: 365,
+            rejected_ttl_days: 400,
+            concurrency: 16,
+            limits: RowLimits::default(),
+            store_retry: STORE_RETRY,
+        }
+    }
+}
+
+/// Everything the handler needs.
+#[derive(Clone)]
+pub struct Consumer {
+    /// Tunables.
+    pub settings: Settings,
+    /// Dedup store.
+    pub dedup: Arc<dyn DedupStore>,
+    /// Rejected events and late usage.
+    pub rejected: Arc<dyn RejectedEventStore>,
+    /// The usage table.
+    pub rows: Arc<dyn UsageRowWriter>,
+    /// Finalized group-hours.
+    pub finalized: Arc<dyn FinalizedGroups>,
+    /// EMF metrics.
+    pub metrics: MetricsSink,
+    /// The clock (audit stamps, claim expiry).
+    pub clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one invocation did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BatchReport {
+    /// Stream records delivered.
+    pub records: usize,
+    /// Events accepted into the fold (excluding duplicates and records after a failure).
+    pub events_accepted: u64,
+    /// Quantity newly added to rows.
+    pub quantity_written: u64,
+    /// Events (or row parts) recorded as rejected, by reason.
+    pub rejected: BTreeMap<String, u64>,
+    /// Quantity recorded as late usage.
+    pub late_quantity: u64,
+    /// Records skipped as duplicates.
+    pub dedup_hits: u64,
+    /// Distinct rows in the batch.
+    pub rows: usize,
+    /// Conditional writes that changed a row.
+    pub row_writes: u64,
+    /// `UpdateItem` calls, including ones whose condition failed.
+    pub update_items: u64,
+    /// Row parts skipped because the row already held them (replays).
+    pub replayed_parts: u64,
+    /// The sequence number reported as the batch item failure, if any.
+    pub failed_from: Option<String>,
+}
+
+/// One invocation's working state, handed from step to step.
+struct Batch<'e> {
+    /// The delivered event.
+    event: &'e KinesisEvent,
+    /// The invocation's instant (audit stamps, claim expiry, TTLs).
+    now: DateTime<Utc>,
+    /// One per delivered record, in delivery order.
+    slots: Vec<Slot>,
+    /// The lowest record index that failed: Lambda resumes from it.
+    failed: Option<usize>,
+    /// What the invocation did so far.
+    report: BatchReport,
+}
+
+impl Batch<'_> {
+    /// Record `i` failed: the batch resumes from it, or from an earlier failed record.
+    fn fail_at(&mut self, i: usize) {
+        self.failed = Some(self.failed.map_or(i, |f| f.min(i)));
+    }
+}
+
+impl Consumer {
+    /// Handle one batch; failures become `batchItemFailures`, never an `Err`.
+    pub async fn handle(&self, event: KinesisEvent) -> KinesisEventResponse {
+        self.process(event).await.0
+    }
+
+    /// Handle one batch and say what happened.
+    pub async fn process(&self, event: KinesisEvent) -> (KinesisEventResponse, BatchReport) {
+        let mut batch = Batch {
+            event: &event,
+            now: self.clock.now(),
+            slots: decode::decode_slots(&event, &self.settings.verify),
+            failed: None,
+            report: BatchReport {
+                records: event.records.len(),
+                ..BatchReport::default()
+            },
+        };
+        let cut = self.claim_dedup_keys(&mut batch).await;
+        self.record_refusals(&mut batch, cut).await;
+        let folded = self.fold(&mut batch, cut);
+        self.write_rows(&mut batch, &folded).await;
+        self.respond(batch)
+    }
+
+    /// One store call under [`Settings::store_retry`].
+    async fn with_retry<T, F, Fut>(&self, op: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        awsmp_retry::retry(&self.settings.store_retry, op).await
+    }
+
+    /// The rejected-events TTL for an item recorded at `now` (`None`: keep).
+    fn rejected_ttl(&self, now: DateTime<Utc>) -> Option<i64> {
+        ttl_days_after(now, self.settings.rejected_ttl_days)
+    }
+
+    /// The usage-row TTL for the row of second `t` (`None`: no `ttl` attribute).
+    fn usage_ttl(&self, t: DateTime<Utc>) -> Option<i64> {
+        ttl_days_after(t, self.settings.usage_ttl_days)
+    }
+}
+
+/// Epoch seconds `days` after `t`; `None` when `days` is 0.
+fn ttl_days_after(t: DateTime<Utc>, days: u32) -> Option<i64> {
+    (days > 0).then(|| (t + chrono::Duration::days(i64::from(days))).timestamp())
+}

@@ -1,0 +1,202 @@
+//! The consuming side of a local run: the local Kinesis event source mapping feeding the
+//! consumer while the producers run, optionally with injected consumer crashes.
+
+use super::RunContext;
+use super::counters::RunCounters;
+use super::target::ConsumeOutcome;
+use super::timings::{Timings, observe_batch};
+use crate::faults::FaultClass;
+use crate::kinesis_esm::{EsmOptions, EsmReport, KinesisEsm};
+use crate::local::LocalEnv;
+use anyhow::{Result, bail};
+use aws_lambda_events::event::streams::KinesisEventResponse;
+use aws_lambda_events::kinesis::KinesisEvent;
+use awsmp_consumer::Consumer;
+use awsmp_consumer::adapters::fault::{Faults as StoreFaults, Faulty};
+use awsmp_pipeline::emf::MetricsSink;
+use chrono::Utc;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The consumer and its crashing twin: same tables, stores that die after N calls.
+struct Consumers {
+    consumer: Consumer,
+    crashing: Consumer,
+    store_faults: StoreFaults,
+    /// Crash about one batch in four.
+    crash: bool,
+    rng: Mutex<rand::rngs::StdRng>,
+}
+
+impl Consumers {
+    async fn new(env: &LocalEnv, metrics: MetricsSink, crash: bool, seed: u64) -> Result<Self> {
+        use awsmp_consumer::adapters::dynamodb::{DynamoDbDedupStore, DynamoDbUsageRows};
+        let config = awsmp_consumer::Config::from_lookup(|k| {
+            env.vars.get(k).cloned().or_else(|| std::env::var(k).ok())
+        })?;
+        let ddb = env.dynamodb().await?;
+        let mut consumer =
+            awsmp_consumer::adapters::dynamodb::consumer_from_config(&config, ddb.clone());
+        consumer.metrics = metrics;
+        let store_faults = StoreFaults::new(seed);
+        let mut crashing = consumer.clone();
+        crashing.rows = Arc::new(Faulty::new(
+            DynamoDbUsageRows::new(ddb.clone(), env.get("AWSMP_USAGE_TABLE")?),
+            store_faults.clone(),
+        ));
+        crashing.dedup = Arc::new(Faulty::new(
+            DynamoDbDedupStore::new(ddb, env.get("AWSMP_DEDUP_TABLE")?),
+            store_faults.clone(),
+        ));
+        Ok(Self {
+            consumer,
+            crashing,
+            store_faults,
+            crash,
+            rng: Mutex::new(rand::rngs::StdRng::seed_from_u64(seed ^ 0xc0ffee)),
+        })
+    }
+
+    /// One invocation: either the function "dies" part-way through its writes (an error), or
+    /// the consumer processes the batch and the counters and timings are updated.
+    async fn handle(
+        &self,
+        event: KinesisEvent,
+        counters: &RunCounters,
+        timings: &Mutex<Timings>,
+    ) -> std::result::Result<KinesisEventResponse, String> {
+        let (crash_now, crash_after) = {
+            let mut rng = self.rng.lock().expect("poisoned");
+            (
+                self.crash && rng.random_bool(0.25),
+                rng.random_range(0..8u64),
+            )
+        };
+        if crash_now {
+            self.store_faults.crash_after(crash_after);
+            let _ = self.crashing.process(event).await;
+            self.store_faults.recover();
+            RunCounters::add(&counters.crashes, 1);
+            return Err("injected crash: the function died mid-batch".to_owned());
+        }
+        let (response, batch) = self.consumer.process(event.clone()).await;
+        RunCounters::add(&counters.consumed, batch.events_accepted);
+        RunCounters::add(&counters.rows_written, batch.row_writes);
+        RunCounters::add(&counters.update_items, batch.update_items);
+        if response.batch_item_failures.is_empty() {
+            observe_batch(&event, timings, Utc::now());
+        }
+        Ok(response)
+    }
+}
+
+/// Poll `stream` through the local event source mapping (checkpoints in `checkpoint`) into
+/// the consumer until production is done and every shard is caught up. With consumer crashes
+/// on, about one batch in four "kills the function" part-way through its writes (the rows and
+/// dedup stores stop answering after a random number of calls, and the invocation errors):
+/// the mapping retries and bisects, and the replays must add nothing twice and skip nothing.
+pub(super) async fn consume(
+    ctx: &RunContext<'_>,
+    env: &LocalEnv,
+    stream: &str,
+    checkpoint: &Path,
+) -> Result<ConsumeOutcome> {
+    let options = EsmOptions {
+        batch_size: 500,
+        batching_window: Duration::from_millis(200),
+        // Retry until it succeeds: a load run must not discard data to the failure queue.
+        max_retry_attempts: None,
+        bisect_on_error: true,
+        failure_destination: Some((
+            env.sqs().await?,
+            env.get("AWSMP_CONSUMER_FAILURE_QUEUE_URL")?.to_owned(),
+        )),
+        ..EsmOptions::default()
+    };
+    let mut esm = KinesisEsm::new(
+        env.kinesis().await?,
+        stream,
+        options,
+        checkpoint.to_path_buf(),
+    )
+    .await?;
+    let metrics = MetricsSink::capture("kinesis-consumer");
+    let faults = &ctx.spec.produce.faults;
+    let consumers = Consumers::new(
+        env,
+        metrics.clone(),
+        faults.has(FaultClass::ConsumerCrashes),
+        ctx.spec.produce.workload.seed,
+    )
+    .await?;
+    let mut totals: BTreeMap<String, u64> = BTreeMap::new();
+    loop {
+        let production_finished = ctx.production_done.load(Ordering::SeqCst);
+        let report = esm
+            .drain(|event: KinesisEvent| consumers.handle(event, &ctx.counters, &ctx.timings))
+            .await?;
+        add_esm_counts(&mut totals, &report);
+        ensure_no_discards(&report)?;
+        if production_finished && report.records_delivered == 0 {
+            return Ok(outcome(totals, &ctx.counters, &metrics));
+        }
+        if Instant::now() > ctx.deadline {
+            bail!("the consumer did not catch up before the timeout");
+        }
+        if report.records_delivered == 0 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// A load run must lose nothing to the failure queue.
+fn ensure_no_discards(report: &EsmReport) -> Result<()> {
+    if !report.discarded.is_empty() {
+        bail!(
+            "the event source mapping discarded {} batch(es) to the failure destination: {:?}",
+            report.discarded.len(),
+            report.discarded
+        );
+    }
+    Ok(())
+}
+
+fn add_esm_counts(totals: &mut BTreeMap<String, u64>, report: &EsmReport) {
+    for (k, v) in [
+        ("esm:functionErrors", report.function_errors),
+        ("esm:partialFailures", report.partial_failures),
+        ("esm:bisections", report.bisections),
+    ] {
+        *totals.entry(k.into()).or_default() += v;
+    }
+}
+
+/// The mapping's fault counts, the injected crashes and the consumer's rejections by reason
+/// (its `EventRejected` metric lines).
+fn outcome(
+    mut faults: BTreeMap<String, u64>,
+    counters: &RunCounters,
+    metrics: &MetricsSink,
+) -> ConsumeOutcome {
+    faults.retain(|_, v| *v > 0);
+    let crashes = RunCounters::get(&counters.crashes);
+    if crashes > 0 {
+        faults.insert("consumer:crashes".into(), crashes);
+    }
+    let mut rejects = BTreeMap::new();
+    for line in metrics.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        if v.get("EventRejected").is_some() {
+            *rejects
+                .entry(format!("consumer:{}", v["Reason"].as_str().unwrap_or("?")))
+                .or_default() += v["EventRejected"].as_f64().unwrap_or(0.0) as u64;
+        }
+    }
+    ConsumeOutcome { faults, rejects }
+}

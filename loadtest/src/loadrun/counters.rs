@@ -1,0 +1,109 @@
+//! The run's live counts, and the sampler that turns them into the report's timeline and the
+//! progress bar about once a second.
+
+use super::progress::Progress;
+use crate::report::Sample;
+use awsmp_producer::Producer;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Every count of a run, updated by the producing and the consuming side as they go.
+#[derive(Debug, Default)]
+pub struct RunCounters {
+    /// Events accepted by `record()`.
+    pub produced: AtomicU64,
+    /// Producers still running.
+    pub producers_running: AtomicU64,
+    /// Events the consumer accepted.
+    pub consumed: AtomicU64,
+    /// Usage-row writes the consumer made.
+    pub rows_written: AtomicU64,
+    /// DynamoDB `UpdateItem` calls the consumer made (for write amplification).
+    pub update_items: AtomicU64,
+    /// Records billed so far (the simulator's ledger, or a deployment's `Success` records).
+    pub billed: AtomicU64,
+    /// Injected consumer crashes.
+    pub crashes: AtomicU64,
+}
+
+impl RunCounters {
+    /// Add `n` to `counter` (relaxed: the counts are statistics, not synchronisation).
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Set `counter` to `n`.
+    pub fn set(counter: &AtomicU64, n: u64) {
+        counter.store(n, Ordering::Relaxed);
+    }
+
+    /// Read `counter`.
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+
+    /// One sample of the counts, `t` seconds into the run, with `acked` events acknowledged.
+    fn sample(&self, t: f64, acked: u64) -> Sample {
+        Sample {
+            t,
+            produced: Self::get(&self.produced),
+            acked,
+            consumed: Self::get(&self.consumed),
+            rows_written: Self::get(&self.rows_written),
+            billed: Self::get(&self.billed),
+        }
+    }
+}
+
+/// Samples the counters until stopped.
+pub(super) struct Sampler {
+    stop: Arc<AtomicBool>,
+    timeline: Arc<Mutex<Vec<Sample>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Sampler {
+    /// Sample `counters` (and the Kinesis acknowledgements of `producers`) every second from now.
+    pub(super) fn start(
+        started: Instant,
+        counters: Arc<RunCounters>,
+        producers: Arc<Mutex<Vec<Producer>>>,
+        progress: Progress,
+    ) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let timeline: Arc<Mutex<Vec<Sample>>> = Arc::default();
+        let task = {
+            let (stop, timeline) = (stop.clone(), timeline.clone());
+            tokio::spawn(async move {
+                loop {
+                    let acked: u64 = producers
+                        .lock()
+                        .expect("poisoned")
+                        .iter()
+                        .map(|p| p.stats().events_acked)
+                        .sum();
+                    let s = counters.sample(started.elapsed().as_secs_f64(), acked);
+                    progress.update(&s);
+                    timeline.lock().expect("poisoned").push(s);
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(1000)).await;
+                }
+            })
+        };
+        Self {
+            stop,
+            timeline,
+            task,
+        }
+    }
+
+    /// Take a last sample and return the timeline.
+    pub(super) async fn stop(self) -> Vec<Sample> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.task.await.ok();
+        std::mem::take(&mut *self.timeline.lock().expect("poisoned"))
+    }
+}

@@ -1,0 +1,189 @@
+//! The local stack as a run's target: a catalog of the run's own licenses in the simulator, a
+//! stream of the run's own (or, when producing only, a named existing stream that is left in
+//! place), the local event source mapping and consumer, pipeline ticks on a controlled clock,
+//! and the simulator's ledger as the billing record.
+
+use super::collect::Scope;
+use super::sim_admin::{SimAdmin, ledger_group_hour};
+use super::target::{ConsumeOutcome, RunTarget};
+use super::{RUN_STREAM_SHARDS, RunContext, RunSpec, catalog, licenses_needed, run_license};
+use crate::conservation::{GroupHour, Inputs};
+use crate::local::{self, LocalEnv, Paths, UpOptions};
+use crate::report::RunReport;
+use anyhow::{Context, Result};
+use chrono::{DateTime, Utc};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+/// A run on the local stack.
+pub(super) struct LocalTarget {
+    env: LocalEnv,
+    stream: String,
+    /// Whether the run created `stream` (and deletes it at the end).
+    owns_stream: bool,
+    licenses: Vec<(String, String)>,
+    sim: SimAdmin,
+    /// The event source mapping's checkpoints for this run.
+    checkpoint: PathBuf,
+}
+
+impl LocalTarget {
+    /// Start the stack (if needed) with the run's catalog, reset the simulator, and create the
+    /// run's stream unless the run writes into a named one.
+    pub(super) async fn set_up(paths: &Paths, spec: &RunSpec, nonce: u32) -> Result<Self> {
+        let w = &spec.produce.workload;
+        let licenses: Vec<(String, String)> = (0..licenses_needed(spec))
+            .map(|i| run_license(nonce, i))
+            .collect();
+        // The run's local state (its catalog, its mapping's checkpoints); older runs' goes.
+        let dir = paths.loadtest();
+        std::fs::create_dir_all(&dir)?;
+        for old in std::fs::read_dir(&dir)?.flatten() {
+            std::fs::remove_file(old.path()).ok();
+        }
+        let catalog_path = dir.join(format!("catalog-{nonce:08x}.json"));
+        std::fs::write(
+            &catalog_path,
+            serde_json::to_string_pretty(&catalog(&licenses, &w.dimensions))?,
+        )?;
+        let options = UpOptions {
+            catalog: Some(catalog_path),
+            ephemeral: None,
+        };
+        let env = local::up(paths, &options)
+            .await
+            .context("starting the local stack")?;
+        let (stream, owns_stream) = match named_stream(spec, &env)? {
+            Some(name) => (name, false),
+            None => (format!("awsmp-loadtest-{nonce:08x}"), true),
+        };
+        let kinesis = env.kinesis().await?;
+        if owns_stream {
+            let def = local::resources::StreamDef {
+                logical_id: "LoadTestStream".into(),
+                stack: "loadtest".into(),
+                name: stream.clone(),
+                env: String::new(),
+                shards: RUN_STREAM_SHARDS,
+            };
+            local::resources::ensure_stream(&kinesis, &def).await?;
+        } else {
+            kinesis
+                .describe_stream_summary()
+                .stream_name(&stream)
+                .send()
+                .await
+                .with_context(|| format!("stream {stream} (--stream names an existing stream)"))?;
+        }
+        let sim = SimAdmin::new(&env)?;
+        sim.post("/_sim/reset", serde_json::json!({})).await?;
+        Ok(Self {
+            env,
+            stream,
+            owns_stream,
+            licenses,
+            sim,
+            checkpoint: dir.join(format!("esm-{nonce:08x}.json")),
+        })
+    }
+}
+
+/// The existing stream a produce-only run writes into: `--stream`, else the stack's usage
+/// stream. `None`: the run creates a stream of its own.
+fn named_stream(spec: &RunSpec, env: &LocalEnv) -> Result<Option<String>> {
+    match (&spec.stream, spec.produce_only) {
+        (Some(name), _) => Ok(Some(name.clone())),
+        (None, true) => Ok(Some(env.get("AWSMP_USAGE_STREAM")?.to_owned())),
+        (None, false) => Ok(None),
+    }
+}
+
+impl RunTarget for LocalTarget {
+    fn env(&self) -> &LocalEnv {
+        &self.env
+    }
+
+    fn stream(&self) -> &str {
+        &self.stream
+    }
+
+    fn licenses(&self) -> &[(String, String)] {
+        &self.licenses
+    }
+
+    fn describe(&self) -> (String, String) {
+        let stream = if self.owns_stream {
+            format!("{} ({RUN_STREAM_SHARDS} shards)", self.stream)
+        } else {
+            format!("{} (existing; left in place)", self.stream)
+        };
+        ("local stack".into(), stream)
+    }
+
+    async fn consume(&self, ctx: &RunContext<'_>) -> Result<ConsumeOutcome> {
+        super::consume::consume(ctx, &self.env, &self.stream, &self.checkpoint).await
+    }
+
+    async fn settle(
+        &self,
+        ctx: &RunContext<'_>,
+        scope: &Scope<'_>,
+        _inputs: &Inputs,
+        report: &mut RunReport,
+        settings: &mut BTreeMap<String, String>,
+    ) -> Result<BTreeSet<GroupHour>> {
+        let (env, sim, licenses) = (&self.env, &self.sim, &self.licenses);
+        super::meter::meter(ctx, env, sim, licenses, scope, report, settings).await
+    }
+
+    /// The simulator's ledger is the billing record.
+    async fn billed(
+        &self,
+        scope: &Scope<'_>,
+        _accepted: BTreeMap<GroupHour, u64>,
+    ) -> Result<BTreeMap<GroupHour, u64>> {
+        let ledger = self.sim.ledger().await?;
+        let mut billed = BTreeMap::new();
+        for r in ledger["records"].as_array().into_iter().flatten() {
+            let gh = ledger_group_hour(r);
+            if scope.licenses.contains(&gh.0) && scope.keeps(&gh) {
+                *billed.entry(gh).or_default() += r["quantity"].as_u64().unwrap_or(0);
+            }
+        }
+        Ok(billed)
+    }
+
+    /// When the simulator first saw each record (its clock: virtual time).
+    async fn billed_instants(
+        &self,
+        scope: &Scope<'_>,
+    ) -> Result<BTreeMap<GroupHour, DateTime<Utc>>> {
+        let ledger = self.sim.ledger().await?;
+        let mut out = BTreeMap::new();
+        for r in ledger["records"].as_array().into_iter().flatten() {
+            let gh = ledger_group_hour(r);
+            let billed_at = r["firstSeen"]
+                .as_str()
+                .and_then(|t| DateTime::parse_from_rfc3339(t).ok());
+            if let Some(at) = billed_at.filter(|_| scope.licenses.contains(&gh.0)) {
+                out.insert(gh, at.with_timezone(&Utc));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn tear_down(&self) -> Result<()> {
+        if self.owns_stream {
+            let kinesis = self.env.kinesis().await?;
+            let deleted = kinesis
+                .delete_stream()
+                .stream_name(&self.stream)
+                .send()
+                .await;
+            if let Err(e) = deleted {
+                tracing::warn!(stream = %self.stream, error = %aws_sdk_kinesis::error::DisplayErrorContext(&e), "could not delete the run's stream");
+            }
+        }
+        Ok(())
+    }
+}
