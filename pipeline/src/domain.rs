@@ -15,7 +15,7 @@
 //! | [`fold`] | the streamed group fold with the client-side guardrails and VMT merge |
 //! | [`status`] | raw and aggregated status domains, reason codes, metric names |
 //! | [`batch`] | planning `BatchMeterUsage` calls (≤25 records, ≤1 MB, one product, CA/legacy apart) |
-//! | [`bisect`] | isolating request-level errors by bisection; backoff with full jitter |
+//! | [`bisect`] | isolating request-level errors by bisection |
 //! | [`results`] | mapping `BatchMeterUsage` results back to per-record write-back decisions |
 
 pub mod attrs;

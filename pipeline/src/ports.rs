@@ -187,7 +187,28 @@ pub enum MeterCallError {
     /// been applied, so it is retried like a transient error and a replay is recognised.
     #[error("no response from BatchMeterUsage")]
     Transport(#[source] crate::error::SdkError),
+    /// A record could not be built into the SDK's request shape: nothing was sent. Treated
+    /// like AWS's own `ValidationException`, so bisection isolates the record.
+    #[error("BatchMeterUsage request could not be built")]
+    Build(#[source] crate::error::SdkError),
 }
+
+impl MeterCallError {
+    /// The exception name a request-level error counts as: AWS's own, or
+    /// `ValidationException` for a request that could not be built. `None` when no answer
+    /// came back.
+    pub fn exception_name(&self) -> Option<&str> {
+        match self {
+            Self::Exception { name, .. } => Some(name),
+            Self::Build(_) => Some(BUILD_FAILURE_EXCEPTION),
+            Self::Transport(_) => None,
+        }
+    }
+}
+
+/// What a request that could not be built counts as: the common error AWS answers a malformed
+/// request with (<https://docs.aws.amazon.com/marketplacemetering/latest/APIReference/CommonErrors.html>).
+pub const BUILD_FAILURE_EXCEPTION: &str = "ValidationException";
 
 /// The Marketplace Metering `BatchMeterUsage` capability.
 #[async_trait]

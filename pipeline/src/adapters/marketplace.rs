@@ -142,10 +142,7 @@ impl MeteringApi for MarketplaceMeteringApi {
             .iter()
             .map(usage_record)
             .collect::<Result<_, _>>()
-            .map_err(|e| MeterCallError::Exception {
-                name: "ValidationException".into(),
-                message: format!("client-side build: {e}"),
-            })?;
+            .map_err(|e| MeterCallError::Build(Box::new(e)))?;
         let mut req = self
             .client
             .batch_meter_usage()

@@ -3,7 +3,7 @@
 //! re-visit of an already-committed group, finish a lost cleanup and surface late rows.
 
 use super::cleanup::CleanupMessage;
-use super::{Services, retry_transient};
+use super::{STORE_RETRY, Services};
 use crate::domain::DomainError;
 use crate::domain::fold::{FoldOutcome, GroupFold, RevisitRow, SecondSet, classify_revisit};
 use crate::domain::keys::{GroupKey, Identity, RowKey};
@@ -12,6 +12,7 @@ use crate::domain::status::{LATE_USAGE_REASON, RawStatus, aggregated_reason, met
 use crate::emf::Metric;
 use crate::error::{PipelineError, Result};
 use crate::ports::AggregatedItem;
+use awsmp_retry::retry;
 use serde::Serialize;
 
 /// What one work message led to.
@@ -113,7 +114,7 @@ pub async fn aggregate(svc: &Services, body: &str) -> Result<AggregateOutcome> {
             let usage = svc.usage()?;
             let mut rows = 0;
             for key in rej.rows.row_keys() {
-                if retry_transient(|| {
+                if retry(&STORE_RETRY, || {
                     usage.finalize_row(&key, Some((RawStatus::RejectedClientSide, reason)), now)
                 })
                 .await?
@@ -156,7 +157,7 @@ async fn revisit(
         match row {
             RevisitRow::NotPending | RevisitRow::Foreign => {}
             RevisitRow::AlreadyAggregated(key) => {
-                if retry_transient(|| {
+                if retry(&STORE_RETRY, || {
                     usage.finalize_row(&key, Some((RawStatus::Aggregated, &committed_reason)), now)
                 })
                 .await?
@@ -165,7 +166,7 @@ async fn revisit(
                 }
             }
             RevisitRow::Late(late) => {
-                if retry_transient(|| {
+                if retry(&STORE_RETRY, || {
                     usage.finalize_row(
                         &late.row_key,
                         Some((RawStatus::RejectedClientSide, LATE_USAGE_REASON)),
