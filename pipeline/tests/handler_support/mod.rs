@@ -56,7 +56,12 @@ pub fn at(t: &str) -> DateTime<Utc> {
 
 /// A group of the fixtures' license and account.
 pub fn group(dimension: &str, hour: &str) -> GroupKey {
-    GroupKey::new(LICENSE, ACCOUNT, dimension, hour.parse::<HourBucket>().expect("hour"))
+    GroupKey::new(
+        LICENSE,
+        ACCOUNT,
+        dimension,
+        hour.parse::<HourBucket>().expect("hour"),
+    )
 }
 
 /// The work messages' group.
@@ -124,7 +129,11 @@ impl World {
     /// Write conforming rows of `group`: `(second of the hour, quantity)`.
     pub fn put_rows(&self, group: &GroupKey, rows: &[(u32, u64)]) {
         for &(second, quantity) in rows {
-            assert!(self.mem.usage.put_row(conforming_row(group, second, quantity, None)));
+            assert!(
+                self.mem
+                    .usage
+                    .put_row(conforming_row(group, second, quantity, None))
+            );
         }
     }
 
