@@ -289,3 +289,11 @@ async fn throttled_write_backs_are_retried_never_lost() {
     assert!(groups.iter().all(|g| !w.aggregated(g).pending));
     assert_eq!(w.mem.aggregated.faults.injected(), 7);
 }
+
+#[test]
+fn a_run_can_be_spawned_on_a_multi_threaded_runtime() {
+    fn assert_send<T: Send>(_: &T) {}
+    let (w, _) = backlog(config(&[]));
+    let run = submit(&w.svc, w.mem.metering.as_ref());
+    assert_send(&run);
+}

@@ -218,7 +218,9 @@ impl Run<'_> {
                 }
                 return;
             }
-            tokio::time::sleep(UNPROCESSED_RETRY.delay(round, &mut rand::rng())).await;
+            // The thread-local RNG is dropped before the await: the run's future stays `Send`.
+            let delay = UNPROCESSED_RETRY.delay(round, &mut rand::rng());
+            tokio::time::sleep(delay).await;
             round += 1;
             batch = unprocessed.into_iter().map(|(r, _)| r).collect();
         }
