@@ -176,12 +176,16 @@ pub trait DeprovisioningIndex: Send + Sync {
 pub enum MeterCallError {
     /// AWS answered with an exception (request-level validation, throttling, internal error,
     /// disabled API, …); classify by name with [`crate::domain::bisect::classify_exception`].
-    #[error("{name}: {message}")]
+    /// The SDK's error is kept as the source, so its message and request id reach the logs.
+    #[error("BatchMeterUsage answered {name}")]
     Exception {
         /// Exception name, e.g. `InvalidUsageDimensionException`.
         name: String,
         /// Its message.
         message: String,
+        /// The SDK error (none for an answer an in-memory adapter made up).
+        #[source]
+        source: Option<crate::error::SdkError>,
     },
     /// No answer (timeout, connection, unparseable response): the call may or may not have
     /// been applied, so it is retried like a transient error and a replay is recognised.

@@ -163,6 +163,7 @@ fn exception(name: String) -> MeterCallError {
     MeterCallError::Exception {
         message: format!("{name} (memory metering API)"),
         name,
+        source: None,
     }
 }
 

@@ -12,6 +12,7 @@ use crate::domain::results::{ApiResponse, Decision, map_response, poison_decisio
 use crate::domain::status::metric;
 use crate::emf::Metric;
 use crate::handlers::STORE_RETRY;
+use crate::ports::MeterCallError;
 use awsmp_retry::{Retryable, retry};
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
@@ -200,7 +201,7 @@ impl Run<'_> {
 /// What one send's result means for the retry loop: a response, a request-level exception
 /// (bisection decides), or a transient failure (retried while `within_budget()`).
 fn classify_send(
-    result: Result<ApiResponse, crate::ports::MeterCallError>,
+    result: Result<ApiResponse, MeterCallError>,
     attempt: u32,
     records: usize,
     depth: u32,
@@ -215,7 +216,12 @@ fn classify_send(
             tracing::info!(exception = %name, attempt, "BatchMeterUsage transient error; backing off");
         }
         Some(name) => {
-            tracing::warn!(exception = %name, error = %e, records, depth, "BatchMeterUsage request-level error");
+            let message = match &e {
+                MeterCallError::Exception { message, .. } => message.clone(),
+                other => std::error::Error::source(other)
+                    .map_or_else(|| other.to_string(), ToString::to_string),
+            };
+            tracing::warn!(exception = %name, %message, records, depth, "BatchMeterUsage request-level error");
             return Err(SendError::Request(name.to_owned()));
         }
         None => {
