@@ -190,3 +190,162 @@ impl MemoryAdapters {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::batch::{CallKind, SubmitRecord};
+    use crate::domain::keys::{GroupKey, RowKey};
+    use crate::domain::results::ApiStatus;
+    use crate::domain::row::conforming_row;
+    use crate::domain::status::{AggregatedStatus, RawStatus};
+    use crate::ports::{AggregatedItem, AggregatedStore, MeteringApi, UsageStore, WriteBack};
+    use chrono::{DateTime, Utc};
+
+    fn group(license: &str, dimension: &str) -> GroupKey {
+        GroupKey::new(
+            license,
+            "111122223333",
+            dimension,
+            "2026-11-30T10".parse().unwrap(),
+        )
+    }
+
+    fn now() -> DateTime<Utc> {
+        "2026-11-30T12:00:00Z".parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_first_put_wins_and_stores_no_outcome() {
+        let store = MemoryAggregatedStore::new("t");
+        let g = group("arn:aws:l-1", "d");
+        let mut first = AggregatedItem::new(g.clone(), 5, None);
+        first.status = Some(AggregatedStatus::Success);
+        first.attempted_quantity = Some(5);
+        assert!(store.put_if_absent(&first, now()).await.unwrap());
+        assert!(
+            !store
+                .put_if_absent(&AggregatedItem::new(g.clone(), 9, None), now())
+                .await
+                .unwrap()
+        );
+        let stored = store.get(&g).await.unwrap().unwrap();
+        assert_eq!(
+            (stored.quantity, stored.status, stored.attempted_quantity),
+            (5, None, None)
+        );
+    }
+
+    #[tokio::test]
+    async fn outcomes_are_written_only_while_pending() {
+        let store = MemoryAggregatedStore::new("t");
+        let g = group("arn:aws:l-1", "d");
+        let outcome = |status| WriteBack {
+            status,
+            reason: None,
+            metering_record_id: Some("m".into()),
+            ttl: Some(7),
+        };
+        assert!(
+            !store
+                .write_back(&g, &outcome(AggregatedStatus::Success), now())
+                .await
+                .unwrap()
+        );
+        store
+            .put_if_absent(&AggregatedItem::new(g.clone(), 5, None), now())
+            .await
+            .unwrap();
+        store.mark_attempted(&g, 5, now()).await.unwrap();
+        assert!(
+            store
+                .write_back(&g, &outcome(AggregatedStatus::Success), now())
+                .await
+                .unwrap()
+        );
+        assert!(
+            !store
+                .write_back(&g, &outcome(AggregatedStatus::Error), now())
+                .await
+                .unwrap()
+        );
+        store.mark_attempted(&g, 6, now()).await.unwrap();
+        let item = store.get(&g).await.unwrap().unwrap();
+        assert_eq!(
+            (item.pending, item.status),
+            (false, Some(AggregatedStatus::Success))
+        );
+        assert_eq!((item.attempted_quantity, store.ttl(&g)), (Some(5), Some(7)));
+    }
+
+    #[tokio::test]
+    async fn the_pending_index_is_paged_and_filtered_by_license() {
+        let store = MemoryAggregatedStore::new("t").with_page_size(1);
+        for (license, dimension) in [
+            ("arn:aws:l-1", "a"),
+            ("arn:aws:l-1", "b"),
+            ("arn:aws:l-2", "a"),
+        ] {
+            store.insert(AggregatedItem::new(group(license, dimension), 1, None));
+        }
+        let bucket = "2026-11-30T10".parse().unwrap();
+        assert_eq!(store.pending(bucket, None).await.unwrap().len(), 3);
+        assert_eq!(
+            store
+                .pending(bucket, Some("arn:aws:l-2"))
+                .await
+                .unwrap()
+                .len(),
+            1
+        );
+        assert!(
+            store
+                .pending(bucket.minus_hours(1), None)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_row_update_never_creates_a_row() {
+        let usage = MemoryUsageStore::new("u");
+        let g = group("arn:aws:l-1", "d");
+        usage.put_row(conforming_row(&g, 1, 3, None));
+        let missing = RowKey {
+            license_arn: g.license_arn.clone(),
+            sort_key: g.usage_sort_key_at(2),
+        };
+        let stamp = Some((RawStatus::Aggregated, "r"));
+        assert!(!usage.finalize_row(&missing, stamp, now()).await.unwrap());
+        assert_eq!(usage.rows().len(), 1);
+        usage.faults.throttle("finalize_row", 1);
+        let e = usage
+            .finalize_row(&missing, stamp, now())
+            .await
+            .unwrap_err();
+        assert!(e.is_retryable() && std::error::Error::source(&e).is_some());
+    }
+
+    #[tokio::test]
+    async fn an_identical_resubmission_is_success_and_a_different_one_a_duplicate() {
+        let api = MemoryMeteringApi::default();
+        let kind = CallKind::ConcurrentAgreements { product_hint: None };
+        let g = group("arn:aws:l-1", "d");
+        let send = |q| SubmitRecord::new(g.clone(), q, None);
+        let first = api.batch_meter_usage(&kind, &[send(4)]).await.unwrap();
+        let again = api.batch_meter_usage(&kind, &[send(4)]).await.unwrap();
+        let other = api.batch_meter_usage(&kind, &[send(5)]).await.unwrap();
+        assert_eq!(first.results[0].status, ApiStatus::Success);
+        assert_eq!(again.results[0], first.results[0]);
+        assert_eq!(other.results[0].status, ApiStatus::DuplicateRecord);
+        assert_eq!(
+            other.results[0].metering_record_id,
+            first.results[0].metering_record_id
+        );
+        assert_eq!(
+            (api.ledger().len(), api.ledger()[0].quantity, api.calls()),
+            (1, 4, 3)
+        );
+    }
+}
