@@ -121,9 +121,9 @@ impl Services {
     }
 }
 
-/// Idempotent storage calls (DynamoDB reads and conditional updates): five calls within about
-/// two seconds, then the error reaches the handler, which fails the message or the run so SQS
-/// or the next schedule retries it later.
+/// Idempotent storage calls (DynamoDB reads and conditional updates): five calls, at most
+/// 0.75 s of waiting, then the error reaches the handler, which fails the message or the run so
+/// SQS or the next schedule retries it later.
 pub const STORE_RETRY: RetryPolicy =
     RetryPolicy::new(5, Duration::from_millis(50), Duration::from_secs(2));
 

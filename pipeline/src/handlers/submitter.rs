@@ -50,7 +50,7 @@ pub const CALL_RETRY: RetryPolicy =
 /// [`CALL_RETRY`]; what is still unprocessed then stays pending for the next run.
 pub const UNPROCESSED_RETRY: RetryPolicy =
     RetryPolicy::new(4, Duration::from_millis(100), Duration::from_secs(5));
-/// One write-back after AWS accepted its record: ten attempts over up to a minute, because
+/// One write-back after AWS accepted its record: ten attempts, up to ~33 s of waiting, because
 /// throttling must not lose an accepted record's outcome.
 pub const WRITE_BACK_RETRY: RetryPolicy =
     RetryPolicy::new(10, Duration::from_millis(100), Duration::from_secs(10));
