@@ -1,5 +1,8 @@
 //! Stage handlers: the same functions run under `lambda_runtime` in AWS and under the local
-//! runner. They see only [`Services`] (ports, config, metrics, clock), never an SDK client.
+//! runner. They see only [`Services`] (ports, config, metrics, clock), never an SDK client:
+//! [`Services::from_sdk`] builds it over the AWS adapters,
+//! [`MemoryAdapters::services`](crate::adapters::memory::MemoryAdapters::services) over the
+//! in-memory ones.
 
 pub mod aggregator;
 pub mod cleanup;

@@ -17,9 +17,9 @@
 //! | module | step |
 //! |---|---|
 //! | this file | read the pending records, plan the calls, resend `UnprocessedRecords` |
-//! | [`send`] | one planned call: attempt marks, bisection, retries of transient errors |
-//! | [`write_back`] | per-record decisions: metrics and background write-backs |
-//! | [`pacer`] | spacing call starts at the quota |
+//! | `submitter/send.rs` | one planned call: attempt marks, bisection, retries of transient errors |
+//! | `submitter/write_back.rs` | per-record decisions: metrics and background write-backs |
+//! | `submitter/pacer.rs` | spacing call starts at the quota |
 
 mod pacer;
 mod send;
