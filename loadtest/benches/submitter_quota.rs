@@ -79,7 +79,9 @@ impl MeteringApi for CountingApi {
         }
         let counter = match &r {
             Ok(_) => &self.stats.accepted,
-            Err(MeterCallError::Exception { name, message }) if name == "ThrottlingException" => {
+            Err(MeterCallError::Exception { name, message, .. })
+                if name == "ThrottlingException" =>
+            {
                 if message.contains("injected") {
                     &self.stats.injected_throttled
                 } else {

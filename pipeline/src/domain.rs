@@ -14,7 +14,7 @@
 //! | [`time`] | [`time::TimeConfig`], lock / window / month-boundary rules, age-out shards, expiry and flush windows |
 //! | [`fold`] | the streamed group fold with the client-side guardrails and VMT merge |
 //! | [`batch`] | planning `BatchMeterUsage` calls (≤25 records, ≤1 MB, one product, CA/legacy apart) |
-//! | [`bisect`] | isolating request-level errors by bisection; backoff with full jitter |
+//! | [`bisect`] | isolating request-level errors by bisection |
 //! | [`results`] | mapping `BatchMeterUsage` results back to per-record write-back decisions |
 
 pub mod batch;

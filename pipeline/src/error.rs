@@ -48,9 +48,18 @@ pub enum PipelineError {
     /// Configuration missing or invalid.
     #[error("configuration: {0}")]
     Config(String),
-    /// A message could not be decoded.
+    /// A message does not have the shape its stage expects.
     #[error("bad message: {0}")]
     BadMessage(String),
+    /// A message is not the JSON its stage expects.
+    #[error("bad message: {what} is not valid JSON of its shape")]
+    UndecodableMessage {
+        /// Which message (e.g. `cleanup message`).
+        what: &'static str,
+        /// The decoding error.
+        #[source]
+        source: serde_json::Error,
+    },
     /// The submitter stopped its run: `DisabledApiException` (a whole-region failure) or an
     /// exception that is neither poison nor transient (credentials, permissions).
     #[error("metering halted by {exception}")]
@@ -70,8 +79,15 @@ impl PipelineError {
             | Self::Domain(_)
             | Self::Config(_)
             | Self::BadMessage(_)
+            | Self::UndecodableMessage { .. }
             | Self::MeteringHalted { .. } => false,
         }
+    }
+}
+
+impl awsmp_retry::Retryable for PipelineError {
+    fn is_retryable(&self) -> bool {
+        PipelineError::is_retryable(self)
     }
 }
 
@@ -87,7 +103,7 @@ impl PipelineError {
             Self::MalformedItem { .. } => "MalformedItem",
             Self::Domain(_) => "DomainError",
             Self::Config(_) => "ConfigError",
-            Self::BadMessage(_) => "BadMessage",
+            Self::BadMessage(_) | Self::UndecodableMessage { .. } => "BadMessage",
             Self::MeteringHalted { .. } => "MeteringHalted",
         }
     }

@@ -176,18 +176,43 @@ pub trait DeprovisioningIndex: Send + Sync {
 pub enum MeterCallError {
     /// AWS answered with an exception (request-level validation, throttling, internal error,
     /// disabled API, …); classify by name with [`crate::domain::bisect::classify_exception`].
-    #[error("{name}: {message}")]
+    /// The SDK's error is kept as the source, so its message and request id reach the logs.
+    #[error("BatchMeterUsage answered {name}")]
     Exception {
         /// Exception name, e.g. `InvalidUsageDimensionException`.
         name: String,
         /// Its message.
         message: String,
+        /// The SDK error (none for an answer an in-memory adapter made up).
+        #[source]
+        source: Option<crate::error::SdkError>,
     },
     /// No answer (timeout, connection, unparseable response): the call may or may not have
     /// been applied, so it is retried like a transient error and a replay is recognised.
     #[error("no response from BatchMeterUsage")]
     Transport(#[source] crate::error::SdkError),
+    /// A record could not be built into the SDK's request shape: nothing was sent. Treated
+    /// like AWS's own `ValidationException`, so bisection isolates the record.
+    #[error("BatchMeterUsage request could not be built")]
+    Build(#[source] crate::error::SdkError),
 }
+
+impl MeterCallError {
+    /// The exception name a request-level error counts as: AWS's own, or
+    /// `ValidationException` for a request that could not be built. `None` when no answer
+    /// came back.
+    pub fn exception_name(&self) -> Option<&str> {
+        match self {
+            Self::Exception { name, .. } => Some(name),
+            Self::Build(_) => Some(BUILD_FAILURE_EXCEPTION),
+            Self::Transport(_) => None,
+        }
+    }
+}
+
+/// What a request that could not be built counts as: the common error AWS answers a malformed
+/// request with (<https://docs.aws.amazon.com/marketplacemetering/latest/APIReference/CommonErrors.html>).
+pub const BUILD_FAILURE_EXCEPTION: &str = "ValidationException";
 
 /// The Marketplace Metering `BatchMeterUsage` capability.
 #[async_trait]

@@ -6,7 +6,7 @@ use awsmp_pipeline::contract::limits::{MAX_REQUEST_BYTES, MAX_USAGE_RECORDS_PER_
 use awsmp_pipeline::contract::status::AggregatedStatus;
 use awsmp_pipeline::domain::batch::{CallKind, SubmitRecord, plan_calls, submission_order};
 use awsmp_pipeline::domain::bisect::{
-    Bisector, CallOutcome, MAX_BISECTION_DEPTH, POISON_EXCEPTIONS, Verdict, backoff_full_jitter,
+    Bisector, CallOutcome, MAX_BISECTION_DEPTH, POISON_EXCEPTIONS, Verdict,
 };
 use awsmp_pipeline::domain::keys::{GroupKey, HourBucket, Identity};
 use awsmp_pipeline::domain::results::{ApiResponse, ApiResult, ApiStatus, Decision, map_response};
@@ -186,17 +186,6 @@ proptest! {
                 prop_assert!(matches!(v, Verdict::Submitted { .. }), "clean record {} got {:?}", i, v);
             }
         }
-    }
-
-    #[test]
-    fn backoff_never_exceeds_its_cap(attempt in 0..100u32, base_ms in 0..10_000u64, cap_ms in 0..60_000u64, seed in any::<u64>()) {
-        use rand::SeedableRng;
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        let base = std::time::Duration::from_millis(base_ms);
-        let cap = std::time::Duration::from_millis(cap_ms);
-        let d = backoff_full_jitter(attempt, base, cap, &mut rng);
-        prop_assert!(d <= cap);
-        prop_assert!(d <= base.saturating_mul(1u32 << attempt.min(31)));
     }
 
     /// Every record gets exactly one decision; only `Success` or a same-quantity replay of our

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use aws_sdk_marketplacemetering::Client;
 use aws_sdk_marketplacemetering::config::retry::RetryConfig;
 use aws_sdk_marketplacemetering::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_marketplacemetering::operation::batch_meter_usage::BatchMeterUsageError;
 use aws_sdk_marketplacemetering::primitives::DateTime as SmithyTime;
 use aws_sdk_marketplacemetering::types::{Tag, UsageAllocation, UsageRecord, UsageRecordResult};
 
@@ -131,6 +132,28 @@ pub fn match_response(
     out
 }
 
+/// A failed call: an exception AWS answered with (named, the SDK error kept as its source), or
+/// no answer at all.
+fn call_error<R>(e: SdkError<BatchMeterUsageError, R>) -> MeterCallError
+where
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    let answered = e.as_service_error().map(|se| {
+        (
+            se.code().unwrap_or("UnknownException").to_owned(),
+            se.message().unwrap_or_default().to_owned(),
+        )
+    });
+    match answered {
+        Some((name, message)) => MeterCallError::Exception {
+            name,
+            message,
+            source: Some(Box::new(e)),
+        },
+        None => MeterCallError::Transport(Box::new(e)),
+    }
+}
+
 #[async_trait]
 impl MeteringApi for MarketplaceMeteringApi {
     async fn batch_meter_usage(
@@ -142,10 +165,7 @@ impl MeteringApi for MarketplaceMeteringApi {
             .iter()
             .map(usage_record)
             .collect::<Result<_, _>>()
-            .map_err(|e| MeterCallError::Exception {
-                name: "ValidationException".into(),
-                message: format!("client-side build: {e}"),
-            })?;
+            .map_err(|e| MeterCallError::Build(Box::new(e)))?;
         let mut req = self
             .client
             .batch_meter_usage()
@@ -159,14 +179,7 @@ impl MeteringApi for MarketplaceMeteringApi {
                 out.results(),
                 out.unprocessed_records(),
             )),
-            Err(SdkError::ServiceError(se)) => {
-                let e = se.err();
-                Err(MeterCallError::Exception {
-                    name: e.code().unwrap_or("UnknownException").to_owned(),
-                    message: e.message().unwrap_or_default().to_owned(),
-                })
-            }
-            Err(e) => Err(MeterCallError::Transport(Box::new(e))),
+            Err(e) => Err(call_error(e)),
         }
     }
 }
@@ -188,6 +201,41 @@ mod tests {
             7,
             None,
         )
+    }
+
+    #[test]
+    fn an_answered_exception_is_named_and_keeps_the_sdk_error() {
+        use aws_sdk_marketplacemetering::error::ErrorMetadata;
+        use aws_smithy_runtime_api::http::{Response, StatusCode};
+        use aws_smithy_types::body::SdkBody;
+        let modeled = BatchMeterUsageError::generic(
+            ErrorMetadata::builder()
+                .code("ThrottlingException")
+                .message("slow down")
+                .build(),
+        );
+        let raw = Response::new(StatusCode::try_from(400).unwrap(), SdkBody::empty());
+        let e = call_error(SdkError::service_error(modeled, raw));
+        let MeterCallError::Exception {
+            name,
+            message,
+            source,
+        } = &e
+        else {
+            panic!("{e:?}")
+        };
+        assert_eq!(
+            (name.as_str(), message.as_str()),
+            ("ThrottlingException", "slow down")
+        );
+        assert!(source.is_some());
+        assert_eq!(e.exception_name(), Some("ThrottlingException"));
+
+        let timeout = call_error(SdkError::<BatchMeterUsageError, Response>::timeout_error(
+            "no answer in 3 s",
+        ));
+        assert!(matches!(timeout, MeterCallError::Transport(_)));
+        assert_eq!(timeout.exception_name(), None);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! A request-level validation exception fails the whole call, so one poison record would
 //! block its co-batched records. [`Bisector`] is a pure state machine the async submitter
 //! drives: it hands out calls (sets of record indices), the submitter sends each one (retrying
-//! throttling and transport errors itself, with [`backoff_full_jitter`]) and reports how it
+//! throttling and transport errors itself, with the `awsmp-retry` policy) and reports how it
 //! ended; a failed call is split in halves until the poison record stands alone, at most
 //! [`MAX_BISECTION_DEPTH`] levels deep.
 //!
@@ -25,12 +25,8 @@
 //! assert!(result.verdicts.iter().enumerate().all(|(i, v)| i == poison || matches!(v, Verdict::Submitted { .. })));
 //! ```
 
-use std::collections::{BTreeMap, VecDeque};
-use std::time::Duration;
-
-use rand::Rng;
-
 use super::DomainError;
+use std::collections::{BTreeMap, VecDeque};
 
 /// Bisection depth bound: ⌈log2 25⌉ = 5 levels isolate any record of a 25-record call, and
 /// bound the extra calls a many-failure batch can cost (docs/metering-api.md).
@@ -62,7 +58,7 @@ pub enum ExceptionClass {
     Poison,
     /// The API is disabled in this region: stop the run, mark nothing.
     RegionDisabled,
-    /// Transient: retry the same call with [`backoff_full_jitter`].
+    /// Transient: retry the same call with backoff and full jitter.
     Retryable,
     /// Anything else (credentials, permissions, unknown): stop the run, mark nothing; records
     /// stay pending for the next run and the error surfaces on the Lambda's alarms.
@@ -245,28 +241,9 @@ impl Bisector {
     }
 }
 
-/// Exponential backoff with full jitter: a uniformly random delay in
-/// `[0, min(cap, base × 2^attempt)]` (attempt 0 = the first retry), so retries of many
-/// callers never re-collide in lockstep.
-pub fn backoff_full_jitter(
-    attempt: u32,
-    base: Duration,
-    cap: Duration,
-    rng: &mut impl Rng,
-) -> Duration {
-    let ceiling = base
-        .checked_mul(1u32.checked_shl(attempt.min(31)).unwrap_or(u32::MAX))
-        .unwrap_or(cap)
-        .min(cap);
-    let nanos = u64::try_from(ceiling.as_nanos()).unwrap_or(u64::MAX);
-    Duration::from_nanos(rng.random_range(0..=nanos))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::SeedableRng;
-    use rand::rngs::StdRng;
 
     #[test]
     fn classification() {
@@ -394,27 +371,5 @@ mod tests {
             .map(|(i, _)| i)
             .collect();
         assert_eq!(poisoned, vec![0, 1]);
-    }
-
-    #[test]
-    fn backoff_stays_within_its_ceiling() {
-        let mut rng = StdRng::seed_from_u64(7);
-        let base = Duration::from_millis(100);
-        let cap = Duration::from_secs(5);
-        for attempt in 0..40 {
-            let ceiling = (base * 2u32.saturating_pow(attempt.min(31))).min(cap);
-            for _ in 0..50 {
-                assert!(backoff_full_jitter(attempt, base, cap, &mut rng) <= ceiling);
-            }
-        }
-        let samples: Vec<_> = (0..200)
-            .map(|_| backoff_full_jitter(3, base, cap, &mut rng))
-            .collect();
-        assert!(samples.iter().any(|d| *d < Duration::from_millis(400)));
-        assert!(samples.iter().any(|d| *d > Duration::from_millis(400)));
-        assert_eq!(
-            backoff_full_jitter(0, Duration::ZERO, cap, &mut rng),
-            Duration::ZERO
-        );
     }
 }

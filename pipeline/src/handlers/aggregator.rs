@@ -3,17 +3,21 @@
 //! re-visit of an already-committed group, finish a lost cleanup and surface late rows.
 
 use super::cleanup::CleanupMessage;
-use super::{Services, retry_transient};
+use super::{STORE_RETRY, Services};
 use crate::contract::metrics;
 use crate::contract::reasons::LATE_USAGE;
 use crate::contract::status::{RawStatus, aggregated_reason};
 use crate::domain::DomainError;
-use crate::domain::fold::{FoldOutcome, GroupFold, RevisitRow, SecondSet, classify_revisit};
+use crate::domain::fold::{
+    AggregatedRecord, FoldOutcome, GroupFold, Rejection, RevisitRow, SecondSet, classify_revisit,
+};
 use crate::domain::keys::{GroupKey, Identity, RowKey};
 use crate::domain::row::RawUsageRow;
 use crate::emf::Metric;
 use crate::error::{PipelineError, Result};
 use crate::ports::AggregatedItem;
+use awsmp_retry::retry;
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 /// What one work message led to.
@@ -56,10 +60,24 @@ pub async fn aggregate(svc: &Services, body: &str) -> Result<AggregateOutcome> {
     if let Some(existing) = svc.aggregated.get(&group).await? {
         return revisit(svc, &group, &existing).await;
     }
+    match fold_pending_rows(svc, &group, now).await? {
+        FoldOutcome::Valid(rec) => commit(svc, &group, &rec, now).await,
+        FoldOutcome::Rejected(rej) => reject(svc, &group, &rej, now).await,
+        FoldOutcome::Empty => Ok(AggregateOutcome::Empty),
+        FoldOutcome::DeferredZero { .. } => Ok(AggregateOutcome::DeferredZero),
+    }
+}
+
+/// Fold every pending row of `group`, streamed page by page.
+async fn fold_pending_rows(
+    svc: &Services,
+    group: &GroupKey,
+    now: DateTime<Utc>,
+) -> Result<FoldOutcome> {
     let mut fold = GroupFold::new(group.clone(), now, &svc.config.time);
     let mut fold_error: Option<DomainError> = None;
     svc.usage()?
-        .read_pending_rows(&group, &mut |row: RawUsageRow| {
+        .read_pending_rows(group, &mut |row: RawUsageRow| {
             if fold_error.is_none()
                 && let Err(e) = fold.push(&row)
             {
@@ -67,72 +85,85 @@ pub async fn aggregate(svc: &Services, body: &str) -> Result<AggregateOutcome> {
             }
         })
         .await?;
-    if let Some(e) = fold_error {
-        return Err(e.into());
+    match fold_error {
+        Some(e) => Err(e.into()),
+        None => Ok(fold.finish()),
     }
-    match fold.finish() {
-        FoldOutcome::Valid(rec) => {
-            let mut item =
-                AggregatedItem::new(rec.group.clone(), rec.quantity, rec.allocations.clone());
-            item.row_count = rec.row_count;
-            item.contributed_seconds = rec.seconds.to_bytes();
-            if let Identity::Legacy {
-                customer_identifier,
-                ..
-            } = rec.identity()
-            {
-                item.customer_identifier = Some(customer_identifier.to_owned());
-            }
-            if !svc.aggregated.put_if_absent(&item, now).await? {
-                // Someone committed this group between our read and our put.
-                let existing = svc.aggregated.get(&group).await?.ok_or_else(|| {
-                    PipelineError::MalformedItem {
-                        table: svc.config.aggregated_table.clone(),
-                        detail: format!("{group}: conditional put failed but no record exists"),
-                    }
-                })?;
-                return revisit(svc, &group, &existing).await;
-            }
-            // Only a fresh write enqueues cleanup. If this send fails, the message is retried;
-            // the re-visit then finds the committed record and finishes the cleanup itself.
-            let keys: Vec<RowKey> = rec.raw_row_keys().collect();
-            let reason = rec.raw_status_reason();
-            svc.queue(svc.cleanup_queue.as_deref(), "cleanup")?
-                .send_all(&CleanupMessage::batches(
-                    Some(RawStatus::Aggregated),
-                    Some(&reason),
-                    &keys,
-                ))
-                .await?;
-            Ok(AggregateOutcome::Committed {
-                quantity: rec.quantity,
-                rows: rec.row_count,
-            })
-        }
-        FoldOutcome::Rejected(rej) => {
-            let reason = rej.reason.as_str();
-            tracing::warn!(%group, reason, detail = %rej.detail, row = ?rej.row_key, "group rejected client-side");
-            let usage = svc.usage()?;
-            let mut rows = 0;
-            for key in rej.rows.row_keys() {
-                if retry_transient(|| {
-                    usage.finalize_row(&key, Some((RawStatus::RejectedClientSide, reason)), now)
-                })
+}
+
+/// The commit point: put the aggregated record unless the group already has one, then
+/// enqueue the cleanup of its rows.
+async fn commit(
+    svc: &Services,
+    group: &GroupKey,
+    rec: &AggregatedRecord,
+    now: DateTime<Utc>,
+) -> Result<AggregateOutcome> {
+    let mut item = AggregatedItem::new(rec.group.clone(), rec.quantity, rec.allocations.clone());
+    item.row_count = rec.row_count;
+    item.contributed_seconds = rec.seconds.to_bytes();
+    if let Identity::Legacy {
+        customer_identifier,
+        ..
+    } = rec.identity()
+    {
+        item.customer_identifier = Some(customer_identifier.to_owned());
+    }
+    if !svc.aggregated.put_if_absent(&item, now).await? {
+        // Someone committed this group between our read and our put.
+        let existing =
+            svc.aggregated
+                .get(group)
                 .await?
-                {
-                    rows += 1;
-                }
-            }
-            svc.metrics
-                .emit(Metric::count(metrics::USAGE_RECORD_REJECTED).with(metrics::REASON, reason));
-            Ok(AggregateOutcome::Rejected {
-                reason: reason.to_owned(),
-                rows,
-            })
-        }
-        FoldOutcome::Empty => Ok(AggregateOutcome::Empty),
-        FoldOutcome::DeferredZero { .. } => Ok(AggregateOutcome::DeferredZero),
+                .ok_or_else(|| PipelineError::MalformedItem {
+                    table: svc.config.aggregated_table.clone(),
+                    detail: format!("{group}: conditional put failed but no record exists"),
+                })?;
+        return revisit(svc, group, &existing).await;
     }
+    // Only a fresh write enqueues cleanup. If this send fails, the message is retried; the
+    // re-visit then finds the committed record and finishes the cleanup itself.
+    let keys: Vec<RowKey> = rec.raw_row_keys().collect();
+    let reason = rec.raw_status_reason();
+    svc.queue(svc.cleanup_queue.as_deref(), "cleanup")?
+        .send_all(&CleanupMessage::batches(
+            Some(RawStatus::Aggregated),
+            Some(&reason),
+            &keys,
+        ))
+        .await?;
+    Ok(AggregateOutcome::Committed {
+        quantity: rec.quantity,
+        rows: rec.row_count,
+    })
+}
+
+/// Reject the group client-side: stamp every one of its pending rows with the reason.
+async fn reject(
+    svc: &Services,
+    group: &GroupKey,
+    rej: &Rejection,
+    now: DateTime<Utc>,
+) -> Result<AggregateOutcome> {
+    let reason = rej.reason.as_str();
+    tracing::warn!(%group, reason, detail = %rej.detail, row = ?rej.row_key, "group rejected client-side");
+    let usage = svc.usage()?;
+    let mut rows = 0;
+    for key in rej.rows.row_keys() {
+        if retry(&STORE_RETRY, || {
+            usage.finalize_row(&key, Some((RawStatus::RejectedClientSide, reason)), now)
+        })
+        .await?
+        {
+            rows += 1;
+        }
+    }
+    svc.metrics
+        .emit(Metric::count(metrics::USAGE_RECORD_REJECTED).with(metrics::REASON, reason));
+    Ok(AggregateOutcome::Rejected {
+        reason: reason.to_owned(),
+        rows,
+    })
 }
 
 /// The group already has its aggregated record: rows it folded in whose cleanup was lost are
@@ -158,7 +189,7 @@ async fn revisit(
         match row {
             RevisitRow::NotPending | RevisitRow::Foreign => {}
             RevisitRow::AlreadyAggregated(key) => {
-                if retry_transient(|| {
+                if retry(&STORE_RETRY, || {
                     usage.finalize_row(&key, Some((RawStatus::Aggregated, &committed_reason)), now)
                 })
                 .await?
@@ -167,7 +198,7 @@ async fn revisit(
                 }
             }
             RevisitRow::Late(late) => {
-                if retry_transient(|| {
+                if retry(&STORE_RETRY, || {
                     usage.finalize_row(
                         &late.row_key,
                         Some((RawStatus::RejectedClientSide, LATE_USAGE)),

@@ -4,11 +4,12 @@
 //! a message without a status only removes `meteringPending` (never restamps a possibly
 //! stale sum). Each key is one idempotent `UpdateItem`, a bounded number at a time.
 
-use super::{Services, retry_transient};
+use super::{STORE_RETRY, Services};
 use crate::contract::limits::MAX_CLEANUP_KEYS_PER_MESSAGE;
 use crate::contract::status::RawStatus;
 use crate::domain::keys::RowKey;
 use crate::error::{PipelineError, Result};
+use awsmp_retry::retry;
 use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 
@@ -52,8 +53,11 @@ impl CleanupMessage {
 
 /// Process one cleanup message body. Returns how many rows were finalized.
 pub async fn cleanup(svc: &Services, body: &str) -> Result<usize> {
-    let msg: CleanupMessage = serde_json::from_str(body)
-        .map_err(|e| PipelineError::BadMessage(format!("cleanup message: {e}")))?;
+    let msg: CleanupMessage =
+        serde_json::from_str(body).map_err(|source| PipelineError::UndecodableMessage {
+            what: "cleanup message",
+            source,
+        })?;
     let status = msg
         .status
         .as_deref()
@@ -68,7 +72,7 @@ pub async fn cleanup(svc: &Services, body: &str) -> Result<usize> {
     let now = svc.clock.now();
     let stamp = status.zip(msg.reason.as_deref());
     let done: Vec<bool> = futures::stream::iter(&msg.keys)
-        .map(|key| retry_transient(move || usage.finalize_row(key, stamp, now)))
+        .map(|key| retry(&STORE_RETRY, move || usage.finalize_row(key, stamp, now)))
         .buffer_unordered(CLEANUP_CONCURRENCY)
         .try_collect()
         .await?;

@@ -2,7 +2,7 @@
 //! (outside the window, or previous-month after the grace), with no blind spot: every bucket
 //! of a bounded lookback is checked each run, whatever empty stretches lie between.
 
-use super::{Services, retry_transient};
+use super::{STORE_RETRY, Services};
 use crate::contract::metrics;
 use crate::contract::reasons::PENDING_PAST_BILLABLE_WINDOW;
 use crate::contract::status::AggregatedStatus;
@@ -10,6 +10,7 @@ use crate::domain::time::expiry_buckets;
 use crate::emf::Metric;
 use crate::error::Result;
 use crate::ports::{AggregatedItem, WriteBack};
+use awsmp_retry::retry;
 use futures::{StreamExt, TryStreamExt};
 use serde::Serialize;
 
@@ -49,7 +50,11 @@ pub async fn expire(svc: &Services) -> Result<ExpiryOutput> {
         ttl: None,
     };
     for item in pending.into_iter().flatten() {
-        if retry_transient(|| store.write_back(&item.group, &outcome, now)).await? {
+        if retry(&STORE_RETRY, || {
+            store.write_back(&item.group, &outcome, now)
+        })
+        .await?
+        {
             out.records_expired += 1;
             out.quantity_expired += item.quantity;
             tracing::error!(group = %item.group, quantity = item.quantity, "aggregated usage expired before submission");

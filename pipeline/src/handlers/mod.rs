@@ -1,5 +1,8 @@
 //! Stage handlers: the same functions run under `lambda_runtime` in AWS and under the local
-//! runner. They see only [`Services`] (ports, config, metrics, clock), never an SDK client.
+//! runner. They see only [`Services`] (ports, config, metrics, clock), never an SDK client:
+//! [`Services::from_sdk`] builds it over the AWS adapters,
+//! [`MemoryAdapters::services`](crate::adapters::memory::MemoryAdapters::services) over the
+//! in-memory ones.
 
 pub mod aggregator;
 pub mod cleanup;
@@ -12,11 +15,11 @@ use crate::adapters::dynamodb::{
 };
 use crate::adapters::sqs::SqsQueue;
 use crate::config::Config;
-use crate::domain::bisect::backoff_full_jitter;
 use crate::domain::clock::Clock;
 use crate::emf::MetricsSink;
 use crate::error::{PipelineError, Result};
 use crate::ports::{AggregatedStore, DeprovisioningIndex, MessageQueue, UsageStore};
+use awsmp_retry::RetryPolicy;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -121,37 +124,11 @@ impl Services {
     }
 }
 
-/// Attempts for one idempotent storage call before its error reaches the handler (which then
-/// fails the message or run, to be retried by SQS or the next schedule).
-pub const TRANSIENT_ATTEMPTS: u32 = 5;
-const BACKOFF_BASE: Duration = Duration::from_millis(50);
-const BACKOFF_CAP: Duration = Duration::from_secs(2);
-
-/// Sleep a full-jitter backoff. The thread-local RNG is dropped before the sleep, so handler
-/// futures stay `Send` (spawnable on a multi-threaded runtime).
-pub(crate) async fn sleep_full_jitter(attempt: u32, base: Duration, cap: Duration) {
-    let delay = backoff_full_jitter(attempt, base, cap, &mut rand::rng());
-    tokio::time::sleep(delay).await;
-}
-
-/// Retry an idempotent operation on retryable errors (throttling, 5xx, transport) with
-/// exponential backoff and full jitter.
-pub async fn retry_transient<T, F, Fut>(mut op: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T>>,
-{
-    let mut attempt = 0;
-    loop {
-        match op().await {
-            Err(e) if e.is_retryable() && attempt + 1 < TRANSIENT_ATTEMPTS => {
-                sleep_full_jitter(attempt, BACKOFF_BASE, BACKOFF_CAP).await;
-                attempt += 1;
-            }
-            other => return other,
-        }
-    }
-}
+/// Idempotent storage calls (DynamoDB reads and conditional updates): five calls, at most
+/// 0.75 s of waiting, then the error reaches the handler, which fails the message or the run so
+/// SQS or the next schedule retries it later.
+pub const STORE_RETRY: RetryPolicy =
+    RetryPolicy::new(5, Duration::from_millis(50), Duration::from_secs(2));
 
 /// Run `per_message` over every record of an SQS event and report per-message failures
 /// (`ReportBatchItemFailures`): one bad message never fails, or re-drives, the others.

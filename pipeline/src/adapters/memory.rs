@@ -1,0 +1,351 @@
+//! In-memory adapters for every pipeline port: the handlers run over them without any
+//! emulator, in one process, deterministically (fixture tests, and a deterministic
+//! simulation on a virtual clock).
+//!
+//! Each one models the semantics of its AWS adapter that the handlers depend on:
+//!
+//! | adapter | port | models |
+//! |---|---|---|
+//! | [`MemoryUsageStore`] | [`UsageStore`](crate::ports::UsageStore) | the sparse `metering_pending` index, paged; `begins_with` group reads; updates that never create a row; age-out only of rows still pending in their bucket |
+//! | [`MemoryAggregatedStore`] | [`AggregatedStore`](crate::ports::AggregatedStore) | first-write-wins puts (the commit point); attempt marks and write-backs only while pending |
+//! | [`MemoryDeprovisioningIndex`] | [`DeprovisioningIndex`](crate::ports::DeprovisioningIndex) | the subscribers table's deprovisioning index |
+//! | [`MemoryQueue`] | [`MessageQueue`](crate::ports::MessageQueue) | sent bodies, drained as SQS events |
+//! | [`MemoryMeteringApi`] | [`MeteringApi`](crate::ports::MeteringApi) | the BatchMeterUsage ledger: first write per group-hour wins, an identical retry is `Success` with the same id, a different one `DuplicateRecord`; scripted exceptions, lost responses and `UnprocessedRecords` |
+//!
+//! A failed condition is what it is in DynamoDB: an expected outcome (`Ok(false)` / `Ok(())`),
+//! never an error. Injected faults ([`Faults`]) fail calls with the error variant the AWS
+//! adapter returns for a throttled call (`PipelineError::DynamoDb` / `PipelineError::Sqs`,
+//! retryable). Audit stamps (`createdAt`, `updatedAt`) are not modelled.
+//!
+//! ```
+//! # tokio_test_block_on(async {
+//! use awsmp_pipeline::adapters::memory::MemoryAdapters;
+//! use awsmp_pipeline::config::Config;
+//! use awsmp_pipeline::domain::clock::FixedClock;
+//! use awsmp_pipeline::emf::MetricsSink;
+//! use awsmp_pipeline::handlers::expiry;
+//! use std::sync::Arc;
+//!
+//! let adapters = MemoryAdapters::new();
+//! let config = Config::from_lookup(|k| match k {
+//!     "AWSMP_PRODUCT_CODE" => Some("prod-1".into()),
+//!     "AWSMP_AGGREGATED_USAGE_TABLE" => Some("aggregated-usage".into()),
+//!     "AWSMP_DEPLOYMENT_MODE" => Some("direct-submit".into()),
+//!     _ => None,
+//! })
+//! .unwrap();
+//! let clock = Arc::new(FixedClock::new("2026-11-30T12:00:00Z".parse().unwrap()));
+//! let svc = adapters.services(config, MetricsSink::capture("expiry"), clock);
+//! let out = expiry::expire(&svc).await.unwrap();
+//! assert_eq!(out.records_expired, 0);
+//! # });
+//! # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+//! #     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+//! # }
+//! ```
+
+mod aggregated;
+mod metering;
+mod queue;
+mod usage;
+
+pub use aggregated::{MemoryAggregatedStore, MemoryDeprovisioningIndex};
+pub use metering::{BilledRecord, CallFault, MemoryMeteringApi};
+pub use queue::MemoryQueue;
+pub use usage::MemoryUsageStore;
+
+use crate::config::Config;
+use crate::domain::clock::Clock;
+use crate::emf::MetricsSink;
+use crate::error::PipelineError;
+use crate::handlers::Services;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Items per page of a paged read, like a DynamoDB `Query` that stops at its 1 MB limit.
+pub const DEFAULT_PAGE_SIZE: usize = 100;
+
+/// The error an injected fault carries as its source: what a throttled call answers.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code} (injected into {operation})")]
+pub struct InjectedFault {
+    /// The port operation that failed, e.g. `write_back`.
+    pub operation: &'static str,
+    /// The AWS error code it plays, e.g. `ProvisionedThroughputExceededException`.
+    pub code: &'static str,
+}
+
+/// Injected failures by port operation (the trait method's name, e.g. `finalize_row`): the
+/// next `n` calls of that operation fail with a retryable throttling error.
+#[derive(Debug, Default)]
+pub struct Faults {
+    remaining: Mutex<BTreeMap<&'static str, u32>>,
+    injected: AtomicU32,
+}
+
+impl Faults {
+    /// Fail the next `times` calls of `operation`.
+    pub fn throttle(&self, operation: &'static str, times: u32) {
+        *lock(&self.remaining).entry(operation).or_default() += times;
+    }
+
+    /// Faults injected so far.
+    pub fn injected(&self) -> u32 {
+        self.injected.load(Ordering::SeqCst)
+    }
+
+    /// The fault for this call of `operation`, if one is due.
+    fn take(&self, operation: &'static str, code: &'static str) -> Option<InjectedFault> {
+        let mut remaining = lock(&self.remaining);
+        let n = remaining.get_mut(operation).filter(|n| **n > 0)?;
+        *n -= 1;
+        self.injected.fetch_add(1, Ordering::SeqCst);
+        Some(InjectedFault { operation, code })
+    }
+
+    /// `Err` with the DynamoDB adapter's error for a throttled call, when a fault is due.
+    fn dynamodb(&self, operation: &'static str, table: &str) -> Result<(), PipelineError> {
+        match self.take(operation, "ProvisionedThroughputExceededException") {
+            None => Ok(()),
+            Some(fault) => Err(PipelineError::DynamoDb {
+                operation,
+                resource: table.to_owned(),
+                source: Box::new(fault),
+                retryable: true,
+            }),
+        }
+    }
+}
+
+/// Lock a mutex; a poisoned lock only means another test thread panicked mid-update of plain
+/// data, which the panic already reports.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One in-memory adapter per port, shared (`Arc`) so a test can inspect what a handler did.
+#[derive(Debug, Clone)]
+pub struct MemoryAdapters {
+    /// Raw usage table.
+    pub usage: Arc<MemoryUsageStore>,
+    /// Aggregated-usage table.
+    pub aggregated: Arc<MemoryAggregatedStore>,
+    /// Subscribers' deprovisioning index.
+    pub deprovisioning: Arc<MemoryDeprovisioningIndex>,
+    /// Work queue.
+    pub work_queue: Arc<MemoryQueue>,
+    /// Deprovision-work queue.
+    pub deprovision_queue: Arc<MemoryQueue>,
+    /// Cleanup queue.
+    pub cleanup_queue: Arc<MemoryQueue>,
+    /// BatchMeterUsage.
+    pub metering: Arc<MemoryMeteringApi>,
+}
+
+impl Default for MemoryAdapters {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryAdapters {
+    /// Empty tables and queues, a ledger with nothing billed.
+    pub fn new() -> Self {
+        Self {
+            usage: Arc::new(MemoryUsageStore::new("usage")),
+            aggregated: Arc::new(MemoryAggregatedStore::new("aggregated-usage")),
+            deprovisioning: Arc::new(MemoryDeprovisioningIndex::default()),
+            work_queue: Arc::new(MemoryQueue::new("work")),
+            deprovision_queue: Arc::new(MemoryQueue::new("deprovision-work")),
+            cleanup_queue: Arc::new(MemoryQueue::new("cleanup")),
+            metering: Arc::new(MemoryMeteringApi::default()),
+        }
+    }
+
+    /// [`Services`] over these adapters. As with the SDK adapters, the usage table and the
+    /// queues exist only in full deployment mode.
+    pub fn services(
+        &self,
+        config: Config,
+        metrics: MetricsSink,
+        clock: Arc<dyn Clock>,
+    ) -> Services {
+        let full = config.deployment_mode == crate::config::DeploymentMode::Full;
+        let queue =
+            |q: &Arc<MemoryQueue>| full.then(|| q.clone() as Arc<dyn crate::ports::MessageQueue>);
+        Services {
+            usage: full.then(|| self.usage.clone() as Arc<dyn crate::ports::UsageStore>),
+            aggregated: self.aggregated.clone(),
+            deprovisioning: config
+                .subscribers_table
+                .as_ref()
+                .map(|_| self.deprovisioning.clone() as Arc<dyn crate::ports::DeprovisioningIndex>),
+            work_queue: queue(&self.work_queue),
+            deprovision_queue: queue(&self.deprovision_queue),
+            cleanup_queue: queue(&self.cleanup_queue),
+            metrics,
+            clock,
+            config,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::status::{AggregatedStatus, RawStatus};
+    use crate::domain::batch::{CallKind, SubmitRecord};
+    use crate::domain::keys::{GroupKey, RowKey};
+    use crate::domain::results::ApiStatus;
+    use crate::domain::row::conforming_row;
+    use crate::ports::{AggregatedItem, AggregatedStore, MeteringApi, UsageStore, WriteBack};
+    use chrono::{DateTime, Utc};
+
+    fn group(license: &str, dimension: &str) -> GroupKey {
+        GroupKey::new(
+            license,
+            "111122223333",
+            dimension,
+            "2026-11-30T10".parse().unwrap(),
+        )
+    }
+
+    fn now() -> DateTime<Utc> {
+        "2026-11-30T12:00:00Z".parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_first_put_wins_and_stores_no_outcome() {
+        let store = MemoryAggregatedStore::new("t");
+        let g = group("arn:aws:l-1", "d");
+        let mut first = AggregatedItem::new(g.clone(), 5, None);
+        first.status = Some(AggregatedStatus::Success);
+        first.attempted_quantity = Some(5);
+        assert!(store.put_if_absent(&first, now()).await.unwrap());
+        assert!(
+            !store
+                .put_if_absent(&AggregatedItem::new(g.clone(), 9, None), now())
+                .await
+                .unwrap()
+        );
+        let stored = store.get(&g).await.unwrap().unwrap();
+        assert_eq!(
+            (stored.quantity, stored.status, stored.attempted_quantity),
+            (5, None, None)
+        );
+    }
+
+    #[tokio::test]
+    async fn outcomes_are_written_only_while_pending() {
+        let store = MemoryAggregatedStore::new("t");
+        let g = group("arn:aws:l-1", "d");
+        let outcome = |status| WriteBack {
+            status,
+            reason: None,
+            metering_record_id: Some("m".into()),
+            ttl: Some(7),
+        };
+        assert!(
+            !store
+                .write_back(&g, &outcome(AggregatedStatus::Success), now())
+                .await
+                .unwrap()
+        );
+        store
+            .put_if_absent(&AggregatedItem::new(g.clone(), 5, None), now())
+            .await
+            .unwrap();
+        store.mark_attempted(&g, 5, now()).await.unwrap();
+        assert!(
+            store
+                .write_back(&g, &outcome(AggregatedStatus::Success), now())
+                .await
+                .unwrap()
+        );
+        assert!(
+            !store
+                .write_back(&g, &outcome(AggregatedStatus::Error), now())
+                .await
+                .unwrap()
+        );
+        store.mark_attempted(&g, 6, now()).await.unwrap();
+        let item = store.get(&g).await.unwrap().unwrap();
+        assert_eq!(
+            (item.pending, item.status),
+            (false, Some(AggregatedStatus::Success))
+        );
+        assert_eq!((item.attempted_quantity, store.ttl(&g)), (Some(5), Some(7)));
+    }
+
+    #[tokio::test]
+    async fn the_pending_index_is_paged_and_filtered_by_license() {
+        let store = MemoryAggregatedStore::new("t").with_page_size(1);
+        for (license, dimension) in [
+            ("arn:aws:l-1", "a"),
+            ("arn:aws:l-1", "b"),
+            ("arn:aws:l-2", "a"),
+        ] {
+            store.insert(AggregatedItem::new(group(license, dimension), 1, None));
+        }
+        let bucket = "2026-11-30T10".parse().unwrap();
+        assert_eq!(store.pending(bucket, None).await.unwrap().len(), 3);
+        assert_eq!(
+            store
+                .pending(bucket, Some("arn:aws:l-2"))
+                .await
+                .unwrap()
+                .len(),
+            1
+        );
+        assert!(
+            store
+                .pending(bucket.minus_hours(1), None)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_row_update_never_creates_a_row() {
+        let usage = MemoryUsageStore::new("u");
+        let g = group("arn:aws:l-1", "d");
+        usage.put_row(conforming_row(&g, 1, 3, None));
+        let missing = RowKey {
+            license_arn: g.license_arn.clone(),
+            sort_key: g.usage_sort_key_at(2),
+        };
+        let stamp = Some((RawStatus::Aggregated, "r"));
+        assert!(!usage.finalize_row(&missing, stamp, now()).await.unwrap());
+        assert_eq!(usage.rows().len(), 1);
+        usage.faults.throttle("finalize_row", 1);
+        let e = usage
+            .finalize_row(&missing, stamp, now())
+            .await
+            .unwrap_err();
+        assert!(e.is_retryable() && std::error::Error::source(&e).is_some());
+    }
+
+    #[tokio::test]
+    async fn an_identical_resubmission_is_success_and_a_different_one_a_duplicate() {
+        let api = MemoryMeteringApi::default();
+        let kind = CallKind::ConcurrentAgreements { product_hint: None };
+        let g = group("arn:aws:l-1", "d");
+        let send = |q| SubmitRecord::new(g.clone(), q, None);
+        let first = api.batch_meter_usage(&kind, &[send(4)]).await.unwrap();
+        let again = api.batch_meter_usage(&kind, &[send(4)]).await.unwrap();
+        let other = api.batch_meter_usage(&kind, &[send(5)]).await.unwrap();
+        assert_eq!(first.results[0].status, ApiStatus::Success);
+        assert_eq!(again.results[0], first.results[0]);
+        assert_eq!(other.results[0].status, ApiStatus::DuplicateRecord);
+        assert_eq!(
+            other.results[0].metering_record_id,
+            first.results[0].metering_record_id
+        );
+        assert_eq!(
+            (api.ledger().len(), api.ledger()[0].quantity, api.calls()),
+            (1, 4, 3)
+        );
+    }
+}

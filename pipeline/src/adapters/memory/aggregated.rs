@@ -1,0 +1,211 @@
+//! The aggregated-usage table and the subscribers' deprovisioning index in memory.
+
+use super::{DEFAULT_PAGE_SIZE, Faults, lock};
+use crate::domain::keys::{GroupKey, HourBucket};
+use crate::error::Result;
+use crate::ports::{
+    AggregatedItem, AggregatedStore, Deprovisioning, DeprovisioningIndex, WriteBack,
+};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Mutex;
+
+/// Primary key of an aggregated record: `licenseArn`, `account_dimension_hour`.
+type Key = (String, String);
+
+fn key(group: &GroupKey) -> Key {
+    (group.license_arn.clone(), group.aggregated_sort_key())
+}
+
+/// The aggregated-usage table: one record per group-hour, the first put wins.
+#[derive(Debug)]
+pub struct MemoryAggregatedStore {
+    table: String,
+    items: Mutex<BTreeMap<Key, AggregatedItem>>,
+    ttls: Mutex<BTreeMap<Key, i64>>,
+    page_size: usize,
+    /// Faults to inject, by [`AggregatedStore`] method name.
+    pub faults: Faults,
+}
+
+impl MemoryAggregatedStore {
+    /// An empty table named `table` (the name appears in errors).
+    pub fn new(table: impl Into<String>) -> Self {
+        Self {
+            table: table.into(),
+            items: Mutex::new(BTreeMap::new()),
+            ttls: Mutex::new(BTreeMap::new()),
+            page_size: DEFAULT_PAGE_SIZE,
+            faults: Faults::default(),
+        }
+    }
+
+    /// Read the pending index `page_size` items at a time (at least one).
+    pub fn with_page_size(mut self, page_size: usize) -> Self {
+        self.page_size = page_size.max(1);
+        self
+    }
+
+    /// Write `item` as stored, unconditionally (a direct-submit seller's record, or a test's
+    /// starting state). Unlike [`AggregatedStore::put_if_absent`] it keeps every field.
+    pub fn insert(&self, item: AggregatedItem) {
+        lock(&self.items).insert(key(&item.group), item);
+    }
+
+    /// Every record, in key order.
+    pub fn items(&self) -> Vec<AggregatedItem> {
+        lock(&self.items).values().cloned().collect()
+    }
+
+    /// The TTL (epoch seconds) set on `group`'s record, if any.
+    pub fn ttl(&self, group: &GroupKey) -> Option<i64> {
+        lock(&self.ttls).get(&key(group)).copied()
+    }
+
+    /// One page of the pending index for `bucket` after `start`, and the key to continue from.
+    fn index_page(
+        &self,
+        bucket: HourBucket,
+        license: Option<&str>,
+        start: Option<&Key>,
+    ) -> (Vec<AggregatedItem>, Option<Key>) {
+        let items = lock(&self.items);
+        let from = start.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut page = Vec::new();
+        for (k, item) in items.range((from, Bound::Unbounded)) {
+            if item.pending
+                && item.group.hour == bucket
+                && license.is_none_or(|l| l == item.group.license_arn)
+            {
+                page.push(item.clone());
+                if page.len() == self.page_size {
+                    return (page, Some(k.clone()));
+                }
+            }
+        }
+        (page, None)
+    }
+
+    /// Apply `update` to `group`'s record if it is still pending; false otherwise (the
+    /// `attribute_exists(meteringPending)` condition failed).
+    fn update_pending(&self, group: &GroupKey, update: impl FnOnce(&mut AggregatedItem)) -> bool {
+        let mut items = lock(&self.items);
+        match items.get_mut(&key(group)).filter(|i| i.pending) {
+            Some(item) => {
+                update(item);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+#[async_trait]
+impl AggregatedStore for MemoryAggregatedStore {
+    async fn put_if_absent(&self, item: &AggregatedItem, _now: DateTime<Utc>) -> Result<bool> {
+        self.faults.dynamodb("put_if_absent", &self.table)?;
+        let mut items = lock(&self.items);
+        if items.contains_key(&key(&item.group)) {
+            return Ok(false);
+        }
+        // What the DynamoDB adapter's item holds: no outcome and no attempt yet.
+        let stored = AggregatedItem {
+            status: None,
+            status_reason: None,
+            metering_record_id: None,
+            attempted_quantity: None,
+            submission_attempted_at: None,
+            ..item.clone()
+        };
+        items.insert(key(&item.group), stored);
+        Ok(true)
+    }
+
+    async fn get(&self, group: &GroupKey) -> Result<Option<AggregatedItem>> {
+        self.faults.dynamodb("get", &self.table)?;
+        Ok(lock(&self.items).get(&key(group)).cloned())
+    }
+
+    async fn pending(
+        &self,
+        bucket: HourBucket,
+        license: Option<&str>,
+    ) -> Result<Vec<AggregatedItem>> {
+        self.faults.dynamodb("pending", &self.table)?;
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let (page, next) = self.index_page(bucket, license, start.as_ref());
+            out.extend(page);
+            match next {
+                Some(k) => start = Some(k),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    async fn mark_attempted(
+        &self,
+        group: &GroupKey,
+        quantity: u64,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        self.faults.dynamodb("mark_attempted", &self.table)?;
+        // A record no longer pending was finalized by someone else: nothing to mark.
+        self.update_pending(group, |item| {
+            item.attempted_quantity = Some(quantity);
+            item.submission_attempted_at = Some(now);
+        });
+        Ok(())
+    }
+
+    async fn write_back(
+        &self,
+        group: &GroupKey,
+        outcome: &WriteBack,
+        _now: DateTime<Utc>,
+    ) -> Result<bool> {
+        self.faults.dynamodb("write_back", &self.table)?;
+        let written = self.update_pending(group, |item| {
+            item.pending = false;
+            item.status = Some(outcome.status);
+            if let Some(r) = &outcome.reason {
+                item.status_reason = Some(r.clone());
+            }
+            if let Some(id) = &outcome.metering_record_id {
+                item.metering_record_id = Some(id.clone());
+            }
+        });
+        if let (true, Some(ttl)) = (written, outcome.ttl) {
+            lock(&self.ttls).insert(key(group), ttl);
+        }
+        Ok(written)
+    }
+}
+
+/// The subscribers table's deprovisioning index: the licenses in their flush window.
+#[derive(Debug, Default)]
+pub struct MemoryDeprovisioningIndex {
+    entries: Mutex<Vec<Deprovisioning>>,
+    /// Faults to inject (`active`).
+    pub faults: Faults,
+}
+
+impl MemoryDeprovisioningIndex {
+    /// Put a license in its flush window (replacing an entry for the same license).
+    pub fn insert(&self, entry: Deprovisioning) {
+        let mut entries = lock(&self.entries);
+        entries.retain(|e| e.license_arn != entry.license_arn);
+        entries.push(entry);
+    }
+}
+
+#[async_trait]
+impl DeprovisioningIndex for MemoryDeprovisioningIndex {
+    async fn active(&self) -> Result<Vec<Deprovisioning>> {
+        self.faults.dynamodb("active", "subscribers")?;
+        Ok(lock(&self.entries).clone())
+    }
+}

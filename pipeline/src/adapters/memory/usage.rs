@@ -1,0 +1,243 @@
+//! The raw usage table in memory.
+
+use super::{DEFAULT_PAGE_SIZE, Faults, lock};
+use crate::contract::attrs as a;
+use crate::contract::status::RawStatus;
+use crate::domain::keys::{GroupKey, HourBucket, RowKey, split_usage_sort_key};
+use crate::domain::row::{AttrValue, RawUsageRow, parse_non_negative_integer};
+use crate::error::Result;
+use crate::ports::{ExpiredRow, UsageStore};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
+use std::sync::Mutex;
+
+/// The raw usage table: rows by primary key, in sort-key order within a license as DynamoDB
+/// returns them. The sparse `metering_pending` index holds exactly the rows whose
+/// `meteringPending` is a string (the hour bucket), and is read page by page.
+#[derive(Debug)]
+pub struct MemoryUsageStore {
+    table: String,
+    rows: Mutex<BTreeMap<RowKey, RawUsageRow>>,
+    page_size: usize,
+    /// Faults to inject, by [`UsageStore`] method name.
+    pub faults: Faults,
+}
+
+impl MemoryUsageStore {
+    /// An empty table named `table` (the name appears in errors).
+    pub fn new(table: impl Into<String>) -> Self {
+        Self {
+            table: table.into(),
+            rows: Mutex::new(BTreeMap::new()),
+            page_size: DEFAULT_PAGE_SIZE,
+            faults: Faults::default(),
+        }
+    }
+
+    /// Read the pending index `page_size` items at a time (at least one).
+    pub fn with_page_size(mut self, page_size: usize) -> Self {
+        self.page_size = page_size.max(1);
+        self
+    }
+
+    /// Write a row as the consumer does (a whole item, replacing any row with its key).
+    /// A row without a string `licenseArn` and sort key has no primary key and is refused.
+    pub fn put_row(&self, row: RawUsageRow) -> bool {
+        let Some(key) = row_key(&row) else {
+            return false;
+        };
+        lock(&self.rows).insert(key, row);
+        true
+    }
+
+    /// The row stored under `key`.
+    pub fn row(&self, key: &RowKey) -> Option<RawUsageRow> {
+        lock(&self.rows).get(key).cloned()
+    }
+
+    /// Every row, in key order.
+    pub fn rows(&self) -> Vec<RawUsageRow> {
+        lock(&self.rows).values().cloned().collect()
+    }
+
+    /// One page of the pending index for `bucket` (optionally one license), after `start`:
+    /// the page and the key to continue from, like `LastEvaluatedKey`.
+    fn index_page(
+        &self,
+        bucket: HourBucket,
+        license: Option<&str>,
+        start: Option<&RowKey>,
+    ) -> (Vec<RawUsageRow>, Option<RowKey>) {
+        let hb = bucket.to_string();
+        let rows = lock(&self.rows);
+        let from = start.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut page = Vec::new();
+        for (key, row) in rows.range((from, Bound::Unbounded)) {
+            let in_index = row.get(a::METERING_PENDING).and_then(AttrValue::as_s) == Some(&hb);
+            if in_index && license.is_none_or(|l| l == key.license_arn) {
+                page.push(row.clone());
+                if page.len() == self.page_size {
+                    return (page, Some(key.clone()));
+                }
+            }
+        }
+        (page, None)
+    }
+
+    /// Every item of the pending index for `bucket`, page by page.
+    fn index_items(&self, bucket: HourBucket, license: Option<&str>) -> Vec<RawUsageRow> {
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let (page, next) = self.index_page(bucket, license, start.as_ref());
+            out.extend(page);
+            match next {
+                Some(key) => start = Some(key),
+                None => return out,
+            }
+        }
+    }
+
+    /// Apply `update` to the row at `key` if `condition` holds for it; false otherwise
+    /// (DynamoDB's failed condition), never creating a row.
+    fn update_if(
+        &self,
+        key: &RowKey,
+        condition: impl FnOnce(&RawUsageRow) -> bool,
+        update: impl FnOnce(&mut RawUsageRow),
+    ) -> Option<RawUsageRow> {
+        let mut rows = lock(&self.rows);
+        let row = rows.get_mut(key).filter(|r| condition(r))?;
+        update(row);
+        Some(row.clone())
+    }
+}
+
+fn row_key(row: &RawUsageRow) -> Option<RowKey> {
+    Some(RowKey {
+        license_arn: row.get(a::LICENSE_ARN)?.as_s()?.to_owned(),
+        sort_key: row.get(a::USAGE_SORT_KEY)?.as_s()?.to_owned(),
+    })
+}
+
+fn stamp(row: &mut RawUsageRow, status: Option<(RawStatus, &str)>) {
+    row.remove(a::METERING_PENDING);
+    if let Some((st, reason)) = status {
+        row.insert(a::METERING_STATUS.to_owned(), AttrValue::s(st.as_str()));
+        row.insert(a::METERING_STATUS_REASON.to_owned(), AttrValue::s(reason));
+    }
+}
+
+/// The group a pending index item names, as the DynamoDB adapter derives it: from the sort
+/// key's segments, or from the attributes when the key does not split.
+fn group_of(row: &RawUsageRow, bucket: HourBucket) -> Option<GroupKey> {
+    let get = |k: &str| row.get(k).and_then(AttrValue::as_s).map(str::to_owned);
+    let sk = get(a::USAGE_SORT_KEY).unwrap_or_default();
+    let (account, dimension) = match split_usage_sort_key(&sk) {
+        Some(segs) => (
+            Some(segs.account.to_owned()),
+            Some(segs.dimension.to_owned()),
+        ),
+        None => (get(a::CUSTOMER_AWS_ACCOUNT_ID), get(a::DIMENSION)),
+    };
+    Some(GroupKey {
+        license_arn: get(a::LICENSE_ARN)?,
+        customer_aws_account_id: account?,
+        dimension: dimension?,
+        hour: bucket,
+    })
+}
+
+#[async_trait]
+impl UsageStore for MemoryUsageStore {
+    async fn pending_groups(
+        &self,
+        bucket: HourBucket,
+        license: Option<&str>,
+    ) -> Result<Vec<GroupKey>> {
+        self.faults.dynamodb("pending_groups", &self.table)?;
+        let groups: BTreeSet<GroupKey> = self
+            .index_items(bucket, license)
+            .iter()
+            .filter_map(|row| group_of(row, bucket))
+            .collect();
+        Ok(groups.into_iter().collect())
+    }
+
+    async fn read_pending_rows(
+        &self,
+        group: &GroupKey,
+        each: &mut (dyn FnMut(RawUsageRow) + Send),
+    ) -> Result<()> {
+        self.faults.dynamodb("read_pending_rows", &self.table)?;
+        // The same prefix as the DynamoDB adapter: without the trailing ':', so malformed
+        // timestamps of this hour are read (and rejected) too.
+        let prefix = group.usage_prefix();
+        let prefix = prefix.trim_end_matches(':');
+        let by_prefix: Vec<RawUsageRow> = lock(&self.rows)
+            .iter()
+            .filter(|(k, r)| {
+                k.license_arn == group.license_arn
+                    && k.sort_key.starts_with(prefix)
+                    && r.contains_key(a::METERING_PENDING)
+            })
+            .map(|(_, r)| r.clone())
+            .collect();
+        by_prefix.into_iter().for_each(&mut *each);
+        // Rows whose key does not split but whose attributes name this group: found through
+        // the index, as the DynamoDB adapter finds them.
+        let attr = |r: &RawUsageRow, k: &str| r.get(k).and_then(AttrValue::as_s).map(str::to_owned);
+        for row in self.index_items(group.hour, Some(&group.license_arn)) {
+            let sk = attr(&row, a::USAGE_SORT_KEY).unwrap_or_default();
+            if attr(&row, a::CUSTOMER_AWS_ACCOUNT_ID).as_deref()
+                == Some(&group.customer_aws_account_id)
+                && attr(&row, a::DIMENSION).as_deref() == Some(&group.dimension)
+                && !sk.starts_with(prefix)
+                && split_usage_sort_key(&sk).is_none()
+            {
+                each(row);
+            }
+        }
+        Ok(())
+    }
+
+    async fn finalize_row(
+        &self,
+        key: &RowKey,
+        status: Option<(RawStatus, &str)>,
+        _now: DateTime<Utc>,
+    ) -> Result<bool> {
+        self.faults.dynamodb("finalize_row", &self.table)?;
+        Ok(self
+            .update_if(key, |_| true, |r| stamp(r, status))
+            .is_some())
+    }
+
+    async fn expire_bucket(
+        &self,
+        bucket: HourBucket,
+        reason: &str,
+        _now: DateTime<Utc>,
+    ) -> Result<Vec<ExpiredRow>> {
+        self.faults.dynamodb("expire_bucket", &self.table)?;
+        let hb = bucket.to_string();
+        let mut expired = Vec::new();
+        for item in self.index_items(bucket, None) {
+            let Some(key) = row_key(&item) else { continue };
+            // Only a row still pending in this very bucket: a concurrent aggregation wins.
+            let still_pending =
+                |r: &RawUsageRow| r.get(a::METERING_PENDING).and_then(AttrValue::as_s) == Some(&hb);
+            let status = Some((RawStatus::AggregationExpired, reason));
+            if let Some(row) = self.update_if(&key, still_pending, |r| stamp(r, status)) {
+                let quantity = row
+                    .get(a::QUANTITY)
+                    .and_then(AttrValue::as_n)
+                    .and_then(|q| parse_non_negative_integer(q).ok());
+                expired.push(ExpiredRow { key, quantity });
+            }
+        }
+        Ok(expired)
+    }
+}

@@ -1,0 +1,234 @@
+//! One planned `BatchMeterUsage` call: persist the attempt, send it (retrying transient
+//! errors under [`CALL_RETRY`] within the run's budget), bisect request-level poison records,
+//! and turn every record's verdict into a decision.
+
+use super::{CALL_RETRY, Run};
+use crate::contract::metrics;
+use crate::domain::batch::{CallKind, SubmitRecord};
+use crate::domain::bisect::{
+    BisectCall, BisectResult, Bisector, CallOutcome, ExceptionClass, Halt, Verdict,
+    classify_exception,
+};
+use crate::domain::results::{ApiResponse, Decision, map_response, poison_decision};
+use crate::emf::Metric;
+use crate::handlers::STORE_RETRY;
+use crate::ports::MeterCallError;
+use awsmp_retry::{Retryable, retry};
+use chrono::{DateTime, Utc};
+use std::collections::BTreeMap;
+
+/// Why one send got no response to map.
+#[derive(Debug)]
+enum SendError {
+    /// Throttling, an internal error or no answer at all; retried only while the run's
+    /// budget lasts (checked when the send failed).
+    Transient {
+        /// The budget was not yet spent.
+        within_budget: bool,
+    },
+    /// A request-level exception, by name: not retried, bisection decides.
+    Request(String),
+}
+
+impl Retryable for SendError {
+    fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            SendError::Transient {
+                within_budget: true
+            }
+        )
+    }
+}
+
+/// Responses of a bisection's calls, by call id: the records each carried and the answer.
+type Responses = BTreeMap<u32, (Vec<usize>, ApiResponse)>;
+
+impl Run<'_> {
+    /// Send one planned call, bisecting request-level poison records, and write back every
+    /// final outcome. Returns the records left pending by the response (unprocessed), with
+    /// their decision, for the caller to resend.
+    pub(super) async fn submit_call(
+        &mut self,
+        kind: &CallKind,
+        mut records: Vec<SubmitRecord>,
+    ) -> Vec<(SubmitRecord, Decision)> {
+        let now = self.svc.clock.now();
+        let mut bisector = Bisector::new(records.len());
+        let mut responses = Responses::new();
+        while let Some(call) = bisector.next_call() {
+            let outcome = if self.persist_attempts(&records, &call, now).await {
+                self.send(kind, &mut records, &call, &mut responses).await
+            } else {
+                CallOutcome::GaveUp
+            };
+            bisector.report(call.id, outcome).expect("call in flight");
+        }
+        let result = bisector.finish();
+        self.record_halt(&result);
+        self.decide_all(&records, &responses, &result).await
+    }
+
+    /// Persist what we are about to send, before sending it (all of the call's records at
+    /// once). False when some mark could not be written: the call is then not sent.
+    async fn persist_attempts(
+        &self,
+        records: &[SubmitRecord],
+        call: &BisectCall,
+        now: DateTime<Utc>,
+    ) -> bool {
+        let store = &self.svc.aggregated;
+        let marks = call
+            .indices
+            .iter()
+            .map(|&i| &records[i])
+            .filter(|r| r.previous_attempt != Some(r.quantity))
+            .map(|r| async move {
+                retry(&STORE_RETRY, || {
+                    store.mark_attempted(&r.group, r.quantity, now)
+                })
+                .await
+                .map_err(|e| (r.group.clone(), e))
+            });
+        let mut persisted = true;
+        for mark in futures::future::join_all(marks).await {
+            if let Err((group, e)) = mark {
+                tracing::warn!(%group, error = %e, "could not persist the attempt; not sending");
+                persisted = false;
+            }
+        }
+        persisted
+    }
+
+    /// Send one bisection call, paced at the quota and retried under [`CALL_RETRY`].
+    async fn send(
+        &mut self,
+        kind: &CallKind,
+        records: &mut [SubmitRecord],
+        call: &BisectCall,
+        responses: &mut Responses,
+    ) -> CallOutcome {
+        let batch: Vec<SubmitRecord> = call.indices.iter().map(|&i| records[i].clone()).collect();
+        let (api, pacer, started, budget) = (self.api, &self.pacer, self.started, self.budget);
+        let (batch, depth) = (&batch, call.depth);
+        let mut sends = 0u32;
+        let result = retry(&CALL_RETRY, || {
+            let attempt = sends;
+            sends += 1;
+            async move {
+                pacer.ready().await;
+                let result = api.batch_meter_usage(kind, batch).await;
+                classify_send(result, attempt, batch.len(), depth, || {
+                    started.elapsed() <= budget
+                })
+            }
+        })
+        .await;
+        self.out.calls += sends as usize;
+        // No answer, or a transient error that may follow an applied call: from then on a
+        // DuplicateRecord of this quantity is our own attempt. (Not before: the answer to the
+        // first send must be read against the earlier attempts only, or a genuine
+        // DuplicateRecord would be mistaken for a replay and reported as Success.)
+        let gave_up = matches!(result, Err(SendError::Transient { .. }));
+        if sends > 1 || gave_up {
+            for &i in &call.indices {
+                records[i].mark_sent();
+            }
+        }
+        match result {
+            Ok(response) => {
+                responses.insert(call.id.0, (call.indices.clone(), response));
+                CallOutcome::Responded
+            }
+            Err(SendError::Request(exception)) => CallOutcome::RequestError { exception },
+            Err(SendError::Transient { .. }) => CallOutcome::GaveUp,
+        }
+    }
+
+    /// A halted bisection stops the run: `DisabledApiException` (nothing can be billed in
+    /// this region) or a fatal exception, each with its metric.
+    fn record_halt(&mut self, result: &BisectResult) {
+        let exception = match &result.halt {
+            Some(Halt::RegionDisabled) => {
+                tracing::error!(
+                    "BatchMeterUsage is disabled in this region: nothing can be billed here"
+                );
+                "DisabledApiException".to_owned()
+            }
+            Some(Halt::Fatal { exception }) => exception.clone(),
+            None => return,
+        };
+        self.svc.metrics.emit(
+            Metric::count(metrics::BATCH_METER_USAGE_EXCEPTION)
+                .with(metrics::EXCEPTION, exception.clone()),
+        );
+        self.out.halted = Some(exception);
+    }
+
+    /// Decisions per record, from the response of the call that carried it or the poison
+    /// verdict: final ones are applied, `UnprocessedRecords` returned for resending, records
+    /// never answered left pending.
+    async fn decide_all(
+        &mut self,
+        records: &[SubmitRecord],
+        responses: &Responses,
+        result: &BisectResult,
+    ) -> Vec<(SubmitRecord, Decision)> {
+        let mut decisions: Vec<Option<Decision>> = vec![None; records.len()];
+        for (indices, response) in responses.values() {
+            let batch: Vec<SubmitRecord> = indices.iter().map(|&i| records[i].clone()).collect();
+            for (&i, d) in indices.iter().zip(map_response(&batch, response)) {
+                decisions[i] = Some(d);
+            }
+        }
+        let mut unprocessed = Vec::new();
+        for (i, verdict) in result.verdicts.iter().enumerate() {
+            let decision = match verdict {
+                Verdict::Submitted { .. } => decisions[i].take(),
+                Verdict::Poison { exception } => Some(poison_decision(exception)),
+                Verdict::NotSubmitted => None,
+            };
+            match decision {
+                Some(d @ Decision::StayPending { .. }) => unprocessed.push((records[i].clone(), d)),
+                Some(d) => self.apply(&records[i], &d).await,
+                None => self.out.left_pending += 1,
+            }
+        }
+        unprocessed
+    }
+}
+
+/// What one send's result means for the retry loop: a response, a request-level exception
+/// (bisection decides), or a transient failure (retried while `within_budget()`).
+fn classify_send(
+    result: Result<ApiResponse, MeterCallError>,
+    attempt: u32,
+    records: usize,
+    depth: u32,
+    within_budget: impl Fn() -> bool,
+) -> Result<ApiResponse, SendError> {
+    let e = match result {
+        Ok(response) => return Ok(response),
+        Err(e) => e,
+    };
+    match e.exception_name() {
+        Some(name) if classify_exception(name) == ExceptionClass::Retryable => {
+            tracing::info!(exception = %name, attempt, "BatchMeterUsage transient error; backing off");
+        }
+        Some(name) => {
+            let message = match &e {
+                MeterCallError::Exception { message, .. } => message.clone(),
+                other => std::error::Error::source(other)
+                    .map_or_else(|| other.to_string(), ToString::to_string),
+            };
+            tracing::warn!(exception = %name, %message, records, depth, "BatchMeterUsage request-level error");
+            return Err(SendError::Request(name.to_owned()));
+        }
+        None => {
+            tracing::warn!(error = %e, attempt, "BatchMeterUsage: no response; retrying (a replay is recognised)");
+        }
+    }
+    Err(SendError::Transient {
+        within_budget: within_budget(),
+    })
+}

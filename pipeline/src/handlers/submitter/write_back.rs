@@ -1,0 +1,107 @@
+//! Per-record decisions: emit their metric and write them back in the background, retried
+//! under [`WRITE_BACK_RETRY`]; every write-back is joined before the run ends.
+
+use super::{MAX_WRITE_BACKS_IN_FLIGHT, Run, WRITE_BACK_RETRY};
+use crate::contract::status::AggregatedStatus;
+use crate::domain::batch::SubmitRecord;
+use crate::domain::keys::GroupKey;
+use crate::domain::results::Decision;
+use crate::emf::Metric;
+use crate::error::Result;
+use crate::ports::{AggregatedStore, WriteBack};
+use awsmp_retry::retry;
+use chrono::{DateTime, Utc};
+use std::sync::Arc;
+
+/// Seconds per day, for the aggregated-usage TTL.
+const SECONDS_PER_DAY: i64 = 86_400;
+
+/// Outcome of one background write-back.
+pub(super) type WriteBackDone = (GroupKey, AggregatedStatus, Result<()>);
+
+impl Run<'_> {
+    /// Emit a decision's metric and start its write-back in the background (retried through
+    /// throttling; joined before the run ends).
+    pub(super) async fn apply(&mut self, record: &SubmitRecord, decision: &Decision) {
+        let svc = self.svc;
+        if let Some(m) = decision.metric() {
+            let mut metric = Metric::count(m.name);
+            if let Some((k, v)) = m.dimension {
+                metric = metric.with(k, v);
+            }
+            svc.metrics.emit(metric);
+        }
+        let Decision::Finalize(f) = decision else {
+            self.out.left_pending += 1;
+            return;
+        };
+        let ttl = (f.status.is_billed() && svc.config.aggregated_ttl_days > 0).then(|| {
+            svc.clock.now().timestamp()
+                + i64::from(svc.config.aggregated_ttl_days) * SECONDS_PER_DAY
+        });
+        let write = WriteBack {
+            status: f.status,
+            reason: f.reason.clone(),
+            metering_record_id: f.metering_record_id.clone(),
+            ttl,
+        };
+        let (store, group, status, now) = (
+            svc.aggregated.clone(),
+            record.group.clone(),
+            f.status,
+            svc.clock.now(),
+        );
+        self.write_backs.spawn(async move {
+            let result = write_back(store, &group, &write, now).await;
+            (group, status, result)
+        });
+        while self.write_backs.len() > MAX_WRITE_BACKS_IN_FLIGHT {
+            self.settle_one().await;
+        }
+    }
+
+    /// Wait for one background write-back and account for it.
+    async fn settle_one(&mut self) -> bool {
+        let Some(joined) = self.write_backs.join_next().await else {
+            return false;
+        };
+        let (group, status, result) = match joined {
+            Ok(done) => done,
+            // A write-back task only panics on a bug: surface it as such.
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        };
+        match result {
+            Ok(()) => {
+                *self
+                    .out
+                    .statuses
+                    .entry(status.as_str().to_owned())
+                    .or_default() += 1;
+            }
+            Err(e) => {
+                tracing::error!(%group, %status, error = %e, "write-back failed; the record stays pending and its replay will be recognised");
+                self.out.left_pending += 1;
+                self.failures.push(e);
+            }
+        }
+        true
+    }
+
+    /// Wait for every background write-back.
+    pub(super) async fn settle_all(&mut self) {
+        while self.settle_one().await {}
+    }
+}
+
+/// Write one outcome back, retrying through throttling: AWS accepted the record, so giving
+/// up early would leave it to be resubmitted and only recognised as a replay.
+async fn write_back(
+    store: Arc<dyn AggregatedStore>,
+    group: &GroupKey,
+    write: &WriteBack,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    retry(&WRITE_BACK_RETRY, || store.write_back(group, write, now))
+        .await
+        .map(drop)
+}
