@@ -31,7 +31,10 @@ fn payload(id: &str, quantity: u64) -> Vec<u8> {
 }
 
 /// Plain `id` (5) on record 1; on record 2 an aggregate of `id` (5) and two new events (2, 3).
-fn plain_then_repacked(id: &str, others: [&str; 2]) -> aws_lambda_events::event::kinesis::KinesisEvent {
+fn plain_then_repacked(
+    id: &str,
+    others: [&str; 2],
+) -> aws_lambda_events::event::kinesis::KinesisEvent {
     let pk = partition_key(ARN, "210987654321", "api");
     let plain = kinesis_record(STREAM, SHARD, "1", &pk, at(), payload(id, 5));
     let (a, b, c) = (payload(id, 5), payload(others[0], 2), payload(others[1], 3));
