@@ -71,3 +71,60 @@ async fn a_caller_id_re_recorded_in_a_later_batch_is_billed_once() {
     let (first, second) = (event(&batch.records[..1]), event(&batch.records[1..]));
     assert_eq!(billed(vec![first, second]).await, 5 + 2 + 3);
 }
+
+fn generated(seq: u64) -> String {
+    awsmp_producer::event_id::GeneratedId {
+        epoch: 0x5eed,
+        lane: 3,
+        seq,
+    }
+    .to_string()
+}
+
+#[tokio::test]
+async fn a_generated_id_re_recorded_inside_an_aggregate_is_billed_once() {
+    let batch = plain_then_repacked(&generated(1), [&generated(2), &generated(3)]);
+    let (first, second) = (event(&batch.records[..1]), event(&batch.records[1..]));
+    assert_eq!(billed(vec![batch]).await, 5 + 2 + 3);
+    assert_eq!(billed(vec![first, second]).await, 5 + 2 + 3);
+}
+
+#[tokio::test]
+async fn a_replayed_batch_applies_its_records_again_exactly_once() {
+    // GIVEN a batch applied once, WHEN Lambda delivers it again (a retry after a crash),
+    // THEN its own claims pass and the rows do not grow.
+    let stores = MemoryStores::new();
+    let consumer = stores.consumer(Settings::default(), Arc::new(FixedClock::new(at())));
+    let batch = plain_then_repacked(&generated(1), [&generated(2), "order-1"]);
+    for _ in 0..2 {
+        consumer.process(batch.clone()).await;
+    }
+    assert_eq!(stores.rows.quantities().values().sum::<u64>(), 10);
+    assert_eq!(
+        consumer.metrics.total("DedupHit"),
+        2.0,
+        "only the re-packed copy, once per delivery"
+    );
+}
+
+#[tokio::test]
+async fn generated_ids_cost_one_dedup_write_per_lane_per_batch_caller_ids_one_per_event() {
+    let pk = partition_key(ARN, "210987654321", "api");
+    let records = |id: &dyn Fn(u64) -> String| {
+        let recs: Vec<_> = (0..100u64)
+            .map(|r| {
+                let p = payload(&id(r + 1), 1);
+                kinesis_record(STREAM, SHARD, &(r + 1).to_string(), &pk, at(), p)
+            })
+            .collect();
+        event(&recs)
+    };
+    let writes = |batch| async move {
+        let stores = MemoryStores::new();
+        let consumer = stores.consumer(Settings::default(), Arc::new(FixedClock::new(at())));
+        consumer.process(batch).await;
+        stores.dedup.writes()
+    };
+    assert_eq!(writes(records(&generated)).await, 1);
+    assert_eq!(writes(records(&|s| format!("order-{s}"))).await, 100);
+}
