@@ -1,6 +1,7 @@
 //! Consumer throughput: decode + verify + fold (events/s per core) at several group
 //! cardinalities, the whole handler over in-memory stores, and write amplification
-//! (UpdateItems per 1,000 events), printed once per cardinality.
+//! (UpdateItems per 1,000 events) and dedup cost (dedup-table writes per 1,000 events, for
+//! generated and for caller-supplied ids), printed once per cardinality.
 //!
 //! `cargo bench -p awsmp-consumer --bench fold`
 
@@ -16,7 +17,8 @@ use awsmp_consumer::domain::verify::VerifyPolicy;
 use awsmp_consumer::handler::{kinesis_record, stream_record};
 use awsmp_pipeline::domain::clock::FixedClock;
 use awsmp_producer::Event;
-use awsmp_producer::partition::partition_key;
+use awsmp_producer::event_id::{GeneratedId, lane_of};
+use awsmp_producer::partition::{partition_hash, partition_key};
 use awsmp_producer::wire::{encode_aggregated, encode_event};
 use chrono::{Duration, TimeZone, Utc};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
@@ -28,6 +30,11 @@ const STREAM: &str = "arn:aws:kinesis:us-east-1:123456789012:stream/awsmp-usage-
 /// One Lambda batch: 100 aggregates of 50 events over `groups` groups, arriving within one
 /// second (so rows = distinct groups in the batch).
 fn batch(groups: usize, seed: usize) -> Vec<KinesisEventRecord> {
+    batch_with(groups, seed, true)
+}
+
+/// [`batch`], with producer-generated ids (`p:{epoch}:{lane}:{seq}`) or caller-supplied ones.
+fn batch_with(groups: usize, seed: usize, generated: bool) -> Vec<KinesisEventRecord> {
     let at = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
     (0..RECORDS_PER_BATCH)
         .map(|r| {
@@ -41,10 +48,23 @@ fn batch(groups: usize, seed: usize) -> Vec<KinesisEventRecord> {
                         g / 4
                     );
                     let account = format!("{:012}", 100_000_000_000u64 + (g % 4) as u64);
+                    let pk = partition_key(&license, &account, "api");
+                    let id = if generated {
+                        let lane = lane_of(partition_hash(&pk));
+                        let seq = i as u64 + 1;
+                        GeneratedId {
+                            epoch: 1,
+                            lane,
+                            seq,
+                        }
+                        .to_string()
+                    } else {
+                        format!("e{i}")
+                    };
                     let e = Event::new(&license, &account, "api", 1 + (i % 9) as u64, at)
-                        .with_event_id(format!("e{i}"))
+                        .with_event_id(id)
                         .with_producer_id("bench");
-                    (partition_key(&license, &account, "api"), encode_event(&e))
+                    (pk, encode_event(&e))
                 })
                 .collect();
             let data =
@@ -115,15 +135,33 @@ fn benches(c: &mut Criterion) {
         let stores = MemoryStores::new();
         let consumer = stores.consumer(Settings::default(), Arc::new(FixedClock::new(at)));
         let (_, report) = rt.block_on(consumer.process(event.clone()));
+        let per_1000 = |n: u64| n as f64 * 1000.0 / report.events_accepted as f64;
+        let supplied = dedup_writes(&rt, batch_with(groups, 2, false), at);
         eprintln!(
-            "handler groups={groups}: {} UpdateItems, {} dedup claims for {} events ({:.1} row writes per 1,000 events)",
+            "handler groups={groups}: {} UpdateItems for {} events ({:.1} row writes per 1,000 events); dedup writes per 1,000 events: generated ids {:.1}, caller ids {:.1}, one claim per record (before) {:.1}",
             report.update_items,
-            RECORDS_PER_BATCH,
             report.events_accepted,
-            report.update_items as f64 * 1000.0 / report.events_accepted as f64
+            per_1000(report.update_items),
+            per_1000(stores.dedup.writes()),
+            per_1000(supplied),
+            per_1000(RECORDS_PER_BATCH as u64),
         );
     }
     g.finish();
+}
+
+/// Dedup-table writes for one first delivery of `records`.
+fn dedup_writes(
+    rt: &tokio::runtime::Runtime,
+    records: Vec<KinesisEventRecord>,
+    at: chrono::DateTime<Utc>,
+) -> u64 {
+    let mut event = KinesisEvent::default();
+    event.records = records;
+    let stores = MemoryStores::new();
+    let consumer = stores.consumer(Settings::default(), Arc::new(FixedClock::new(at)));
+    rt.block_on(consumer.process(event));
+    stores.dedup.writes()
 }
 
 criterion_group!(consumer_benches, benches);

@@ -1,5 +1,6 @@
 //! Implementations of the [`crate::ports`]: DynamoDB, in memory, and fault-injecting wrappers.
 
+mod dedup_table;
 pub mod dynamodb;
 pub mod fault;
 pub mod memory;

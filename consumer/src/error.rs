@@ -64,6 +64,12 @@ pub enum ConsumerError {
         /// The row's sort key.
         sort_key: String,
     },
+    /// A generated-id lane kept changing under the consumer's compare-and-set write.
+    #[error("dedup lane {lane} kept changing under the consumer's conditional write")]
+    LaneContention {
+        /// The lane's dedup key.
+        lane: String,
+    },
     /// A store implemented outside this crate's DynamoDB adapters failed (for instance the
     /// fault-injecting wrapper of [`crate::adapters::fault`]).
     #[error("{store} store call failed")]
@@ -85,7 +91,9 @@ impl Retryable for ConsumerError {
             ConsumerError::DynamoDb { retryable, .. } | ConsumerError::Store { retryable, .. } => {
                 *retryable
             }
-            ConsumerError::UnprocessedKeys { .. } | ConsumerError::Contention { .. } => true,
+            ConsumerError::UnprocessedKeys { .. }
+            | ConsumerError::Contention { .. }
+            | ConsumerError::LaneContention { .. } => true,
             ConsumerError::Config(_)
             | ConsumerError::Domain(_)
             | ConsumerError::Request { .. }

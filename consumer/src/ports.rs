@@ -39,12 +39,30 @@ pub enum ClaimOutcome {
     Duplicate,
 }
 
-/// The dedup store (short TTL).
+/// The stored state of one generated-id lane ([`crate::domain::dedup::LaneState`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaneItem {
+    /// The dedup-table key (`seq:{epoch}:{lane}`).
+    pub key: String,
+    /// Compare-and-set version (1 on the first write).
+    pub version: u64,
+    /// [`crate::domain::dedup::LaneState::encode`].
+    pub state: String,
+    /// When the lane lapses (the store's TTL): the dedup window after its last write.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// The dedup store (short TTL): per-id claims and generated-id lanes.
 #[async_trait]
 pub trait DedupStore: Send + Sync {
     /// Claim `claim.key` for `claim`'s record (conditional put: absent, expired, or already
     /// owned by the same shard and sequence number).
     async fn claim(&self, claim: &DedupClaim) -> Result<ClaimOutcome>;
+    /// Strongly consistent read of one lane.
+    async fn read_lane(&self, key: &str) -> Result<Option<LaneItem>>;
+    /// Write `item` if the stored lane is still at version `expected` (`None`: absent);
+    /// `Ok(false)` when another writer moved it first.
+    async fn write_lane(&self, item: &LaneItem, expected: Option<u64>) -> Result<bool>;
 }
 
 /// One rejected event, or one part of a row that was not written (late usage and other

@@ -1,6 +1,7 @@
 //! The DynamoDB adapters against dynalite, checked against the in-memory fakes: the same
 //! conditional writes succeed or fail the same way and leave the same rows, and dedup claims
-//! tell first claims, replays, duplicates and expired claims apart.
+//! tell first claims, replays, duplicates and expired claims apart, and generated-id lanes are
+//! written by compare-and-set.
 //!
 //! Run: `awsmp-local up && set -a && . .awsmp-local/env && set +a &&
 //! cargo test -p awsmp-consumer --test adapters_stack -- --include-ignored`
@@ -11,7 +12,7 @@ use awsmp_consumer::adapters::dynamodb::{DynamoDbDedupStore, DynamoDbUsageRows};
 use awsmp_consumer::adapters::memory::{MemoryDedupStore, MemoryUsageRows};
 use awsmp_consumer::domain::row::{Change, Guard, RowWrite};
 use awsmp_consumer::domain::seq::{Lane, SeqNum};
-use awsmp_consumer::ports::{ClaimOutcome, DedupClaim, DedupStore, UsageRowWriter};
+use awsmp_consumer::ports::{ClaimOutcome, DedupClaim, DedupStore, LaneItem, UsageRowWriter};
 use awsmp_loadtest::local::LocalEnv;
 use awsmp_pipeline::domain::keys::RowKey;
 use awsmp_pipeline::domain::row::{Allocation, Tag};
@@ -282,5 +283,45 @@ async fn dedup_claims_tell_first_claims_replays_duplicates_and_expired_claims_ap
         assert_eq!(mem.claim(c).await?, *want, "memory, case {i}");
         assert_eq!(ddb.claim(c).await?, *want, "DynamoDB, case {i}");
     }
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs the local stack (awsmp-local up); run by scripts/test"]
+async fn lane_writes_are_compare_and_set_in_dynamodb_as_in_memory() -> Result<()> {
+    let env = LocalEnv::from_process();
+    let config = Config::from_env()?;
+    let ddb = DynamoDbDedupStore::new(env.dynamodb().await?, &config.dedup_table);
+    let mem = MemoryDedupStore::new();
+    let key = format!("seq:{}:3", uuid::Uuid::new_v4().simple());
+    let t = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
+    let item = |version: u64, state: &str| LaneItem {
+        key: key.clone(),
+        version,
+        state: state.into(),
+        expires_at: t + Duration::hours(48),
+    };
+    let cases = [
+        (item(1, "1|1-1@1@aa"), None, true),
+        (item(1, "1|1-2@1@bb"), None, false),
+        (item(2, "2|1-2@2@aa"), Some(2), false),
+        (item(2, "2|1-2@2@aa"), Some(1), true),
+    ];
+    for (i, (it, expected, want)) in cases.iter().enumerate() {
+        assert_eq!(
+            mem.write_lane(it, *expected).await?,
+            *want,
+            "memory, case {i}"
+        );
+        assert_eq!(
+            ddb.write_lane(it, *expected).await?,
+            *want,
+            "DynamoDB, case {i}"
+        );
+    }
+    let stored = ddb.read_lane(&key).await?;
+    assert_eq!(stored, Some(item(2, "2|1-2@2@aa")));
+    assert_eq!(stored, mem.read_lane(&key).await?);
+    assert_eq!(ddb.read_lane("seq:absent:0").await?, None);
     Ok(())
 }

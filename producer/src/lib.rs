@@ -8,6 +8,7 @@ pub mod config;
 mod engine;
 pub mod error;
 pub mod event;
+pub mod event_id;
 mod handoff;
 pub mod limits;
 pub mod metrics;

@@ -12,6 +12,7 @@ use crate::config::{ProducerConfig, RetryPolicy};
 use crate::engine;
 use crate::error::{ProducerError, ValidationError};
 use crate::event::{Event, truncate_to_millis};
+use crate::event_id::IdGenerator;
 use crate::handoff::{Body, Command, EngineParts, Incoming, RECORD_OVERHEAD_BYTES, Reservation};
 use crate::limits::MAX_RECORD_BYTES;
 use crate::metrics::{Metrics, ProducerStats, StatCounters};
@@ -35,6 +36,8 @@ struct Shared {
     closed: AtomicBool,
     metrics: Metrics,
     stats: Arc<StatCounters>,
+    /// Generated event ids of this instance (its epoch and per-lane sequences).
+    ids: IdGenerator,
 }
 
 /// Buffers, packs and ships usage events to Kinesis from a background task. Cheap to clone;
@@ -216,18 +219,16 @@ impl Producer {
         if let Err(e) = event.validate(true) {
             return Err(invalid(e, event));
         }
-        if event.event_id.is_empty() {
-            // A v4 UUID from the thread-local CSPRNG: `Uuid::new_v4` asks the OS on every call.
-            event.event_id = uuid::Builder::from_random_bytes(rand::random())
-                .into_uuid()
-                .to_string();
-        }
-        let payload = encode_event(&event);
         let pk = partition_key(
             &event.license_arn,
             &event.customer_aws_account_id,
             &event.dimension,
         );
+        if event.event_id.is_empty() {
+            // `p:{epoch}:{lane}:{seq}`: deduplicated by sequence, not by a claim per event.
+            event.event_id = self.shared.ids.next(partition_hash(&pk));
+        }
+        let payload = encode_event(&event);
         let size = payload.len() + pk.len();
         if size > MAX_RECORD_BYTES {
             let e = ValidationError::EventTooLarge {
@@ -467,6 +468,7 @@ impl ProducerBuilder {
                 closed: AtomicBool::new(false),
                 metrics,
                 stats,
+                ids: IdGenerator::new(),
             }),
         })
     }

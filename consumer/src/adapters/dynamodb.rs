@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
-use aws_sdk_dynamodb::types::{AttributeValue as Av, KeysAndAttributes, ReturnValue};
+use aws_sdk_dynamodb::types::{AttributeValue as Av, KeysAndAttributes};
 use awsmp_pipeline::adapters::dynamodb::{
     is_conditional_failure, is_retryable, row_from_item, to_sdk,
 };
@@ -19,10 +19,7 @@ use awsmp_pipeline::domain::row::{Allocation, AttrValue, RawUsageRow};
 
 use crate::domain::row::{Change, Guard, RowWrite};
 use crate::error::{ConsumerError, Result};
-use crate::ports::{
-    ClaimOutcome, DedupClaim, DedupStore, FinalizedGroups, RejectedEvent, RejectedEventStore,
-    UsageRowWriter,
-};
+use crate::ports::{FinalizedGroups, RejectedEvent, RejectedEventStore, UsageRowWriter};
 
 /// Keys per `BatchGetItem` request (DynamoDB: at most 100 items per call,
 /// <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html>).
@@ -30,21 +27,13 @@ pub const MAX_BATCH_GET_KEYS: usize = 100;
 /// Rounds of `UnprocessedKeys` before the lookup fails (and the batch is retried by Lambda).
 const MAX_UNPROCESSED_ROUNDS: u32 = 8;
 
-/// Dedup table attributes.
-pub mod dedup_attrs {
-    /// Hash key.
-    pub const DEDUP_KEY: &str = "dedupKey";
-    /// Claiming record's shard.
-    pub const SHARD_ID: &str = "shardId";
-    /// Claiming record's sequence number (decimal).
-    pub const SEQUENCE_NUMBER: &str = "sequenceNumber";
-    /// ISO-8601 claim time.
-    pub const CLAIMED_AT: &str = "claimedAt";
-    /// TTL attribute (epoch seconds).
-    pub const EXPIRES_AT: &str = "expiresAt";
-}
+pub use super::dedup_table::{DynamoDbDedupStore, claim_outcome, dedup_attrs};
 
-fn ddb_err<E, R>(operation: &'static str, resource: &str, e: SdkError<E, R>) -> ConsumerError
+pub(super) fn ddb_err<E, R>(
+    operation: &'static str,
+    resource: &str,
+    e: SdkError<E, R>,
+) -> ConsumerError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     R: std::fmt::Debug + Send + Sync + 'static,
@@ -57,11 +46,11 @@ where
     }
 }
 
-fn s(v: impl Into<String>) -> Av {
+pub(super) fn s(v: impl Into<String>) -> Av {
     Av::S(v.into())
 }
 
-fn n(v: impl ToString) -> Av {
+pub(super) fn n(v: impl ToString) -> Av {
     Av::N(v.to_string())
 }
 
@@ -270,77 +259,6 @@ impl UsageRowWriter for DynamoDbUsageRows {
             Err(e) if is_conditional_failure(&e) => Ok(false),
             Err(e) => Err(ddb_err("UpdateItem", &self.table, e)),
         }
-    }
-}
-
-/// The dedup table (hash key `dedupKey`, TTL attribute `expiresAt`).
-#[derive(Debug, Clone)]
-pub struct DynamoDbDedupStore {
-    client: Client,
-    table: String,
-}
-
-impl DynamoDbDedupStore {
-    /// Over `table`.
-    pub fn new(client: Client, table: impl Into<String>) -> Self {
-        Self {
-            client,
-            table: table.into(),
-        }
-    }
-}
-
-#[async_trait]
-impl DedupStore for DynamoDbDedupStore {
-    async fn claim(&self, c: &DedupClaim) -> Result<ClaimOutcome> {
-        use dedup_attrs::*;
-        let res = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .item(DEDUP_KEY, s(&c.key))
-            .item(SHARD_ID, s(&c.shard_id))
-            .item(SEQUENCE_NUMBER, s(c.sequence_number.decimal()))
-            .item(CLAIMED_AT, s(audit_timestamp(c.claimed_at)))
-            .item(EXPIRES_AT, n(c.expires_at.timestamp()))
-            // Absent, owned by this very record (a replay), or expired but not yet deleted by TTL.
-            .condition_expression(
-                "attribute_not_exists(#k) OR (#sh = :sh AND #sq = :sq) OR #ex < :now",
-            )
-            .expression_attribute_names("#k", DEDUP_KEY)
-            .expression_attribute_names("#sh", SHARD_ID)
-            .expression_attribute_names("#sq", SEQUENCE_NUMBER)
-            .expression_attribute_names("#ex", EXPIRES_AT)
-            .expression_attribute_values(":sh", s(&c.shard_id))
-            .expression_attribute_values(":sq", s(c.sequence_number.decimal()))
-            .expression_attribute_values(":now", n(c.claimed_at.timestamp()))
-            .return_values(ReturnValue::AllOld)
-            .send()
-            .await;
-        match res {
-            Ok(out) => Ok(claim_outcome(out.attributes.as_ref(), c)),
-            Err(e) if is_conditional_failure(&e) => Ok(ClaimOutcome::Duplicate),
-            Err(e) => Err(ddb_err("PutItem", &self.table, e)),
-        }
-    }
-}
-
-/// Whether a successful claim was a first claim or a replay, from the replaced item.
-pub fn claim_outcome(old: Option<&HashMap<String, Av>>, c: &DedupClaim) -> ClaimOutcome {
-    use dedup_attrs::*;
-    let Some(old) = old.filter(|o| !o.is_empty()) else {
-        return ClaimOutcome::Claimed;
-    };
-    let same = old.get(SHARD_ID).and_then(|v| v.as_s().ok()) == Some(&c.shard_id)
-        && old
-            .get(SEQUENCE_NUMBER)
-            .and_then(|v| v.as_s().ok())
-            .map(String::as_str)
-            == Some(c.sequence_number.decimal());
-    if same {
-        ClaimOutcome::Reclaimed
-    } else {
-        ClaimOutcome::Claimed
     }
 }
 

@@ -16,8 +16,8 @@ use rand::{Rng, SeedableRng};
 use crate::domain::row::RowWrite;
 use crate::error::{ConsumerError, Result};
 use crate::ports::{
-    ClaimOutcome, DedupClaim, DedupStore, FinalizedGroups, RejectedEvent, RejectedEventStore,
-    UsageRowWriter,
+    ClaimOutcome, DedupClaim, DedupStore, FinalizedGroups, LaneItem, RejectedEvent,
+    RejectedEventStore, UsageRowWriter,
 };
 
 #[derive(Debug)]
@@ -179,6 +179,16 @@ impl<T> Faulty<T> {
 impl<T: DedupStore> DedupStore for Faulty<T> {
     async fn claim(&self, claim: &DedupClaim) -> Result<ClaimOutcome> {
         self.faults.run("dedup", self.inner.claim(claim)).await
+    }
+
+    async fn read_lane(&self, key: &str) -> Result<Option<LaneItem>> {
+        self.faults.run("dedup", self.inner.read_lane(key)).await
+    }
+
+    async fn write_lane(&self, item: &LaneItem, expected: Option<u64>) -> Result<bool> {
+        self.faults
+            .run("dedup", self.inner.write_lane(item, expected))
+            .await
     }
 }
 

@@ -14,8 +14,8 @@ use crate::domain::row::RowWrite;
 use crate::domain::seq::SeqNum;
 use crate::error::Result;
 use crate::ports::{
-    ClaimOutcome, DedupClaim, DedupStore, FinalizedGroups, RejectedEvent, RejectedEventStore,
-    UsageRowWriter,
+    ClaimOutcome, DedupClaim, DedupStore, FinalizedGroups, LaneItem, RejectedEvent,
+    RejectedEventStore, UsageRowWriter,
 };
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -30,6 +30,8 @@ type ClaimEntry = (String, SeqNum, DateTime<Utc>);
 #[derive(Debug, Clone, Default)]
 pub struct MemoryDedupStore {
     claims: Arc<Mutex<HashMap<String, ClaimEntry>>>,
+    lanes: Arc<Mutex<HashMap<String, LaneItem>>>,
+    writes: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl MemoryDedupStore {
@@ -47,11 +49,27 @@ impl MemoryDedupStore {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Number of generated-id lanes held.
+    pub fn lanes(&self) -> usize {
+        lock(&self.lanes).len()
+    }
+
+    /// Writes made so far (claims and lane writes, including failed conditions): the cost.
+    pub fn writes(&self) -> u64 {
+        self.writes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn count_write(&self) {
+        self.writes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 #[async_trait]
 impl DedupStore for MemoryDedupStore {
     async fn claim(&self, claim: &DedupClaim) -> Result<ClaimOutcome> {
+        self.count_write();
         let mut claims = lock(&self.claims);
         let outcome = match claims.get(&claim.key) {
             None => ClaimOutcome::Claimed,
@@ -70,6 +88,20 @@ impl DedupStore for MemoryDedupStore {
             ),
         );
         Ok(outcome)
+    }
+
+    async fn read_lane(&self, key: &str) -> Result<Option<LaneItem>> {
+        Ok(lock(&self.lanes).get(key).cloned())
+    }
+
+    async fn write_lane(&self, item: &LaneItem, expected: Option<u64>) -> Result<bool> {
+        self.count_write();
+        let mut lanes = lock(&self.lanes);
+        if lanes.get(&item.key).map(|l| l.version) != expected {
+            return Ok(false);
+        }
+        lanes.insert(item.key.clone(), item.clone());
+        Ok(true)
     }
 }
 

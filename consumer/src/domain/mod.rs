@@ -7,9 +7,11 @@
 //! | [`seq`] | Kinesis sequence numbers in a form that sorts numerically, and lanes (shard + partition key) |
 //! | [`record`] | one stream record: deaggregate, decode, verify, its dedup key |
 //! | [`verify`] | timestamp authority, producer allowlist, quantity bounds |
+//! | [`dedup`] | which events were already applied: sequences of generated ids per lane, claims of caller ids |
 //! | [`fold`] | the per-(group, second) fold of a batch, kept per stream record |
 //! | [`row`] | the usage-row state, the conditional write, and the replay-exact decision |
 
+pub mod dedup;
 pub mod fold;
 pub mod record;
 pub mod row;

@@ -1,23 +1,118 @@
-//! Step 2: claim each record's dedup key. The first record of a key in the batch claims it;
-//! later ones in the batch, and records whose key another record claimed, are duplicates. A
-//! claim that cannot be made is the batch's *cut*: that record and every later one is left for
-//! the retry, because a row may only ever hold a prefix of its lane.
+//! Step 2: claim what the batch applies (docs/guarantees.md, "Dedup").
+//!
+//! 1. A record with refused items claims its record key (so a duplicated bad record is
+//!    recorded once); a record whose key another record claimed is a duplicate.
+//! 2. Every accepted event of the other records is checked by its id: a generated id against
+//!    its lane's applied sequences (one read and one write per lane per batch), a
+//!    caller-supplied id by a per-id claim. Duplicate events are dropped from their record.
+//!
+//! A claim that cannot be made is the batch's *cut*: that record and every later one is left
+//! for the retry, because a row may only ever hold a prefix of its lane.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use awsmp_pipeline::contract::metrics;
 use awsmp_pipeline::emf::Metric;
+use chrono::{DateTime, Utc};
 use futures::StreamExt;
 
 use super::{Batch, Consumer};
-use crate::error::{ErrorChain, Result};
-use crate::ports::{ClaimOutcome, DedupClaim};
+use crate::domain::dedup::{IdForm, LaneState, Verdict, id_claim_key, lane_key, owner_token};
+use crate::error::{ConsumerError, ErrorChain, Result};
+use crate::ports::{ClaimOutcome, DedupClaim, LaneItem};
+
+/// Compare-and-set rounds on one lane before the batch is cut there (not a backoff: a round
+/// that loses the race re-reads at once).
+pub const MAX_LANE_CAS_ROUNDS: u32 = 8;
+
+/// One accepted event: (slot, position in the slot's events).
+type EventRef = (usize, usize);
+
+/// The per-event claims of a batch.
+#[derive(Default)]
+struct EventClaims {
+    /// Caller-supplied ids: the first event of each id claims it.
+    ids: Vec<(EventRef, DedupClaim)>,
+    /// Later events of an id already in the batch.
+    in_batch_dups: Vec<EventRef>,
+    /// Generated ids per lane, in batch order: (event, owner token, sequence).
+    lanes: BTreeMap<String, Vec<(EventRef, String, u64)>>,
+}
 
 impl Consumer {
-    /// Claim every decoded record's dedup key, mark the duplicates, and return the cut: the
-    /// index of the first record left for the retry (the batch's length when none is).
+    /// Claim the batch's record keys and event ids, drop the duplicates, and return the cut:
+    /// the index of the first record left for the retry (the batch's length when none is).
     pub(super) async fn claim_dedup_keys(&self, batch: &mut Batch<'_>) -> usize {
-        let (to_claim, in_batch_dups) = self.claims_to_make(batch);
+        let record_hits = self.claim_record_keys(batch).await;
+        let cut = batch.failed.unwrap_or(batch.slots.len());
+        let plan = self.event_claims(batch, cut);
+        let mut dups: Vec<EventRef> = plan.in_batch_dups.clone();
+        let id_hits = self.claim_ids(batch, plan.ids, &mut dups).await + plan.in_batch_dups.len();
+        let seq_hits = self.claim_lanes(batch, plan.lanes, &mut dups).await;
+        drop_events(batch, dups);
+        let cut = batch.failed.unwrap_or(batch.slots.len());
+        self.report_hits(batch, record_hits, id_hits as u64, seq_hits);
+        cut
+    }
+
+    /// Claim every lane's sequences; push the duplicates onto `dups`. The number of duplicates.
+    async fn claim_lanes(
+        &self,
+        batch: &mut Batch<'_>,
+        lanes: BTreeMap<String, Vec<(EventRef, String, u64)>>,
+        dups: &mut Vec<EventRef>,
+    ) -> u64 {
+        let now = batch.now;
+        let results: Vec<(String, Result<Vec<Verdict>>, Vec<EventRef>)> =
+            futures::stream::iter(lanes)
+                .map(|(key, claims)| async move {
+                    let refs = claims.iter().map(|c| c.0).collect();
+                    let pairs = claims.into_iter().map(|(_, o, s)| (o, s)).collect();
+                    let verdicts = self.claim_lane(&key, pairs, now).await;
+                    (key, verdicts, refs)
+                })
+                .buffered(self.settings.concurrency)
+                .collect()
+                .await;
+        let mut hits = 0;
+        for (key, verdicts, refs) in results {
+            match verdicts {
+                Ok(v) => {
+                    for (r, v) in refs.into_iter().zip(v) {
+                        if v == Verdict::Duplicate {
+                            hits += 1;
+                            dups.push(r);
+                        }
+                    }
+                }
+                Err(e) => {
+                    let first = refs.iter().map(|r| r.0).min().unwrap_or(0);
+                    tracing::warn!(error = %ErrorChain(&e), lane = %key, "lane claim failed; the batch resumes from its first record");
+                    batch.fail_at(first);
+                }
+            }
+        }
+        hits
+    }
+
+    fn report_hits(&self, batch: &mut Batch<'_>, records: u64, ids: u64, seqs: u64) {
+        batch.report.dedup_hits = records + ids + seqs;
+        for (kind, n) in [
+            (metrics::DEDUP_KIND_RECORD, records),
+            (metrics::DEDUP_KIND_ID_CLAIM, ids),
+            (metrics::DEDUP_KIND_SEQUENCE, seqs),
+        ] {
+            if n > 0 {
+                self.metrics
+                    .emit(Metric::counts(metrics::DEDUP_HIT, n).with(metrics::DEDUP_KIND, kind));
+            }
+        }
+    }
+
+    /// Claim the record keys of records with refused items; mark the duplicates. The hits
+    /// before the cut.
+    async fn claim_record_keys(&self, batch: &mut Batch<'_>) -> u64 {
+        let (to_claim, in_batch_dups) = self.record_claims(batch);
         let claims: Vec<(usize, Result<ClaimOutcome>)> = futures::stream::iter(to_claim)
             .map(|(i, c)| async move { (i, self.with_retry(|| self.dedup.claim(&c)).await) })
             .buffered(self.settings.concurrency)
@@ -36,20 +131,13 @@ impl Consumer {
         for i in in_batch_dups {
             batch.slots[i].duplicate = true;
         }
-        // Records from the cut on are left for the retry.
         let cut = batch.failed.unwrap_or(batch.slots.len());
-        let hits = batch.slots[..cut].iter().filter(|s| s.duplicate).count() as u64;
-        batch.report.dedup_hits = hits;
-        if hits > 0 {
-            self.metrics.emit(Metric::counts(metrics::DEDUP_HIT, hits));
-        }
-        cut
+        batch.slots[..cut].iter().filter(|s| s.duplicate).count() as u64
     }
 
-    /// The claims to make (the first record of each key), and the later records of a key
-    /// already in the batch.
-    fn claims_to_make(&self, batch: &Batch<'_>) -> (Vec<(usize, DedupClaim)>, Vec<usize>) {
-        let now = batch.now;
+    /// The record claims to make (the first record of each key, among records with refused
+    /// items), and the later records of a key already in the batch.
+    fn record_claims(&self, batch: &Batch<'_>) -> (Vec<(usize, DedupClaim)>, Vec<usize>) {
         let mut first_of_key: HashMap<&str, usize> = HashMap::new();
         let mut to_claim = Vec::new();
         let mut in_batch_dups = Vec::new();
@@ -57,22 +145,146 @@ impl Consumer {
             let (Ok(rec), Some(d)) = (&s.record, &s.decoded) else {
                 continue;
             };
+            if d.refused.is_empty() {
+                continue;
+            }
             if first_of_key.contains_key(d.dedup_key.as_str()) {
                 in_batch_dups.push(i);
                 continue;
             }
             first_of_key.insert(&d.dedup_key, i);
-            to_claim.push((
-                i,
-                DedupClaim {
-                    key: d.dedup_key.clone(),
-                    shard_id: rec.shard_id.clone(),
-                    sequence_number: rec.sequence_number.clone(),
-                    claimed_at: now,
-                    expires_at: now + self.settings.dedup_ttl,
-                },
-            ));
+            let claim =
+                self.claim_for(&d.dedup_key, &rec.shard_id, &rec.sequence_number, batch.now);
+            to_claim.push((i, claim));
         }
         (to_claim, in_batch_dups)
+    }
+
+    fn claim_for(
+        &self,
+        key: &str,
+        shard_id: &str,
+        seq: &crate::domain::seq::SeqNum,
+        now: DateTime<Utc>,
+    ) -> DedupClaim {
+        DedupClaim {
+            key: key.to_owned(),
+            shard_id: shard_id.to_owned(),
+            sequence_number: seq.clone(),
+            claimed_at: now,
+            expires_at: now + self.settings.dedup_ttl,
+        }
+    }
+
+    /// Sort every accepted event of the records before `cut` (not duplicates) by id form.
+    fn event_claims(&self, batch: &Batch<'_>, cut: usize) -> EventClaims {
+        let mut plan = EventClaims::default();
+        let mut first_of_id: HashMap<&str, EventRef> = HashMap::new();
+        for (i, s) in batch.slots.iter().enumerate().take(cut) {
+            let (Ok(rec), Some(d), false) = (&s.record, &s.decoded, s.duplicate) else {
+                continue;
+            };
+            let owner = owner_token(&rec.shard_id, &rec.sequence_number);
+            for (j, (_, ev)) in d.events.iter().enumerate() {
+                match IdForm::of(&ev.event_id) {
+                    IdForm::Generated(id) => {
+                        let lane = plan.lanes.entry(lane_key(&id)).or_default();
+                        lane.push(((i, j), owner.clone(), id.seq));
+                    }
+                    IdForm::Supplied if first_of_id.contains_key(ev.event_id.as_str()) => {
+                        plan.in_batch_dups.push((i, j));
+                    }
+                    IdForm::Supplied => {
+                        first_of_id.insert(&ev.event_id, (i, j));
+                        let key = id_claim_key(&ev.event_id);
+                        let claim =
+                            self.claim_for(&key, &rec.shard_id, &rec.sequence_number, batch.now);
+                        plan.ids.push(((i, j), claim));
+                    }
+                }
+            }
+        }
+        plan
+    }
+
+    /// Make the per-id claims; push the duplicates onto `dups`. The number of duplicates.
+    async fn claim_ids(
+        &self,
+        batch: &mut Batch<'_>,
+        ids: Vec<(EventRef, DedupClaim)>,
+        dups: &mut Vec<EventRef>,
+    ) -> usize {
+        let claims: Vec<(EventRef, Result<ClaimOutcome>)> = futures::stream::iter(ids)
+            .map(|(r, c)| async move { (r, self.with_retry(|| self.dedup.claim(&c)).await) })
+            .buffered(self.settings.concurrency)
+            .collect()
+            .await;
+        let mut hits = 0;
+        for (r, outcome) in claims {
+            match outcome {
+                Ok(ClaimOutcome::Duplicate) => {
+                    hits += 1;
+                    dups.push(r);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %ErrorChain(&e), seq = %batch.slots[r.0].item_id, "event id claim failed; the batch resumes from this record");
+                    batch.fail_at(r.0);
+                }
+            }
+        }
+        hits
+    }
+
+    /// Claim `(owner, seq)` pairs on lane `key` by compare-and-set; one verdict each.
+    async fn claim_lane(
+        &self,
+        key: &str,
+        claims: Vec<(String, u64)>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Verdict>> {
+        for _ in 0..MAX_LANE_CAS_ROUNDS {
+            let stored = self.with_retry(|| self.dedup.read_lane(key)).await?;
+            let version = stored.as_ref().map(|l| l.version);
+            let mut state = match stored {
+                // An expired lane (past the dedup window) starts again.
+                Some(l) if l.expires_at >= now => {
+                    LaneState::decode(&l.state).map_err(|detail| ConsumerError::MalformedItem {
+                        table: "dedup".into(),
+                        detail,
+                    })?
+                }
+                _ => LaneState::default(),
+            };
+            let verdicts = state.claim(&claims);
+            if !verdicts.contains(&Verdict::New) {
+                return Ok(verdicts);
+            }
+            let item = LaneItem {
+                key: key.to_owned(),
+                version: version.map_or(1, |v| v + 1),
+                state: state.encode(),
+                expires_at: now + self.settings.dedup_ttl,
+            };
+            if self
+                .with_retry(|| self.dedup.write_lane(&item, version))
+                .await?
+            {
+                return Ok(verdicts);
+            }
+        }
+        Err(ConsumerError::LaneContention {
+            lane: key.to_owned(),
+        })
+    }
+}
+
+/// Drop the duplicate events from their records (a record left empty folds nothing).
+fn drop_events(batch: &mut Batch<'_>, mut dups: Vec<EventRef>) {
+    dups.sort_unstable();
+    for (i, j) in dups.into_iter().rev() {
+        if let Some(d) = batch.slots[i].decoded.as_mut() {
+            d.events.remove(j);
+        }
     }
 }

@@ -75,8 +75,16 @@ pub const LATE_USAGE: MetricName = MetricName::count("LateUsage");
 
 /// Consumer: events refused or not written; dimension [`REASON`].
 pub const EVENT_REJECTED: MetricName = MetricName::count("EventRejected");
-/// Consumer: records of a batch already claimed (replays).
+/// Consumer: records or events already applied (duplicates); dimension [`DEDUP_KIND`].
 pub const DEDUP_HIT: MetricName = MetricName::count("DedupHit");
+/// Dimension of [`DEDUP_HIT`]: how the duplicate was recognised.
+pub const DEDUP_KIND: &str = "DedupKind";
+/// [`DEDUP_KIND`]: a record with refused items whose record key another record claimed.
+pub const DEDUP_KIND_RECORD: &str = "Record";
+/// [`DEDUP_KIND`]: a generated id whose sequence its lane already applied.
+pub const DEDUP_KIND_SEQUENCE: &str = "Sequence";
+/// [`DEDUP_KIND`]: a caller-supplied id another record claimed.
+pub const DEDUP_KIND_ID_CLAIM: &str = "IdClaim";
 /// Consumer: events folded into rows; dimension [`PRODUCER`].
 pub const EVENTS_ACCEPTED: MetricName = MetricName::count("EventsAccepted");
 /// Consumer: usage rows written.
