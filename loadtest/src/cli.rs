@@ -161,6 +161,27 @@ impl Common {
     }
 }
 
+/// The `--json` result: the verdict and the funnel first, then the whole report.
+#[derive(serde::Serialize)]
+struct JsonOut<'a> {
+    conserved: bool,
+    funnel: &'a crate::conservation::Funnel,
+    violations: &'a [crate::conservation::Violation],
+    #[serde(flatten)]
+    report: &'a crate::report::RunReport,
+}
+
+impl<'a> JsonOut<'a> {
+    fn of(report: &'a crate::report::RunReport) -> Self {
+        Self {
+            conserved: report.conservation.conserved,
+            funnel: &report.conservation.funnel,
+            violations: &report.conservation.violations,
+            report,
+        }
+    }
+}
+
 /// Entry point of the binary.
 pub fn main() -> Result<()> {
     let cli = Cli::parse();
@@ -186,10 +207,7 @@ pub fn main() -> Result<()> {
         }
     }
     if common.json {
-        let mut v = serde_json::to_value(&report)?;
-        v["conserved"] = report.conservation.conserved.into();
-        v["violations"] = serde_json::to_value(&report.conservation.violations)?;
-        println!("{v}");
+        println!("{}", serde_json::to_string(&JsonOut::of(&report))?);
     } else {
         print!("{}", report.summary());
     }
