@@ -147,57 +147,60 @@ mod tests {
         overlaps: Vec<String>,
     }
 
+    /// The handler: notes the batch's keys in flight (and any already in flight), fails a
+    /// batch holding record 117 while `failures_left` lasts, else records what it processed.
+    async fn handle(
+        seen: &Mutex<Seen>,
+        failures_left: &Mutex<u32>,
+        e: KinesisEvent,
+    ) -> std::result::Result<KinesisEventResponse, &'static str> {
+        let keys: BTreeSet<String> = e
+            .records
+            .iter()
+            .map(|r| r.kinesis.partition_key.clone())
+            .collect();
+        {
+            let mut s = seen.lock().unwrap();
+            for k in &keys {
+                if !s.in_flight.insert(k.clone()) {
+                    s.overlaps.push(k.clone());
+                }
+            }
+            s.in_flight_batches += 1;
+            s.max_in_flight_batches = s.max_in_flight_batches.max(s.in_flight_batches);
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let fail = e.records.iter().any(|r| r.kinesis.sequence_number == "117") && {
+            let mut left = failures_left.lock().unwrap();
+            let fail = *left > 0;
+            *left = left.saturating_sub(1);
+            fail
+        };
+        let mut s = seen.lock().unwrap();
+        s.in_flight_batches -= 1;
+        for k in &keys {
+            s.in_flight.remove(k);
+        }
+        if fail {
+            return Err("injected function error");
+        }
+        for r in &e.records {
+            s.processed.push((
+                r.kinesis.partition_key.clone(),
+                r.kinesis.sequence_number.parse().unwrap(),
+            ));
+        }
+        Ok(KinesisEventResponse::default())
+    }
+
     #[tokio::test]
     async fn concurrent_batches_keep_per_key_order_and_checkpoint_only_done_records() {
         // GIVEN 60 records over 7 keys, factor 4, batches of 5, and a batch holding record
         // 117 that fails twice as a function error
         let recs = records(60, 7);
         let seen = Mutex::new(Seen::default());
-        let failures_left = Mutex::new(2);
-        let handler = |e: KinesisEvent| {
-            let seen = &seen;
-            let failures_left = &failures_left;
-            async move {
-                let keys: BTreeSet<String> = e
-                    .records
-                    .iter()
-                    .map(|r| r.kinesis.partition_key.clone())
-                    .collect();
-                {
-                    let mut s = seen.lock().unwrap();
-                    for k in &keys {
-                        if !s.in_flight.insert(k.clone()) {
-                            s.overlaps.push(k.clone());
-                        }
-                    }
-                    s.in_flight_batches += 1;
-                    s.max_in_flight_batches = s.max_in_flight_batches.max(s.in_flight_batches);
-                }
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                let fail = e.records.iter().any(|r| r.kinesis.sequence_number == "117") && {
-                    let mut left = failures_left.lock().unwrap();
-                    *left > 0 && {
-                        *left -= 1;
-                        true
-                    }
-                };
-                let mut s = seen.lock().unwrap();
-                s.in_flight_batches -= 1;
-                for k in &keys {
-                    s.in_flight.remove(k);
-                }
-                if fail {
-                    return Err("injected function error");
-                }
-                for r in &e.records {
-                    s.processed.push((
-                        r.kinesis.partition_key.clone(),
-                        r.kinesis.sequence_number.parse().unwrap(),
-                    ));
-                }
-                Ok(KinesisEventResponse::default())
-            }
-        };
+        let failures_left = Mutex::new(2_u32);
+        let handler = |e: KinesisEvent| handle(&seen, &failures_left, e);
         let checkpoints = Mutex::new(Vec::new());
         let on_batch = |done: BatchDone| {
             let (seen, checkpoints) = (&seen, &checkpoints);

@@ -199,5 +199,9 @@ fn outcome(
                 .or_default() += v["EventRejected"].as_f64().unwrap_or(0.0) as u64;
         }
     }
-    ConsumeOutcome { faults, rejects }
+    ConsumeOutcome {
+        faults,
+        rejects,
+        overlap: BTreeMap::new(),
+    }
 }

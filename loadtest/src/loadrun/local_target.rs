@@ -135,9 +135,11 @@ impl RunTarget for LocalTarget {
         let ticking = super::meter::tick_while_consuming(ctx, &self.env, &self.sim, &self.licenses);
         let (consumed, ticked) = tokio::join!(consuming, ticking);
         let mut consumed = consumed?;
-        for (reason, n) in ticked? {
+        let (rejects, overlap) = ticked?;
+        for (reason, n) in rejects {
             *consumed.rejects.entry(reason).or_default() += n;
         }
+        consumed.overlap = overlap;
         Ok(consumed)
     }
 

@@ -86,13 +86,15 @@ async fn runner(ctx: &RunContext<'_>, env: &LocalEnv) -> Result<Runner> {
 /// While the consumer consumes: tick the pipeline's schedules about once a second at the
 /// wall clock plus the run's consumer lag (never backwards), as AWS runs them beside the
 /// consumer; with `deprovision`, the run's first license enters its flush window first.
-/// Returns the pipeline's rejects meanwhile, by `pipeline:<reason>`.
+/// Returns the pipeline's rejects meanwhile, by `pipeline:<reason>`, and what it did
+/// ([`ConsumeOutcome::overlap`](super::target::ConsumeOutcome)).
 pub(super) async fn tick_while_consuming(
     ctx: &RunContext<'_>,
     env: &LocalEnv,
     sim: &SimAdmin,
     licenses: &[(String, String)],
-) -> Result<BTreeMap<String, u64>> {
+) -> Result<(BTreeMap<String, u64>, BTreeMap<String, u64>)> {
+    let mut overlap = BTreeMap::new();
     let runner = runner(ctx, env).await?;
     set_marketplace_faults(ctx, sim).await?;
     let lag = ctx.spec.overlap.consumer_lag;
@@ -112,6 +114,16 @@ pub(super) async fn tick_while_consuming(
         if let Some(e) = &tick.submitter_error {
             tracing::info!(error = %e, "submitter run failed; the next tick retries");
         }
+        for (k, n) in [
+            ("liveTicks", 1),
+            ("liveGroupsEnqueued", tick.discoverer.groups_enqueued as u64),
+            (
+                "liveSubmitterCalls",
+                tick.submitter.as_ref().map_or(0, |s| s.calls as u64),
+            ),
+        ] {
+            *overlap.entry(k.to_owned()).or_default() += n;
+        }
         last = Some(at);
         *ctx.last_tick.lock().unwrap_or_else(|e| e.into_inner()) = last;
         let next = Instant::now() + LIVE_TICK_EVERY;
@@ -119,7 +131,7 @@ pub(super) async fn tick_while_consuming(
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
     }
-    Ok(pipeline_rejects(&runner))
+    Ok((pipeline_rejects(&runner), overlap))
 }
 
 /// Put `license` into its deprovisioning flush window (the subscribers table's sparse

@@ -352,6 +352,9 @@ async fn settle_and_check<T: RunTarget>(
     settings: &mut BTreeMap<String, String>,
 ) -> Result<()> {
     report.faults.extend(consumed.faults);
+    for (k, n) in consumed.overlap {
+        settings.insert(k, n.to_string());
+    }
     for (reason, n) in consumed.rejects {
         *report.rejects.entry(reason).or_default() += n;
     }
