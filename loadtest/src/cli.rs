@@ -1,7 +1,7 @@
 //! The `awsmp-loadtest` command line.
 
 use crate::faults::Faults;
-use crate::loadrun::{self, RunSpec, Target};
+use crate::loadrun::{self, Overlap, RunSpec, Target};
 use crate::produce::ProduceSpec;
 use crate::workload::WorkloadSpec;
 use anyhow::{Context, Result};
@@ -90,6 +90,22 @@ struct Common {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Run the stages one after another (produce and consume, then meter) instead of
+    /// overlapping them as AWS does: for debugging.
+    #[arg(long)]
+    sequential: bool,
+    /// Virtual seconds the pipeline's clock runs ahead of the stream while the consumer is
+    /// still consuming, as if the consumer lagged by that much (with lag past an hour's end
+    /// and its lock, hours close while their usage is still on the stream).
+    #[arg(long, default_value_t = 0)]
+    consumer_lag: u64,
+    /// Put the run's first license into its deprovisioning flush window while it is still
+    /// being consumed (the flush aggregates its current hour).
+    #[arg(long)]
+    deprovision: bool,
+    /// The local event source mapping's `ParallelizationFactor` (1–10).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=10))]
+    parallelization_factor: u64,
     /// `local` (default): the local stack, started if needed. `deployment`: a real deployment
     /// named by the environment (`AWSMP_USAGE_STREAM`, the `AWSMP_*_TABLE` names, region,
     /// credentials, optional `AWS_ENDPOINT_URL_<SERVICE>`), with `--licenses`.
@@ -155,9 +171,36 @@ impl Common {
                 Mode::Produce { stream } => stream,
             },
             timeout: std::time::Duration::from_secs(self.timeout),
+            overlap: Overlap {
+                sequential: self.sequential,
+                consumer_lag: chrono::Duration::seconds(self.consumer_lag as i64),
+                deprovision: self.deprovision,
+                parallelization_factor: self.parallelization_factor as usize,
+            },
             progress: !self.quiet && !self.json,
             command_line: std::env::args().collect::<Vec<_>>().join(" "),
         })
+    }
+}
+
+/// The `--json` result: the verdict and the funnel first, then the whole report.
+#[derive(serde::Serialize)]
+struct JsonOut<'a> {
+    conserved: bool,
+    funnel: &'a crate::conservation::Funnel,
+    violations: &'a [crate::conservation::Violation],
+    #[serde(flatten)]
+    report: &'a crate::report::RunReport,
+}
+
+impl<'a> JsonOut<'a> {
+    fn of(report: &'a crate::report::RunReport) -> Self {
+        Self {
+            conserved: report.conservation.conserved,
+            funnel: &report.conservation.funnel,
+            violations: &report.conservation.violations,
+            report,
+        }
     }
 }
 
@@ -186,10 +229,7 @@ pub fn main() -> Result<()> {
         }
     }
     if common.json {
-        let mut v = serde_json::to_value(&report)?;
-        v["conserved"] = report.conservation.conserved.into();
-        v["violations"] = serde_json::to_value(&report.conservation.violations)?;
-        println!("{v}");
+        println!("{}", serde_json::to_string(&JsonOut::of(&report))?);
     } else {
         print!("{}", report.summary());
     }

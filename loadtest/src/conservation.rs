@@ -1,6 +1,10 @@
-//! The conservation check: every unit produced is billed exactly once, or has a terminal
-//! reason. Pure: it takes what each tier reports and returns a verdict with the offending
-//! groups / group-hours listed.
+//! The conservation check, strict: every unit of a valid event is billed exactly once. A unit
+//! that ends unbilled — handed back by the producer, rejected or late at the consumer, late,
+//! expired or rejected in the pipeline — is a violation, unless the run injected it as a bad
+//! input on purpose and it ended with the reason the run expected ([`Inputs::injected`]).
+//! Pure: it takes what each tier reports and returns a verdict with the offending groups /
+//! group-hours listed, and the funnel (produced → accepted → rows → aggregated → billed) with
+//! every unit that left it, by reason. The guarantee it checks: `docs/guarantees.md`.
 
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -9,6 +13,17 @@ use std::collections::{BTreeMap, BTreeSet};
 pub type Group = (String, String, String);
 /// A group-hour: the group and its UTC hour bucket `YYYY-MM-DDTHH`.
 pub type GroupHour = (String, String, String, String);
+
+/// Reason prefix of units the producer handed back (`producer:Undelivered`).
+pub const PRODUCER_UNDELIVERED: &str = "producer:Undelivered";
+/// Reason prefix of units the consumer rejected (`consumer:<reason>`).
+pub const CONSUMER: &str = "consumer:";
+/// Reason prefix of raw usage rows that ended in a terminal non-billed state
+/// (`pipeline:row:<status>:<reason>`): left between rows and aggregated records.
+pub const PIPELINE_ROW: &str = "pipeline:row:";
+/// Reason prefix of aggregated records that ended in a terminal non-billed state
+/// (`pipeline:record:<status>`): left between aggregated records and the ledger.
+pub const PIPELINE_RECORD: &str = "pipeline:record:";
 
 /// What every tier reports, summed.
 #[derive(Debug, Clone, Default)]
@@ -21,21 +36,29 @@ pub struct Inputs {
     pub rows: BTreeMap<GroupHour, u64>,
     /// Quantity the consumer rejected, per group and reason (rejected-events store, late usage).
     pub consumer_rejected: BTreeMap<(Group, String), u64>,
+    /// Quantity folded into aggregated records (any status), per group-hour.
+    pub aggregated: BTreeMap<GroupHour, u64>,
     /// Quantity billed by the simulator, per group-hour (its ledger).
     pub billed: BTreeMap<GroupHour, u64>,
     /// Quantity of group-hours that reached a terminal non-billed state in the pipeline, per
-    /// group-hour and status/reason (RejectedClientSide, AggregationExpired, late rows, Error,
-    /// CustomerNotSubscribed, SubmissionExpired, DuplicateRecord…).
+    /// group-hour and reason: `row:<status>:<reason>` for raw rows (late usage…),
+    /// `record:<status>` for aggregated records (RejectedClientSide, SubmissionExpired…).
     pub pipeline_terminal: BTreeMap<(GroupHour, String), u64>,
     /// Group-hours whose aggregated record or raw rows are still pending.
     pub still_pending: BTreeSet<GroupHour>,
+    /// Units the run injected as bad inputs on purpose, per group and the reason they must end
+    /// with (`consumer:<reason>`, `producer:Undelivered`, `pipeline:…`): the only units that
+    /// may end unbilled.
+    pub injected: BTreeMap<(Group, String), u64>,
 }
 
 /// One violation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Violation {
-    /// `ingest` (producer → rows) or `billing` (rows → ledger) or `pending`.
+    /// `ingest` (producer → rows), `billing` (rows → ledger), `unbilled` (a unit of a valid
+    /// event ended unbilled, or an injected bad input did not end with its reason) or
+    /// `pending`.
     pub stage: &'static str,
     /// License, account, dimension (and hour for billing).
     pub key: String,
@@ -61,12 +84,47 @@ pub struct TableRow {
     pub terminal: BTreeMap<String, u64>,
 }
 
+/// Units that left the funnel between two of its stages, for one reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Exit {
+    /// `produced→accepted`, `accepted→rows`, `rows→aggregated` or `aggregated→billed`.
+    pub between: &'static str,
+    /// The terminal reason (`unexplained` when the stage lost units without one; `pending`
+    /// when they had not moved on when the run ended).
+    pub reason: String,
+    /// Units.
+    pub units: u64,
+    /// Of those, units the run injected as bad inputs with this reason.
+    pub injected: u64,
+}
+
+/// The funnel: units at each stage, and every unit that left it, by reason.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Funnel {
+    /// Accepted by `record()`.
+    pub produced: u64,
+    /// Accepted by the stream (not handed back by the producer).
+    pub accepted: u64,
+    /// In usage rows.
+    pub rows: u64,
+    /// Folded into aggregated records.
+    pub aggregated: u64,
+    /// Billed (the ledger).
+    pub billed: u64,
+    /// Every unit that left, by stage and reason.
+    pub exits: Vec<Exit>,
+}
+
 /// The verdict.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Verdict {
-    /// True when nothing was lost, duplicated or left unaccounted.
+    /// True when nothing was lost, duplicated, left unbilled or unaccounted.
     pub conserved: bool,
+    /// The funnel, produced → billed.
+    pub funnel: Funnel,
     /// Every violation.
     pub violations: Vec<Violation>,
     /// Totals.
@@ -91,7 +149,11 @@ fn key4(g: &GroupHour) -> String {
     format!("{}|{}|{}|{}", g.0, g.1, g.2, g.3)
 }
 
-/// Check conservation.
+fn group_of(gh: &GroupHour) -> Group {
+    (gh.0.clone(), gh.1.clone(), gh.2.clone())
+}
+
+/// Check conservation, strictly.
 pub fn check(inp: &Inputs) -> Verdict {
     let mut v = Verdict::default();
     check_ingest(inp, &mut v);
@@ -107,9 +169,66 @@ pub fn check(inp: &Inputs) -> Verdict {
             });
         }
     }
+    check_unbilled(inp, &mut v);
+    v.funnel = funnel(inp);
     v.group_hours = v.table.len();
     v.conserved = v.violations.is_empty();
     v
+}
+
+/// Every unit that ended unbilled, per group and reason (the reason namespaced by its tier).
+pub fn unbilled(inp: &Inputs) -> BTreeMap<(Group, String), u64> {
+    let mut out: BTreeMap<(Group, String), u64> = BTreeMap::new();
+    for (g, q) in &inp.producer_returned {
+        *out.entry((g.clone(), PRODUCER_UNDELIVERED.into()))
+            .or_default() += q;
+    }
+    for ((g, reason), q) in &inp.consumer_rejected {
+        *out.entry((g.clone(), format!("{CONSUMER}{reason}")))
+            .or_default() += q;
+    }
+    for ((gh, reason), q) in &inp.pipeline_terminal {
+        *out.entry((group_of(gh), format!("pipeline:{reason}")))
+            .or_default() += q;
+    }
+    out.retain(|_, q| *q > 0);
+    out
+}
+
+/// Strict: an unbilled unit is a violation unless injected with that reason, and every
+/// injected unit must have ended with its reason.
+fn check_unbilled(inp: &Inputs, v: &mut Verdict) {
+    let ended = unbilled(inp);
+    let keys: BTreeSet<&(Group, String)> = ended.keys().chain(inp.injected.keys()).collect();
+    for k in keys {
+        let (found, injected) = (
+            ended.get(k).copied().unwrap_or(0),
+            inp.injected.get(k).copied().unwrap_or(0),
+        );
+        if found == injected {
+            continue;
+        }
+        let detail = if found > injected {
+            format!(
+                "{} unit(s) of valid events ended unbilled: {}",
+                found - injected,
+                k.1
+            )
+        } else {
+            format!(
+                "{} injected bad unit(s) did not end with their expected reason {}",
+                injected - found,
+                k.1
+            )
+        };
+        v.violations.push(Violation {
+            stage: "unbilled",
+            key: key3(&k.0),
+            expected: injected,
+            found,
+            detail,
+        });
+    }
 }
 
 /// Ingest: per group, produced = rows over all hours + consumer-rejected + producer-returned.
@@ -209,6 +328,89 @@ fn check_billing(inp: &Inputs, v: &mut Verdict) {
     }
 }
 
+/// The funnel: units per stage and, between stages, every exit by reason; what left a stage
+/// without a reason is `unexplained` (or `pending`, when the run ended with it in flight).
+fn funnel(inp: &Inputs) -> Funnel {
+    let total = |m: &BTreeMap<GroupHour, u64>| m.values().sum::<u64>();
+    let produced: u64 = inp.produced.values().sum();
+    let returned: u64 = inp.producer_returned.values().sum();
+    let mut f = Funnel {
+        produced,
+        accepted: produced.saturating_sub(returned),
+        rows: total(&inp.rows),
+        aggregated: total(&inp.aggregated),
+        billed: total(&inp.billed),
+        exits: Vec::new(),
+    };
+    let mut by_stage: BTreeMap<(&'static str, String), (u64, u64)> = BTreeMap::new();
+    let ended = unbilled(inp);
+    for ((g, reason), q) in &ended {
+        let between = if reason == PRODUCER_UNDELIVERED {
+            "produced→accepted"
+        } else if reason.starts_with(CONSUMER) {
+            "accepted→rows"
+        } else if reason.starts_with(PIPELINE_ROW) {
+            "rows→aggregated"
+        } else {
+            "aggregated→billed"
+        };
+        let injected = inp.injected.get(&(g.clone(), reason.clone())).copied();
+        let e = by_stage.entry((between, reason.clone())).or_default();
+        e.0 += q;
+        e.1 += injected.unwrap_or(0).min(*q);
+    }
+    let pending_rows: u64 = inp
+        .rows
+        .iter()
+        .filter(|(gh, _)| inp.still_pending.contains(*gh))
+        .map(|(gh, q)| q.saturating_sub(inp.aggregated.get(gh).copied().unwrap_or(0)))
+        .sum();
+    let pending_records: u64 = inp
+        .aggregated
+        .iter()
+        .filter(|(gh, _)| inp.still_pending.contains(*gh))
+        .map(|(gh, q)| q.saturating_sub(inp.billed.get(gh).copied().unwrap_or(0)))
+        .sum();
+    let stages = [
+        ("produced→accepted", f.produced, f.accepted),
+        ("accepted→rows", f.accepted, f.rows),
+        ("rows→aggregated", f.rows, f.aggregated),
+        ("aggregated→billed", f.aggregated, f.billed),
+    ];
+    for (between, from, to) in stages {
+        let explained: u64 = by_stage
+            .iter()
+            .filter(|((b, _), _)| *b == between)
+            .map(|(_, (q, _))| q)
+            .sum();
+        let pending = match between {
+            "rows→aggregated" => pending_rows,
+            "aggregated→billed" => pending_records,
+            _ => 0,
+        };
+        if pending > 0 {
+            by_stage.insert((between, "pending".into()), (pending, 0));
+        }
+        let rest = from.saturating_sub(to).saturating_sub(explained + pending);
+        if rest > 0 {
+            by_stage.insert((between, "unexplained".into()), (rest, 0));
+        }
+    }
+    let order = |b: &str| stages.iter().position(|s| s.0 == b).unwrap_or(0);
+    let mut exits: Vec<Exit> = by_stage
+        .into_iter()
+        .map(|((between, reason), (units, injected))| Exit {
+            between,
+            reason,
+            units,
+            injected,
+        })
+        .collect();
+    exits.sort_by_key(|e| (order(e.between), e.reason.clone()));
+    f.exits = exits;
+    f
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,9 +451,92 @@ mod tests {
         i.rows.insert(gh("b", "2026-11-30T10"), 3);
         i.pipeline_terminal
             .insert((gh("b", "2026-11-30T10"), "RejectedClientSide".into()), 3);
+        // Injected on purpose, with these reasons: the only units allowed to end unbilled.
+        i.injected
+            .insert((g("b"), "consumer:StaleTimestamp".into()), 2);
+        i.injected
+            .insert((g("b"), "pipeline:RejectedClientSide".into()), 3);
         let v = check(&i);
         assert!(v.conserved, "{:?}", v.violations);
         assert_eq!(v.terminal["consumer:StaleTimestamp"], 2);
+    }
+
+    #[test]
+    fn a_unit_of_a_valid_event_that_ends_unbilled_is_a_violation_whatever_its_reason() {
+        for reason in [
+            "row:Late:LateUsage",
+            "record:SubmissionExpired",
+            "record:AggregationExpired",
+        ] {
+            let mut i = clean();
+            i.billed.insert(gh("a", "2026-11-30T11"), 3);
+            i.pipeline_terminal
+                .insert((gh("a", "2026-11-30T11"), reason.into()), 1);
+            let v = check(&i);
+            assert!(!v.conserved, "{reason}");
+            assert_eq!(v.violations.len(), 1, "{reason}: {:?}", v.violations);
+            assert_eq!(v.violations[0].stage, "unbilled");
+            assert!(v.violations[0].detail.contains(reason));
+        }
+        let mut i = clean();
+        i.produced.insert(g("b"), 4);
+        i.consumer_rejected
+            .insert((g("b"), "StaleTimestamp".into()), 1);
+        i.producer_returned.insert(g("b"), 3);
+        let v = check(&i);
+        let unbilled: Vec<_> = v
+            .violations
+            .iter()
+            .filter(|x| x.stage == "unbilled")
+            .collect();
+        assert_eq!(unbilled.len(), 2, "{:?}", v.violations);
+    }
+
+    #[test]
+    fn an_injected_bad_input_that_ends_otherwise_is_a_violation() {
+        let mut i = clean();
+        i.injected
+            .insert((g("a"), "consumer:Unauthorized".into()), 2);
+        let v = check(&i);
+        assert!(!v.conserved);
+        assert_eq!((v.violations[0].expected, v.violations[0].found), (2, 0));
+        assert!(v.violations[0].detail.contains("expected reason"));
+    }
+
+    #[test]
+    fn the_funnel_shows_every_unit_that_left_it_by_reason() {
+        let mut i = clean();
+        i.produced.insert(g("a"), 17);
+        i.producer_returned.insert(g("a"), 2);
+        i.consumer_rejected
+            .insert((g("a"), "Unauthorized".into()), 1);
+        i.injected
+            .insert((g("a"), "consumer:Unauthorized".into()), 1);
+        i.aggregated.insert(gh("a", "2026-11-30T10"), 6);
+        i.aggregated.insert(gh("a", "2026-11-30T11"), 3);
+        i.rows.insert(gh("a", "2026-11-30T11"), 4);
+        i.pipeline_terminal
+            .insert((gh("a", "2026-11-30T11"), "row:Late:LateUsage".into()), 1);
+        i.billed.insert(gh("a", "2026-11-30T11"), 3);
+        let f = check(&i).funnel;
+        assert_eq!(
+            (f.produced, f.accepted, f.rows, f.aggregated, f.billed),
+            (17, 15, 10, 9, 9)
+        );
+        let exits: Vec<(&str, &str, u64, u64)> = f
+            .exits
+            .iter()
+            .map(|e| (e.between, e.reason.as_str(), e.units, e.injected))
+            .collect();
+        assert_eq!(
+            exits,
+            vec![
+                ("produced→accepted", "producer:Undelivered", 2, 0),
+                ("accepted→rows", "consumer:Unauthorized", 1, 1),
+                ("accepted→rows", "unexplained", 4, 0),
+                ("rows→aggregated", "pipeline:row:Late:LateUsage", 1, 0),
+            ]
+        );
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! with SVG plots (plotters) of throughput over time, latency percentiles, rejects by reason
 //! and the conservation table.
 
-use crate::conservation::Verdict;
+use crate::conservation::{Funnel, Verdict};
 use anyhow::Result;
 use plotters::prelude::*;
 use serde::Serialize;
@@ -90,6 +90,9 @@ impl RunReport {
     pub fn summary(&self) -> String {
         let c = &self.conservation;
         let mut s = String::new();
+        if self.mode != "produce" {
+            write_funnel(&mut s, &c.funnel);
+        }
         let _ = writeln!(s, "run: {:.1} s wall clock", self.elapsed_secs);
         self.write_throughput(&mut s);
         let _ = writeln!(
@@ -158,7 +161,7 @@ impl RunReport {
         } else if c.conserved {
             let _ = writeln!(
                 s,
-                "CONSERVED: every unit produced was billed exactly once or has a terminal reason"
+                "CONSERVED: every unit of a valid event was billed exactly once; only injected bad inputs ended unbilled, each with its reason"
             );
         } else {
             let _ = writeln!(s, "NOT CONSERVED: {} violation(s)", c.violations.len());
@@ -194,12 +197,15 @@ impl RunReport {
              <h1>awsmp load test</h1><p class=\"{}\"><b>{}</b></p><pre>{}</pre>",
             if c.conserved { "ok" } else { "bad" },
             if c.conserved {
-                "Conserved: every unit produced was billed exactly once or has a terminal reason."
+                "Conserved: every unit of a valid event was billed exactly once; only injected bad inputs ended unbilled, each with its reason."
             } else {
                 "NOT conserved — see the violations below."
             },
             escape(&self.summary())
         );
+        if self.mode != "produce" {
+            h.push_str(&funnel_html(&c.funnel));
+        }
         h.push_str("<h2>Throughput over time</h2>");
         h.push_str(&throughput_svg(&self.timeline)?);
         h.push_str("<h2>Latency percentiles</h2>");
@@ -422,6 +428,54 @@ fn bars_svg(counts: &BTreeMap<String, u64>) -> Result<String> {
         root.present().map_err(plot_err)?;
     }
     Ok(svg)
+}
+
+/// The funnel, first: units at each stage, then every unit that left it, by reason.
+fn write_funnel(s: &mut String, f: &Funnel) {
+    let _ = writeln!(
+        s,
+        "funnel: {} produced → {} accepted → {} rows → {} aggregated → {} billed",
+        f.produced, f.accepted, f.rows, f.aggregated, f.billed
+    );
+    for e in &f.exits {
+        let injected = if e.injected > 0 {
+            format!(" ({} injected)", e.injected)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            s,
+            "  left {:<18} {:>10} units  {}{injected}",
+            e.between, e.units, e.reason
+        );
+    }
+}
+
+/// The funnel as an HTML table.
+fn funnel_html(f: &Funnel) -> String {
+    let mut h = String::from(
+        "<h2>Funnel</h2><table><tr><th>produced</th><th>accepted</th><th>rows</th><th>aggregated</th><th>billed</th></tr>",
+    );
+    let _ = write!(
+        h,
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr></table>",
+        f.produced, f.accepted, f.rows, f.aggregated, f.billed
+    );
+    if !f.exits.is_empty() {
+        h.push_str("<table><tr><th>left between</th><th>reason</th><th>units</th><th>of which injected</th></tr>");
+        for e in &f.exits {
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td style=\"text-align:left\">{}</td><td>{}</td><td>{}</td></tr>",
+                e.between,
+                escape(&e.reason),
+                e.units,
+                e.injected
+            );
+        }
+        h.push_str("</table>");
+    }
+    h
 }
 
 /// `k=v, k=v, …`

@@ -53,6 +53,9 @@ pub struct Runner {
     pub metering: MarketplaceMeteringApi,
     /// The Kinesis consumer behind its event source mapping, if attached.
     stream: Option<StreamConsumer>,
+    /// Whether `tick` polls the stream first (default). Off when the caller polls it on a
+    /// task of its own with [`Runner::consume_stream`], beside the ticks, as AWS runs them.
+    pub tick_consumes: bool,
     env: LocalEnv,
     sqs: aws_sdk_sqs::Client,
     http: reqwest::Client,
@@ -153,6 +156,7 @@ impl Runner {
             metrics,
             metering,
             stream: None,
+            tick_consumes: true,
             env,
             sqs,
             http: reqwest::Client::new(),
@@ -196,6 +200,15 @@ impl Runner {
         Ok(self)
     }
 
+    /// Poll the usage stream through the event source mapping until every shard is caught
+    /// up (`None` without an attached consumer).
+    pub async fn consume_stream(&self) -> Result<Option<crate::kinesis_esm::EsmReport>> {
+        match &self.stream {
+            Some(stream) => Ok(Some(stream.drain().await.context("the Kinesis consumer")?)),
+            None => Ok(None),
+        }
+    }
+
     /// Set the one instant for handlers and the simulator.
     pub async fn set_time(&self, at: DateTime<Utc>) -> Result<()> {
         self.clock.set(at);
@@ -223,8 +236,8 @@ impl Runner {
             at: Some(at),
             ..Default::default()
         };
-        if let Some(stream) = &self.stream {
-            report.consumer = Some(stream.drain().await.context("the Kinesis consumer")?);
+        if self.tick_consumes {
+            report.consumer = self.consume_stream().await?;
         }
         // Direct-submit deploys no discoverer rules (the raw usage table may still be named in
         // the local env file, which serves both modes).

@@ -71,6 +71,10 @@ enum Command {
         /// Stop after this many ticks (default: until interrupted).
         #[arg(long)]
         ticks: Option<u64>,
+        /// Poll the usage stream inside each tick, before the schedules (the old order, for
+        /// debugging), instead of on a task of its own beside them as AWS does.
+        #[arg(long)]
+        sequential: bool,
     },
 }
 
@@ -127,7 +131,16 @@ async fn main() -> Result<()> {
             speed,
             every,
             ticks,
-        } => run(&paths, start, speed, every, ticks).await?,
+            sequential,
+        } => {
+            let clock = RunClock {
+                start: start.unwrap_or_else(Utc::now),
+                speed,
+                every,
+                ticks,
+            };
+            run(&paths, clock, sequential).await?
+        }
     }
     Ok(())
 }
@@ -149,43 +162,75 @@ async fn up(paths: &Paths, catalog: Option<PathBuf>, ephemeral: bool) -> Result<
     Ok(())
 }
 
-/// Tick every `every` virtual seconds, `speed` virtual seconds per real second.
-async fn run(
-    paths: &Paths,
-    start: Option<DateTime<Utc>>,
+/// The schedule of `awsmp-local run`.
+struct RunClock {
+    /// Virtual start instant.
+    start: DateTime<Utc>,
+    /// Virtual seconds per real second.
     speed: f64,
+    /// Virtual seconds between ticks.
     every: u64,
+    /// Stop after this many ticks.
     ticks: Option<u64>,
-) -> Result<()> {
+}
+
+/// Real time between polls of the stream while it is caught up.
+const STREAM_POLL_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Tick every `every` virtual seconds, `speed` virtual seconds per real second; the consumer
+/// polls the stream on its own concurrently (unless `sequential`: then inside each tick).
+async fn run(paths: &Paths, clock: RunClock, sequential: bool) -> Result<()> {
     anyhow::ensure!(
-        speed > 0.0 && every > 0,
+        clock.speed > 0.0 && clock.every > 0,
         "--speed and --every must be positive"
     );
-    let runner = runner(paths).await?;
+    let mut runner = runner(paths).await?;
+    runner.tick_consumes = sequential;
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let ticking = async {
+        let out = tick_on_schedule(&runner, &clock).await;
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        out
+    };
+    let consuming = async {
+        while !sequential && !done.load(std::sync::atomic::Ordering::SeqCst) {
+            let report = runner.consume_stream().await?;
+            if report.is_none_or(|r| r.records_delivered == 0) {
+                tokio::time::sleep(STREAM_POLL_EVERY).await;
+            }
+        }
+        anyhow::Ok(())
+    };
+    let (ticked, consumed) = tokio::join!(ticking, consuming);
+    ticked?;
+    consumed?;
+    print_metrics(&runner);
+    Ok(())
+}
+
+/// The ticks of `clock`, until its count or an interrupt.
+async fn tick_on_schedule(runner: &Runner, clock: &RunClock) -> Result<()> {
     let origin = std::time::Instant::now();
-    let start = start.unwrap_or_else(Utc::now);
     let mut n = 0;
     loop {
-        let virtual_now = start
+        let virtual_now = clock.start
             + chrono::Duration::milliseconds(
-                (origin.elapsed().as_secs_f64() * speed * 1000.0) as i64,
+                (origin.elapsed().as_secs_f64() * clock.speed * 1000.0) as i64,
             );
         let report = runner.tick(virtual_now).await?;
         println!("{}", serde_json::to_string(&report)?);
         n += 1;
-        if ticks.is_some_and(|t| n >= t) {
-            break;
+        if clock.ticks.is_some_and(|t| n >= t) {
+            return Ok(());
         }
-        let due = std::time::Duration::from_secs_f64(every as f64 * n as f64 / speed);
+        let due = std::time::Duration::from_secs_f64(clock.every as f64 * n as f64 / clock.speed);
         if let Some(wait) = due.checked_sub(origin.elapsed()) {
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
-                _ = tokio::signal::ctrl_c() => break,
+                _ = tokio::signal::ctrl_c() => return Ok(()),
             }
         }
     }
-    print_metrics(&runner);
-    Ok(())
 }
 
 async fn runner(paths: &Paths) -> Result<Runner> {

@@ -22,7 +22,9 @@
 //! shard is read from its start — the consumer's dedup makes the re-delivery harmless. [`KinesisEsm::drain`] takes any
 //! `FnMut` handler and drains shards one after another; [`KinesisEsm::drain_concurrent`] takes
 //! an `Fn` handler and drains the shards of a generation concurrently (children of a reshard
-//! wait for their parents either way).
+//! wait for their parents either way). Within a shard, `parallelization_factor` > 1 runs
+//! several batches at once, ordered per partition key ([`deliver_round`]); a shard's
+//! checkpoint only ever passes records that are all done.
 //!
 //! ```no_run
 //! # async fn demo(kinesis: aws_sdk_kinesis::Client) -> anyhow::Result<()> {
@@ -42,9 +44,11 @@
 
 mod checkpoints;
 mod deliver;
+mod lanes;
 
 pub use checkpoints::StreamIdentity;
 pub use deliver::{Delivered, FailureRecord, deliver, lambda_record};
+pub use lanes::{BatchDone, MAX_PARALLELIZATION_FACTOR, deliver_round, lane_of};
 
 use checkpoints::Checkpoints;
 use std::collections::{BTreeMap, VecDeque};
@@ -79,6 +83,9 @@ pub struct EsmOptions {
     pub max_retry_attempts: Option<u32>,
     /// `BisectBatchOnFunctionError` (default true).
     pub bisect_on_error: bool,
+    /// `ParallelizationFactor` (1–10, default 1): concurrent batches per shard, ordered per
+    /// partition key (see [`deliver_round`]).
+    pub parallelization_factor: usize,
     /// Pause before the first retry of a failing batch, doubling per retry up to 5 s (so a
     /// passing outage does not burn the retry budget in milliseconds).
     pub retry_backoff: Duration,
@@ -95,6 +102,7 @@ impl Default for EsmOptions {
             batching_window: Duration::from_secs(1),
             max_retry_attempts: Some(10),
             bisect_on_error: true,
+            parallelization_factor: 1,
             retry_backoff: Duration::from_millis(100),
             failure_destination: None,
             function_arn: "arn:aws:lambda:us-east-1:000000000000:function:kinesis-consumer".into(),
@@ -126,6 +134,20 @@ pub struct EsmReport {
     /// shard's start), with why: the file was recorded on another stream, or the stream
     /// refused a checkpoint's sequence number.
     pub checkpoints_reset: Vec<String>,
+}
+
+impl EsmReport {
+    /// Add another report's counts (of a shard, a lane or a round) to this one.
+    pub fn add(&mut self, r: EsmReport) {
+        self.checkpoints_reset.extend(r.checkpoints_reset);
+        self.invocations += r.invocations;
+        self.records_delivered += r.records_delivered;
+        self.records_done += r.records_done;
+        self.function_errors += r.function_errors;
+        self.partial_failures += r.partial_failures;
+        self.bisections += r.bisections;
+        self.discarded.extend(r.discarded);
+    }
 }
 
 /// The mapping for one stream.
@@ -172,6 +194,9 @@ impl KinesisEsm {
             stream_arn: identity.stream_arn,
             options: EsmOptions {
                 batch_size: options.batch_size.clamp(1, MAX_BATCH_SIZE),
+                parallelization_factor: options
+                    .parallelization_factor
+                    .clamp(1, MAX_PARALLELIZATION_FACTOR),
                 ..options
             },
             checkpoint_path,
@@ -300,14 +325,7 @@ impl KinesisEsm {
         report.checkpoints_reset =
             std::mem::take(&mut *self.resets.lock().unwrap_or_else(|e| e.into_inner()));
         for r in reports {
-            report.checkpoints_reset.extend(r.checkpoints_reset);
-            report.invocations += r.invocations;
-            report.records_delivered += r.records_delivered;
-            report.records_done += r.records_done;
-            report.function_errors += r.function_errors;
-            report.partial_failures += r.partial_failures;
-            report.bisections += r.bisections;
-            report.discarded.extend(r.discarded);
+            report.add(r);
         }
         Ok(report)
     }
@@ -324,28 +342,25 @@ impl KinesisEsm {
             buffer: VecDeque::new(),
             caught_up: false,
         };
+        let on_batch = |done: BatchDone| async move {
+            if let Some(rec) = &done.discarded {
+                self.send_failure(rec).await?;
+            }
+            if let Some(seq) = &done.checkpoint {
+                self.checkpoint(shard, Some(seq))?;
+            }
+            anyhow::Ok(())
+        };
         loop {
             self.fill(shard, &mut reader).await?;
             if reader.buffer.is_empty() {
                 return Ok(report);
             }
-            let n = reader.buffer.len().min(self.options.batch_size);
-            let batch: Vec<KinesisEventRecord> = reader.buffer.iter().take(n).cloned().collect();
-            let delivered = deliver(
-                &self.stream_arn,
-                &batch,
-                &self.options,
-                &mut report,
-                handler,
-            )
-            .await;
-            if let Some(rec) = &delivered.discarded {
-                self.send_failure(rec).await?;
-            }
-            let last_done = &batch[delivered.done - 1].kinesis.sequence_number;
-            self.checkpoint(shard, Some(last_done))?;
-            report.records_done += delivered.done as u64;
-            reader.buffer.drain(..delivered.done);
+            // Every record read goes out in this round, over the shard's lanes.
+            let round: Vec<KinesisEventRecord> = reader.buffer.drain(..).collect();
+            let done =
+                deliver_round(&self.stream_arn, &round, &self.options, handler, &on_batch).await?;
+            report.add(done);
         }
     }
 
@@ -394,13 +409,13 @@ impl KinesisEsm {
     /// batching window has passed.
     async fn fill(&self, shard: &str, reader: &mut ShardReader) -> Result<()> {
         let window_start = Instant::now();
-        while reader.buffer.len() < self.options.batch_size && !reader.caught_up {
+        let round = self.options.batch_size * self.options.parallelization_factor;
+        while reader.buffer.len() < round && !reader.caught_up {
             let Some(it) = reader.iterator.take() else {
                 reader.caught_up = true; // closed shard, fully read
                 break;
             };
-            let want =
-                (self.options.batch_size - reader.buffer.len()).min(MAX_GET_RECORDS as usize);
+            let want = (round - reader.buffer.len()).min(MAX_GET_RECORDS as usize);
             let out = self
                 .kinesis
                 .get_records()

@@ -165,7 +165,7 @@ fn collect_rows(license: &str, items: &[Item], scope: &Scope<'_>, inputs: &mut I
             status => {
                 *inputs
                     .pipeline_terminal
-                    .entry((gh, format!("{status}:{}", s("meteringStatusReason"))))
+                    .entry((gh, format!("row:{status}:{}", s("meteringStatusReason"))))
                     .or_default() += q
             }
         }
@@ -190,13 +190,14 @@ fn collect_aggregated(
         if !scope.keeps(&gh) {
             continue;
         }
+        *inputs.aggregated.entry(gh.clone()).or_default() += num(item, "quantity");
         match s("meteringStatus").as_str() {
             "" => {}
             "Success" => *accepted.entry(gh).or_default() += num(item, "quantity"),
             status => {
                 *inputs
                     .pipeline_terminal
-                    .entry((gh, status.to_owned()))
+                    .entry((gh, format!("record:{status}")))
                     .or_default() += num(item, "quantity")
             }
         }

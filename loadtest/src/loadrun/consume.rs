@@ -111,6 +111,7 @@ pub(super) async fn consume(
         // Retry until it succeeds: a load run must not discard data to the failure queue.
         max_retry_attempts: None,
         bisect_on_error: true,
+        parallelization_factor: ctx.spec.overlap.parallelization_factor.max(1),
         failure_destination: Some((
             env.sqs().await?,
             env.get("AWSMP_CONSUMER_FAILURE_QUEUE_URL")?.to_owned(),
@@ -198,5 +199,9 @@ fn outcome(
                 .or_default() += v["EventRejected"].as_f64().unwrap_or(0.0) as u64;
         }
     }
-    ConsumeOutcome { faults, rejects }
+    ConsumeOutcome {
+        faults,
+        rejects,
+        overlap: BTreeMap::new(),
+    }
 }

@@ -14,6 +14,7 @@ use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 
 /// A run on the local stack.
 pub(super) struct LocalTarget {
@@ -120,8 +121,26 @@ impl RunTarget for LocalTarget {
         ("local stack".into(), stream)
     }
 
+    /// The consumer polls the stream while (unless the run is sequential) the pipeline's
+    /// schedules tick on their own task, as in AWS.
     async fn consume(&self, ctx: &RunContext<'_>) -> Result<ConsumeOutcome> {
-        super::consume::consume(ctx, &self.env, &self.stream, &self.checkpoint).await
+        let consuming = async {
+            let out = super::consume::consume(ctx, &self.env, &self.stream, &self.checkpoint).await;
+            ctx.consumption_done.store(true, Ordering::SeqCst);
+            out
+        };
+        if ctx.spec.overlap.sequential {
+            return consuming.await;
+        }
+        let ticking = super::meter::tick_while_consuming(ctx, &self.env, &self.sim, &self.licenses);
+        let (consumed, ticked) = tokio::join!(consuming, ticking);
+        let mut consumed = consumed?;
+        let (rejects, overlap) = ticked?;
+        for (reason, n) in rejects {
+            *consumed.rejects.entry(reason).or_default() += n;
+        }
+        consumed.overlap = overlap;
+        Ok(consumed)
     }
 
     async fn settle(

@@ -13,13 +13,16 @@ use crate::report::RunReport;
 use crate::runner::Runner;
 use anyhow::{Context, Result};
 use awsmp_pipeline::domain::keys::HourBucket;
-use chrono::{Duration as ChronoDuration, Utc};
+use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 /// Pipeline ticks with Marketplace faults on; later ticks run clean so a run settles.
 const FAULTY_TICKS: usize = 4;
+/// Real time between the pipeline's ticks while the consumer is consuming.
+const LIVE_TICK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// Most pipeline ticks before a run is declared unsettled.
 const MAX_TICKS: usize = 40;
 
@@ -34,10 +37,7 @@ pub(super) async fn meter(
     settings: &mut BTreeMap<String, String>,
 ) -> Result<BTreeSet<GroupHour>> {
     ctx.progress.phase("metering");
-    let mut runner = Runner::new(env.clone(), &BTreeMap::new()).await?;
-    if ctx.spec.produce.faults.has(FaultClass::DuplicateDeliveries) {
-        duplicate_deliveries(&mut runner);
-    }
+    let runner = runner(ctx, env).await?;
     set_marketplace_faults(ctx, sim).await?;
     let (ticks, pending) = tick_until_settled(ctx, env, &runner, sim, licenses, scope).await?;
     settings.insert("pipelineTicks".into(), ticks.to_string());
@@ -52,18 +52,116 @@ pub(super) async fn meter(
             report.faults.insert(name.into(), n);
         }
     }
+    for (reason, n) in pipeline_rejects(&runner) {
+        *report.rejects.entry(reason).or_default() += n;
+    }
+    Ok(pending)
+}
+
+/// The pipeline's rejected usage records by `pipeline:<reason>` (its `UsageRecordRejected`
+/// metric lines).
+pub(super) fn pipeline_rejects(runner: &Runner) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
     for line in runner.metrics.lines() {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
             continue;
         };
         if v.get("UsageRecordRejected").is_some() {
-            *report
-                .rejects
-                .entry(format!("pipeline:{}", v["Reason"].as_str().unwrap_or("?")))
+            *out.entry(format!("pipeline:{}", v["Reason"].as_str().unwrap_or("?")))
                 .or_default() += 1;
         }
     }
-    Ok(pending)
+    out
+}
+
+/// A runner over the stack, with the run's duplicate deliveries.
+async fn runner(ctx: &RunContext<'_>, env: &LocalEnv) -> Result<Runner> {
+    let mut runner = Runner::new(env.clone(), &BTreeMap::new()).await?;
+    if ctx.spec.produce.faults.has(FaultClass::DuplicateDeliveries) {
+        duplicate_deliveries(&mut runner);
+    }
+    Ok(runner)
+}
+
+/// While the consumer consumes: tick the pipeline's schedules about once a second at the
+/// wall clock plus the run's consumer lag (never backwards), as AWS runs them beside the
+/// consumer; with `deprovision`, the run's first license enters its flush window first.
+/// Returns the pipeline's rejects meanwhile, by `pipeline:<reason>`, and what it did
+/// ([`ConsumeOutcome::overlap`](super::target::ConsumeOutcome)).
+pub(super) async fn tick_while_consuming(
+    ctx: &RunContext<'_>,
+    env: &LocalEnv,
+    sim: &SimAdmin,
+    licenses: &[(String, String)],
+) -> Result<(BTreeMap<String, u64>, BTreeMap<String, u64>)> {
+    let mut overlap = BTreeMap::new();
+    let runner = runner(ctx, env).await?;
+    set_marketplace_faults(ctx, sim).await?;
+    let lag = ctx.spec.overlap.consumer_lag;
+    if ctx.spec.overlap.deprovision
+        && let Some(license) = licenses.first()
+    {
+        deprovision(env, license, Utc::now() + lag + ChronoDuration::hours(2)).await?;
+    }
+    let mut last: Option<DateTime<Utc>> = None;
+    while !ctx.consumption_done.load(Ordering::SeqCst) {
+        let now = Utc::now() + lag;
+        let at = last.map_or(now, |l| now.max(l + ChronoDuration::milliseconds(1)));
+        let tick = runner
+            .tick(at)
+            .await
+            .with_context(|| format!("tick at {at} while consuming"))?;
+        if let Some(e) = &tick.submitter_error {
+            tracing::info!(error = %e, "submitter run failed; the next tick retries");
+        }
+        for (k, n) in [
+            ("liveTicks", 1),
+            ("liveGroupsEnqueued", tick.discoverer.groups_enqueued as u64),
+            (
+                "liveSubmitterCalls",
+                tick.submitter.as_ref().map_or(0, |s| s.calls as u64),
+            ),
+        ] {
+            *overlap.entry(k.to_owned()).or_default() += n;
+        }
+        last = Some(at);
+        *ctx.last_tick.lock().unwrap_or_else(|e| e.into_inner()) = last;
+        let next = Instant::now() + LIVE_TICK_EVERY;
+        while Instant::now() < next && !ctx.consumption_done.load(Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+    Ok((pipeline_rejects(&runner), overlap))
+}
+
+/// Put `license` into its deprovisioning flush window (the subscribers table's sparse
+/// `deprovisioning-pending-index`, `infra/resources.json`), AWS accepting usage until `expiry`.
+async fn deprovision(
+    env: &LocalEnv,
+    license: &(String, String),
+    expiry: DateTime<Utc>,
+) -> Result<()> {
+    use aws_sdk_dynamodb::types::AttributeValue as Av;
+    use awsmp_pipeline::adapters::dynamodb::DEPROVISIONING_PENDING_FLAG;
+    let table = env.get("AWSMP_SUBSCRIBERS_TABLE")?;
+    env.dynamodb()
+        .await?
+        .put_item()
+        .table_name(table)
+        .item("licenseArn", Av::S(license.0.clone()))
+        .item("customerAWSAccountId", Av::S(license.1.clone()))
+        .item(
+            "deprovisioningPendingFlag",
+            Av::S(DEPROVISIONING_PENDING_FLAG.into()),
+        )
+        .item(
+            "deprovisioningExpiry",
+            Av::S(expiry.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+        )
+        .send()
+        .await
+        .with_context(|| format!("deprovisioning {} in {table}", license.0))?;
+    Ok(())
 }
 
 async fn set_marketplace_faults(ctx: &RunContext<'_>, sim: &SimAdmin) -> Result<()> {
@@ -100,6 +198,10 @@ async fn tick_until_settled(
     let last_hour = HourBucket::containing(Utc::now());
     let lock = runner.svc.config.time.metering_lock_hours();
     let mut at = last_hour.plus_hours(i64::from(lock) + 1).start() + ChronoDuration::minutes(5);
+    // Never before the ticks that ran while consuming.
+    if let Some(last) = *ctx.last_tick.lock().unwrap_or_else(|e| e.into_inner()) {
+        at = at.max(last + ChronoDuration::minutes(5));
+    }
     let mut ticks = 0;
     loop {
         let tick = runner

@@ -81,10 +81,27 @@ pub struct RunSpec {
     pub stream: Option<String>,
     /// Give up after this long.
     pub timeout: Duration,
+    /// How the stages overlap.
+    pub overlap: Overlap,
     /// Show a progress bar.
     pub progress: bool,
     /// For the report.
     pub command_line: String,
+}
+
+/// How a local run's stages overlap. By default, as in AWS: the consumer polls the stream on
+/// its own task while the pipeline's schedules tick; `sequential` keeps the old order
+/// (produce and consume, then meter) for debugging.
+#[derive(Debug, Clone, Default)]
+pub struct Overlap {
+    /// Produce and consume first, meter after.
+    pub sequential: bool,
+    /// How far the pipeline's clock runs ahead of the stream while consuming (consumer lag).
+    pub consumer_lag: chrono::Duration,
+    /// Put the run's first license into its deprovisioning flush window while consuming.
+    pub deprovision: bool,
+    /// The local event source mapping's `ParallelizationFactor`.
+    pub parallelization_factor: usize,
 }
 
 /// What every phase of a run shares.
@@ -100,6 +117,10 @@ struct RunContext<'a> {
     timings: Mutex<Timings>,
     /// Set when every producer has shut down.
     production_done: AtomicBool,
+    /// Set when the consumer has caught up after production.
+    consumption_done: AtomicBool,
+    /// The pipeline's last tick while consuming (settling never ticks before it).
+    last_tick: Mutex<Option<DateTime<Utc>>>,
     progress: Progress,
 }
 
@@ -152,6 +173,8 @@ pub async fn run(paths: &Paths, spec: &RunSpec) -> Result<RunReport> {
         counters: Arc::default(),
         timings: Mutex::default(),
         production_done: AtomicBool::new(false),
+        consumption_done: AtomicBool::new(false),
+        last_tick: Mutex::default(),
         progress: Progress::new(spec),
     };
     match &spec.target {
@@ -250,8 +273,25 @@ fn settings(spec: &RunSpec, target: &impl RunTarget) -> BTreeMap<String, String>
         ("collapse".to_owned(), p.collapse.to_string()),
         ("seed".to_owned(), w.seed.to_string()),
         ("faults".to_owned(), p.faults.describe()),
+        ("stages".to_owned(), stages(&spec.overlap)),
         ("stream".to_owned(), target.describe().1),
     ])
+}
+
+/// How the stages ran, for the report.
+fn stages(o: &Overlap) -> String {
+    if o.sequential {
+        return "sequential".into();
+    }
+    let mut s = format!(
+        "overlapping (consumer lag {} s, parallelization factor {})",
+        o.consumer_lag.num_seconds(),
+        o.parallelization_factor.max(1)
+    );
+    if o.deprovision {
+        s.push_str(", deprovisioning flush");
+    }
+    s
 }
 
 /// Producing and consuming run side by side, as they would in production.
@@ -312,6 +352,9 @@ async fn settle_and_check<T: RunTarget>(
     settings: &mut BTreeMap<String, String>,
 ) -> Result<()> {
     report.faults.extend(consumed.faults);
+    for (k, n) in consumed.overlap {
+        settings.insert(k, n.to_string());
+    }
     for (reason, n) in consumed.rejects {
         *report.rejects.entry(reason).or_default() += n;
     }

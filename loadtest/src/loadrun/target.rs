@@ -18,6 +18,9 @@ pub(super) struct ConsumeOutcome {
     pub(super) faults: BTreeMap<String, u64>,
     /// Events the consumer rejected, by `consumer:<reason>`.
     pub(super) rejects: BTreeMap<String, u64>,
+    /// What the pipeline did while the consumer consumed (overlapping stages), by
+    /// `liveTicks`, `liveGroupsEnqueued`, `liveSubmitterCalls`.
+    pub(super) overlap: BTreeMap<String, u64>,
 }
 
 /// One target of a run, set up (its stack, stream and licenses ready) when constructed.
