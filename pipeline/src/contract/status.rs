@@ -191,6 +191,10 @@ pub enum AggregatedStatus {
     SubmissionExpired,
     /// Dry-run mode: never sent.
     DryRunSubmitted,
+    /// Possibly billed: the hour left the window (or AWS refused it) with an attempt on file
+    /// whose outcome was never seen; an operator must reconcile it against AWS's records
+    /// (awsmp addition; never reported as billed nor as expired).
+    NeedsReconciliation,
     /// `DuplicateRecord` after we had sent a *different* quantity for the hour: the billed
     /// quantity is not ours (awsmp addition; never reported as success).
     DuplicateRecordQuantityMismatch,
@@ -206,6 +210,7 @@ impl AggregatedStatus {
             Self::Error => "Error",
             Self::SubmissionExpired => "SubmissionExpired",
             Self::DryRunSubmitted => "DryRunSubmitted",
+            Self::NeedsReconciliation => "NeedsReconciliation",
             Self::DuplicateRecordQuantityMismatch => "DuplicateRecordQuantityMismatch",
         }
     }
@@ -232,6 +237,7 @@ impl FromStr for AggregatedStatus {
             Self::Error,
             Self::SubmissionExpired,
             Self::DryRunSubmitted,
+            Self::NeedsReconciliation,
             Self::DuplicateRecordQuantityMismatch,
         ]
         .into_iter()
@@ -269,6 +275,7 @@ mod tests {
             "Error",
             "SubmissionExpired",
             "DryRunSubmitted",
+            "NeedsReconciliation",
             "DuplicateRecordQuantityMismatch",
         ] {
             assert_eq!(s.parse::<AggregatedStatus>().unwrap().to_string(), s);
