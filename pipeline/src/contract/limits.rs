@@ -19,6 +19,11 @@ pub const MAX_USAGE_QUANTITY: u64 = i32::MAX as u64;
 /// (<https://docs.aws.amazon.com/marketplacemetering/latest/APIReference/API_BatchMeterUsage.html>).
 pub const MAX_USAGE_RECORDS_PER_CALL: usize = 25;
 
+/// `BatchMeterUsage` quota: about 10 calls per second per account and region, shared by every
+/// product metered there (AWS Marketplace Metering Service quotas,
+/// <https://docs.aws.amazon.com/marketplace/latest/userguide/metering-service-quotas.html>).
+pub const BATCH_METER_USAGE_CALLS_PER_SECOND: u32 = 10;
+
 /// `BatchMeterUsage` rejects request payloads over 1 MB (docs/metering-api.md, "Batch limits").
 pub const MAX_REQUEST_BYTES: usize = 1_048_576;
 
