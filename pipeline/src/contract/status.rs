@@ -33,6 +33,10 @@ pub enum RejectReason {
     TooManyTags,
     /// A tag without a non-empty key or value.
     MissingTagKeyOrValue,
+    /// A tag key over 100 or a value over 256 characters (the API's `Tag` lengths).
+    TagKeyOrValueTooLong,
+    /// A tag key or value with a character outside the API's `Tag` pattern.
+    InvalidTagCharacters,
     /// `dimension` absent or empty.
     MissingDimension,
     /// Row timestamp later than now.
@@ -55,7 +59,7 @@ pub enum RejectReason {
 
 impl RejectReason {
     /// Every reason, in check order.
-    pub const ALL: [RejectReason; 20] = [
+    pub const ALL: [RejectReason; 22] = [
         Self::MalformedSortKey,
         Self::SortKeyMismatch,
         Self::MalformedTimestamp,
@@ -67,6 +71,8 @@ impl RejectReason {
         Self::NegativeOrNonIntegerAllocation,
         Self::TooManyTags,
         Self::MissingTagKeyOrValue,
+        Self::TagKeyOrValueTooLong,
+        Self::InvalidTagCharacters,
         Self::MissingDimension,
         Self::TimestampInFuture,
         Self::TimestampOutOfWindow,
@@ -92,6 +98,8 @@ impl RejectReason {
             Self::NegativeOrNonIntegerAllocation => "NegativeOrNonIntegerAllocation",
             Self::TooManyTags => "TooManyTags",
             Self::MissingTagKeyOrValue => "MissingTagKeyOrValue",
+            Self::TagKeyOrValueTooLong => "TagKeyOrValueTooLong",
+            Self::InvalidTagCharacters => "InvalidTagCharacters",
             Self::MissingDimension => "MissingDimension",
             Self::TimestampInFuture => "TimestampInFuture",
             Self::TimestampOutOfWindow => "TimestampOutOfWindow",
