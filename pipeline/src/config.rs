@@ -1,5 +1,6 @@
 //! Stage configuration, read once from the environment at start-up (fail fast).
 
+use crate::contract::limits::BATCH_METER_USAGE_CALLS_PER_SECOND;
 use crate::domain::time::TimeConfig;
 use crate::error::{PipelineError, Result};
 use std::collections::BTreeSet;
@@ -53,6 +54,10 @@ pub struct Config {
     pub submitter_max_records_per_run: usize,
     /// Wall-clock budget of one submitter run, in seconds (the Lambda timeout minus headroom).
     pub submitter_time_budget_secs: u64,
+    /// The submitter's share of the account and region's `BatchMeterUsage` quota, in calls per
+    /// second (`AWSMP_SUBMITTER_CALLS_PER_SECOND`, 1 to the quota): every product metered in
+    /// the account and region shares the quota, so the shares must add up to at most it.
+    pub submitter_calls_per_second: u32,
     /// CloudWatch namespace for EMF metrics.
     pub metrics_namespace: String,
 }
@@ -61,6 +66,11 @@ pub struct Config {
 pub const DEFAULT_SUBMITTER_MAX_RECORDS_PER_RUN: usize = 37_500;
 /// Default submitter run budget: the 5-minute schedule minus a minute of headroom.
 pub const DEFAULT_SUBMITTER_TIME_BUDGET_SECS: u64 = 240;
+/// Default share of the `BatchMeterUsage` quota: 2 of its 10 calls/s, so up to five products
+/// metered in one account and region stay within it without configuration; a seller with a
+/// single product there sets [`BATCH_METER_USAGE_CALLS_PER_SECOND`]. Throttling beyond it is
+/// still retried (docs/operations.md, "Quota share").
+pub const DEFAULT_SUBMITTER_CALLS_PER_SECOND: u32 = 2;
 
 impl Config {
     /// Read from the process environment.
@@ -82,24 +92,7 @@ impl Config {
             num("AWSMP_BILLABLE_WINDOW_HOURS", 24)? as u32,
             num("AWSMP_USAGE_TABLE_TTL_DAYS", 365)? as u32,
         )?;
-        let deployment_mode = match get("AWSMP_DEPLOYMENT_MODE").as_deref().unwrap_or("full") {
-            "full" => DeploymentMode::Full,
-            "direct-submit" => DeploymentMode::DirectSubmit,
-            other => {
-                return Err(PipelineError::Config(format!(
-                    "AWSMP_DEPLOYMENT_MODE={other:?}: full | direct-submit"
-                )));
-            }
-        };
-        let metering_mode = match get("AWSMP_METERING_MODE").as_deref().unwrap_or("live") {
-            "live" => MeteringMode::Live,
-            "dry-run" => MeteringMode::DryRun,
-            other => {
-                return Err(PipelineError::Config(format!(
-                    "AWSMP_METERING_MODE={other:?}: live | dry-run"
-                )));
-            }
-        };
+        let (deployment_mode, metering_mode) = modes(&get)?;
         let dry_run_accounts: BTreeSet<String> = get("AWSMP_DRY_RUN_ACCOUNTS")
             .unwrap_or_default()
             .split(',')
@@ -146,10 +139,49 @@ impl Config {
                 "AWSMP_SUBMITTER_TIME_BUDGET_SECS",
                 DEFAULT_SUBMITTER_TIME_BUDGET_SECS,
             )?,
+            submitter_calls_per_second: calls_per_second(num(
+                "AWSMP_SUBMITTER_CALLS_PER_SECOND",
+                u64::from(DEFAULT_SUBMITTER_CALLS_PER_SECOND),
+            )?)?,
             metrics_namespace: get("AWSMP_METRICS_NAMESPACE")
                 .unwrap_or_else(|| crate::emf::DEFAULT_NAMESPACE.into()),
         })
     }
+}
+
+/// `AWSMP_DEPLOYMENT_MODE` and `AWSMP_METERING_MODE`.
+fn modes(get: &impl Fn(&str) -> Option<String>) -> Result<(DeploymentMode, MeteringMode)> {
+    let deployment_mode = match get("AWSMP_DEPLOYMENT_MODE").as_deref().unwrap_or("full") {
+        "full" => DeploymentMode::Full,
+        "direct-submit" => DeploymentMode::DirectSubmit,
+        other => {
+            return Err(PipelineError::Config(format!(
+                "AWSMP_DEPLOYMENT_MODE={other:?}: full | direct-submit"
+            )));
+        }
+    };
+    let metering_mode = match get("AWSMP_METERING_MODE").as_deref().unwrap_or("live") {
+        "live" => MeteringMode::Live,
+        "dry-run" => MeteringMode::DryRun,
+        other => {
+            return Err(PipelineError::Config(format!(
+                "AWSMP_METERING_MODE={other:?}: live | dry-run"
+            )));
+        }
+    };
+    Ok((deployment_mode, metering_mode))
+}
+
+/// The submitter's quota share: 1 to [`BATCH_METER_USAGE_CALLS_PER_SECOND`].
+fn calls_per_second(n: u64) -> Result<u32> {
+    u32::try_from(n)
+        .ok()
+        .filter(|n| (1..=BATCH_METER_USAGE_CALLS_PER_SECOND).contains(n))
+        .ok_or_else(|| {
+            PipelineError::Config(format!(
+                "AWSMP_SUBMITTER_CALLS_PER_SECOND={n}: 1..={BATCH_METER_USAGE_CALLS_PER_SECOND} (the account and region's BatchMeterUsage quota, shared by every product metered there)"
+            ))
+        })
 }
 
 #[cfg(test)]
@@ -202,5 +234,20 @@ mod tests {
         assert!(cfg(&v).is_err(), "dry-run without an allowlist");
         v.push(("AWSMP_DRY_RUN_ACCOUNTS", "111122223333"));
         assert_eq!(cfg(&v).unwrap().metering_mode, MeteringMode::DryRun);
+    }
+
+    #[test]
+    fn the_quota_share_is_validated_and_defaults_below_the_quota() {
+        let share = |v: &str| {
+            let mut pairs = FULL.to_vec();
+            pairs.push(("AWSMP_SUBMITTER_CALLS_PER_SECOND", v));
+            cfg(&pairs).map(|c| c.submitter_calls_per_second)
+        };
+        assert_eq!(cfg(FULL).unwrap().submitter_calls_per_second, 2);
+        assert_eq!(share("10").unwrap(), 10);
+        assert_eq!(share("1").unwrap(), 1);
+        for bad in ["0", "11", "-1", "x", "4294967297"] {
+            assert!(share(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -135,6 +135,17 @@ pub trait AggregatedStore: Send + Sync {
         quantity: u64,
         now: DateTime<Utc>,
     ) -> Result<()>;
+    /// Take back the mark of an attempt of `quantity` that AWS provably did not apply
+    /// (throttled, refused, unprocessed): `attemptedQuantity` goes back to `previous` (removed,
+    /// with `submissionAttemptedAt`, when `None`). Only while the record is pending and the
+    /// mark is still `quantity`; otherwise nothing changes.
+    async fn retract_attempt(
+        &self,
+        group: &GroupKey,
+        quantity: u64,
+        previous: Option<u64>,
+        now: DateTime<Utc>,
+    ) -> Result<()>;
     /// Record a terminal outcome and clear `meteringPending`. False when the record was no
     /// longer pending (someone else finalized it).
     async fn write_back(

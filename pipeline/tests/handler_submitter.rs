@@ -121,10 +121,11 @@ async fn throttling_past_the_retry_policy_leaves_records_pending() {
         (attempts, 3, None)
     );
     assert!(w.mem.metering.ledger().is_empty());
-    for (i, g) in groups.iter().enumerate() {
+    for g in &groups {
         let item = w.aggregated(g);
         assert!(item.pending && item.status.is_none());
-        assert_eq!(item.attempted_quantity, Some(10 * (i as u64 + 1)));
+        // Throttled calls were not applied: their attempt marks are taken back (issue 15).
+        assert_eq!(item.attempted_quantity, None);
     }
 }
 

@@ -549,6 +549,17 @@ impl AggregatedStore for ThrottledWrites {
         self.throttle(group, "mark_attempted")?;
         self.inner.mark_attempted(group, quantity, now).await
     }
+    async fn retract_attempt(
+        &self,
+        group: &GroupKey,
+        quantity: u64,
+        previous: Option<u64>,
+        now: DateTime<Utc>,
+    ) -> awsmp_pipeline::Result<()> {
+        self.inner
+            .retract_attempt(group, quantity, previous, now)
+            .await
+    }
     async fn write_back(
         &self,
         group: &GroupKey,

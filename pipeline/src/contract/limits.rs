@@ -19,6 +19,11 @@ pub const MAX_USAGE_QUANTITY: u64 = i32::MAX as u64;
 /// (<https://docs.aws.amazon.com/marketplacemetering/latest/APIReference/API_BatchMeterUsage.html>).
 pub const MAX_USAGE_RECORDS_PER_CALL: usize = 25;
 
+/// `BatchMeterUsage` quota: about 10 calls per second per account and region, shared by every
+/// product metered there (AWS Marketplace Metering Service quotas,
+/// <https://docs.aws.amazon.com/marketplace/latest/userguide/metering-service-quotas.html>).
+pub const BATCH_METER_USAGE_CALLS_PER_SECOND: u32 = 10;
+
 /// `BatchMeterUsage` rejects request payloads over 1 MB (docs/metering-api.md, "Batch limits").
 pub const MAX_REQUEST_BYTES: usize = 1_048_576;
 
@@ -26,3 +31,29 @@ pub const MAX_REQUEST_BYTES: usize = 1_048_576;
 /// size (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-messages.html>)
 /// even for the longest keys.
 pub const MAX_CLEANUP_KEYS_PER_MESSAGE: usize = 100;
+
+/// `Tag.Key` length: 1 to 100 characters
+/// (<https://docs.aws.amazon.com/marketplacemetering/latest/APIReference/API_Tag.html>).
+pub const MAX_TAG_KEY_LENGTH: usize = 100;
+
+/// `Tag.Value` length: 1 to 256 characters (same page).
+pub const MAX_TAG_VALUE_LENGTH: usize = 256;
+
+/// The pattern AWS documents for both `Tag.Key` and `Tag.Value`, verbatim (same page). Read
+/// as a regular expression, ` -=` inside the class is the range U+0020–U+003D (space, `!` …
+/// `=`, digits included); [`matches_tag_pattern`] applies it exactly as written.
+pub const TAG_PATTERN: &str = r"^[a-zA-Z0-9+ -=._:\/@]+$";
+
+/// True when `s` matches [`TAG_PATTERN`].
+///
+/// ```
+/// use awsmp_pipeline::contract::limits::matches_tag_pattern;
+/// assert!(matches_tag_pattern("team:a/b@c=1 x"));
+/// assert!(!matches_tag_pattern("é") && !matches_tag_pattern("a|b") && !matches_tag_pattern(""));
+/// ```
+pub fn matches_tag_pattern(s: &str) -> bool {
+    static PATTERN: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(TAG_PATTERN).expect("the documented Tag pattern compiles")
+    });
+    PATTERN.is_match(s)
+}

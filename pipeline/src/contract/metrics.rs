@@ -59,6 +59,9 @@ pub const USAGE_RECORD_REJECTED: MetricName = MetricName::count("UsageRecordReje
 pub const USAGE_AGGREGATION_EXPIRED: MetricName = MetricName::count("UsageAggregationExpired");
 /// Pipeline: aggregated records expired before submission.
 pub const USAGE_SUBMISSION_EXPIRED: MetricName = MetricName::count("UsageSubmissionExpired");
+/// Pipeline: aggregated records possibly billed, outcome unknown at window close
+/// (`NeedsReconciliation`); alarmed.
+pub const USAGE_NEEDS_RECONCILIATION: MetricName = MetricName::count("UsageNeedsReconciliation");
 /// Pipeline: records still unprocessed after the submitter's retries (they stay pending).
 pub const USAGE_RECORD_UNPROCESSED: MetricName = MetricName::count("UsageRecordUnprocessed");
 /// Pipeline: `CustomerNotSubscribed` results.
@@ -105,10 +108,11 @@ pub const PRODUCER: &str = "Producer";
 pub const SERVICE: &str = "Service";
 
 /// Every business metric.
-pub const ALL: [MetricName; 14] = [
+pub const ALL: [MetricName; 15] = [
     USAGE_RECORD_REJECTED,
     USAGE_AGGREGATION_EXPIRED,
     USAGE_SUBMISSION_EXPIRED,
+    USAGE_NEEDS_RECONCILIATION,
     USAGE_RECORD_UNPROCESSED,
     CUSTOMER_NOT_SUBSCRIBED,
     BATCH_METER_USAGE_EXCEPTION,

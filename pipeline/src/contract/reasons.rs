@@ -22,6 +22,10 @@ pub const PENDING_PAST_BILLABLE_WINDOW: &str = "PendingPastBillableWindow";
 /// Stamped on a `DuplicateRecordQuantityMismatch`: the billed quantity differs from ours.
 pub const ATTEMPTED_QUANTITY_CHANGED: &str = "AttemptedQuantityChanged";
 
+/// Stamped with `NeedsReconciliation`: an attempt that may have been applied was on file when
+/// the hour left the window (or AWS refused the hour), its outcome never seen.
+pub const ATTEMPT_UNRESOLVED_AT_WINDOW_CLOSE: &str = "AttemptUnresolvedAtWindowClose";
+
 /// Stamped with `Success` when a `DuplicateRecord` was recognised as our own replay.
 pub const DUPLICATE_RECORD_OF_OWN_ATTEMPT: &str = "DuplicateRecordOfOwnAttempt";
 

@@ -33,6 +33,10 @@ pub enum RejectReason {
     TooManyTags,
     /// A tag without a non-empty key or value.
     MissingTagKeyOrValue,
+    /// A tag key over 100 or a value over 256 characters (the API's `Tag` lengths).
+    TagKeyOrValueTooLong,
+    /// A tag key or value with a character outside the API's `Tag` pattern.
+    InvalidTagCharacters,
     /// `dimension` absent or empty.
     MissingDimension,
     /// Row timestamp later than now.
@@ -55,7 +59,7 @@ pub enum RejectReason {
 
 impl RejectReason {
     /// Every reason, in check order.
-    pub const ALL: [RejectReason; 20] = [
+    pub const ALL: [RejectReason; 22] = [
         Self::MalformedSortKey,
         Self::SortKeyMismatch,
         Self::MalformedTimestamp,
@@ -67,6 +71,8 @@ impl RejectReason {
         Self::NegativeOrNonIntegerAllocation,
         Self::TooManyTags,
         Self::MissingTagKeyOrValue,
+        Self::TagKeyOrValueTooLong,
+        Self::InvalidTagCharacters,
         Self::MissingDimension,
         Self::TimestampInFuture,
         Self::TimestampOutOfWindow,
@@ -92,6 +98,8 @@ impl RejectReason {
             Self::NegativeOrNonIntegerAllocation => "NegativeOrNonIntegerAllocation",
             Self::TooManyTags => "TooManyTags",
             Self::MissingTagKeyOrValue => "MissingTagKeyOrValue",
+            Self::TagKeyOrValueTooLong => "TagKeyOrValueTooLong",
+            Self::InvalidTagCharacters => "InvalidTagCharacters",
             Self::MissingDimension => "MissingDimension",
             Self::TimestampInFuture => "TimestampInFuture",
             Self::TimestampOutOfWindow => "TimestampOutOfWindow",
@@ -191,6 +199,10 @@ pub enum AggregatedStatus {
     SubmissionExpired,
     /// Dry-run mode: never sent.
     DryRunSubmitted,
+    /// Possibly billed: the hour left the window (or AWS refused it) with an attempt on file
+    /// whose outcome was never seen; an operator must reconcile it against AWS's records
+    /// (awsmp addition; never reported as billed nor as expired).
+    NeedsReconciliation,
     /// `DuplicateRecord` after we had sent a *different* quantity for the hour: the billed
     /// quantity is not ours (awsmp addition; never reported as success).
     DuplicateRecordQuantityMismatch,
@@ -206,6 +218,7 @@ impl AggregatedStatus {
             Self::Error => "Error",
             Self::SubmissionExpired => "SubmissionExpired",
             Self::DryRunSubmitted => "DryRunSubmitted",
+            Self::NeedsReconciliation => "NeedsReconciliation",
             Self::DuplicateRecordQuantityMismatch => "DuplicateRecordQuantityMismatch",
         }
     }
@@ -232,6 +245,7 @@ impl FromStr for AggregatedStatus {
             Self::Error,
             Self::SubmissionExpired,
             Self::DryRunSubmitted,
+            Self::NeedsReconciliation,
             Self::DuplicateRecordQuantityMismatch,
         ]
         .into_iter()
@@ -269,6 +283,7 @@ mod tests {
             "Error",
             "SubmissionExpired",
             "DryRunSubmitted",
+            "NeedsReconciliation",
             "DuplicateRecordQuantityMismatch",
         ] {
             assert_eq!(s.parse::<AggregatedStatus>().unwrap().to_string(), s);

@@ -54,10 +54,11 @@ pub struct SubmitRecord {
     pub allocations: Option<Vec<Allocation>>,
     /// Its license is in a deprovisioning flush window: submit ahead of everything else.
     pub deprovisioning: bool,
-    /// Quantity of an earlier send of this record whose outcome we may not have seen: read
-    /// from `attemptedQuantity` (persisted before every call), and set in memory by
-    /// [`SubmitRecord::mark_sent`] after each send in this run. A `DuplicateRecord` for the
-    /// same quantity is then recognised as our own replay.
+    /// Quantity of an earlier send of this record that AWS may have applied without our
+    /// seeing the outcome: read from `attemptedQuantity` (persisted before every call, taken
+    /// back when the call provably applied nothing), and set in memory by
+    /// [`SubmitRecord::mark_sent`] after a send in this run that may have been applied. A
+    /// `DuplicateRecord` for the same quantity is then recognised as our own replay.
     pub previous_attempt: Option<u64>,
 }
 
@@ -73,8 +74,8 @@ impl SubmitRecord {
         }
     }
 
-    /// Note that this record has been sent with its current quantity (call it right after
-    /// persisting `attemptedQuantity` and before retrying within the same run).
+    /// Note that this record has been sent with its current quantity and AWS may have applied
+    /// it (no answer, a 5xx): call it after such a send, before retrying within the run.
     pub fn mark_sent(&mut self) {
         self.previous_attempt = Some(self.quantity);
     }

@@ -47,9 +47,33 @@ pub const POISON_EXCEPTIONS: [&str; 8] = [
 /// `BatchMeterUsage` is not offered in this region: a whole-region failure, never a poison record.
 pub const DISABLED_API_EXCEPTION: &str = "DisabledApiException";
 
-/// Transient service-side errors: retry the same call with backoff and jitter.
-pub const RETRYABLE_EXCEPTIONS: [&str; 2] =
-    ["ThrottlingException", "InternalServiceErrorException"];
+/// The errors AWS documents as common to every API whose cause is the caller's credentials or
+/// permissions, not a record (<https://docs.aws.amazon.com/marketplacemetering/latest/APIReference/CommonErrors.html>):
+/// every call of the region fails alike, so the run stops instead of bisecting.
+pub const WHOLE_REGION_EXCEPTIONS: [&str; 7] = [
+    "AccessDeniedException",
+    "IncompleteSignature",
+    "InvalidAction",
+    "InvalidClientTokenId",
+    "MissingAuthenticationToken",
+    "NotAuthorized",
+    "OptInRequired",
+];
+
+/// Transient service-side errors: retry the same call with backoff and jitter. The 5xx ones
+/// (`InternalServiceErrorException`, `InternalFailure`, `ServiceUnavailable`) may follow a call
+/// AWS applied; throttling never does.
+pub const RETRYABLE_EXCEPTIONS: [&str; 4] = [
+    "ThrottlingException",
+    "InternalServiceErrorException",
+    "InternalFailure",
+    "ServiceUnavailable",
+];
+
+/// Throttling: the request was refused before anything was applied
+/// (<https://docs.aws.amazon.com/marketplacemetering/latest/APIReference/CommonErrors.html>,
+/// "The request was denied due to request throttling").
+pub const THROTTLING_EXCEPTION: &str = "ThrottlingException";
 
 /// What an exception name means for the submitter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,9 +84,14 @@ pub enum ExceptionClass {
     RegionDisabled,
     /// Transient: retry the same call with backoff and full jitter.
     Retryable,
-    /// Anything else (credentials, permissions, unknown): stop the run, mark nothing; records
-    /// stay pending for the next run and the error surfaces on the Lambda's alarms.
+    /// A documented whole-region error ([`WHOLE_REGION_EXCEPTIONS`]: credentials,
+    /// permissions): stop the run, mark nothing; records stay pending for the next run and the
+    /// error surfaces on the Lambda's alarms.
     Fatal,
+    /// An exception the pipeline does not model: isolated by bisection like a poison record,
+    /// so one batch cannot halt the region; a record that still fails alone ends `Error` with
+    /// the exception's name.
+    Unmodelled,
 }
 
 /// Classify a `BatchMeterUsage` error by its exception name.
@@ -73,8 +102,22 @@ pub fn classify_exception(name: &str) -> ExceptionClass {
         ExceptionClass::RegionDisabled
     } else if RETRYABLE_EXCEPTIONS.contains(&name) {
         ExceptionClass::Retryable
-    } else {
+    } else if WHOLE_REGION_EXCEPTIONS.contains(&name) {
         ExceptionClass::Fatal
+    } else {
+        ExceptionClass::Unmodelled
+    }
+}
+
+/// True when an answer with exception `name` proves AWS applied nothing of the call: throttling,
+/// a request-level validation error (the whole request is refused), `DisabledApiException` and
+/// the whole-region errors. A 5xx, an unmodelled exception or no answer at all prove nothing:
+/// the call may have been applied (docs/guarantees.md, "Submitter: attempted quantity").
+pub fn proves_not_applied(name: &str) -> bool {
+    match classify_exception(name) {
+        ExceptionClass::Poison | ExceptionClass::RegionDisabled | ExceptionClass::Fatal => true,
+        ExceptionClass::Retryable => name == THROTTLING_EXCEPTION,
+        ExceptionClass::Unmodelled => false,
     }
 }
 
@@ -131,7 +174,7 @@ pub enum Verdict {
 pub enum Halt {
     /// `DisabledApiException`.
     RegionDisabled,
-    /// An exception that is neither poison nor retryable.
+    /// A documented whole-region error ([`WHOLE_REGION_EXCEPTIONS`]).
     Fatal {
         /// Its name.
         exception: String,
@@ -194,10 +237,12 @@ impl Bisector {
             CallOutcome::Responded => self.set_all(&indices, Verdict::Submitted { call: id }),
             CallOutcome::GaveUp => self.set_all(&indices, Verdict::NotSubmitted),
             CallOutcome::RequestError { exception } => match classify_exception(&exception) {
-                ExceptionClass::Poison if indices.len() == 1 || depth >= MAX_BISECTION_DEPTH => {
+                ExceptionClass::Poison | ExceptionClass::Unmodelled
+                    if indices.len() == 1 || depth >= MAX_BISECTION_DEPTH =>
+                {
                     self.set_all(&indices, Verdict::Poison { exception })
                 }
-                ExceptionClass::Poison => {
+                ExceptionClass::Poison | ExceptionClass::Unmodelled => {
                     let (left, right) = indices.split_at(indices.len().div_ceil(2));
                     // Depth first, left half first: at most one level of halves waits at a time.
                     self.queue.push_front((right.to_vec(), depth + 1));
@@ -265,6 +310,44 @@ mod tests {
         assert_eq!(
             classify_exception("AccessDeniedException"),
             ExceptionClass::Fatal
+        );
+        assert_eq!(
+            classify_exception("SomeNewException"),
+            ExceptionClass::Unmodelled
+        );
+        assert!(proves_not_applied("ThrottlingException"));
+        assert!(proves_not_applied("InvalidTagException"));
+        assert!(!proves_not_applied("InternalServiceErrorException"));
+        assert!(!proves_not_applied("SomeNewException"));
+    }
+
+    #[test]
+    fn an_unmodelled_exception_is_isolated_not_halting() {
+        let odd = 2;
+        let mut b = Bisector::new(5);
+        while let Some(c) = b.next_call() {
+            let outcome = if c.indices.contains(&odd) {
+                CallOutcome::RequestError {
+                    exception: "SomeNewException".into(),
+                }
+            } else {
+                CallOutcome::Responded
+            };
+            b.report(c.id, outcome).unwrap();
+        }
+        let r = b.finish();
+        assert_eq!(r.halt, None);
+        assert_eq!(
+            r.verdicts[odd],
+            Verdict::Poison {
+                exception: "SomeNewException".into()
+            }
+        );
+        assert!(
+            r.verdicts
+                .iter()
+                .enumerate()
+                .all(|(i, v)| i == odd || matches!(v, Verdict::Submitted { .. }))
         );
     }
 

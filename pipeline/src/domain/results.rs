@@ -34,10 +34,17 @@ use super::batch::SubmitRecord;
 use super::keys::GroupKey;
 use crate::contract::metrics::{self, MetricName};
 use crate::contract::reasons::{
-    ATTEMPTED_QUANTITY_CHANGED, DUPLICATE_RECORD_OF_OWN_ATTEMPT, PENDING_PAST_BILLABLE_WINDOW,
+    ATTEMPT_UNRESOLVED_AT_WINDOW_CLOSE, ATTEMPTED_QUANTITY_CHANGED,
+    DUPLICATE_RECORD_OF_OWN_ATTEMPT, PENDING_PAST_BILLABLE_WINDOW,
     RECORD_EXCEEDS_REQUEST_SIZE_LIMIT,
 };
 use crate::contract::status::AggregatedStatus;
+
+/// Why a record listed in `UnprocessedRecords` stays pending (AWS did not process it).
+pub const UNPROCESSED_RECORDS: &str = "UnprocessedRecords";
+
+/// The exception AWS answers a record whose hour it no longer accepts.
+pub const TIMESTAMP_OUT_OF_BOUNDS_EXCEPTION: &str = "TimestampOutOfBoundsException";
 
 /// Per-record status in `BatchMeterUsage` `Results`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,6 +144,7 @@ impl Decision {
                 }
                 AggregatedStatus::CustomerNotSubscribed => plain(metrics::CUSTOMER_NOT_SUBSCRIBED),
                 AggregatedStatus::SubmissionExpired => plain(metrics::USAGE_SUBMISSION_EXPIRED),
+                AggregatedStatus::NeedsReconciliation => plain(metrics::USAGE_NEEDS_RECONCILIATION),
                 AggregatedStatus::Error => Some(MetricEvent {
                     name: metrics::BATCH_METER_USAGE_EXCEPTION,
                     dimension: Some((metrics::EXCEPTION, f.reason.clone().unwrap_or_default())),
@@ -168,7 +176,7 @@ fn finalize(
 pub fn decide(record: &SubmitRecord, result: Option<&ApiResult>, unprocessed: bool) -> Decision {
     let Some(result) = result else {
         let reason = if unprocessed {
-            "UnprocessedRecords"
+            UNPROCESSED_RECORDS
         } else {
             "absent from the BatchMeterUsage response"
         };
@@ -223,6 +231,31 @@ pub fn map_response(records: &[SubmitRecord], response: &ApiResponse) -> Vec<Dec
 /// A record isolated by bisection: `Error` with the exception name.
 pub fn poison_decision(exception: &str) -> Decision {
     finalize(AggregatedStatus::Error, Some(exception.to_owned()), None)
+}
+
+/// A record isolated by bisection, knowing its history: `Error` with the exception name,
+/// unless AWS refuses its hour (`TimestampOutOfBoundsException`) while an earlier attempt that
+/// may have been applied is on file — then AWS may well have billed it, and it needs
+/// reconciliation ([`needs_reconciliation_decision`]), never a plain `Error`.
+pub fn poison_decision_for(record: &SubmitRecord, exception: &str) -> Decision {
+    if exception == TIMESTAMP_OUT_OF_BOUNDS_EXCEPTION
+        && let Some(q) = record.previous_attempt
+    {
+        return needs_reconciliation_decision(q);
+    }
+    poison_decision(exception)
+}
+
+/// The window closed (or AWS refuses the hour) with an attempt of `attempted` on file whose
+/// outcome was never seen: possibly billed, an operator must reconcile it.
+pub fn needs_reconciliation_decision(attempted: u64) -> Decision {
+    finalize(
+        AggregatedStatus::NeedsReconciliation,
+        Some(format!(
+            "{ATTEMPT_UNRESOLVED_AT_WINDOW_CLOSE}: sent {attempted}, outcome unknown"
+        )),
+        None,
+    )
 }
 
 /// A record too large for any request: `Error` with [`RECORD_EXCEEDS_REQUEST_SIZE_LIMIT`].
@@ -332,6 +365,32 @@ mod tests {
             metrics::USAGE_RECORD_UNPROCESSED
         );
         assert_eq!(d[1].metric(), None);
+    }
+
+    #[test]
+    fn a_refused_hour_with_an_attempt_on_file_needs_reconciliation() {
+        let fresh = SubmitRecord::new(g("1"), 5, None);
+        let mut tried = SubmitRecord::new(g("2"), 5, None);
+        tried.mark_sent();
+        let status = |d: Decision| match d {
+            Decision::Finalize(f) => f.status,
+            Decision::StayPending { .. } => panic!("final"),
+        };
+        let oob = TIMESTAMP_OUT_OF_BOUNDS_EXCEPTION;
+        assert_eq!(
+            status(poison_decision_for(&fresh, oob)),
+            AggregatedStatus::Error
+        );
+        let d = poison_decision_for(&tried, oob);
+        assert_eq!(
+            d.metric().unwrap().name,
+            metrics::USAGE_NEEDS_RECONCILIATION
+        );
+        assert_eq!(status(d), AggregatedStatus::NeedsReconciliation);
+        assert_eq!(
+            status(poison_decision_for(&tried, "InvalidTagException")),
+            AggregatedStatus::Error
+        );
     }
 
     #[test]

@@ -1,11 +1,18 @@
 //! Submission expiry: terminally expire aggregated records that can no longer be billed
 //! (outside the window, or previous-month after the grace), with no blind spot: every bucket
 //! of a bounded lookback is checked each run, whatever empty stretches lie between.
+//!
+//! A record with an attempt on file (`attemptedQuantity`: a call that may have been applied,
+//! never answered) is not expired: AWS may have billed it. The submitter retries it on every
+//! run while the window is open (an identical retry is answered `Success` with the same
+//! `MeteringRecordId`); one still unresolved when the window closes becomes
+//! `NeedsReconciliation` with the `UsageNeedsReconciliation` metric (docs/guarantees.md).
 
 use super::{STORE_RETRY, Services};
 use crate::contract::metrics;
 use crate::contract::reasons::PENDING_PAST_BILLABLE_WINDOW;
 use crate::contract::status::AggregatedStatus;
+use crate::domain::results::{Decision, needs_reconciliation_decision};
 use crate::domain::time::expiry_buckets;
 use crate::emf::Metric;
 use crate::error::Result;
@@ -27,6 +34,10 @@ pub struct ExpiryOutput {
     pub records_expired: usize,
     /// Quantity they carried (revenue lost).
     pub quantity_expired: u64,
+    /// Records with an unresolved attempt, marked `NeedsReconciliation` (possibly billed).
+    pub records_unresolved: usize,
+    /// Quantity they carried.
+    pub quantity_unresolved: u64,
 }
 
 /// Run one expiry sweep.
@@ -43,18 +54,36 @@ pub async fn expire(svc: &Services) -> Result<ExpiryOutput> {
         buckets: buckets.len(),
         ..Default::default()
     };
-    let outcome = WriteBack {
+    let expired = WriteBack {
         status: AggregatedStatus::SubmissionExpired,
         reason: Some(PENDING_PAST_BILLABLE_WINDOW.into()),
         metering_record_id: None,
         ttl: None,
     };
     for item in pending.into_iter().flatten() {
-        if retry(&STORE_RETRY, || {
+        let outcome = match item.attempted_quantity.map(needs_reconciliation_decision) {
+            Some(Decision::Finalize(f)) => WriteBack {
+                status: f.status,
+                reason: f.reason,
+                metering_record_id: None,
+                ttl: None,
+            },
+            _ => expired.clone(),
+        };
+        if !retry(&STORE_RETRY, || {
             store.write_back(&item.group, &outcome, now)
         })
         .await?
         {
+            continue;
+        }
+        if outcome.status == AggregatedStatus::NeedsReconciliation {
+            out.records_unresolved += 1;
+            out.quantity_unresolved += item.quantity;
+            tracing::error!(group = %item.group, quantity = item.quantity, attempted = ?item.attempted_quantity, "window closed with an unresolved BatchMeterUsage attempt: possibly billed, reconcile");
+            svc.metrics
+                .emit(Metric::count(metrics::USAGE_NEEDS_RECONCILIATION));
+        } else {
             out.records_expired += 1;
             out.quantity_expired += item.quantity;
             tracing::error!(group = %item.group, quantity = item.quantity, "aggregated usage expired before submission");

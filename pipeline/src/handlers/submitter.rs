@@ -7,10 +7,14 @@
 //!
 //! `attemptedQuantity` is persisted before each call, so a crash or a lost response after AWS
 //! accepted a batch is recognised on the next run (identical retry → Success / DuplicateRecord
-//! of our own attempt) instead of being mis-reported; write-backs of an accepted batch are
-//! retried through throttling and never abandoned silently.
+//! of our own attempt) instead of being mis-reported; a call AWS provably did not apply
+//! (throttled, refused, unprocessed) takes its mark back, so it never makes a later
+//! DuplicateRecord ours. Write-backs of an accepted batch are retried through throttling and
+//! never abandoned silently.
 //!
-//! Throughput: calls are paced at the BatchMeterUsage quota, a call's attempt marks are
+//! Throughput: calls are paced at the submitter's share of the BatchMeterUsage quota
+//! (`AWSMP_SUBMITTER_CALLS_PER_SECOND`, [`crate::config::Config::submitter_calls_per_second`]:
+//! every product metered in the account and region shares it), a call's attempt marks are
 //! written concurrently, and its write-backs run in the background while the next calls go
 //! out (all joined before the run ends), so a serial submitter keeps the quota busy.
 //!
@@ -54,10 +58,6 @@ pub const UNPROCESSED_RETRY: RetryPolicy =
 /// throttling must not lose an accepted record's outcome.
 pub const WRITE_BACK_RETRY: RetryPolicy =
     RetryPolicy::new(10, Duration::from_millis(100), Duration::from_secs(10));
-/// BatchMeterUsage quota per account and region, in calls per second (AWS Marketplace
-/// Metering Service quotas, ~10 calls/s per account and region:
-/// <https://docs.aws.amazon.com/marketplace/latest/userguide/metering-service-quotas.html>). Calls are paced to it.
-pub const QUOTA_CALLS_PER_SECOND: u32 = 10;
 /// Write-backs in flight at once (four calls' worth): bounds the run's concurrent writes.
 const MAX_WRITE_BACKS_IN_FLIGHT: usize = 100;
 /// Why a run stopped early when its time budget ran out (not an error: the rest stays pending).
@@ -98,7 +98,7 @@ pub async fn submit(svc: &Services, api: &dyn MeteringApi) -> Result<SubmitterOu
         },
         failures: Vec::new(),
         write_backs: JoinSet::new(),
-        pacer: Pacer::new(QUOTA_CALLS_PER_SECOND),
+        pacer: Pacer::new(cfg.submitter_calls_per_second),
     };
     let records: Vec<SubmitRecord> = items
         .into_iter()

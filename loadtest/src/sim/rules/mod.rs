@@ -3,8 +3,8 @@
 //! no I/O, no clock reads — so each rule is unit-tested directly.
 //!
 //! Check order (the first failing check names the exception; nothing is billed):
-//! 1. body size, JSON shape, record count, per-record required fields and ranges
-//!    (`ValidationException` / `SerializationException`);
+//! 1. body size, JSON shape, record count, per-record required fields and ranges, tag key and
+//!    value lengths and pattern (`ValidationException` / `SerializationException`);
 //! 2. identifier combinations: CustomerIdentifier with CustomerAWSAccountId, CA mixed with
 //!    legacy, ProductCode with LicenseArn records (`ValidationException`);
 //! 3. LicenseArn shape and one product per call (`InvalidLicenseException`); legacy product and

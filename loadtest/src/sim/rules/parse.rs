@@ -2,6 +2,9 @@
 //! record count, and each record's required members, ranges and identifier combination (the
 //! first step of the check order in [`super`]).
 
+use awsmp_pipeline::contract::limits::{
+    MAX_TAG_KEY_LENGTH, MAX_TAG_VALUE_LENGTH, TAG_PATTERN, matches_tag_pattern,
+};
 use awsmp_pipeline::ids::is_valid_account_id;
 use chrono::{DateTime, TimeZone, Utc};
 use serde::Deserialize;
@@ -285,7 +288,7 @@ fn parse_allocations(
             )
         })?;
         // A missing Key/Value is kept as empty so the tag rule reports it (InvalidTag).
-        let tags = a
+        let tags: Vec<Tag> = a
             .tags
             .unwrap_or_default()
             .into_iter()
@@ -294,10 +297,43 @@ fn parse_allocations(
                 value: t.value.unwrap_or_default(),
             })
             .collect();
+        for (k, t) in tags.iter().enumerate() {
+            check_tag_text(i, j, k, "Key", &t.key, MAX_TAG_KEY_LENGTH)?;
+            check_tag_text(i, j, k, "Value", &t.value, MAX_TAG_VALUE_LENGTH)?;
+        }
         out.push(UsageAllocation {
             allocated_usage_quantity,
             tags,
         });
     }
     Ok(out)
+}
+
+/// A non-empty tag key or value must fit the API's `Tag` length and pattern
+/// (<https://docs.aws.amazon.com/marketplacemetering/latest/APIReference/API_Tag.html>); AWS
+/// answers a member outside its constraints with `ValidationException`. (An empty one is the
+/// tag rule's `InvalidTagException`.)
+fn check_tag_text(
+    i: usize,
+    j: usize,
+    k: usize,
+    member: &str,
+    text: &str,
+    max: usize,
+) -> Result<(), ApiError> {
+    let at = format!("UsageRecords[{i}].UsageAllocations[{j}].Tags[{k}].{member}");
+    let length = text.chars().count();
+    if length > max {
+        return Err(err(
+            ErrorCode::Validation,
+            format!("{at} has {length} characters; at most {max}"),
+        ));
+    }
+    if length > 0 && !matches_tag_pattern(text) {
+        return Err(err(
+            ErrorCode::Validation,
+            format!("{at} {text:?} does not match {TAG_PATTERN}"),
+        ));
+    }
+    Ok(())
 }

@@ -536,6 +536,36 @@ fn tag_rules() {
 }
 
 #[test]
+fn tag_lengths_and_pattern_are_validation_exceptions() {
+    // API_Tag: Key 1-100, Value 1-256, both ^[a-zA-Z0-9+ -=._:\/@]+$.
+    let tags = |k: &str, v: &str| {
+        with_allocs(
+            1,
+            json!([{"AllocatedUsageQuantity": 1, "Tags": [{"Key": k, "Value": v}]}]),
+        )
+    };
+    let (k100, v256) = ("k".repeat(100), "v".repeat(256));
+    assert!(check(&tags(&k100, &v256)).is_ok(), "at the limits");
+    assert!(
+        check(&tags("a b+-=._:/@", "Z9!#%<;")).is_ok(),
+        "the pattern's characters"
+    );
+    for (k, v) in [
+        ("k".repeat(101), "v".to_owned()),
+        ("k".to_owned(), "v".repeat(257)),
+        ("a|b".to_owned(), "v".to_owned()),
+        ("k".to_owned(), "clé".to_owned()),
+        ("k".to_owned(), "tab\there".to_owned()),
+    ] {
+        assert_eq!(
+            parse_err(&tags(&k, &v)),
+            ErrorCode::Validation,
+            "{k:?}={v:?}"
+        );
+    }
+}
+
+#[test]
 fn allocation_rules() {
     let a = |q: u64| json!({"AllocatedUsageQuantity": q, "Tags": [{"Key": "k", "Value": "v"}]});
     assert_eq!(

@@ -232,6 +232,37 @@ impl AggregatedStore for DynamoDbAggregatedStore {
         }
     }
 
+    async fn retract_attempt(
+        &self,
+        group: &GroupKey,
+        quantity: u64,
+        previous: Option<u64>,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(group).into_iter().collect()))
+            .condition_expression("attribute_exists(meteringPending) AND attemptedQuantity = :q")
+            .expression_attribute_values(":q", n(quantity))
+            .expression_attribute_values(":now", s(a::audit_timestamp(now)));
+        let req = match previous {
+            Some(p) => req
+                .update_expression("SET attemptedQuantity = :prev, updatedAt = :now")
+                .expression_attribute_values(":prev", n(p)),
+            None => req.update_expression(
+                "REMOVE attemptedQuantity, submissionAttemptedAt SET updatedAt = :now",
+            ),
+        };
+        match req.send().await {
+            Ok(_) => Ok(()),
+            // Finalized meanwhile, or marked with another quantity: nothing to take back.
+            Err(e) if is_conditional_failure(&e) => Ok(()),
+            Err(e) => Err(ddb_err("UpdateItem", &self.table, e)),
+        }
+    }
+
     async fn write_back(
         &self,
         group: &GroupKey,

@@ -161,6 +161,25 @@ impl AggregatedStore for MemoryAggregatedStore {
         Ok(())
     }
 
+    async fn retract_attempt(
+        &self,
+        group: &GroupKey,
+        quantity: u64,
+        previous: Option<u64>,
+        _now: DateTime<Utc>,
+    ) -> Result<()> {
+        self.faults.dynamodb("retract_attempt", &self.table)?;
+        self.update_pending(group, |item| {
+            if item.attempted_quantity == Some(quantity) {
+                item.attempted_quantity = previous;
+                if previous.is_none() {
+                    item.submission_attempted_at = None;
+                }
+            }
+        });
+        Ok(())
+    }
+
     async fn write_back(
         &self,
         group: &GroupKey,

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use super::checks::{Finding, finding};
 use crate::contract::attrs;
 use crate::contract::limits::{
-    MAX_ALLOCATIONS_PER_RECORD, MAX_TAGS_PER_ALLOCATION, MAX_USAGE_QUANTITY,
+    MAX_ALLOCATIONS_PER_RECORD, MAX_TAG_KEY_LENGTH, MAX_TAG_VALUE_LENGTH, MAX_TAGS_PER_ALLOCATION,
+    MAX_USAGE_QUANTITY, matches_tag_pattern,
 };
 use crate::contract::status::RejectReason::{self, *};
 use crate::domain::row::{Allocation, AttrValue, NumberError, Tag, parse_non_negative_integer};
@@ -213,7 +214,29 @@ fn tag_field<'r>(
             );
             None
         }
-        Some(AttrValue::S(s)) => Some(s.as_str()),
+        Some(AttrValue::S(s)) => {
+            let max = if name == attrs::TAG_KEY {
+                MAX_TAG_KEY_LENGTH
+            } else {
+                MAX_TAG_VALUE_LENGTH
+            };
+            let length = s.chars().count();
+            if length > max {
+                worst.note_as(
+                    TagKeyOrValueTooLong,
+                    format!("allocation {i} tag {j} {name} has {length} characters, at most {max}"),
+                );
+                None
+            } else if !matches_tag_pattern(s) {
+                worst.note_as(
+                    InvalidTagCharacters,
+                    format!("allocation {i} tag {j} {name} {s:?} has a character outside the Tag pattern"),
+                );
+                None
+            } else {
+                Some(s.as_str())
+            }
+        }
         Some(other) => {
             worst.note_as(
                 MalformedAllocations,

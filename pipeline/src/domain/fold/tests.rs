@@ -290,6 +290,22 @@ fn each_allocation_and_identity_reason_on_its_own() {
             ),
         ),
         (MissingTagKeyOrValue, vmt_row(1, &[alloc(1, &[("a", "")])])),
+        (
+            TagKeyOrValueTooLong,
+            vmt_row(1, &[alloc(1, &[(&"k".repeat(101), "v")])]),
+        ),
+        (
+            TagKeyOrValueTooLong,
+            vmt_row(1, &[alloc(1, &[("k", &"v".repeat(257))])]),
+        ),
+        (
+            InvalidTagCharacters,
+            vmt_row(1, &[alloc(1, &[("k", "a|b")])]),
+        ),
+        (
+            InvalidTagCharacters,
+            vmt_row(1, &[alloc(1, &[("clé", "v")])]),
+        ),
         (MissingDimension, {
             let mut r = row(1, 1);
             r.remove(attrs::DIMENSION);
@@ -309,6 +325,39 @@ fn each_allocation_and_identity_reason_on_its_own() {
     for (expected, r) in cases {
         assert_eq!(reject_reason(std::slice::from_ref(&r)), expected, "{r:?}");
     }
+}
+
+#[test]
+fn tags_at_the_documented_limits_pass_and_the_checks_rank_after_the_empty_tag() {
+    use RejectReason::*;
+    let edge = vmt_row(
+        1,
+        &[alloc(
+            1,
+            &[
+                (&"k".repeat(100), &"v".repeat(256)),
+                ("a b+-=._:/@", "Z9!#%"),
+            ],
+        )],
+    );
+    let mut f = fold();
+    f.push(&edge).unwrap();
+    let outcome = f.finish();
+    assert!(
+        matches!(outcome, FoldOutcome::Valid(_)),
+        "{outcome:?}: 100/256 characters and the pattern's characters are accepted"
+    );
+    // An empty value outranks an overlong key, which outranks a bad character.
+    let both = vmt_row(
+        1,
+        &[alloc(
+            1,
+            &[(&"k".repeat(101), "v"), ("x", ""), ("y", "a|b")],
+        )],
+    );
+    assert_eq!(reject_reason(&[both]), MissingTagKeyOrValue);
+    let long_and_bad = vmt_row(1, &[alloc(1, &[("y", "a|b"), (&"k".repeat(101), "v")])]);
+    assert_eq!(reject_reason(&[long_and_bad]), TagKeyOrValueTooLong);
 }
 
 fn run(g: GroupKey, now: DateTime<Utc>, rows: Vec<RawUsageRow>) -> RejectReason {

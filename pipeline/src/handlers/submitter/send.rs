@@ -7,15 +7,18 @@ use crate::contract::metrics;
 use crate::domain::batch::{CallKind, SubmitRecord};
 use crate::domain::bisect::{
     BisectCall, BisectResult, Bisector, CallOutcome, ExceptionClass, Halt, Verdict,
-    classify_exception,
+    classify_exception, proves_not_applied,
 };
-use crate::domain::results::{ApiResponse, Decision, map_response, poison_decision};
+use crate::domain::results::{
+    ApiResponse, Decision, UNPROCESSED_RECORDS, map_response, poison_decision_for,
+};
 use crate::emf::Metric;
 use crate::handlers::STORE_RETRY;
 use crate::ports::MeterCallError;
 use awsmp_retry::{Retryable, retry};
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Why one send got no response to map.
 #[derive(Debug)]
@@ -66,7 +69,9 @@ impl Run<'_> {
         }
         let result = bisector.finish();
         self.record_halt(&result);
-        self.decide_all(&records, &responses, &result).await
+        let (unprocessed, still_pending) = self.decide_all(&mut records, &responses, &result).await;
+        self.retract_attempts(&still_pending).await;
+        unprocessed
     }
 
     /// Persist what we are about to send, before sending it (all of the call's records at
@@ -112,12 +117,17 @@ impl Run<'_> {
         let (api, pacer, started, budget) = (self.api, &self.pacer, self.started, self.budget);
         let (batch, depth) = (&batch, call.depth);
         let mut sends = 0u32;
+        let maybe_applied = AtomicBool::new(false);
         let result = retry(&CALL_RETRY, || {
             let attempt = sends;
             sends += 1;
+            let maybe_applied = &maybe_applied;
             async move {
                 pacer.ready().await;
                 let result = api.batch_meter_usage(kind, batch).await;
+                if result.as_ref().is_err_and(|e| !refused_unapplied(e)) {
+                    maybe_applied.store(true, Ordering::Relaxed);
+                }
                 classify_send(result, attempt, batch.len(), depth, || {
                     started.elapsed() <= budget
                 })
@@ -125,12 +135,11 @@ impl Run<'_> {
         })
         .await;
         self.out.calls += sends as usize;
-        // No answer, or a transient error that may follow an applied call: from then on a
-        // DuplicateRecord of this quantity is our own attempt. (Not before: the answer to the
-        // first send must be read against the earlier attempts only, or a genuine
-        // DuplicateRecord would be mistaken for a replay and reported as Success.)
-        let gave_up = matches!(result, Err(SendError::Transient { .. }));
-        if sends > 1 || gave_up {
+        // A send that may have been applied (no answer, a 5xx, an unmodelled exception): from
+        // then on a DuplicateRecord of this quantity is our own attempt. A throttled or refused
+        // send was not applied and makes nothing ours, so a genuine DuplicateRecord after it
+        // stays one.
+        if maybe_applied.load(Ordering::Relaxed) {
             for &i in &call.indices {
                 records[i].mark_sent();
             }
@@ -167,13 +176,14 @@ impl Run<'_> {
 
     /// Decisions per record, from the response of the call that carried it or the poison
     /// verdict: final ones are applied, `UnprocessedRecords` returned for resending, records
-    /// never answered left pending.
+    /// never answered left pending. Also returns every record left pending, for
+    /// [`Run::retract_attempts`] (those marked sent keep their mark).
     async fn decide_all(
         &mut self,
-        records: &[SubmitRecord],
+        records: &mut [SubmitRecord],
         responses: &Responses,
         result: &BisectResult,
-    ) -> Vec<(SubmitRecord, Decision)> {
+    ) -> (Vec<(SubmitRecord, Decision)>, Vec<SubmitRecord>) {
         let mut decisions: Vec<Option<Decision>> = vec![None; records.len()];
         for (indices, response) in responses.values() {
             let batch: Vec<SubmitRecord> = indices.iter().map(|&i| records[i].clone()).collect();
@@ -181,21 +191,63 @@ impl Run<'_> {
                 decisions[i] = Some(d);
             }
         }
-        let mut unprocessed = Vec::new();
+        let (mut unprocessed, mut still_pending) = (Vec::new(), Vec::new());
         for (i, verdict) in result.verdicts.iter().enumerate() {
             let decision = match verdict {
                 Verdict::Submitted { .. } => decisions[i].take(),
-                Verdict::Poison { exception } => Some(poison_decision(exception)),
+                Verdict::Poison { exception } => Some(poison_decision_for(&records[i], exception)),
                 Verdict::NotSubmitted => None,
             };
             match decision {
-                Some(d @ Decision::StayPending { .. }) => unprocessed.push((records[i].clone(), d)),
+                Some(d @ Decision::StayPending { .. }) => {
+                    // Listed in UnprocessedRecords: not applied. Answered otherwise (an
+                    // unknown status, absent from Results): it may have been.
+                    if !matches!(&d, Decision::StayPending { reason } if reason == UNPROCESSED_RECORDS)
+                    {
+                        records[i].mark_sent();
+                    }
+                    still_pending.push(records[i].clone());
+                    unprocessed.push((records[i].clone(), d));
+                }
                 Some(d) => self.apply(&records[i], &d).await,
-                None => self.out.left_pending += 1,
+                None => {
+                    still_pending.push(records[i].clone());
+                    self.out.left_pending += 1;
+                }
             }
         }
-        unprocessed
+        (unprocessed, still_pending)
     }
+
+    /// Take back the attempt marks of records AWS provably did not apply (every send of theirs
+    /// in this call was throttled or refused, or they came back unprocessed): a mark that
+    /// outlived such a call would make a later `DuplicateRecord` look like our own. A record
+    /// whose send may have been applied is marked sent and keeps its mark. The store restores
+    /// the earlier attempt only while the mark is still this quantity.
+    async fn retract_attempts(&mut self, pending: &[SubmitRecord]) {
+        let (store, now) = (&self.svc.aggregated, self.svc.clock.now());
+        let retractions = pending
+            .iter()
+            .filter(|r| r.previous_attempt != Some(r.quantity))
+            .map(|r| async move {
+                retry(&STORE_RETRY, || {
+                    store.retract_attempt(&r.group, r.quantity, r.previous_attempt, now)
+                })
+                .await
+                .map_err(|e| (r.group.clone(), e))
+            });
+        for retraction in futures::future::join_all(retractions).await {
+            if let Err((group, e)) = retraction {
+                tracing::error!(%group, error = %e, "could not take back the attempt mark of an unapplied call");
+                self.failures.push(e);
+            }
+        }
+    }
+}
+
+/// True when a failed send provably applied nothing (see [`proves_not_applied`]).
+fn refused_unapplied(e: &MeterCallError) -> bool {
+    e.exception_name().is_some_and(proves_not_applied)
 }
 
 /// What one send's result means for the retry loop: a response, a request-level exception
