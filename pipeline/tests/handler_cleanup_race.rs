@@ -41,7 +41,13 @@ async fn a_row_that_grew_before_cleanup_records_the_difference_as_late_usage() {
     let g = work_group();
     w.put_rows(&g, &[(5, 5), (900, 5)]);
     let out = aggregate(&w.svc, &work_body()).await.unwrap();
-    assert_eq!(out, AggregateOutcome::Committed { quantity: 10, rows: 2 });
+    assert_eq!(
+        out,
+        AggregateOutcome::Committed {
+            quantity: 10,
+            rows: 2
+        }
+    );
 
     // WHEN the consumer adds 3 to a row before cleanup runs, then cleanup runs twice
     grow(&w, &g, 900, 3);
@@ -54,11 +60,17 @@ async fn a_row_that_grew_before_cleanup_records_the_difference_as_late_usage() {
     // THEN the untouched row is Aggregated; the grown one keeps what was billed apart from
     // the 3 units that were not, recorded once as late usage
     let fine = w.row(&g, 5);
-    assert_eq!(attr(&fine, a::METERING_STATUS), Some(RawStatus::Aggregated.as_str()));
+    assert_eq!(
+        attr(&fine, a::METERING_STATUS),
+        Some(RawStatus::Aggregated.as_str())
+    );
     assert_eq!(number(&fine, a::LATE_QUANTITY), None);
     let grown = w.row(&g, 900);
     assert!(!is_pending(&grown));
-    assert_eq!(attr(&grown, a::METERING_STATUS), Some(RawStatus::Aggregated.as_str()));
+    assert_eq!(
+        attr(&grown, a::METERING_STATUS),
+        Some(RawStatus::Aggregated.as_str())
+    );
     assert_eq!(
         attr(&grown, a::METERING_STATUS_REASON),
         Some(aggregated_reason(10, 2).as_str())
@@ -100,4 +112,37 @@ async fn a_lost_cleanup_revisit_records_what_a_folded_row_gained() {
     assert!(!is_pending(&w.row(&g, 900)));
     assert_eq!(number(&w.row(&g, 900), a::LATE_QUANTITY), None);
     assert_eq!(w.metrics.total(metrics::LATE_USAGE.name()), 4.0);
+}
+
+#[tokio::test]
+async fn a_message_of_an_older_version_without_folded_quantities_stamps_by_key() {
+    let w = World::at(NOW);
+    let g = work_group();
+    w.put_rows(&g, &[(5, 5), (900, 4), (3599, 3)]);
+    let body = sqs_event("sqs-cleanup-message-without-folded.json").records[0]
+        .body
+        .clone()
+        .unwrap();
+    assert_eq!(cleanup(&w.svc, &body).await.unwrap(), 3);
+    for second in [5, 900, 3599] {
+        let row = w.row(&g, second);
+        assert!(!is_pending(&row));
+        assert_eq!(
+            attr(&row, a::METERING_STATUS_REASON),
+            Some(aggregated_reason(12, 3).as_str())
+        );
+        assert_eq!(number(&row, a::LATE_QUANTITY), None);
+    }
+}
+
+#[tokio::test]
+async fn folded_quantities_that_do_not_match_the_keys_are_a_bad_message() {
+    let w = World::at(NOW);
+    let body = sqs_event("sqs-cleanup-message.json").records[0]
+        .body
+        .clone()
+        .unwrap()
+        .replace("\"folded\":[5,4,3]", "\"folded\":[5,4]");
+    let err = cleanup(&w.svc, &body).await.unwrap_err();
+    assert!(err.to_string().contains("folded"), "{err}");
 }

@@ -78,6 +78,12 @@ pub fn aggregated_to_item(item: &AggregatedItem, now: DateTime<Utc>) -> HashMap<
             Av::B(Blob::new(item.contributed_seconds.clone())),
         );
     }
+    if !item.contributed_quantities.is_empty() {
+        m.insert(
+            a::CONTRIBUTED_QUANTITIES.to_owned(),
+            Av::B(Blob::new(item.contributed_quantities.clone())),
+        );
+    }
     if let Some(ci) = &item.customer_identifier {
         m.insert(a::CUSTOMER_IDENTIFIER.to_owned(), s(ci));
     }
@@ -125,6 +131,11 @@ pub fn aggregated_from_item(table: &str, item: &HashMap<String, Av>) -> Result<A
         row_count: num_of(a::ROW_COUNT)?.unwrap_or(0) as u32,
         contributed_seconds: item
             .get(a::CONTRIBUTED_SECONDS)
+            .and_then(|v| v.as_b().ok())
+            .map(|b| b.as_ref().to_vec())
+            .unwrap_or_default(),
+        contributed_quantities: item
+            .get(a::CONTRIBUTED_QUANTITIES)
             .and_then(|v| v.as_b().ok())
             .map(|b| b.as_ref().to_vec())
             .unwrap_or_default(),

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use super::allocations::TagSetMerge;
 use super::checks::{RowChecks, RowFacts};
 use super::membership::{Membership, membership};
-use super::seconds::SecondSet;
+use super::seconds::{SecondQuantities, SecondSet};
 use crate::contract::limits::{MAX_ALLOCATIONS_PER_RECORD, MAX_USAGE_QUANTITY};
 use crate::contract::status::{RejectReason, aggregated_reason};
 use crate::domain::DomainError;
@@ -30,6 +30,8 @@ pub struct AggregatedRecord {
     pub row_count: u32,
     /// Seconds of the hour that contributed.
     pub seconds: SecondSet,
+    /// The quantity each contributing second folded in.
+    pub quantities: SecondQuantities,
 }
 
 impl AggregatedRecord {
@@ -50,6 +52,11 @@ impl AggregatedRecord {
             license_arn: self.group.license_arn.clone(),
             sort_key: self.group.usage_sort_key_at(s),
         })
+    }
+
+    /// The quantity folded in from each raw row, in [`Self::raw_row_keys`] order.
+    pub fn raw_row_quantities(&self) -> impl Iterator<Item = u64> + '_ {
+        self.seconds.iter().map(|s| self.quantities.get(s))
     }
 }
 
@@ -139,6 +146,7 @@ pub struct GroupFold {
     row_count: u32,
     total: u64,
     seconds: SecondSet,
+    quantities: SecondQuantities,
     irregular_sort_keys: BTreeSet<String>,
     nonzero_allocated: u32,
     nonzero_unallocated: u32,
@@ -159,6 +167,7 @@ impl GroupFold {
             row_count: 0,
             total: 0,
             seconds: SecondSet::new(),
+            quantities: SecondQuantities::new(),
             irregular_sort_keys: BTreeSet::new(),
             nonzero_allocated: 0,
             nonzero_unallocated: 0,
@@ -223,7 +232,12 @@ impl GroupFold {
                     self.checks
                         .check(&self.group, row, &segments, timestamp.map(|(t, _)| t));
                 match checked {
-                    Ok(facts) => self.accumulate(sort_key, facts),
+                    Ok(facts) => {
+                        if let Some((_, second)) = timestamp {
+                            self.quantities.set(second, facts.quantity);
+                        }
+                        self.accumulate(sort_key, facts)
+                    }
                     Err(f) => self.note(f.reason, sort_key, f.detail),
                 }
                 Ok(Pushed::Counted)
@@ -348,6 +362,7 @@ impl GroupFold {
             allocations,
             row_count: self.row_count,
             seconds: self.seconds,
+            quantities: self.quantities,
         })
     }
 }

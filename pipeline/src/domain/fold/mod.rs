@@ -2,7 +2,8 @@
 //! docs/architecture.md "Aggregator").
 //!
 //! Feed a group's rows one at a time as the adapter pages through its `begins_with` query;
-//! memory stays O(distinct tag sets) — plus a fixed 450-byte bitmap of contributing seconds —
+//! memory stays O(distinct tag sets) — plus a fixed 450-byte bitmap of contributing seconds and
+//! a fixed 14.4 KB table of their quantities —
 //! never O(rows).
 //!
 //! **Precedence.** Each row is checked in the exact order of
@@ -19,7 +20,7 @@
 //! | `checks` | the row-level guardrails, in reason order |
 //! | `allocations` | reading a row's `usageAllocations`; the merge per distinct tag set |
 //! | `revisit` | [`classify_revisit`]: a lost cleanup or late usage, once the record exists |
-//! | `seconds` | [`SecondSet`], the contributing seconds an aggregated record stores |
+//! | `seconds` | [`SecondSet`] and [`SecondQuantities`], the contributing seconds and their folded quantities an aggregated record stores |
 //!
 //! ```
 //! use awsmp_pipeline::domain::fold::{FoldOutcome, GroupFold};
@@ -51,8 +52,8 @@ mod seconds;
 mod tests;
 
 pub use group::{AggregatedRecord, FoldOutcome, GroupFold, GroupRows, Pushed, Rejection};
-pub use revisit::{LateRow, RevisitRow, classify_revisit};
-pub use seconds::{SECOND_SET_BYTES, SecondSet};
+pub use revisit::{LateRow, RevisitRow, classify_revisit, folded_second, late_difference};
+pub use seconds::{SECOND_QUANTITY_BYTES, SECOND_SET_BYTES, SecondQuantities, SecondSet};
 
 use super::row::{AttrValue, RawUsageRow};
 
