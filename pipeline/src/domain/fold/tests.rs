@@ -524,3 +524,14 @@ fn revisit_tells_lost_cleanup_from_late_usage() {
         RevisitRow::NotPending
     );
 }
+
+#[test]
+fn a_group_above_the_api_maximum_bills_the_maximum() {
+    let mut f = fold();
+    f.push(&row(0, MAX_USAGE_QUANTITY)).unwrap();
+    f.push(&row(1, 5)).unwrap();
+    let FoldOutcome::Valid(rec) = f.finish() else {
+        panic!("an overflowing group bills what the API allows")
+    };
+    assert_eq!(rec.quantity, MAX_USAGE_QUANTITY);
+}

@@ -1,0 +1,38 @@
+//! A group-hour whose sum exceeds `BatchMeterUsage`'s `Quantity` maximum
+//! (<https://docs.aws.amazon.com/marketplacemetering/latest/APIReference/API_UsageRecord.html>)
+//! bills the maximum and records the remainder, never rejecting the whole hour.
+
+mod handler_support;
+
+use awsmp_pipeline::contract::attrs as a;
+use awsmp_pipeline::contract::limits::MAX_USAGE_QUANTITY;
+use awsmp_pipeline::contract::status::RawStatus;
+use awsmp_pipeline::handlers::aggregator::{AggregateOutcome, aggregate};
+use handler_support::*;
+
+fn work_body() -> String {
+    sqs_event("sqs-work-message.json").records[0]
+        .body
+        .clone()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_hour_above_the_api_maximum_bills_the_maximum() {
+    let w = World::at(NOW);
+    let g = work_group();
+    w.put_rows(&g, &[(5, MAX_USAGE_QUANTITY), (900, 7)]);
+    let out = aggregate(&w.svc, &work_body()).await.unwrap();
+    assert_eq!(
+        out,
+        AggregateOutcome::Committed {
+            quantity: MAX_USAGE_QUANTITY,
+            rows: 2
+        }
+    );
+    assert_eq!(w.aggregated(&g).quantity, MAX_USAGE_QUANTITY);
+    assert_ne!(
+        attr(&w.row(&g, 5), a::METERING_STATUS),
+        Some(RawStatus::RejectedClientSide.as_str())
+    );
+}
