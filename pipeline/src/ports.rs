@@ -27,6 +27,9 @@ pub struct AggregatedItem {
     /// re-visit tells a row that grew after the fold. Empty for direct-submit records and
     /// records written before it existed.
     pub contributed_quantities: Vec<u8>,
+    /// The part of the group-hour's sum above the API maximum (not billed; `quantity` is the
+    /// maximum then), stored as `overflowQuantity`, `overflowAllocations`, `overflowReason`.
+    pub overflow: Option<crate::domain::fold::Overflow>,
     /// Legacy (pre-Concurrent-Agreements) customer identifier; `group.license_arn` then holds
     /// the product code.
     pub customer_identifier: Option<String>,
@@ -55,6 +58,7 @@ impl AggregatedItem {
             row_count: 0,
             contributed_seconds: Vec::new(),
             contributed_quantities: Vec::new(),
+            overflow: None,
             customer_identifier: None,
             pending: true,
             status: None,

@@ -6,6 +6,8 @@ mod handler_support;
 
 use awsmp_pipeline::contract::attrs as a;
 use awsmp_pipeline::contract::limits::MAX_USAGE_QUANTITY;
+use awsmp_pipeline::contract::metrics;
+use awsmp_pipeline::contract::reasons::QUANTITY_ABOVE_API_MAXIMUM;
 use awsmp_pipeline::contract::status::RawStatus;
 use awsmp_pipeline::handlers::aggregator::{AggregateOutcome, aggregate};
 use handler_support::*;
@@ -30,7 +32,18 @@ async fn an_hour_above_the_api_maximum_bills_the_maximum() {
             rows: 2
         }
     );
-    assert_eq!(w.aggregated(&g).quantity, MAX_USAGE_QUANTITY);
+    let item = w.aggregated(&g);
+    assert_eq!(item.quantity, MAX_USAGE_QUANTITY);
+    assert_eq!(item.overflow.map(|o| o.quantity), Some(7));
+    assert_eq!(
+        w.metrics
+            .total(metrics::USAGE_QUANTITY_ABOVE_API_MAXIMUM.name()),
+        7.0
+    );
+    let point = &w
+        .metrics
+        .points(metrics::USAGE_QUANTITY_ABOVE_API_MAXIMUM.name())[0];
+    assert_eq!(point[metrics::REASON], QUANTITY_ABOVE_API_MAXIMUM);
     assert_ne!(
         attr(&w.row(&g, 5), a::METERING_STATUS),
         Some(RawStatus::RejectedClientSide.as_str())

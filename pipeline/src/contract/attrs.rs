@@ -71,6 +71,8 @@ pub const CONTRIBUTED_QUANTITIES: &str = "contributedQuantities";
 pub const OVERFLOW_QUANTITY: &str = "overflowQuantity";
 /// Aggregated record: the allocations of [`OVERFLOW_QUANTITY`] (same shape as `usageAllocations`).
 pub const OVERFLOW_ALLOCATIONS: &str = "overflowAllocations";
+/// Aggregated record: the reason of [`OVERFLOW_QUANTITY`].
+pub const OVERFLOW_REASON: &str = "overflowReason";
 /// Raw row, stamped by cleanup or a re-visit when the row holds more than was folded: the
 /// quantity the aggregated record contains.
 pub const FOLDED_QUANTITY: &str = "foldedQuantity";

@@ -5,7 +5,7 @@
 use super::cleanup::{CleanupMessage, report_late};
 use super::{STORE_RETRY, Services};
 use crate::contract::metrics;
-use crate::contract::reasons::LATE_USAGE;
+use crate::contract::reasons::{LATE_USAGE, QUANTITY_ABOVE_API_MAXIMUM};
 use crate::contract::status::{RawStatus, aggregated_reason};
 use crate::domain::DomainError;
 use crate::domain::fold::{
@@ -104,6 +104,7 @@ async fn commit(
     item.row_count = rec.row_count;
     item.contributed_seconds = rec.seconds.to_bytes();
     item.contributed_quantities = rec.quantities.to_bytes(&rec.seconds);
+    item.overflow = rec.overflow.clone();
     if let Identity::Legacy {
         customer_identifier,
         ..
@@ -122,6 +123,13 @@ async fn commit(
                     detail: format!("{group}: conditional put failed but no record exists"),
                 })?;
         return revisit(svc, group, &existing).await;
+    }
+    if let Some(over) = &rec.overflow {
+        tracing::error!(%group, billed = rec.quantity, remainder = over.quantity, reason = QUANTITY_ABOVE_API_MAXIMUM, "group-hour above the BatchMeterUsage Quantity maximum; the remainder is recorded, not billed");
+        svc.metrics.emit(
+            Metric::counts(metrics::USAGE_QUANTITY_ABOVE_API_MAXIMUM, over.quantity)
+                .with(metrics::REASON, QUANTITY_ABOVE_API_MAXIMUM),
+        );
     }
     // Only a fresh write enqueues cleanup. If this send fails, the message is retried; the
     // re-visit then finds the committed record and finishes the cleanup itself.
