@@ -43,9 +43,9 @@ pub enum AggregateOutcome {
     Revisited {
         /// Rows whose cleanup had been lost.
         cleaned: usize,
-        /// Rows written after aggregation.
+        /// Rows written after aggregation, and folded rows that grew after the fold.
         late_rows: usize,
-        /// Quantity the late rows carried.
+        /// Quantity the late rows carried (for a grown row: the exact difference).
         late_quantity: u64,
     },
     /// No pending rows.
