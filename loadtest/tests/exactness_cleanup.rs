@@ -20,7 +20,10 @@ async fn consumer_adds(st: &Stack, r: &RawUsageRow, delta: u64) -> Result<()> {
     st.ddb
         .update_item()
         .table_name(&st.usage_table)
-        .key(a::LICENSE_ARN, Av::S(r[a::LICENSE_ARN].as_s().unwrap().into()))
+        .key(
+            a::LICENSE_ARN,
+            Av::S(r[a::LICENSE_ARN].as_s().unwrap().into()),
+        )
         .key(a::USAGE_SORT_KEY, Av::S(sort_key(r)))
         .condition_expression("attribute_exists(meteringPending)")
         .update_expression("ADD quantity :d, rowVersion :one")
