@@ -22,6 +22,14 @@ pub struct AggregatedItem {
     /// Seconds of the hour that contributed, as a 3,600-bit bitmap (450 bytes), so a re-visit
     /// can tell a lost cleanup from a late row. Empty for direct-submit records.
     pub contributed_seconds: Vec<u8>,
+    /// The folded quantity of each contributing second
+    /// ([`SecondQuantities::to_bytes`](crate::domain::fold::SecondQuantities::to_bytes)), so a
+    /// re-visit tells a row that grew after the fold. Empty for direct-submit records and
+    /// records written before it existed.
+    pub contributed_quantities: Vec<u8>,
+    /// The part of the group-hour's sum above the API maximum (not billed; `quantity` is the
+    /// maximum then), stored as `overflowQuantity`, `overflowAllocations`, `overflowReason`.
+    pub overflow: Option<crate::domain::fold::Overflow>,
     /// Legacy (pre-Concurrent-Agreements) customer identifier; `group.license_arn` then holds
     /// the product code.
     pub customer_identifier: Option<String>,
@@ -49,6 +57,8 @@ impl AggregatedItem {
             allocations,
             row_count: 0,
             contributed_seconds: Vec::new(),
+            contributed_quantities: Vec::new(),
+            overflow: None,
             customer_identifier: None,
             pending: true,
             status: None,
@@ -82,6 +92,23 @@ pub struct ExpiredRow {
     pub quantity: Option<u64>,
 }
 
+/// How [`UsageStore::finalize_folded`] left a raw row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FoldedFinalize {
+    /// The row is gone (nothing created).
+    Gone,
+    /// The row held what was folded: stamped as billed.
+    Stamped,
+    /// The row held more than was folded: stamped as billed for the folded part, with the
+    /// difference recorded on the row as late usage.
+    Late {
+        /// The late quantity (exact).
+        quantity: u64,
+        /// False when an earlier delivery had already recorded it (the call is idempotent).
+        recorded_now: bool,
+    },
+}
+
 /// The raw usage table.
 #[async_trait]
 pub trait UsageStore: Send + Sync {
@@ -106,6 +133,17 @@ pub trait UsageStore: Send + Sync {
         status: Option<(RawStatus, &str)>,
         now: DateTime<Utc>,
     ) -> Result<bool>;
+    /// Finalize a folded row `Aggregated` with `reason` only if it still holds `folded`;
+    /// otherwise (a contribution landed after the fold) stamp it with `foldedQuantity`,
+    /// `lateQuantity` (the exact difference) and `lateReason` `LateUsage`, conditioned on the
+    /// quantity it was read with, so nothing is lost and a redelivery records nothing twice.
+    async fn finalize_folded(
+        &self,
+        key: &RowKey,
+        folded: u64,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<FoldedFinalize>;
     /// Expire every row still pending in `bucket` (`AggregationExpired`).
     async fn expire_bucket(
         &self,

@@ -7,7 +7,9 @@ use awsmp_pipeline::contract::attrs;
 use awsmp_pipeline::contract::limits::MAX_USAGE_QUANTITY;
 use awsmp_pipeline::contract::status::RejectReason;
 use awsmp_pipeline::domain::DomainError;
-use awsmp_pipeline::domain::fold::{FoldOutcome, GroupFold, Pushed, RevisitRow, classify_revisit};
+use awsmp_pipeline::domain::fold::{
+    FoldOutcome, GroupFold, Pushed, RevisitRow, classify_revisit, split_at_api_maximum,
+};
 use awsmp_pipeline::domain::keys::GroupKey;
 use awsmp_pipeline::domain::row::{Allocation, AttrValue, RawUsageRow, Tag, conforming_row};
 use awsmp_pipeline::domain::time::TimeConfig;
@@ -143,13 +145,38 @@ proptest! {
     }
 
     #[test]
-    fn totals_beyond_the_api_maximum_are_rejected_never_wrapped(extra in 1..1000u64, split in 1..50u64) {
+    fn totals_beyond_the_api_maximum_bill_the_maximum_and_keep_the_rest(extra in 1..1000u64, split in 2..50u64) {
         let per = (MAX_USAGE_QUANTITY + extra) / split;
         let mut rows: Vec<RawUsageRow> = (0..split as u32).map(|s| conforming_row(&group(), s, per, None)).collect();
         let rest = MAX_USAGE_QUANTITY + extra - per * split;
         rows.push(conforming_row(&group(), 3000, rest, None));
-        let FoldOutcome::Rejected(r) = fold_all(&rows) else { panic!() };
-        prop_assert_eq!(r.reason, RejectReason::QuantityOverflow);
+        let FoldOutcome::Valid(rec) = fold_all(&rows) else { panic!() };
+        prop_assert_eq!(rec.quantity, MAX_USAGE_QUANTITY);
+        prop_assert_eq!(rec.overflow.map(|o| o.quantity), Some(extra));
+    }
+
+    #[test]
+    fn an_allocated_split_loses_and_doubles_nothing(
+        quantities in prop::collection::vec(0..=MAX_USAGE_QUANTITY, 1..8),
+    ) {
+        let allocs: Vec<Allocation> = quantities.iter().enumerate().map(|(i, &q)| Allocation {
+            quantity: q,
+            tags: vec![Tag::new("k", format!("v{i}"))],
+        }).collect();
+        let total: u64 = quantities.iter().sum();
+        let s = split_at_api_maximum(total, Some(allocs.clone()));
+        let billed = s.allocations.unwrap();
+        prop_assert_eq!(s.billed, total.min(MAX_USAGE_QUANTITY));
+        prop_assert_eq!(billed.iter().map(|a| a.quantity).sum::<u64>(), s.billed);
+        let (over_q, over) = s.overflow.map_or((0, vec![]), |o| (o.quantity, o.allocations.unwrap()));
+        prop_assert_eq!(over.iter().map(|a| a.quantity).sum::<u64>(), over_q);
+        prop_assert_eq!(s.billed + over_q, total);
+        let mut per_tags: BTreeMap<Vec<Tag>, u64> = BTreeMap::new();
+        for a in billed.iter().chain(&over) {
+            *per_tags.entry(a.tags.clone()).or_default() += a.quantity;
+        }
+        let model: BTreeMap<Vec<Tag>, u64> = allocs.into_iter().map(|a| (a.tags, a.quantity)).collect();
+        prop_assert_eq!(per_tags, model);
     }
 }
 

@@ -161,7 +161,18 @@ fn collect_rows(license: &str, items: &[Item], scope: &Scope<'_>, inputs: &mut I
         let q = num(item, "quantity");
         *inputs.rows.entry(gh.clone()).or_default() += q;
         match s("meteringStatus").as_str() {
-            "" | "Aggregated" => {}
+            "" => {}
+            // A row that grew after it was folded: the rest is late usage, on the row
+            // (docs/guarantees.md, "Cleanup never stamps what was not billed").
+            "Aggregated" => {
+                let late = num(item, "lateQuantity");
+                if late > 0 {
+                    *inputs
+                        .pipeline_terminal
+                        .entry((gh, format!("Aggregated:{}", s("lateReason"))))
+                        .or_default() += late
+                }
+            }
             status => {
                 *inputs
                     .pipeline_terminal
@@ -191,6 +202,14 @@ fn collect_aggregated(
             continue;
         }
         *inputs.aggregated.entry(gh.clone()).or_default() += num(item, "quantity");
+        // The unbilled rest of a group-hour above the API maximum (docs/guarantees.md).
+        let overflow = num(item, "overflowQuantity");
+        if overflow > 0 {
+            *inputs
+                .pipeline_terminal
+                .entry((gh.clone(), s("overflowReason")))
+                .or_default() += overflow
+        }
         match s("meteringStatus").as_str() {
             "" => {}
             "Success" => *accepted.entry(gh).or_default() += num(item, "quantity"),

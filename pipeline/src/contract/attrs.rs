@@ -62,6 +62,24 @@ pub const ROW_COUNT: &str = "rowCount";
 /// ([`crate::domain::fold::SecondSet::to_bytes`]), so a re-visit can tell a lost cleanup from
 /// late usage.
 pub const CONTRIBUTED_SECONDS: &str = "contributedSeconds";
+/// Aggregated record: the folded quantity of each contributing second, ascending by second,
+/// each an unsigned LEB128 varint ([`crate::domain::fold::SecondQuantities`]); absent on records
+/// written before it existed (docs/row-contract.md, "Aggregated record").
+pub const CONTRIBUTED_QUANTITIES: &str = "contributedQuantities";
+/// Aggregated record: the part of the group-hour's sum above the `BatchMeterUsage` `Quantity`
+/// maximum, not billed, with reason [`crate::contract::reasons::QUANTITY_ABOVE_API_MAXIMUM`].
+pub const OVERFLOW_QUANTITY: &str = "overflowQuantity";
+/// Aggregated record: the allocations of [`OVERFLOW_QUANTITY`] (same shape as `usageAllocations`).
+pub const OVERFLOW_ALLOCATIONS: &str = "overflowAllocations";
+/// Aggregated record: the reason of [`OVERFLOW_QUANTITY`].
+pub const OVERFLOW_REASON: &str = "overflowReason";
+/// Raw row, stamped by cleanup or a re-visit when the row holds more than was folded: the
+/// quantity the aggregated record contains.
+pub const FOLDED_QUANTITY: &str = "foldedQuantity";
+/// Raw row: the quantity it holds beyond [`FOLDED_QUANTITY`], not billed (late usage).
+pub const LATE_QUANTITY: &str = "lateQuantity";
+/// Raw row: the reason of [`LATE_QUANTITY`] ([`crate::contract::reasons::LATE_USAGE`]).
+pub const LATE_REASON: &str = "lateReason";
 /// Aggregated record: when the submitter last sent it ([`audit_timestamp`]), persisted *before* the
 /// `BatchMeterUsage` call so a replay after a crash is recognised.
 pub const SUBMISSION_ATTEMPTED_AT: &str = "submissionAttemptedAt";

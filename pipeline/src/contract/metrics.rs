@@ -76,6 +76,11 @@ pub const DUPLICATE_RECORD_QUANTITY_MISMATCH: MetricName =
 /// Pipeline and consumer: usage after its group-hour was aggregated (value: its quantity).
 pub const LATE_USAGE: MetricName = MetricName::count("LateUsage");
 
+/// Pipeline: quantity of a group-hour above the `BatchMeterUsage` maximum, not billed (value:
+/// the remainder; reason [`super::reasons::QUANTITY_ABOVE_API_MAXIMUM`]). Alarmed.
+pub const USAGE_QUANTITY_ABOVE_API_MAXIMUM: MetricName =
+    MetricName::count("UsageQuantityAboveApiMaximum");
+
 /// Consumer: events refused or not written; dimension [`REASON`].
 pub const EVENT_REJECTED: MetricName = MetricName::count("EventRejected");
 /// Consumer: records or events already applied (duplicates); dimension [`DEDUP_KIND`].
@@ -119,6 +124,7 @@ pub const ALL: [MetricName; 15] = [
     DUPLICATE_RECORD,
     DUPLICATE_RECORD_QUANTITY_MISMATCH,
     LATE_USAGE,
+    USAGE_QUANTITY_ABOVE_API_MAXIMUM,
     EVENT_REJECTED,
     DEDUP_HIT,
     EVENTS_ACCEPTED,

@@ -55,6 +55,11 @@ pub const MIXED_ALLOCATED_AND_UNALLOCATED: &str =
 /// [`MAX_ALLOCATIONS_PER_RECORD`](super::limits::MAX_ALLOCATIONS_PER_RECORD) distinct tag sets
 /// (the guardrail's reason).
 pub const TOO_MANY_ALLOCATIONS: &str = RejectReason::TooManyAllocations.as_str();
+/// Pipeline: the part of a group-hour's sum above the `BatchMeterUsage` `Quantity` maximum
+/// (<https://docs.aws.amazon.com/marketplacemetering/latest/APIReference/API_UsageRecord.html>):
+/// the maximum is billed, the remainder recorded on the aggregated record
+/// (`overflowQuantity`, `overflowReason`) and on the `UsageQuantityAboveApiMaximum` metric.
+pub const QUANTITY_ABOVE_API_MAXIMUM: &str = "QuantityAboveApiMaximum";
 /// Consumer: a row not written by the consumer holds a quantity or allocations it cannot add
 /// to.
 pub const EXISTING_ROW_MALFORMED: &str = "ExistingRowMalformed";

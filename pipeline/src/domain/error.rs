@@ -26,6 +26,14 @@ pub enum DomainError {
     /// A stored seconds bitmap of the wrong length.
     #[error("invalid contributed-seconds bitmap: {0} bytes, expected 450")]
     InvalidSecondSet(usize),
+    /// Stored per-second quantities that do not match the record's contributing seconds.
+    #[error("invalid contributed quantities: {bytes} bytes for {seconds} contributing seconds")]
+    InvalidSecondQuantities {
+        /// Bytes stored.
+        bytes: usize,
+        /// Contributing seconds in the bitmap.
+        seconds: u32,
+    },
     /// The same raw row (same sort key) was fed to one fold twice: an adapter bug (DynamoDB
     /// cannot hold two items with one key), refused rather than counted twice.
     #[error("raw row {0:?} was pushed into the fold twice")]

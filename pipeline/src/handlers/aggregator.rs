@@ -2,20 +2,21 @@
 //! conditional put (the commit point); or reject it client-side with a reason; or, on a
 //! re-visit of an already-committed group, finish a lost cleanup and surface late rows.
 
-use super::cleanup::CleanupMessage;
+use super::cleanup::{CleanupMessage, report_late};
 use super::{STORE_RETRY, Services};
 use crate::contract::metrics;
-use crate::contract::reasons::LATE_USAGE;
+use crate::contract::reasons::{LATE_USAGE, QUANTITY_ABOVE_API_MAXIMUM};
 use crate::contract::status::{RawStatus, aggregated_reason};
 use crate::domain::DomainError;
 use crate::domain::fold::{
-    AggregatedRecord, FoldOutcome, GroupFold, Rejection, RevisitRow, SecondSet, classify_revisit,
+    AggregatedRecord, FoldOutcome, GroupFold, Rejection, RevisitRow, SecondQuantities, SecondSet,
+    classify_revisit, folded_second,
 };
 use crate::domain::keys::{GroupKey, Identity, RowKey};
 use crate::domain::row::RawUsageRow;
 use crate::emf::Metric;
 use crate::error::{PipelineError, Result};
-use crate::ports::AggregatedItem;
+use crate::ports::{AggregatedItem, FoldedFinalize};
 use awsmp_retry::retry;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -42,9 +43,9 @@ pub enum AggregateOutcome {
     Revisited {
         /// Rows whose cleanup had been lost.
         cleaned: usize,
-        /// Rows written after aggregation.
+        /// Rows written after aggregation, and folded rows that grew after the fold.
         late_rows: usize,
-        /// Quantity the late rows carried.
+        /// Quantity the late rows carried (for a grown row: the exact difference).
         late_quantity: u64,
     },
     /// No pending rows.
@@ -102,6 +103,8 @@ async fn commit(
     let mut item = AggregatedItem::new(rec.group.clone(), rec.quantity, rec.allocations.clone());
     item.row_count = rec.row_count;
     item.contributed_seconds = rec.seconds.to_bytes();
+    item.contributed_quantities = rec.quantities.to_bytes(&rec.seconds);
+    item.overflow = rec.overflow.clone();
     if let Identity::Legacy {
         customer_identifier,
         ..
@@ -121,16 +124,19 @@ async fn commit(
                 })?;
         return revisit(svc, group, &existing).await;
     }
+    if let Some(over) = &rec.overflow {
+        tracing::error!(%group, billed = rec.quantity, remainder = over.quantity, reason = QUANTITY_ABOVE_API_MAXIMUM, "group-hour above the BatchMeterUsage Quantity maximum; the remainder is recorded, not billed");
+        svc.metrics.emit(
+            Metric::counts(metrics::USAGE_QUANTITY_ABOVE_API_MAXIMUM, over.quantity)
+                .with(metrics::REASON, QUANTITY_ABOVE_API_MAXIMUM),
+        );
+    }
     // Only a fresh write enqueues cleanup. If this send fails, the message is retried; the
     // re-visit then finds the committed record and finishes the cleanup itself.
-    let keys: Vec<RowKey> = rec.raw_row_keys().collect();
+    let rows: Vec<(RowKey, u64)> = rec.raw_row_keys().zip(rec.raw_row_quantities()).collect();
     let reason = rec.raw_status_reason();
     svc.queue(svc.cleanup_queue.as_deref(), "cleanup")?
-        .send_all(&CleanupMessage::batches(
-            Some(RawStatus::Aggregated),
-            Some(&reason),
-            &keys,
-        ))
+        .send_all(&CleanupMessage::folded_batches(&reason, &rows))
         .await?;
     Ok(AggregateOutcome::Committed {
         quantity: rec.quantity,
@@ -167,14 +173,20 @@ async fn reject(
 }
 
 /// The group already has its aggregated record: rows it folded in whose cleanup was lost are
-/// finalized `Aggregated` with the committed record's own (authoritative) sum; rows written
-/// after aggregation are terminal late usage, never silently re-opened.
+/// finalized `Aggregated` with the committed record's own (authoritative) sum — conditioned on
+/// the quantity folded from each, when the record stores them, so what a row gained after the
+/// fold is late usage with its exact quantity; rows written after aggregation are terminal late
+/// usage, never silently re-opened. A record without stored quantities (written by an older
+/// version) has its folded rows stamped by key, as before.
 async fn revisit(
     svc: &Services,
     group: &GroupKey,
     existing: &AggregatedItem,
 ) -> Result<AggregateOutcome> {
     let stored = SecondSet::from_bytes(&existing.contributed_seconds)?;
+    let folded = (!existing.contributed_quantities.is_empty())
+        .then(|| SecondQuantities::from_bytes(&existing.contributed_quantities, &stored))
+        .transpose()?;
     let now = svc.clock.now();
     let mut rows = Vec::new();
     let usage = svc.usage()?;
@@ -189,12 +201,24 @@ async fn revisit(
         match row {
             RevisitRow::NotPending | RevisitRow::Foreign => {}
             RevisitRow::AlreadyAggregated(key) => {
-                if retry(&STORE_RETRY, || {
-                    usage.finalize_row(&key, Some((RawStatus::Aggregated, &committed_reason)), now)
-                })
-                .await?
-                {
-                    cleaned += 1;
+                let folded_q = folded
+                    .as_ref()
+                    .zip(folded_second(group, &key))
+                    .map(|(f, second)| f.get(second));
+                match finish_folded(svc, &key, folded_q, &committed_reason, now).await? {
+                    FoldedFinalize::Gone => {}
+                    FoldedFinalize::Stamped => cleaned += 1,
+                    FoldedFinalize::Late {
+                        quantity,
+                        recorded_now,
+                    } => {
+                        cleaned += 1;
+                        if recorded_now {
+                            late_rows += 1;
+                            late_quantity += quantity;
+                            report_late(svc, &key, quantity);
+                        }
+                    }
                 }
             }
             RevisitRow::Late(late) => {
@@ -223,4 +247,29 @@ async fn revisit(
         late_rows,
         late_quantity,
     })
+}
+
+/// Finish the lost cleanup of one folded row: conditioned on its folded quantity when known,
+/// by key otherwise (a record of an older version).
+async fn finish_folded(
+    svc: &Services,
+    key: &RowKey,
+    folded: Option<u64>,
+    reason: &str,
+    now: DateTime<Utc>,
+) -> Result<FoldedFinalize> {
+    let usage = svc.usage()?;
+    match folded {
+        Some(q) => retry(&STORE_RETRY, || usage.finalize_folded(key, q, reason, now)).await,
+        None => {
+            let stamp = Some((RawStatus::Aggregated, reason));
+            Ok(
+                if retry(&STORE_RETRY, || usage.finalize_row(key, stamp, now)).await? {
+                    FoldedFinalize::Stamped
+                } else {
+                    FoldedFinalize::Gone
+                },
+            )
+        }
+    }
 }

@@ -1,14 +1,22 @@
 //! Cleanup: finalize the raw rows of an aggregated group, off the submit path.
 //!
-//! A message from a fresh aggregation carries the `Aggregated` status and its reason text;
-//! a message without a status only removes `meteringPending` (never restamps a possibly
-//! stale sum). Each key is one idempotent `UpdateItem`, a bounded number at a time.
+//! A message from a fresh aggregation carries the `Aggregated` status, its reason text and the
+//! quantity folded from each row (`folded`, parallel to `keys`): a row is stamped `Aggregated`
+//! only while it still holds that quantity; a row that grew after the fold gets the exact
+//! difference recorded as late usage (`LateUsage` metric), once however often the message is
+//! delivered (docs/guarantees.md, "Cleanup never stamps what was not billed"). A message of an
+//! older version, without `folded`, is processed as before: stamped by key. A message without a
+//! status only removes `meteringPending` (never restamps a possibly stale sum). Each key is one
+//! idempotent `UpdateItem` (two more when the row grew), a bounded number at a time.
 
 use super::{STORE_RETRY, Services};
 use crate::contract::limits::MAX_CLEANUP_KEYS_PER_MESSAGE;
+use crate::contract::metrics;
 use crate::contract::status::RawStatus;
 use crate::domain::keys::RowKey;
+use crate::emf::Metric;
 use crate::error::{PipelineError, Result};
+use crate::ports::FoldedFinalize;
 use awsmp_retry::retry;
 use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
@@ -29,25 +37,54 @@ pub struct CleanupMessage {
     pub reason: Option<String>,
     /// The raw rows.
     pub keys: Vec<RowKey>,
+    /// The quantity folded from each row of `keys` (same order); absent in messages of older
+    /// versions and in status-less messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub folded: Option<Vec<u64>>,
 }
 
 impl CleanupMessage {
-    /// Messages of at most [`MAX_CLEANUP_KEYS_PER_MESSAGE`] keys each.
+    /// Messages of at most [`MAX_CLEANUP_KEYS_PER_MESSAGE`] keys each, without folded
+    /// quantities (stamped by key).
     pub fn batches(
         status: Option<RawStatus>,
         reason: Option<&str>,
         keys: &[RowKey],
     ) -> Vec<String> {
         keys.chunks(MAX_CLEANUP_KEYS_PER_MESSAGE)
+            .map(|chunk| Self::body(status, reason, chunk.to_vec(), None))
+            .collect()
+    }
+
+    /// `Aggregated` messages of at most [`MAX_CLEANUP_KEYS_PER_MESSAGE`] rows each, every row
+    /// with the quantity folded from it.
+    pub fn folded_batches(reason: &str, rows: &[(RowKey, u64)]) -> Vec<String> {
+        rows.chunks(MAX_CLEANUP_KEYS_PER_MESSAGE)
             .map(|chunk| {
-                serde_json::to_string(&CleanupMessage {
-                    status: status.map(|s| s.as_str().to_owned()),
-                    reason: reason.map(str::to_owned),
-                    keys: chunk.to_vec(),
-                })
-                .expect("cleanup message serializes")
+                let (keys, folded) = chunk.iter().cloned().unzip();
+                Self::body(
+                    Some(RawStatus::Aggregated),
+                    Some(reason),
+                    keys,
+                    Some(folded),
+                )
             })
             .collect()
+    }
+
+    fn body(
+        status: Option<RawStatus>,
+        reason: Option<&str>,
+        keys: Vec<RowKey>,
+        folded: Option<Vec<u64>>,
+    ) -> String {
+        serde_json::to_string(&CleanupMessage {
+            status: status.map(|s| s.as_str().to_owned()),
+            reason: reason.map(str::to_owned),
+            keys,
+            folded,
+        })
+        .expect("cleanup message serializes")
     }
 }
 
@@ -68,6 +105,16 @@ pub async fn cleanup(svc: &Services, body: &str) -> Result<usize> {
             "cleanup status and reason go together".into(),
         ));
     }
+    if let Some(folded) = &msg.folded {
+        return match (status, msg.reason.as_deref()) {
+            (Some(RawStatus::Aggregated), Some(reason)) if folded.len() == msg.keys.len() => {
+                cleanup_folded(svc, reason, &msg.keys, folded).await
+            }
+            _ => Err(PipelineError::BadMessage(
+                "folded quantities need the Aggregated status and one quantity per key".into(),
+            )),
+        };
+    }
     let usage = svc.usage()?;
     let now = svc.clock.now();
     let stamp = status.zip(msg.reason.as_deref());
@@ -77,6 +124,54 @@ pub async fn cleanup(svc: &Services, body: &str) -> Result<usize> {
         .try_collect()
         .await?;
     Ok(done.into_iter().filter(|d| *d).count())
+}
+
+/// Stamp each row `Aggregated` only while it holds its folded quantity; record what it gained.
+async fn cleanup_folded(
+    svc: &Services,
+    reason: &str,
+    keys: &[RowKey],
+    folded: &[u64],
+) -> Result<usize> {
+    let usage = svc.usage()?;
+    let now = svc.clock.now();
+    let done: Vec<(&RowKey, FoldedFinalize)> = futures::stream::iter(keys.iter().zip(folded))
+        .map(|(key, &q)| async move {
+            retry(&STORE_RETRY, || usage.finalize_folded(key, q, reason, now))
+                .await
+                .map(|outcome| (key, outcome))
+        })
+        .buffer_unordered(CLEANUP_CONCURRENCY)
+        .try_collect()
+        .await?;
+    let mut finalized = 0;
+    for (key, outcome) in done {
+        match outcome {
+            FoldedFinalize::Gone => {}
+            FoldedFinalize::Stamped => finalized += 1,
+            FoldedFinalize::Late {
+                quantity,
+                recorded_now,
+            } => {
+                finalized += 1;
+                if recorded_now {
+                    report_late(svc, key, quantity);
+                }
+            }
+        }
+    }
+    Ok(finalized)
+}
+
+/// A folded row held `quantity` more than was billed: log it and count it on `LateUsage`.
+pub(crate) fn report_late(svc: &Services, key: &RowKey, quantity: u64) {
+    tracing::error!(
+        row = %key.sort_key,
+        quantity,
+        "usage added to a row after its group-hour was folded; recorded as late usage, not billed"
+    );
+    svc.metrics
+        .emit(Metric::counts(metrics::LATE_USAGE, quantity));
 }
 
 #[cfg(test)]

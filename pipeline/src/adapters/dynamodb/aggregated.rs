@@ -4,10 +4,12 @@ use super::convert::{n, s, to_domain, to_sdk};
 use super::errors::{ddb_err, is_conditional_failure, malformed};
 use super::pending::query_pending_index;
 use crate::contract::attrs as a;
+use crate::contract::reasons::QUANTITY_ABOVE_API_MAXIMUM;
 use crate::contract::status::AggregatedStatus;
+use crate::domain::fold::Overflow;
 use crate::domain::keys::{GroupKey, HourBucket, parse_aggregated_sort_key};
 use crate::domain::row::{Allocation, AttrValue, Tag, parse_non_negative_integer};
-use crate::error::Result;
+use crate::error::{PipelineError, Result};
 use crate::ports::{AggregatedItem, AggregatedStore, WriteBack};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
@@ -78,10 +80,46 @@ pub fn aggregated_to_item(item: &AggregatedItem, now: DateTime<Utc>) -> HashMap<
             Av::B(Blob::new(item.contributed_seconds.clone())),
         );
     }
+    if !item.contributed_quantities.is_empty() {
+        m.insert(
+            a::CONTRIBUTED_QUANTITIES.to_owned(),
+            Av::B(Blob::new(item.contributed_quantities.clone())),
+        );
+    }
+    if let Some(over) = &item.overflow {
+        m.insert(a::OVERFLOW_QUANTITY.to_owned(), n(over.quantity));
+        m.insert(a::OVERFLOW_REASON.to_owned(), s(QUANTITY_ABOVE_API_MAXIMUM));
+        if let Some(allocs) = &over.allocations {
+            m.insert(
+                a::OVERFLOW_ALLOCATIONS.to_owned(),
+                Av::L(allocs.iter().map(|al| to_sdk(&al.to_attr())).collect()),
+            );
+        }
+    }
     if let Some(ci) = &item.customer_identifier {
         m.insert(a::CUSTOMER_IDENTIFIER.to_owned(), s(ci));
     }
     m
+}
+
+/// The allocations list stored under `name`, if any.
+fn allocations_of(
+    table: &str,
+    item: &HashMap<String, Av>,
+    name: &str,
+) -> Result<Option<Vec<Allocation>>> {
+    match item.get(name) {
+        None => Ok(None),
+        Some(Av::L(list)) => list
+            .iter()
+            .map(|v| {
+                allocation_from(&to_domain(v))
+                    .ok_or_else(|| malformed(table, format!("bad {name}")))
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Some),
+        Some(_) => Err(malformed(table, format!("{name} is not a list"))),
+    }
 }
 
 /// Parse an aggregated record item.
@@ -101,18 +139,15 @@ pub fn aggregated_from_item(table: &str, item: &HashMap<String, Av>) -> Result<A
     let sk = str_of(a::AGGREGATED_SORT_KEY).ok_or_else(|| malformed(table, "no sort key"))?;
     let (account, dimension, hour) = parse_aggregated_sort_key(&sk)
         .ok_or_else(|| malformed(table, format!("bad sort key {sk:?}")))?;
-    let allocations = match item.get(a::USAGE_ALLOCATIONS) {
-        None => None,
-        Some(Av::L(list)) => Some(
-            list.iter()
-                .map(|v| {
-                    allocation_from(&to_domain(v))
-                        .ok_or_else(|| malformed(table, "bad usageAllocations"))
-                })
-                .collect::<Result<Vec<_>>>()?,
-        ),
-        Some(_) => return Err(malformed(table, "usageAllocations is not a list")),
-    };
+    let allocations = allocations_of(table, item, a::USAGE_ALLOCATIONS)?;
+    let overflow = num_of(a::OVERFLOW_QUANTITY)?
+        .map(|quantity| {
+            Ok::<_, PipelineError>(Overflow {
+                quantity,
+                allocations: allocations_of(table, item, a::OVERFLOW_ALLOCATIONS)?,
+            })
+        })
+        .transpose()?;
     Ok(AggregatedItem {
         group: GroupKey {
             license_arn: license,
@@ -128,6 +163,12 @@ pub fn aggregated_from_item(table: &str, item: &HashMap<String, Av>) -> Result<A
             .and_then(|v| v.as_b().ok())
             .map(|b| b.as_ref().to_vec())
             .unwrap_or_default(),
+        contributed_quantities: item
+            .get(a::CONTRIBUTED_QUANTITIES)
+            .and_then(|v| v.as_b().ok())
+            .map(|b| b.as_ref().to_vec())
+            .unwrap_or_default(),
+        overflow,
         customer_identifier: str_of(a::CUSTOMER_IDENTIFIER),
         pending: item.contains_key(a::METERING_PENDING),
         status: str_of(a::METERING_STATUS).and_then(|s| s.parse().ok()),
@@ -341,6 +382,11 @@ mod tests {
         );
         item.row_count = 3;
         item.contributed_seconds = vec![0b101, 0, 1];
+        item.contributed_quantities = vec![0, 0, 0, 40, 0, 0, 0, 2];
+        item.overflow = Some(Overflow {
+            quantity: 9,
+            allocations: item.allocations.clone(),
+        });
         let now = "2026-11-30T12:00:00Z".parse().unwrap();
         let back = aggregated_from_item("t", &aggregated_to_item(&item, now)).unwrap();
         assert_eq!(back, item);

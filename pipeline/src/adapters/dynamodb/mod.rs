@@ -9,12 +9,14 @@
 //! | `deprovisioning` | [`DynamoDbDeprovisioningIndex`] over the subscribers table |
 //! | `convert` | SDK `AttributeValue` ↔ [`AttrValue`](crate::domain::row::AttrValue) |
 //! | `errors` | DynamoDB error classification ([`is_retryable`], [`is_conditional_failure`]) |
+//! | `folded` | cleanup's conditional stamp of a folded row, with the exact late difference |
 //! | `pending` | the paginated query of the sparse `metering_pending` index |
 
 mod aggregated;
 mod convert;
 mod deprovisioning;
 mod errors;
+mod folded;
 mod pending;
 mod usage;
 

@@ -2,13 +2,14 @@
 
 use super::convert::{row_from_item, s};
 use super::errors::{ddb_err, is_conditional_failure, malformed};
+use super::folded::FoldedStamp;
 use super::pending::query_pending_index;
 use crate::contract::attrs as a;
 use crate::contract::status::RawStatus;
 use crate::domain::keys::{GroupKey, HourBucket, RowKey, split_usage_sort_key};
 use crate::domain::row::{RawUsageRow, parse_non_negative_integer};
 use crate::error::Result;
-use crate::ports::{ExpiredRow, UsageStore};
+use crate::ports::{ExpiredRow, FoldedFinalize, UsageStore};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue as Av, ReturnValue};
@@ -214,6 +215,25 @@ impl UsageStore for DynamoDbUsageStore {
             Err(e) if is_conditional_failure(&e) => Ok(false),
             Err(e) => Err(ddb_err("UpdateItem", &self.table, e)),
         }
+    }
+
+    async fn finalize_folded(
+        &self,
+        key: &RowKey,
+        folded: u64,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<FoldedFinalize> {
+        FoldedStamp {
+            client: &self.client,
+            table: &self.table,
+            key,
+            folded,
+            reason,
+            now,
+        }
+        .run()
+        .await
     }
 
     async fn expire_bucket(

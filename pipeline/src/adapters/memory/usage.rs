@@ -2,11 +2,13 @@
 
 use super::{DEFAULT_PAGE_SIZE, Faults, lock};
 use crate::contract::attrs as a;
+use crate::contract::reasons::LATE_USAGE;
 use crate::contract::status::RawStatus;
+use crate::domain::fold::late_difference;
 use crate::domain::keys::{GroupKey, HourBucket, RowKey, split_usage_sort_key};
 use crate::domain::row::{AttrValue, RawUsageRow, parse_non_negative_integer};
 use crate::error::Result;
-use crate::ports::{ExpiredRow, UsageStore};
+use crate::ports::{ExpiredRow, FoldedFinalize, UsageStore};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
@@ -213,6 +215,44 @@ impl UsageStore for MemoryUsageStore {
         Ok(self
             .update_if(key, |_| true, |r| stamp(r, status))
             .is_some())
+    }
+
+    async fn finalize_folded(
+        &self,
+        key: &RowKey,
+        folded: u64,
+        reason: &str,
+        _now: DateTime<Utc>,
+    ) -> Result<FoldedFinalize> {
+        // The same `UpdateItem` stamp as `finalize_row`, so faults are injected under its name.
+        self.faults.dynamodb("finalize_row", &self.table)?;
+        let mut rows = lock(&self.rows);
+        let Some(row) = rows.get_mut(key) else {
+            return Ok(FoldedFinalize::Gone);
+        };
+        if let Some(quantity) = row
+            .get(a::LATE_QUANTITY)
+            .and_then(AttrValue::as_n)
+            .and_then(|q| parse_non_negative_integer(q).ok())
+        {
+            return Ok(FoldedFinalize::Late {
+                quantity,
+                recorded_now: false,
+            });
+        }
+        stamp(row, Some((RawStatus::Aggregated, reason)));
+        match late_difference(folded, row).filter(|late| *late > 0) {
+            None => Ok(FoldedFinalize::Stamped),
+            Some(quantity) => {
+                row.insert(a::FOLDED_QUANTITY.to_owned(), AttrValue::n(folded));
+                row.insert(a::LATE_QUANTITY.to_owned(), AttrValue::n(quantity));
+                row.insert(a::LATE_REASON.to_owned(), AttrValue::s(LATE_USAGE));
+                Ok(FoldedFinalize::Late {
+                    quantity,
+                    recorded_now: true,
+                })
+            }
+        }
     }
 
     async fn expire_bucket(

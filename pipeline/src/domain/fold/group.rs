@@ -8,8 +8,9 @@ use chrono::{DateTime, Utc};
 use super::allocations::TagSetMerge;
 use super::checks::{RowChecks, RowFacts};
 use super::membership::{Membership, membership};
-use super::seconds::SecondSet;
-use crate::contract::limits::{MAX_ALLOCATIONS_PER_RECORD, MAX_USAGE_QUANTITY};
+use super::overflow::{Overflow, split_at_api_maximum};
+use super::seconds::{SecondQuantities, SecondSet};
+use crate::contract::limits::MAX_ALLOCATIONS_PER_RECORD;
 use crate::contract::status::{RejectReason, aggregated_reason};
 use crate::domain::DomainError;
 use crate::domain::keys::{GroupKey, Identity, RowKey};
@@ -21,7 +22,8 @@ use crate::domain::time::{TimeConfig, is_zero_finalize_edge};
 pub struct AggregatedRecord {
     /// The group (license / product code, account / customer identifier, dimension, hour).
     pub group: GroupKey,
-    /// Exact sum of the rows' quantities (≤ [`MAX_USAGE_QUANTITY`]).
+    /// Quantity to bill: the exact sum of the rows' quantities, or [`MAX_USAGE_QUANTITY`](crate::contract::limits::MAX_USAGE_QUANTITY) when
+    /// the sum exceeds it (the rest is [`Self::overflow`]).
     pub quantity: u64,
     /// Merged VMT allocations (one per distinct tag set, ordered by tag set; each tag set's
     /// tags sorted by key then value); `None` when the group's non-zero rows carry none.
@@ -30,6 +32,10 @@ pub struct AggregatedRecord {
     pub row_count: u32,
     /// Seconds of the hour that contributed.
     pub seconds: SecondSet,
+    /// The quantity each contributing second folded in.
+    pub quantities: SecondQuantities,
+    /// The part of the sum above the API maximum, not billed.
+    pub overflow: Option<Overflow>,
 }
 
 impl AggregatedRecord {
@@ -50,6 +56,11 @@ impl AggregatedRecord {
             license_arn: self.group.license_arn.clone(),
             sort_key: self.group.usage_sort_key_at(s),
         })
+    }
+
+    /// The quantity folded in from each raw row, in [`Self::raw_row_keys`] order.
+    pub fn raw_row_quantities(&self) -> impl Iterator<Item = u64> + '_ {
+        self.seconds.iter().map(|s| self.quantities.get(s))
     }
 }
 
@@ -139,6 +150,7 @@ pub struct GroupFold {
     row_count: u32,
     total: u64,
     seconds: SecondSet,
+    quantities: SecondQuantities,
     irregular_sort_keys: BTreeSet<String>,
     nonzero_allocated: u32,
     nonzero_unallocated: u32,
@@ -159,6 +171,7 @@ impl GroupFold {
             row_count: 0,
             total: 0,
             seconds: SecondSet::new(),
+            quantities: SecondQuantities::new(),
             irregular_sort_keys: BTreeSet::new(),
             nonzero_allocated: 0,
             nonzero_unallocated: 0,
@@ -223,7 +236,12 @@ impl GroupFold {
                     self.checks
                         .check(&self.group, row, &segments, timestamp.map(|(t, _)| t));
                 match checked {
-                    Ok(facts) => self.accumulate(sort_key, facts),
+                    Ok(facts) => {
+                        if let Some((_, second)) = timestamp {
+                            self.quantities.set(second, facts.quantity);
+                        }
+                        self.accumulate(sort_key, facts)
+                    }
                     Err(f) => self.note(f.reason, sort_key, f.detail),
                 }
                 Ok(Pushed::Counted)
@@ -250,21 +268,9 @@ impl GroupFold {
     }
 
     fn accumulate(&mut self, sort_key: &str, facts: RowFacts<'_>) {
-        match self
-            .total
-            .checked_add(facts.quantity)
-            .filter(|t| *t <= MAX_USAGE_QUANTITY)
-        {
-            Some(t) => self.total = t,
-            None => {
-                self.total = self.total.saturating_add(facts.quantity);
-                self.note(
-                    RejectReason::QuantityOverflow,
-                    "",
-                    format!("group total exceeds the BatchMeterUsage maximum {MAX_USAGE_QUANTITY}"),
-                );
-            }
-        }
+        // At most 3,600 rows of at most MAX_USAGE_QUANTITY each: far from u64's range. A total
+        // above the API maximum is split in `finish`, never rejected.
+        self.total = self.total.saturating_add(facts.quantity);
         if facts.quantity > 0 {
             if facts.allocations.is_some() {
                 self.nonzero_allocated += 1;
@@ -342,12 +348,15 @@ impl GroupFold {
         }
         let allocations: Option<Vec<Allocation>> =
             allocated.then(|| std::mem::take(&mut self.merge).into_allocations());
+        let split = split_at_api_maximum(self.total, allocations);
         FoldOutcome::Valid(AggregatedRecord {
             group: self.group,
-            quantity: self.total,
-            allocations,
+            quantity: split.billed,
+            allocations: split.allocations,
+            overflow: split.overflow,
             row_count: self.row_count,
             seconds: self.seconds,
+            quantities: self.quantities,
         })
     }
 }

@@ -2,24 +2,27 @@
 //! docs/architecture.md "Aggregator").
 //!
 //! Feed a group's rows one at a time as the adapter pages through its `begins_with` query;
-//! memory stays O(distinct tag sets) — plus a fixed 450-byte bitmap of contributing seconds —
+//! memory stays O(distinct tag sets) — plus a fixed 450-byte bitmap of contributing seconds and
+//! a fixed 14.4 KB table of their quantities —
 //! never O(rows).
 //!
 //! **Precedence.** Each row is checked in the exact order of
 //! [`RejectReason`](crate::contract::status::RejectReason); the row's first failing check is its
 //! reason. One bad row rejects the whole group-hour, and the group's
 //! reason is the earliest-ranked reason over all its rows and the group-level checks
-//! (`MixedAllocatedAndUnallocated`, `TooManyAllocations`, merged `AllocationSumMismatch`, a
-//! total beyond the API maximum), ties broken by the smallest sort key. The outcome is
-//! therefore independent of row order.
+//! (`MixedAllocatedAndUnallocated`, `TooManyAllocations`, merged `AllocationSumMismatch`),
+//! ties broken by the smallest sort key. The outcome is
+//! therefore independent of row order. A valid group whose total exceeds the API maximum is
+//! not rejected: it bills the maximum and carries the remainder ([`Overflow`]).
 //!
 //! | module | what it owns |
 //! |---|---|
 //! | `group` | [`GroupFold`]: membership, sums, the group-level checks, the [`FoldOutcome`] |
 //! | `checks` | the row-level guardrails, in reason order |
 //! | `allocations` | reading a row's `usageAllocations`; the merge per distinct tag set |
+//! | `overflow` | [`split_at_api_maximum`]: bill the API maximum, keep the remainder (and its allocations) |
 //! | `revisit` | [`classify_revisit`]: a lost cleanup or late usage, once the record exists |
-//! | `seconds` | [`SecondSet`], the contributing seconds an aggregated record stores |
+//! | `seconds` | [`SecondSet`] and [`SecondQuantities`], the contributing seconds and their folded quantities an aggregated record stores |
 //!
 //! ```
 //! use awsmp_pipeline::domain::fold::{FoldOutcome, GroupFold};
@@ -45,14 +48,16 @@ mod allocations;
 mod checks;
 mod group;
 mod membership;
+mod overflow;
 mod revisit;
 mod seconds;
 #[cfg(test)]
 mod tests;
 
 pub use group::{AggregatedRecord, FoldOutcome, GroupFold, GroupRows, Pushed, Rejection};
-pub use revisit::{LateRow, RevisitRow, classify_revisit};
-pub use seconds::{SECOND_SET_BYTES, SecondSet};
+pub use overflow::{Overflow, Split, split_at_api_maximum};
+pub use revisit::{LateRow, RevisitRow, classify_revisit, folded_second, late_difference};
+pub use seconds::{SECOND_QUANTITY_BYTES, SECOND_SET_BYTES, SecondQuantities, SecondSet};
 
 use super::row::{AttrValue, RawUsageRow};
 

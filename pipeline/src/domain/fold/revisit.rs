@@ -67,3 +67,21 @@ pub fn classify_revisit(group: &GroupKey, stored: &SecondSet, row: &RawUsageRow)
         quantity,
     })
 }
+
+/// The second of the hour of a raw row of `group`, from its key (as [`classify_revisit`] reads
+/// it); `None` for a key that is not a well-formed whole second of the group's hour.
+pub fn folded_second(group: &GroupKey, key: &RowKey) -> Option<u32> {
+    let segments = crate::domain::keys::split_usage_sort_key(&key.sort_key)?;
+    let t = crate::domain::keys::parse_usage_timestamp(segments.timestamp).ok()?;
+    group.hour.second_of(t)
+}
+
+/// What a raw row holds beyond the `folded` quantity its aggregated record contains: the exact
+/// late usage. `None` when the row's quantity is not a valid one or is *smaller* than what was
+/// folded (no writer shrinks a pending row; such a row is stamped as billed, as it was folded).
+pub fn late_difference(folded: u64, row: &RawUsageRow) -> Option<u64> {
+    present(row, attrs::QUANTITY)
+        .and_then(AttrValue::as_n)
+        .and_then(|n| parse_non_negative_integer(n).ok())
+        .and_then(|current| current.checked_sub(folded))
+}

@@ -98,3 +98,115 @@ impl SecondSet {
         Ok(set)
     }
 }
+
+/// Bytes per second in the stored form of [`SecondQuantities`]: a raw row's quantity is at most
+/// [`MAX_USAGE_QUANTITY`](crate::contract::limits::MAX_USAGE_QUANTITY) (2³¹ − 1), so four bytes.
+pub const SECOND_QUANTITY_BYTES: usize = 4;
+
+/// The folded quantity of every contributing second of an aggregated record, so a cleanup or a
+/// re-visit can tell whether a raw row still holds what was billed.
+///
+/// Fixed-size in memory (one `u32` per second of the hour, 14.4 KB); stored as
+/// [`SECOND_QUANTITY_BYTES`] big-endian bytes per second *in the record's [`SecondSet`]*,
+/// ascending — at most 14,400 bytes, far below DynamoDB's 400 KB item limit
+/// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html>).
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecondQuantities {
+    by_second: Box<[u32]>,
+}
+
+impl Default for SecondQuantities {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for SecondQuantities {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let total: u64 = self.by_second.iter().map(|&q| u64::from(q)).sum();
+        f.debug_struct("SecondQuantities")
+            .field("total", &total)
+            .finish()
+    }
+}
+
+impl SecondQuantities {
+    /// Zero for every second.
+    pub fn new() -> Self {
+        Self {
+            by_second: vec![0; SECONDS_PER_HOUR as usize].into_boxed_slice(),
+        }
+    }
+
+    /// Record `quantity` for `second`. Quantities above `u32::MAX` cannot come from a valid row
+    /// (the fold rejects them first) and are clamped.
+    ///
+    /// # Panics
+    /// When `second` is 3600 or more (a caller bug, never data).
+    pub fn set(&mut self, second: u32, quantity: u64) {
+        self.by_second[second as usize] = u32::try_from(quantity).unwrap_or(u32::MAX);
+    }
+
+    /// The quantity folded for `second` (0 when it did not contribute).
+    pub fn get(&self, second: u32) -> u64 {
+        self.by_second
+            .get(second as usize)
+            .map_or(0, |&q| u64::from(q))
+    }
+
+    /// The stored form for the seconds of `seconds`.
+    pub fn to_bytes(&self, seconds: &SecondSet) -> Vec<u8> {
+        seconds
+            .iter()
+            .flat_map(|s| self.by_second[s as usize].to_be_bytes())
+            .collect()
+    }
+
+    /// Read the stored form back against the record's `seconds`.
+    pub fn from_bytes(bytes: &[u8], seconds: &SecondSet) -> Result<Self, DomainError> {
+        let invalid = || DomainError::InvalidSecondQuantities {
+            bytes: bytes.len(),
+            seconds: seconds.len(),
+        };
+        if bytes.len() != seconds.len() as usize * SECOND_QUANTITY_BYTES {
+            return Err(invalid());
+        }
+        let mut q = Self::new();
+        for (s, chunk) in seconds
+            .iter()
+            .zip(bytes.chunks_exact(SECOND_QUANTITY_BYTES))
+        {
+            let word: [u8; SECOND_QUANTITY_BYTES] = chunk.try_into().map_err(|_| invalid())?;
+            q.by_second[s as usize] = u32::from_be_bytes(word);
+        }
+        Ok(q)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_round_trip_through_their_stored_form() {
+        let mut seconds = SecondSet::new();
+        let mut q = SecondQuantities::new();
+        for (s, v) in [(0, 7), (59, 0), (3599, u64::from(u32::MAX >> 1))] {
+            seconds.insert(s);
+            q.set(s, v);
+        }
+        let bytes = q.to_bytes(&seconds);
+        assert_eq!(bytes.len(), 3 * SECOND_QUANTITY_BYTES);
+        assert_eq!(&bytes[..4], &[0, 0, 0, 7]);
+        let back = SecondQuantities::from_bytes(&bytes, &seconds).unwrap();
+        assert_eq!(back, q);
+        assert_eq!(back.get(3599), 2_147_483_647);
+        assert!(matches!(
+            SecondQuantities::from_bytes(&bytes[..8], &seconds),
+            Err(DomainError::InvalidSecondQuantities {
+                bytes: 8,
+                seconds: 3
+            })
+        ));
+    }
+}

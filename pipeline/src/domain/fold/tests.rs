@@ -573,3 +573,42 @@ fn revisit_tells_lost_cleanup_from_late_usage() {
         RevisitRow::NotPending
     );
 }
+
+#[test]
+fn a_group_above_the_api_maximum_bills_the_maximum() {
+    let mut f = fold();
+    f.push(&row(0, MAX_USAGE_QUANTITY)).unwrap();
+    f.push(&row(1, 5)).unwrap();
+    let FoldOutcome::Valid(rec) = f.finish() else {
+        panic!("an overflowing group bills what the API allows")
+    };
+    assert_eq!(rec.quantity, MAX_USAGE_QUANTITY);
+    assert_eq!(
+        rec.overflow,
+        Some(Overflow {
+            quantity: 5,
+            allocations: None
+        })
+    );
+    assert_eq!(
+        rec.raw_row_quantities().sum::<u64>(),
+        MAX_USAGE_QUANTITY + 5
+    );
+}
+
+#[test]
+fn an_overflowing_allocated_group_splits_the_straddling_tag_set() {
+    let mut f = fold();
+    let (a, b) = (&[("team", "a")][..], &[("team", "b")][..]);
+    f.push(&vmt_row(0, &[alloc(MAX_USAGE_QUANTITY - 2, a)]))
+        .unwrap();
+    f.push(&vmt_row(1, &[alloc(3, a), alloc(4, b)])).unwrap();
+    let FoldOutcome::Valid(rec) = f.finish() else {
+        panic!("valid")
+    };
+    assert_eq!(rec.quantity, MAX_USAGE_QUANTITY);
+    assert_eq!(rec.allocations, Some(vec![alloc(MAX_USAGE_QUANTITY, a)]));
+    let over = rec.overflow.unwrap();
+    assert_eq!(over.quantity, 5);
+    assert_eq!(over.allocations, Some(vec![alloc(1, a), alloc(4, b)]));
+}

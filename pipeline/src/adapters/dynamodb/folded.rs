@@ -1,0 +1,141 @@
+//! Cleanup's conditional stamp of a folded raw row ([`UsageStore::finalize_folded`]): stamped
+//! `Aggregated` only while it holds the quantity that was folded; otherwise read, and stamped
+//! with the exact late difference, conditioned on the quantity read (docs/guarantees.md,
+//! "Cleanup never stamps what was not billed").
+//!
+//! [`UsageStore::finalize_folded`]: crate::ports::UsageStore::finalize_folded
+
+use super::convert::{row_from_item, s, to_sdk};
+use super::errors::{ddb_err, is_conditional_failure};
+use crate::contract::attrs as a;
+use crate::contract::reasons::LATE_USAGE;
+use crate::contract::status::RawStatus;
+use crate::domain::fold::late_difference;
+use crate::domain::keys::RowKey;
+use crate::domain::row::{AttrValue, RawUsageRow, parse_non_negative_integer};
+use crate::error::{PipelineError, Result};
+use crate::ports::FoldedFinalize;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::AttributeValue as Av;
+use chrono::{DateTime, Utc};
+
+/// Read-and-stamp rounds when the row keeps changing between our read and our stamp. Only the
+/// consumer writes a pending row, one batch per shard at a time, so one round is the norm.
+pub const MAX_FOLDED_STAMP_ROUNDS: usize = 5;
+
+/// One folded row to stamp.
+pub struct FoldedStamp<'a> {
+    pub client: &'a Client,
+    pub table: &'a str,
+    pub key: &'a RowKey,
+    pub folded: u64,
+    pub reason: &'a str,
+    pub now: DateTime<Utc>,
+}
+
+impl FoldedStamp<'_> {
+    /// See [`crate::ports::UsageStore::finalize_folded`].
+    pub async fn run(&self) -> Result<FoldedFinalize> {
+        let expected = Expected::Quantity(Av::N(self.folded.to_string()));
+        if self.stamp_if(&expected, None).await? {
+            return Ok(FoldedFinalize::Stamped);
+        }
+        for _ in 0..MAX_FOLDED_STAMP_ROUNDS {
+            let Some(row) = self.read().await? else {
+                return Ok(FoldedFinalize::Gone);
+            };
+            if let Some(quantity) = number(&row, a::LATE_QUANTITY) {
+                return Ok(FoldedFinalize::Late {
+                    quantity,
+                    recorded_now: false,
+                });
+            }
+            let expected = match row.get(a::QUANTITY) {
+                Some(q) => Expected::Quantity(to_sdk(q)),
+                None => Expected::NoQuantity,
+            };
+            let late = late_difference(self.folded, &row).filter(|l| *l > 0);
+            if self.stamp_if(&expected, late).await? {
+                return Ok(match late {
+                    None => FoldedFinalize::Stamped,
+                    Some(quantity) => FoldedFinalize::Late {
+                        quantity,
+                        recorded_now: true,
+                    },
+                });
+            }
+        }
+        Err(PipelineError::MalformedItem {
+            table: self.table.to_owned(),
+            detail: format!(
+                "{}: still changing after {MAX_FOLDED_STAMP_ROUNDS} read-and-stamp rounds",
+                self.key.sort_key
+            ),
+        })
+    }
+
+    /// One conditional stamp; false when the row is not as `expected` (or has a late record).
+    async fn stamp_if(&self, expected: &Expected, late: Option<u64>) -> Result<bool> {
+        let (cond, value) = match expected {
+            Expected::Quantity(v) => ("quantity = :q", Some(v.clone())),
+            Expected::NoQuantity => ("attribute_not_exists(quantity)", None),
+        };
+        let mut update = String::from(
+            "REMOVE meteringPending SET meteringStatus = :st, meteringStatusReason = :r, \
+             updatedAt = :now, createdAt = if_not_exists(createdAt, :now)",
+        );
+        let mut req = self
+            .client
+            .update_item()
+            .table_name(self.table)
+            .key(a::LICENSE_ARN, s(&self.key.license_arn))
+            .key(a::USAGE_SORT_KEY, s(&self.key.sort_key))
+            .condition_expression(format!(
+                "attribute_exists(licenseArn) AND attribute_not_exists(lateQuantity) AND {cond}"
+            ))
+            .expression_attribute_values(":st", s(RawStatus::Aggregated.as_str()))
+            .expression_attribute_values(":r", s(self.reason))
+            .expression_attribute_values(":now", s(a::audit_timestamp(self.now)));
+        if let Some(v) = value {
+            req = req.expression_attribute_values(":q", v);
+        }
+        if let Some(late) = late {
+            update.push_str(", foldedQuantity = :folded, lateQuantity = :late, lateReason = :lr");
+            req = req
+                .expression_attribute_values(":folded", Av::N(self.folded.to_string()))
+                .expression_attribute_values(":late", Av::N(late.to_string()))
+                .expression_attribute_values(":lr", s(LATE_USAGE));
+        }
+        match req.update_expression(update).send().await {
+            Ok(_) => Ok(true),
+            Err(e) if is_conditional_failure(&e) => Ok(false),
+            Err(e) => Err(ddb_err("UpdateItem", self.table, e)),
+        }
+    }
+
+    async fn read(&self) -> Result<Option<RawUsageRow>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(self.table)
+            .key(a::LICENSE_ARN, s(&self.key.license_arn))
+            .key(a::USAGE_SORT_KEY, s(&self.key.sort_key))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| ddb_err("GetItem", self.table, e))?;
+        Ok(out.item.as_ref().map(row_from_item))
+    }
+}
+
+/// What the row's quantity must still be for the stamp to apply.
+enum Expected {
+    Quantity(Av),
+    NoQuantity,
+}
+
+fn number(row: &RawUsageRow, name: &str) -> Option<u64> {
+    row.get(name)
+        .and_then(AttrValue::as_n)
+        .and_then(|q| parse_non_negative_integer(q).ok())
+}
