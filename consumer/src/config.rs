@@ -6,7 +6,7 @@
 //! | `AWSMP_AGGREGATED_USAGE_TABLE` | aggregated-usage table (finalized group-hours) | required |
 //! | `AWSMP_DEDUP_TABLE` | dedup table | required |
 //! | `AWSMP_REJECTED_EVENTS_TABLE` | rejected-events table | required |
-//! | `AWSMP_TIMESTAMP_POLICY` | `server` or `trusted-client` | `server` |
+//! | `AWSMP_TIMESTAMP_POLICY` | `arrival`, `server` or `trusted-client` (docs/guarantees.md, "Billing time") | `arrival` |
 //! | `AWSMP_MAX_CLOCK_SKEW_SECONDS` | client vs arrival time bound | 60 |
 //! | `AWSMP_ALLOWED_PRODUCERS` | comma-separated producer ids (unset: any) | unset |
 //! | `AWSMP_DEDUP_TTL_HOURS` | dedup claim lifetime, 24–72 | 48 |
@@ -70,7 +70,7 @@ impl Config {
             }
         };
         let policy = match get("AWSMP_TIMESTAMP_POLICY").filter(|v| !v.is_empty()) {
-            None => TimestampPolicy::Server,
+            None => TimestampPolicy::Arrival,
             Some(v) => v.parse().map_err(ConsumerError::Config)?,
         };
         let skew = number(
@@ -142,7 +142,7 @@ mod tests {
     #[test]
     fn defaults() {
         let c = load(&base()).unwrap();
-        assert_eq!(c.settings.verify.timestamp, TimestampPolicy::Server);
+        assert_eq!(c.settings.verify.timestamp, TimestampPolicy::Arrival);
         assert_eq!(c.settings.verify.max_clock_skew.num_seconds(), 60);
         assert_eq!(c.settings.dedup_ttl.num_hours(), 48);
         assert_eq!(c.settings.usage_ttl_days, 365);

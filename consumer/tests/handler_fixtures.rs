@@ -5,6 +5,7 @@ use std::sync::Arc;
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use awsmp_consumer::Settings;
 use awsmp_consumer::adapters::memory::MemoryStores;
+use awsmp_consumer::domain::verify::TimestampPolicy;
 use awsmp_pipeline::contract::attrs;
 use awsmp_pipeline::domain::clock::FixedClock;
 use awsmp_pipeline::domain::keys::RowKey;
@@ -20,9 +21,20 @@ fn fixture(name: &str) -> KinesisEvent {
 }
 
 fn stores_and_consumer() -> (MemoryStores, awsmp_consumer::Consumer) {
+    stores_and_consumer_with(Settings::default())
+}
+
+/// The consumer of an untrusted ingest path: client time must lie within 60 s of arrival.
+fn strict_server_settings() -> Settings {
+    let mut settings = Settings::default();
+    settings.verify.timestamp = TimestampPolicy::Server;
+    settings
+}
+
+fn stores_and_consumer_with(settings: Settings) -> (MemoryStores, awsmp_consumer::Consumer) {
     let stores = MemoryStores::new();
     let now = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 9).unwrap();
-    let c = stores.consumer(Settings::default(), Arc::new(FixedClock::new(now)));
+    let c = stores.consumer(settings, Arc::new(FixedClock::new(now)));
     (stores, c)
 }
 
@@ -35,7 +47,7 @@ fn row_key() -> RowKey {
 
 #[tokio::test]
 async fn mixed_batch_writes_the_good_events_once_and_records_every_bad_one() {
-    let (stores, consumer) = stores_and_consumer();
+    let (stores, consumer) = stores_and_consumer_with(strict_server_settings());
     let (response, report) = consumer.process(fixture("mixed-batch.json")).await;
     assert!(response.batch_item_failures.is_empty());
     // e1 (5) + e2 (7) from the aggregate, p1 (3) plain; the copy of the aggregate is a dedup hit.
@@ -103,6 +115,34 @@ async fn mixed_batch_writes_the_good_events_once_and_records_every_bad_one() {
     assert_eq!(stores.rows.quantities().get(&row_key()), Some(&15));
     assert_eq!(report.quantity_written, 0);
     assert_eq!(stores.rejected.items().len(), 3);
+}
+
+#[tokio::test]
+async fn an_event_delayed_ten_minutes_is_billed_at_its_arrival_second() {
+    // GIVEN the Kinesis consumer with its default policy, and a record whose client timestamp
+    // (11:50:07.250) is ten minutes older than its arrival (12:00:07.250)
+    let (stores, consumer) = stores_and_consumer();
+    // WHEN it handles the batch
+    let (response, report) = consumer.process(fixture("delayed-event.json")).await;
+    // THEN the event is billed in the arrival second, nothing is rejected
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(stores.rows.quantities().get(&row_key()), Some(&6));
+    assert!(stores.rejected.items().is_empty());
+    assert_eq!(consumer.metrics.total("EventRejected"), 0.0);
+    // AND the client's skew is reported (600 s)
+    assert_eq!(report.largest_client_skew_seconds, Some(600));
+    assert_eq!(consumer.metrics.total("ClientClockSkew"), 600.0);
+}
+
+#[tokio::test]
+async fn the_mixed_batch_bills_its_stale_event_at_arrival_by_default() {
+    let (stores, consumer) = stores_and_consumer();
+    let (response, _) = consumer.process(fixture("mixed-batch.json")).await;
+    assert!(response.batch_item_failures.is_empty());
+    // e1 (5) + e2 (7) + e3 (4, client time two minutes behind) + p1 (3).
+    assert_eq!(stores.rows.quantities().get(&row_key()), Some(&19));
+    assert_eq!(stores.rejected.quantity("StaleTimestamp"), 0);
+    assert_eq!(stores.rejected.items().len(), 2);
 }
 
 #[tokio::test]

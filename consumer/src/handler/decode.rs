@@ -39,6 +39,14 @@ pub(super) fn decode_slots(event: &KinesisEvent, verify: &VerifyPolicy) -> Vec<S
         .collect()
 }
 
+/// The largest client-clock skew among the batch's decoded events.
+pub(super) fn largest_client_skew(slots: &[Slot]) -> Option<chrono::Duration> {
+    slots
+        .iter()
+        .filter_map(|s| s.decoded.as_ref()?.largest_client_skew)
+        .max()
+}
+
 /// Stream name from `arn:aws:kinesis:<region>:<account>:stream/<name>`.
 pub(super) fn stream_name(arn: Option<&str>) -> String {
     arn.and_then(|a| a.rsplit_once(":stream/").map(|(_, n)| n.to_owned()))

@@ -138,6 +138,9 @@ pub struct BatchReport {
     pub replayed_parts: u64,
     /// The sequence number reported as the batch item failure, if any.
     pub failed_from: Option<String>,
+    /// The batch's largest client-clock skew in seconds, rounded (either direction), if any
+    /// event decoded.
+    pub largest_client_skew_seconds: Option<i64>,
 }
 
 /// One invocation's working state, handed from step to step.
@@ -169,15 +172,19 @@ impl Consumer {
 
     /// Handle one batch and say what happened.
     pub async fn process(&self, event: KinesisEvent) -> (KinesisEventResponse, BatchReport) {
+        let slots = decode::decode_slots(&event, &self.settings.verify);
         let mut batch = Batch {
             event: &event,
             now: self.clock.now(),
-            slots: decode::decode_slots(&event, &self.settings.verify),
             failed: None,
             report: BatchReport {
                 records: event.records.len(),
+                // Rounded: the arrival time comes as float seconds (sub-millisecond noise).
+                largest_client_skew_seconds: decode::largest_client_skew(&slots)
+                    .map(|d| (d.num_milliseconds() as f64 / 1000.0).round() as i64),
                 ..BatchReport::default()
             },
+            slots,
         };
         let cut = self.claim_dedup_keys(&mut batch).await;
         self.record_refusals(&mut batch, cut).await;

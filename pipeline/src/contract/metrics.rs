@@ -15,6 +15,8 @@ pub enum Unit {
     Count,
     /// A plain number (a ratio).
     None,
+    /// A duration in seconds.
+    Seconds,
 }
 
 impl Unit {
@@ -23,6 +25,7 @@ impl Unit {
         match self {
             Self::Count => "Count",
             Self::None => "None",
+            Self::Seconds => "Seconds",
         }
     }
 }
@@ -39,6 +42,13 @@ impl MetricName {
         Self {
             name,
             unit: Unit::Count,
+        }
+    }
+
+    const fn seconds(name: &'static str) -> Self {
+        Self {
+            name,
+            unit: Unit::Seconds,
         }
     }
 
@@ -87,6 +97,11 @@ pub const WRITE_AMPLIFICATION: MetricName = MetricName {
     unit: Unit::None,
 };
 
+/// Consumer: the largest distance, in seconds, between an event's client timestamp and its
+/// arrival on the stream in one batch (either direction). Trusted-path events are billed at
+/// arrival whatever this says; a high value means a producer's clock or buffers need attention.
+pub const CLIENT_CLOCK_SKEW: MetricName = MetricName::seconds("ClientClockSkew");
+
 /// Dimension carrying a reason code ([`super::status::RejectReason`] or [`super::reasons`]).
 pub const REASON: &str = "Reason";
 /// Dimension carrying an exception name.
@@ -97,7 +112,7 @@ pub const PRODUCER: &str = "Producer";
 pub const SERVICE: &str = "Service";
 
 /// Every business metric.
-pub const ALL: [MetricName; 14] = [
+pub const ALL: [MetricName; 15] = [
     USAGE_RECORD_REJECTED,
     USAGE_AGGREGATION_EXPIRED,
     USAGE_SUBMISSION_EXPIRED,
@@ -112,6 +127,7 @@ pub const ALL: [MetricName; 14] = [
     EVENTS_ACCEPTED,
     ROWS_WRITTEN,
     WRITE_AMPLIFICATION,
+    CLIENT_CLOCK_SKEW,
 ];
 
 #[cfg(test)]
