@@ -55,12 +55,22 @@ pub struct Config {
     pub submitter_time_budget_secs: u64,
     /// CloudWatch namespace for EMF metrics.
     pub metrics_namespace: String,
+    /// Ingest-watermark table (`AWSMP_INGEST_WATERMARK_TABLE`); unset: no fence (rows written
+    /// without the stream, docs/guarantees.md "Ingest watermark").
+    pub ingest_watermark_table: Option<String>,
+    /// Settle margin past an hour's end the watermark must reach before the hour is
+    /// aggregated (`AWSMP_WATERMARK_SETTLE_SECONDS`).
+    pub watermark_settle_secs: u64,
 }
 
 /// Default ordinary-pass cap per submitter run: 300 s × 10 calls/s × 25 records, halved for headroom.
 pub const DEFAULT_SUBMITTER_MAX_RECORDS_PER_RUN: usize = 37_500;
 /// Default submitter run budget: the 5-minute schedule minus a minute of headroom.
 pub const DEFAULT_SUBMITTER_TIME_BUDGET_SECS: u64 = 240;
+
+/// Default settle margin: two minutes past an hour's end, for records Kinesis accepted just
+/// before the hour closed to reach the consumer (docs/guarantees.md, "Ingest watermark").
+pub const DEFAULT_WATERMARK_SETTLE_SECS: u64 = 120;
 
 impl Config {
     /// Read from the process environment.
@@ -148,6 +158,11 @@ impl Config {
             )?,
             metrics_namespace: get("AWSMP_METRICS_NAMESPACE")
                 .unwrap_or_else(|| crate::emf::DEFAULT_NAMESPACE.into()),
+            ingest_watermark_table: get("AWSMP_INGEST_WATERMARK_TABLE").filter(|v| !v.is_empty()),
+            watermark_settle_secs: num(
+                "AWSMP_WATERMARK_SETTLE_SECONDS",
+                DEFAULT_WATERMARK_SETTLE_SECS,
+            )?,
         })
     }
 }

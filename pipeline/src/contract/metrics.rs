@@ -102,6 +102,13 @@ pub const WRITE_AMPLIFICATION: MetricName = MetricName {
 /// arrival whatever this says; a high value means a producer's clock or buffers need attention.
 pub const CLIENT_CLOCK_SKEW: MetricName = MetricName::seconds("ClientClockSkew");
 
+/// Discoverer: now − the lowest ingest watermark over the stream's shards, in seconds, each
+/// run with a watermark table (docs/guarantees.md, "Ingest watermark").
+pub const INGEST_WATERMARK_LAG: MetricName = MetricName::seconds("IngestWatermarkLag");
+/// Discoverer: 1 when the lowest watermark lags now by more than the stall threshold (or no
+/// shard has published): metering is held back; alarm on it (docs/operations.md).
+pub const INGEST_WATERMARK_STALLED: MetricName = MetricName::count("IngestWatermarkStalled");
+
 /// Dimension carrying a reason code ([`super::status::RejectReason`] or [`super::reasons`]).
 pub const REASON: &str = "Reason";
 /// Dimension carrying an exception name.
@@ -112,7 +119,7 @@ pub const PRODUCER: &str = "Producer";
 pub const SERVICE: &str = "Service";
 
 /// Every business metric.
-pub const ALL: [MetricName; 15] = [
+pub const ALL: [MetricName; 17] = [
     USAGE_RECORD_REJECTED,
     USAGE_AGGREGATION_EXPIRED,
     USAGE_SUBMISSION_EXPIRED,
@@ -128,6 +135,8 @@ pub const ALL: [MetricName; 15] = [
     ROWS_WRITTEN,
     WRITE_AMPLIFICATION,
     CLIENT_CLOCK_SKEW,
+    INGEST_WATERMARK_LAG,
+    INGEST_WATERMARK_STALLED,
 ];
 
 #[cfg(test)]

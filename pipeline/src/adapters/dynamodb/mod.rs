@@ -9,6 +9,7 @@
 //! | `deprovisioning` | [`DynamoDbDeprovisioningIndex`] over the subscribers table |
 //! | `convert` | SDK `AttributeValue` ↔ [`AttrValue`](crate::domain::row::AttrValue) |
 //! | `errors` | DynamoDB error classification ([`is_retryable`], [`is_conditional_failure`]) |
+//! | `watermark` | [`DynamoDbWatermarkStore`], the ingest-watermark table |
 //! | `pending` | the paginated query of the sparse `metering_pending` index |
 
 mod aggregated;
@@ -17,6 +18,7 @@ mod deprovisioning;
 mod errors;
 mod pending;
 mod usage;
+mod watermark;
 
 pub use aggregated::{
     DynamoDbAggregatedStore, aggregated_from_item, aggregated_to_item, is_billed,
@@ -27,3 +29,6 @@ pub use deprovisioning::{
 };
 pub use errors::{is_conditional_failure, is_retryable};
 pub use usage::DynamoDbUsageStore;
+pub use watermark::{
+    DynamoDbWatermarkStore, WATERMARK_APPLIED_THROUGH, WATERMARK_DRAINED, WATERMARK_SHARD_ID,
+};
