@@ -201,3 +201,42 @@ async fn late_usage_and_finalized_rows_are_not_reopened() {
     assert_eq!(stores.rejected.quantity("LateUsage"), 15);
     assert_eq!(consumer.metrics.total("LateUsage"), 15.0);
 }
+
+#[tokio::test]
+async fn the_shard_watermark_is_published_after_the_rows_are_written() {
+    use awsmp_pipeline::ports::WatermarkStore;
+    // GIVEN the consumer with a watermark table
+    let (stores, consumer) = stores_and_consumer();
+    // WHEN it applies the mixed batch (arrivals at 12:00:07 and a fraction)
+    let event = fixture("mixed-batch.json");
+    let last_arrival = event
+        .records
+        .iter()
+        .map(|r| awsmp_consumer::handler::stream_record(r).unwrap().arrival)
+        .max()
+        .unwrap();
+    let (response, _) = consumer.process(event).await;
+    assert!(response.batch_item_failures.is_empty());
+    // THEN the shard's watermark is the highest arrival it applied
+    let shards = stores.watermarks.shards().await.unwrap();
+    assert_eq!(shards.len(), 1);
+    assert_eq!(shards[0].shard_id, "shardId-000000000000");
+    assert_eq!(shards[0].applied_through, last_arrival);
+    assert!(shards[0].applied_through > Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 7).unwrap());
+    // AND a replay of an older batch never moves it back
+    consumer.process(fixture("delayed-event.json")).await;
+    let again = stores.watermarks.shards().await.unwrap();
+    assert_eq!(again[0].applied_through, shards[0].applied_through);
+}
+
+#[tokio::test]
+async fn a_failed_row_write_does_not_advance_the_watermark_past_it() {
+    use awsmp_consumer::adapters::fault::{Faults, Faulty};
+    use awsmp_pipeline::ports::WatermarkStore;
+    let (stores, mut consumer) = stores_and_consumer();
+    let faults = Faults::new(7).throttle(1.0);
+    consumer.rows = Arc::new(Faulty::new(stores.rows.clone(), faults));
+    let (response, _) = consumer.process(fixture("delayed-event.json")).await;
+    assert_eq!(response.batch_item_failures.len(), 1);
+    assert!(stores.watermarks.shards().await.unwrap().is_empty());
+}

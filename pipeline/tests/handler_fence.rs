@@ -36,8 +36,14 @@ async fn usage_written_by_a_lagging_consumer_is_in_the_hour_when_it_is_aggregate
     let w = fenced_world(NOW);
     w.put_rows(&work_group(), &[(5, 1)]);
     let marks = &w.mem.watermarks;
-    marks.advance("shardId-0", at("2026-11-30T12:09:00Z")).await.unwrap();
-    marks.advance("shardId-1", at("2026-11-30T10:59:30Z")).await.unwrap();
+    marks
+        .advance("shardId-0", at("2026-11-30T12:09:00Z"))
+        .await
+        .unwrap();
+    marks
+        .advance("shardId-1", at("2026-11-30T10:59:30Z"))
+        .await
+        .unwrap();
 
     // WHEN the discoverer runs for 10:00
     let out = discover(&w.svc, METER).await.unwrap();
@@ -53,11 +59,17 @@ async fn usage_written_by_a_lagging_consumer_is_in_the_hour_when_it_is_aggregate
 
     // WHEN the consumer catches up (its row for 10:59:59 is written) but not past the margin
     w.put_rows(&work_group(), &[(3599, 2)]);
-    marks.advance("shardId-1", at("2026-11-30T11:01:00Z")).await.unwrap();
+    marks
+        .advance("shardId-1", at("2026-11-30T11:01:00Z"))
+        .await
+        .unwrap();
     assert_eq!(discover(&w.svc, METER).await.unwrap().groups_enqueued, 0);
 
     // AND then past the hour's end plus the two-minute margin
-    marks.advance("shardId-1", at("2026-11-30T11:02:00Z")).await.unwrap();
+    marks
+        .advance("shardId-1", at("2026-11-30T11:02:00Z"))
+        .await
+        .unwrap();
     let out = discover(&w.svc, METER).await.unwrap();
 
     // THEN the group is enqueued, with both rows still pending for the aggregator
@@ -72,8 +84,14 @@ async fn a_drained_parent_shard_does_not_hold_the_fence() {
     let w = fenced_world(NOW);
     w.put_rows(&work_group(), &[(5, 1)]);
     let marks = &w.mem.watermarks;
-    marks.advance("shardId-parent", at("2026-11-30T10:30:00Z")).await.unwrap();
-    marks.advance("shardId-child", at("2026-11-30T12:09:00Z")).await.unwrap();
+    marks
+        .advance("shardId-parent", at("2026-11-30T10:30:00Z"))
+        .await
+        .unwrap();
+    marks
+        .advance("shardId-child", at("2026-11-30T12:09:00Z"))
+        .await
+        .unwrap();
     assert_eq!(discover(&w.svc, METER).await.unwrap().groups_enqueued, 0);
     marks.mark_drained("shardId-parent").await.unwrap();
     assert_eq!(discover(&w.svc, METER).await.unwrap().groups_enqueued, 1);
@@ -84,7 +102,10 @@ async fn no_shard_has_published_yet_so_nothing_is_aggregated_and_the_stall_alarm
     let w = fenced_world(NOW);
     w.put_rows(&work_group(), &[(5, 1)]);
     assert_eq!(discover(&w.svc, METER).await.unwrap().groups_enqueued, 0);
-    assert_eq!(w.metrics.total(metrics::INGEST_WATERMARK_STALLED.name()), 1.0);
+    assert_eq!(
+        w.metrics.total(metrics::INGEST_WATERMARK_STALLED.name()),
+        1.0
+    );
 }
 
 #[tokio::test]
@@ -92,13 +113,22 @@ async fn a_stalled_shard_raises_the_alarm_metric_long_before_the_window_is_at_ri
     let w = fenced_world(NOW);
     let marks = &w.mem.watermarks;
     // 10 minutes behind: normal, no alarm.
-    marks.advance("shardId-0", at("2026-11-30T12:00:00Z")).await.unwrap();
+    marks
+        .advance("shardId-0", at("2026-11-30T12:00:00Z"))
+        .await
+        .unwrap();
     discover(&w.svc, METER).await.unwrap();
-    assert_eq!(w.metrics.total(metrics::INGEST_WATERMARK_STALLED.name()), 0.0);
+    assert_eq!(
+        w.metrics.total(metrics::INGEST_WATERMARK_STALLED.name()),
+        0.0
+    );
     // 20 minutes behind: the alarm metric fires.
     w.clock.set(at("2026-11-30T12:20:00Z"));
     discover(&w.svc, METER).await.unwrap();
-    assert_eq!(w.metrics.total(metrics::INGEST_WATERMARK_STALLED.name()), 1.0);
+    assert_eq!(
+        w.metrics.total(metrics::INGEST_WATERMARK_STALLED.name()),
+        1.0
+    );
 }
 
 #[tokio::test]
@@ -115,16 +145,26 @@ async fn the_deprovisioning_flush_takes_the_current_hour_only_once_the_consumer_
     w.put_rows(&current, &[(6, 1)]);
     w.put_rows(&work_group(), &[(5, 1)]);
     let marks = &w.mem.watermarks;
-    marks.advance("shardId-0", at("2026-11-30T12:30:00Z")).await.unwrap();
+    marks
+        .advance("shardId-0", at("2026-11-30T12:30:00Z"))
+        .await
+        .unwrap();
 
     // WHEN the flush runs, THEN only the closed hour goes out: the current one is still being
     // written by the lagging consumer
-    discover(&w.svc, DiscovererInput::FlushDeprovisioning).await.unwrap();
+    discover(&w.svc, DiscovererInput::FlushDeprovisioning)
+        .await
+        .unwrap();
     assert_eq!(enqueued(&w.mem.deprovision_queue), [work_group()]);
 
     // WHEN the shard is applied past the flush instant (expiry − 10 min) plus the margin,
     // THEN the current hour goes too
-    marks.advance("shardId-0", at("2026-11-30T12:37:00Z")).await.unwrap();
-    discover(&w.svc, DiscovererInput::FlushDeprovisioning).await.unwrap();
+    marks
+        .advance("shardId-0", at("2026-11-30T12:37:00Z"))
+        .await
+        .unwrap();
+    discover(&w.svc, DiscovererInput::FlushDeprovisioning)
+        .await
+        .unwrap();
     assert!(enqueued(&w.mem.deprovision_queue).contains(&current));
 }

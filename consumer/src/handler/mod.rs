@@ -10,7 +10,9 @@
 //! 4. `fold.rs`: fold the accepted events per (group, second).
 //! 5. `rows.rs`: look up which group-hours are finalized; per row decide, record late /
 //!    rejected parts, then one conditional write.
-//! 6. `respond.rs`: report the lowest failed record as the batch item failure.
+//! 6. `watermark.rs`: publish the shard's ingest watermark — the highest arrival time of the
+//!    records before the first failure — for the discoverer's fence.
+//! 7. `respond.rs`: report the lowest failed record as the batch item failure.
 //!
 //! Every store call is retried under [`Settings::store_retry`] ([`STORE_RETRY`]).
 
@@ -20,6 +22,7 @@ mod fold;
 mod refuse;
 mod respond;
 mod rows;
+mod watermark;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -99,6 +102,8 @@ pub struct Consumer {
     pub rows: Arc<dyn UsageRowWriter>,
     /// Finalized group-hours.
     pub finalized: Arc<dyn FinalizedGroups>,
+    /// Ingest watermarks; `None`: not published (no fence downstream).
+    pub watermarks: Option<Arc<dyn awsmp_pipeline::ports::WatermarkStore>>,
     /// EMF metrics.
     pub metrics: MetricsSink,
     /// The clock (audit stamps, claim expiry).
@@ -190,6 +195,7 @@ impl Consumer {
         self.record_refusals(&mut batch, cut).await;
         let folded = self.fold(&mut batch, cut);
         self.write_rows(&mut batch, &folded).await;
+        self.publish_watermark(&batch).await;
         self.respond(batch)
     }
 
