@@ -240,3 +240,34 @@ async fn a_failed_row_write_does_not_advance_the_watermark_past_it() {
     assert_eq!(response.batch_item_failures.len(), 1);
     assert!(stores.watermarks.shards().await.unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn a_heartbeat_marker_advances_an_idle_shard_and_bills_nothing() {
+    use awsmp_pipeline::contract::stream::HEARTBEAT_MARKER;
+    use awsmp_pipeline::ports::WatermarkStore;
+    // GIVEN a batch holding only the heartbeat marker of shard 3
+    let (stores, consumer) = stores_and_consumer();
+    let arrival = Utc.with_ymd_and_hms(2026, 11, 30, 13, 1, 0).unwrap();
+    let record = awsmp_consumer::handler::kinesis_record(
+        "arn:aws:kinesis:us-east-1:123456789012:stream/awsmp-usage-events",
+        "shardId-000000000003",
+        "49590338271490256608559692538361571095921575989136588901",
+        "awsmp-heartbeat",
+        arrival,
+        HEARTBEAT_MARKER.to_vec(),
+    );
+    let mut event = KinesisEvent::default();
+    event.records.push(record);
+    // WHEN the consumer handles it
+    let (response, report) = consumer.process(event).await;
+    // THEN nothing is billed, rejected or claimed
+    assert!(response.batch_item_failures.is_empty());
+    assert!(stores.rows.rows().is_empty());
+    assert!(stores.rejected.items().is_empty());
+    assert!(stores.dedup.is_empty());
+    assert_eq!(report.events_accepted, 0);
+    // AND the shard's watermark is the marker's arrival
+    let shards = stores.watermarks.shards().await.unwrap();
+    assert_eq!(shards[0].shard_id, "shardId-000000000003");
+    assert_eq!(shards[0].applied_through, arrival);
+}
