@@ -26,8 +26,8 @@ pub fn open_shard_hash_keys(shards: &[Shard]) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Put one marker into each open shard of `stream`; the number of markers put.
-pub async fn beat(client: &Client, stream: &str) -> Result<usize> {
+/// Put one marker into each open shard of `stream`; the shards that got one.
+pub async fn beat(client: &Client, stream: &str) -> Result<Vec<String>> {
     let err = |operation| {
         move |e: Box<dyn std::error::Error + Send + Sync>| ConsumerError::Kinesis {
             operation,
@@ -62,7 +62,7 @@ pub async fn beat(client: &Client, stream: &str) -> Result<usize> {
             .await
             .map_err(|e| err("PutRecord")(e.into()))?;
     }
-    Ok(targets.len())
+    Ok(targets.into_iter().map(|(shard, _)| shard).collect())
 }
 
 #[cfg(test)]

@@ -84,9 +84,35 @@ pub struct TickReport {
 struct StreamConsumer {
     esm: tokio::sync::Mutex<KinesisEsm>,
     consumer: awsmp_consumer::Consumer,
+    kinesis: aws_sdk_kinesis::Client,
+    stream: String,
 }
 
 impl StreamConsumer {
+    /// The heartbeat's schedule in the runner: one marker per open shard before every poll, so
+    /// idle shards' watermarks advance. Then the stream is drained to its tip; once it is, no
+    /// record can still arrive before the pipeline's instant `at` in the runner's timeline
+    /// (`--at` may be ahead of the emulator's real arrival times), so every open shard's
+    /// watermark is advanced to `at` (docs/local-stack.md, "Ingest watermark").
+    async fn heartbeat_and_drain(
+        &self,
+        at: DateTime<Utc>,
+    ) -> Result<crate::kinesis_esm::EsmReport> {
+        let shards = awsmp_consumer::heartbeat::beat(&self.kinesis, &self.stream)
+            .await
+            .context("stream heartbeat")?;
+        let report = self.drain().await?;
+        if let Some(marks) = &self.consumer.watermarks {
+            for shard in &shards {
+                marks
+                    .advance(shard, at)
+                    .await
+                    .with_context(|| format!("watermark of {shard}"))?;
+            }
+        }
+        Ok(report)
+    }
+
     async fn drain(&self) -> Result<crate::kinesis_esm::EsmReport> {
         let consumer = &self.consumer;
         self.esm
@@ -192,6 +218,8 @@ impl Runner {
         self.stream = Some(StreamConsumer {
             esm: tokio::sync::Mutex::new(esm),
             consumer,
+            kinesis: env.kinesis().await?,
+            stream: env.get("AWSMP_USAGE_STREAM")?.to_owned(),
         });
         Ok(self)
     }
@@ -214,6 +242,16 @@ impl Runner {
         Ok(())
     }
 
+    /// The discoverer's services. Without the stream consumer the runner plays a seller who
+    /// writes rows itself: there is no stream to fence on, so the fence is off.
+    fn discoverer_services(&self) -> Services {
+        let mut svc = self.svc.clone();
+        if self.stream.is_none() {
+            svc.watermarks = None;
+        }
+        svc
+    }
+
     /// Run every scheduled target once as of `at` (all 30 discoverer targets and the
     /// deprovisioning flush), drain the queues through their handlers until quiet, then run
     /// the submitter and the expiry sweep (the 5-minute rule's two targets).
@@ -224,7 +262,12 @@ impl Runner {
             ..Default::default()
         };
         if let Some(stream) = &self.stream {
-            report.consumer = Some(stream.drain().await.context("the Kinesis consumer")?);
+            report.consumer = Some(
+                stream
+                    .heartbeat_and_drain(at)
+                    .await
+                    .context("the Kinesis consumer")?,
+            );
         }
         // Direct-submit deploys no discoverer rules (the raw usage table may still be named in
         // the local env file, which serves both modes).
@@ -235,8 +278,9 @@ impl Runner {
             if self.svc.deprovisioning.is_some() {
                 targets.push(DiscovererInput::FlushDeprovisioning);
             }
+            let svc = self.discoverer_services();
             for t in targets {
-                let out = discoverer::discover(&self.svc, t)
+                let out = discoverer::discover(&svc, t)
                     .await
                     .with_context(|| format!("discoverer {t:?}"))?;
                 report.discoverer.buckets += out.buckets;
@@ -383,7 +427,8 @@ impl Runner {
         let svc = &self.svc;
         Ok(match function {
             "discoverer" => serde_json::to_value(
-                discoverer::discover(svc, serde_json::from_value(event)?).await?,
+                discoverer::discover(&self.discoverer_services(), serde_json::from_value(event)?)
+                    .await?,
             )?,
             "aggregator" | "cleanup" => {
                 let event: SqsEvent =

@@ -12,7 +12,7 @@ async fn main() -> Result<(), Error> {
     let (client, stream) = (&client, stream.as_str());
     lambda_runtime::run(service_fn(
         move |_: LambdaEvent<serde_json::Value>| async move {
-            Ok::<usize, Error>(awsmp_consumer::heartbeat::beat(client, stream).await?)
+            Ok::<usize, Error>(awsmp_consumer::heartbeat::beat(client, stream).await?.len())
         },
     ))
     .await
