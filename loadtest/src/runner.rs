@@ -92,22 +92,25 @@ impl StreamConsumer {
     /// The heartbeat's schedule in the runner: one marker per open shard before every poll, so
     /// idle shards' watermarks advance. Then the stream is drained to its tip; once it is, no
     /// record can still arrive before the pipeline's instant `at` in the runner's timeline
-    /// (`--at` may be ahead of the emulator's real arrival times), so every open shard's
-    /// watermark is advanced to `at` (docs/local-stack.md, "Ingest watermark").
+    /// (`--at` may be ahead of the emulator's real arrival times), so every watermark in the
+    /// table is advanced to `at` — all of them, since tests on one stack run consumers of other,
+    /// short-lived streams into the same table (docs/local-stack.md, "Ingest watermark").
     async fn heartbeat_and_drain(
         &self,
         at: DateTime<Utc>,
     ) -> Result<crate::kinesis_esm::EsmReport> {
-        let shards = awsmp_consumer::heartbeat::beat(&self.kinesis, &self.stream)
+        awsmp_consumer::heartbeat::beat(&self.kinesis, &self.stream)
             .await
             .context("stream heartbeat")?;
         let report = self.drain().await?;
         if let Some(marks) = &self.consumer.watermarks {
-            for shard in &shards {
-                marks
-                    .advance(shard, at)
-                    .await
-                    .with_context(|| format!("watermark of {shard}"))?;
+            for shard in marks.shards().await.context("watermarks")? {
+                if !shard.drained {
+                    marks
+                        .advance(&shard.shard_id, at)
+                        .await
+                        .with_context(|| format!("watermark of {}", shard.shard_id))?;
+                }
             }
         }
         Ok(report)
