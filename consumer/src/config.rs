@@ -6,7 +6,7 @@
 //! | `AWSMP_AGGREGATED_USAGE_TABLE` | aggregated-usage table (finalized group-hours) | required |
 //! | `AWSMP_DEDUP_TABLE` | dedup table | required |
 //! | `AWSMP_REJECTED_EVENTS_TABLE` | rejected-events table | required |
-//! | `AWSMP_TIMESTAMP_POLICY` | `server` or `trusted-client` | `server` |
+//! | `AWSMP_TIMESTAMP_POLICY` | `arrival`, `server` or `trusted-client` (docs/guarantees.md, "Billing time") | `arrival` |
 //! | `AWSMP_MAX_CLOCK_SKEW_SECONDS` | client vs arrival time bound | 60 |
 //! | `AWSMP_ALLOWED_PRODUCERS` | comma-separated producer ids (unset: any) | unset |
 //! | `AWSMP_DEDUP_TTL_HOURS` | dedup claim lifetime, 24–72 | 48 |
@@ -15,6 +15,7 @@
 //! | `AWSMP_BILLABLE_WINDOW_HOURS` | window bounding trusted client time | 24 |
 //! | `AWSMP_CONSUMER_CONCURRENCY` | concurrent store calls | 16 |
 //! | `AWSMP_METRICS_NAMESPACE` | EMF namespace | `awsmp` |
+//! | `AWSMP_INGEST_WATERMARK_TABLE` | per-shard applied arrival time, read by the discoverer's fence (docs/guarantees.md, "Ingest watermark") | unset: not published |
 
 use std::collections::HashSet;
 
@@ -42,6 +43,8 @@ pub struct Config {
     pub dedup_table: String,
     /// Rejected-events table.
     pub rejected_table: String,
+    /// Ingest-watermark table, if the discoverer fences on it.
+    pub ingest_watermark_table: Option<String>,
     /// EMF namespace.
     pub metrics_namespace: String,
     /// Handler tunables.
@@ -70,7 +73,7 @@ impl Config {
             }
         };
         let policy = match get("AWSMP_TIMESTAMP_POLICY").filter(|v| !v.is_empty()) {
-            None => TimestampPolicy::Server,
+            None => TimestampPolicy::Arrival,
             Some(v) => v.parse().map_err(ConsumerError::Config)?,
         };
         let skew = number(
@@ -101,6 +104,7 @@ impl Config {
             aggregated_table: required("AWSMP_AGGREGATED_USAGE_TABLE")?,
             dedup_table: required("AWSMP_DEDUP_TABLE")?,
             rejected_table: required("AWSMP_REJECTED_EVENTS_TABLE")?,
+            ingest_watermark_table: get("AWSMP_INGEST_WATERMARK_TABLE").filter(|v| !v.is_empty()),
             metrics_namespace: get("AWSMP_METRICS_NAMESPACE")
                 .filter(|v| !v.is_empty())
                 .unwrap_or_else(|| awsmp_pipeline::emf::DEFAULT_NAMESPACE.to_owned()),
@@ -142,7 +146,7 @@ mod tests {
     #[test]
     fn defaults() {
         let c = load(&base()).unwrap();
-        assert_eq!(c.settings.verify.timestamp, TimestampPolicy::Server);
+        assert_eq!(c.settings.verify.timestamp, TimestampPolicy::Arrival);
         assert_eq!(c.settings.verify.max_clock_skew.num_seconds(), 60);
         assert_eq!(c.settings.dedup_ttl.num_hours(), 48);
         assert_eq!(c.settings.usage_ttl_days, 365);

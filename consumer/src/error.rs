@@ -29,6 +29,17 @@ pub enum ConsumerError {
         /// Throttling, 5xx or transport: worth retrying.
         retryable: bool,
     },
+    /// A Kinesis call of the heartbeat failed.
+    #[error("Kinesis {operation} on {stream} failed")]
+    Kinesis {
+        /// The operation.
+        operation: &'static str,
+        /// Stream name.
+        stream: String,
+        /// The SDK error.
+        #[source]
+        source: BoxError,
+    },
     /// A DynamoDB request could not be built (a required field missing).
     #[error("DynamoDB {operation} request for {resource} could not be built")]
     Request {
@@ -95,6 +106,7 @@ impl Retryable for ConsumerError {
             | ConsumerError::Contention { .. }
             | ConsumerError::LaneContention { .. } => true,
             ConsumerError::Config(_)
+            | ConsumerError::Kinesis { .. }
             | ConsumerError::Domain(_)
             | ConsumerError::Request { .. }
             | ConsumerError::MalformedItem { .. } => false,

@@ -6,6 +6,7 @@ pub mod config;
 pub mod domain;
 pub mod error;
 pub mod handler;
+pub mod heartbeat;
 pub mod ports;
 
 pub use config::Config;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use awsmp_consumer::Settings;
 use awsmp_consumer::adapters::memory::MemoryStores;
+use awsmp_consumer::domain::verify::TimestampPolicy;
 use awsmp_pipeline::contract::attrs;
 use awsmp_pipeline::domain::clock::FixedClock;
 use awsmp_pipeline::domain::keys::RowKey;
@@ -20,9 +21,20 @@ fn fixture(name: &str) -> KinesisEvent {
 }
 
 fn stores_and_consumer() -> (MemoryStores, awsmp_consumer::Consumer) {
+    stores_and_consumer_with(Settings::default())
+}
+
+/// The consumer of an untrusted ingest path: client time must lie within 60 s of arrival.
+fn strict_server_settings() -> Settings {
+    let mut settings = Settings::default();
+    settings.verify.timestamp = TimestampPolicy::Server;
+    settings
+}
+
+fn stores_and_consumer_with(settings: Settings) -> (MemoryStores, awsmp_consumer::Consumer) {
     let stores = MemoryStores::new();
     let now = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 9).unwrap();
-    let c = stores.consumer(Settings::default(), Arc::new(FixedClock::new(now)));
+    let c = stores.consumer(settings, Arc::new(FixedClock::new(now)));
     (stores, c)
 }
 
@@ -35,7 +47,7 @@ fn row_key() -> RowKey {
 
 #[tokio::test]
 async fn mixed_batch_writes_the_good_events_once_and_records_every_bad_one() {
-    let (stores, consumer) = stores_and_consumer();
+    let (stores, consumer) = stores_and_consumer_with(strict_server_settings());
     let (response, report) = consumer.process(fixture("mixed-batch.json")).await;
     assert!(response.batch_item_failures.is_empty());
     // e1 (5) + e2 (7) from the aggregate, p1 (3) plain; the copy of the aggregate is a dedup hit.
@@ -106,6 +118,34 @@ async fn mixed_batch_writes_the_good_events_once_and_records_every_bad_one() {
 }
 
 #[tokio::test]
+async fn an_event_delayed_ten_minutes_is_billed_at_its_arrival_second() {
+    // GIVEN the Kinesis consumer with its default policy, and a record whose client timestamp
+    // (11:50:07.250) is ten minutes older than its arrival (12:00:07.250)
+    let (stores, consumer) = stores_and_consumer();
+    // WHEN it handles the batch
+    let (response, report) = consumer.process(fixture("delayed-event.json")).await;
+    // THEN the event is billed in the arrival second, nothing is rejected
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(stores.rows.quantities().get(&row_key()), Some(&6));
+    assert!(stores.rejected.items().is_empty());
+    assert_eq!(consumer.metrics.total("EventRejected"), 0.0);
+    // AND the client's skew is reported (600 s)
+    assert_eq!(report.largest_client_skew_seconds, Some(600));
+    assert_eq!(consumer.metrics.total("ClientClockSkew"), 600.0);
+}
+
+#[tokio::test]
+async fn the_mixed_batch_bills_its_stale_event_at_arrival_by_default() {
+    let (stores, consumer) = stores_and_consumer();
+    let (response, _) = consumer.process(fixture("mixed-batch.json")).await;
+    assert!(response.batch_item_failures.is_empty());
+    // e1 (5) + e2 (7) + e3 (4, client time two minutes behind) + p1 (3).
+    assert_eq!(stores.rows.quantities().get(&row_key()), Some(&19));
+    assert_eq!(stores.rejected.quantity("StaleTimestamp"), 0);
+    assert_eq!(stores.rejected.items().len(), 2);
+}
+
+#[tokio::test]
 async fn allocations_merge_by_tag_set_in_the_batch_meter_usage_shape() {
     let (stores, consumer) = stores_and_consumer();
     let response = consumer.handle(fixture("vmt-batch.json")).await;
@@ -160,4 +200,74 @@ async fn late_usage_and_finalized_rows_are_not_reopened() {
     assert_eq!(report.late_quantity, 15);
     assert_eq!(stores.rejected.quantity("LateUsage"), 15);
     assert_eq!(consumer.metrics.total("LateUsage"), 15.0);
+}
+
+#[tokio::test]
+async fn the_shard_watermark_is_published_after_the_rows_are_written() {
+    use awsmp_pipeline::ports::WatermarkStore;
+    // GIVEN the consumer with a watermark table
+    let (stores, consumer) = stores_and_consumer();
+    // WHEN it applies the mixed batch (arrivals at 12:00:07 and a fraction)
+    let event = fixture("mixed-batch.json");
+    let last_arrival = event
+        .records
+        .iter()
+        .map(|r| awsmp_consumer::handler::stream_record(r).unwrap().arrival)
+        .max()
+        .unwrap();
+    let (response, _) = consumer.process(event).await;
+    assert!(response.batch_item_failures.is_empty());
+    // THEN the shard's watermark is the highest arrival it applied
+    let shards = stores.watermarks.shards().await.unwrap();
+    assert_eq!(shards.len(), 1);
+    assert_eq!(shards[0].shard_id, "shardId-000000000000");
+    assert_eq!(shards[0].applied_through, last_arrival);
+    assert!(shards[0].applied_through > Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 7).unwrap());
+    // AND a replay of an older batch never moves it back
+    consumer.process(fixture("delayed-event.json")).await;
+    let again = stores.watermarks.shards().await.unwrap();
+    assert_eq!(again[0].applied_through, shards[0].applied_through);
+}
+
+#[tokio::test]
+async fn a_failed_row_write_does_not_advance_the_watermark_past_it() {
+    use awsmp_consumer::adapters::fault::{Faults, Faulty};
+    use awsmp_pipeline::ports::WatermarkStore;
+    let (stores, mut consumer) = stores_and_consumer();
+    let faults = Faults::new(7).throttle(1.0);
+    consumer.rows = Arc::new(Faulty::new(stores.rows.clone(), faults));
+    let (response, _) = consumer.process(fixture("delayed-event.json")).await;
+    assert_eq!(response.batch_item_failures.len(), 1);
+    assert!(stores.watermarks.shards().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_heartbeat_marker_advances_an_idle_shard_and_bills_nothing() {
+    use awsmp_pipeline::contract::stream::HEARTBEAT_MARKER;
+    use awsmp_pipeline::ports::WatermarkStore;
+    // GIVEN a batch holding only the heartbeat marker of shard 3
+    let (stores, consumer) = stores_and_consumer();
+    let arrival = Utc.with_ymd_and_hms(2026, 11, 30, 13, 1, 0).unwrap();
+    let record = awsmp_consumer::handler::kinesis_record(
+        "arn:aws:kinesis:us-east-1:123456789012:stream/awsmp-usage-events",
+        "shardId-000000000003",
+        "49590338271490256608559692538361571095921575989136588901",
+        "awsmp-heartbeat",
+        arrival,
+        HEARTBEAT_MARKER.to_vec(),
+    );
+    let mut event = KinesisEvent::default();
+    event.records.push(record);
+    // WHEN the consumer handles it
+    let (response, report) = consumer.process(event).await;
+    // THEN nothing is billed, rejected or claimed
+    assert!(response.batch_item_failures.is_empty());
+    assert!(stores.rows.rows().is_empty());
+    assert!(stores.rejected.items().is_empty());
+    assert!(stores.dedup.is_empty());
+    assert_eq!(report.events_accepted, 0);
+    // AND the shard's watermark is the marker's arrival
+    let shards = stores.watermarks.shards().await.unwrap();
+    assert_eq!(shards[0].shard_id, "shardId-000000000003");
+    assert_eq!(shards[0].applied_through, arrival);
 }

@@ -87,9 +87,38 @@ pub struct TickReport {
 struct StreamConsumer {
     esm: tokio::sync::Mutex<KinesisEsm>,
     consumer: awsmp_consumer::Consumer,
+    kinesis: aws_sdk_kinesis::Client,
+    stream: String,
 }
 
 impl StreamConsumer {
+    /// The heartbeat's schedule in the runner: one marker per open shard before every poll, so
+    /// idle shards' watermarks advance. Then the stream is drained to its tip; once it is, no
+    /// record can still arrive before the pipeline's instant `at` in the runner's timeline
+    /// (`--at` may be ahead of the emulator's real arrival times), so every watermark in the
+    /// table is advanced to `at` — all of them, since tests on one stack run consumers of other,
+    /// short-lived streams into the same table (docs/local-stack.md, "Ingest watermark").
+    async fn heartbeat_and_drain(
+        &self,
+        at: DateTime<Utc>,
+    ) -> Result<crate::kinesis_esm::EsmReport> {
+        awsmp_consumer::heartbeat::beat(&self.kinesis, &self.stream)
+            .await
+            .context("stream heartbeat")?;
+        let report = self.drain().await?;
+        if let Some(marks) = &self.consumer.watermarks {
+            for shard in marks.shards().await.context("watermarks")? {
+                if !shard.drained {
+                    marks
+                        .advance(&shard.shard_id, at)
+                        .await
+                        .with_context(|| format!("watermark of {}", shard.shard_id))?;
+                }
+            }
+        }
+        Ok(report)
+    }
+
     async fn drain(&self) -> Result<crate::kinesis_esm::EsmReport> {
         let consumer = &self.consumer;
         self.esm
@@ -196,15 +225,22 @@ impl Runner {
         self.stream = Some(StreamConsumer {
             esm: tokio::sync::Mutex::new(esm),
             consumer,
+            kinesis: env.kinesis().await?,
+            stream: env.get("AWSMP_USAGE_STREAM")?.to_owned(),
         });
         Ok(self)
     }
 
     /// Poll the usage stream through the event source mapping until every shard is caught
-    /// up (`None` without an attached consumer).
+    /// up, after one heartbeat marker per open shard (`None` without an attached consumer).
     pub async fn consume_stream(&self) -> Result<Option<crate::kinesis_esm::EsmReport>> {
         match &self.stream {
-            Some(stream) => Ok(Some(stream.drain().await.context("the Kinesis consumer")?)),
+            Some(stream) => {
+                awsmp_consumer::heartbeat::beat(&stream.kinesis, &stream.stream)
+                    .await
+                    .context("stream heartbeat")?;
+                Ok(Some(stream.drain().await.context("the Kinesis consumer")?))
+            }
             None => Ok(None),
         }
     }
@@ -227,6 +263,16 @@ impl Runner {
         Ok(())
     }
 
+    /// The discoverer's services. Without the stream consumer the runner plays a seller who
+    /// writes rows itself: there is no stream to fence on, so the fence is off.
+    fn discoverer_services(&self) -> Services {
+        let mut svc = self.svc.clone();
+        if self.stream.is_none() {
+            svc.watermarks = None;
+        }
+        svc
+    }
+
     /// Run every scheduled target once as of `at` (all 30 discoverer targets and the
     /// deprovisioning flush), drain the queues through their handlers until quiet, then run
     /// the submitter and the expiry sweep (the 5-minute rule's two targets).
@@ -236,8 +282,15 @@ impl Runner {
             at: Some(at),
             ..Default::default()
         };
-        if self.tick_consumes {
-            report.consumer = self.consume_stream().await?;
+        if self.tick_consumes
+            && let Some(stream) = &self.stream
+        {
+            report.consumer = Some(
+                stream
+                    .heartbeat_and_drain(at)
+                    .await
+                    .context("the Kinesis consumer")?,
+            );
         }
         // Direct-submit deploys no discoverer rules (the raw usage table may still be named in
         // the local env file, which serves both modes).
@@ -248,8 +301,9 @@ impl Runner {
             if self.svc.deprovisioning.is_some() {
                 targets.push(DiscovererInput::FlushDeprovisioning);
             }
+            let svc = self.discoverer_services();
             for t in targets {
-                let out = discoverer::discover(&self.svc, t)
+                let out = discoverer::discover(&svc, t)
                     .await
                     .with_context(|| format!("discoverer {t:?}"))?;
                 report.discoverer.buckets += out.buckets;
@@ -396,7 +450,8 @@ impl Runner {
         let svc = &self.svc;
         Ok(match function {
             "discoverer" => serde_json::to_value(
-                discoverer::discover(svc, serde_json::from_value(event)?).await?,
+                discoverer::discover(&self.discoverer_services(), serde_json::from_value(event)?)
+                    .await?,
             )?,
             "aggregator" | "cleanup" => {
                 let event: SqsEvent =

@@ -60,6 +60,12 @@ pub struct Config {
     pub submitter_calls_per_second: u32,
     /// CloudWatch namespace for EMF metrics.
     pub metrics_namespace: String,
+    /// Ingest-watermark table (`AWSMP_INGEST_WATERMARK_TABLE`); unset: no fence (rows written
+    /// without the stream, docs/guarantees.md "Ingest watermark").
+    pub ingest_watermark_table: Option<String>,
+    /// Settle margin past an hour's end the watermark must reach before the hour is
+    /// aggregated (`AWSMP_WATERMARK_SETTLE_SECONDS`).
+    pub watermark_settle_secs: u64,
 }
 
 /// Default ordinary-pass cap per submitter run: 300 s × 10 calls/s × 25 records, halved for headroom.
@@ -71,6 +77,10 @@ pub const DEFAULT_SUBMITTER_TIME_BUDGET_SECS: u64 = 240;
 /// single product there sets [`BATCH_METER_USAGE_CALLS_PER_SECOND`]. Throttling beyond it is
 /// still retried (docs/operations.md, "Quota share").
 pub const DEFAULT_SUBMITTER_CALLS_PER_SECOND: u32 = 2;
+
+/// Default settle margin: two minutes past an hour's end, for records Kinesis accepted just
+/// before the hour closed to reach the consumer (docs/guarantees.md, "Ingest watermark").
+pub const DEFAULT_WATERMARK_SETTLE_SECS: u64 = 120;
 
 impl Config {
     /// Read from the process environment.
@@ -145,6 +155,11 @@ impl Config {
             )?)?,
             metrics_namespace: get("AWSMP_METRICS_NAMESPACE")
                 .unwrap_or_else(|| crate::emf::DEFAULT_NAMESPACE.into()),
+            ingest_watermark_table: get("AWSMP_INGEST_WATERMARK_TABLE").filter(|v| !v.is_empty()),
+            watermark_settle_secs: num(
+                "AWSMP_WATERMARK_SETTLE_SECONDS",
+                DEFAULT_WATERMARK_SETTLE_SECS,
+            )?,
         })
     }
 }

@@ -11,6 +11,7 @@
 //! | [`status`] | the `meteringStatus` domains and the client-side guardrail reasons ([`status::RejectReason`]) |
 //! | [`reasons`] | every other reason code: stamped in `meteringStatusReason`, or recorded with a rejected event |
 //! | [`metrics`] | business metric names with their CloudWatch units, and their dimension names |
+//! | [`stream`] | the usage stream's heartbeat marker |
 //! | [`limits`] | the AWS limits the consumer and the pipeline enforce, each with its source |
 //!
 //! The key formats (sort keys, hour buckets, whole-second timestamps) are functions, not names;
@@ -22,3 +23,4 @@ pub mod limits;
 pub mod metrics;
 pub mod reasons;
 pub mod status;
+pub mod stream;

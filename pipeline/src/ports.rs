@@ -274,3 +274,29 @@ pub trait MeteringApi: Send + Sync {
         records: &[crate::domain::batch::SubmitRecord],
     ) -> std::result::Result<crate::domain::results::ApiResponse, MeterCallError>;
 }
+
+/// How far the consumer has applied one shard of the usage stream (docs/guarantees.md,
+/// "Ingest watermark").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardWatermark {
+    /// The shard id, e.g. `shardId-000000000000`.
+    pub shard_id: String,
+    /// The highest `approximateArrivalTimestamp` whose rows were written (or whose heartbeat
+    /// marker was seen).
+    pub applied_through: DateTime<Utc>,
+    /// The shard is closed (resharding) and the consumer reached its end: it no longer holds
+    /// the fence back.
+    pub drained: bool,
+}
+
+/// The ingest-watermark table: one item per shard. The consumer writes, the discoverer reads.
+#[async_trait]
+pub trait WatermarkStore: Send + Sync {
+    /// Move `shard_id`'s watermark to `arrival`, never backwards (a conditional write). True
+    /// when it moved; false when it was already at or past `arrival`.
+    async fn advance(&self, shard_id: &str, arrival: DateTime<Utc>) -> Result<bool>;
+    /// Record that the closed shard `shard_id` was read to its end.
+    async fn mark_drained(&self, shard_id: &str) -> Result<()>;
+    /// Every shard's watermark.
+    async fn shards(&self) -> Result<Vec<ShardWatermark>>;
+}

@@ -465,9 +465,13 @@ pub fn consumer_from_config(config: &crate::Config, client: Client) -> crate::Co
         )),
         rows: Arc::new(DynamoDbUsageRows::new(client.clone(), &config.usage_table)),
         finalized: Arc::new(DynamoDbFinalizedGroups::new(
-            client,
+            client.clone(),
             &config.aggregated_table,
         )),
+        watermarks: config.ingest_watermark_table.as_ref().map(|t| {
+            Arc::new(awsmp_pipeline::adapters::dynamodb::DynamoDbWatermarkStore::new(client, t))
+                as Arc<dyn awsmp_pipeline::ports::WatermarkStore>
+        }),
         metrics: awsmp_pipeline::emf::MetricsSink::stdout(
             config.metrics_namespace.clone(),
             "kinesis-consumer",

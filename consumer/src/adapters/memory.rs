@@ -263,6 +263,8 @@ pub struct MemoryStores {
     pub rows: MemoryUsageRows,
     /// Finalized group-hours.
     pub finalized: MemoryFinalizedGroups,
+    /// Ingest watermarks (the pipeline's in-memory twin: the discoverer reads what this writes).
+    pub watermarks: Arc<awsmp_pipeline::adapters::memory::MemoryWatermarkStore>,
 }
 
 impl MemoryStores {
@@ -283,6 +285,7 @@ impl MemoryStores {
             rejected: Arc::new(self.rejected.clone()),
             rows: Arc::new(self.rows.clone()),
             finalized: Arc::new(self.finalized.clone()),
+            watermarks: Some(self.watermarks.clone()),
             metrics: awsmp_pipeline::emf::MetricsSink::capture("kinesis-consumer"),
             clock,
         }

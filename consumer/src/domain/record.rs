@@ -2,11 +2,11 @@
 
 use awsmp_producer::wire::{MD5_LEN, deaggregate, decode_event, is_aggregated};
 use bytes::Bytes;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Duration, Utc};
 use md5::{Digest, Md5};
 
 use super::seq::{Lane, SeqNum};
-use super::verify::{VerifiedEvent, VerifyPolicy, billing_time, verified};
+use super::verify::{VerifiedEvent, VerifyPolicy, billing_time, client_skew, verified};
 
 /// One Kinesis record as the event source mapping delivered it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,6 +76,8 @@ pub struct DecodedRecord {
     pub events: Vec<(u32, VerifiedEvent)>,
     /// Refused items.
     pub refused: Vec<RefusedItem>,
+    /// The largest distance between a decoded event's client time and the arrival time.
+    pub largest_client_skew: Option<Duration>,
 }
 
 fn raw_key(data: &[u8]) -> String {
@@ -111,6 +113,7 @@ pub fn decode_record(record: &StreamRecord, policy: &VerifyPolicy) -> DecodedRec
                     data: data.clone(),
                     event: None,
                 }],
+                largest_client_skew: None,
             };
         }
     };
@@ -124,6 +127,7 @@ pub fn decode_record(record: &StreamRecord, policy: &VerifyPolicy) -> DecodedRec
         },
         events: Vec::with_capacity(users.len()),
         refused: Vec::new(),
+        largest_client_skew: None,
     };
     for user in users {
         let sub = u32::try_from(user.sub_sequence_number).unwrap_or(u32::MAX);
@@ -137,6 +141,8 @@ pub fn decode_record(record: &StreamRecord, policy: &VerifyPolicy) -> DecodedRec
                 event: None,
             }),
             Ok(event) => {
+                let skew = client_skew(&event, record.arrival).abs();
+                out.largest_client_skew = out.largest_client_skew.max(Some(skew));
                 if !aggregated {
                     out.dedup_key = format!("evt:{}", event.event_id);
                 }

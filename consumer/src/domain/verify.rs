@@ -12,15 +12,22 @@ use awsmp_pipeline::domain::time::{TimeConfig, is_billable};
 use awsmp_producer::Event;
 use chrono::{DateTime, Duration, Utc};
 
-/// Default `AWSMP_MAX_CLOCK_SKEW_SECONDS`: events more than 60 seconds off the receive time are
+/// Default `AWSMP_MAX_CLOCK_SKEW_SECONDS`: under [`TimestampPolicy::Server`] and
+/// [`TimestampPolicy::TrustedClient`], events more than 60 seconds off the receive time are
 /// refused (docs/guarantees.md, "Billing time").
 pub const DEFAULT_MAX_CLOCK_SKEW_SECONDS: i64 = 60;
 
 /// Whose clock decides the billing second.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TimestampPolicy {
-    /// The stream's arrival time (`approximateArrivalTimestamp`) is the billing time; the client
-    /// time must lie within the allowed skew of it.
+    /// The trusted producer → Kinesis path (the default): the stream's arrival time
+    /// (`approximateArrivalTimestamp`) is the billing time, whatever the client clock says. An
+    /// event the producer's buffers, retries or the stream delayed is billed at the second it
+    /// arrived, never refused as stale; the client's skew is reported as
+    /// [`awsmp_pipeline::contract::metrics::CLIENT_CLOCK_SKEW`].
+    Arrival,
+    /// An untrusted ingest path: the arrival time is the billing time and the client time must
+    /// lie within the allowed skew of it (`StaleTimestamp`, `FutureTimestamp` otherwise).
     Server,
     /// Trusted producers: the client time is the billing time, but never more than the skew in
     /// the future and never outside the billable window at arrival.
@@ -31,10 +38,11 @@ impl std::str::FromStr for TimestampPolicy {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
+            "arrival" => Ok(Self::Arrival),
             "server" => Ok(Self::Server),
             "trusted-client" => Ok(Self::TrustedClient),
             other => Err(format!(
-                "timestamp policy {other:?} is neither server nor trusted-client"
+                "timestamp policy {other:?} is none of arrival, server, trusted-client"
             )),
         }
     }
@@ -56,7 +64,7 @@ pub struct VerifyPolicy {
 impl Default for VerifyPolicy {
     fn default() -> Self {
         Self {
-            timestamp: TimestampPolicy::Server,
+            timestamp: TimestampPolicy::Arrival,
             max_clock_skew: Duration::seconds(DEFAULT_MAX_CLOCK_SKEW_SECONDS),
             allowed_producers: None,
             time: TimeConfig::default(),
@@ -155,7 +163,10 @@ pub fn billing_time(
             ),
         ));
     }
-    let offset = event.timestamp - arrival;
+    let offset = client_skew(event, arrival);
+    if policy.timestamp == TimestampPolicy::Arrival {
+        return Ok(arrival);
+    }
     if offset > policy.max_clock_skew {
         return Err(refuse(
             reasons::FUTURE_TIMESTAMP,
@@ -168,6 +179,7 @@ pub fn billing_time(
         ));
     }
     match policy.timestamp {
+        TimestampPolicy::Arrival => Ok(arrival),
         TimestampPolicy::Server => {
             if -offset > policy.max_clock_skew {
                 return Err(refuse(
@@ -193,6 +205,11 @@ pub fn billing_time(
             Ok(event.timestamp)
         }
     }
+}
+
+/// How far the client's clock is ahead of the arrival time (negative: behind).
+pub fn client_skew(event: &Event, arrival: DateTime<Utc>) -> Duration {
+    event.timestamp - arrival
 }
 
 /// The verified form of an event that passed [`billing_time`] with `billing`.
@@ -252,9 +269,12 @@ mod tests {
     }
 
     #[test]
-    fn skew_beyond_the_bound_is_rejected_both_ways() {
+    fn server_policy_rejects_skew_beyond_the_bound_both_ways() {
         let arrival = at(30, 0);
-        let p = VerifyPolicy::default();
+        let p = VerifyPolicy {
+            timestamp: TimestampPolicy::Server,
+            ..VerifyPolicy::default()
+        };
         let stale = ev(arrival - Duration::milliseconds(60_001));
         assert_eq!(
             verify(stale, arrival, &p).unwrap_err().reason,
@@ -267,6 +287,24 @@ mod tests {
         );
         assert!(verify(ev(arrival - Duration::seconds(60)), arrival, &p).is_ok());
         assert!(verify(ev(arrival + Duration::seconds(60)), arrival, &p).is_ok());
+    }
+
+    #[test]
+    fn a_delayed_event_is_billed_at_its_arrival_second() {
+        // GIVEN an event the producer's buffers and the stream held for ten minutes
+        let arrival = at(30, 250);
+        let delayed = ev(arrival - Duration::minutes(10));
+        // WHEN the Kinesis consumer verifies it under its default policy
+        let v = verify(delayed, arrival, &VerifyPolicy::default()).unwrap();
+        // THEN it is billed at the second it reached the stream, not rejected as stale
+        assert_eq!(v.second, at(30, 0).timestamp());
+        // AND a client clock running ahead is billed at arrival too (skew is a metric)
+        let ahead = verify(
+            ev(arrival + Duration::minutes(10)),
+            arrival,
+            &VerifyPolicy::default(),
+        );
+        assert_eq!(ahead.unwrap().second, at(30, 0).timestamp());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! ([`decode_record`]), one [`Slot`] per record, in delivery order.
 
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
+use awsmp_pipeline::contract::stream::HEARTBEAT_MARKER;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 
@@ -15,7 +16,8 @@ pub(super) struct Slot {
     pub(super) record: Result<StreamRecord, String>,
     /// Identifier for `batchItemFailures` (the sequence number as delivered).
     pub(super) item_id: String,
-    /// The decoded record (`None` when `record` is an error, or once folded).
+    /// The decoded record (`None` when `record` is an error or a heartbeat marker, or once
+    /// folded).
     pub(super) decoded: Option<DecodedRecord>,
     /// Another record (earlier in this batch, or in an earlier batch) claimed its dedup key.
     pub(super) duplicate: bool,
@@ -28,7 +30,13 @@ pub(super) fn decode_slots(event: &KinesisEvent, verify: &VerifyPolicy) -> Vec<S
         .iter()
         .map(|r| {
             let record = stream_record(r);
-            let decoded = record.as_ref().ok().map(|rec| decode_record(rec, verify));
+            // A heartbeat marker is no usage: no claim, no refusal, no row; only its arrival
+            // counts, for the shard's watermark.
+            let decoded = record
+                .as_ref()
+                .ok()
+                .filter(|rec| rec.data != HEARTBEAT_MARKER)
+                .map(|rec| decode_record(rec, verify));
             Slot {
                 item_id: r.kinesis.sequence_number.clone(),
                 record,
@@ -37,6 +45,14 @@ pub(super) fn decode_slots(event: &KinesisEvent, verify: &VerifyPolicy) -> Vec<S
             }
         })
         .collect()
+}
+
+/// The largest client-clock skew among the batch's decoded events.
+pub(super) fn largest_client_skew(slots: &[Slot]) -> Option<chrono::Duration> {
+    slots
+        .iter()
+        .filter_map(|s| s.decoded.as_ref()?.largest_client_skew)
+        .max()
 }
 
 /// Stream name from `arn:aws:kinesis:<region>:<account>:stream/<name>`.

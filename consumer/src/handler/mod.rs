@@ -10,7 +10,9 @@
 //! 4. `fold.rs`: fold the accepted events per (group, second).
 //! 5. `rows.rs`: look up which group-hours are finalized; per row decide, record late /
 //!    rejected parts, then one conditional write.
-//! 6. `respond.rs`: report the lowest failed record as the batch item failure.
+//! 6. `watermark.rs`: publish the shard's ingest watermark — the highest arrival time of the
+//!    records before the first failure — for the discoverer's fence.
+//! 7. `respond.rs`: report the lowest failed record as the batch item failure.
 //!
 //! Every store call is retried under [`Settings::store_retry`] ([`STORE_RETRY`]).
 
@@ -20,6 +22,7 @@ mod fold;
 mod refuse;
 mod respond;
 mod rows;
+mod watermark;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -99,6 +102,8 @@ pub struct Consumer {
     pub rows: Arc<dyn UsageRowWriter>,
     /// Finalized group-hours.
     pub finalized: Arc<dyn FinalizedGroups>,
+    /// Ingest watermarks; `None`: not published (no fence downstream).
+    pub watermarks: Option<Arc<dyn awsmp_pipeline::ports::WatermarkStore>>,
     /// EMF metrics.
     pub metrics: MetricsSink,
     /// The clock (audit stamps, claim expiry).
@@ -138,6 +143,9 @@ pub struct BatchReport {
     pub replayed_parts: u64,
     /// The sequence number reported as the batch item failure, if any.
     pub failed_from: Option<String>,
+    /// The batch's largest client-clock skew in seconds, rounded (either direction), if any
+    /// event decoded.
+    pub largest_client_skew_seconds: Option<i64>,
 }
 
 /// One invocation's working state, handed from step to step.
@@ -169,20 +177,25 @@ impl Consumer {
 
     /// Handle one batch and say what happened.
     pub async fn process(&self, event: KinesisEvent) -> (KinesisEventResponse, BatchReport) {
+        let slots = decode::decode_slots(&event, &self.settings.verify);
         let mut batch = Batch {
             event: &event,
             now: self.clock.now(),
-            slots: decode::decode_slots(&event, &self.settings.verify),
             failed: None,
             report: BatchReport {
                 records: event.records.len(),
+                // Rounded: the arrival time comes as float seconds (sub-millisecond noise).
+                largest_client_skew_seconds: decode::largest_client_skew(&slots)
+                    .map(|d| (d.num_milliseconds() as f64 / 1000.0).round() as i64),
                 ..BatchReport::default()
             },
+            slots,
         };
         let cut = self.claim_dedup_keys(&mut batch).await;
         self.record_refusals(&mut batch, cut).await;
         let folded = self.fold(&mut batch, cut);
         self.write_rows(&mut batch, &folded).await;
+        self.publish_watermark(&batch).await;
         self.respond(batch)
     }
 

@@ -23,6 +23,10 @@ impl Consumer {
                 report.update_items as f64 * 1000.0 / report.events_accepted as f64,
             ));
         }
+        if let Some(skew) = report.largest_client_skew_seconds {
+            self.metrics
+                .emit(Metric::value(metrics::CLIENT_CLOCK_SKEW, skew as f64));
+        }
         let mut response = KinesisEventResponse::default();
         if let Some(i) = batch.failed {
             report.failed_from = Some(batch.slots[i].item_id.clone());

@@ -9,6 +9,7 @@
 //! | [`MemoryUsageStore`] | [`UsageStore`](crate::ports::UsageStore) | the sparse `metering_pending` index, paged; `begins_with` group reads; updates that never create a row; age-out only of rows still pending in their bucket |
 //! | [`MemoryAggregatedStore`] | [`AggregatedStore`](crate::ports::AggregatedStore) | first-write-wins puts (the commit point); attempt marks and write-backs only while pending |
 //! | [`MemoryDeprovisioningIndex`] | [`DeprovisioningIndex`](crate::ports::DeprovisioningIndex) | the subscribers table's deprovisioning index |
+//! | [`MemoryWatermarkStore`] | [`WatermarkStore`](crate::ports::WatermarkStore) | one watermark per shard that never moves backwards |
 //! | [`MemoryQueue`] | [`MessageQueue`](crate::ports::MessageQueue) | sent bodies, drained as SQS events |
 //! | [`MemoryMeteringApi`] | [`MeteringApi`](crate::ports::MeteringApi) | the BatchMeterUsage ledger: first write per group-hour wins, an identical retry is `Success` with the same id, a different one `DuplicateRecord`; scripted exceptions, lost responses and `UnprocessedRecords` |
 //!
@@ -48,11 +49,13 @@ mod aggregated;
 mod metering;
 mod queue;
 mod usage;
+mod watermark;
 
 pub use aggregated::{MemoryAggregatedStore, MemoryDeprovisioningIndex};
 pub use metering::{BilledRecord, CallFault, MemoryMeteringApi};
 pub use queue::MemoryQueue;
 pub use usage::MemoryUsageStore;
+pub use watermark::MemoryWatermarkStore;
 
 use crate::config::Config;
 use crate::domain::clock::Clock;
@@ -141,6 +144,8 @@ pub struct MemoryAdapters {
     pub cleanup_queue: Arc<MemoryQueue>,
     /// BatchMeterUsage.
     pub metering: Arc<MemoryMeteringApi>,
+    /// Ingest watermarks (used when the configuration names a watermark table).
+    pub watermarks: Arc<MemoryWatermarkStore>,
 }
 
 impl Default for MemoryAdapters {
@@ -160,6 +165,7 @@ impl MemoryAdapters {
             deprovision_queue: Arc::new(MemoryQueue::new("deprovision-work")),
             cleanup_queue: Arc::new(MemoryQueue::new("cleanup")),
             metering: Arc::new(MemoryMeteringApi::default()),
+            watermarks: Arc::new(MemoryWatermarkStore::new()),
         }
     }
 
@@ -184,6 +190,10 @@ impl MemoryAdapters {
             work_queue: queue(&self.work_queue),
             deprovision_queue: queue(&self.deprovision_queue),
             cleanup_queue: queue(&self.cleanup_queue),
+            watermarks: config
+                .ingest_watermark_table
+                .as_ref()
+                .map(|_| self.watermarks.clone() as Arc<dyn crate::ports::WatermarkStore>),
             metrics,
             clock,
             config,

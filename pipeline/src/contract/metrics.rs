@@ -15,6 +15,8 @@ pub enum Unit {
     Count,
     /// A plain number (a ratio).
     None,
+    /// A duration in seconds.
+    Seconds,
 }
 
 impl Unit {
@@ -23,6 +25,7 @@ impl Unit {
         match self {
             Self::Count => "Count",
             Self::None => "None",
+            Self::Seconds => "Seconds",
         }
     }
 }
@@ -39,6 +42,13 @@ impl MetricName {
         Self {
             name,
             unit: Unit::Count,
+        }
+    }
+
+    const fn seconds(name: &'static str) -> Self {
+        Self {
+            name,
+            unit: Unit::Seconds,
         }
     }
 
@@ -103,6 +113,18 @@ pub const WRITE_AMPLIFICATION: MetricName = MetricName {
     unit: Unit::None,
 };
 
+/// Consumer: the largest distance, in seconds, between an event's client timestamp and its
+/// arrival on the stream in one batch (either direction). Trusted-path events are billed at
+/// arrival whatever this says; a high value means a producer's clock or buffers need attention.
+pub const CLIENT_CLOCK_SKEW: MetricName = MetricName::seconds("ClientClockSkew");
+
+/// Discoverer: now − the lowest ingest watermark over the stream's shards, in seconds, each
+/// run with a watermark table (docs/guarantees.md, "Ingest watermark").
+pub const INGEST_WATERMARK_LAG: MetricName = MetricName::seconds("IngestWatermarkLag");
+/// Discoverer: 1 when the lowest watermark lags now by more than the stall threshold (or no
+/// shard has published): metering is held back; alarm on it (docs/operations.md).
+pub const INGEST_WATERMARK_STALLED: MetricName = MetricName::count("IngestWatermarkStalled");
+
 /// Dimension carrying a reason code ([`super::status::RejectReason`] or [`super::reasons`]).
 pub const REASON: &str = "Reason";
 /// Dimension carrying an exception name.
@@ -113,7 +135,7 @@ pub const PRODUCER: &str = "Producer";
 pub const SERVICE: &str = "Service";
 
 /// Every business metric.
-pub const ALL: [MetricName; 16] = [
+pub const ALL: [MetricName; 19] = [
     USAGE_RECORD_REJECTED,
     USAGE_AGGREGATION_EXPIRED,
     USAGE_SUBMISSION_EXPIRED,
@@ -130,6 +152,9 @@ pub const ALL: [MetricName; 16] = [
     EVENTS_ACCEPTED,
     ROWS_WRITTEN,
     WRITE_AMPLIFICATION,
+    CLIENT_CLOCK_SKEW,
+    INGEST_WATERMARK_LAG,
+    INGEST_WATERMARK_STALLED,
 ];
 
 #[cfg(test)]

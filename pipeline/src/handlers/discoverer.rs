@@ -3,19 +3,91 @@
 //! `flush-deprovisioning` (expedite licenses in their deprovisioning window).
 //!
 //! Slice identity comes only from the constant target input, never from a clock read.
+//!
+//! With an ingest-watermark table configured, `meter` and `flush-deprovisioning` are fenced:
+//! an hour is enqueued only once every shard's watermark has passed its end plus the settle
+//! margin ([`Fence`]; docs/guarantees.md, "Ingest watermark"). A fenced hour is simply not
+//! enqueued yet: its rows stay pending for a later run.
 
 use super::Services;
 use crate::contract::metrics;
 use crate::contract::reasons::PENDING_PAST_BILLABLE_WINDOW;
 use crate::domain::keys::HourBucket;
-use crate::domain::time::{ageout_shard_buckets, deprovisioning_flush_buckets, meter_mode_bucket};
+use crate::domain::time::{
+    FLUSH_CURRENT_HOUR_LEAD_MINUTES, ageout_shard_buckets, deprovisioning_flush_buckets,
+    meter_mode_bucket,
+};
 use crate::emf::Metric;
 use crate::error::{PipelineError, Result};
+use chrono::{DateTime, Duration, Utc};
 use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 
 /// Buckets queried at once by one age-out shard: bounded, so a run's cost stays bounded too.
 const AGEOUT_CONCURRENCY: usize = 8;
+
+/// Watermark lag past which [`metrics::INGEST_WATERMARK_STALLED`] fires: 15 minutes. Normal lag
+/// is the heartbeat period (1 min) plus the consumer's iterator age (seconds); an hour is
+/// fenced for at most its settle margin then. At 15 minutes an operator still has the whole
+/// billable window (24 h) minus the lock before any held-back hour is at risk.
+pub const WATERMARK_STALL_SECS: i64 = 15 * 60;
+
+/// The ingest fence of one run: the lowest watermark over the shards not yet drained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fence {
+    /// The lowest watermark; `None` when no open shard has published one.
+    pub low: Option<DateTime<Utc>>,
+    /// The settle margin past an hour's end.
+    pub settle: Duration,
+}
+
+impl Fence {
+    /// True when every shard has applied the stream past `end` plus the settle margin.
+    pub fn passes(&self, end: DateTime<Utc>) -> bool {
+        self.low.is_some_and(|w| w >= end + self.settle)
+    }
+
+    /// The fence over `shards`: drained (closed, read to their end) shards are done.
+    pub fn over(shards: &[crate::ports::ShardWatermark], settle: Duration) -> Self {
+        let low = shards
+            .iter()
+            .filter(|s| !s.drained)
+            .map(|s| s.applied_through)
+            .min();
+        Self { low, settle }
+    }
+}
+
+/// The run's fence, its lag metrics emitted; `None` when no watermark table is configured.
+async fn read_fence(svc: &Services, now: DateTime<Utc>) -> Result<Option<Fence>> {
+    let Some(store) = svc.watermarks.as_deref() else {
+        return Ok(None);
+    };
+    let settle = Duration::seconds(svc.config.watermark_settle_secs as i64);
+    let fence = Fence::over(&store.shards().await?, settle);
+    let lag = fence.low.map(|w| (now - w).num_seconds().max(0));
+    if let Some(lag) = lag {
+        svc.metrics
+            .emit(Metric::value(metrics::INGEST_WATERMARK_LAG, lag as f64));
+    }
+    if lag.is_none_or(|l| l > WATERMARK_STALL_SECS) {
+        tracing::error!(
+            lag_seconds = lag,
+            "ingest watermark stalled: metering is held back"
+        );
+        svc.metrics
+            .emit(Metric::count(metrics::INGEST_WATERMARK_STALLED));
+    }
+    Ok(Some(fence))
+}
+
+/// The instant the fence must pass before the flush enqueues `bucket` of a license expiring at
+/// `expiry`: the hour's end, or for the still open hour the flush's own instant (expiry − lead).
+fn flush_fence_instant(bucket: HourBucket, expiry: DateTime<Utc>) -> DateTime<Utc> {
+    bucket
+        .end()
+        .min(expiry - Duration::minutes(FLUSH_CURRENT_HOUR_LEAD_MINUTES))
+}
 
 /// The constant EventBridge target input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,6 +120,8 @@ pub struct DiscovererOutput {
     pub rows_expired: usize,
     /// Quantity those rows carried.
     pub quantity_expired: u64,
+    /// Buckets held back by the ingest fence (still pending).
+    pub buckets_fenced: usize,
 }
 
 /// Run one discoverer target.
@@ -62,6 +136,13 @@ pub async fn discover(svc: &Services, input: DiscovererInput) -> Result<Discover
                 return Ok(out); // below the lock (or outside the window): a no-op by design
             };
             out.buckets = 1;
+            if read_fence(svc, now)
+                .await?
+                .is_some_and(|f| !f.passes(bucket.end()))
+            {
+                out.buckets_fenced = 1;
+                return Ok(out);
+            }
             let groups = usage.pending_groups(bucket, None).await?;
             let bodies: Vec<String> = groups.iter().map(|g| g.to_work_message()).collect();
             svc.queue(svc.work_queue.as_deref(), "work")?
@@ -97,10 +178,15 @@ pub async fn discover(svc: &Services, input: DiscovererInput) -> Result<Discover
             let index = svc.deprovisioning.as_deref().ok_or_else(|| {
                 PipelineError::Config("flush-deprovisioning needs AWSMP_SUBSCRIBERS_TABLE".into())
             })?;
+            let fence = read_fence(svc, now).await?;
             let mut bodies = Vec::new();
             for d in index.active().await? {
                 for bucket in deprovisioning_flush_buckets(now, d.expiry, cfg) {
                     out.buckets += 1;
+                    if fence.is_some_and(|f| !f.passes(flush_fence_instant(bucket, d.expiry))) {
+                        out.buckets_fenced += 1;
+                        continue;
+                    }
                     for g in usage.pending_groups(bucket, Some(&d.license_arn)).await? {
                         bodies.push(g.to_work_message());
                     }

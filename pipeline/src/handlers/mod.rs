@@ -12,13 +12,16 @@ pub mod submitter;
 
 use crate::adapters::dynamodb::{
     DynamoDbAggregatedStore, DynamoDbDeprovisioningIndex, DynamoDbUsageStore,
+    DynamoDbWatermarkStore,
 };
 use crate::adapters::sqs::SqsQueue;
 use crate::config::Config;
 use crate::domain::clock::Clock;
 use crate::emf::MetricsSink;
 use crate::error::{PipelineError, Result};
-use crate::ports::{AggregatedStore, DeprovisioningIndex, MessageQueue, UsageStore};
+use crate::ports::{
+    AggregatedStore, DeprovisioningIndex, MessageQueue, UsageStore, WatermarkStore,
+};
 use awsmp_retry::RetryPolicy;
 use std::future::Future;
 use std::sync::Arc;
@@ -41,6 +44,8 @@ pub struct Services {
     pub deprovision_queue: Option<Arc<dyn MessageQueue>>,
     /// Cleanup queue (full mode).
     pub cleanup_queue: Option<Arc<dyn MessageQueue>>,
+    /// Ingest watermarks; `None` turns the discoverer's fence off.
+    pub watermarks: Option<Arc<dyn WatermarkStore>>,
     /// Business metrics.
     pub metrics: MetricsSink,
     /// The one clock.
@@ -100,6 +105,9 @@ impl Services {
             work_queue: queue(&config.work_queue_url),
             deprovision_queue: queue(&config.deprovision_work_queue_url),
             cleanup_queue: queue(&config.cleanup_queue_url),
+            watermarks: config.ingest_watermark_table.as_ref().map(|t| {
+                Arc::new(DynamoDbWatermarkStore::new(ddb.clone(), t)) as Arc<dyn WatermarkStore>
+            }),
             metrics,
             clock,
             config,

@@ -10,6 +10,7 @@
 //! | `convert` | SDK `AttributeValue` ↔ [`AttrValue`](crate::domain::row::AttrValue) |
 //! | `errors` | DynamoDB error classification ([`is_retryable`], [`is_conditional_failure`]) |
 //! | `folded` | cleanup's conditional stamp of a folded row, with the exact late difference |
+//! | `watermark` | [`DynamoDbWatermarkStore`], the ingest-watermark table |
 //! | `pending` | the paginated query of the sparse `metering_pending` index |
 
 mod aggregated;
@@ -19,6 +20,7 @@ mod errors;
 mod folded;
 mod pending;
 mod usage;
+mod watermark;
 
 pub use aggregated::{
     DynamoDbAggregatedStore, aggregated_from_item, aggregated_to_item, is_billed,
@@ -29,3 +31,6 @@ pub use deprovisioning::{
 };
 pub use errors::{is_conditional_failure, is_retryable};
 pub use usage::DynamoDbUsageStore;
+pub use watermark::{
+    DynamoDbWatermarkStore, WATERMARK_APPLIED_THROUGH, WATERMARK_DRAINED, WATERMARK_SHARD_ID,
+};

@@ -1,0 +1,125 @@
+//! The ingest-watermark table (`awsmp-ingest-watermarks`, `infra/resources.json`): one item per
+//! shard, `shardId` → `appliedThrough` (epoch milliseconds) and `drained`.
+
+use super::convert::{n, s};
+use super::errors::{ddb_err, is_conditional_failure, malformed};
+use crate::error::Result;
+use crate::ports::{ShardWatermark, WatermarkStore};
+use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::{DateTime, Utc};
+use std::collections::HashMap;
+
+/// Hash key: the shard id.
+pub const WATERMARK_SHARD_ID: &str = "shardId";
+/// Highest applied arrival time, epoch milliseconds.
+pub const WATERMARK_APPLIED_THROUGH: &str = "appliedThrough";
+/// The closed shard was read to its end.
+pub const WATERMARK_DRAINED: &str = "drained";
+
+/// The ingest-watermark table over DynamoDB.
+#[derive(Debug, Clone)]
+pub struct DynamoDbWatermarkStore {
+    client: Client,
+    table: String,
+}
+
+impl DynamoDbWatermarkStore {
+    /// Over `table`.
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self {
+            client,
+            table: table.into(),
+        }
+    }
+}
+
+#[async_trait]
+impl WatermarkStore for DynamoDbWatermarkStore {
+    async fn advance(&self, shard_id: &str, arrival: DateTime<Utc>) -> Result<bool> {
+        let r = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(WATERMARK_SHARD_ID, s(shard_id))
+            .update_expression("SET #t = :t")
+            .condition_expression("attribute_not_exists(#t) OR #t < :t")
+            .expression_attribute_names("#t", WATERMARK_APPLIED_THROUGH)
+            .expression_attribute_values(":t", n(arrival.timestamp_millis()))
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(true),
+            Err(e) if is_conditional_failure(&e) => Ok(false),
+            Err(e) => Err(ddb_err("UpdateItem", &self.table, e)),
+        }
+    }
+
+    async fn mark_drained(&self, shard_id: &str) -> Result<()> {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key(WATERMARK_SHARD_ID, s(shard_id))
+            .update_expression("SET #d = :d")
+            .expression_attribute_names("#d", WATERMARK_DRAINED)
+            .expression_attribute_values(":d", AttributeValue::Bool(true))
+            .send()
+            .await
+            .map_err(|e| ddb_err("UpdateItem", &self.table, e))?;
+        Ok(())
+    }
+
+    async fn shards(&self) -> Result<Vec<ShardWatermark>> {
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| ddb_err("Scan", &self.table, e))?;
+            for item in page.items() {
+                out.push(watermark_from_item(&self.table, item)?);
+            }
+            start = page.last_evaluated_key;
+            if start.is_none() {
+                return Ok(out);
+            }
+        }
+    }
+}
+
+/// One watermark item in domain form; a drained shard may have no `appliedThrough` yet.
+fn watermark_from_item(
+    table: &str,
+    item: &HashMap<String, AttributeValue>,
+) -> Result<ShardWatermark> {
+    let shard_id = item
+        .get(WATERMARK_SHARD_ID)
+        .and_then(|v| v.as_s().ok())
+        .ok_or_else(|| malformed(table, "watermark item without shardId"))?;
+    let millis = match item.get(WATERMARK_APPLIED_THROUGH) {
+        None => 0,
+        Some(v) => v
+            .as_n()
+            .ok()
+            .and_then(|t| t.parse::<i64>().ok())
+            .ok_or_else(|| malformed(table, format!("bad appliedThrough of {shard_id}")))?,
+    };
+    let applied_through = DateTime::from_timestamp_millis(millis)
+        .ok_or_else(|| malformed(table, format!("appliedThrough of {shard_id} out of range")))?;
+    Ok(ShardWatermark {
+        shard_id: shard_id.clone(),
+        applied_through,
+        drained: item
+            .get(WATERMARK_DRAINED)
+            .and_then(|v| v.as_bool().ok())
+            .copied()
+            .unwrap_or(false),
+    })
+}
