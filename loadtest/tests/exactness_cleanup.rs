@@ -15,7 +15,7 @@ use common::*;
 use serde_json::json;
 
 /// The consumer's `UpdateItem` on a pending row: `ADD quantity`, `rowVersion`, only while
-/// `meteringPending` is set (consumer/src/domain/row.rs).
+/// `meteringPending` is set (consumer/src/domain/row/).
 async fn consumer_adds(st: &Stack, r: &RawUsageRow, delta: u64) -> Result<()> {
     st.ddb
         .update_item()
