@@ -13,7 +13,7 @@ use aws_sdk_sqs::types::{
 };
 use awsmp_pipeline::adapters::marketplace::MarketplaceMeteringApi;
 use awsmp_pipeline::config::{Config, DeploymentMode};
-use awsmp_pipeline::domain::clock::FixedClock;
+use awsmp_pipeline::domain::clock::{Clock, FixedClock};
 use awsmp_pipeline::emf::MetricsSink;
 use awsmp_pipeline::handlers::discoverer::{DiscovererInput, DiscovererOutput, scheduled_targets};
 use awsmp_pipeline::handlers::{
@@ -235,12 +235,13 @@ impl Runner {
     /// up, after one heartbeat marker per open shard (`None` without an attached consumer).
     pub async fn consume_stream(&self) -> Result<Option<crate::kinesis_esm::EsmReport>> {
         match &self.stream {
-            Some(stream) => {
-                awsmp_consumer::heartbeat::beat(&stream.kinesis, &stream.stream)
+            // Drained to the tip as of the runner's instant, as a tick does.
+            Some(stream) => Ok(Some(
+                stream
+                    .heartbeat_and_drain(self.clock.now())
                     .await
-                    .context("stream heartbeat")?;
-                Ok(Some(stream.drain().await.context("the Kinesis consumer")?))
-            }
+                    .context("the Kinesis consumer")?,
+            )),
             None => Ok(None),
         }
     }
