@@ -120,15 +120,15 @@ impl UpdateParts {
         p
     }
 
-    fn name(&mut self, placeholder: impl Into<String>, attr: impl Into<String>) {
-        self.names.push((placeholder.into(), attr.into()));
+    fn name(&mut self, token: impl Into<String>, attr: impl Into<String>) {
+        self.names.push((token.into(), attr.into()));
     }
 
-    fn value(&mut self, placeholder: impl Into<String>, v: Av) {
-        self.values.push((placeholder.into(), v));
+    fn value(&mut self, token: impl Into<String>, v: Av) {
+        self.values.push((token.into(), v));
     }
 
-    /// The placeholder of a watermark attribute, named on first use.
+    /// The expression token (`#w0`) of a watermark attribute, named on first use.
     fn lane_name(&mut self, attr: String) -> String {
         let next = format!("#w{}", self.lane_names.len());
         let names = &mut self.names;
