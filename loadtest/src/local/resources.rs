@@ -38,7 +38,7 @@ pub struct KeyAttr {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TableDef {
-    /// CloudFormation logical id in the SAM templates.
+    /// CloudFormation logical id the (planned) SAM templates will give it.
     pub logical_id: String,
     /// Which stack deploys it (`main`, `events`, `ingest`).
     pub stack: String,
