@@ -1,0 +1,1 @@
+"""Generator of the SAM templates from infra/resources.json (infra/generate.py)."""
