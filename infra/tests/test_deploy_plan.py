@@ -1,0 +1,98 @@
+"""scripts/deploy --dry-run for two regions prints the complete plan: events once in us-east-1,
+then ingest → main in each region, with validated parameter overrides; bad input is refused
+before anything is built."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from templates import ROOT
+
+BASE = ["--product-code", "abc123xyz", "--regions", "us-east-1,eu-west-1", "--stage-name", "test", "--dry-run", "--skip-build"]
+
+
+def deploy(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "deploy"), *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def overrides(command: list[str]) -> dict[str, str]:
+    at = command.index("--parameter-overrides")
+    return dict(kv.split("=", 1) for kv in command[at + 1 :])
+
+
+def flag(command: list[str], name: str) -> str:
+    return command[command.index(name) + 1]
+
+
+def test_dry_run_for_two_regions_prints_the_ordered_plan():
+    r = deploy(*BASE, "--json", "--param", "MeteringLockHours=3", "--param", "ConsumerBatchSize=200")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert plan["dryRun"] is True
+    assert [(s["stack"], s["region"]) for s in plan["steps"]] == [
+        ("events", "us-east-1"),
+        ("ingest", "us-east-1"), ("main", "us-east-1"),
+        ("ingest", "eu-west-1"), ("main", "eu-west-1"),
+    ]
+    names = {s["stack"]: s["name"] for s in plan["steps"]}
+    assert names == {"events": "awsmp-test-events", "ingest": "awsmp-test-abc123xyz-ingest", "main": "awsmp-test-abc123xyz-metering"}
+    for s in plan["steps"]:
+        cmd = s["command"]
+        assert cmd[:2] == ["sam", "deploy"] and flag(cmd, "--region") == s["region"] and flag(cmd, "--stack-name") == s["name"]
+        template = flag(cmd, "--template-file")
+        assert template.endswith(f"target/deploy/{s['stack']}.yaml")
+        assert "bootstrap.zip" in open(template, encoding="utf-8").read()
+        o = overrides(cmd)
+        assert o["StageName"] == "test"
+        if s["stack"] == "events":
+            assert "ProductCode" not in o and "MeteringLockHours" not in o
+        else:
+            assert o["ProductCode"] == "abc123xyz" and o["MeteringLockHours"] == "3"
+        if s["stack"] == "main":
+            assert o["EventsRegion"] == "us-east-1" and "ConsumerBatchSize" not in o
+        if s["stack"] == "ingest":
+            assert o["ConsumerBatchSize"] == "200"
+    assert plan["lint"][0].endswith("cfn-lint")
+
+
+def test_the_human_plan_prints_each_command():
+    r = deploy(*BASE)
+    assert r.returncode == 0, r.stderr
+    lines = [line for line in r.stdout.splitlines() if line.startswith("sam deploy")]
+    assert len(lines) == 5 and "--region eu-west-1" in lines[-1]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--product-code", "ABC"], "ProductCode='ABC'"),
+        (["--stage-name", "Prod!"], "StageName='Prod!'"),
+        (["--regions", "us-east-1,us-east-1"], "twice"),
+        (["--regions", "mars"], "region 'mars'"),
+        (["--param", "MeteringLockHours=21"], "outside 1..20"),
+        (["--param", "MeteringLockHours=12", "--param", "BillableWindowHours=6"], "below BillableWindowHours"),
+        (["--param", "UsageTableTtlDays=1"], "UsageTableTtlDays=1"),
+        (["--param", "MeteringMode=dry-run"], "needs DryRunAccounts"),
+        (["--param", "MeteringMode=dry-run", "--param", "DryRunAccounts=111122223333", "--param", "DryRunEventSourcePrefix=aws.test"], "DryRunEventSourcePrefix"),
+        (["--param", "NoSuchParameter=1"], "no template declares NoSuchParameter"),
+        (["--param", "StageName=x"], "set by --stage-name"),
+    ],
+)
+def test_bad_parameters_are_refused(args, message):
+    base = list(BASE)
+    for i in range(0, len(args), 2):
+        if args[i] in base and args[i] != "--param":
+            base[base.index(args[i]) + 1] = args[i + 1]
+        else:
+            base += args[i : i + 2]
+    r = deploy(*base)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+
+
+def test_stage_name_is_required():
+    r = deploy("--product-code", "abc", "--regions", "us-east-1", "--dry-run")
+    assert r.returncode == 2 and "--stage-name" in r.stderr
