@@ -16,7 +16,7 @@ from .base import NO_VALUE, get_att, if_, ref, sub
 NAMESPACE = "awsmp/${StageName}/${ProductCode}"
 
 # Extra dimensions each business metric is emitted with (beyond `Service`); the test
-# infra/tests/test_metrics.py checks these against the emitting code.
+# infra/tests/test_metrics_contract.py checks these against the emitting code.
 EXTRA_DIMENSIONS = {
     "UsageRecordRejected": ["Reason"],
     "UsageQuantityAboveApiMaximum": ["Reason"],
