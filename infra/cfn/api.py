@@ -1,4 +1,4 @@
-"""The registration API: API Gateway REST API, `POST /register` → the register function, with
+"""The registration API: API Gateway REST API, `GET` and `POST /register` → the register function, with
 throttling and access logs always on and a baseline WAF WebACL unless the seller passes one.
 
 The API is unauthenticated on purpose: AWS Marketplace posts the buyer's fulfillment token to
@@ -18,6 +18,40 @@ WAF_RATE_LIMIT_PER_5_MINUTES = 300
 
 def _visibility(name: str) -> dict:
     return {"SampledRequestsEnabled": True, "CloudWatchMetricsEnabled": True, "MetricName": name}
+
+
+def _method(verb: str) -> dict:
+    """GET serves the registration form, POST receives it (and AWS Marketplace's token)."""
+    return {
+        "Type": "AWS::ApiGateway::Method",
+        "Properties": {
+            "RestApiId": ref("RegistrationApi"),
+            "ResourceId": ref("RegisterResource"),
+            "HttpMethod": verb,
+            "AuthorizationType": "NONE",
+            "Integration": {
+                "Type": "AWS_PROXY",
+                "IntegrationHttpMethod": "POST",
+                "Uri": sub(
+                    "arn:${AWS::Partition}:apigateway:${AWS::Region}:lambda:path/2015-03-31/functions/${RegisterFunction.Arn}/invocations"
+                ),
+            },
+        },
+    }
+
+
+def _permission(verb: str) -> dict:
+    return {
+        "Type": "AWS::Lambda::Permission",
+        "Properties": {
+            "Action": "lambda:InvokeFunction",
+            "FunctionName": ref("RegisterFunction"),
+            "Principal": "apigateway.amazonaws.com",
+            "SourceArn": sub(
+                f"arn:${{AWS::Partition}}:execute-api:${{AWS::Region}}:${{AWS::AccountId}}:${{RegistrationApi}}/${{StageName}}/{verb}/register"
+            ),
+        },
+    }
 
 
 def registration_api() -> dict:
@@ -44,25 +78,10 @@ def registration_api() -> dict:
                 "PathPart": "register",
             },
         },
-        "RegisterMethod": {
-            "Type": "AWS::ApiGateway::Method",
-            "Properties": {
-                "RestApiId": ref("RegistrationApi"),
-                "ResourceId": ref("RegisterResource"),
-                "HttpMethod": "POST",
-                "AuthorizationType": "NONE",
-                "Integration": {
-                    "Type": "AWS_PROXY",
-                    "IntegrationHttpMethod": "POST",
-                    "Uri": sub(
-                        "arn:${AWS::Partition}:apigateway:${AWS::Region}:lambda:path/2015-03-31/functions/${RegisterFunction.Arn}/invocations"
-                    ),
-                },
-            },
-        },
+        **{f"Register{verb.title()}Method": _method(verb) for verb in ("GET", "POST")},
         "RegistrationApiDeployment": {
             "Type": "AWS::ApiGateway::Deployment",
-            "DependsOn": ["RegisterMethod"],
+            "DependsOn": ["RegisterGetMethod", "RegisterPostMethod"],
             "Properties": {"RestApiId": ref("RegistrationApi")},
         },
         "RegistrationApiAccessLogGroup": {
@@ -96,17 +115,7 @@ def registration_api() -> dict:
                 ],
             },
         },
-        "RegisterInvokePermission": {
-            "Type": "AWS::Lambda::Permission",
-            "Properties": {
-                "Action": "lambda:InvokeFunction",
-                "FunctionName": ref("RegisterFunction"),
-                "Principal": "apigateway.amazonaws.com",
-                "SourceArn": sub(
-                    "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${RegistrationApi}/${StageName}/POST/register"
-                ),
-            },
-        },
+        **{f"Register{verb.title()}InvokePermission": _permission(verb) for verb in ("GET", "POST")},
         "RegistrationWebAcl": {
             "Type": "AWS::WAFv2::WebACL",
             "Condition": "CreateWebAcl",

@@ -122,9 +122,10 @@ def subscribers_arn(index: str | None = None) -> dict:
     return sub(arn + (f"/index/{index}" if index else ""))
 
 
-def pipeline_env() -> dict:
-    """What pipeline/src/config.rs reads; the full-mode names only in full mode."""
-    full = lambda value: if_(FULL, value, NO_VALUE)  # noqa: E731
+def pipeline_env(gated: bool = False) -> dict:
+    """What pipeline/src/config.rs reads; the full-mode names only in full mode (`gated`: the
+    function itself exists only in full mode)."""
+    full = (lambda value: value) if gated else (lambda value: if_(FULL, value, NO_VALUE))  # noqa: E731
     return {
         "AWSMP_PRODUCT_CODE": ref("ProductCode"),
         "AWSMP_DEPLOYMENT_MODE": ref("DeploymentMode"),
@@ -174,16 +175,16 @@ def watermark_scan() -> dict:
 
 
 def functions() -> list[Function]:
-    env = pipeline_env()
+    env, full_env = pipeline_env(), pipeline_env(gated=True)
     return [
         Function("Discoverer", "discoverer", "pipeline", "Enqueues pending groups per hour bucket; ages out; flushes deprovisioning licenses.",
-                 env, [pending_index("UsageTable"), usage("GetItem", "UpdateItem"), sqs_send("WorkQueue", "DeprovisionWorkQueue"), deprovisioning_index(), watermark_scan()],
+                 full_env, [pending_index("UsageTable"), usage("GetItem", "UpdateItem"), sqs_send("WorkQueue", "DeprovisionWorkQueue"), deprovisioning_index(), watermark_scan()],
                  memory=512, timeout=300, reserved=30, condition=FULL),
         Function("Aggregator", "aggregator", "pipeline", "Folds one group, validates it, commits the aggregated record, enqueues cleanup.",
-                 env, [usage("GetItem", "Query", "UpdateItem"), aggregated("GetItem", "PutItem"), sqs_consume("WorkQueue"), sqs_consume("DeprovisionWorkQueue"), sqs_send("CleanupQueue")],
+                 full_env, [usage("GetItem", "Query", "UpdateItem"), aggregated("GetItem", "PutItem"), sqs_consume("WorkQueue"), sqs_consume("DeprovisionWorkQueue"), sqs_send("CleanupQueue")],
                  memory=512, timeout=20, condition=FULL),
         Function("Cleanup", "cleanup", "pipeline", "Stamps the raw rows of an aggregated group and clears their pending marker.",
-                 env, [usage("GetItem", "UpdateItem"), sqs_consume("CleanupQueue")], memory=256, timeout=20, condition=FULL),
+                 full_env, [usage("GetItem", "UpdateItem"), sqs_consume("CleanupQueue")], memory=256, timeout=20, condition=FULL),
         Function("Submitter", "submitter", "pipeline", "Submits pending aggregated records with BatchMeterUsage and writes the results back.",
                  env, [pending_index("AggregatedUsageTable"), aggregated("GetItem", "UpdateItem"), deprovisioning_index(),
                        statement(["aws-marketplace:BatchMeterUsage"], ["*"])],

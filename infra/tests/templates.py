@@ -16,8 +16,42 @@ STACKS = ("events", "ingest", "main")
 SUB_VAR = re.compile(r"\$\{([A-Za-z0-9:]+)(?:\.[A-Za-z]+)?\}")
 
 
-def load(stack: str) -> dict:
-    return yaml.safe_load((INFRA / f"{stack}.yaml").read_text(encoding="utf-8"))
+def load(stack: str, for_each: dict[str, list[str]] | None = None) -> dict:
+    """A template with its `Fn::ForEach` loops expanded (AWS::LanguageExtensions), over the
+    parameter's default list unless `for_each` gives one."""
+    t = yaml.safe_load((INFRA / f"{stack}.yaml").read_text(encoding="utf-8"))
+    for section in ("Resources", "Outputs"):
+        if section in t:
+            t[section] = expand(t[section], t.get("Parameters", {}), for_each or {})
+    return t
+
+
+def expand(section: dict, parameters: dict, for_each: dict[str, list[str]]) -> dict:
+    out = {}
+    for key, value in section.items():
+        if not key.startswith("Fn::ForEach::"):
+            out[key] = value
+            continue
+        ident, collection, fragment = value
+        param = collection["Ref"]
+        items = for_each.get(param) or str(parameters[param]["Default"]).split(",")
+        for item in items:
+            out.update(substitute(fragment, ident, item))
+    return out
+
+
+def substitute(node, ident: str, item: str):
+    if isinstance(node, str):
+        return node.replace("${" + ident + "}", item)
+    if isinstance(node, list):
+        return [substitute(v, ident, item) for v in node]
+    if isinstance(node, dict):
+        if node == {"Ref": ident}:
+            return item
+        if set(node) == {"Fn::Sub"} and isinstance(node["Fn::Sub"], str) and "${" not in node["Fn::Sub"].replace("${" + ident + "}", ""):
+            return node["Fn::Sub"].replace("${" + ident + "}", item)
+        return {substitute(k, ident, item): substitute(v, ident, item) for k, v in node.items()}
+    return node
 
 
 def templates() -> dict[str, dict]:

@@ -80,6 +80,7 @@ def test_the_human_plan_prints_each_command():
         (["--param", "MeteringMode=dry-run", "--param", "DryRunAccounts=111122223333", "--param", "DryRunEventSourcePrefix=aws.test"], "DryRunEventSourcePrefix"),
         (["--param", "NoSuchParameter=1"], "no template declares NoSuchParameter"),
         (["--param", "StageName=x"], "set by --stage-name"),
+        (["--param", "MeterIngestModules=checkout,bad-name"], "'bad-name'"),
     ],
 )
 def test_bad_parameters_are_refused(args, message):
