@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from templates import ROOT
+from stack_templates import ROOT
 
 BASE = ["--product-code", "abc123xyz", "--regions", "us-east-1,eu-west-1", "--stage-name", "test", "--dry-run", "--skip-build"]
 

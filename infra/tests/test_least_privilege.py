@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from templates import STACKS, functions, load, refs, resources_json, sub_text
+from stack_templates import STACKS, functions, load, refs, resources_json, sub_text
 
 WATERMARK_TABLE_ARN = {
     "Fn::Sub": "arn:${AWS::Partition}:dynamodb:${AWS::Region}:${AWS::AccountId}:table/awsmp-${StageName}-${ProductCode}-ingest-watermarks"

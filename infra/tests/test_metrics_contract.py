@@ -9,7 +9,7 @@ import json
 import re
 import sys
 
-from templates import INFRA, ROOT, STACKS, load, sub_text
+from stack_templates import INFRA, ROOT, STACKS, load, sub_text
 
 sys.path.insert(0, str(INFRA))
 from cfn.alarms import EXTRA_DIMENSIONS, NAMESPACE  # noqa: E402

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from templates import INFRA, STACKS, functions, load
+from stack_templates import INFRA, STACKS, functions, load
 
 EVENTS = INFRA / "events"
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from templates import INFRA, STACKS, load, refs, resources_json, sub_text, templates
+from stack_templates import INFRA, STACKS, load, refs, resources_json, sub_text, templates
 
 DATA_TYPES = {
     "tables": "AWS::DynamoDB::Table",
