@@ -59,6 +59,15 @@ def test_dry_run_for_two_regions_prints_the_ordered_plan():
     assert plan["lint"][0].endswith("cfn-lint")
 
 
+def test_direct_submit_deploys_no_ingest_stack():
+    r = deploy(*BASE, "--json", "--param", "DeploymentMode=direct-submit")
+    assert r.returncode == 0, r.stderr
+    steps = json.loads(r.stdout)["steps"]
+    assert [(s["stack"], s["region"]) for s in steps] == [("events", "us-east-1"), ("main", "us-east-1"), ("main", "eu-west-1")]
+    o = overrides(steps[1]["command"])
+    assert o["DeploymentMode"] == "direct-submit" and o["UseIngestWatermark"] == "false"
+
+
 def test_the_human_plan_prints_each_command():
     r = deploy(*BASE)
     assert r.returncode == 0, r.stderr
