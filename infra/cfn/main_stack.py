@@ -287,8 +287,8 @@ def dashboard_resources() -> dict:
     fns_full = [("discoverer", "DiscovererFunction"), ("aggregator", "AggregatorFunction"), ("cleanup", "CleanupFunction"),
                 ("submitter", "SubmitterFunction"), ("expiry", "ExpiryFunction"), ("register", "RegisterFunction")]
     fns_direct = [f for f in fns_full if f[0] in {"submitter", "expiry", "register"}]
-    qs = [(q, qid) for q, qid in [("work", "WorkQueue"), ("deprovision-work", "DeprovisionWorkQueue"), ("cleanup", "CleanupQueue")]]
-    qs += [(f"{q} DLQ", dlq_logical_id(qid)) for q, qid in list(qs)]
+    work = [("work", "WorkQueue"), ("deprovision-work", "DeprovisionWorkQueue"), ("cleanup", "CleanupQueue")]
+    qs = work + [(f"{q} DLQ", dlq_logical_id(qid)) for q, qid in work]
     submission = [
         business_widget("Submission outcomes", [("UsageSubmissionExpired", "expiry"), ("UsageSubmissionExpired", "submitter"), ("UsageNeedsReconciliation", "expiry"),
                                                 ("UsageRecordUnprocessed", "submitter"), ("CustomerNotSubscribed", "submitter"),
