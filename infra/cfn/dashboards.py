@@ -67,6 +67,25 @@ def insights_widget(title: str, name: str, group_by: str, where: str | None = No
     return metric_widget(title, [[{"expression": query, "id": "q1", "label": title}]])
 
 
+# Replaced, quotes included, by a number parameter after the body is serialized.
+SHARE_PLACEHOLDER = "__SUBMITTER_CALLS_PER_SECOND__"
+
+
+def submitter_throughput(share: bool) -> dict:
+    """The submitter's records/s and BatchMeterUsage calls/s, against its quota share (the
+    main stack's `SubmitterCallsPerSecond`) when `share`."""
+    ns = NAMESPACE
+    w = metric_widget("Submitter: records/s and BatchMeterUsage calls/s (quota use)", [
+        [ns, "UsageRecordsFinalized", "Service", "submitter", {"id": "records", "visible": False}],
+        [ns, "BatchMeterUsageCalls", "Service", "submitter", {"id": "calls", "visible": False}],
+        [{"expression": "records/PERIOD(records)", "id": "recordsps", "label": "records/s"}],
+        [{"expression": "calls/PERIOD(calls)", "id": "callsps", "label": "calls/s"}],
+    ], period=300)
+    if share:
+        w["properties"]["annotations"] = {"horizontal": [{"label": "quota share (calls/s)", "value": SHARE_PLACEHOLDER}]}
+    return w
+
+
 def dashboard(name_template: str, dashboard_body: dict, condition: str) -> dict:
     return {
         "Type": "AWS::CloudWatch::Dashboard",
@@ -76,4 +95,5 @@ def dashboard(name_template: str, dashboard_body: dict, condition: str) -> dict:
 
 
 def body(widgets: list[dict]) -> dict:
-    return sub(json.dumps({"widgets": widgets}, indent=1))
+    text = json.dumps({"widgets": widgets}, indent=1)
+    return sub(text.replace(f'"{SHARE_PLACEHOLDER}"', "${SubmitterCallsPerSecond}"))

@@ -25,7 +25,7 @@ from .base import (
     table,
     table_arn,
 )
-from .dashboards import body, dashboard, insights_widget, lambda_health, metric_widget
+from .dashboards import body, dashboard, insights_widget, lambda_health, metric_widget, submitter_throughput
 from .functions import Function, kinesis_consume, resources, schedule, sqs_send, statement
 
 
@@ -277,6 +277,7 @@ def throughput_dashboard() -> dict:
         insights_widget("Rejected events by reason", "EventRejected", "Reason", f"Service = '{svc}'"),
         insights_widget("Dedup hits by kind", "DedupHit", "DedupKind", f"Service = '{svc}'"),
         metric_widget("Client clock skew (s)", [[ns, "ClientClockSkew", "Service", svc]], stat="Maximum", period=60),
+        submitter_throughput(share=False),
         *lambda_health([("kinesis-consumer", "KinesisConsumerFunction"), ("meter-ingest", "MeterIngestFunction"), ("stream-heartbeat", "StreamHeartbeatFunction")]),
     ]
     return dashboard(PRODUCT_PREFIX + "-ingest-throughput", body(widgets), "CreateDashboardCondition")

@@ -29,7 +29,7 @@ from .base import (
     table,
     table_arn,
 )
-from .dashboards import business_widget, dashboard, insights_widget, lambda_health, queue_health, body
+from .dashboards import body, business_widget, dashboard, insights_widget, lambda_health, queue_health, submitter_throughput
 from .functions import Function, resources, schedule, sqs_consume, sqs_send, statement
 
 FULL = "IsFull"
@@ -294,6 +294,7 @@ def dashboard_resources() -> dict:
                                                 ("UsageRecordUnprocessed", "submitter"), ("CustomerNotSubscribed", "submitter"),
                                                 ("DuplicateRecord", "submitter"), ("DuplicateRecordQuantityMismatch", "submitter")]),
         insights_widget("BatchMeterUsage exceptions", "BatchMeterUsageException", "Exception"),
+        submitter_throughput(share=True),
     ]
     aggregation = [
         business_widget("Aggregation outcomes", [("UsageAggregationExpired", "discoverer"), ("LateUsage", "aggregator"), ("LateUsage", "cleanup")]),

@@ -86,6 +86,13 @@ pub const DUPLICATE_RECORD_QUANTITY_MISMATCH: MetricName =
 /// Pipeline and consumer: usage after its group-hour was aggregated (value: its quantity).
 pub const LATE_USAGE: MetricName = MetricName::count("LateUsage");
 
+/// Submitter: `BatchMeterUsage` calls of one run (retries and bisection halves included): the
+/// run's use of its quota share, charted against it (docs/deploy.md, "Dashboards").
+pub const BATCH_METER_USAGE_CALLS: MetricName = MetricName::count("BatchMeterUsageCalls");
+/// Submitter: aggregated records whose final status one run wrote (`Success`, `DuplicateRecord`,
+/// `CustomerNotSubscribed`, …): the submitter's throughput.
+pub const USAGE_RECORDS_FINALIZED: MetricName = MetricName::count("UsageRecordsFinalized");
+
 /// Pipeline: quantity of a group-hour above the `BatchMeterUsage` maximum, not billed (value:
 /// the remainder; reason [`super::reasons::QUANTITY_ABOVE_API_MAXIMUM`]). Alarmed.
 pub const USAGE_QUANTITY_ABOVE_API_MAXIMUM: MetricName =
@@ -135,7 +142,7 @@ pub const PRODUCER: &str = "Producer";
 pub const SERVICE: &str = "Service";
 
 /// Every business metric.
-pub const ALL: [MetricName; 19] = [
+pub const ALL: [MetricName; 21] = [
     USAGE_RECORD_REJECTED,
     USAGE_AGGREGATION_EXPIRED,
     USAGE_SUBMISSION_EXPIRED,
@@ -147,6 +154,8 @@ pub const ALL: [MetricName; 19] = [
     DUPLICATE_RECORD_QUANTITY_MISMATCH,
     LATE_USAGE,
     USAGE_QUANTITY_ABOVE_API_MAXIMUM,
+    BATCH_METER_USAGE_CALLS,
+    USAGE_RECORDS_FINALIZED,
     EVENT_REJECTED,
     DEDUP_HIT,
     EVENTS_ACCEPTED,

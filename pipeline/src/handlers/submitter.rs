@@ -31,9 +31,11 @@ mod write_back;
 
 use super::Services;
 use crate::config::MeteringMode;
+use crate::contract::metrics;
 use crate::domain::batch::{PlannedCall, SubmitRecord, plan_calls};
 use crate::domain::results::{dry_run_decision, oversized_decision, poison_decision};
 use crate::domain::time::submitter_pending_buckets;
+use crate::emf::Metric;
 use crate::error::{PipelineError, Result};
 use crate::ports::{AggregatedItem, MeteringApi};
 use awsmp_retry::RetryPolicy;
@@ -120,6 +122,7 @@ pub async fn submit(svc: &Services, api: &dyn MeteringApi) -> Result<SubmitterOu
         run.run_call(call).await;
     }
     run.settle_all().await;
+    run.report_throughput();
     run.conclude()
 }
 
@@ -248,6 +251,19 @@ impl Run<'_> {
     /// write-back (records whose write-back failed stay pending with `attemptedQuantity` set:
     /// the next run resubmits them and recognises the replay; failing the run raises the
     /// Errors alarm).
+    /// The run's calls and finalized records, once per run (zeros too, so charts stay continuous).
+    fn report_throughput(&self) {
+        let finalized: usize = self.out.statuses.values().sum();
+        self.svc.metrics.emit(Metric::counts(
+            metrics::BATCH_METER_USAGE_CALLS,
+            self.out.calls as u64,
+        ));
+        self.svc.metrics.emit(Metric::counts(
+            metrics::USAGE_RECORDS_FINALIZED,
+            finalized as u64,
+        ));
+    }
+
     fn conclude(self) -> Result<SubmitterOutput> {
         let Run { out, failures, .. } = self;
         if let Some(halt) = &out.halted
