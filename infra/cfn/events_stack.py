@@ -3,7 +3,7 @@ and license events → SQS (+DLQ) → the subscription function; the subscribers
 deprovision-cleanup function every 15 minutes; alarms and a dashboard.
 
 AWS Marketplace emits these events on the default bus in us-east-1 only
-(https://docs.aws.amazon.com/marketplace/latest/userguide/saas-notification.html). In dry-run the
+(https://docs.aws.amazon.com/marketplace/latest/userguide/saas-eventbridge-integration.html). In dry-run the
 rule listens to a stage-scoped source of the seller's test tooling instead: never `aws.*`.
 """
 

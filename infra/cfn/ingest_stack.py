@@ -189,6 +189,17 @@ def module_aliases() -> dict:
                     "Type": "AWS::Lambda::Alias",
                     "Properties": {"FunctionName": ref("MeterIngestFunction"), "FunctionVersion": "$LATEST", "Name": ref("Module")},
                 },
+                # What the module's own role attaches: invoke its alias, nothing else.
+                "MeterIngestInvokePolicy${Module}": {
+                    "Type": "AWS::IAM::ManagedPolicy",
+                    "Properties": {
+                        "Description": sub("Invoke the awsmp meter-ingest alias of module ${Module}, only it"),
+                        "PolicyDocument": {
+                            "Version": "2012-10-17",
+                            "Statement": [statement(["lambda:InvokeFunction"], [alias_arn()])],
+                        },
+                    },
+                },
                 "MeterIngestInvokeConfig${Module}": {
                     "Type": "AWS::Lambda::EventInvokeConfig",
                     "Properties": {
@@ -314,7 +325,10 @@ def build(resources_json: dict) -> dict:
             "Fn::ForEach::MeterIngestAliasArns": [
                 "Module",
                 ref("MeterIngestModules"),
-                {"MeterIngestAliasArn${Module}": {"Description": "The ARN this module invokes.", "Value": alias_arn()}},
+                {
+                    "MeterIngestAliasArn${Module}": {"Description": "The ARN this module invokes.", "Value": alias_arn()},
+                    "MeterIngestInvokePolicyArn${Module}": {"Description": "The policy this module's role attaches.", "Value": {"Fn::GetAtt": [sub("MeterIngestInvokePolicy${Module}"), "PolicyArn"]}},
+                },
             ],
         },
     }

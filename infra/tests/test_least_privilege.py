@@ -179,3 +179,36 @@ def planted(stack: str, fid: str, st: dict) -> list[str]:
 def test_a_planted_grant_is_caught(stack, fid, statement, expected):
     found = planted(stack, fid, statement)
     assert found and expected in found[0] and all(f.startswith(fid) for f in found), found
+
+
+
+def module_policy_violations(template: dict, modules: list[str]) -> list[str]:
+    """Each module's invoke policy grants `lambda:InvokeFunction` on its own alias, nothing else."""
+    out = []
+    for m in modules:
+        own = {"Fn::GetAtt": [f"MeterIngestAlias{m}", "AliasArn"]}
+        policy = template["Resources"][f"MeterIngestInvokePolicy{m}"]["Properties"]["PolicyDocument"]
+        for st in policy["Statement"]:
+            for action in as_list(st["Action"]):
+                for resource in as_list(st["Resource"]):
+                    if (action, resource) != ("lambda:InvokeFunction", own):
+                        out.append(f"{m}: {action} on {resource}")
+    return out
+
+
+MODULES = ["checkout", "search", "billing"]
+
+
+def test_each_module_policy_invokes_only_its_own_alias():
+    t = load("ingest", {"MeterIngestModules": MODULES})
+    assert module_policy_violations(t, MODULES) == []
+    assert {f"MeterIngestAlias{m}" for m in MODULES} <= set(t["Resources"])
+
+
+def test_the_module_policy_check_catches_a_sibling_alias():
+    t = load("ingest", {"MeterIngestModules": MODULES})
+    st = t["Resources"]["MeterIngestInvokePolicycheckout"]["Properties"]["PolicyDocument"]["Statement"][0]
+    st["Resource"].append({"Fn::GetAtt": ["MeterIngestAliassearch", "AliasArn"]})
+    assert module_policy_violations(t, MODULES) == [
+        "checkout: lambda:InvokeFunction on {'Fn::GetAtt': ['MeterIngestAliassearch', 'AliasArn']}"
+    ]
