@@ -56,6 +56,9 @@ pub struct Runner {
     /// Whether `tick` polls the stream first (default). Off when the caller polls it on a
     /// task of its own with [`Runner::consume_stream`], beside the ticks, as AWS runs them.
     pub tick_consumes: bool,
+    /// The discoverer fences on `svc.watermarks` although no consumer is attached
+    /// ([`Runner::with_ingest_fence`]).
+    fenced: bool,
     env: LocalEnv,
     sqs: aws_sdk_sqs::Client,
     http: reqwest::Client,
@@ -110,9 +113,9 @@ impl StreamConsumer {
             for shard in marks.shards().await.context("watermarks")? {
                 if !shard.drained {
                     marks
-                        .advance(&shard.shard_id, at)
+                        .advance(&shard.key(), at)
                         .await
-                        .with_context(|| format!("watermark of {}", shard.shard_id))?;
+                        .with_context(|| format!("watermark of {}", shard.key()))?;
                 }
             }
         }
@@ -186,6 +189,7 @@ impl Runner {
             metering,
             stream: None,
             tick_consumes: true,
+            fenced: false,
             env,
             sqs,
             http: reqwest::Client::new(),
@@ -231,6 +235,17 @@ impl Runner {
         Ok(self)
     }
 
+    /// Fence the discoverer on `watermarks` while the stream is consumed elsewhere (a load run
+    /// consumes its own stream on a task of its own, publishing into the same table).
+    pub fn with_ingest_fence(
+        mut self,
+        watermarks: Arc<dyn awsmp_pipeline::ports::WatermarkStore>,
+    ) -> Self {
+        self.svc.watermarks = Some(watermarks);
+        self.fenced = true;
+        self
+    }
+
     /// Poll the usage stream through the event source mapping until every shard is caught
     /// up, after one heartbeat marker per open shard (`None` without an attached consumer).
     pub async fn consume_stream(&self) -> Result<Option<crate::kinesis_esm::EsmReport>> {
@@ -268,7 +283,7 @@ impl Runner {
     /// writes rows itself: there is no stream to fence on, so the fence is off.
     fn discoverer_services(&self) -> Services {
         let mut svc = self.svc.clone();
-        if self.stream.is_none() {
+        if self.stream.is_none() && !self.fenced {
             svc.watermarks = None;
         }
         svc

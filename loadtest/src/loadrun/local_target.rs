@@ -4,6 +4,8 @@
 //! and the simulator's ledger as the billing record.
 
 use super::collect::Scope;
+use super::fence::RunWatermarks;
+use super::meter::Stack;
 use super::sim_admin::{SimAdmin, ledger_group_hour};
 use super::target::{ConsumeOutcome, RunTarget};
 use super::{RUN_STREAM_SHARDS, RunContext, RunSpec, catalog, licenses_needed, run_license};
@@ -14,6 +16,7 @@ use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 /// A run on the local stack.
@@ -26,6 +29,8 @@ pub(super) struct LocalTarget {
     sim: SimAdmin,
     /// The event source mapping's checkpoints for this run.
     checkpoint: PathBuf,
+    /// The run's ingest watermarks (`None`: the stack has no watermark table, no fence).
+    watermarks: Option<Arc<RunWatermarks>>,
 }
 
 impl LocalTarget {
@@ -78,7 +83,9 @@ impl LocalTarget {
         }
         let sim = SimAdmin::new(&env)?;
         sim.post("/_sim/reset", serde_json::json!({})).await?;
+        let watermarks = RunWatermarks::of_stack(&env, &stream).await?;
         Ok(Self {
+            watermarks,
             env,
             stream,
             owns_stream,
@@ -86,6 +93,18 @@ impl LocalTarget {
             sim,
             checkpoint: dir.join(format!("esm-{nonce:08x}.json")),
         })
+    }
+}
+
+impl LocalTarget {
+    /// What metering uses of the stack.
+    fn stack(&self) -> Stack<'_> {
+        Stack {
+            env: &self.env,
+            sim: &self.sim,
+            licenses: &self.licenses,
+            fence: self.watermarks.as_ref(),
+        }
     }
 }
 
@@ -132,7 +151,8 @@ impl RunTarget for LocalTarget {
         if ctx.spec.overlap.sequential {
             return consuming.await;
         }
-        let ticking = super::meter::tick_while_consuming(ctx, &self.env, &self.sim, &self.licenses);
+        let stack = self.stack();
+        let ticking = super::meter::tick_while_consuming(ctx, &stack);
         let (consumed, ticked) = tokio::join!(consuming, ticking);
         let mut consumed = consumed?;
         let (rejects, overlap) = ticked?;
@@ -151,8 +171,7 @@ impl RunTarget for LocalTarget {
         report: &mut RunReport,
         settings: &mut BTreeMap<String, String>,
     ) -> Result<BTreeSet<GroupHour>> {
-        let (env, sim, licenses) = (&self.env, &self.sim, &self.licenses);
-        super::meter::meter(ctx, env, sim, licenses, scope, report, settings).await
+        super::meter::meter(ctx, &self.stack(), scope, report, settings).await
     }
 
     /// The simulator's ledger is the billing record.
@@ -201,6 +220,10 @@ impl RunTarget for LocalTarget {
                 .await;
             if let Err(e) = deleted {
                 tracing::warn!(stream = %self.stream, error = %aws_sdk_kinesis::error::DisplayErrorContext(&e), "could not delete the run's stream");
+            }
+            // The stream is gone: its shards must not hold anyone's fence.
+            if let Some(watermarks) = &self.watermarks {
+                watermarks.retire().await?;
             }
         }
         Ok(())

@@ -15,6 +15,7 @@ mod collect;
 mod consume;
 mod counters;
 mod deployment;
+mod fence;
 mod local_target;
 mod meter;
 mod progress;
