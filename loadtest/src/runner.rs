@@ -110,6 +110,13 @@ impl StreamConsumer {
             .context("stream heartbeat")?;
         let report = self.drain().await?;
         if let Some(marks) = &self.consumer.watermarks {
+            awsmp_consumer::heartbeat::retire_drained_parents(
+                &self.kinesis,
+                &self.stream,
+                &**marks,
+            )
+            .await
+            .context("retiring drained parent shards")?;
             for shard in marks.shards().await.context("watermarks")? {
                 if !shard.drained {
                     marks

@@ -144,11 +144,11 @@ pub(super) async fn consume(
         let production_finished = ctx.production_done.load(Ordering::SeqCst);
         // The heartbeat's schedule, compressed: while the producers run, every open shard gets
         // a marker each second, so an idle shard's watermark keeps up (docs/guarantees.md).
-        if consumers.consumer.watermarks.is_some()
+        if let Some(marks) = consumers.consumer.watermarks.as_deref()
             && !production_finished
             && last_beat.is_none_or(|b| b.elapsed() >= HEARTBEAT_EVERY)
         {
-            awsmp_consumer::heartbeat::beat(&kinesis, stream).await?;
+            awsmp_consumer::heartbeat::scheduled(&kinesis, stream, Some(marks)).await?;
             last_beat = Some(Instant::now());
         }
         let report = esm
