@@ -108,6 +108,7 @@ fn every_fault_class_on_conserves_exactly_over_several_seeds() -> Result<()> {
             "seed {seed}: the pipeline ticked while the consumer consumed"
         );
         assert_accepted_billed_and_faulted(&v, seed);
+        assert_bad_inputs_ended_as_declared(&v, seed);
         let html = std::fs::read_to_string(report.join("report.html"))?;
         assert!(
             html.contains("<svg") && html.contains("Conserved"),
@@ -136,6 +137,32 @@ fn assert_accepted_billed_and_faulted(v: &serde_json::Value, seed: u64) {
             faults.get(class).and_then(|n| n.as_u64()).unwrap_or(0) > 0,
             "seed {seed}: {class} injected: {faults:?}"
         );
+    }
+}
+
+/// An all-faults run injects every kind of bad input, and each ended with its reason.
+fn assert_bad_inputs_ended_as_declared(v: &serde_json::Value, seed: u64) {
+    let injected = v["funnel"]["injected"].as_array().unwrap();
+    let reasons: Vec<&str> = injected
+        .iter()
+        .map(|e| e["reason"].as_str().unwrap())
+        .collect();
+    for reason in [
+        "consumer:InvalidJson",
+        "consumer:UnknownVersion",
+        "consumer:NegativeQuantity",
+        "consumer:DedupHit",
+        "pipeline:record:Error",
+        "pipeline:row:RejectedClientSide:InvalidTagCharacters",
+    ] {
+        assert!(
+            reasons.contains(&reason),
+            "seed {seed}: {reason} injected: {injected:?}"
+        );
+    }
+    for e in injected {
+        assert!(e["injected"].as_u64().unwrap() > 0, "seed {seed}: {e}");
+        assert_eq!(e["injected"], e["found"], "seed {seed}: {e}");
     }
 }
 

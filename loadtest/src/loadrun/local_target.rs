@@ -31,6 +31,8 @@ pub(super) struct LocalTarget {
     checkpoint: PathBuf,
     /// The run's ingest watermarks (`None`: the stack has no watermark table, no fence).
     watermarks: Option<Arc<RunWatermarks>>,
+    /// The last license carries the injected bad inputs.
+    injects: bool,
 }
 
 impl LocalTarget {
@@ -38,7 +40,9 @@ impl LocalTarget {
     /// run's stream unless the run writes into a named one.
     pub(super) async fn set_up(paths: &Paths, spec: &RunSpec, nonce: u32) -> Result<Self> {
         let w = &spec.produce.workload;
-        let licenses: Vec<(String, String)> = (0..licenses_needed(spec))
+        // One more license than the workload needs carries the injected bad inputs.
+        let injection = usize::from(spec.bad_inputs);
+        let licenses: Vec<(String, String)> = (0..licenses_needed(spec) + injection)
             .map(|i| run_license(nonce, i))
             .collect();
         // The run's local state (its catalog, its mapping's checkpoints); older runs' goes.
@@ -86,6 +90,7 @@ impl LocalTarget {
         let watermarks = RunWatermarks::of_stack(&env, &stream).await?;
         Ok(Self {
             watermarks,
+            injects: spec.bad_inputs,
             env,
             stream,
             owns_stream,
@@ -129,6 +134,10 @@ impl RunTarget for LocalTarget {
 
     fn licenses(&self) -> &[(String, String)] {
         &self.licenses
+    }
+
+    fn injection_license(&self) -> Option<&(String, String)> {
+        self.injects.then(|| self.licenses.last()).flatten()
     }
 
     fn describe(&self) -> (String, String) {

@@ -31,6 +31,10 @@ pub(super) trait RunTarget {
     fn stream(&self) -> &str;
     /// The licenses the run meters against (license ARN, buyer account).
     fn licenses(&self) -> &[(String, String)];
+    /// The license the run's bad inputs are injected for (`None`: the target injects none).
+    fn injection_license(&self) -> Option<&(String, String)> {
+        None
+    }
     /// For the report's settings: where the run went, and the stream.
     fn describe(&self) -> (String, String);
     /// Drive consumption while the producers run, until production is done and the stream is
