@@ -306,7 +306,8 @@ fn declare(inputs: &mut Inputs, injection: Option<inject::Injection>, report: &m
     let Some(inj) = injection else {
         return;
     };
-    let inputs_before = inputs.injected.len() + inputs.injected_records.len();
+    let kinds = inj.units.len() + inj.records.len() + inj.duplicates.len();
+    report.faults.insert("badInputs".into(), kinds as u64);
     for (g, q) in inj.produced {
         *inputs.produced.entry(g).or_default() += q;
     }
@@ -320,9 +321,6 @@ fn declare(inputs: &mut Inputs, injection: Option<inject::Injection>, report: &m
     for (g, q) in inj.duplicates {
         *inputs.injected_duplicates.entry(g).or_default() += q;
     }
-    let kinds = inputs.injected.len() + inputs.injected_records.len() - inputs_before
-        + usize::from(!inputs.injected_duplicates.is_empty());
-    report.faults.insert("badInputs".into(), kinds as u64);
 }
 
 /// Producing and consuming run side by side, as they would in production; the bad inputs (if
