@@ -333,6 +333,7 @@ impl Runner {
                 report.discoverer.groups_enqueued += out.groups_enqueued;
                 report.discoverer.rows_expired += out.rows_expired;
                 report.discoverer.quantity_expired += out.quantity_expired;
+                report.discoverer.buckets_fenced += out.buckets_fenced;
             }
             report.drained = self.drain().await?;
         }

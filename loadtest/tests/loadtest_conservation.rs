@@ -233,6 +233,12 @@ fn overlapping_stages_with_consumer_lag_across_an_hour_and_a_deprovisioning_flus
         v["violations"], v["funnel"]
     );
     assert_funnel_closed(&v, 7);
+    // AND it was the ingest fence that held the closed hours while their usage was arriving
+    let fenced: u64 = v["settings"]["liveBucketsFenced"]
+        .as_str()
+        .unwrap()
+        .parse()?;
+    assert!(fenced > 0, "the fence held hours back: {}", v["settings"]);
     Ok(())
 }
 

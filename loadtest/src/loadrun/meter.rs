@@ -129,6 +129,7 @@ pub(super) async fn tick_while_consuming(
         for (k, n) in [
             ("liveTicks", 1),
             ("liveGroupsEnqueued", tick.discoverer.groups_enqueued as u64),
+            ("liveBucketsFenced", tick.discoverer.buckets_fenced as u64),
             (
                 "liveSubmitterCalls",
                 tick.submitter.as_ref().map_or(0, |s| s.calls as u64),

@@ -19,7 +19,8 @@ pub(super) struct ConsumeOutcome {
     /// Events the consumer rejected, by `consumer:<reason>`.
     pub(super) rejects: BTreeMap<String, u64>,
     /// What the pipeline did while the consumer consumed (overlapping stages), by
-    /// `liveTicks`, `liveGroupsEnqueued`, `liveSubmitterCalls`.
+    /// `liveTicks`, `liveGroupsEnqueued`, `liveBucketsFenced` (hours the ingest fence held
+    /// back), `liveSubmitterCalls`.
     pub(super) overlap: BTreeMap<String, u64>,
 }
 
