@@ -3,7 +3,10 @@
 //! Scheduled every [`HEARTBEAT_PERIOD_SECS`](awsmp_pipeline::contract::stream::HEARTBEAT_PERIOD_SECS)
 //! seconds; the local runner calls [`beat`] before it polls the stream.
 //!
-//! The same schedule retires drained parents after a reshard ([`retire_drained_parents`]):
+//! With a watermark table the same schedule first registers every shard that has no watermark
+//! yet, at the epoch ([`register_shards`]), so a shard whose records were never applied holds
+//! the fence rather than being invisible to it; and it retires drained parents after a reshard
+//! ([`retire_drained_parents`]):
 //! Lambda processes a child shard only after its parents are done
 //! (<https://docs.aws.amazon.com/lambda/latest/dg/with-kinesis.html>), so once a child has
 //! published a watermark, each closed parent was read to its end and is marked `drained` — it
@@ -17,6 +20,7 @@ use awsmp_pipeline::contract::stream::{HEARTBEAT_MARKER, HEARTBEAT_PARTITION_KEY
 use crate::error::{ConsumerError, Result};
 use awsmp_pipeline::contract::stream::watermark_key;
 use awsmp_pipeline::ports::WatermarkStore;
+use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
 
 /// The open shards (no ending sequence number) and the hash key that routes a record to each:
@@ -70,7 +74,11 @@ pub async fn retire_drained_parents(
     let shards = list_shards(client, stream).await?;
     let table = watermarks.shards().await.map_err(store_err)?;
     let ours = || table.iter().filter(|w| w.stream.as_deref() == Some(stream));
-    let published: BTreeSet<&str> = ours().map(|w| w.shard_id.as_str()).collect();
+    // A registered shard (at the epoch, [`register_shards`]) has not published yet.
+    let published: BTreeSet<&str> = ours()
+        .filter(|w| w.applied_through > DateTime::<Utc>::UNIX_EPOCH)
+        .map(|w| w.shard_id.as_str())
+        .collect();
     let drained: BTreeSet<&str> = ours()
         .filter(|w| w.drained)
         .map(|w| w.shard_id.as_str())
@@ -84,6 +92,42 @@ pub async fn retire_drained_parents(
         retired.push(parent.to_owned());
     }
     Ok(retired)
+}
+
+/// The shards of `stream` without a watermark item in `known` (shard ids that have one).
+pub fn unregistered<'a>(shards: &'a [Shard], known: &BTreeSet<&str>) -> Vec<&'a str> {
+    shards
+        .iter()
+        .map(Shard::shard_id)
+        .filter(|id| !known.contains(id))
+        .collect()
+}
+
+/// Give every shard of `stream` that has no watermark item one at the epoch, so the fence
+/// covers it before its consumer first publishes: a shard whose records were never applied
+/// holds the fence instead of being invisible to it. The write is the store's never-backwards
+/// `advance`, so a watermark published meanwhile stays. Returns the shards registered.
+pub async fn register_shards(
+    client: &Client,
+    stream: &str,
+    watermarks: &dyn WatermarkStore,
+) -> Result<Vec<String>> {
+    let shards = list_shards(client, stream).await?;
+    let table = watermarks.shards().await.map_err(store_err)?;
+    let known: BTreeSet<&str> = table
+        .iter()
+        .filter(|w| w.stream.as_deref() == Some(stream))
+        .map(|w| w.shard_id.as_str())
+        .collect();
+    let mut registered = Vec::new();
+    for shard in unregistered(&shards, &known) {
+        watermarks
+            .advance(&watermark_key(stream, shard), DateTime::<Utc>::UNIX_EPOCH)
+            .await
+            .map_err(store_err)?;
+        registered.push(shard.to_owned());
+    }
+    Ok(registered)
 }
 
 /// Every shard of `stream`, open and closed (`ListShards`, paged).
@@ -128,14 +172,18 @@ fn kinesis_err(
     }
 }
 
-/// One run of the `stream-heartbeat` schedule: a marker into every open shard ([`beat`]), then,
-/// with a watermark table, drained parents retired ([`retire_drained_parents`]). Returns the
-/// markers put and the parents retired.
+/// One run of the `stream-heartbeat` schedule: with a watermark table, every shard without a
+/// watermark registered ([`register_shards`]); a marker into every open shard ([`beat`]); then
+/// drained parents retired ([`retire_drained_parents`]). Returns the markers put and the
+/// parents retired.
 pub async fn scheduled(
     client: &Client,
     stream: &str,
     watermarks: Option<&dyn WatermarkStore>,
 ) -> Result<(usize, usize)> {
+    if let Some(w) = watermarks {
+        register_shards(client, stream, w).await?;
+    }
     let beats = beat(client, stream).await?.len();
     let retired = match watermarks {
         Some(w) => retire_drained_parents(client, stream, w).await?.len(),
@@ -233,6 +281,24 @@ mod tests {
         assert_eq!(
             drained_parents(&shards, &published, &drained),
             ["shardId-000000000001", "shardId-000000000004"]
+        );
+    }
+
+    #[test]
+    fn every_shard_without_a_watermark_item_is_registered() {
+        let shards = [
+            shard("shardId-000000000000", "0", true),
+            child("shardId-000000000001", "shardId-000000000000", None),
+            child("shardId-000000000002", "shardId-000000000000", None),
+        ];
+        let known = BTreeSet::from(["shardId-000000000000", "shardId-000000000002"]);
+        assert_eq!(unregistered(&shards, &known), ["shardId-000000000001"]);
+        assert!(
+            unregistered(
+                &shards,
+                &BTreeSet::from_iter(shards.iter().map(Shard::shard_id))
+            )
+            .is_empty()
         );
     }
 

@@ -96,7 +96,7 @@ struct StreamConsumer {
 
 impl StreamConsumer {
     /// The heartbeat's schedule in the runner: one marker per open shard before every poll, so
-    /// idle shards' watermarks advance. Then the stream is drained to its tip; once it is, no
+    /// idle shards' watermarks advance (shards registered, drained parents retired). Then the stream is drained to its tip; once it is, no
     /// record can still arrive before the pipeline's instant `at` in the runner's timeline
     /// (`--at` may be ahead of the emulator's real arrival times), so every watermark in the
     /// table is advanced to `at` — all of them, since tests on one stack run consumers of other,
@@ -105,18 +105,12 @@ impl StreamConsumer {
         &self,
         at: DateTime<Utc>,
     ) -> Result<crate::kinesis_esm::EsmReport> {
-        awsmp_consumer::heartbeat::beat(&self.kinesis, &self.stream)
+        let marks = self.consumer.watermarks.as_deref();
+        awsmp_consumer::heartbeat::scheduled(&self.kinesis, &self.stream, marks)
             .await
             .context("stream heartbeat")?;
         let report = self.drain().await?;
         if let Some(marks) = &self.consumer.watermarks {
-            awsmp_consumer::heartbeat::retire_drained_parents(
-                &self.kinesis,
-                &self.stream,
-                &**marks,
-            )
-            .await
-            .context("retiring drained parent shards")?;
             for shard in marks.shards().await.context("watermarks")? {
                 if !shard.drained {
                     marks

@@ -177,3 +177,70 @@ async fn a_split_shard_is_drained_and_the_fence_keeps_moving() -> Result<()> {
     }
     Ok(())
 }
+
+#[tokio::test]
+#[ignore = "needs the local stack (awsmp-local up); run by scripts/test"]
+async fn a_shard_whose_records_were_never_applied_holds_the_fence() -> Result<()> {
+    let env = LocalEnv::from_process();
+    let kinesis = env.kinesis().await?;
+    let config = awsmp_consumer::Config::from_env()?;
+    let consumer =
+        awsmp_consumer::adapters::dynamodb::consumer_from_config(&config, env.dynamodb().await?);
+    let store = consumer
+        .watermarks
+        .clone()
+        .context("AWSMP_INGEST_WATERMARK_TABLE must be set")?;
+    let stream = format!(
+        "awsmp-unseen-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    kinesis
+        .create_stream()
+        .stream_name(&stream)
+        .shard_count(2)
+        .send()
+        .await?;
+    wait_active(&kinesis, &stream).await?;
+    // GIVEN usage in both shards, none of it consumed yet
+    produce(&kinesis, &stream, 10).await?;
+    let produced_by = Utc::now();
+    // WHEN the heartbeat's schedule runs
+    awsmp_consumer::heartbeat::scheduled(&kinesis, &stream, Some(&*store)).await?;
+    // THEN both shards are registered at the epoch, and the fence lets no hour through
+    let shards = watermarks(&*store, &stream).await?;
+    assert_eq!(shards.len(), 2, "{shards:?}");
+    assert!(
+        shards
+            .iter()
+            .all(|s| s.applied_through == DateTime::<Utc>::UNIX_EPOCH)
+    );
+    assert!(
+        !Fence::over(&shards, Duration::zero())
+            .passes(DateTime::<Utc>::UNIX_EPOCH + Duration::seconds(1))
+    );
+    // AND once the consumer applied both shards the fence is past the usage
+    let dir = tempfile::tempdir()?;
+    let mut esm = KinesisEsm::new(
+        kinesis.clone(),
+        &stream,
+        EsmOptions::default(),
+        dir.path().join("esm.json"),
+    )
+    .await?;
+    beat_and_consume(&kinesis, &stream, &mut esm, &consumer, &*store).await?;
+    let shards = watermarks(&*store, &stream).await?;
+    assert!(
+        Fence::over(&shards, Duration::zero()).passes(produced_by),
+        "{shards:?}"
+    );
+    kinesis
+        .delete_stream()
+        .stream_name(&stream)
+        .send()
+        .await
+        .ok();
+    for s in &shards {
+        store.mark_drained(&s.key()).await?;
+    }
+    Ok(())
+}
