@@ -103,6 +103,11 @@ struct Common {
     /// being consumed (the flush aggregates its current hour).
     #[arg(long)]
     deprovision: bool,
+    /// Inject deliberately bad inputs (malformed JSON, a wrong `v`, a negative quantity, an
+    /// unknown dimension, a tag AWS refuses, a re-used event id), each of which must end with
+    /// its reason: `auto` (on when every fault class is), `on`, `off`. Local runs only.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
+    bad_inputs: String,
     /// The local event source mapping's `ParallelizationFactor` (1–10).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=10))]
     parallelization_factor: u64,
@@ -146,6 +151,12 @@ impl Common {
             },
             _ => Target::Local,
         };
+        let faults = Faults::parse(&self.faults)?;
+        let bad_inputs = match self.bad_inputs.as_str() {
+            "on" => true,
+            "off" => false,
+            _ => faults.0.len() == crate::faults::FaultClass::ALL.len(),
+        };
         Ok(RunSpec {
             target,
             produce: ProduceSpec {
@@ -163,7 +174,7 @@ impl Common {
                     seed: self.seed,
                     tagging_seed: self.seed,
                 },
-                faults: Faults::parse(&self.faults)?,
+                faults,
             },
             produce_only: matches!(mode, Mode::Produce { .. }),
             stream: match mode {
@@ -177,6 +188,7 @@ impl Common {
                 deprovision: self.deprovision,
                 parallelization_factor: self.parallelization_factor as usize,
             },
+            bad_inputs,
             progress: !self.quiet && !self.json,
             command_line: std::env::args().collect::<Vec<_>>().join(" "),
         })

@@ -48,8 +48,39 @@ pub struct Inputs {
     pub still_pending: BTreeSet<GroupHour>,
     /// Units the run injected as bad inputs on purpose, per group and the reason they must end
     /// with (`consumer:<reason>`, `producer:Undelivered`, `pipeline:…`): the only units that
-    /// may end unbilled.
+    /// may end unbilled. Injected units are part of `produced`; a group whose produced units
+    /// were all injected is a *bad-input group*, kept out of the funnel and the totals (which
+    /// are about valid usage) and listed in [`Funnel::injected`].
     pub injected: BTreeMap<(Group, String), u64>,
+    /// Records injected as bad inputs that carry no usage any tier can count (malformed JSON,
+    /// an unknown `v`, a negative quantity), by the reason they must end with
+    /// (`consumer:<reason>`).
+    pub injected_records: BTreeMap<String, u64>,
+    /// Records of the run's stream the consumer rejected without a group (nothing of them
+    /// decoded), by `consumer:<reason>`: each must have been injected with that reason.
+    pub rejected_records: BTreeMap<String, u64>,
+    /// Units of events injected again under an event id already applied (a caller's duplicate),
+    /// per group; not part of `produced`: the consumer must drop them (`consumer:DedupHit`),
+    /// and if it applied them the group's rows exceed what was produced.
+    pub injected_duplicates: BTreeMap<Group, u64>,
+}
+
+/// The reason a re-used event id must end with: dropped by the consumer's dedup.
+pub const DEDUP_HIT: &str = "consumer:DedupHit";
+
+impl Inputs {
+    /// Groups whose produced units were all injected as bad inputs.
+    pub fn bad_input_groups(&self) -> BTreeSet<Group> {
+        let mut injected: BTreeMap<&Group, u64> = BTreeMap::new();
+        for ((g, _), q) in &self.injected {
+            *injected.entry(g).or_default() += q;
+        }
+        injected
+            .into_iter()
+            .filter(|(g, q)| self.produced.get(*g).copied().unwrap_or(0) <= *q)
+            .map(|(g, _)| g.clone())
+            .collect()
+    }
 }
 
 /// One violation.
@@ -99,6 +130,20 @@ pub struct Exit {
     pub injected: u64,
 }
 
+/// How the bad inputs injected with one reason ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InjectedEnding {
+    /// The reason they must end with.
+    pub reason: String,
+    /// `units` (usage a tier counts) or `records` (records that carry none).
+    pub counted_in: &'static str,
+    /// Injected.
+    pub injected: u64,
+    /// Found ending with that reason.
+    pub found: u64,
+}
+
 /// The funnel: units at each stage, and every unit that left it, by reason.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -115,6 +160,9 @@ pub struct Funnel {
     pub billed: u64,
     /// Every unit that left, by stage and reason.
     pub exits: Vec<Exit>,
+    /// The bad inputs injected on purpose, by the reason each must end with, and how they
+    /// ended (bad-input groups are not in the stages above).
+    pub injected: Vec<InjectedEnding>,
 }
 
 /// The verdict.
@@ -170,7 +218,9 @@ pub fn check(inp: &Inputs) -> Verdict {
         }
     }
     check_unbilled(inp, &mut v);
-    v.funnel = funnel(inp);
+    check_injected_records(inp, &mut v);
+    v.funnel = funnel(&valid_only(inp));
+    v.funnel.injected = injected_endings(inp);
     v.group_hours = v.table.len();
     v.conserved = v.violations.is_empty();
     v
@@ -231,6 +281,91 @@ fn check_unbilled(inp: &Inputs, v: &mut Verdict) {
     }
 }
 
+/// Records without a group: every one the consumer rejected must have been injected with
+/// that reason, and every injected one must have been rejected so.
+fn check_injected_records(inp: &Inputs, v: &mut Verdict) {
+    let reasons: BTreeSet<&String> = inp
+        .injected_records
+        .keys()
+        .chain(inp.rejected_records.keys())
+        .collect();
+    for reason in reasons {
+        let injected = inp.injected_records.get(reason).copied().unwrap_or(0);
+        let found = inp.rejected_records.get(reason).copied().unwrap_or(0);
+        if injected != found {
+            v.violations.push(Violation {
+                stage: "unbilled",
+                key: "records without a group".into(),
+                expected: injected,
+                found,
+                detail: format!("{found} record(s) rejected as {reason}, {injected} injected so"),
+            });
+        }
+    }
+}
+
+/// `inp` without its bad-input groups: the funnel is about valid usage.
+fn valid_only(inp: &Inputs) -> Inputs {
+    let bad = inp.bad_input_groups();
+    let keep = |g: &Group| !bad.contains(g);
+    let keep_hour = |gh: &GroupHour| keep(&group_of(gh));
+    let mut v = inp.clone();
+    v.produced.retain(|g, _| keep(g));
+    v.producer_returned.retain(|g, _| keep(g));
+    v.consumer_rejected.retain(|(g, _), _| keep(g));
+    v.injected.retain(|(g, _), _| keep(g));
+    v.rows.retain(|gh, _| keep_hour(gh));
+    v.aggregated.retain(|gh, _| keep_hour(gh));
+    v.billed.retain(|gh, _| keep_hour(gh));
+    v.pipeline_terminal.retain(|(gh, _), _| keep_hour(gh));
+    v.still_pending.retain(|gh| keep_hour(gh));
+    v
+}
+
+/// How each injected bad input ended, by reason.
+fn injected_endings(inp: &Inputs) -> Vec<InjectedEnding> {
+    let ended = unbilled(inp);
+    let mut units: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for (k, q) in &inp.injected {
+        let e = units.entry(k.1.as_str()).or_default();
+        e.0 += q;
+        e.1 += ended.get(k).copied().unwrap_or(0);
+    }
+    let mut rows_per_group: BTreeMap<Group, u64> = BTreeMap::new();
+    for (gh, q) in &inp.rows {
+        *rows_per_group.entry(group_of(gh)).or_default() += q;
+    }
+    for (g, dup) in &inp.injected_duplicates {
+        // Dropped unless the group's rows grew past what was produced.
+        let applied = rows_per_group
+            .get(g)
+            .copied()
+            .unwrap_or(0)
+            .saturating_sub(inp.produced.get(g).copied().unwrap_or(0));
+        let e = units.entry(DEDUP_HIT).or_default();
+        e.0 += dup;
+        e.1 += dup.saturating_sub(applied);
+    }
+    let mut out: Vec<InjectedEnding> = units
+        .into_iter()
+        .map(|(reason, (injected, found))| InjectedEnding {
+            reason: reason.to_owned(),
+            counted_in: "units",
+            injected,
+            found,
+        })
+        .collect();
+    for (reason, injected) in &inp.injected_records {
+        out.push(InjectedEnding {
+            reason: reason.clone(),
+            counted_in: "records",
+            injected: *injected,
+            found: inp.rejected_records.get(reason).copied().unwrap_or(0),
+        });
+    }
+    out
+}
+
 /// Ingest: per group, produced = rows over all hours + consumer-rejected + producer-returned.
 fn check_ingest(inp: &Inputs, v: &mut Verdict) {
     let mut rows_per_group: BTreeMap<Group, u64> = BTreeMap::new();
@@ -253,12 +388,15 @@ fn check_ingest(inp: &Inputs, v: &mut Verdict) {
         .chain(rows_per_group.keys())
         .chain(rejected_per_group.keys())
         .collect();
+    let bad = inp.bad_input_groups();
     for g in groups {
         let produced = inp.produced.get(g).copied().unwrap_or(0);
         let accounted = rows_per_group.get(g).copied().unwrap_or(0)
             + rejected_per_group.get(g).copied().unwrap_or(0)
             + inp.producer_returned.get(g).copied().unwrap_or(0);
-        v.produced += produced;
+        if !bad.contains(g) {
+            v.produced += produced;
+        }
         if produced != accounted {
             v.violations.push(Violation {
                 stage: "ingest",
@@ -277,6 +415,7 @@ fn check_ingest(inp: &Inputs, v: &mut Verdict) {
 
 /// Billing: per group-hour, accepted = billed + terminal non-billed.
 fn check_billing(inp: &Inputs, v: &mut Verdict) {
+    let bad = inp.bad_input_groups();
     let hours: BTreeSet<&GroupHour> = inp
         .rows
         .keys()
@@ -296,8 +435,10 @@ fn check_billing(inp: &Inputs, v: &mut Verdict) {
         for (reason, q) in &terminal {
             *v.terminal.entry(format!("pipeline:{reason}")).or_default() += q;
         }
-        v.accepted += accepted;
-        v.billed += billed;
+        if !bad.contains(&group_of(gh)) {
+            v.accepted += accepted;
+            v.billed += billed;
+        }
         if inp.still_pending.contains(gh) {
             v.violations.push(Violation {
                 stage: "pending",
@@ -341,6 +482,7 @@ fn funnel(inp: &Inputs) -> Funnel {
         aggregated: total(&inp.aggregated),
         billed: total(&inp.billed),
         exits: Vec::new(),
+        injected: Vec::new(),
     };
     let mut by_stage: BTreeMap<(&'static str, String), (u64, u64)> = BTreeMap::new();
     let ended = unbilled(inp);
@@ -537,6 +679,67 @@ mod tests {
                 ("rows→aggregated", "pipeline:row:Late:LateUsage", 1, 0),
             ]
         );
+    }
+
+    #[test]
+    fn bad_input_groups_and_records_are_checked_and_listed_apart_from_the_funnel() {
+        // GIVEN a valid group, a bad-input group (a refused tag) and three kinds of records
+        let mut i = clean();
+        i.aggregated.insert(gh("a", "2026-11-30T10"), 6);
+        i.aggregated.insert(gh("a", "2026-11-30T11"), 4);
+        let tag = "pipeline:row:RejectedClientSide:InvalidTagCharacters";
+        i.produced.insert(g("bad-tag"), 13);
+        i.injected.insert((g("bad-tag"), tag.into()), 13);
+        i.rows.insert(gh("bad-tag", "2026-11-30T10"), 13);
+        i.pipeline_terminal.insert(
+            (
+                gh("bad-tag", "2026-11-30T10"),
+                "row:RejectedClientSide:InvalidTagCharacters".into(),
+            ),
+            13,
+        );
+        i.injected_records.insert("consumer:InvalidJson".into(), 1);
+        i.rejected_records.insert("consumer:InvalidJson".into(), 1);
+        i.injected_duplicates.insert(g("a"), 7);
+        // WHEN checked, THEN it conserves, the funnel holds only valid usage
+        let v = check(&i);
+        assert!(v.conserved, "{:?}", v.violations);
+        assert_eq!((v.produced, v.accepted, v.billed), (10, 10, 10));
+        let f = &v.funnel;
+        assert_eq!((f.produced, f.rows, f.billed), (10, 10, 10));
+        assert!(f.exits.is_empty(), "{:?}", f.exits);
+        // AND the bad inputs are listed by reason, each found as injected
+        let endings: Vec<(&str, &str, u64, u64)> = f
+            .injected
+            .iter()
+            .map(|e| (e.reason.as_str(), e.counted_in, e.injected, e.found))
+            .collect();
+        assert_eq!(
+            endings,
+            [
+                ("consumer:DedupHit", "units", 7, 7),
+                (tag, "units", 13, 13),
+                ("consumer:InvalidJson", "records", 1, 1),
+            ]
+        );
+        // WHEN a duplicate is applied, a record goes missing and another appears unasked
+        let mut j = i.clone();
+        j.rows.insert(gh("a", "2026-11-30T11"), 11);
+        j.billed.insert(gh("a", "2026-11-30T11"), 11);
+        j.rejected_records.clear();
+        j.rejected_records
+            .insert("consumer:UnknownVersion".into(), 1);
+        let v = check(&j);
+        // THEN each is a violation, and the duplicate shows as not dropped
+        assert!(!v.conserved);
+        let stages: Vec<&str> = v.violations.iter().map(|x| x.stage).collect();
+        assert_eq!(
+            stages,
+            ["ingest", "unbilled", "unbilled"],
+            "{:?}",
+            v.violations
+        );
+        assert_eq!(v.funnel.injected[0].found, 0, "the duplicate was applied");
     }
 
     #[test]

@@ -449,6 +449,13 @@ fn write_funnel(s: &mut String, f: &Funnel) {
             e.between, e.units, e.reason
         );
     }
+    for e in &f.injected {
+        let _ = writeln!(
+            s,
+            "  bad input, must end {:<52} {:>6} {} injected, {} found",
+            e.reason, e.injected, e.counted_in, e.found
+        );
+    }
 }
 
 /// The funnel as an HTML table.
@@ -471,6 +478,20 @@ fn funnel_html(f: &Funnel) -> String {
                 escape(&e.reason),
                 e.units,
                 e.injected
+            );
+        }
+        h.push_str("</table>");
+    }
+    if !f.injected.is_empty() {
+        h.push_str("<h3>Bad inputs injected on purpose</h3><table><tr><th>must end</th><th>counted in</th><th>injected</th><th>found</th></tr>");
+        for e in &f.injected {
+            let _ = write!(
+                h,
+                "<tr><td style=\"text-align:left\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                escape(&e.reason),
+                e.counted_in,
+                e.injected,
+                e.found
             );
         }
         h.push_str("</table>");

@@ -56,6 +56,9 @@ pub struct Runner {
     /// Whether `tick` polls the stream first (default). Off when the caller polls it on a
     /// task of its own with [`Runner::consume_stream`], beside the ticks, as AWS runs them.
     pub tick_consumes: bool,
+    /// The discoverer fences on `svc.watermarks` although no consumer is attached
+    /// ([`Runner::with_ingest_fence`]).
+    fenced: bool,
     env: LocalEnv,
     sqs: aws_sdk_sqs::Client,
     http: reqwest::Client,
@@ -93,7 +96,7 @@ struct StreamConsumer {
 
 impl StreamConsumer {
     /// The heartbeat's schedule in the runner: one marker per open shard before every poll, so
-    /// idle shards' watermarks advance. Then the stream is drained to its tip; once it is, no
+    /// idle shards' watermarks advance (shards registered, drained parents retired). Then the stream is drained to its tip; once it is, no
     /// record can still arrive before the pipeline's instant `at` in the runner's timeline
     /// (`--at` may be ahead of the emulator's real arrival times), so every watermark in the
     /// table is advanced to `at` — all of them, since tests on one stack run consumers of other,
@@ -102,7 +105,8 @@ impl StreamConsumer {
         &self,
         at: DateTime<Utc>,
     ) -> Result<crate::kinesis_esm::EsmReport> {
-        awsmp_consumer::heartbeat::beat(&self.kinesis, &self.stream)
+        let marks = self.consumer.watermarks.as_deref();
+        awsmp_consumer::heartbeat::scheduled(&self.kinesis, &self.stream, marks)
             .await
             .context("stream heartbeat")?;
         let report = self.drain().await?;
@@ -110,9 +114,9 @@ impl StreamConsumer {
             for shard in marks.shards().await.context("watermarks")? {
                 if !shard.drained {
                     marks
-                        .advance(&shard.shard_id, at)
+                        .advance(&shard.key(), at)
                         .await
-                        .with_context(|| format!("watermark of {}", shard.shard_id))?;
+                        .with_context(|| format!("watermark of {}", shard.key()))?;
                 }
             }
         }
@@ -186,6 +190,7 @@ impl Runner {
             metering,
             stream: None,
             tick_consumes: true,
+            fenced: false,
             env,
             sqs,
             http: reqwest::Client::new(),
@@ -231,6 +236,17 @@ impl Runner {
         Ok(self)
     }
 
+    /// Fence the discoverer on `watermarks` while the stream is consumed elsewhere (a load run
+    /// consumes its own stream on a task of its own, publishing into the same table).
+    pub fn with_ingest_fence(
+        mut self,
+        watermarks: Arc<dyn awsmp_pipeline::ports::WatermarkStore>,
+    ) -> Self {
+        self.svc.watermarks = Some(watermarks);
+        self.fenced = true;
+        self
+    }
+
     /// Poll the usage stream through the event source mapping until every shard is caught
     /// up, after one heartbeat marker per open shard (`None` without an attached consumer).
     pub async fn consume_stream(&self) -> Result<Option<crate::kinesis_esm::EsmReport>> {
@@ -268,7 +284,7 @@ impl Runner {
     /// writes rows itself: there is no stream to fence on, so the fence is off.
     fn discoverer_services(&self) -> Services {
         let mut svc = self.svc.clone();
-        if self.stream.is_none() {
+        if self.stream.is_none() && !self.fenced {
             svc.watermarks = None;
         }
         svc
@@ -311,6 +327,7 @@ impl Runner {
                 report.discoverer.groups_enqueued += out.groups_enqueued;
                 report.discoverer.rows_expired += out.rows_expired;
                 report.discoverer.quantity_expired += out.quantity_expired;
+                report.discoverer.buckets_fenced += out.buckets_fenced;
             }
             report.drained = self.drain().await?;
         }

@@ -279,6 +279,9 @@ pub trait MeteringApi: Send + Sync {
 /// "Ingest watermark").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardWatermark {
+    /// The stream the shard belongs to; `None` for an item keyed by shard id alone (the key
+    /// format before keys named their stream, docs/row-contract.md, "Ingest watermarks").
+    pub stream: Option<String>,
     /// The shard id, e.g. `shardId-000000000000`.
     pub shard_id: String,
     /// The highest `approximateArrivalTimestamp` whose rows were written (or whose heartbeat
@@ -289,7 +292,31 @@ pub struct ShardWatermark {
     pub drained: bool,
 }
 
-/// The ingest-watermark table: one item per shard. The consumer writes, the discoverer reads.
+impl ShardWatermark {
+    /// The item's key value: `{stream}/{shardId}` ([`crate::contract::stream::watermark_key`]),
+    /// or the bare shard id of an item without a stream.
+    pub fn key(&self) -> String {
+        match &self.stream {
+            Some(stream) => crate::contract::stream::watermark_key(stream, &self.shard_id),
+            None => self.shard_id.clone(),
+        }
+    }
+
+    /// The watermark of `key` ([`crate::contract::stream::parse_watermark_key`]).
+    pub fn for_key(key: &str, applied_through: DateTime<Utc>, drained: bool) -> Self {
+        let (stream, shard_id) = crate::contract::stream::parse_watermark_key(key);
+        Self {
+            stream: stream.map(str::to_owned),
+            shard_id: shard_id.to_owned(),
+            applied_through,
+            drained,
+        }
+    }
+}
+
+/// The ingest-watermark table: one item per shard of a stream. The consumer writes, the
+/// discoverer reads. `shard_id` arguments are the item's key value: `{stream}/{shardId}`
+/// ([`crate::contract::stream::watermark_key`]).
 #[async_trait]
 pub trait WatermarkStore: Send + Sync {
     /// Move `shard_id`'s watermark to `arrival`, never backwards (a conditional write). True

@@ -1,5 +1,7 @@
 //! Lambda `stream-heartbeat` (scheduled every minute): a marker record into every open shard
-//! of `AWSMP_USAGE_STREAM`, so idle shards' ingest watermarks advance.
+//! of `AWSMP_USAGE_STREAM`, so idle shards' ingest watermarks advance; with
+//! `AWSMP_INGEST_WATERMARK_TABLE`, closed parents a child took over are marked drained.
+use awsmp_pipeline::adapters::dynamodb::DynamoDbWatermarkStore;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 
 #[tokio::main]
@@ -9,10 +11,15 @@ async fn main() -> Result<(), Error> {
         std::env::var("AWSMP_USAGE_STREAM").map_err(|_| "AWSMP_USAGE_STREAM is not set")?;
     let sdk = awsmp_pipeline::aws::sdk_config().await;
     let client = aws_sdk_kinesis::Client::new(&sdk);
-    let (client, stream) = (&client, stream.as_str());
+    let marks = std::env::var("AWSMP_INGEST_WATERMARK_TABLE")
+        .ok()
+        .map(|t| DynamoDbWatermarkStore::new(aws_sdk_dynamodb::Client::new(&sdk), t));
+    let (client, stream, marks) = (&client, stream.as_str(), marks.as_ref());
     lambda_runtime::run(service_fn(
         move |_: LambdaEvent<serde_json::Value>| async move {
-            Ok::<usize, Error>(awsmp_consumer::heartbeat::beat(client, stream).await?.len())
+            let marks = marks.map(|m| m as &dyn awsmp_pipeline::ports::WatermarkStore);
+            let done = awsmp_consumer::heartbeat::scheduled(client, stream, marks).await?;
+            Ok::<(usize, usize), Error>(done)
         },
     ))
     .await

@@ -1,9 +1,11 @@
 //! Step 6: the shard's ingest watermark. Once the batch's row writes succeeded, the highest
 //! `approximateArrivalTimestamp` among the records before the first failure is published,
 //! conditionally (never backwards), so the discoverer aggregates an hour only after every
-//! shard was applied past it (docs/guarantees.md, "Ingest watermark").
+//! shard was applied past it (docs/guarantees.md, "Ingest watermark"). The watermark is keyed
+//! by stream and shard (`{stream}/{shardId}`, docs/row-contract.md, "Ingest watermarks").
 
 use super::{Batch, Consumer, STORE_RETRY};
+use awsmp_pipeline::contract::stream::watermark_key;
 
 impl Consumer {
     /// Publish the watermark of the batch's shard. A failed publish only delays the fence (the
@@ -13,14 +15,18 @@ impl Consumer {
             return;
         };
         let applied = batch.failed.unwrap_or(batch.slots.len());
-        let Some((shard, arrival)) = batch.slots[..applied]
+        let Some(record) = batch.slots[..applied]
             .iter()
             .filter_map(|s| s.record.as_ref().ok())
-            .map(|r| (r.shard_id.as_str(), r.arrival))
-            .max_by_key(|(_, arrival)| *arrival)
+            .max_by_key(|r| r.arrival)
         else {
             return;
         };
+        let (shard, arrival) = (
+            watermark_key(&record.stream, &record.shard_id),
+            record.arrival,
+        );
+        let shard = shard.as_str();
         if let Err(e) = awsmp_retry::retry(&STORE_RETRY, || store.advance(shard, arrival)).await {
             tracing::warn!(
                 error = &e as &dyn std::error::Error,

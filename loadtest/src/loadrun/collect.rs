@@ -39,6 +39,8 @@ impl<'a> Scope<'a> {
                 .produced
                 .keys()
                 .chain(inputs.producer_returned.keys())
+                .chain(inputs.injected.keys().map(|(g, _)| g))
+                .chain(inputs.injected_duplicates.keys())
                 .cloned()
                 .collect(),
             since: started_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
@@ -241,6 +243,14 @@ async fn collect_rejected(
         for item in page.items() {
             let s = |k: &str| text(item, k);
             let g = (s("licenseArn"), s("customerAWSAccountId"), s("dimension"));
+            // A record nothing of which decoded has no group: counted by reason.
+            if g.0.is_empty() && s("stream") == scope.stream && s("rejectedAt") >= scope.since {
+                *inputs
+                    .rejected_records
+                    .entry(format!("{}{}", conservation::CONSUMER, s("reason")))
+                    .or_default() += 1;
+                continue;
+            }
             if s("stream") != scope.stream
                 || !scope.licenses.contains(&g.0)
                 || s("rejectedAt") < scope.since

@@ -22,6 +22,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Real time between heartbeat markers while the producers run.
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+
 /// The consumer and its crashing twin: same tables, stores that die after N calls.
 struct Consumers {
     consumer: Consumer,
@@ -135,8 +138,19 @@ pub(super) async fn consume(
     )
     .await?;
     let mut totals: BTreeMap<String, u64> = BTreeMap::new();
+    let kinesis = env.kinesis().await?;
+    let mut last_beat: Option<Instant> = None;
     loop {
         let production_finished = ctx.production_done.load(Ordering::SeqCst);
+        // The heartbeat's schedule, compressed: while the producers run, every open shard gets
+        // a marker each second, so an idle shard's watermark keeps up (docs/guarantees.md).
+        if let Some(marks) = consumers.consumer.watermarks.as_deref()
+            && !production_finished
+            && last_beat.is_none_or(|b| b.elapsed() >= HEARTBEAT_EVERY)
+        {
+            awsmp_consumer::heartbeat::scheduled(&kinesis, stream, Some(marks)).await?;
+            last_beat = Some(Instant::now());
+        }
         let report = esm
             .drain(|event: KinesisEvent| consumers.handle(event, &ctx.counters, &ctx.timings))
             .await?;

@@ -4,6 +4,8 @@
 //! and the simulator's ledger as the billing record.
 
 use super::collect::Scope;
+use super::fence::RunWatermarks;
+use super::meter::Stack;
 use super::sim_admin::{SimAdmin, ledger_group_hour};
 use super::target::{ConsumeOutcome, RunTarget};
 use super::{RUN_STREAM_SHARDS, RunContext, RunSpec, catalog, licenses_needed, run_license};
@@ -14,6 +16,7 @@ use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 /// A run on the local stack.
@@ -26,6 +29,10 @@ pub(super) struct LocalTarget {
     sim: SimAdmin,
     /// The event source mapping's checkpoints for this run.
     checkpoint: PathBuf,
+    /// The run's ingest watermarks (`None`: the stack has no watermark table, no fence).
+    watermarks: Option<Arc<RunWatermarks>>,
+    /// The last license carries the injected bad inputs.
+    injects: bool,
 }
 
 impl LocalTarget {
@@ -33,7 +40,9 @@ impl LocalTarget {
     /// run's stream unless the run writes into a named one.
     pub(super) async fn set_up(paths: &Paths, spec: &RunSpec, nonce: u32) -> Result<Self> {
         let w = &spec.produce.workload;
-        let licenses: Vec<(String, String)> = (0..licenses_needed(spec))
+        // One more license than the workload needs carries the injected bad inputs.
+        let injection = usize::from(spec.bad_inputs);
+        let licenses: Vec<(String, String)> = (0..licenses_needed(spec) + injection)
             .map(|i| run_license(nonce, i))
             .collect();
         // The run's local state (its catalog, its mapping's checkpoints); older runs' goes.
@@ -78,7 +87,10 @@ impl LocalTarget {
         }
         let sim = SimAdmin::new(&env)?;
         sim.post("/_sim/reset", serde_json::json!({})).await?;
+        let watermarks = RunWatermarks::of_stack(&env, &stream).await?;
         Ok(Self {
+            watermarks,
+            injects: spec.bad_inputs,
             env,
             stream,
             owns_stream,
@@ -86,6 +98,18 @@ impl LocalTarget {
             sim,
             checkpoint: dir.join(format!("esm-{nonce:08x}.json")),
         })
+    }
+}
+
+impl LocalTarget {
+    /// What metering uses of the stack.
+    fn stack(&self) -> Stack<'_> {
+        Stack {
+            env: &self.env,
+            sim: &self.sim,
+            licenses: &self.licenses,
+            fence: self.watermarks.as_ref(),
+        }
     }
 }
 
@@ -112,6 +136,10 @@ impl RunTarget for LocalTarget {
         &self.licenses
     }
 
+    fn injection_license(&self) -> Option<&(String, String)> {
+        self.injects.then(|| self.licenses.last()).flatten()
+    }
+
     fn describe(&self) -> (String, String) {
         let stream = if self.owns_stream {
             format!("{} ({RUN_STREAM_SHARDS} shards)", self.stream)
@@ -132,7 +160,8 @@ impl RunTarget for LocalTarget {
         if ctx.spec.overlap.sequential {
             return consuming.await;
         }
-        let ticking = super::meter::tick_while_consuming(ctx, &self.env, &self.sim, &self.licenses);
+        let stack = self.stack();
+        let ticking = super::meter::tick_while_consuming(ctx, &stack);
         let (consumed, ticked) = tokio::join!(consuming, ticking);
         let mut consumed = consumed?;
         let (rejects, overlap) = ticked?;
@@ -151,8 +180,7 @@ impl RunTarget for LocalTarget {
         report: &mut RunReport,
         settings: &mut BTreeMap<String, String>,
     ) -> Result<BTreeSet<GroupHour>> {
-        let (env, sim, licenses) = (&self.env, &self.sim, &self.licenses);
-        super::meter::meter(ctx, env, sim, licenses, scope, report, settings).await
+        super::meter::meter(ctx, &self.stack(), scope, report, settings).await
     }
 
     /// The simulator's ledger is the billing record.
@@ -201,6 +229,10 @@ impl RunTarget for LocalTarget {
                 .await;
             if let Err(e) = deleted {
                 tracing::warn!(stream = %self.stream, error = %aws_sdk_kinesis::error::DisplayErrorContext(&e), "could not delete the run's stream");
+            }
+            // The stream is gone: its shards must not hold anyone's fence.
+            if let Some(watermarks) = &self.watermarks {
+                watermarks.retire().await?;
             }
         }
         Ok(())

@@ -5,6 +5,7 @@
 use super::RunContext;
 use super::collect::{Scope, pending_hours};
 use super::counters::RunCounters;
+use super::fence::RunWatermarks;
 use super::sim_admin::SimAdmin;
 use crate::conservation::GroupHour;
 use crate::faults::FaultClass;
@@ -29,17 +30,16 @@ const MAX_TICKS: usize = 40;
 /// Tick the pipeline until the run's group-hours are terminal; returns those still pending.
 pub(super) async fn meter(
     ctx: &RunContext<'_>,
-    env: &LocalEnv,
-    sim: &SimAdmin,
-    licenses: &[(String, String)],
+    stack: &Stack<'_>,
     scope: &Scope<'_>,
     report: &mut RunReport,
     settings: &mut BTreeMap<String, String>,
 ) -> Result<BTreeSet<GroupHour>> {
     ctx.progress.phase("metering");
-    let runner = runner(ctx, env).await?;
+    let sim = stack.sim;
+    let runner = runner(ctx, stack).await?;
     set_marketplace_faults(ctx, sim).await?;
-    let (ticks, pending) = tick_until_settled(ctx, env, &runner, sim, licenses, scope).await?;
+    let (ticks, pending) = tick_until_settled(ctx, stack, &runner, scope).await?;
     settings.insert("pipelineTicks".into(), ticks.to_string());
     let counters = sim.ledger().await?["counters"].clone();
     for (k, name) in [
@@ -74,9 +74,22 @@ pub(super) fn pipeline_rejects(runner: &Runner) -> BTreeMap<String, u64> {
     out
 }
 
-/// A runner over the stack, with the run's duplicate deliveries.
-async fn runner(ctx: &RunContext<'_>, env: &LocalEnv) -> Result<Runner> {
-    let mut runner = Runner::new(env.clone(), &BTreeMap::new()).await?;
+/// What of the local stack metering uses: its endpoints, the simulator, the run's licenses
+/// and the run's ingest watermarks (the fence; `None` when the stack has no watermark table).
+pub(super) struct Stack<'a> {
+    pub(super) env: &'a LocalEnv,
+    pub(super) sim: &'a SimAdmin,
+    pub(super) licenses: &'a [(String, String)],
+    pub(super) fence: Option<&'a Arc<RunWatermarks>>,
+}
+
+/// A runner over the stack, fenced on the run's watermarks, with the run's duplicate
+/// deliveries.
+async fn runner(ctx: &RunContext<'_>, stack: &Stack<'_>) -> Result<Runner> {
+    let mut runner = Runner::new(stack.env.clone(), &BTreeMap::new()).await?;
+    if let Some(fence) = stack.fence {
+        runner = runner.with_ingest_fence(fence.clone());
+    }
     if ctx.spec.produce.faults.has(FaultClass::DuplicateDeliveries) {
         duplicate_deliveries(&mut runner);
     }
@@ -90,18 +103,17 @@ async fn runner(ctx: &RunContext<'_>, env: &LocalEnv) -> Result<Runner> {
 /// ([`ConsumeOutcome::overlap`](super::target::ConsumeOutcome)).
 pub(super) async fn tick_while_consuming(
     ctx: &RunContext<'_>,
-    env: &LocalEnv,
-    sim: &SimAdmin,
-    licenses: &[(String, String)],
+    stack: &Stack<'_>,
 ) -> Result<(BTreeMap<String, u64>, BTreeMap<String, u64>)> {
     let mut overlap = BTreeMap::new();
-    let runner = runner(ctx, env).await?;
-    set_marketplace_faults(ctx, sim).await?;
+    let runner = runner(ctx, stack).await?;
+    set_marketplace_faults(ctx, stack.sim).await?;
     let lag = ctx.spec.overlap.consumer_lag;
     if ctx.spec.overlap.deprovision
-        && let Some(license) = licenses.first()
+        && let Some(license) = stack.licenses.first()
     {
-        deprovision(env, license, Utc::now() + lag + ChronoDuration::hours(2)).await?;
+        let expiry = Utc::now() + lag + ChronoDuration::hours(2);
+        deprovision(stack.env, license, expiry).await?;
     }
     let mut last: Option<DateTime<Utc>> = None;
     while !ctx.consumption_done.load(Ordering::SeqCst) {
@@ -117,6 +129,7 @@ pub(super) async fn tick_while_consuming(
         for (k, n) in [
             ("liveTicks", 1),
             ("liveGroupsEnqueued", tick.discoverer.groups_enqueued as u64),
+            ("liveBucketsFenced", tick.discoverer.buckets_fenced as u64),
             (
                 "liveSubmitterCalls",
                 tick.submitter.as_ref().map_or(0, |s| s.calls as u64),
@@ -187,14 +200,15 @@ async fn set_marketplace_faults(ctx: &RunContext<'_>, sim: &SimAdmin) -> Result<
 
 /// Tick from just after the lock of the current hour has passed, until nothing of the run is
 /// pending, `MAX_TICKS` or the deadline. Returns the ticks run and what is still pending.
+/// The stream is finished by then, so each tick first advances the run's watermarks to its
+/// instant ([`RunWatermarks::finished_through`]).
 async fn tick_until_settled(
     ctx: &RunContext<'_>,
-    env: &LocalEnv,
+    stack: &Stack<'_>,
     runner: &Runner,
-    sim: &SimAdmin,
-    licenses: &[(String, String)],
     scope: &Scope<'_>,
 ) -> Result<(usize, BTreeSet<GroupHour>)> {
+    let (env, sim, licenses) = (stack.env, stack.sim, stack.licenses);
     let last_hour = HourBucket::containing(Utc::now());
     let lock = runner.svc.config.time.metering_lock_hours();
     let mut at = last_hour.plus_hours(i64::from(lock) + 1).start() + ChronoDuration::minutes(5);
@@ -204,6 +218,9 @@ async fn tick_until_settled(
     }
     let mut ticks = 0;
     loop {
+        if let Some(fence) = stack.fence {
+            fence.finished_through(at).await?;
+        }
         let tick = runner
             .tick(at)
             .await

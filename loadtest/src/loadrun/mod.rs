@@ -15,6 +15,8 @@ mod collect;
 mod consume;
 mod counters;
 mod deployment;
+mod fence;
+mod inject;
 mod local_target;
 mod meter;
 mod progress;
@@ -83,6 +85,9 @@ pub struct RunSpec {
     pub timeout: Duration,
     /// How the stages overlap.
     pub overlap: Overlap,
+    /// Inject deliberately bad inputs through the real path, each declared with the reason it
+    /// must end with (local runs; `loadtest/src/loadrun/inject.rs`).
+    pub bad_inputs: bool,
     /// Show a progress bar.
     pub progress: bool,
     /// For the report.
@@ -200,7 +205,7 @@ async fn run_on<T: RunTarget>(target: &T, ctx: &RunContext<'_>) -> Result<RunRep
         producers.clone(),
         ctx.progress.clone(),
     );
-    let (produced, consumed) = produce_and_consume(target, ctx, producers).await?;
+    let (produced, injection, consumed) = produce_and_consume(target, ctx, producers).await?;
     let mut report = RunReport {
         faults: produced.faults.clone(),
         ..Default::default()
@@ -224,6 +229,7 @@ async fn run_on<T: RunTarget>(target: &T, ctx: &RunContext<'_>) -> Result<RunRep
             .collect(),
         ..Default::default()
     };
+    declare(&mut inputs, injection, &mut report);
     let record_to_ack = timings::producer_latency();
     if spec.produce_only {
         ctx.progress.phase("done");
@@ -294,12 +300,36 @@ fn stages(o: &Overlap) -> String {
     s
 }
 
-/// Producing and consuming run side by side, as they would in production.
+/// The injected bad inputs into the check's inputs (their units are produced, and the
+/// reasons they must end with declared), and into the report's faults.
+fn declare(inputs: &mut Inputs, injection: Option<inject::Injection>, report: &mut RunReport) {
+    let Some(inj) = injection else {
+        return;
+    };
+    let kinds = inj.units.len() + inj.records.len() + inj.duplicates.len();
+    report.faults.insert("badInputs".into(), kinds as u64);
+    for (g, q) in inj.produced {
+        *inputs.produced.entry(g).or_default() += q;
+    }
+    for ((g, reason), q) in inj.units {
+        *inputs.produced.entry(g.clone()).or_default() += q;
+        *inputs.injected.entry((g, reason)).or_default() += q;
+    }
+    for (reason, n) in inj.records {
+        *inputs.injected_records.entry(reason).or_default() += n;
+    }
+    for (g, q) in inj.duplicates {
+        *inputs.injected_duplicates.entry(g).or_default() += q;
+    }
+}
+
+/// Producing and consuming run side by side, as they would in production; the bad inputs (if
+/// the run injects them) go in first.
 async fn produce_and_consume<T: RunTarget>(
     target: &T,
     ctx: &RunContext<'_>,
     producers: Arc<Mutex<Vec<Producer>>>,
-) -> Result<(ProduceOutcome, ConsumeOutcome)> {
+) -> Result<(ProduceOutcome, Option<inject::Injection>, ConsumeOutcome)> {
     let spec = ctx.spec;
     let consuming = async {
         if spec.produce_only {
@@ -310,16 +340,25 @@ async fn produce_and_consume<T: RunTarget>(
     let producing = async {
         ctx.progress.phase("producing");
         let (env, stream, licenses) = (target.env(), target.stream(), target.licenses());
+        let injection = match target.injection_license() {
+            Some(license) if spec.bad_inputs && !spec.produce_only => {
+                let dimension = &spec.produce.workload.dimensions[0];
+                let kinesis = env.kinesis().await?;
+                Some(inject::inject(&kinesis, stream, license, dimension).await?)
+            }
+            _ => None,
+        };
         let counters = ctx.counters.clone();
         let out = produce(env, stream, licenses, &spec.produce, counters, producers).await;
         ctx.production_done.store(true, Ordering::SeqCst);
         if out.is_ok() && !spec.produce_only {
             ctx.progress.phase("consuming");
         }
-        out
+        anyhow::Ok((out?, injection))
     };
     let (produced, consumed) = tokio::join!(producing, consuming);
-    Ok((produced?, consumed?))
+    let (produced, injection) = produced?;
+    Ok((produced, injection, consumed?))
 }
 
 /// Ingestion only: every accepted event was acknowledged by Kinesis or handed back.

@@ -19,7 +19,8 @@ pub(super) struct ConsumeOutcome {
     /// Events the consumer rejected, by `consumer:<reason>`.
     pub(super) rejects: BTreeMap<String, u64>,
     /// What the pipeline did while the consumer consumed (overlapping stages), by
-    /// `liveTicks`, `liveGroupsEnqueued`, `liveSubmitterCalls`.
+    /// `liveTicks`, `liveGroupsEnqueued`, `liveBucketsFenced` (hours the ingest fence held
+    /// back), `liveSubmitterCalls`.
     pub(super) overlap: BTreeMap<String, u64>,
 }
 
@@ -31,6 +32,10 @@ pub(super) trait RunTarget {
     fn stream(&self) -> &str;
     /// The licenses the run meters against (license ARN, buyer account).
     fn licenses(&self) -> &[(String, String)];
+    /// The license the run's bad inputs are injected for (`None`: the target injects none).
+    fn injection_license(&self) -> Option<&(String, String)> {
+        None
+    }
     /// For the report's settings: where the run went, and the stream.
     fn describe(&self) -> (String, String);
     /// Drive consumption while the producers run, until production is done and the stream is

@@ -1,5 +1,6 @@
 //! The ingest-watermark table (`awsmp-ingest-watermarks`, `infra/resources.json`): one item per
-//! shard, `shardId` → `appliedThrough` (epoch milliseconds) and `drained`.
+//! shard of a stream, `shardId` = `{stream}/{shardId}` → `appliedThrough` (epoch milliseconds)
+//! and `drained` (docs/row-contract.md, "Ingest watermarks").
 
 use super::convert::{n, s};
 use super::errors::{ddb_err, is_conditional_failure, malformed};
@@ -11,7 +12,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 
-/// Hash key: the shard id.
+/// Hash key: the stream and shard id, `{stream}/{shardId}`
+/// ([`crate::contract::stream::watermark_key`]).
 pub const WATERMARK_SHARD_ID: &str = "shardId";
 /// Highest applied arrival time, epoch milliseconds.
 pub const WATERMARK_APPLIED_THROUGH: &str = "appliedThrough";
@@ -113,13 +115,10 @@ fn watermark_from_item(
     };
     let applied_through = DateTime::from_timestamp_millis(millis)
         .ok_or_else(|| malformed(table, format!("appliedThrough of {shard_id} out of range")))?;
-    Ok(ShardWatermark {
-        shard_id: shard_id.clone(),
-        applied_through,
-        drained: item
-            .get(WATERMARK_DRAINED)
-            .and_then(|v| v.as_bool().ok())
-            .copied()
-            .unwrap_or(false),
-    })
+    let drained = item
+        .get(WATERMARK_DRAINED)
+        .and_then(|v| v.as_bool().ok())
+        .copied()
+        .unwrap_or(false);
+    Ok(ShardWatermark::for_key(shard_id, applied_through, drained))
 }

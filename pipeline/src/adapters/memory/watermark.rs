@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-/// Watermarks by shard id; `advance` never moves one backwards, like the DynamoDB adapter's
+/// Watermarks by key (`{stream}/{shardId}`); `advance` never moves one backwards, like the DynamoDB adapter's
 /// conditional update.
 #[derive(Debug, Default)]
 pub struct MemoryWatermarkStore {
@@ -35,11 +35,7 @@ impl WatermarkStore for MemoryWatermarkStore {
             None => {
                 shards.insert(
                     shard_id.to_owned(),
-                    ShardWatermark {
-                        shard_id: shard_id.to_owned(),
-                        applied_through: arrival,
-                        drained: false,
-                    },
+                    ShardWatermark::for_key(shard_id, arrival, false),
                 );
                 Ok(true)
             }
@@ -48,13 +44,9 @@ impl WatermarkStore for MemoryWatermarkStore {
 
     async fn mark_drained(&self, shard_id: &str) -> Result<()> {
         let mut shards = lock(&self.shards);
-        let w = shards
-            .entry(shard_id.to_owned())
-            .or_insert_with(|| ShardWatermark {
-                shard_id: shard_id.to_owned(),
-                applied_through: DateTime::<Utc>::UNIX_EPOCH,
-                drained: false,
-            });
+        let w = shards.entry(shard_id.to_owned()).or_insert_with(|| {
+            ShardWatermark::for_key(shard_id, DateTime::<Utc>::UNIX_EPOCH, false)
+        });
         w.drained = true;
         Ok(())
     }
