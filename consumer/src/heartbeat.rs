@@ -3,6 +3,9 @@
 //! Scheduled every [`HEARTBEAT_PERIOD_SECS`](awsmp_pipeline::contract::stream::HEARTBEAT_PERIOD_SECS)
 //! seconds; the local runner calls [`beat`] before it polls the stream.
 //!
+//! Both watermark steps compare Kinesis `ListShards` with the stream's own partition of the
+//! watermark table (a `Query`, [`WatermarkStore::shards`]): nothing reads the whole table.
+//!
 //! With a watermark table the same schedule first registers every shard that has no watermark
 //! yet, at the epoch ([`register_shards`]), so a shard whose records were never applied holds
 //! the fence rather than being invisible to it; and it retires drained parents after a reshard
@@ -18,7 +21,6 @@ use aws_sdk_kinesis::types::Shard;
 use awsmp_pipeline::contract::stream::{HEARTBEAT_MARKER, HEARTBEAT_PARTITION_KEY};
 
 use crate::error::{ConsumerError, Result};
-use awsmp_pipeline::contract::stream::watermark_key;
 use awsmp_pipeline::ports::WatermarkStore;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
@@ -72,21 +74,22 @@ pub async fn retire_drained_parents(
     watermarks: &dyn WatermarkStore,
 ) -> Result<Vec<String>> {
     let shards = list_shards(client, stream).await?;
-    let table = watermarks.shards().await.map_err(store_err)?;
-    let ours = || table.iter().filter(|w| w.stream.as_deref() == Some(stream));
+    let table = watermarks.shards(stream).await.map_err(store_err)?;
     // A registered shard (at the epoch, [`register_shards`]) has not published yet.
-    let published: BTreeSet<&str> = ours()
+    let published: BTreeSet<&str> = table
+        .iter()
         .filter(|w| w.applied_through > DateTime::<Utc>::UNIX_EPOCH)
         .map(|w| w.shard_id.as_str())
         .collect();
-    let drained: BTreeSet<&str> = ours()
+    let drained: BTreeSet<&str> = table
+        .iter()
         .filter(|w| w.drained)
         .map(|w| w.shard_id.as_str())
         .collect();
     let mut retired = Vec::new();
     for parent in drained_parents(&shards, &published, &drained) {
         watermarks
-            .mark_drained(&watermark_key(stream, parent))
+            .mark_drained(stream, parent)
             .await
             .map_err(store_err)?;
         retired.push(parent.to_owned());
@@ -113,16 +116,12 @@ pub async fn register_shards(
     watermarks: &dyn WatermarkStore,
 ) -> Result<Vec<String>> {
     let shards = list_shards(client, stream).await?;
-    let table = watermarks.shards().await.map_err(store_err)?;
-    let known: BTreeSet<&str> = table
-        .iter()
-        .filter(|w| w.stream.as_deref() == Some(stream))
-        .map(|w| w.shard_id.as_str())
-        .collect();
+    let table = watermarks.shards(stream).await.map_err(store_err)?;
+    let known: BTreeSet<&str> = table.iter().map(|w| w.shard_id.as_str()).collect();
     let mut registered = Vec::new();
     for shard in unregistered(&shards, &known) {
         watermarks
-            .advance(&watermark_key(stream, shard), DateTime::<Utc>::UNIX_EPOCH)
+            .advance(stream, shard, DateTime::<Utc>::UNIX_EPOCH)
             .await
             .map_err(store_err)?;
         registered.push(shard.to_owned());

@@ -12,6 +12,8 @@ use awsmp_pipeline::domain::keys::RowKey;
 use awsmp_pipeline::domain::row::AttrValue;
 use chrono::{TimeZone, Utc};
 
+/// The stream of the fixtures' records (their `eventSourceARN`).
+const STREAM: &str = "awsmp-usage-events";
 const ARN: &str =
     "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef";
 
@@ -218,14 +220,14 @@ async fn the_shard_watermark_is_published_after_the_rows_are_written() {
     let (response, _) = consumer.process(event).await;
     assert!(response.batch_item_failures.is_empty());
     // THEN the shard's watermark is the highest arrival it applied
-    let shards = stores.watermarks.shards().await.unwrap();
+    let shards = stores.watermarks.shards(STREAM).await.unwrap();
     assert_eq!(shards.len(), 1);
     assert_eq!(shards[0].shard_id, "shardId-000000000000");
     assert_eq!(shards[0].applied_through, last_arrival);
     assert!(shards[0].applied_through > Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 7).unwrap());
     // AND a replay of an older batch never moves it back
     consumer.process(fixture("delayed-event.json")).await;
-    let again = stores.watermarks.shards().await.unwrap();
+    let again = stores.watermarks.shards(STREAM).await.unwrap();
     assert_eq!(again[0].applied_through, shards[0].applied_through);
 }
 
@@ -238,7 +240,7 @@ async fn a_failed_row_write_does_not_advance_the_watermark_past_it() {
     consumer.rows = Arc::new(Faulty::new(stores.rows.clone(), faults));
     let (response, _) = consumer.process(fixture("delayed-event.json")).await;
     assert_eq!(response.batch_item_failures.len(), 1);
-    assert!(stores.watermarks.shards().await.unwrap().is_empty());
+    assert!(stores.watermarks.shards(STREAM).await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -267,7 +269,7 @@ async fn a_heartbeat_marker_advances_an_idle_shard_and_bills_nothing() {
     assert!(stores.dedup.is_empty());
     assert_eq!(report.events_accepted, 0);
     // AND the shard's watermark is the marker's arrival
-    let shards = stores.watermarks.shards().await.unwrap();
+    let shards = stores.watermarks.shards(STREAM).await.unwrap();
     assert_eq!(shards[0].shard_id, "shardId-000000000003");
     assert_eq!(shards[0].applied_through, arrival);
 }

@@ -99,8 +99,9 @@ impl StreamConsumer {
     /// idle shards' watermarks advance (shards registered, drained parents retired). Then the stream is drained to its tip; once it is, no
     /// record can still arrive before the pipeline's instant `at` in the runner's timeline
     /// (`--at` may be ahead of the emulator's real arrival times), so every watermark in the
-    /// table is advanced to `at` — all of them, since tests on one stack run consumers of other,
-    /// short-lived streams into the same table (docs/local-stack.md, "Ingest watermark").
+    /// stream's partition of the table is advanced to `at`; other streams metered into the same
+    /// table (a load run's) are their own partitions and fence nobody here (docs/local-stack.md,
+    /// "Ingest watermark").
     async fn heartbeat_and_drain(
         &self,
         at: DateTime<Utc>,
@@ -111,12 +112,13 @@ impl StreamConsumer {
             .context("stream heartbeat")?;
         let report = self.drain().await?;
         if let Some(marks) = &self.consumer.watermarks {
-            for shard in marks.shards().await.context("watermarks")? {
+            let stream = self.stream.as_str();
+            for shard in marks.shards(stream).await.context("watermarks")? {
                 if !shard.drained {
                     marks
-                        .advance(&shard.key(), at)
+                        .advance(stream, &shard.shard_id, at)
                         .await
-                        .with_context(|| format!("watermark of {}", shard.key()))?;
+                        .with_context(|| format!("watermark of {stream}/{}", shard.shard_id))?;
                 }
             }
         }
@@ -236,13 +238,16 @@ impl Runner {
         Ok(self)
     }
 
-    /// Fence the discoverer on `watermarks` while the stream is consumed elsewhere (a load run
-    /// consumes its own stream on a task of its own, publishing into the same table).
+    /// Fence the discoverer on `stream`'s partition of `watermarks` while the stream is
+    /// consumed elsewhere (a load run consumes its own stream on a task of its own, publishing
+    /// into the same table).
     pub fn with_ingest_fence(
         mut self,
         watermarks: Arc<dyn awsmp_pipeline::ports::WatermarkStore>,
+        stream: &str,
     ) -> Self {
         self.svc.watermarks = Some(watermarks);
+        self.svc.config.usage_stream = Some(stream.to_owned());
         self.fenced = true;
         self
     }

@@ -51,8 +51,11 @@ async fn produce(kinesis: &aws_sdk_kinesis::Client, stream: &str, n: usize) -> R
 
 /// The stream's watermarks.
 async fn watermarks(store: &dyn WatermarkStore, stream: &str) -> Result<Vec<ShardWatermark>> {
-    let mut shards = store.shards().await?;
-    shards.retain(|s| s.stream.as_deref() == Some(stream));
+    let mut shards = store.shards(stream).await?;
+    assert!(
+        shards.iter().all(|s| s.stream == stream),
+        "the Query returns the stream's partition only"
+    );
     shards.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
     Ok(shards)
 }
@@ -173,7 +176,7 @@ async fn a_split_shard_is_drained_and_the_fence_keeps_moving() -> Result<()> {
         .await
         .ok();
     for s in &shards {
-        store.mark_drained(&s.key()).await?;
+        store.mark_drained(&s.stream, &s.shard_id).await?;
     }
     Ok(())
 }
@@ -240,7 +243,7 @@ async fn a_shard_whose_records_were_never_applied_holds_the_fence() -> Result<()
         .await
         .ok();
     for s in &shards {
-        store.mark_drained(&s.key()).await?;
+        store.mark_drained(&s.stream, &s.shard_id).await?;
     }
     Ok(())
 }

@@ -63,6 +63,9 @@ pub struct Config {
     /// Ingest-watermark table (`AWSMP_INGEST_WATERMARK_TABLE`); unset: no fence (rows written
     /// without the stream, docs/guarantees.md "Ingest watermark").
     pub ingest_watermark_table: Option<String>,
+    /// The usage stream whose shards' watermarks the discoverer's fence waits for
+    /// (`AWSMP_USAGE_STREAM`; needed with `ingest_watermark_table`).
+    pub usage_stream: Option<String>,
     /// Settle margin past an hour's end the watermark must reach before the hour is
     /// aggregated (`AWSMP_WATERMARK_SETTLE_SECONDS`).
     pub watermark_settle_secs: u64,
@@ -156,6 +159,7 @@ impl Config {
             metrics_namespace: get("AWSMP_METRICS_NAMESPACE")
                 .unwrap_or_else(|| crate::emf::DEFAULT_NAMESPACE.into()),
             ingest_watermark_table: get("AWSMP_INGEST_WATERMARK_TABLE").filter(|v| !v.is_empty()),
+            usage_stream: get("AWSMP_USAGE_STREAM").filter(|v| !v.is_empty()),
             watermark_settle_secs: num(
                 "AWSMP_WATERMARK_SETTLE_SECONDS",
                 DEFAULT_WATERMARK_SETTLE_SECS,

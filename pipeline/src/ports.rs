@@ -279,10 +279,10 @@ pub trait MeteringApi: Send + Sync {
 /// "Ingest watermark").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardWatermark {
-    /// The stream the shard belongs to; `None` for an item keyed by shard id alone (the key
-    /// format before keys named their stream, docs/row-contract.md, "Ingest watermarks").
-    pub stream: Option<String>,
-    /// The shard id, e.g. `shardId-000000000000`.
+    /// The stream the shard belongs to (the table's hash key, docs/row-contract.md, "Ingest
+    /// watermarks").
+    pub stream: String,
+    /// The shard id, e.g. `shardId-000000000000` (the table's range key).
     pub shard_id: String,
     /// The highest `approximateArrivalTimestamp` whose rows were written (or whose heartbeat
     /// marker was seen).
@@ -292,38 +292,17 @@ pub struct ShardWatermark {
     pub drained: bool,
 }
 
-impl ShardWatermark {
-    /// The item's key value: `{stream}/{shardId}` ([`crate::contract::stream::watermark_key`]),
-    /// or the bare shard id of an item without a stream.
-    pub fn key(&self) -> String {
-        match &self.stream {
-            Some(stream) => crate::contract::stream::watermark_key(stream, &self.shard_id),
-            None => self.shard_id.clone(),
-        }
-    }
-
-    /// The watermark of `key` ([`crate::contract::stream::parse_watermark_key`]).
-    pub fn for_key(key: &str, applied_through: DateTime<Utc>, drained: bool) -> Self {
-        let (stream, shard_id) = crate::contract::stream::parse_watermark_key(key);
-        Self {
-            stream: stream.map(str::to_owned),
-            shard_id: shard_id.to_owned(),
-            applied_through,
-            drained,
-        }
-    }
-}
-
-/// The ingest-watermark table: one item per shard of a stream. The consumer writes, the
-/// discoverer reads. `shard_id` arguments are the item's key value: `{stream}/{shardId}`
-/// ([`crate::contract::stream::watermark_key`]).
+/// The ingest-watermark table: one item per shard, one partition per stream (hash key
+/// `stream`, range key `shardId`). The consumer writes, the discoverer and the stream
+/// heartbeat read one stream's partition.
 #[async_trait]
 pub trait WatermarkStore: Send + Sync {
-    /// Move `shard_id`'s watermark to `arrival`, never backwards (a conditional write). True
-    /// when it moved; false when it was already at or past `arrival`.
-    async fn advance(&self, shard_id: &str, arrival: DateTime<Utc>) -> Result<bool>;
-    /// Record that the closed shard `shard_id` was read to its end.
-    async fn mark_drained(&self, shard_id: &str) -> Result<()>;
-    /// Every shard's watermark.
-    async fn shards(&self) -> Result<Vec<ShardWatermark>>;
+    /// Move the watermark of `stream`'s shard `shard_id` to `arrival`, never backwards (a
+    /// conditional write). True when it moved; false when it was already at or past `arrival`.
+    async fn advance(&self, stream: &str, shard_id: &str, arrival: DateTime<Utc>)
+    -> Result<bool>;
+    /// Record that `stream`'s closed shard `shard_id` was read to its end.
+    async fn mark_drained(&self, stream: &str, shard_id: &str) -> Result<()>;
+    /// The watermark of every shard of `stream` that has one (a strongly consistent read).
+    async fn shards(&self, stream: &str) -> Result<Vec<ShardWatermark>>;
 }

@@ -10,12 +10,18 @@ use awsmp_pipeline::handlers::discoverer::{DiscovererInput, discover};
 use awsmp_pipeline::ports::{Deprovisioning, WatermarkStore};
 use handler_support::*;
 
+/// The usage stream the discoverer fences on.
+const STREAM: &str = "usage";
+
 const METER: DiscovererInput = DiscovererInput::Meter { hour_offset: 2 };
 
 fn fenced_world(now: &str) -> World {
     World::with_config(
         now,
-        config(&[("AWSMP_INGEST_WATERMARK_TABLE", "ingest-watermarks")]),
+        config(&[
+            ("AWSMP_INGEST_WATERMARK_TABLE", "ingest-watermarks"),
+            ("AWSMP_USAGE_STREAM", STREAM),
+        ]),
     )
 }
 
@@ -37,11 +43,11 @@ async fn usage_written_by_a_lagging_consumer_is_in_the_hour_when_it_is_aggregate
     w.put_rows(&work_group(), &[(5, 1)]);
     let marks = &w.mem.watermarks;
     marks
-        .advance("shardId-0", at("2026-11-30T12:09:00Z"))
+        .advance(STREAM, "shardId-0", at("2026-11-30T12:09:00Z"))
         .await
         .unwrap();
     marks
-        .advance("shardId-1", at("2026-11-30T10:59:30Z"))
+        .advance(STREAM, "shardId-1", at("2026-11-30T10:59:30Z"))
         .await
         .unwrap();
 
@@ -60,14 +66,14 @@ async fn usage_written_by_a_lagging_consumer_is_in_the_hour_when_it_is_aggregate
     // WHEN the consumer catches up (its row for 10:59:59 is written) but not past the margin
     w.put_rows(&work_group(), &[(3599, 2)]);
     marks
-        .advance("shardId-1", at("2026-11-30T11:01:00Z"))
+        .advance(STREAM, "shardId-1", at("2026-11-30T11:01:00Z"))
         .await
         .unwrap();
     assert_eq!(discover(&w.svc, METER).await.unwrap().groups_enqueued, 0);
 
     // AND then past the hour's end plus the two-minute margin
     marks
-        .advance("shardId-1", at("2026-11-30T11:02:00Z"))
+        .advance(STREAM, "shardId-1", at("2026-11-30T11:02:00Z"))
         .await
         .unwrap();
     let out = discover(&w.svc, METER).await.unwrap();
@@ -85,15 +91,15 @@ async fn a_drained_parent_shard_does_not_hold_the_fence() {
     w.put_rows(&work_group(), &[(5, 1)]);
     let marks = &w.mem.watermarks;
     marks
-        .advance("shardId-parent", at("2026-11-30T10:30:00Z"))
+        .advance(STREAM, "shardId-parent", at("2026-11-30T10:30:00Z"))
         .await
         .unwrap();
     marks
-        .advance("shardId-child", at("2026-11-30T12:09:00Z"))
+        .advance(STREAM, "shardId-child", at("2026-11-30T12:09:00Z"))
         .await
         .unwrap();
     assert_eq!(discover(&w.svc, METER).await.unwrap().groups_enqueued, 0);
-    marks.mark_drained("shardId-parent").await.unwrap();
+    marks.mark_drained(STREAM, "shardId-parent").await.unwrap();
     assert_eq!(discover(&w.svc, METER).await.unwrap().groups_enqueued, 1);
 }
 
@@ -114,7 +120,7 @@ async fn a_stalled_shard_raises_the_alarm_metric_long_before_the_window_is_at_ri
     let marks = &w.mem.watermarks;
     // 10 minutes behind: normal, no alarm.
     marks
-        .advance("shardId-0", at("2026-11-30T12:00:00Z"))
+        .advance(STREAM, "shardId-0", at("2026-11-30T12:00:00Z"))
         .await
         .unwrap();
     discover(&w.svc, METER).await.unwrap();
@@ -146,7 +152,7 @@ async fn the_deprovisioning_flush_takes_the_current_hour_only_once_the_consumer_
     w.put_rows(&work_group(), &[(5, 1)]);
     let marks = &w.mem.watermarks;
     marks
-        .advance("shardId-0", at("2026-11-30T12:30:00Z"))
+        .advance(STREAM, "shardId-0", at("2026-11-30T12:30:00Z"))
         .await
         .unwrap();
 
@@ -160,11 +166,52 @@ async fn the_deprovisioning_flush_takes_the_current_hour_only_once_the_consumer_
     // WHEN the shard is applied past the flush instant (expiry − 10 min) plus the margin,
     // THEN the current hour goes too
     marks
-        .advance("shardId-0", at("2026-11-30T12:37:00Z"))
+        .advance(STREAM, "shardId-0", at("2026-11-30T12:37:00Z"))
         .await
         .unwrap();
     discover(&w.svc, DiscovererInput::FlushDeprovisioning)
         .await
         .unwrap();
     assert!(enqueued(&w.mem.deprovision_queue).contains(&current));
+}
+
+#[tokio::test]
+async fn the_fence_waits_only_for_the_usage_streams_shards() {
+    // GIVEN the usage stream's shard applied past the hour, and another stream metered into
+    // the same table (a load run's) far behind
+    let w = fenced_world(NOW);
+    w.put_rows(&work_group(), &[(5, 1)]);
+    let marks = &w.mem.watermarks;
+    marks
+        .advance(STREAM, "shardId-0", at("2026-11-30T12:09:00Z"))
+        .await
+        .unwrap();
+    marks
+        .advance("another-stream", "shardId-0", at("2026-11-30T09:00:00Z"))
+        .await
+        .unwrap();
+    // WHEN the discoverer runs for 10:00, THEN the other stream does not hold the hour
+    assert_eq!(discover(&w.svc, METER).await.unwrap().groups_enqueued, 1);
+    // AND the lag is the usage stream's
+    assert_eq!(
+        w.metrics.total(metrics::INGEST_WATERMARK_LAG.name()),
+        (at(NOW) - at("2026-11-30T12:09:00Z")).num_seconds() as f64
+    );
+}
+
+#[tokio::test]
+async fn a_watermark_table_without_the_usage_stream_is_a_configuration_error() {
+    // GIVEN a fence configured without AWSMP_USAGE_STREAM
+    let w = World::with_config(
+        NOW,
+        config(&[("AWSMP_INGEST_WATERMARK_TABLE", "ingest-watermarks")]),
+    );
+    w.put_rows(&work_group(), &[(5, 1)]);
+    // WHEN the discoverer runs, THEN it fails loudly and enqueues nothing
+    let err = discover(&w.svc, METER).await.unwrap_err();
+    assert!(
+        matches!(err, awsmp_pipeline::PipelineError::Config(ref m) if m.contains("AWSMP_USAGE_STREAM")),
+        "{err}"
+    );
+    assert!(w.mem.work_queue.messages().is_empty());
 }

@@ -2,10 +2,9 @@
 //! `approximateArrivalTimestamp` among the records before the first failure is published,
 //! conditionally (never backwards), so the discoverer aggregates an hour only after every
 //! shard was applied past it (docs/guarantees.md, "Ingest watermark"). The watermark is keyed
-//! by stream and shard (`{stream}/{shardId}`, docs/row-contract.md, "Ingest watermarks").
+//! by stream (the partition) and shard (docs/row-contract.md, "Ingest watermarks").
 
 use super::{Batch, Consumer, STORE_RETRY};
-use awsmp_pipeline::contract::stream::watermark_key;
 
 impl Consumer {
     /// Publish the watermark of the batch's shard. A failed publish only delays the fence (the
@@ -22,14 +21,17 @@ impl Consumer {
         else {
             return;
         };
-        let (shard, arrival) = (
-            watermark_key(&record.stream, &record.shard_id),
+        let (stream, shard, arrival) = (
+            record.stream.as_str(),
+            record.shard_id.as_str(),
             record.arrival,
         );
-        let shard = shard.as_str();
-        if let Err(e) = awsmp_retry::retry(&STORE_RETRY, || store.advance(shard, arrival)).await {
+        if let Err(e) =
+            awsmp_retry::retry(&STORE_RETRY, || store.advance(stream, shard, arrival)).await
+        {
             tracing::warn!(
                 error = &e as &dyn std::error::Error,
+                stream,
                 shard,
                 "ingest watermark not published"
             );

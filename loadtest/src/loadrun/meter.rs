@@ -88,7 +88,7 @@ pub(super) struct Stack<'a> {
 async fn runner(ctx: &RunContext<'_>, stack: &Stack<'_>) -> Result<Runner> {
     let mut runner = Runner::new(stack.env.clone(), &BTreeMap::new()).await?;
     if let Some(fence) = stack.fence {
-        runner = runner.with_ingest_fence(fence.clone());
+        runner = runner.with_ingest_fence(fence.table(), fence.stream());
     }
     if ctx.spec.produce.faults.has(FaultClass::DuplicateDeliveries) {
         duplicate_deliveries(&mut runner);

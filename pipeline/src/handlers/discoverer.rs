@@ -47,33 +47,32 @@ impl Fence {
         self.low.is_some_and(|w| w >= end + self.settle)
     }
 
-    /// The fence over `shards`: drained (closed, read to their end) shards are done. An item
-    /// keyed by the shard id alone (the key format before keys named their stream) is
-    /// superseded once that shard publishes under a stream-named key, so an upgrade never
-    /// leaves a watermark that nobody advances (docs/row-contract.md, "Ingest watermarks").
+    /// The fence over `shards` (one stream's watermarks): drained (closed, read to their end)
+    /// shards are done.
     pub fn over(shards: &[crate::ports::ShardWatermark], settle: Duration) -> Self {
-        let keyed: std::collections::BTreeSet<&str> = shards
-            .iter()
-            .filter(|s| s.stream.is_some())
-            .map(|s| s.shard_id.as_str())
-            .collect();
         let low = shards
             .iter()
             .filter(|s| !s.drained)
-            .filter(|s| s.stream.is_some() || !keyed.contains(s.shard_id.as_str()))
             .map(|s| s.applied_through)
             .min();
         Self { low, settle }
     }
 }
 
-/// The run's fence, its lag metrics emitted; `None` when no watermark table is configured.
+/// The run's fence over the usage stream's watermarks (`AWSMP_USAGE_STREAM`), its lag metrics
+/// emitted; `None` when no watermark table is configured. A table without the stream is a
+/// configuration error: the fence would have no shards to wait for.
 async fn read_fence(svc: &Services, now: DateTime<Utc>) -> Result<Option<Fence>> {
     let Some(store) = svc.watermarks.as_deref() else {
         return Ok(None);
     };
+    let stream = svc.config.usage_stream.as_deref().ok_or_else(|| {
+        PipelineError::Config(
+            "AWSMP_INGEST_WATERMARK_TABLE is set without AWSMP_USAGE_STREAM: the fence needs the stream whose shards it waits for".into(),
+        )
+    })?;
     let settle = Duration::seconds(svc.config.watermark_settle_secs as i64);
-    let fence = Fence::over(&store.shards().await?, settle);
+    let fence = Fence::over(&store.shards(stream).await?, settle);
     let lag = fence.low.map(|w| (now - w).num_seconds().max(0));
     if let Some(lag) = lag {
         svc.metrics
@@ -225,27 +224,24 @@ mod tests {
     use chrono::TimeZone;
 
     #[test]
-    fn the_fence_is_the_lowest_open_shard_and_a_superseded_bare_key_is_ignored() {
+    fn the_fence_is_the_lowest_open_shard() {
         let t = |m: u32| Utc.with_ymd_and_hms(2026, 11, 30, 13, m, 0).unwrap();
         let settle = Duration::seconds(120);
+        let w = |shard: &str, at: DateTime<Utc>, drained: bool| ShardWatermark {
+            stream: "usage".into(),
+            shard_id: shard.into(),
+            applied_through: at,
+            drained,
+        };
         let shards = [
-            ShardWatermark::for_key("usage/shardId-000000000000", t(30), false),
-            ShardWatermark::for_key("usage/shardId-000000000001", t(10), true),
-            ShardWatermark::for_key("usage/shardId-000000000002", t(20), false),
-            // written by a consumer before keys named their stream, superseded by shard 0's
-            ShardWatermark::for_key("shardId-000000000000", t(1), false),
+            w("shardId-000000000000", t(30), false),
+            w("shardId-000000000001", t(10), true),
+            w("shardId-000000000002", t(20), false),
         ];
         let fence = Fence::over(&shards, settle);
-        assert_eq!(
-            fence.low,
-            Some(t(20)),
-            "drained and superseded items are done"
-        );
+        assert_eq!(fence.low, Some(t(20)), "drained shards are done");
         assert!(fence.passes(t(18)));
         assert!(!fence.passes(t(19)), "the settle margin applies");
-        // a bare key nobody superseded still holds the fence (a consumer not yet upgraded)
-        let old = [ShardWatermark::for_key("shardId-000000000007", t(5), false)];
-        assert_eq!(Fence::over(&old, settle).low, Some(t(5)));
         assert_eq!(Fence::over(&[], settle).low, None);
         assert!(
             !Fence::over(&[], settle).passes(t(0)),

@@ -33,4 +33,5 @@ pub use errors::{is_conditional_failure, is_retryable};
 pub use usage::DynamoDbUsageStore;
 pub use watermark::{
     DynamoDbWatermarkStore, WATERMARK_APPLIED_THROUGH, WATERMARK_DRAINED, WATERMARK_SHARD_ID,
+    WATERMARK_STREAM,
 };

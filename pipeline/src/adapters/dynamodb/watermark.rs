@@ -1,6 +1,8 @@
 //! The ingest-watermark table (`awsmp-ingest-watermarks`, `infra/resources.json`): one item per
-//! shard of a stream, `shardId` = `{stream}/{shardId}` → `appliedThrough` (epoch milliseconds)
-//! and `drained` (docs/row-contract.md, "Ingest watermarks").
+//! shard, one partition per stream — hash key `stream`, range key `shardId` — holding
+//! `appliedThrough` (epoch milliseconds) and `drained` (docs/row-contract.md, "Ingest
+//! watermarks"). A stream's watermarks are read with one paginated, strongly consistent
+//! `Query` on its partition: no `Scan`.
 
 use super::convert::{n, s};
 use super::errors::{ddb_err, is_conditional_failure, malformed};
@@ -12,8 +14,9 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 
-/// Hash key: the stream and shard id, `{stream}/{shardId}`
-/// ([`crate::contract::stream::watermark_key`]).
+/// Hash key: the stream's name.
+pub const WATERMARK_STREAM: &str = "stream";
+/// Range key: the shard id, e.g. `shardId-000000000000`.
 pub const WATERMARK_SHARD_ID: &str = "shardId";
 /// Highest applied arrival time, epoch milliseconds.
 pub const WATERMARK_APPLIED_THROUGH: &str = "appliedThrough";
@@ -35,16 +38,28 @@ impl DynamoDbWatermarkStore {
             table: table.into(),
         }
     }
+
+    fn key(stream: &str, shard_id: &str) -> HashMap<String, AttributeValue> {
+        HashMap::from([
+            (WATERMARK_STREAM.to_owned(), s(stream)),
+            (WATERMARK_SHARD_ID.to_owned(), s(shard_id)),
+        ])
+    }
 }
 
 #[async_trait]
 impl WatermarkStore for DynamoDbWatermarkStore {
-    async fn advance(&self, shard_id: &str, arrival: DateTime<Utc>) -> Result<bool> {
+    async fn advance(
+        &self,
+        stream: &str,
+        shard_id: &str,
+        arrival: DateTime<Utc>,
+    ) -> Result<bool> {
         let r = self
             .client
             .update_item()
             .table_name(&self.table)
-            .key(WATERMARK_SHARD_ID, s(shard_id))
+            .set_key(Some(Self::key(stream, shard_id)))
             .update_expression("SET #t = :t")
             .condition_expression("attribute_not_exists(#t) OR #t < :t")
             .expression_attribute_names("#t", WATERMARK_APPLIED_THROUGH)
@@ -58,11 +73,11 @@ impl WatermarkStore for DynamoDbWatermarkStore {
         }
     }
 
-    async fn mark_drained(&self, shard_id: &str) -> Result<()> {
+    async fn mark_drained(&self, stream: &str, shard_id: &str) -> Result<()> {
         self.client
             .update_item()
             .table_name(&self.table)
-            .key(WATERMARK_SHARD_ID, s(shard_id))
+            .set_key(Some(Self::key(stream, shard_id)))
             .update_expression("SET #d = :d")
             .expression_attribute_names("#d", WATERMARK_DRAINED)
             .expression_attribute_values(":d", AttributeValue::Bool(true))
@@ -72,19 +87,22 @@ impl WatermarkStore for DynamoDbWatermarkStore {
         Ok(())
     }
 
-    async fn shards(&self) -> Result<Vec<ShardWatermark>> {
+    async fn shards(&self, stream: &str) -> Result<Vec<ShardWatermark>> {
         let mut out = Vec::new();
         let mut start = None;
         loop {
             let page = self
                 .client
-                .scan()
+                .query()
                 .table_name(&self.table)
                 .consistent_read(true)
+                .key_condition_expression("#s = :s")
+                .expression_attribute_names("#s", WATERMARK_STREAM)
+                .expression_attribute_values(":s", s(stream))
                 .set_exclusive_start_key(start)
                 .send()
                 .await
-                .map_err(|e| ddb_err("Scan", &self.table, e))?;
+                .map_err(|e| ddb_err("Query", &self.table, e))?;
             for item in page.items() {
                 out.push(watermark_from_item(&self.table, item)?);
             }
@@ -101,24 +119,37 @@ fn watermark_from_item(
     table: &str,
     item: &HashMap<String, AttributeValue>,
 ) -> Result<ShardWatermark> {
-    let shard_id = item
-        .get(WATERMARK_SHARD_ID)
-        .and_then(|v| v.as_s().ok())
-        .ok_or_else(|| malformed(table, "watermark item without shardId"))?;
+    let text = |attr: &str| {
+        item.get(attr)
+            .and_then(|v| v.as_s().ok())
+            .ok_or_else(|| malformed(table, format!("watermark item without {attr}")))
+    };
+    let (stream, shard_id) = (text(WATERMARK_STREAM)?, text(WATERMARK_SHARD_ID)?);
     let millis = match item.get(WATERMARK_APPLIED_THROUGH) {
         None => 0,
         Some(v) => v
             .as_n()
             .ok()
             .and_then(|t| t.parse::<i64>().ok())
-            .ok_or_else(|| malformed(table, format!("bad appliedThrough of {shard_id}")))?,
+            .ok_or_else(|| {
+                malformed(table, format!("bad appliedThrough of {stream}/{shard_id}"))
+            })?,
     };
-    let applied_through = DateTime::from_timestamp_millis(millis)
-        .ok_or_else(|| malformed(table, format!("appliedThrough of {shard_id} out of range")))?;
+    let applied_through = DateTime::from_timestamp_millis(millis).ok_or_else(|| {
+        malformed(
+            table,
+            format!("appliedThrough of {stream}/{shard_id} out of range"),
+        )
+    })?;
     let drained = item
         .get(WATERMARK_DRAINED)
         .and_then(|v| v.as_bool().ok())
         .copied()
         .unwrap_or(false);
-    Ok(ShardWatermark::for_key(shard_id, applied_through, drained))
+    Ok(ShardWatermark {
+        stream: stream.clone(),
+        shard_id: shard_id.clone(),
+        applied_through,
+        drained,
+    })
 }
