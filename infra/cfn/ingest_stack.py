@@ -112,9 +112,14 @@ def functions() -> list[Function]:
         ),
         Function(
             "StreamHeartbeat", "stream-heartbeat", "consumer",
-            "Puts one marker record into each open shard every minute so idle shards' watermarks advance.",
-            {"AWSMP_USAGE_STREAM": ref("UsageStream")},
-            [statement(["kinesis:ListShards", "kinesis:PutRecord"], [get_att("UsageStream", "Arn")])],
+            "Puts one marker record into each open shard every minute so idle shards' watermarks advance; registers new shards and retires drained parents.",
+            {"AWSMP_USAGE_STREAM": ref("UsageStream"), "AWSMP_INGEST_WATERMARK_TABLE": ref("IngestWatermarkTable")},
+            [
+                statement(["kinesis:ListShards", "kinesis:PutRecord"], [get_att("UsageStream", "Arn")]),
+                # Registers shards without a watermark and marks drained parents: its stream's
+                # partition (consumer/src/heartbeat.rs).
+                ddb(["Query", "UpdateItem"], [get_att("IngestWatermarkTable", "Arn")]),
+            ],
             memory=128, timeout=30, reserved=1,
         ),
         Function(

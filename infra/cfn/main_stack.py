@@ -166,19 +166,24 @@ def deprovisioning_index() -> dict:
     return statement(["dynamodb:Query"], [subscribers_arn(DEPROVISIONING_INDEX)])
 
 
-def watermark_scan() -> dict:
-    """The discoverer reads every shard's watermark at once (one item per shard,
-    pipeline/src/adapters/dynamodb/watermark.rs): the one `Scan`, on that table only
-    (docs/deploy.md, "IAM exceptions")."""
+def watermark_query() -> dict:
+    """The discoverer's fence reads its stream's partition of the ingest-watermark table (hash
+    key `stream`, pipeline/src/adapters/dynamodb/watermark.rs): a `Query`, never a `Scan`."""
     arn = table_arn("awsmp-ingest-watermarks", "ingest")
-    return if_("UseWatermark", statement(["dynamodb:Scan"], [arn]), NO_VALUE)
+    return if_("UseWatermark", statement(["dynamodb:Query"], [arn]), NO_VALUE)
+
+
+def discoverer_env() -> dict:
+    """The pipeline's environment plus the usage stream whose shards the fence waits for."""
+    stream = if_("UseWatermark", sub(physical_name("awsmp-usage-events", "ingest")), NO_VALUE)
+    return {**pipeline_env(gated=True), "AWSMP_USAGE_STREAM": stream}
 
 
 def functions() -> list[Function]:
     env, full_env = pipeline_env(), pipeline_env(gated=True)
     return [
         Function("Discoverer", "discoverer", "pipeline", "Enqueues pending groups per hour bucket; ages out; flushes deprovisioning licenses.",
-                 full_env, [pending_index("UsageTable"), usage("GetItem", "UpdateItem"), sqs_send("WorkQueue", "DeprovisionWorkQueue"), deprovisioning_index(), watermark_scan()],
+                 discoverer_env(), [pending_index("UsageTable"), usage("GetItem", "UpdateItem"), sqs_send("WorkQueue", "DeprovisionWorkQueue"), deprovisioning_index(), watermark_query()],
                  memory=512, timeout=300, reserved=30, condition=FULL),
         Function("Aggregator", "aggregator", "pipeline", "Folds one group, validates it, commits the aggregated record, enqueues cleanup.",
                  full_env, [usage("GetItem", "Query", "UpdateItem"), aggregated("GetItem", "PutItem"), sqs_consume("WorkQueue"), sqs_consume("DeprovisionWorkQueue"), sqs_send("CleanupQueue")],

@@ -14,10 +14,6 @@ import pytest
 
 from stack_templates import STACKS, functions, load, refs, resources_json, sub_text
 
-WATERMARK_TABLE_ARN = {
-    "Fn::Sub": "arn:${AWS::Partition}:dynamodb:${AWS::Region}:${AWS::AccountId}:table/awsmp-${StageName}-${ProductCode}-ingest-watermarks"
-}
-
 EXCEPTIONS = [
     {
         "stack": "main",
@@ -34,15 +30,6 @@ EXCEPTIONS = [
         "resource": "*",
         "reason": "ResolveCustomer has no resource type: IAM accepts only `*`.",
         "url": "https://docs.aws.amazon.com/service-authorization/latest/reference/list_awsmarketplacemeteringservice.html",
-    },
-    {
-        "stack": "main",
-        "function": "DiscovererFunction",
-        "action": "dynamodb:Scan",
-        "resource": WATERMARK_TABLE_ARN,
-        "reason": "The discoverer's fence reads every shard's watermark (one item per shard) with a Scan "
-        "(pipeline/src/adapters/dynamodb/watermark.rs); on that table only, never a usage table.",
-        "url": "https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Scan.html",
     },
     {
         "stack": "ingest",
@@ -169,6 +156,8 @@ def planted(stack: str, fid: str, st: dict) -> list[str]:
         ("main", "AggregatorFunction", {"Effect": "Allow", "Action": "dynamodb:*", "Resource": {"Fn::GetAtt": ["UsageTable", "Arn"]}}, "wildcard action dynamodb:*"),
         ("main", "SubmitterFunction", {"Effect": "Allow", "Action": "aws-marketplace:*", "Resource": "*"}, "wildcard action aws-marketplace:*"),
         ("main", "CleanupFunction", {"Effect": "Allow", "Action": "dynamodb:Scan", "Resource": {"Fn::GetAtt": ["UsageTable", "Arn"]}}, "dynamodb:Scan on"),
+        ("main", "DiscovererFunction", {"Effect": "Allow", "Action": "dynamodb:Scan", "Resource": {"Fn::Sub": "arn:${AWS::Partition}:dynamodb:${AWS::Region}:${AWS::AccountId}:table/awsmp-${StageName}-${ProductCode}-ingest-watermarks"}}, "dynamodb:Scan on"),
+        ("ingest", "StreamHeartbeatFunction", {"Effect": "Allow", "Action": "dynamodb:Scan", "Resource": {"Fn::GetAtt": ["IngestWatermarkTable", "Arn"]}}, "dynamodb:Scan on"),
         ("main", "ExpiryFunction", {"Effect": "Allow", "Action": "dynamodb:GetItem", "Resource": "*"}, "dynamodb:GetItem on *"),
         ("main", "ExpiryFunction", {"Effect": "Allow", "Action": "dynamodb:GetItem", "Resource": {"Fn::GetAtt": ["CustomerProfileTable", "Arn"]}}, "not one of its own"),
         ("main", "RegisterFunction", {"Effect": "Allow", "Action": "dynamodb:Query", "Resource": {"Fn::Sub": "${CustomerProfileTable.Arn}/index/*"}}, "not one of its own"),
