@@ -24,19 +24,23 @@ async fn contract(store: &dyn WatermarkStore, run: &str) -> Result<()> {
         store.advance(&stream, a, t0()).await?,
         "a first watermark is written"
     );
-    assert!(store.advance(&stream, a, t0() + Duration::seconds(5)).await?);
+    assert!(
+        store
+            .advance(&stream, a, t0() + Duration::seconds(5))
+            .await?
+    );
     assert!(!store.advance(&stream, a, t0()).await?, "never backwards");
     assert!(
-        !store.advance(&stream, a, t0() + Duration::seconds(5)).await?,
+        !store
+            .advance(&stream, a, t0() + Duration::seconds(5))
+            .await?,
         "equal is no move"
     );
     assert!(
         store.advance(&other, a, t0()).await?,
         "the same shard id of another stream is another item"
     );
-    assert!(
-        store.advance(&stream, b, t0() - Duration::hours(1)).await?
-    );
+    assert!(store.advance(&stream, b, t0() - Duration::hours(1)).await?);
     store.mark_drained(&stream, b).await?;
     assert!(
         store.advance(&stream, b, t0()).await?,
@@ -54,7 +58,12 @@ async fn contract(store: &dyn WatermarkStore, run: &str) -> Result<()> {
     assert_eq!(
         listed(store.shards(&stream).await?),
         [
-            (stream.clone(), a.to_owned(), t0() + Duration::seconds(5), false),
+            (
+                stream.clone(),
+                a.to_owned(),
+                t0() + Duration::seconds(5),
+                false
+            ),
             (stream.clone(), b.to_owned(), t0(), true)
         ]
     );
@@ -62,7 +71,12 @@ async fn contract(store: &dyn WatermarkStore, run: &str) -> Result<()> {
         listed(store.shards(&other).await?),
         [
             (other.clone(), a.to_owned(), t0(), false),
-            (other.clone(), b.to_owned(), DateTime::<Utc>::UNIX_EPOCH, true)
+            (
+                other.clone(),
+                b.to_owned(),
+                DateTime::<Utc>::UNIX_EPOCH,
+                true
+            )
         ],
         "a shard drained before it published is listed at the epoch"
     );

@@ -299,8 +299,7 @@ pub struct ShardWatermark {
 pub trait WatermarkStore: Send + Sync {
     /// Move the watermark of `stream`'s shard `shard_id` to `arrival`, never backwards (a
     /// conditional write). True when it moved; false when it was already at or past `arrival`.
-    async fn advance(&self, stream: &str, shard_id: &str, arrival: DateTime<Utc>)
-    -> Result<bool>;
+    async fn advance(&self, stream: &str, shard_id: &str, arrival: DateTime<Utc>) -> Result<bool>;
     /// Record that `stream`'s closed shard `shard_id` was read to its end.
     async fn mark_drained(&self, stream: &str, shard_id: &str) -> Result<()>;
     /// The watermark of every shard of `stream` that has one (a strongly consistent read).

@@ -104,11 +104,18 @@ mod tests {
         let ours = table.shards("run").await.unwrap();
         assert_eq!(ours.len(), 1);
         assert_eq!(
-            (ours[0].shard_id.as_str(), ours[0].applied_through, ours[0].drained),
+            (
+                ours[0].shard_id.as_str(),
+                ours[0].applied_through,
+                ours[0].drained
+            ),
             (shard, t(30), true)
         );
         let theirs = table.shards("usage").await.unwrap();
-        assert_eq!((theirs[0].applied_through, theirs[0].drained), (t(2), false));
+        assert_eq!(
+            (theirs[0].applied_through, theirs[0].drained),
+            (t(2), false)
+        );
         // a drained shard is not advanced by a later finish
         run.finished_through(t(40)).await.unwrap();
         assert_eq!(table.shards("run").await.unwrap()[0].applied_through, t(30));

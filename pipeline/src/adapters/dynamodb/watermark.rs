@@ -49,12 +49,7 @@ impl DynamoDbWatermarkStore {
 
 #[async_trait]
 impl WatermarkStore for DynamoDbWatermarkStore {
-    async fn advance(
-        &self,
-        stream: &str,
-        shard_id: &str,
-        arrival: DateTime<Utc>,
-    ) -> Result<bool> {
+    async fn advance(&self, stream: &str, shard_id: &str, arrival: DateTime<Utc>) -> Result<bool> {
         let r = self
             .client
             .update_item()

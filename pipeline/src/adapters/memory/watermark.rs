@@ -33,12 +33,7 @@ fn at(stream: &str, shard_id: &str, applied_through: DateTime<Utc>) -> ShardWate
 
 #[async_trait]
 impl WatermarkStore for MemoryWatermarkStore {
-    async fn advance(
-        &self,
-        stream: &str,
-        shard_id: &str,
-        arrival: DateTime<Utc>,
-    ) -> Result<bool> {
+    async fn advance(&self, stream: &str, shard_id: &str, arrival: DateTime<Utc>) -> Result<bool> {
         let mut shards = lock(&self.shards);
         let key = (stream.to_owned(), shard_id.to_owned());
         match shards.get_mut(&key) {
