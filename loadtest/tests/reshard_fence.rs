@@ -204,12 +204,19 @@ async fn a_shard_whose_records_were_never_applied_holds_the_fence() -> Result<()
         .send()
         .await?;
     wait_active(&kinesis, &stream).await?;
-    // GIVEN usage in both shards, none of it consumed yet
+    // GIVEN usage in both shards, none of it consumed yet, and another stream in the table
+    // whose shard of the same id has published
     produce(&kinesis, &stream, 10).await?;
     let produced_by = Utc::now();
+    let other = format!("{stream}-other");
+    store
+        .advance(&other, "shardId-000000000000", produced_by)
+        .await?;
     // WHEN the heartbeat's schedule runs
     awsmp_consumer::heartbeat::scheduled(&kinesis, &stream, Some(&*store)).await?;
-    // THEN both shards are registered at the epoch, and the fence lets no hour through
+    // THEN both shards are registered at the epoch (the other stream's item registers
+    // nothing: the heartbeat reads its own stream's partition), and the fence lets no hour
+    // through
     let shards = watermarks(&*store, &stream).await?;
     assert_eq!(shards.len(), 2, "{shards:?}");
     assert!(
@@ -245,5 +252,6 @@ async fn a_shard_whose_records_were_never_applied_holds_the_fence() -> Result<()
     for s in &shards {
         store.mark_drained(&s.stream, &s.shard_id).await?;
     }
+    store.mark_drained(&other, "shardId-000000000000").await?;
     Ok(())
 }

@@ -1,6 +1,8 @@
 //! Lambda `stream-heartbeat` (scheduled every minute): a marker record into every open shard
 //! of `AWSMP_USAGE_STREAM`, so idle shards' ingest watermarks advance; with
-//! `AWSMP_INGEST_WATERMARK_TABLE`, closed parents a child took over are marked drained.
+//! `AWSMP_INGEST_WATERMARK_TABLE`, shards without a watermark are registered and closed parents
+//! a child took over are marked drained (`ListShards` against a `Query` of the stream's
+//! partition of the table; `dynamodb:Query` and `dynamodb:UpdateItem`, `infra/ingest.yaml`).
 use awsmp_pipeline::adapters::dynamodb::DynamoDbWatermarkStore;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 
