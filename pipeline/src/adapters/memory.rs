@@ -9,7 +9,7 @@
 //! | [`MemoryUsageStore`] | [`UsageStore`](crate::ports::UsageStore) | the sparse `metering_pending` index, paged; `begins_with` group reads; updates that never create a row; age-out only of rows still pending in their bucket |
 //! | [`MemoryAggregatedStore`] | [`AggregatedStore`](crate::ports::AggregatedStore) | first-write-wins puts (the commit point); attempt marks and write-backs only while pending |
 //! | [`MemoryDeprovisioningIndex`] | [`DeprovisioningIndex`](crate::ports::DeprovisioningIndex) | the subscribers table's deprovisioning index |
-//! | [`MemoryWatermarkStore`] | [`WatermarkStore`](crate::ports::WatermarkStore) | one watermark per shard that never moves backwards |
+//! | [`MemoryWatermarkStore`] | [`WatermarkStore`](crate::ports::WatermarkStore) | one watermark per stream and shard, never moving backwards; `shards(stream)` lists one stream |
 //! | [`MemoryQueue`] | [`MessageQueue`](crate::ports::MessageQueue) | sent bodies, drained as SQS events |
 //! | [`MemoryMeteringApi`] | [`MeteringApi`](crate::ports::MeteringApi) | the BatchMeterUsage ledger: first write per group-hour wins, an identical retry is `Success` with the same id, a different one `DuplicateRecord`; scripted exceptions, lost responses and `UnprocessedRecords` |
 //!
