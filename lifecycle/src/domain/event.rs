@@ -8,7 +8,7 @@
 
 use awsmp_pipeline::contract::reasons;
 use awsmp_pipeline::ids::{is_valid_account_id, is_valid_license_arn};
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use serde_json::Value;
 
 /// The `source` of every AWS Marketplace agreement and license event.
@@ -224,7 +224,9 @@ pub fn parse(body: &str) -> Result<Parsed, MalformedEvent> {
     let time = required(&v, &["time"])?;
     let at = DateTime::parse_from_rfc3339(time)
         .map_err(|e| malformed(reasons::MALFORMED_EVENT_TIME, format!("{time:?}: {e}")))?
-        .with_timezone(&Utc);
+        .with_timezone(&Utc)
+        // Stored to the millisecond (`audit_timestamp`): keep no finer time than that.
+        .trunc_subsecs(3);
     let detail = v
         .get("detail")
         .ok_or_else(|| malformed(reasons::MISSING_EVENT_FIELD, "detail"))?;
