@@ -1,0 +1,143 @@
+//! The simulator's lifecycle admin: subscribe issues a token and the two events, tokens are
+//! reusable until they expire, and a deprovisioned license is billable for one more hour.
+
+use std::time::Instant;
+
+use awsmp_loadtest::sim::lifecycle::{self, LicenseRequest, SubscribeRequest};
+use awsmp_loadtest::sim::{Catalog, SimConfig, Simulator};
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use serde_json::{Value, json};
+
+fn sim(now: DateTime<Utc>) -> Simulator {
+    let catalog =
+        Catalog::from_json(r#"{"products":[{"productCode":"prod1","dimensions":["requests"]}]}"#)
+            .unwrap();
+    let mut s = Simulator::new(SimConfig::new(catalog), Instant::now()).unwrap();
+    s.set_clock(Some(now));
+    s
+}
+
+fn meter(s: &mut Simulator, license: &str, account: &str, hour: DateTime<Utc>) -> Value {
+    let body = json!({"UsageRecords": [{
+        "Timestamp": hour.timestamp(), "Dimension": "requests", "Quantity": 3,
+        "LicenseArn": license, "CustomerAWSAccountId": account}]});
+    let reply = s.batch_meter_usage(body.to_string().as_bytes(), Instant::now());
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    reply.body["Results"][0]["Status"].clone()
+}
+
+fn resolve(s: &mut Simulator, token: &str) -> Value {
+    let r = s.resolve_customer(json!({"RegistrationToken": token}).to_string().as_bytes());
+    if r.status == 200 {
+        r.body
+    } else {
+        json!({"error": r.body["__type"]})
+    }
+}
+
+#[test]
+fn a_buyer_subscribes_registers_and_is_deprovisioned() {
+    let t0 = Utc.with_ymd_and_hms(2026, 12, 1, 12, 20, 0).unwrap();
+    let mut s = sim(t0);
+    let req = SubscribeRequest {
+        product_code: "prod1".into(),
+        customer_aws_account_id: "444455556666".into(),
+        license_arn: None,
+        token_ttl_seconds: None,
+    };
+    let sub = lifecycle::subscribe(&mut s, &req).unwrap();
+    let license = sub["licenseArn"].as_str().unwrap().to_owned();
+    assert!(awsmp_pipeline::ids::is_valid_license_arn(&license));
+    let kinds: Vec<&str> = sub["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["detail-type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "Purchase Agreement Created - Proposer",
+            "License Updated - Manufacturer"
+        ]
+    );
+    assert_eq!(
+        sub["events"][1]["detail"]["license"]["arn"],
+        license.as_str()
+    );
+    assert_eq!(sub["events"][1]["time"], "2026-12-01T12:20:00Z");
+    assert_eq!(
+        s.lifecycle_mut().take_events().len(),
+        2,
+        "the outbox holds them for the runner"
+    );
+    // The token resolves, again and again, until it expires.
+    let token = sub["registrationToken"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for _ in 0..2 {
+        let r = resolve(&mut s, &token);
+        assert_eq!(r["LicenseArn"], license.as_str());
+        assert_eq!(r["CustomerAWSAccountId"], "444455556666");
+        assert_eq!(r["ProductCode"], "prod1");
+    }
+    s.set_clock(Some(t0 + Duration::hours(4)));
+    assert_eq!(resolve(&mut s, &token)["error"], "ExpiredTokenException");
+    assert_eq!(
+        resolve(&mut s, "tok-unknown")["error"],
+        "InvalidTokenException"
+    );
+    let fresh = lifecycle::issue_token(
+        &mut s,
+        &LicenseRequest {
+            license_arn: license.clone(),
+            ttl_seconds: Some(60),
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        resolve(&mut s, fresh["token"].as_str().unwrap())["LicenseArn"],
+        license.as_str()
+    );
+    // Agreement ended: still billable.
+    let t1 = t0 + Duration::hours(5);
+    s.set_clock(Some(t1));
+    let ended = lifecycle::end_agreement(
+        &mut s,
+        &LicenseRequest {
+            license_arn: license.clone(),
+            ttl_seconds: None,
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        ended["events"][0]["detail-type"],
+        "Purchase Agreement Ended - Proposer"
+    );
+    assert_eq!(meter(&mut s, &license, "444455556666", t1), "Success");
+    // Deprovisioned at t1: billable until t1 + 1 h, then not.
+    let d = lifecycle::deprovision(
+        &mut s,
+        &LicenseRequest {
+            license_arn: license.clone(),
+            ttl_seconds: None,
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        d["events"][0]["detail-type"],
+        "License Deprovisioned - Manufacturer"
+    );
+    s.set_clock(Some(t1 + Duration::minutes(59)));
+    assert_eq!(
+        meter(&mut s, &license, "444455556666", t1 - Duration::hours(1)),
+        "Success"
+    );
+    s.set_clock(Some(t1 + Duration::hours(1)));
+    assert_eq!(
+        meter(&mut s, &license, "444455556666", t1 - Duration::hours(2)),
+        "CustomerNotSubscribed"
+    );
+    assert!(lifecycle::deprovision(&mut s, &LicenseRequest { license_arn: "arn:aws:license-manager::123456789012:license:l-00000000000000000000000000000000".into(), ttl_seconds: None }).is_err());
+}
