@@ -35,17 +35,31 @@ fn resolve(s: &mut Simulator, token: &str) -> Value {
     }
 }
 
-#[test]
-fn a_buyer_subscribes_registers_and_is_deprovisioned() {
-    let t0 = Utc.with_ymd_and_hms(2026, 12, 1, 12, 20, 0).unwrap();
-    let mut s = sim(t0);
+fn license_request(license: &str) -> LicenseRequest {
+    LicenseRequest {
+        license_arn: license.into(),
+        ttl_seconds: None,
+    }
+}
+
+fn t0() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 12, 1, 12, 20, 0).unwrap()
+}
+
+fn subscribed(s: &mut Simulator) -> Value {
     let req = SubscribeRequest {
         product_code: "prod1".into(),
         customer_aws_account_id: "444455556666".into(),
         license_arn: None,
         token_ttl_seconds: None,
     };
-    let sub = lifecycle::subscribe(&mut s, &req).unwrap();
+    lifecycle::subscribe(s, &req).unwrap()
+}
+
+#[test]
+fn subscribe_emits_the_events_and_a_token_reusable_until_it_expires() {
+    let mut s = sim(t0());
+    let sub = subscribed(&mut s);
     let license = sub["licenseArn"].as_str().unwrap().to_owned();
     assert!(awsmp_pipeline::ids::is_valid_license_arn(&license));
     let kinds: Vec<&str> = sub["events"]
@@ -71,7 +85,6 @@ fn a_buyer_subscribes_registers_and_is_deprovisioned() {
         2,
         "the outbox holds them for the runner"
     );
-    // The token resolves, again and again, until it expires.
     let token = sub["registrationToken"]["token"]
         .as_str()
         .unwrap()
@@ -82,49 +95,37 @@ fn a_buyer_subscribes_registers_and_is_deprovisioned() {
         assert_eq!(r["CustomerAWSAccountId"], "444455556666");
         assert_eq!(r["ProductCode"], "prod1");
     }
-    s.set_clock(Some(t0 + Duration::hours(4)));
+    s.set_clock(Some(t0() + Duration::hours(4)));
     assert_eq!(resolve(&mut s, &token)["error"], "ExpiredTokenException");
     assert_eq!(
         resolve(&mut s, "tok-unknown")["error"],
         "InvalidTokenException"
     );
-    let fresh = lifecycle::issue_token(
-        &mut s,
-        &LicenseRequest {
-            license_arn: license.clone(),
-            ttl_seconds: Some(60),
-        },
-    )
-    .unwrap();
+    let mut again = license_request(&license);
+    again.ttl_seconds = Some(60);
+    let fresh = lifecycle::issue_token(&mut s, &again).unwrap();
     assert_eq!(
         resolve(&mut s, fresh["token"].as_str().unwrap())["LicenseArn"],
         license.as_str()
     );
-    // Agreement ended: still billable.
-    let t1 = t0 + Duration::hours(5);
+}
+
+#[test]
+fn an_ended_agreement_keeps_metering_and_a_deprovisioned_license_for_one_hour() {
+    let mut s = sim(t0());
+    let license = subscribed(&mut s)["licenseArn"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let t1 = t0() + Duration::hours(5);
     s.set_clock(Some(t1));
-    let ended = lifecycle::end_agreement(
-        &mut s,
-        &LicenseRequest {
-            license_arn: license.clone(),
-            ttl_seconds: None,
-        },
-    )
-    .unwrap();
+    let ended = lifecycle::end_agreement(&mut s, &license_request(&license)).unwrap();
     assert_eq!(
         ended["events"][0]["detail-type"],
         "Purchase Agreement Ended - Proposer"
     );
     assert_eq!(meter(&mut s, &license, "444455556666", t1), "Success");
-    // Deprovisioned at t1: billable until t1 + 1 h, then not.
-    let d = lifecycle::deprovision(
-        &mut s,
-        &LicenseRequest {
-            license_arn: license.clone(),
-            ttl_seconds: None,
-        },
-    )
-    .unwrap();
+    let d = lifecycle::deprovision(&mut s, &license_request(&license)).unwrap();
     assert_eq!(
         d["events"][0]["detail-type"],
         "License Deprovisioned - Manufacturer"
@@ -139,5 +140,7 @@ fn a_buyer_subscribes_registers_and_is_deprovisioned() {
         meter(&mut s, &license, "444455556666", t1 - Duration::hours(2)),
         "CustomerNotSubscribed"
     );
-    assert!(lifecycle::deprovision(&mut s, &LicenseRequest { license_arn: "arn:aws:license-manager::123456789012:license:l-00000000000000000000000000000000".into(), ttl_seconds: None }).is_err());
+    let unknown =
+        "arn:aws:license-manager::123456789012:license:l-00000000000000000000000000000000";
+    assert!(lifecycle::deprovision(&mut s, &license_request(unknown)).is_err());
 }
