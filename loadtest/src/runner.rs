@@ -317,7 +317,9 @@ impl Runner {
         if let Some(l) = &self.lifecycle {
             let events = l.take_sim_events().await?;
             report.lifecycle_events = l.enqueue(&events).await?;
-            report.drained = self.drain().await?;
+            if !events.is_empty() {
+                report.drained = self.drain().await?;
+            }
         }
         // Direct-submit deploys no discoverer rules (the raw usage table may still be named in
         // the local env file, which serves both modes).
