@@ -272,3 +272,35 @@ async fn every_page_carries_the_security_headers_and_escapes_what_it_echoes() {
     assert!(!echoed.html.contains("<script>"));
     assert!(echoed.html.contains("&lt;script&gt;"));
 }
+
+#[tokio::test]
+async fn the_lambda_entry_reads_api_gateways_request_and_sends_the_headers() {
+    let r = Reg::new();
+    let svc = RegisterService {
+        resolver: &r.resolver,
+        profiles: &r.profiles,
+        subscribers: &r.subscribers,
+        product_code: "prod1",
+        region: "eu-west-1",
+        metrics: &r.metrics,
+    };
+    let req = lambda_http::http::Request::builder()
+        .method("POST")
+        .header(
+            "content-type",
+            "application/x-www-form-urlencoded; charset=utf-8",
+        )
+        .body(lambda_http::Body::Text(
+            "x-amzn-marketplace-token=old".into(),
+        ))
+        .unwrap();
+    let resp = awsmp_lifecycle::handlers::register::lambda(&svc, req)
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    assert_eq!(resp.headers()["x-frame-options"], "DENY");
+    let lambda_http::Body::Text(html) = resp.body() else {
+        panic!("an HTML body");
+    };
+    assert!(html.contains(r#"data-outcome="ExpiredToken""#));
+}

@@ -1,10 +1,10 @@
 //! Lambda `register`: the registration page and `ResolveCustomer` (API Gateway).
 use awsmp_lifecycle::adapters::dynamodb::{DynamoDbProfileStore, DynamoDbSubscriberStore};
 use awsmp_lifecycle::adapters::resolver::MarketplaceCustomerResolver;
-use awsmp_lifecycle::handlers::register::{RegisterRequest, RegisterService, respond};
+use awsmp_lifecycle::handlers::register::{RegisterService, lambda};
 use awsmp_lifecycle::{aws, config::RegisterConfig};
 use awsmp_pipeline::emf::MetricsSink;
-use lambda_http::{Body, Error, Request, Response, service_fn};
+use lambda_http::{Error, Request, service_fn};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -29,25 +29,7 @@ async fn main() -> Result<(), Error> {
     };
     let svc = &svc;
     lambda_http::run(service_fn(move |req: Request| async move {
-        let content_type = req
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok());
-        let page = respond(
-            svc,
-            RegisterRequest {
-                method: req.method().as_str(),
-                content_type,
-                body: req.body().as_ref(),
-            },
-            chrono::Utc::now(),
-        )
-        .await;
-        let mut resp = Response::builder().status(page.status);
-        for (k, v) in page.all_headers() {
-            resp = resp.header(k, v);
-        }
-        Ok::<Response<Body>, Error>(resp.body(Body::Text(page.html))?)
+        lambda(svc, req).await
     }))
     .await
 }

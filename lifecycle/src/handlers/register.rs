@@ -242,3 +242,26 @@ pub async fn respond(
         },
     }
 }
+
+/// The Lambda entry: API Gateway's request (through `lambda_http`) → [`respond`] → its
+/// response, with the security headers.
+pub async fn lambda(
+    svc: &RegisterService<'_>,
+    req: lambda_http::Request,
+) -> Result<lambda_http::Response<lambda_http::Body>, lambda_http::Error> {
+    let content_type = req
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok());
+    let request = RegisterRequest {
+        method: req.method().as_str(),
+        content_type,
+        body: req.body().as_ref(),
+    };
+    let page = respond(svc, request, Utc::now()).await;
+    let mut resp = lambda_http::Response::builder().status(page.status);
+    for (k, v) in page.all_headers() {
+        resp = resp.header(k, v);
+    }
+    Ok(resp.body(lambda_http::Body::Text(page.html))?)
+}
