@@ -17,8 +17,8 @@ use super::catalog::{License, RegistrationToken, SubscriptionStatus};
 use super::engine::Simulator;
 use super::error::SimError;
 
-/// How long a token the admin API issues stays valid unless asked otherwise: registration
-/// tokens are short-lived, "a few hours"; 4 h here.
+/// How long a token the admin API issues stays valid unless asked otherwise (the simulator's
+/// choice: registration tokens are short-lived).
 pub const DEFAULT_TOKEN_TTL: Duration = Duration::hours(4);
 /// How long AWS accepts usage after `License Deprovisioned` (the final reporting window,
 /// <https://docs.aws.amazon.com/marketplace/latest/userguide/saas-eventbridge-integration.html>).
