@@ -39,6 +39,7 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(600);
 enum Consumer {
     Aggregator,
     Cleanup,
+    Subscription,
 }
 
 /// The local runner.
@@ -63,6 +64,9 @@ pub struct Runner {
     sqs: aws_sdk_sqs::Client,
     http: reqwest::Client,
     queues: Vec<(String, String, Consumer)>,
+    /// The subscription and deprovision-cleanup Lambdas, when the stack has their table and
+    /// queue.
+    pub lifecycle: Option<crate::local::lifecycle::LocalLifecycle>,
 }
 
 /// What one `tick` did.
@@ -84,6 +88,11 @@ pub struct TickReport {
     pub submitter_error: Option<String>,
     /// The expiry sweep.
     pub expiry: Option<expiry::ExpiryOutput>,
+    /// Lifecycle events the simulator emitted since the last tick, delivered to the
+    /// subscription queue (EventBridge's part).
+    pub lifecycle_events: usize,
+    /// The deprovision-cleanup run (its 15-minute schedule is due at every tick).
+    pub deprovision_cleanup: Option<awsmp_lifecycle::handlers::deprovision_cleanup::CleanupReport>,
 }
 
 /// The consumer and its event source mapping.
@@ -185,6 +194,15 @@ impl Runner {
             }
         }
         let metering = MarketplaceMeteringApi::new(env.metering().await?);
+        let lifecycle =
+            crate::local::lifecycle::LocalLifecycle::from_env(&env, metrics.clone()).await?;
+        if let Some(l) = &lifecycle {
+            queues.push((
+                "subscription".to_owned(),
+                l.queue_url.clone(),
+                Consumer::Subscription,
+            ));
+        }
         Ok(Self {
             svc,
             clock,
@@ -197,6 +215,7 @@ impl Runner {
             sqs,
             http: reqwest::Client::new(),
             queues,
+            lifecycle,
         })
     }
 
@@ -314,6 +333,15 @@ impl Runner {
                     .context("the Kinesis consumer")?,
             );
         }
+        // EventBridge's part: the buyer's lifecycle events into the subscription queue first,
+        // so a deprovisioning is in the index before the flush looks.
+        if let Some(l) = &self.lifecycle {
+            let events = l.take_sim_events().await?;
+            report.lifecycle_events = l.enqueue(&events).await?;
+            if !events.is_empty() {
+                report.drained = self.drain().await?;
+            }
+        }
         // Direct-submit deploys no discoverer rules (the raw usage table may still be named in
         // the local env file, which serves both modes).
         let full =
@@ -334,13 +362,20 @@ impl Runner {
                 report.discoverer.quantity_expired += out.quantity_expired;
                 report.discoverer.buckets_fenced += out.buckets_fenced;
             }
-            report.drained = self.drain().await?;
+            for (name, c) in self.drain().await? {
+                let entry = report.drained.entry(name).or_default();
+                entry.succeeded += c.succeeded;
+                entry.failed += c.failed;
+            }
         }
         match submitter::submit(&self.svc, &self.metering).await {
             Ok(out) => report.submitter = Some(out),
             Err(e) => report.submitter_error = Some(format!("{e:#}")),
         }
         report.expiry = Some(expiry::expire(&self.svc).await.context("expiry")?);
+        if let Some(l) = &self.lifecycle {
+            report.deprovision_cleanup = Some(l.cleanup(at).await.context("deprovision-cleanup")?);
+        }
         Ok(report)
     }
 
@@ -402,6 +437,10 @@ impl Runner {
                 })
                 .await
             }
+            Consumer::Subscription => match &self.lifecycle {
+                Some(l) => l.handle(event).await,
+                None => bail!("no subscription Lambda on this stack"),
+            },
         };
         let failed: std::collections::BTreeSet<&str> = response
             .batch_item_failures
@@ -493,9 +532,21 @@ impl Runner {
                 serde_json::to_value(response)?
             }
             "submitter" => serde_json::to_value(submitter::submit(svc, &self.metering).await?)?,
+            "subscription" | "deprovision-cleanup" => {
+                let Some(l) = &self.lifecycle else {
+                    bail!("the stack has no subscribers table or subscription queue");
+                };
+                if function == "subscription" {
+                    let event: SqsEvent = serde_json::from_value(event)
+                        .context("an SQS event ({\"Records\":[…]})")?;
+                    serde_json::to_value(l.handle(event).await)?
+                } else {
+                    serde_json::to_value(l.cleanup(self.clock.now()).await?)?
+                }
+            }
             "expiry" => serde_json::to_value(expiry::expire(svc).await?)?,
             other => bail!(
-                "unknown function {other:?} (discoverer, aggregator, cleanup, submitter, expiry)"
+                "unknown function {other:?} (discoverer, aggregator, cleanup, submitter, expiry, subscription, deprovision-cleanup)"
             ),
         })
     }

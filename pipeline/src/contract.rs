@@ -12,6 +12,7 @@
 //! | [`reasons`] | every other reason code: stamped in `meteringStatusReason`, or recorded with a rejected event |
 //! | [`metrics`] | business metric names with their CloudWatch units, and their dimension names |
 //! | [`stream`] | the usage stream's heartbeat marker |
+//! | [`subscribers`] | attribute, index and status names of the subscribers and customer-profile tables |
 //! | [`limits`] | the AWS limits the consumer and the pipeline enforce, each with its source |
 //!
 //! The key formats (sort keys, hour buckets, whole-second timestamps) are functions, not names;
@@ -24,3 +25,4 @@ pub mod metrics;
 pub mod reasons;
 pub mod status;
 pub mod stream;
+pub mod subscribers;

@@ -57,6 +57,22 @@ enum Command {
         #[arg(long)]
         at: Option<DateTime<Utc>>,
     },
+    /// Deliver EventBridge events (a JSON event or an array of them, from FILE or `-` for
+    /// stdin) to the subscription queue, then drain it through the subscription Lambda.
+    Event {
+        /// The file, or `-`.
+        source: String,
+    },
+    /// Serve the register endpoint (the registration page and its form post) on 127.0.0.1;
+    /// prints `listening on http://127.0.0.1:PORT/register` first.
+    ServeRegister {
+        /// Address to bind (loopback only; port 0 = any free port).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: std::net::SocketAddr,
+        /// The product this endpoint registers for (default: the env file's AWSMP_PRODUCT_CODE).
+        #[arg(long)]
+        product_code: Option<String>,
+    },
     /// Run the schedules continuously, on real or accelerated time.
     Run {
         /// Virtual start instant (RFC 3339); default now.
@@ -126,6 +142,16 @@ async fn main() -> Result<()> {
             println!("{}", serde_json::to_string_pretty(&out)?);
             print_metrics(&runner);
         }
+        Command::Event { source } => event(&paths, &source).await?,
+        Command::ServeRegister {
+            listen,
+            product_code,
+        } => {
+            let env = LocalEnv::read(&paths.env_file())?;
+            let register = local::lifecycle::LocalRegister::from_env(&env, product_code).await?;
+            let listener = tokio::net::TcpListener::bind(listen).await?;
+            local::lifecycle::serve_register(listener, register).await?;
+        }
         Command::Run {
             start,
             speed,
@@ -142,6 +168,26 @@ async fn main() -> Result<()> {
             run(&paths, clock, sequential).await?
         }
     }
+    Ok(())
+}
+
+/// `awsmp-local event`: EventBridge's delivery of the events in `source` (a file, or `-`).
+async fn event(paths: &Paths, source: &str) -> Result<()> {
+    let text = if source == "-" {
+        std::io::read_to_string(std::io::stdin())?
+    } else {
+        std::fs::read_to_string(source)?
+    };
+    let events = local::lifecycle::events_from_json(&text)?;
+    let runner = runner(paths).await?;
+    let Some(l) = &runner.lifecycle else {
+        anyhow::bail!("the stack has no subscription queue; run `awsmp-local up`");
+    };
+    let delivered = l.enqueue(&events).await?;
+    let drained = runner.drain().await?;
+    let report = serde_json::json!({"delivered": delivered, "drained": drained});
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    print_metrics(&runner);
     Ok(())
 }
 

@@ -113,6 +113,7 @@ pub struct Simulator {
     clock: Option<DateTime<Utc>>,
     ledger: Ledger,
     counters: Counters,
+    lifecycle: super::lifecycle::LifecycleState,
 }
 
 impl Simulator {
@@ -140,6 +141,7 @@ impl Simulator {
             clock: None,
             ledger: Ledger::default(),
             counters: Counters::default(),
+            lifecycle: Default::default(),
         })
     }
 
@@ -190,6 +192,27 @@ impl Simulator {
         &self.counters
     }
 
+    /// The catalog, as subscriptions and tokens have changed it.
+    pub fn catalog(&self) -> &CatalogIndex {
+        &self.catalog
+    }
+
+    /// Replace the catalog (the lifecycle admin API: subscribe, tokens, window close).
+    pub fn replace_catalog(&mut self, catalog: Catalog) -> Result<(), SimError> {
+        self.catalog = CatalogIndex::new(catalog)?;
+        Ok(())
+    }
+
+    /// Lifecycle state (`sim::lifecycle`).
+    pub fn lifecycle(&self) -> &super::lifecycle::LifecycleState {
+        &self.lifecycle
+    }
+
+    /// Lifecycle state, to change.
+    pub fn lifecycle_mut(&mut self) -> &mut super::lifecycle::LifecycleState {
+        &mut self.lifecycle
+    }
+
     /// The region this instance plays.
     pub fn region(&self) -> &str {
         &self.region
@@ -221,6 +244,10 @@ impl Simulator {
     /// Handle `AWSMPMeteringService.BatchMeterUsage`. `at` is the arrival time for the quota.
     pub fn batch_meter_usage(&mut self, body: &[u8], at: Instant) -> Reply {
         self.counters.requests += 1;
+        // Deprovisioned licenses whose final hour is over stop being billable.
+        if let Err(e) = super::lifecycle::settle(self) {
+            tracing::error!(error = %e, "closing deprovisioning windows failed");
+        }
         if let Err(e) = self.admit(at) {
             return self.fail(e);
         }

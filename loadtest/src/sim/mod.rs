@@ -24,6 +24,8 @@ pub mod engine;
 pub mod error;
 pub mod faults;
 pub mod ledger;
+pub mod lifecycle;
+mod lifecycle_admin;
 pub mod rules;
 mod server;
 

@@ -135,6 +135,7 @@ fn router(state: Shared) -> Router {
         .route("/_sim/faults", get(get_faults).post(post_faults))
         .route("/_sim/clock", get(get_clock).post(post_clock))
         .route("/_sim/reset", post(post_reset))
+        .merge(super::lifecycle_admin::routes())
         .layer(DefaultBodyLimit::max(MAX_HTTP_BODY_BYTES))
         .with_state(state)
 }

@@ -132,6 +132,26 @@ pub const INGEST_WATERMARK_LAG: MetricName = MetricName::seconds("IngestWatermar
 /// shard has published): metering is held back; alarm on it (docs/operations.md).
 pub const INGEST_WATERMARK_STALLED: MetricName = MetricName::count("IngestWatermarkStalled");
 
+/// Subscription Lambda: lifecycle events applied to the subscribers table; dimension
+/// [`EVENT_TYPE`].
+pub const SUBSCRIPTION_EVENT_APPLIED: MetricName = MetricName::count("SubscriptionEventApplied");
+/// Subscription Lambda: events read and deliberately not applied (`Purchase Agreement
+/// Created`, unknown detail-types); dimension [`EVENT_TYPE`].
+pub const SUBSCRIPTION_EVENT_IGNORED: MetricName = MetricName::count("SubscriptionEventIgnored");
+/// Subscription Lambda: malformed events sent to the dead-letter queue; dimension [`REASON`].
+/// Alarmed.
+pub const SUBSCRIPTION_EVENT_REJECTED: MetricName = MetricName::count("SubscriptionEventRejected");
+/// Subscription Lambda: agreement events that matched no license yet (left for SQS to
+/// redeliver; the dead-letter queue after `maxReceiveCount`); dimension [`EVENT_TYPE`].
+pub const SUBSCRIPTION_EVENT_UNRESOLVED: MetricName =
+    MetricName::count("SubscriptionEventUnresolved");
+/// Deprovision-cleanup Lambda: licenses finalized to `inactive` in one run.
+pub const LICENSES_FINALIZED: MetricName = MetricName::count("LicensesFinalized");
+/// Register Lambda: buyers registered (a resolved token, profile and subscriber written).
+pub const REGISTRATION_SUCCEEDED: MetricName = MetricName::count("RegistrationSucceeded");
+/// Register Lambda: registrations refused or failed; dimension [`REASON`].
+pub const REGISTRATION_FAILED: MetricName = MetricName::count("RegistrationFailed");
+
 /// Dimension carrying a reason code ([`super::status::RejectReason`] or [`super::reasons`]).
 pub const REASON: &str = "Reason";
 /// Dimension carrying an exception name.
@@ -140,9 +160,11 @@ pub const EXCEPTION: &str = "Exception";
 pub const PRODUCER: &str = "Producer";
 /// Dimension every metric carries: the emitting function.
 pub const SERVICE: &str = "Service";
+/// Dimension carrying a lifecycle event's detail-type without its role suffix.
+pub const EVENT_TYPE: &str = "EventType";
 
 /// Every business metric.
-pub const ALL: [MetricName; 21] = [
+pub const ALL: [MetricName; 28] = [
     USAGE_RECORD_REJECTED,
     USAGE_AGGREGATION_EXPIRED,
     USAGE_SUBMISSION_EXPIRED,
@@ -164,6 +186,13 @@ pub const ALL: [MetricName; 21] = [
     CLIENT_CLOCK_SKEW,
     INGEST_WATERMARK_LAG,
     INGEST_WATERMARK_STALLED,
+    SUBSCRIPTION_EVENT_APPLIED,
+    SUBSCRIPTION_EVENT_IGNORED,
+    SUBSCRIPTION_EVENT_REJECTED,
+    SUBSCRIPTION_EVENT_UNRESOLVED,
+    LICENSES_FINALIZED,
+    REGISTRATION_SUCCEEDED,
+    REGISTRATION_FAILED,
 ];
 
 #[cfg(test)]

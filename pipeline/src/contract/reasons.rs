@@ -64,6 +64,35 @@ pub const QUANTITY_ABOVE_API_MAXIMUM: &str = "QuantityAboveApiMaximum";
 /// to.
 pub const EXISTING_ROW_MALFORMED: &str = "ExistingRowMalformed";
 
+/// Subscription Lambda: the message body is not a JSON EventBridge event.
+pub const EVENT_NOT_JSON: &str = "EventNotJson";
+/// Subscription Lambda: the event's `source` is not `aws.agreement-marketplace`.
+pub const UNEXPECTED_EVENT_SOURCE: &str = "UnexpectedEventSource";
+/// Subscription Lambda: a field the event type needs is absent or not a string.
+pub const MISSING_EVENT_FIELD: &str = "MissingEventField";
+/// Subscription Lambda: `detail.license.arn` is not a license ARN, even once normalized.
+pub const MALFORMED_LICENSE_ARN: &str = "MalformedLicenseArn";
+/// Subscription Lambda: `detail.acceptor.accountId` is not a 12-digit account id.
+pub const MALFORMED_ACCOUNT_ID: &str = "MalformedAccountId";
+/// Subscription Lambda: `time` is not an RFC 3339 instant.
+pub const MALFORMED_EVENT_TIME: &str = "MalformedEventTime";
+/// Register Lambda: `ResolveCustomer` answered `ExpiredTokenException`.
+pub const EXPIRED_TOKEN: &str = "ExpiredToken";
+/// Register Lambda: `ResolveCustomer` answered `InvalidTokenException`.
+pub const INVALID_TOKEN: &str = "InvalidToken";
+/// Register Lambda: the form carries no `x-amzn-marketplace-token`.
+pub const MISSING_TOKEN: &str = "MissingToken";
+/// Register Lambda: the token resolved to another product than this stack's.
+pub const PRODUCT_MISMATCH: &str = "ProductMismatch";
+/// Register Lambda: the body is not a well-formed form of the allowlisted fields.
+pub const MALFORMED_FORM: &str = "MalformedForm";
+/// Register Lambda: the body is larger than the register Lambda reads.
+pub const BODY_TOO_LARGE: &str = "BodyTooLarge";
+/// Register Lambda: `ResolveCustomer` failed for another reason (throttled, AWS-side error).
+pub const RESOLVE_CUSTOMER_FAILED: &str = "ResolveCustomerFailed";
+/// Register Lambda: the customer-profile or subscribers write failed.
+pub const REGISTRATION_NOT_STORED: &str = "RegistrationNotStored";
+
 #[cfg(test)]
 mod tests {
     use super::*;
