@@ -3,4 +3,6 @@
 mod dedup_table;
 pub mod dynamodb;
 pub mod fault;
+pub mod ingest;
+pub mod ingest_memory;
 pub mod memory;
