@@ -564,3 +564,35 @@ async fn the_mapping_cache_serves_an_entry_for_its_ttl_and_an_absence_for_at_mos
         "entry lapsed after 30 s"
     );
 }
+
+#[tokio::test]
+async fn the_deploy_guard_refuses_an_alias_until_its_entry_exists() {
+    let w = world().await;
+    let refused =
+        |r: Result<MappingEntry, awsmp_consumer::domain::verify::Refusal>| r.unwrap_err().reason;
+    assert_eq!(
+        refused(w.ingest.check_alias(&arn("module-c")).await.unwrap()),
+        reasons::UNKNOWN_INVOKER
+    );
+    assert_eq!(
+        refused(w.ingest.check_alias(FN).await.unwrap()),
+        reasons::UNQUALIFIED_INVOKER
+    );
+    let staging = "arn:aws:lambda:us-east-1:999999999999:function:awsmp-meter-ingest:module-a";
+    assert_eq!(
+        refused(w.ingest.check_alias(staging).await.unwrap()),
+        reasons::ACCOUNT_NOT_ALLOWLISTED
+    );
+    w.stores
+        .mappings
+        .put(&entry("module-c", LA, BUYER_A))
+        .await
+        .unwrap();
+    let ok = w
+        .ingest
+        .check_alias(&arn("module-c"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ok.invoked_arn, arn("module-c"));
+}

@@ -198,6 +198,23 @@ impl MeterIngest {
         Ok(reports)
     }
 
+    /// The deploy-ordering guard: `Ok(entry)` when `invoked_arn` may take traffic — qualified,
+    /// its account allowlisted, its mapping entry written for this environment — else the
+    /// refusal an invocation would meet (docs/meter-ingest.md, "Deploy ordering").
+    pub async fn check_alias(&self, invoked_arn: &str) -> Result<Result<MappingEntry, Refusal>> {
+        Ok(self
+            .identify(invoked_arn)
+            .await?
+            .map_err(|fate| match fate {
+                Fate::Hold(r) | Fate::Reject(r) => r,
+                // identify() refuses with a hold or a reject only.
+                Fate::Accept(_) | Fate::Duplicate => Refusal {
+                    reason: reasons::UNKNOWN_INVOKER,
+                    detail: invoked_arn.to_owned(),
+                },
+            }))
+    }
+
     async fn apply(
         &self,
         ctx: &Ctx<'_>,

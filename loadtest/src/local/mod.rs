@@ -7,6 +7,7 @@
 //! what runs where.
 
 pub mod env;
+pub mod ingest;
 pub mod procs;
 pub mod resources;
 
@@ -266,6 +267,7 @@ fn wipe_state(paths: &Paths) -> Result<()> {
         paths.default_catalog(),
         checkpoints.with_extension("tmp"),
         checkpoints,
+        ingest::saved_mapping(paths),
     ] {
         match std::fs::remove_file(&file) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
