@@ -2,6 +2,7 @@
 #![warn(missing_docs)]
 
 pub mod adapters;
+pub mod archive;
 pub mod config;
 pub mod domain;
 pub mod error;

@@ -227,9 +227,11 @@ async fn two_modules_are_billed_exactly(dir: &Path) -> Result<()> {
         10,
         "module B's ids are its own"
     );
+    // The trusted path too: the producer's events straight into the stream.
+    let env = LocalEnv::read(&dir.join("env"))?;
+    produce(&env).await?;
     let at = (chrono::Utc::now() + chrono::Duration::hours(2)).to_rfc3339();
     run(dir, &["tick", "--at", &at])?;
-    let env = LocalEnv::read(&dir.join("env"))?;
     let ledger: Value = reqwest::get(format!("{}/_sim/ledger", env.get("AWSMP_SIM_ADMIN_URL")?))
         .await?
         .json()
@@ -252,6 +254,95 @@ async fn two_modules_are_billed_exactly(dir: &Path) -> Result<()> {
     );
     assert_eq!(billed(demo_license_arn(11)), 70, "{ledger}");
     assert_eq!(billed(demo_license_arn(12)), 4, "{ledger}");
+    assert_eq!(billed(demo_license_arn(20)), 15 * 9, "{ledger}");
     assert!(ledger["duplicates"].as_array().unwrap().is_empty());
+    archive_reconciles_with_the_ledger(&env, &ledger).await
+}
+
+/// The trusted path: 15 of the producer's v1 records straight into the usage stream.
+async fn produce(env: &LocalEnv) -> Result<()> {
+    use awsmp_producer::sink::{PutEntry, RecordSink};
+    let sink = awsmp_producer::KinesisRecordSink::new(
+        env.kinesis().await?,
+        env.get("AWSMP_USAGE_STREAM")?,
+    );
+    let (license, account) = (
+        awsmp_loadtest::local::demo_license_arn(20),
+        awsmp_loadtest::local::demo_account(20),
+    );
+    let entries = (0..15)
+        .map(|i| {
+            let ev =
+                awsmp_producer::Event::new(&license, &account, "api_calls", 9, chrono::Utc::now())
+                    .with_event_id(format!("trusted-{i}"))
+                    .with_producer_id("seller-service");
+            PutEntry {
+                data: awsmp_producer::wire::encode_event(&ev).into(),
+                partition_key: awsmp_producer::partition::partition_key(
+                    &license,
+                    &account,
+                    "api_calls",
+                ),
+                explicit_hash_key: None,
+            }
+        })
+        .collect();
+    let outcomes = sink.put_records(entries).await?;
+    anyhow::ensure!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, awsmp_producer::EntryOutcome::Ok { .. }))
+    );
+    Ok(())
+}
+
+/// Read the whole archive back from S3: per group-hour it holds exactly what the ledger billed,
+/// each event once, from both paths.
+async fn archive_reconciles_with_the_ledger(env: &LocalEnv, ledger: &Value) -> Result<()> {
+    use std::collections::BTreeMap;
+    let archive = awsmp_consumer::adapters::archive::S3BillingArchive::new(
+        env.s3().await?,
+        env.get("AWSMP_BILLING_ARCHIVE_BUCKET")?,
+    );
+    let events = archive.read_all().await?;
+    let mut archived: BTreeMap<(String, String, String, String), u64> = BTreeMap::new();
+    for e in &events {
+        let key = (
+            e.license_arn.clone(),
+            e.customer_aws_account_id.clone(),
+            e.dimension.clone(),
+            e.hour().to_owned(),
+        );
+        *archived.entry(key).or_default() += e.quantity;
+    }
+    let mut billed: BTreeMap<(String, String, String, String), u64> = BTreeMap::new();
+    for r in ledger["records"].as_array().unwrap() {
+        let f = |k: &str| r[k].as_str().unwrap_or_default().to_owned();
+        let key = (
+            f("licenseArn"),
+            f("customerAWSAccountId"),
+            f("dimension"),
+            f("hour"),
+        );
+        *billed.entry(key).or_default() += r["quantity"].as_u64().unwrap();
+    }
+    assert_eq!(
+        archived, billed,
+        "archive and ledger agree group-hour by group-hour"
+    );
+    let via_ingest = events
+        .iter()
+        .filter(|e| e.event_id.starts_with("mi:"))
+        .count();
+    assert_eq!(
+        via_ingest,
+        1 + 1 + 20 + 10 + 1,
+        "every meter-ingest event once"
+    );
+    assert_eq!(
+        events.len() - via_ingest,
+        15,
+        "and the producer's, once each"
+    );
     Ok(())
 }

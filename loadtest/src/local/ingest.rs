@@ -159,6 +159,17 @@ pub fn failure_record(
     })
 }
 
+/// The stack's billing archive, when the env file names its bucket.
+pub async fn billing_archive(
+    env: &LocalEnv,
+) -> Result<Option<Arc<dyn awsmp_consumer::archive::BillingArchive>>> {
+    let Some(bucket) = env.vars.get("AWSMP_BILLING_ARCHIVE_BUCKET") else {
+        return Ok(None);
+    };
+    let archive = awsmp_consumer::adapters::archive::S3BillingArchive::new(env.s3().await?, bucket);
+    Ok(Some(Arc::new(archive)))
+}
+
 /// Release every held event (docs/meter-ingest.md, "Holds"): one report per event.
 pub async fn release(env: &LocalEnv, at: Option<DateTime<Utc>>) -> Result<Value> {
     let ingest = meter_ingest(env, at).await?;

@@ -499,6 +499,11 @@ async fn create_resources(env: &mut LocalEnv) -> Result<()> {
         resources::ensure_stream(&kinesis, s).await?;
         env.vars.insert(s.env.clone(), s.name.clone());
     }
+    let s3 = env.s3().await?;
+    for b in &resources.buckets {
+        resources::ensure_bucket(&s3, b).await?;
+        env.vars.insert(b.env.clone(), b.name.clone());
+    }
     Ok(())
 }
 
