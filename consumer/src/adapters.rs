@@ -1,6 +1,9 @@
 //! Implementations of the [`crate::ports`]: DynamoDB, in memory, and fault-injecting wrappers.
 
+pub mod archive;
 mod dedup_table;
 pub mod dynamodb;
 pub mod fault;
+pub mod ingest;
+pub mod ingest_memory;
 pub mod memory;

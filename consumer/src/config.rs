@@ -15,6 +15,7 @@
 //! | `AWSMP_BILLABLE_WINDOW_HOURS` | window bounding trusted client time | 24 |
 //! | `AWSMP_CONSUMER_CONCURRENCY` | concurrent store calls | 16 |
 //! | `AWSMP_METRICS_NAMESPACE` | EMF namespace | `awsmp` |
+//! | `AWSMP_BILLING_ARCHIVE_BUCKET` | the billing archive's bucket (docs/meter-ingest.md, "Billing archive") | unset: not archived |
 //! | `AWSMP_INGEST_WATERMARK_TABLE` | per-shard applied arrival time, read by the discoverer's fence (docs/guarantees.md, "Ingest watermark") | unset: not published |
 
 use std::collections::HashSet;
@@ -45,6 +46,8 @@ pub struct Config {
     pub rejected_table: String,
     /// Ingest-watermark table, if the discoverer fences on it.
     pub ingest_watermark_table: Option<String>,
+    /// The billing archive's bucket, if events are archived.
+    pub archive_bucket: Option<String>,
     /// EMF namespace.
     pub metrics_namespace: String,
     /// Handler tunables.
@@ -105,6 +108,7 @@ impl Config {
             dedup_table: required("AWSMP_DEDUP_TABLE")?,
             rejected_table: required("AWSMP_REJECTED_EVENTS_TABLE")?,
             ingest_watermark_table: get("AWSMP_INGEST_WATERMARK_TABLE").filter(|v| !v.is_empty()),
+            archive_bucket: get("AWSMP_BILLING_ARCHIVE_BUCKET").filter(|v| !v.is_empty()),
             metrics_namespace: get("AWSMP_METRICS_NAMESPACE")
                 .filter(|v| !v.is_empty())
                 .unwrap_or_else(|| awsmp_pipeline::emf::DEFAULT_NAMESPACE.to_owned()),

@@ -2,11 +2,13 @@
 #![warn(missing_docs)]
 
 pub mod adapters;
+pub mod archive;
 pub mod config;
 pub mod domain;
 pub mod error;
 pub mod handler;
 pub mod heartbeat;
+pub mod ingest;
 pub mod ports;
 
 pub use config::Config;

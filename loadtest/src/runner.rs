@@ -234,6 +234,7 @@ impl Runner {
             env.dynamodb().await?,
         );
         consumer.metrics = self.metrics.clone();
+        consumer.archive = crate::local::ingest::billing_archive(env).await?;
         let options = EsmOptions {
             failure_destination: Some((
                 env.sqs().await?,

@@ -472,6 +472,7 @@ pub fn consumer_from_config(config: &crate::Config, client: Client) -> crate::Co
             Arc::new(awsmp_pipeline::adapters::dynamodb::DynamoDbWatermarkStore::new(client, t))
                 as Arc<dyn awsmp_pipeline::ports::WatermarkStore>
         }),
+        archive: None,
         metrics: awsmp_pipeline::emf::MetricsSink::stdout(
             config.metrics_namespace.clone(),
             "kinesis-consumer",

@@ -286,6 +286,7 @@ impl MemoryStores {
             rows: Arc::new(self.rows.clone()),
             finalized: Arc::new(self.finalized.clone()),
             watermarks: Some(self.watermarks.clone()),
+            archive: None,
             metrics: awsmp_pipeline::emf::MetricsSink::capture("kinesis-consumer"),
             clock,
         }

@@ -9,7 +9,13 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let config = Config::from_env()?;
     let sdk = awsmp_pipeline::aws::sdk_config().await;
-    let consumer = consumer_from_config(&config, aws_sdk_dynamodb::Client::new(&sdk));
+    let mut consumer = consumer_from_config(&config, aws_sdk_dynamodb::Client::new(&sdk));
+    consumer.archive = config.archive_bucket.as_ref().map(|b| {
+        let s3 = aws_sdk_s3::Client::new(&sdk);
+        std::sync::Arc::new(awsmp_consumer::adapters::archive::S3BillingArchive::new(
+            s3, b,
+        )) as _
+    });
     let consumer = &consumer;
     lambda_runtime::run(service_fn(
         move |ev: LambdaEvent<KinesisEvent>| async move {

@@ -7,6 +7,7 @@ use awsmp_pipeline::contract::metrics;
 use awsmp_pipeline::emf::Metric;
 
 use super::{Batch, Consumer};
+use crate::archive::ArchivedEvent;
 use crate::domain::fold::{BatchFold, RowContribution};
 use crate::domain::row::RecordMeta;
 use crate::domain::seq::{Lane, SeqNum};
@@ -17,6 +18,8 @@ pub(super) struct Folded {
     pub(super) rows: Vec<RowContribution>,
     /// Indexed like the batch's records.
     pub(super) metas: Vec<RecordMeta>,
+    /// With a billing archive: each folded event with its record's index (`archive.rs`).
+    pub(super) archived: Vec<(usize, ArchivedEvent)>,
 }
 
 impl Consumer {
@@ -25,6 +28,7 @@ impl Consumer {
         let mut fold = BatchFold::new();
         let mut metas: Vec<RecordMeta> = Vec::with_capacity(cut);
         let mut per_producer: BTreeMap<String, u64> = BTreeMap::new();
+        let mut archived = Vec::new();
         for (i, s) in batch.slots.iter_mut().enumerate().take(cut) {
             let meta = match &s.record {
                 Ok(rec) => RecordMeta {
@@ -43,6 +47,15 @@ impl Consumer {
             }
             if let Some(d) = s.decoded.take() {
                 for (sub, ev) in d.events {
+                    if let (Some(_), Ok(rec)) = (&self.archive, &s.record) {
+                        let at = (
+                            rec.stream.as_str(),
+                            rec.shard_id.as_str(),
+                            rec.sequence_number.decimal(),
+                            Some(sub),
+                        );
+                        archived.push((i, ArchivedEvent::new(&ev, at, batch.now)));
+                    }
                     batch.report.events_accepted += 1;
                     *per_producer
                         .entry(ev.producer_id.clone().unwrap_or_else(|| "unknown".into()))
@@ -58,6 +71,10 @@ impl Consumer {
         }
         let rows = fold.into_rows();
         batch.report.rows = rows.len();
-        Folded { rows, metas }
+        Folded {
+            rows,
+            metas,
+            archived,
+        }
     }
 }

@@ -12,10 +12,13 @@
 //!    rejected parts, then one conditional write.
 //! 6. `watermark.rs`: publish the shard's ingest watermark — the highest arrival time of the
 //!    records before the first failure — for the discoverer's fence.
-//! 7. `respond.rs`: report the lowest failed record as the batch item failure.
+//! 7. `archive.rs`: with a billing archive, write the applied events of the records before the
+//!    first failure (`crate::archive`); a failed write fails the batch from its first record.
+//! 8. `respond.rs`: report the lowest failed record as the batch item failure.
 //!
 //! Every store call is retried under [`Settings::store_retry`] ([`STORE_RETRY`]).
 
+mod archive;
 mod claim;
 mod decode;
 mod fold;
@@ -104,6 +107,8 @@ pub struct Consumer {
     pub finalized: Arc<dyn FinalizedGroups>,
     /// Ingest watermarks; `None`: not published (no fence downstream).
     pub watermarks: Option<Arc<dyn awsmp_pipeline::ports::WatermarkStore>>,
+    /// The billing archive; `None`: not archived.
+    pub archive: Option<Arc<dyn crate::archive::BillingArchive>>,
     /// EMF metrics.
     pub metrics: MetricsSink,
     /// The clock (audit stamps, claim expiry).
@@ -146,6 +151,8 @@ pub struct BatchReport {
     /// The batch's largest client-clock skew in seconds, rounded (either direction), if any
     /// event decoded.
     pub largest_client_skew_seconds: Option<i64>,
+    /// Events written to the billing archive.
+    pub archived_events: u64,
 }
 
 /// One invocation's working state, handed from step to step.
@@ -195,6 +202,7 @@ impl Consumer {
         self.record_refusals(&mut batch, cut).await;
         let folded = self.fold(&mut batch, cut);
         self.write_rows(&mut batch, &folded).await;
+        self.archive_applied(&mut batch, folded.archived).await;
         self.publish_watermark(&batch).await;
         self.respond(batch)
     }

@@ -1,6 +1,6 @@
 //! `awsmp-local`: run awsmp on one machine, with no AWS account.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use awsmp_loadtest::local::LocalEnv;
 use awsmp_loadtest::local::{self, Paths, UpOptions};
 use awsmp_loadtest::runner::Runner;
@@ -30,6 +30,10 @@ enum Command {
         /// Keep emulator data in memory only.
         #[arg(long)]
         ephemeral: bool,
+        /// Seed meter-ingest's mapping table from this mapping file (docs/meter-ingest.md);
+        /// kept, so a later `up` seeds it again.
+        #[arg(long)]
+        ingest_mapping: Option<PathBuf>,
     },
     /// Stop exactly the processes `up` started.
     Down {
@@ -48,8 +52,11 @@ enum Command {
     },
     /// Invoke one function with a JSON event, as `lambda invoke` would.
     Invoke {
-        /// discoverer | aggregator | cleanup | submitter | expiry
+        /// discoverer | aggregator | cleanup | submitter | expiry | meter-ingest
         function: String,
+        /// meter-ingest: the invoked function ARN (a module's alias) the async invoke comes as.
+        #[arg(long = "as")]
+        invoked_as: Option<String>,
         /// The event, as JSON.
         #[arg(long)]
         event: String,
@@ -73,6 +80,11 @@ enum Command {
         #[arg(long)]
         product_code: Option<String>,
     },
+    /// meter-ingest operations (docs/meter-ingest.md).
+    Ingest {
+        #[command(subcommand)]
+        action: IngestAction,
+    },
     /// Run the schedules continuously, on real or accelerated time.
     Run {
         /// Virtual start instant (RFC 3339); default now.
@@ -94,6 +106,22 @@ enum Command {
     },
 }
 
+#[derive(Subcommand)]
+enum IngestAction {
+    /// Release every held event onto the usage stream, checked against the mapping as it is now.
+    Release {
+        /// The instant (RFC 3339); default now.
+        #[arg(long)]
+        at: Option<DateTime<Utc>>,
+    },
+    /// The deploy guard: fail unless ARN is qualified, allowlisted and has a mapping entry.
+    CheckAlias {
+        /// The module's invoked function ARN (alias or version).
+        #[arg(long)]
+        arn: String,
+    },
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     // Warnings (e.g. a reset checkpoint) on stderr; stdout keeps the JSON reports.
@@ -106,7 +134,11 @@ async fn main() -> Result<()> {
     let cli = Cli::parse();
     let paths = Paths::from_env();
     match cli.command {
-        Command::Up { catalog, ephemeral } => up(&paths, catalog, ephemeral).await?,
+        Command::Up {
+            catalog,
+            ephemeral,
+            ingest_mapping,
+        } => up(&paths, catalog, ephemeral, ingest_mapping).await?,
         Command::Down { wipe } => {
             let stopped = local::down(&paths, wipe)?;
             println!(
@@ -131,8 +163,18 @@ async fn main() -> Result<()> {
         }
         Command::Invoke {
             function,
+            invoked_as,
             event,
             at,
+        } if function == "meter-ingest" => {
+            invoke_meter_ingest(&paths, invoked_as, &event, at).await?
+        }
+        Command::Ingest { action } => ingest(&paths, action).await?,
+        Command::Invoke {
+            function,
+            event,
+            at,
+            ..
         } => {
             let runner = runner(&paths).await?;
             runner.set_time(at.unwrap_or_else(Utc::now)).await?;
@@ -191,12 +233,21 @@ async fn event(paths: &Paths, source: &str) -> Result<()> {
     Ok(())
 }
 
-async fn up(paths: &Paths, catalog: Option<PathBuf>, ephemeral: bool) -> Result<()> {
+async fn up(
+    paths: &Paths,
+    catalog: Option<PathBuf>,
+    ephemeral: bool,
+    ingest_mapping: Option<PathBuf>,
+) -> Result<()> {
     let options = UpOptions {
         catalog,
         ephemeral: ephemeral.then_some(true),
     };
-    let env = local::up(paths, &options).await?;
+    let mut env = local::up(paths, &options).await?;
+    if let Some(n) = local::ingest::seed_mapping(paths, &mut env, ingest_mapping.as_deref()).await?
+    {
+        println!("meter-ingest mapping: {n} modules seeded");
+    }
     for line in local::status(paths)? {
         println!("{line}");
     }
@@ -205,6 +256,31 @@ async fn up(paths: &Paths, catalog: Option<PathBuf>, ephemeral: bool) -> Result<
         env.vars.len(),
         paths.env_file().display()
     );
+    Ok(())
+}
+
+/// `invoke meter-ingest --as ARN`: one async invoke as that ARN (docs/meter-ingest.md).
+async fn invoke_meter_ingest(
+    paths: &Paths,
+    invoked_as: Option<String>,
+    event: &str,
+    at: Option<DateTime<Utc>>,
+) -> Result<()> {
+    let env = LocalEnv::read(&paths.env_file())?;
+    let invoked_as = invoked_as.context("meter-ingest needs --as INVOKED_ARN")?;
+    let out = local::ingest::invoke(&env, &invoked_as, serde_json::from_str(event)?, at).await?;
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(())
+}
+
+/// `ingest release | check-alias`.
+async fn ingest(paths: &Paths, action: IngestAction) -> Result<()> {
+    let env = LocalEnv::read(&paths.env_file())?;
+    let out = match action {
+        IngestAction::Release { at } => local::ingest::release(&env, at).await?,
+        IngestAction::CheckAlias { arn } => local::ingest::check_alias(&env, &arn).await?,
+    };
+    println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(())
 }
 

@@ -30,7 +30,11 @@ impl LocalEnv {
             let key = match s.name.as_str() {
                 "dynamodb" => "AWS_ENDPOINT_URL_DYNAMODB",
                 "kinesis" => "AWS_ENDPOINT_URL_KINESIS",
-                "sqs" => "AWS_ENDPOINT_URL_SQS",
+                "sqs" => {
+                    // moto's server serves every service on one port: S3 too.
+                    vars.insert("AWS_ENDPOINT_URL_S3".into(), url.clone());
+                    "AWS_ENDPOINT_URL_SQS"
+                }
                 "marketplace-metering" => {
                     vars.insert("AWSMP_SIM_ADMIN_URL".into(), url.clone());
                     "AWS_ENDPOINT_URL_MARKETPLACE_METERING"
@@ -158,6 +162,17 @@ impl LocalEnv {
         builder.set_endpoint_url(self.endpoint("AWS_ENDPOINT_URL_KINESIS").map(str::to_owned));
         let conf = builder.build();
         Ok(aws_sdk_kinesis::Client::from_conf(conf))
+    }
+
+    /// An S3 client (the local endpoint with path-style addressing, or AWS when none is set).
+    pub async fn s3(&self) -> Result<aws_sdk_s3::Client> {
+        let cfg = self.sdk_config().await;
+        let mut builder = aws_sdk_s3::config::Builder::from(&cfg);
+        if let Some(url) = self.endpoint("AWS_ENDPOINT_URL_S3") {
+            // 127.0.0.1 has no bucket subdomains.
+            builder = builder.endpoint_url(url).force_path_style(true);
+        }
+        Ok(aws_sdk_s3::Client::from_conf(builder.build()))
     }
 
     /// A Marketplace Metering client for the simulator, with the request fix every awsmp

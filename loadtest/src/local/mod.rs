@@ -7,6 +7,7 @@
 //! what runs where.
 
 pub mod env;
+pub mod ingest;
 pub mod lifecycle;
 pub mod procs;
 pub mod resources;
@@ -267,6 +268,7 @@ fn wipe_state(paths: &Paths) -> Result<()> {
         paths.default_catalog(),
         checkpoints.with_extension("tmp"),
         checkpoints,
+        ingest::saved_mapping(paths),
     ] {
         match std::fs::remove_file(&file) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -497,6 +499,11 @@ async fn create_resources(env: &mut LocalEnv) -> Result<()> {
     for s in &resources.streams {
         resources::ensure_stream(&kinesis, s).await?;
         env.vars.insert(s.env.clone(), s.name.clone());
+    }
+    let s3 = env.s3().await?;
+    for b in &resources.buckets {
+        resources::ensure_bucket(&s3, b).await?;
+        env.vars.insert(b.env.clone(), b.name.clone());
     }
     Ok(())
 }

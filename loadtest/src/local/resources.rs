@@ -22,6 +22,98 @@ pub struct Resources {
     pub queues: Vec<QueueDef>,
     /// Kinesis data streams.
     pub streams: Vec<StreamDef>,
+    /// S3 buckets.
+    #[serde(default)]
+    pub buckets: Vec<BucketDef>,
+}
+
+/// An S3 bucket.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BucketDef {
+    /// CloudFormation logical id.
+    pub logical_id: String,
+    /// Which stack deploys it.
+    pub stack: String,
+    /// Bucket name.
+    pub name: String,
+    /// Environment variable carrying the bucket name.
+    pub env: String,
+    /// Versioning on.
+    #[serde(default)]
+    pub versioned: bool,
+    /// Default Object Lock retention, if any.
+    #[serde(default)]
+    pub object_lock: Option<ObjectLockDef>,
+}
+
+/// A bucket's default Object Lock retention.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectLockDef {
+    /// `COMPLIANCE` or `GOVERNANCE`.
+    pub mode: String,
+    /// Retention in years.
+    pub retention_years: i32,
+}
+
+/// Create `bucket` if absent: versioned, with its default Object Lock retention (Object Lock is
+/// only enabled at creation, <https://docs.aws.amazon.com/AmazonS3/latest/userguide/object-lock.html>).
+pub async fn ensure_bucket(client: &aws_sdk_s3::Client, bucket: &BucketDef) -> Result<()> {
+    use aws_sdk_s3::types::{
+        BucketVersioningStatus, DefaultRetention, ObjectLockConfiguration, ObjectLockEnabled,
+        ObjectLockRetentionMode, ObjectLockRule, VersioningConfiguration,
+    };
+    if client
+        .head_bucket()
+        .bucket(&bucket.name)
+        .send()
+        .await
+        .is_ok()
+    {
+        return Ok(());
+    }
+    client
+        .create_bucket()
+        .bucket(&bucket.name)
+        .object_lock_enabled_for_bucket(bucket.object_lock.is_some())
+        .send()
+        .await
+        .with_context(|| format!("creating bucket {}", bucket.name))?;
+    if bucket.versioned {
+        let on = VersioningConfiguration::builder()
+            .status(BucketVersioningStatus::Enabled)
+            .build();
+        client
+            .put_bucket_versioning()
+            .bucket(&bucket.name)
+            .versioning_configuration(on)
+            .send()
+            .await
+            .with_context(|| format!("versioning bucket {}", bucket.name))?;
+    }
+    if let Some(lock) = &bucket.object_lock {
+        let retention = DefaultRetention::builder()
+            .mode(ObjectLockRetentionMode::from(lock.mode.as_str()))
+            .years(lock.retention_years)
+            .build();
+        let config = ObjectLockConfiguration::builder()
+            .object_lock_enabled(ObjectLockEnabled::Enabled)
+            .rule(
+                ObjectLockRule::builder()
+                    .default_retention(retention)
+                    .build(),
+            )
+            .build();
+        client
+            .put_object_lock_configuration()
+            .bucket(&bucket.name)
+            .object_lock_configuration(config)
+            .send()
+            .await
+            .with_context(|| format!("object lock on bucket {}", bucket.name))?;
+    }
+    Ok(())
 }
 
 /// A DynamoDB key attribute.

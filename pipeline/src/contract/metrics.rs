@@ -151,6 +151,21 @@ pub const LICENSES_FINALIZED: MetricName = MetricName::count("LicensesFinalized"
 pub const REGISTRATION_SUCCEEDED: MetricName = MetricName::count("RegistrationSucceeded");
 /// Register Lambda: registrations refused or failed; dimension [`REASON`].
 pub const REGISTRATION_FAILED: MetricName = MetricName::count("RegistrationFailed");
+/// meter-ingest: events received, per module; dimension [`MODULE`] (the event rate).
+pub const INGEST_EVENTS_RECEIVED: MetricName = MetricName::count("IngestEventsReceived");
+/// meter-ingest: events accepted onto the usage stream; dimension [`MODULE`].
+pub const INGEST_EVENTS_ACCEPTED: MetricName = MetricName::count("IngestEventsAccepted");
+/// meter-ingest: events already applied (a Lambda async retry or a module's replay);
+/// dimension [`MODULE`].
+pub const INGEST_DEDUP_HIT: MetricName = MetricName::count("IngestDedupHit");
+/// meter-ingest: events refused for good; dimensions [`MODULE`], [`REASON`].
+pub const INGEST_EVENT_REJECTED: MetricName = MetricName::count("IngestEventRejected");
+/// meter-ingest: events held (unknown invoker, rate limit, anomaly bound), not billed and not
+/// lost; dimensions [`MODULE`], [`REASON`]. Alarmed.
+pub const INGEST_EVENT_HELD: MetricName = MetricName::count("IngestEventHeld");
+/// meter-ingest: invocations whose payload was malformed (sent to the on-failure destination);
+/// dimension [`MODULE`].
+pub const INGEST_MALFORMED_PAYLOAD: MetricName = MetricName::count("IngestMalformedPayload");
 
 /// Dimension carrying a reason code ([`super::status::RejectReason`] or [`super::reasons`]).
 pub const REASON: &str = "Reason";
@@ -158,13 +173,15 @@ pub const REASON: &str = "Reason";
 pub const EXCEPTION: &str = "Exception";
 /// Dimension carrying the producer id of accepted events.
 pub const PRODUCER: &str = "Producer";
+/// Dimension carrying a meter-ingest module: the invoked ARN's qualifier (its alias or version).
+pub const MODULE: &str = "Module";
 /// Dimension every metric carries: the emitting function.
 pub const SERVICE: &str = "Service";
 /// Dimension carrying a lifecycle event's detail-type without its role suffix.
 pub const EVENT_TYPE: &str = "EventType";
 
 /// Every business metric.
-pub const ALL: [MetricName; 28] = [
+pub const ALL: [MetricName; 34] = [
     USAGE_RECORD_REJECTED,
     USAGE_AGGREGATION_EXPIRED,
     USAGE_SUBMISSION_EXPIRED,
@@ -193,6 +210,12 @@ pub const ALL: [MetricName; 28] = [
     LICENSES_FINALIZED,
     REGISTRATION_SUCCEEDED,
     REGISTRATION_FAILED,
+    INGEST_EVENTS_RECEIVED,
+    INGEST_EVENTS_ACCEPTED,
+    INGEST_DEDUP_HIT,
+    INGEST_EVENT_REJECTED,
+    INGEST_EVENT_HELD,
+    INGEST_MALFORMED_PAYLOAD,
 ];
 
 #[cfg(test)]

@@ -92,6 +92,28 @@ pub const BODY_TOO_LARGE: &str = "BodyTooLarge";
 pub const RESOLVE_CUSTOMER_FAILED: &str = "ResolveCustomerFailed";
 /// Register Lambda: the customer-profile or subscribers write failed.
 pub const REGISTRATION_NOT_STORED: &str = "RegistrationNotStored";
+/// meter-ingest: the invoked function ARN names no alias or version (or `$LATEST`, or is not a
+/// Lambda function ARN): it carries no module identity (docs/meter-ingest.md, "Identity").
+pub const UNQUALIFIED_INVOKER: &str = "UnqualifiedInvoker";
+/// meter-ingest: no mapping entry for the invoked ARN yet; the events are held, not billed and
+/// not lost, until the entry exists and they are released (docs/meter-ingest.md, "Deploy ordering").
+pub const UNKNOWN_INVOKER: &str = "UnknownInvoker";
+/// meter-ingest: the invoked ARN's account is not in the environment's allowlist, or its mapping
+/// entry belongs to another environment (a staging module against prod).
+pub const ACCOUNT_NOT_ALLOWLISTED: &str = "AccountNotAllowlisted";
+/// meter-ingest: the event names a license or buyer account its module's mapping entry does not
+/// grant (a sibling module's customer).
+pub const UNAUTHORIZED_LICENSE: &str = "UnauthorizedLicense";
+/// meter-ingest: the event's dimension is not one its module's mapping entry grants.
+pub const UNAUTHORIZED_DIMENSION: &str = "UnauthorizedDimension";
+/// meter-ingest: the module's events in one second exceed its mapping entry's
+/// `maxEventsPerSecond`; the excess is held.
+pub const RATE_LIMITED: &str = "RateLimited";
+/// meter-ingest: the event's quantity exceeds its module's mapping entry's `maxQuantity`; held.
+pub const QUANTITY_OUT_OF_BOUNDS: &str = "QuantityOutOfBounds";
+/// meter-ingest: the invocation's payload is not a valid event batch; the invocation fails and
+/// Lambda routes it to the function's on-failure destination.
+pub const MALFORMED_PAYLOAD: &str = "MalformedPayload";
 
 #[cfg(test)]
 mod tests {
