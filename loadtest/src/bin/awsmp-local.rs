@@ -175,25 +175,12 @@ async fn main() -> Result<()> {
             event,
             at,
             ..
-        } => {
-            let runner = runner(&paths).await?;
-            runner.set_time(at.unwrap_or_else(Utc::now)).await?;
-            let out = runner
-                .invoke(&function, serde_json::from_str(&event)?)
-                .await?;
-            println!("{}", serde_json::to_string_pretty(&out)?);
-            print_metrics(&runner);
-        }
+        } => invoke(&paths, &function, &event, at).await?,
         Command::Event { source } => event(&paths, &source).await?,
         Command::ServeRegister {
             listen,
             product_code,
-        } => {
-            let env = LocalEnv::read(&paths.env_file())?;
-            let register = local::lifecycle::LocalRegister::from_env(&env, product_code).await?;
-            let listener = tokio::net::TcpListener::bind(listen).await?;
-            local::lifecycle::serve_register(listener, register).await?;
-        }
+        } => serve_register(&paths, listen, product_code).await?,
         Command::Run {
             start,
             speed,
@@ -210,6 +197,36 @@ async fn main() -> Result<()> {
             run(&paths, clock, sequential).await?
         }
     }
+    Ok(())
+}
+
+/// `awsmp-local invoke F`: one handler with a JSON event, as `lambda invoke` would.
+async fn invoke(
+    paths: &Paths,
+    function: &str,
+    event: &str,
+    at: Option<DateTime<Utc>>,
+) -> Result<()> {
+    let runner = runner(paths).await?;
+    runner.set_time(at.unwrap_or_else(Utc::now)).await?;
+    let out = runner
+        .invoke(function, serde_json::from_str(event)?)
+        .await?;
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    print_metrics(&runner);
+    Ok(())
+}
+
+/// `awsmp-local serve-register`: the register Lambda on `listen`, as API Gateway would serve it.
+async fn serve_register(
+    paths: &Paths,
+    listen: std::net::SocketAddr,
+    product_code: Option<String>,
+) -> Result<()> {
+    let env = LocalEnv::read(&paths.env_file())?;
+    let register = local::lifecycle::LocalRegister::from_env(&env, product_code).await?;
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    local::lifecycle::serve_register(listener, register).await?;
     Ok(())
 }
 
