@@ -1,0 +1,13 @@
+//! Operator logic behind `meterctl` (docs/meterctl.md): the billing ledger, the status of a
+//! group-hour with what happens next, re-drive decisions and verification. The modules here
+//! are pure except [`read`] (the stores) and [`redrive`]'s conditional writes.
+//!
+//! | module | what it owns |
+//! |---|---|
+//! | [`trail`] | what AWS accepted (CloudTrail records) and the [`trail::MeteringTrail`] port |
+//! | [`sources`] | the per-group-hour summaries the ledger reads |
+//! | [`ledger`] | the ledger lines, differences, reasons, totals and exit status |
+
+pub mod ledger;
+pub mod sources;
+pub mod trail;
