@@ -7,7 +7,15 @@
 //! | [`trail`] | what AWS accepted (CloudTrail records) and the [`trail::MeteringTrail`] port |
 //! | [`sources`] | the per-group-hour summaries the ledger reads |
 //! | [`ledger`] | the ledger lines, differences, reasons, totals and exit status |
+//! | [`status`] | one group-hour's state and what happens next |
+//! | [`redrive`] | whether a group-hour may be re-driven, and the conditional resets |
+//! | [`verify`] | stored values against their recomputation |
+//! | [`read`] | the DynamoDB reads behind all of them |
 
 pub mod ledger;
+pub mod read;
+pub mod redrive;
 pub mod sources;
+pub mod status;
 pub mod trail;
+pub mod verify;
