@@ -11,10 +11,12 @@
 //! | [`redrive`] | whether a group-hour may be re-driven, and the conditional resets |
 //! | [`verify`] | stored values against their recomputation |
 //! | [`read`] | the DynamoDB reads behind all of them |
+//! | [`render`] | the tables for people |
 
 pub mod ledger;
 pub mod read;
 pub mod redrive;
+pub mod render;
 pub mod sources;
 pub mod status;
 pub mod trail;

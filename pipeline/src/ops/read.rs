@@ -249,3 +249,44 @@ pub fn merge(
             .push(t);
     }
 }
+
+/// What a ledger, verify or status run reads.
+#[derive(Debug, Clone)]
+pub struct Query {
+    /// Licenses (partition keys) to read; empty: every license the tables and the trail know.
+    pub licenses: Vec<String>,
+    /// First hour.
+    pub from: HourBucket,
+    /// Last hour.
+    pub to: HourBucket,
+    /// The moment of reading.
+    pub now: chrono::DateTime<chrono::Utc>,
+}
+
+/// The sources of every group-hour of `q`, from the tables and the trail: the one reading
+/// path of `meterctl ledger`, `verify` and `status`, and of the load test's ledger.
+pub async fn sources(
+    tables: &OpsTables,
+    trail: &dyn crate::ops::trail::MeteringTrail,
+    q: &Query,
+    time: &crate::domain::time::TimeConfig,
+) -> Result<Vec<HourSources>> {
+    let window = crate::ops::trail::TrailWindow::for_hours(
+        q.from,
+        q.to,
+        time.billable_window_hours(),
+        q.now,
+    );
+    let records = trail.batch_meter_usage_records(window).await?;
+    let mut licenses = tables.licenses(&q.licenses).await?;
+    if q.licenses.is_empty() {
+        licenses.extend(records.iter().map(|r| r.group.license_arn.clone()));
+    }
+    let mut out = BTreeMap::new();
+    for license in &licenses {
+        out.append(&mut tables.license_sources(license, q.from, q.to).await?);
+    }
+    let rejected = tables.consumer_rejected(&licenses, q.from, q.to).await?;
+    merge(&mut out, rejected, records, &licenses, q.from, q.to);
+    Ok(out.into_values().collect())
+}
