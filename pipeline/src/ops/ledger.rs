@@ -32,6 +32,9 @@ pub enum Stage {
     Acceptance,
 }
 
+/// The reason of a billed record CloudTrail may not show yet (inside its delivery lag).
+pub const PENDING_CLOUDTRAIL: &str = "PendingCloudTrail";
+
 /// The reason text of a difference nobody can account for.
 pub const UNEXPLAINED: &str = "Unexplained";
 
@@ -207,6 +210,7 @@ pub fn line(s: &HourSources, now: DateTime<Utc>) -> LedgerLine {
         pending_cloudtrail,
     };
     differences.extend(acceptance.differences());
+    let pending_cloudtrail = differences.iter().any(|d| d.reason == PENDING_CLOUDTRAIL);
     LedgerLine {
         group: s.group.clone(),
         intended,
@@ -471,7 +475,7 @@ impl Acceptance<'_> {
             return vec![if self.pending_cloudtrail {
                 Difference::explained(
                     C,
-                    "PendingCloudTrail",
+                    PENDING_CLOUDTRAIL,
                     self.submitted,
                     "submitted within CloudTrail's delivery lag: check again later",
                 )
