@@ -44,7 +44,7 @@ pub const UNEXPLAINED: &str = "Unexplained";
 pub struct Difference {
     /// Between which columns.
     pub stage: Stage,
-    /// The reason code (docs/meterctl.md, "Reasons"), or [`UNEXPLAINED`].
+    /// The reason code (docs/meterctl.md, "ledger"), or [`UNEXPLAINED`].
     pub reason: String,
     /// Units (always positive: the units that did not move on, or that appeared).
     pub units: u64,
