@@ -63,13 +63,29 @@ fn json(out: &Output) -> Result<serde_json::Value> {
 async fn simulator(env: &LocalEnv) -> Result<(String, BTreeMap<String, (u64, String)>)> {
     let admin = env.get("AWSMP_SIM_ADMIN_URL")?;
     let http = reqwest::Client::new();
-    let clock: serde_json::Value = http.get(format!("{admin}/_sim/clock")).send().await?.json().await?;
-    let ledger: serde_json::Value = http.get(format!("{admin}/_sim/ledger")).send().await?.json().await?;
+    let clock: serde_json::Value = http
+        .get(format!("{admin}/_sim/clock"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let ledger: serde_json::Value = http
+        .get(format!("{admin}/_sim/ledger"))
+        .send()
+        .await?
+        .json()
+        .await?;
     let mut billed = BTreeMap::new();
     for r in ledger["records"].as_array().context("records")? {
         let s = |k: &str| r[k].as_str().unwrap_or_default().to_owned();
         billed.insert(
-            format!("{}|{}|{}|{}", s("licenseArn"), s("customerAWSAccountId"), s("dimension"), s("hour")),
+            format!(
+                "{}|{}|{}|{}",
+                s("licenseArn"),
+                s("customerAWSAccountId"),
+                s("dimension"),
+                s("hour")
+            ),
             (r["quantity"].as_u64().unwrap_or(0), s("meteringRecordId")),
         );
     }
@@ -90,13 +106,27 @@ fn line_key(l: &serde_json::Value) -> String {
 fn load_run(stack: &Stack) -> Result<serde_json::Value> {
     let mut cmd = Command::new(bin("awsmp-loadtest"));
     cmd.args([
-        "run", "--events", "1500", "--rate", "1500", "--groups", "20", "--faults", "all",
-        "--deprovision", "--json", "--seed", "11",
+        "run",
+        "--events",
+        "1500",
+        "--rate",
+        "1500",
+        "--groups",
+        "20",
+        "--faults",
+        "all",
+        "--deprovision",
+        "--json",
+        "--seed",
+        "11",
     ]);
     env_for(&mut cmd, stack);
     let out = cmd.output()?;
     serde_json::from_slice(&out.stdout).with_context(|| {
-        format!("load run: no JSON; stderr:\n{}", String::from_utf8_lossy(&out.stderr))
+        format!(
+            "load run: no JSON; stderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
     })
 }
 
@@ -114,14 +144,22 @@ async fn after_an_all_faults_run_the_ledger_explains_everything_and_catches_a_ch
     let run = load_run(&stack)?;
     assert_eq!(run["conserved"], true, "{}", run["violations"]);
     let env = LocalEnv::read(&stack.0.path().join("env"))?;
-    assert!(env.get("AWS_ENDPOINT_URL_CLOUDTRAIL").is_ok(), "the env file names CloudTrail");
+    assert!(
+        env.get("AWS_ENDPOINT_URL_CLOUDTRAIL").is_ok(),
+        "the env file names CloudTrail"
+    );
     let (now, billed) = simulator(&env).await?;
     assert!(!billed.is_empty());
-    let mut hours: Vec<&str> = billed.keys().map(|k| k.rsplit('|').next().unwrap()).collect();
+    let mut hours: Vec<&str> = billed
+        .keys()
+        .map(|k| k.rsplit('|').next().unwrap())
+        .collect();
     hours.sort();
     let (from, to) = (hours[0].to_owned(), hours[hours.len() - 1].to_owned());
-    let licenses: std::collections::BTreeSet<&str> =
-        billed.keys().map(|k| k.split('|').next().unwrap()).collect();
+    let licenses: std::collections::BTreeSet<&str> = billed
+        .keys()
+        .map(|k| k.split('|').next().unwrap())
+        .collect();
     let mut args = vec!["ledger", "--from", &from, "--to", &to];
     for l in &licenses {
         args.extend(["--license", l]);
@@ -138,10 +176,22 @@ async fn after_an_all_faults_run_the_ledger_explains_everything_and_catches_a_ch
         .iter()
         .filter(|l| l["accepted"].as_u64() > Some(0))
         .map(|l| {
-            (line_key(l), (l["accepted"].as_u64().unwrap(), l["meteringRecordId"].as_str().unwrap_or_default().to_owned()))
+            (
+                line_key(l),
+                (
+                    l["accepted"].as_u64().unwrap(),
+                    l["meteringRecordId"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                ),
+            )
         })
         .collect();
-    assert_eq!(accepted, billed, "meterctl's accepted column is the simulator's ledger");
+    assert_eq!(
+        accepted, billed,
+        "meterctl's accepted column is the simulator's ledger"
+    );
 
     // WHEN a billed record is changed behind the pipeline's back
     let (victim, _) = billed.iter().next().unwrap();
@@ -151,7 +201,10 @@ async fn after_an_all_faults_run_the_ledger_explains_everything_and_catches_a_ch
         .update_item()
         .table_name(env.get("AWSMP_AGGREGATED_USAGE_TABLE")?)
         .key("licenseArn", Av::S(parts[0].into()))
-        .key("account_dimension_hour", Av::S(format!("{}#{}#{}", parts[1], parts[2], parts[3])))
+        .key(
+            "account_dimension_hour",
+            Av::S(format!("{}#{}#{}", parts[1], parts[2], parts[3])),
+        )
         .update_expression("SET quantity = quantity + :five")
         .expression_attribute_values(":five", Av::N("5".into()))
         .send()
@@ -164,15 +217,51 @@ async fn after_an_all_faults_run_the_ledger_explains_everything_and_catches_a_ch
         .as_array()
         .unwrap()
         .iter()
-        .filter(|l| l["differences"].as_array().unwrap().iter().any(|d| d["explained"] == false))
+        .filter(|l| {
+            l["differences"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|d| d["explained"] == false)
+        })
         .map(line_key)
         .collect();
     assert_eq!(bad, vec![victim.clone()]);
-    let out = meterctl(&env, &now, &["verify", "--from", &from, "--to", &to, "--license", parts[0]])?;
-    assert_eq!(out.status.code(), Some(1), "verify finds the changed quantity");
+    let out = meterctl(
+        &env,
+        &now,
+        &[
+            "verify",
+            "--from",
+            &from,
+            "--to",
+            &to,
+            "--license",
+            parts[0],
+        ],
+    )?;
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "verify finds the changed quantity"
+    );
 
     // AND a re-drive of a billed hour is refused
-    let out = meterctl(&env, &now, &["redrive", "--license", parts[0], "--account", parts[1], "--dimension", parts[2], "--hour", parts[3]])?;
+    let out = meterctl(
+        &env,
+        &now,
+        &[
+            "redrive",
+            "--license",
+            parts[0],
+            "--account",
+            parts[1],
+            "--dimension",
+            parts[2],
+            "--hour",
+            parts[3],
+        ],
+    )?;
     assert_eq!(out.status.code(), Some(4));
     assert_eq!(json(&out)?["refusal"]["refusal"], "acceptedByAws");
 
@@ -204,7 +293,10 @@ async fn status_of_the_deprovisioned_license(env: &LocalEnv, now: &str) -> Resul
     let hours = v["groupHours"].as_array().context("groupHours")?;
     assert!(!hours.is_empty());
     for h in hours {
-        assert!(h["next"].as_str().unwrap().contains("deprovisioning"), "{h}");
+        assert!(
+            h["next"].as_str().unwrap().contains("deprovisioning"),
+            "{h}"
+        );
         assert!(h["record"]["status"].is_string(), "{h}");
     }
     Ok(())

@@ -15,8 +15,17 @@ use serde_json::{Map, Value, json};
 use super::engine::Reply;
 use super::faults::TokenBucket;
 
-/// `X-Amz-Target` prefix of CloudTrail's API.
-pub const TARGET_PREFIX: &str = "com.amazonaws.cloudtrail.v20131101.CloudTrail_20131101.";
+/// `X-Amz-Target` prefix of CloudTrail's API, as the AWS SDKs send it.
+pub const TARGET_PREFIX: &str = "CloudTrail_20131101.";
+/// The fully qualified form of the same prefix, as the API reference spells it.
+pub const QUALIFIED_TARGET_PREFIX: &str = "com.amazonaws.cloudtrail.v20131101.CloudTrail_20131101.";
+
+/// The CloudTrail operation an `X-Amz-Target` names, if it names one.
+pub fn operation(target: &str) -> Option<&str> {
+    target
+        .strip_prefix(QUALIFIED_TARGET_PREFIX)
+        .or_else(|| target.strip_prefix(TARGET_PREFIX))
+}
 /// The Marketplace Metering event source.
 pub const EVENT_SOURCE: &str = "metering-marketplace.amazonaws.com";
 /// Most events `LookupEvents` returns in one page (the API reference's `MaxResults` range).

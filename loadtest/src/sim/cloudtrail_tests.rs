@@ -157,6 +157,19 @@ fn pages_of_fifty_newest_first_with_a_stable_token_and_a_time_range() {
 }
 
 #[test]
+fn both_spellings_of_the_target_name_the_operation() {
+    assert_eq!(
+        operation("CloudTrail_20131101.LookupEvents"),
+        Some("LookupEvents")
+    );
+    assert_eq!(
+        operation("com.amazonaws.cloudtrail.v20131101.CloudTrail_20131101.LookupEvents"),
+        Some("LookupEvents")
+    );
+    assert_eq!(operation("AWSMPMeteringService.BatchMeterUsage"), None);
+}
+
+#[test]
 fn refuses_what_cloudtrail_refuses_and_paces_two_a_second() {
     let t0 = Instant::now();
     let mut s = sim(t0);

@@ -162,7 +162,7 @@ async fn api(State(state): State<Shared>, headers: HeaderMap, body: Bytes) -> Re
         .get("x-amz-target")
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
-    if let Some(op) = target.strip_prefix(super::cloudtrail::TARGET_PREFIX) {
+    if let Some(op) = super::cloudtrail::operation(target) {
         let mut sim = lock(&state);
         let now = sim.now();
         return api_response(sim.cloudtrail_mut().api(op, &body, Instant::now(), now));

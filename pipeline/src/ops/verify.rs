@@ -88,3 +88,91 @@ pub fn verify(s: &HourSources) -> Vec<Mismatch> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::status::RawStatus;
+    use crate::domain::keys::HourBucket;
+    use crate::domain::row::Allocation;
+    use crate::ops::trail::{TrailOutcome, TrailRecord};
+    use crate::ports::AggregatedItem;
+    use chrono::{TimeZone, Utc};
+
+    fn sources(
+        stored: u64,
+        status: Option<AggregatedStatus>,
+        billed: Option<(&str, u64)>,
+    ) -> HourSources {
+        let g = GroupKey::new(
+            "arn:aws:license-manager::1:license:l-1",
+            "210987654321",
+            "d",
+            "2026-12-01T14".parse::<HourBucket>().unwrap(),
+        );
+        let mut s = HourSources::new(g.clone());
+        s.rows.add(30, false, Some(RawStatus::Aggregated), "", 0);
+        s.rows.add(10, false, Some(RawStatus::Aggregated), "", 0);
+        let mut r = AggregatedItem::new(g.clone(), stored, None);
+        r.row_count = 2;
+        r.status = status;
+        r.metering_record_id = Some("m".into());
+        s.record = Some(r);
+        if let Some((id, q)) = billed {
+            s.trail.push(TrailRecord {
+                event_id: "e".into(),
+                event_time: Utc.with_ymd_and_hms(2026, 12, 1, 15, 5, 0).unwrap(),
+                group: g,
+                quantity: q,
+                outcome: TrailOutcome::Success {
+                    metering_record_id: id.into(),
+                },
+            });
+        }
+        s
+    }
+
+    #[test]
+    fn a_record_that_matches_its_rows_and_the_trail_verifies() {
+        assert!(
+            verify(&sources(
+                40,
+                Some(AggregatedStatus::Success),
+                Some(("m", 40))
+            ))
+            .is_empty()
+        );
+        assert!(verify(&sources(40, None, None)).is_empty());
+    }
+
+    #[test]
+    fn every_stored_value_that_differs_is_reported() {
+        let fields = |s: &HourSources| verify(s).iter().map(|m| m.field).collect::<Vec<_>>();
+        assert_eq!(fields(&sources(45, None, None)), ["quantity"]);
+        assert_eq!(
+            fields(&sources(
+                40,
+                Some(AggregatedStatus::Success),
+                Some(("other", 41))
+            )),
+            ["meteringRecordId", "quantity billed"]
+        );
+        assert_eq!(
+            fields(&sources(40, Some(AggregatedStatus::Success), None)),
+            ["status"]
+        );
+        assert_eq!(
+            fields(&sources(40, Some(AggregatedStatus::Error), Some(("m", 40)))),
+            ["status"]
+        );
+        let mut s = sources(40, None, None);
+        s.record.as_mut().unwrap().allocations = Some(vec![Allocation {
+            quantity: 39,
+            tags: vec![],
+        }]);
+        s.record.as_mut().unwrap().row_count = 3;
+        assert_eq!(fields(&s), ["rowCount", "allocations"]);
+        s.record = None;
+        assert_eq!(fields(&s), ["quantity"]);
+    }
+}

@@ -7,10 +7,13 @@ use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
 use std::sync::Mutex;
 
+/// One stored event: when it was made, when it is delivered, its JSON.
+type StoredEvent = (DateTime<Utc>, DateTime<Utc>, String);
+
 /// Events in memory, each with the time it was delivered.
 #[derive(Debug, Default)]
 pub struct MemoryMeteringTrail {
-    events: Mutex<Vec<(DateTime<Utc>, DateTime<Utc>, String)>>,
+    events: Mutex<Vec<StoredEvent>>,
     now: Mutex<Option<DateTime<Utc>>>,
 }
 
