@@ -61,7 +61,7 @@ struct Range {
     /// Last UTC hour, `YYYY-MM-DDTHH` (inclusive).
     #[arg(long)]
     to: HourBucket,
-    /// Only these licenses (repeatable); default: every license the tables and CloudTrail know.
+    /// Only these licenses (repeatable); default: every license with a record or a subscriber.
     #[arg(long = "license")]
     licenses: Vec<String>,
 }

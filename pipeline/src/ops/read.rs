@@ -253,7 +253,8 @@ pub fn merge(
 /// What a ledger, verify or status run reads.
 #[derive(Debug, Clone)]
 pub struct Query {
-    /// Licenses (partition keys) to read; empty: every license the tables and the trail know.
+    /// Licenses (partition keys) to read; empty: every license with an aggregated record or a
+    /// subscriber entry.
     pub licenses: Vec<String>,
     /// First hour.
     pub from: HourBucket,
@@ -278,10 +279,9 @@ pub async fn sources(
         q.now,
     );
     let records = trail.batch_meter_usage_records(window).await?;
-    let mut licenses = tables.licenses(&q.licenses).await?;
-    if q.licenses.is_empty() {
-        licenses.extend(records.iter().map(|r| r.group.license_arn.clone()));
-    }
+    // Not the trail's licenses: CloudTrail holds every product metered in the account and
+    // region, and a call for another product's license is not this stack's to explain.
+    let licenses = tables.licenses(&q.licenses).await?;
     let mut out = BTreeMap::new();
     for license in &licenses {
         out.append(&mut tables.license_sources(license, q.from, q.to).await?);
