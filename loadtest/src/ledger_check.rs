@@ -178,12 +178,13 @@ pub async fn check_run(
             group_hour: key(&l.group),
             accepted: l.intended,
             billed: l.accepted,
-            terminal: l
-                .differences
-                .iter()
-                .filter(|d| d.units > 0)
-                .map(|d| (d.reason.clone(), d.units))
-                .collect(),
+            terminal: l.differences.iter().filter(|d| d.units > 0).fold(
+                BTreeMap::new(),
+                |mut by_reason, d| {
+                    *by_reason.entry(d.reason.clone()).or_default() += d.units;
+                    by_reason
+                },
+            ),
         })
         .collect();
     verdict.conserved = verdict.violations.is_empty();
