@@ -5,6 +5,7 @@ pub mod cli;
 pub mod conservation;
 pub mod faults;
 pub mod kinesis_esm;
+pub mod ledger_check;
 pub mod loadrun;
 pub mod local;
 pub mod metrics_capture;

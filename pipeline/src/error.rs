@@ -67,6 +67,9 @@ pub enum PipelineError {
         /// The exception name.
         exception: String,
     },
+    /// The audit trail (CloudTrail) could not be read (`meterctl`).
+    #[error(transparent)]
+    Trail(#[from] crate::ops::trail::TrailError),
 }
 
 impl PipelineError {
@@ -80,7 +83,8 @@ impl PipelineError {
             | Self::Config(_)
             | Self::BadMessage(_)
             | Self::UndecodableMessage { .. }
-            | Self::MeteringHalted { .. } => false,
+            | Self::MeteringHalted { .. }
+            | Self::Trail(_) => false,
         }
     }
 }
@@ -105,6 +109,7 @@ impl PipelineError {
             Self::Config(_) => "ConfigError",
             Self::BadMessage(_) | Self::UndecodableMessage { .. } => "BadMessage",
             Self::MeteringHalted { .. } => "MeteringHalted",
+            Self::Trail(_) => "TrailError",
         }
     }
 }

@@ -411,6 +411,13 @@ async fn settle_and_check<T: RunTarget>(
     let billed_at = target.billed_instants(&scope).await?;
     timings::record_latencies(&ctx.timings, &billed_at, report);
     report.conservation = conservation::check(inputs);
+    crate::ledger_check::check_run(
+        target.env(),
+        &ours,
+        ctx.started_at,
+        &mut report.conservation,
+    )
+    .await?;
     let consumed = RunCounters::get(&ctx.counters.consumed);
     report.write_amplification = if consumed > 0 {
         RunCounters::get(&ctx.counters.update_items) as f64 * 1000.0 / consumed as f64

@@ -37,6 +37,8 @@ impl LocalEnv {
                 }
                 "marketplace-metering" => {
                     vars.insert("AWSMP_SIM_ADMIN_URL".into(), url.clone());
+                    // The simulator also serves CloudTrail's LookupEvents (docs/meterctl.md).
+                    vars.insert("AWS_ENDPOINT_URL_CLOUDTRAIL".into(), url.clone());
                     "AWS_ENDPOINT_URL_MARKETPLACE_METERING"
                 }
                 other => bail!("unknown service {other}"),

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::catalog::{Catalog, CatalogIndex};
+use super::cloudtrail::CloudTrailLog;
 use super::error::{ApiError, ErrorCode, SimError};
 use super::faults::{Faults, TokenBucket};
 use super::ledger::{Ledger, WriteOutcome};
@@ -114,6 +115,7 @@ pub struct Simulator {
     ledger: Ledger,
     counters: Counters,
     lifecycle: super::lifecycle::LifecycleState,
+    cloudtrail: CloudTrailLog,
 }
 
 impl Simulator {
@@ -142,6 +144,7 @@ impl Simulator {
             ledger: Ledger::default(),
             counters: Counters::default(),
             lifecycle: Default::default(),
+            cloudtrail: CloudTrailLog::new(now),
         })
     }
 
@@ -177,6 +180,7 @@ impl Simulator {
     pub fn reset(&mut self, now: Instant) {
         self.ledger = Ledger::default();
         self.counters = Counters::default();
+        self.cloudtrail = CloudTrailLog::new(now);
         self.faults = Faults::default();
         self.rng = StdRng::seed_from_u64(self.faults.seed);
         self.bucket = TokenBucket::new(self.catalog.catalog().requests_per_second, now);
@@ -241,8 +245,31 @@ impl Simulator {
         Reply::error(&e)
     }
 
-    /// Handle `AWSMPMeteringService.BatchMeterUsage`. `at` is the arrival time for the quota.
+    /// The CloudTrail log of the calls served.
+    pub fn cloudtrail(&self) -> &CloudTrailLog {
+        &self.cloudtrail
+    }
+
+    /// The CloudTrail log, to serve `LookupEvents` or change its delivery lag.
+    pub fn cloudtrail_mut(&mut self) -> &mut CloudTrailLog {
+        &mut self.cloudtrail
+    }
+
+    /// Handle `AWSMPMeteringService.BatchMeterUsage` and log the call as CloudTrail would.
+    /// `at` is the arrival time for the quota.
     pub fn batch_meter_usage(&mut self, body: &[u8], at: Instant) -> Reply {
+        let reply = self.serve_batch_meter_usage(body, at);
+        let ids = (
+            uuid::Uuid::new_v4().to_string(),
+            uuid::Uuid::new_v4().to_string(),
+        );
+        let now = self.now();
+        self.cloudtrail
+            .record_batch_meter_usage(&self.region, body, &reply, now, ids);
+        reply
+    }
+
+    fn serve_batch_meter_usage(&mut self, body: &[u8], at: Instant) -> Reply {
         self.counters.requests += 1;
         // Deprovisioned licenses whose final hour is over stop being billable.
         if let Err(e) = super::lifecycle::settle(self) {

@@ -20,6 +20,7 @@
 //! ```
 
 pub mod catalog;
+pub mod cloudtrail;
 pub mod engine;
 pub mod error;
 pub mod faults;
@@ -32,6 +33,7 @@ mod server;
 pub use catalog::{
     Catalog, CatalogIndex, LegacyCustomer, License, Product, RegistrationToken, SubscriptionStatus,
 };
+pub use cloudtrail::{CloudTrailLog, TrailSettings};
 pub use engine::{Counters, Reply, SimConfig, Simulator};
 pub use error::{ApiError, ErrorCode, SimError, error_chain};
 pub use faults::{Faults, TokenBucket};

@@ -136,6 +136,10 @@ fn router(state: Shared) -> Router {
         .route("/_sim/clock", get(get_clock).post(post_clock))
         .route("/_sim/reset", post(post_reset))
         .merge(super::lifecycle_admin::routes())
+        .route(
+            "/_sim/cloudtrail",
+            get(get_cloudtrail).post(post_cloudtrail),
+        )
         .layer(DefaultBodyLimit::max(MAX_HTTP_BODY_BYTES))
         .with_state(state)
 }
@@ -159,6 +163,11 @@ async fn api(State(state): State<Shared>, headers: HeaderMap, body: Bytes) -> Re
         .get("x-amz-target")
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
+    if let Some(op) = super::cloudtrail::operation(target) {
+        let mut sim = lock(&state);
+        let now = sim.now();
+        return api_response(sim.cloudtrail_mut().api(op, &body, Instant::now(), now));
+    }
     let reply = match target.strip_prefix(TARGET_PREFIX) {
         Some("BatchMeterUsage") => {
             let latency = lock(&state).faults().latency();
@@ -240,4 +249,20 @@ async fn post_reset(State(state): State<Shared>) -> Response {
     let mut sim = lock(&state);
     sim.reset(Instant::now());
     axum::Json(sim.ledger_json()).into_response()
+}
+
+async fn get_cloudtrail(State(state): State<Shared>) -> Response {
+    let sim = lock(&state);
+    let t = sim.cloudtrail();
+    axum::Json(json!({"settings": t.settings(), "events": t.len()})).into_response()
+}
+
+async fn post_cloudtrail(State(state): State<Shared>, body: Bytes) -> Response {
+    match serde_json::from_slice::<super::cloudtrail::TrailSettings>(&body) {
+        Ok(settings) => {
+            lock(&state).cloudtrail_mut().set_settings(settings);
+            axum::Json(json!({"settings": settings})).into_response()
+        }
+        Err(e) => admin_error(format!(r#"expected {{"lagSeconds": N}}: {e}"#)),
+    }
 }

@@ -1,0 +1,131 @@
+//! The audit trail of `BatchMeterUsage` calls from CloudTrail's event history
+//! (`LookupEvents`), and its in-memory twin ([`MemoryMeteringTrail`]). The adapter pages
+//! through every event of the Marketplace Metering event source in the window, 50 a page, at
+//! most 2 requests a second, and parses each event ([`event`]).
+
+pub mod event;
+mod memory;
+
+pub use memory::MemoryMeteringTrail;
+
+use crate::ops::trail::{MeteringTrail, TrailError, TrailRecord, TrailWindow};
+use async_trait::async_trait;
+use aws_sdk_cloudtrail::Client;
+use aws_sdk_cloudtrail::primitives::DateTime as SdkDateTime;
+use aws_sdk_cloudtrail::types::{LookupAttribute, LookupAttributeKey};
+use chrono::{Duration, Utc};
+use std::time::Duration as StdDuration;
+use tokio::time::Instant;
+
+/// `LookupEvents` answers at most 50 events a page
+/// (<https://docs.aws.amazon.com/awscloudtrail/latest/APIReference/API_LookupEvents.html>).
+pub const LOOKUP_EVENTS_MAX_RESULTS: i32 = 50;
+/// `LookupEvents` is limited to 2 requests per second per account and region
+/// (<https://docs.aws.amazon.com/awscloudtrail/latest/userguide/WhatIsCloudTrail-Limits.html>).
+pub const LOOKUP_EVENTS_PER_SECOND: u32 = 2;
+/// Event history covers the last 90 days
+/// (<https://docs.aws.amazon.com/awscloudtrail/latest/userguide/view-cloudtrail-events.html>).
+pub const EVENT_HISTORY_DAYS: i64 = 90;
+
+/// CloudTrail's event history, read with `LookupEvents`.
+#[derive(Debug, Clone)]
+pub struct CloudTrailMeteringTrail {
+    client: Client,
+}
+
+impl CloudTrailMeteringTrail {
+    /// Over `client`.
+    pub fn new(client: Client) -> Self {
+        Self { client }
+    }
+}
+
+/// Spaces calls at least `1 / per_second` apart.
+#[derive(Debug)]
+pub struct Pacer {
+    gap: StdDuration,
+    next: Option<Instant>,
+}
+
+impl Pacer {
+    /// At most `per_second` calls a second.
+    pub fn new(per_second: u32) -> Self {
+        Self {
+            gap: StdDuration::from_secs(1) / per_second.max(1),
+            next: None,
+        }
+    }
+
+    /// Wait for the next call's turn.
+    pub async fn ready(&mut self) {
+        if let Some(at) = self.next {
+            tokio::time::sleep_until(at).await;
+        }
+        self.next = Some(Instant::now() + self.gap);
+    }
+}
+
+fn sdk_time(t: chrono::DateTime<Utc>) -> SdkDateTime {
+    SdkDateTime::from_millis(t.timestamp_millis())
+}
+
+#[async_trait]
+impl MeteringTrail for CloudTrailMeteringTrail {
+    async fn batch_meter_usage_records(
+        &self,
+        window: TrailWindow,
+    ) -> Result<Vec<TrailRecord>, TrailError> {
+        let oldest = Utc::now() - Duration::days(EVENT_HISTORY_DAYS);
+        let start = window.start.max(oldest);
+        let attribute = LookupAttribute::builder()
+            .attribute_key(LookupAttributeKey::EventSource)
+            .attribute_value(event::METERING_EVENT_SOURCE)
+            .build()
+            .map_err(|e| TrailError::Lookup(Box::new(e)))?;
+        let mut pacer = Pacer::new(LOOKUP_EVENTS_PER_SECOND);
+        let mut token: Option<String> = None;
+        let mut out = Vec::new();
+        loop {
+            pacer.ready().await;
+            let page = self
+                .client
+                .lookup_events()
+                .lookup_attributes(attribute.clone())
+                .start_time(sdk_time(start))
+                .end_time(sdk_time(window.end))
+                .max_results(LOOKUP_EVENTS_MAX_RESULTS)
+                .set_next_token(token.take())
+                .send()
+                .await
+                .map_err(|e| TrailError::Lookup(Box::new(e)))?;
+            for e in page.events() {
+                if e.event_name() != Some(event::BATCH_METER_USAGE_EVENT) {
+                    continue;
+                }
+                if let Some(json) = e.cloud_trail_event() {
+                    out.extend(event::parse_event(json)?);
+                }
+            }
+            match page.next_token() {
+                Some(t) if !t.is_empty() => token = Some(t.to_owned()),
+                _ => return Ok(out),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_pacer_keeps_two_calls_a_second() {
+        let mut p = Pacer::new(LOOKUP_EVENTS_PER_SECOND);
+        let t0 = Instant::now();
+        for _ in 0..5 {
+            p.ready().await;
+        }
+        // Five calls: the first at once, four gaps of 500 ms.
+        assert_eq!(Instant::now() - t0, StdDuration::from_millis(2000));
+    }
+}
