@@ -2,6 +2,7 @@
 //! in memory ([`memory`]) for tests and simulation without emulators.
 
 pub mod dynamodb;
+pub mod fault;
 pub mod marketplace;
 pub mod memory;
 pub mod sqs;

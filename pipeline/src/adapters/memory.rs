@@ -10,7 +10,7 @@
 //! | [`MemoryAggregatedStore`] | [`AggregatedStore`](crate::ports::AggregatedStore) | first-write-wins puts (the commit point); attempt marks and write-backs only while pending |
 //! | [`MemoryDeprovisioningIndex`] | [`DeprovisioningIndex`](crate::ports::DeprovisioningIndex) | the subscribers table's deprovisioning index |
 //! | [`MemoryWatermarkStore`] | [`WatermarkStore`](crate::ports::WatermarkStore) | one watermark per shard that never moves backwards |
-//! | [`MemoryQueue`] | [`MessageQueue`](crate::ports::MessageQueue) | sent bodies, drained as SQS events |
+//! | [`MemoryQueue`] | [`MessageQueue`](crate::ports::MessageQueue) | an SQS standard queue on a [`Clock`]: visibility timeout, redelivery, receive counts, `maxReceiveCount` → dead-letter queue, deletes by receipt handle (a stale one deletes nothing), partial `SendMessageBatch` failures |
 //! | [`MemoryMeteringApi`] | [`MeteringApi`](crate::ports::MeteringApi) | the BatchMeterUsage ledger: first write per group-hour wins, an identical retry is `Success` with the same id, a different one `DuplicateRecord`; scripted exceptions, lost responses and `UnprocessedRecords` |
 //!
 //! A failed condition is what it is in DynamoDB: an expected outcome (`Ok(false)` / `Ok(())`),
@@ -53,7 +53,9 @@ mod watermark;
 
 pub use aggregated::{MemoryAggregatedStore, MemoryDeprovisioningIndex};
 pub use metering::{BilledRecord, CallFault, MemoryMeteringApi};
-pub use queue::MemoryQueue;
+pub use queue::{
+    DEFAULT_VISIBILITY_TIMEOUT_SECONDS, DeleteOutcome, MAX_RECEIVE_MESSAGES, MemoryQueue, Redrive,
+};
 pub use usage::MemoryUsageStore;
 pub use watermark::MemoryWatermarkStore;
 
@@ -146,7 +148,21 @@ pub struct MemoryAdapters {
     pub metering: Arc<MemoryMeteringApi>,
     /// Ingest watermarks (used when the configuration names a watermark table).
     pub watermarks: Arc<MemoryWatermarkStore>,
+    /// The work queue's dead-letter queue (its redrive target under [`MemoryAdapters::on_clock`]).
+    pub work_dlq: Arc<MemoryQueue>,
+    /// The deprovision-work queue's dead-letter queue.
+    pub deprovision_dlq: Arc<MemoryQueue>,
+    /// The cleanup queue's dead-letter queue.
+    pub cleanup_dlq: Arc<MemoryQueue>,
 }
+
+/// Visibility timeout of the pipeline's queues (`infra/resources.json`,
+/// `visibilityTimeoutSeconds` of `WorkQueue`, `DeprovisionWorkQueue`, `CleanupQueue`).
+pub const PIPELINE_QUEUE_VISIBILITY_SECONDS: i64 = 120;
+
+/// `maxReceiveCount` of the pipeline queues' redrive policies (`infra/resources.json`, their
+/// `dlq.maxReceiveCount`).
+pub const PIPELINE_QUEUE_MAX_RECEIVE_COUNT: u32 = 5;
 
 impl Default for MemoryAdapters {
     fn default() -> Self {
@@ -155,9 +171,13 @@ impl Default for MemoryAdapters {
 }
 
 impl MemoryAdapters {
-    /// Empty tables and queues, a ledger with nothing billed.
+    /// Empty tables and queues, a ledger with nothing billed; queues on the system clock
+    /// without redrive.
     pub fn new() -> Self {
         Self {
+            work_dlq: Arc::new(MemoryQueue::new("work-dlq")),
+            deprovision_dlq: Arc::new(MemoryQueue::new("deprovision-work-dlq")),
+            cleanup_dlq: Arc::new(MemoryQueue::new("cleanup-dlq")),
             usage: Arc::new(MemoryUsageStore::new("usage")),
             aggregated: Arc::new(MemoryAggregatedStore::new("aggregated-usage")),
             deprovisioning: Arc::new(MemoryDeprovisioningIndex::default()),
@@ -166,6 +186,36 @@ impl MemoryAdapters {
             cleanup_queue: Arc::new(MemoryQueue::new("cleanup")),
             metering: Arc::new(MemoryMeteringApi::default()),
             watermarks: Arc::new(MemoryWatermarkStore::new()),
+        }
+    }
+
+    /// Empty tables, and queues configured as deployed (`infra/resources.json`): on `clock`,
+    /// 120 s visibility, redriven to their dead-letter queues after 5 receives.
+    pub fn on_clock(clock: Arc<dyn Clock>) -> Self {
+        let dlq = |name: &str| Arc::new(MemoryQueue::new(name).with_clock(clock.clone()));
+        let queue = |name: &str, dead_letter: &Arc<MemoryQueue>| {
+            Arc::new(
+                MemoryQueue::new(name)
+                    .with_clock(clock.clone())
+                    .with_visibility_timeout(chrono::Duration::seconds(
+                        PIPELINE_QUEUE_VISIBILITY_SECONDS,
+                    ))
+                    .with_redrive(PIPELINE_QUEUE_MAX_RECEIVE_COUNT, dead_letter.clone()),
+            )
+        };
+        let (work_dlq, deprovision_dlq, cleanup_dlq) = (
+            dlq("work-dlq"),
+            dlq("deprovision-work-dlq"),
+            dlq("cleanup-dlq"),
+        );
+        Self {
+            work_queue: queue("work", &work_dlq),
+            deprovision_queue: queue("deprovision-work", &deprovision_dlq),
+            cleanup_queue: queue("cleanup", &cleanup_dlq),
+            work_dlq,
+            deprovision_dlq,
+            cleanup_dlq,
+            ..Self::new()
         }
     }
 
@@ -357,5 +407,30 @@ mod tests {
             (api.ledger().len(), api.ledger()[0].quantity, api.calls()),
             (1, 4, 3)
         );
+    }
+
+    #[test]
+    fn the_deployed_queue_settings_are_the_ones_in_infra_resources() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../infra/resources.json");
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        for id in ["WorkQueue", "DeprovisionWorkQueue", "CleanupQueue"] {
+            let q = doc["queues"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|q| q["logicalId"] == id)
+                .unwrap();
+            assert_eq!(
+                q["visibilityTimeoutSeconds"].as_i64(),
+                Some(PIPELINE_QUEUE_VISIBILITY_SECONDS),
+                "{id}"
+            );
+            assert_eq!(
+                q["dlq"]["maxReceiveCount"].as_u64(),
+                Some(u64::from(PIPELINE_QUEUE_MAX_RECEIVE_COUNT)),
+                "{id}"
+            );
+        }
     }
 }
