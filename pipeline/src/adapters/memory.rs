@@ -46,12 +46,14 @@
 //! ```
 
 mod aggregated;
+mod lag;
 mod metering;
 mod queue;
 mod usage;
 mod watermark;
 
 pub use aggregated::{MemoryAggregatedStore, MemoryDeprovisioningIndex};
+pub use lag::ReadConsistency;
 pub use metering::{BilledRecord, CallFault, MemoryMeteringApi};
 pub use queue::{
     DEFAULT_VISIBILITY_TIMEOUT_SECONDS, DeleteOutcome, MAX_RECEIVE_MESSAGES, MemoryQueue, Redrive,

@@ -331,15 +331,13 @@ impl MemoryQueue {
         out
     }
 
-    /// Messages moved here from a source queue's redrive: they keep their id and body, and
-    /// start over as never received.
+    /// Messages moved here from a source queue's redrive: they keep their id, body and receive
+    /// count (as SQS and moto keep them), visible at once.
     fn enqueue_moved(&self, moved: Vec<Message>) {
         let now = self.clock.now();
         let mut state = lock(&self.state);
         for m in moved {
             state.messages.push_back(Message {
-                receive_count: 0,
-                first_received_at: None,
                 visible_at: now,
                 receipt: None,
                 ..m
@@ -469,7 +467,7 @@ mod tests {
         assert!(q.is_empty());
         assert_eq!(dlq.messages(), ["m0", "m1"]);
         let moved = dlq.receive_messages(10);
-        assert_eq!(moved[0].attributes["ApproximateReceiveCount"], "1");
+        assert_eq!(moved[0].attributes["ApproximateReceiveCount"], "3");
         assert_eq!(moved[0].message_id.as_deref(), Some("work-1"));
     }
 
