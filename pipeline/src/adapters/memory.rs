@@ -435,4 +435,97 @@ mod tests {
             );
         }
     }
+
+    #[tokio::test]
+    async fn a_lagging_index_shows_previous_versions_until_it_propagates() {
+        let store = MemoryAggregatedStore::new("t").with_read_consistency(ReadConsistency::Manual);
+        let g = group("arn:aws:l-1", "d");
+        let bucket = g.hour;
+        let outcome = WriteBack {
+            status: AggregatedStatus::Success,
+            reason: None,
+            metering_record_id: None,
+            ttl: None,
+        };
+        store
+            .put_if_absent(&AggregatedItem::new(g.clone(), 5, None), now())
+            .await
+            .unwrap();
+        assert!(
+            store.pending(bucket, None).await.unwrap().is_empty(),
+            "not yet indexed"
+        );
+        store.propagate_index();
+        store.mark_attempted(&g, 5, now()).await.unwrap();
+        let seen = store.pending(bucket, None).await.unwrap();
+        assert_eq!(
+            seen[0].attempted_quantity, None,
+            "the index shows the previous version"
+        );
+        assert!(store.write_back(&g, &outcome, now()).await.unwrap());
+        assert_eq!(
+            store.pending(bucket, None).await.unwrap().len(),
+            1,
+            "still listed"
+        );
+        assert!(
+            !store.get(&g).await.unwrap().unwrap().pending,
+            "a get is consistent"
+        );
+        store.propagate_index();
+        assert!(store.pending(bucket, None).await.unwrap().is_empty());
+
+        let usage = MemoryUsageStore::new("u").with_read_consistency(ReadConsistency::Manual);
+        usage.put_row(conforming_row(&g, 1, 3, None));
+        assert!(usage.pending_groups(bucket, None).await.unwrap().is_empty());
+        usage.propagate_index();
+        let key = RowKey {
+            license_arn: g.license_arn.clone(),
+            sort_key: g.usage_sort_key_at(1),
+        };
+        assert!(usage.finalize_row(&key, None, now()).await.unwrap());
+        assert_eq!(
+            usage.pending_groups(bucket, None).await.unwrap(),
+            [g.clone()]
+        );
+        let mut n = 0;
+        usage.read_pending_rows(&g, &mut |_| n += 1).await.unwrap();
+        assert_eq!(n, 0, "the group read is consistent");
+    }
+
+    #[tokio::test]
+    async fn a_seeded_lag_is_reproducible_and_eventually_propagates() {
+        let run = |seed| async move {
+            let mode = ReadConsistency::Seeded { seed, stale: 0.5 };
+            let store = MemoryAggregatedStore::new("t").with_read_consistency(mode);
+            let mut seen = Vec::new();
+            for d in 0..20 {
+                let g = group("arn:aws:l-1", &format!("d{d}"));
+                store
+                    .put_if_absent(&AggregatedItem::new(g.clone(), 1, None), now())
+                    .await
+                    .unwrap();
+                seen.push(store.pending(g.hour, None).await.unwrap().len());
+            }
+            let mut reads = 0;
+            while store
+                .pending(group("l", "d").hour, None)
+                .await
+                .unwrap()
+                .len()
+                < 20
+            {
+                reads += 1;
+                assert!(reads < 100, "the index never caught up");
+            }
+            (seen, reads)
+        };
+        let (a, b) = (run(1).await, run(1).await);
+        assert_eq!(a, b);
+        assert!(
+            a.0.windows(2).any(|w| w[1] <= w[0]),
+            "some reads lag: {:?}",
+            a.0
+        );
+    }
 }
