@@ -13,6 +13,12 @@
 //! | [`MemoryQueue`] | [`MessageQueue`](crate::ports::MessageQueue) | an SQS standard queue on a [`Clock`]: visibility timeout, redelivery, receive counts, `maxReceiveCount` → dead-letter queue, deletes by receipt handle (a stale one deletes nothing), partial `SendMessageBatch` failures |
 //! | [`MemoryMeteringApi`] | [`MeteringApi`](crate::ports::MeteringApi) | the BatchMeterUsage ledger: first write per group-hour wins, an identical retry is `Success` with the same id, a different one `DuplicateRecord`; scripted exceptions, lost responses and `UnprocessedRecords` |
 //!
+//! The pending indexes of both tables are GSIs, eventually consistent under a
+//! [`ReadConsistency`] knob (default consistent); [`MemoryAdapters::on_clock`] configures the
+//! queues as deployed. For seeded faults around any port — throttling, failing before
+//! applying, losing the response after applying, a crash — wrap it in
+//! [`crate::adapters::fault::Faulty`] (docs/testing.md).
+//!
 //! A failed condition is what it is in DynamoDB: an expected outcome (`Ok(false)` / `Ok(())`),
 //! never an error. Injected faults ([`Faults`]) fail calls with the error variant the AWS
 //! adapter returns for a throttled call (`PipelineError::DynamoDb` / `PipelineError::Sqs`,
