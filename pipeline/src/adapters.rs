@@ -3,6 +3,7 @@
 
 pub mod cloudtrail;
 pub mod dynamodb;
+pub mod fault;
 pub mod marketplace;
 pub mod memory;
 pub mod sqs;

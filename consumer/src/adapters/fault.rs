@@ -1,17 +1,18 @@
-//! Seeded fault injection around any port: throttling (fails before applying), lost responses
-//! (applies, then fails) and a crash (after N operations every call fails until
+//! Seeded fault injection around the consumer's ports: throttling (fails before applying),
+//! lost responses (applies, then fails) and a crash (after N operations every call fails until
 //! [`Faults::recover`]), shared by every wrapped store so a crash stops them all at once —
-//! like a Lambda process dying mid-batch.
+//! like a Lambda process dying mid-batch. The schedule is the pipeline's
+//! ([`awsmp_pipeline::adapters::fault::FaultSchedule`]): one form of fault injection for every
+//! port of both crates, so one schedule can drive the consumer and the pipeline together.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use awsmp_pipeline::domain::keys::{GroupKey, RowKey};
 use awsmp_pipeline::domain::row::RawUsageRow;
 use awsmp_retry::Retryable;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+
+pub use awsmp_pipeline::adapters::fault::{FaultKind, FaultSchedule, Injected};
 
 use crate::domain::row::RowWrite;
 use crate::error::{ConsumerError, Result};
@@ -20,144 +21,74 @@ use crate::ports::{
     RejectedEventStore, UsageRowWriter,
 };
 
-#[derive(Debug)]
-struct State {
-    rng: StdRng,
-    throttle_rate: f64,
-    lost_response_rate: f64,
-    crash_after: Option<u64>,
-    ops: u64,
-    crashed: bool,
-    injected: u64,
-}
-
-/// A shared, seeded fault schedule.
+/// A shared, seeded fault schedule (clones share it). The source of a faulted call's
+/// [`ConsumerError::Store`] is an [`Injected`] naming the store, the operation and the kind.
 #[derive(Debug, Clone)]
-pub struct Faults(Arc<Mutex<State>>);
+pub struct Faults(FaultSchedule);
 
-/// A fault the schedule injected, the source of the [`ConsumerError::Store`] a wrapped store
-/// returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum InjectedFault {
-    /// Failed before applying (retryable).
-    #[error("injected fault (throttled)")]
-    Throttled,
-    /// Applied, then failed (retryable).
-    #[error("injected fault (response lost)")]
-    ResponseLost,
-    /// The consumer crashed: every call fails until [`Faults::recover`] (not retryable).
-    #[error("injected fault (consumer crashed)")]
-    Crashed,
-}
-
-impl Retryable for InjectedFault {
-    fn is_retryable(&self) -> bool {
-        !matches!(self, InjectedFault::Crashed)
+impl From<FaultSchedule> for Faults {
+    fn from(schedule: FaultSchedule) -> Self {
+        Self(schedule)
     }
-}
-
-enum Plan {
-    Pass,
-    Throttle,
-    LoseResponse,
-    Crash,
 }
 
 impl Faults {
     /// No faults yet, randomness from `seed`.
     pub fn new(seed: u64) -> Self {
-        Self(Arc::new(Mutex::new(State {
-            rng: StdRng::seed_from_u64(seed),
-            throttle_rate: 0.0,
-            lost_response_rate: 0.0,
-            crash_after: None,
-            ops: 0,
-            crashed: false,
-            injected: 0,
-        })))
+        Self(FaultSchedule::new(seed))
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    /// The underlying schedule (to share it with the pipeline's ports, or to script it).
+    pub fn schedule(&self) -> &FaultSchedule {
+        &self.0
     }
 
     /// Fail this share of calls with a retryable throttling error, before applying them.
     pub fn throttle(self, rate: f64) -> Self {
-        self.state().throttle_rate = rate;
-        self
+        Self(self.0.throttle(rate))
     }
 
     /// Apply this share of calls, then fail them with a retryable error (the response was lost).
     pub fn lose_responses(self, rate: f64) -> Self {
-        self.state().lost_response_rate = rate;
-        self
+        Self(self.0.lose_responses(rate))
+    }
+
+    /// Fail this share of calls before applying them, with a retryable server error.
+    pub fn fail_before_apply(self, rate: f64) -> Self {
+        Self(self.0.fail_before_apply(rate))
     }
 
     /// Crash after `ops` more calls: every later call fails (not retryable) until `recover`.
     pub fn crash_after(&self, ops: u64) {
-        let mut s = self.state();
-        s.crash_after = Some(s.ops + ops);
+        self.0.crash_after(ops);
     }
 
     /// The process restarted: calls pass again (rates stay).
     pub fn recover(&self) {
-        let mut s = self.state();
-        s.crashed = false;
-        s.crash_after = None;
+        self.0.recover();
     }
 
     /// True once the crash point was reached.
     pub fn crashed(&self) -> bool {
-        self.state().crashed
+        self.0.crashed()
     }
 
     /// Number of faults injected so far.
     pub fn injected(&self) -> u64 {
-        self.state().injected
+        self.0.injected()
     }
 
-    fn plan(&self) -> Plan {
-        let mut s = self.state();
-        if s.crashed {
-            return Plan::Crash;
-        }
-        s.ops += 1;
-        if s.crash_after.is_some_and(|n| s.ops > n) {
-            s.crashed = true;
-            s.injected += 1;
-            return Plan::Crash;
-        }
-        let (t, l) = (s.throttle_rate, s.lost_response_rate);
-        let roll: f64 = s.rng.random();
-        if roll < t {
-            s.injected += 1;
-            Plan::Throttle
-        } else if roll < t + l {
-            s.injected += 1;
-            Plan::LoseResponse
-        } else {
-            Plan::Pass
-        }
-    }
-
-    async fn run<T, F>(&self, store: &'static str, op: F) -> Result<T>
+    async fn run<T, F>(&self, store: &'static str, operation: &'static str, op: F) -> Result<T>
     where
         F: std::future::Future<Output = Result<T>>,
     {
-        let fault = match self.plan() {
-            Plan::Pass => return op.await,
-            Plan::Throttle => InjectedFault::Throttled,
-            Plan::LoseResponse => {
-                op.await?;
-                InjectedFault::ResponseLost
-            }
-            Plan::Crash => InjectedFault::Crashed,
-        };
-        Err(ConsumerError::Store {
-            store,
-            retryable: fault.is_retryable(),
-            source: Box::new(fault),
-        })
+        self.0
+            .run(store, operation, op, |fault| ConsumerError::Store {
+                store,
+                retryable: fault.is_retryable(),
+                source: Box::new(fault),
+            })
+            .await
     }
 }
 
@@ -178,16 +109,20 @@ impl<T> Faulty<T> {
 #[async_trait]
 impl<T: DedupStore> DedupStore for Faulty<T> {
     async fn claim(&self, claim: &DedupClaim) -> Result<ClaimOutcome> {
-        self.faults.run("dedup", self.inner.claim(claim)).await
+        self.faults
+            .run("dedup", "claim", self.inner.claim(claim))
+            .await
     }
 
     async fn read_lane(&self, key: &str) -> Result<Option<LaneItem>> {
-        self.faults.run("dedup", self.inner.read_lane(key)).await
+        self.faults
+            .run("dedup", "read_lane", self.inner.read_lane(key))
+            .await
     }
 
     async fn write_lane(&self, item: &LaneItem, expected: Option<u64>) -> Result<bool> {
         self.faults
-            .run("dedup", self.inner.write_lane(item, expected))
+            .run("dedup", "write_lane", self.inner.write_lane(item, expected))
             .await
     }
 }
@@ -196,7 +131,7 @@ impl<T: DedupStore> DedupStore for Faulty<T> {
 impl<T: RejectedEventStore> RejectedEventStore for Faulty<T> {
     async fn put(&self, event: &RejectedEvent) -> Result<()> {
         self.faults
-            .run("rejected-events", self.inner.put(event))
+            .run("rejected-events", "put", self.inner.put(event))
             .await
     }
 }
@@ -204,10 +139,14 @@ impl<T: RejectedEventStore> RejectedEventStore for Faulty<T> {
 #[async_trait]
 impl<T: UsageRowWriter> UsageRowWriter for Faulty<T> {
     async fn read(&self, key: &RowKey) -> Result<Option<RawUsageRow>> {
-        self.faults.run("usage-rows", self.inner.read(key)).await
+        self.faults
+            .run("usage-rows", "read", self.inner.read(key))
+            .await
     }
     async fn write(&self, write: &RowWrite) -> Result<bool> {
-        self.faults.run("usage-rows", self.inner.write(write)).await
+        self.faults
+            .run("usage-rows", "write", self.inner.write(write))
+            .await
     }
 }
 
@@ -215,7 +154,11 @@ impl<T: UsageRowWriter> UsageRowWriter for Faulty<T> {
 impl<T: FinalizedGroups> FinalizedGroups for Faulty<T> {
     async fn finalized(&self, groups: &[GroupKey]) -> Result<HashSet<GroupKey>> {
         self.faults
-            .run("finalized-groups", self.inner.finalized(groups))
+            .run(
+                "finalized-groups",
+                "finalized",
+                self.inner.finalized(groups),
+            )
             .await
     }
 }

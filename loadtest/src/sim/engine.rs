@@ -116,6 +116,8 @@ pub struct Simulator {
     counters: Counters,
     lifecycle: super::lifecycle::LifecycleState,
     cloudtrail: CloudTrailLog,
+    /// `Some(n)`: metering record ids are sequential (the `n`th so far), not random.
+    sequential_ids: Option<u64>,
 }
 
 impl Simulator {
@@ -145,6 +147,7 @@ impl Simulator {
             counters: Counters::default(),
             lifecycle: Default::default(),
             cloudtrail: CloudTrailLog::new(now),
+            sequential_ids: None,
         })
     }
 
@@ -161,6 +164,12 @@ impl Simulator {
     /// The set instant, if the clock is not the real one.
     pub fn clock_override(&self) -> Option<DateTime<Utc>> {
         self.clock
+    }
+
+    /// Give metering record ids in sequence (UUID-shaped, from
+    /// `00000000-0000-4000-8000-000000000001`), so an in-process run replays identically.
+    pub fn use_sequential_ids(&mut self) {
+        self.sequential_ids.get_or_insert(0);
     }
 
     /// Current faults.
@@ -351,7 +360,13 @@ impl Simulator {
             v.record.quantity,
             &v.record.usage_allocations,
             now,
-            || uuid::Uuid::new_v4().to_string(),
+            || match &mut self.sequential_ids {
+                Some(n) => {
+                    *n += 1;
+                    format!("00000000-0000-4000-8000-{n:012x}")
+                }
+                None => uuid::Uuid::new_v4().to_string(),
+            },
         );
         let (status, id) = match outcome {
             WriteOutcome::Billed(id) => {

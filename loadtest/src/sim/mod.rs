@@ -7,7 +7,8 @@
 //!
 //! Layout: [`rules`] decodes and checks requests (pure), [`ledger`] bills first writes and
 //! records duplicates (pure), [`faults`] holds injected faults and the quota's token bucket,
-//! [`engine`] ties them into a [`Simulator`], and `server` is the axum layer ([`spawn`]).
+//! [`engine`] ties them into a [`Simulator`], `server` is the axum layer ([`spawn`]), and
+//! [`in_process`] puts the engine behind the pipeline's `MeteringApi` port without a server.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), awsmp_loadtest::sim::SimError> {
@@ -24,6 +25,7 @@ pub mod cloudtrail;
 pub mod engine;
 pub mod error;
 pub mod faults;
+pub mod in_process;
 pub mod ledger;
 pub mod lifecycle;
 mod lifecycle_admin;
@@ -37,5 +39,6 @@ pub use cloudtrail::{CloudTrailLog, TrailSettings};
 pub use engine::{Counters, Reply, SimConfig, Simulator};
 pub use error::{ApiError, ErrorCode, SimError, error_chain};
 pub use faults::{Faults, TokenBucket};
+pub use in_process::InProcessMeteringApi;
 pub use ledger::{BilledRecord, DuplicateAttempt, Ledger};
 pub use server::{SimHandle, spawn, spawn_on};

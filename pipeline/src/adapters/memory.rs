@@ -10,8 +10,14 @@
 //! | [`MemoryAggregatedStore`] | [`AggregatedStore`](crate::ports::AggregatedStore) | first-write-wins puts (the commit point); attempt marks and write-backs only while pending |
 //! | [`MemoryDeprovisioningIndex`] | [`DeprovisioningIndex`](crate::ports::DeprovisioningIndex) | the subscribers table's deprovisioning index |
 //! | [`MemoryWatermarkStore`] | [`WatermarkStore`](crate::ports::WatermarkStore) | one watermark per stream and shard, never moving backwards; `shards(stream)` lists one stream |
-//! | [`MemoryQueue`] | [`MessageQueue`](crate::ports::MessageQueue) | sent bodies, drained as SQS events |
+//! | [`MemoryQueue`] | [`MessageQueue`](crate::ports::MessageQueue) | an SQS standard queue on a [`Clock`]: visibility timeout, redelivery, receive counts, `maxReceiveCount` → dead-letter queue, deletes by receipt handle (a stale one deletes nothing), partial `SendMessageBatch` failures |
 //! | [`MemoryMeteringApi`] | [`MeteringApi`](crate::ports::MeteringApi) | the BatchMeterUsage ledger: first write per group-hour wins, an identical retry is `Success` with the same id, a different one `DuplicateRecord`; scripted exceptions, lost responses and `UnprocessedRecords` |
+//!
+//! The pending indexes of both tables are GSIs, eventually consistent under a
+//! [`ReadConsistency`] knob (default consistent); [`MemoryAdapters::on_clock`] configures the
+//! queues as deployed. For seeded faults around any port — throttling, failing before
+//! applying, losing the response after applying, a crash — wrap it in
+//! [`crate::adapters::fault::Faulty`] (docs/testing.md).
 //!
 //! A failed condition is what it is in DynamoDB: an expected outcome (`Ok(false)` / `Ok(())`),
 //! never an error. Injected faults ([`Faults`]) fail calls with the error variant the AWS
@@ -46,14 +52,18 @@
 //! ```
 
 mod aggregated;
+mod lag;
 mod metering;
 mod queue;
 mod usage;
 mod watermark;
 
 pub use aggregated::{MemoryAggregatedStore, MemoryDeprovisioningIndex};
+pub use lag::ReadConsistency;
 pub use metering::{BilledRecord, CallFault, MemoryMeteringApi};
-pub use queue::MemoryQueue;
+pub use queue::{
+    DEFAULT_VISIBILITY_TIMEOUT_SECONDS, DeleteOutcome, MAX_RECEIVE_MESSAGES, MemoryQueue, Redrive,
+};
 pub use usage::MemoryUsageStore;
 pub use watermark::MemoryWatermarkStore;
 
@@ -146,7 +156,21 @@ pub struct MemoryAdapters {
     pub metering: Arc<MemoryMeteringApi>,
     /// Ingest watermarks (used when the configuration names a watermark table).
     pub watermarks: Arc<MemoryWatermarkStore>,
+    /// The work queue's dead-letter queue (its redrive target under [`MemoryAdapters::on_clock`]).
+    pub work_dlq: Arc<MemoryQueue>,
+    /// The deprovision-work queue's dead-letter queue.
+    pub deprovision_dlq: Arc<MemoryQueue>,
+    /// The cleanup queue's dead-letter queue.
+    pub cleanup_dlq: Arc<MemoryQueue>,
 }
+
+/// Visibility timeout of the pipeline's queues (`infra/resources.json`,
+/// `visibilityTimeoutSeconds` of `WorkQueue`, `DeprovisionWorkQueue`, `CleanupQueue`).
+pub const PIPELINE_QUEUE_VISIBILITY_SECONDS: i64 = 120;
+
+/// `maxReceiveCount` of the pipeline queues' redrive policies (`infra/resources.json`, their
+/// `dlq.maxReceiveCount`).
+pub const PIPELINE_QUEUE_MAX_RECEIVE_COUNT: u32 = 5;
 
 impl Default for MemoryAdapters {
     fn default() -> Self {
@@ -155,9 +179,13 @@ impl Default for MemoryAdapters {
 }
 
 impl MemoryAdapters {
-    /// Empty tables and queues, a ledger with nothing billed.
+    /// Empty tables and queues, a ledger with nothing billed; queues on the system clock
+    /// without redrive.
     pub fn new() -> Self {
         Self {
+            work_dlq: Arc::new(MemoryQueue::new("work-dlq")),
+            deprovision_dlq: Arc::new(MemoryQueue::new("deprovision-work-dlq")),
+            cleanup_dlq: Arc::new(MemoryQueue::new("cleanup-dlq")),
             usage: Arc::new(MemoryUsageStore::new("usage")),
             aggregated: Arc::new(MemoryAggregatedStore::new("aggregated-usage")),
             deprovisioning: Arc::new(MemoryDeprovisioningIndex::default()),
@@ -166,6 +194,36 @@ impl MemoryAdapters {
             cleanup_queue: Arc::new(MemoryQueue::new("cleanup")),
             metering: Arc::new(MemoryMeteringApi::default()),
             watermarks: Arc::new(MemoryWatermarkStore::new()),
+        }
+    }
+
+    /// Empty tables, and queues configured as deployed (`infra/resources.json`): on `clock`,
+    /// 120 s visibility, redriven to their dead-letter queues after 5 receives.
+    pub fn on_clock(clock: Arc<dyn Clock>) -> Self {
+        let dlq = |name: &str| Arc::new(MemoryQueue::new(name).with_clock(clock.clone()));
+        let queue = |name: &str, dead_letter: &Arc<MemoryQueue>| {
+            Arc::new(
+                MemoryQueue::new(name)
+                    .with_clock(clock.clone())
+                    .with_visibility_timeout(chrono::Duration::seconds(
+                        PIPELINE_QUEUE_VISIBILITY_SECONDS,
+                    ))
+                    .with_redrive(PIPELINE_QUEUE_MAX_RECEIVE_COUNT, dead_letter.clone()),
+            )
+        };
+        let (work_dlq, deprovision_dlq, cleanup_dlq) = (
+            dlq("work-dlq"),
+            dlq("deprovision-work-dlq"),
+            dlq("cleanup-dlq"),
+        );
+        Self {
+            work_queue: queue("work", &work_dlq),
+            deprovision_queue: queue("deprovision-work", &deprovision_dlq),
+            cleanup_queue: queue("cleanup", &cleanup_dlq),
+            work_dlq,
+            deprovision_dlq,
+            cleanup_dlq,
+            ..Self::new()
         }
     }
 
@@ -356,6 +414,122 @@ mod tests {
         assert_eq!(
             (api.ledger().len(), api.ledger()[0].quantity, api.calls()),
             (1, 4, 3)
+        );
+    }
+
+    #[test]
+    fn the_deployed_queue_settings_are_the_ones_in_infra_resources() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../infra/resources.json");
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        for id in ["WorkQueue", "DeprovisionWorkQueue", "CleanupQueue"] {
+            let q = doc["queues"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|q| q["logicalId"] == id)
+                .unwrap();
+            assert_eq!(
+                q["visibilityTimeoutSeconds"].as_i64(),
+                Some(PIPELINE_QUEUE_VISIBILITY_SECONDS),
+                "{id}"
+            );
+            assert_eq!(
+                q["dlq"]["maxReceiveCount"].as_u64(),
+                Some(u64::from(PIPELINE_QUEUE_MAX_RECEIVE_COUNT)),
+                "{id}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lagging_index_shows_previous_versions_until_it_propagates() {
+        let store = MemoryAggregatedStore::new("t").with_read_consistency(ReadConsistency::Manual);
+        let g = group("arn:aws:l-1", "d");
+        let bucket = g.hour;
+        let outcome = WriteBack {
+            status: AggregatedStatus::Success,
+            reason: None,
+            metering_record_id: None,
+            ttl: None,
+        };
+        store
+            .put_if_absent(&AggregatedItem::new(g.clone(), 5, None), now())
+            .await
+            .unwrap();
+        assert!(
+            store.pending(bucket, None).await.unwrap().is_empty(),
+            "not yet indexed"
+        );
+        store.propagate_index();
+        store.mark_attempted(&g, 5, now()).await.unwrap();
+        let seen = store.pending(bucket, None).await.unwrap();
+        assert_eq!(
+            seen[0].attempted_quantity, None,
+            "the index shows the previous version"
+        );
+        assert!(store.write_back(&g, &outcome, now()).await.unwrap());
+        assert_eq!(
+            store.pending(bucket, None).await.unwrap().len(),
+            1,
+            "still listed"
+        );
+        assert!(
+            !store.get(&g).await.unwrap().unwrap().pending,
+            "a get is consistent"
+        );
+        store.propagate_index();
+        assert!(store.pending(bucket, None).await.unwrap().is_empty());
+
+        let usage = MemoryUsageStore::new("u").with_read_consistency(ReadConsistency::Manual);
+        usage.put_row(conforming_row(&g, 1, 3, None));
+        assert!(usage.pending_groups(bucket, None).await.unwrap().is_empty());
+        usage.propagate_index();
+        let key = RowKey {
+            license_arn: g.license_arn.clone(),
+            sort_key: g.usage_sort_key_at(1),
+        };
+        assert!(usage.finalize_row(&key, None, now()).await.unwrap());
+        let listed = usage.pending_groups(bucket, None).await.unwrap();
+        assert_eq!(listed, std::slice::from_ref(&g), "still listed");
+        let mut n = 0;
+        usage.read_pending_rows(&g, &mut |_| n += 1).await.unwrap();
+        assert_eq!(n, 0, "the group read is consistent");
+    }
+
+    #[tokio::test]
+    async fn a_seeded_lag_is_reproducible_and_eventually_propagates() {
+        let run = |seed| async move {
+            let mode = ReadConsistency::Seeded { seed, stale: 0.5 };
+            let store = MemoryAggregatedStore::new("t").with_read_consistency(mode);
+            let mut seen = Vec::new();
+            for d in 0..20 {
+                let g = group("arn:aws:l-1", &format!("d{d}"));
+                store
+                    .put_if_absent(&AggregatedItem::new(g.clone(), 1, None), now())
+                    .await
+                    .unwrap();
+                seen.push(store.pending(g.hour, None).await.unwrap().len());
+            }
+            let mut reads = 0;
+            while store
+                .pending(group("l", "d").hour, None)
+                .await
+                .unwrap()
+                .len()
+                < 20
+            {
+                reads += 1;
+                assert!(reads < 100, "the index never caught up");
+            }
+            (seen, reads)
+        };
+        let (a, b) = (run(1).await, run(1).await);
+        assert_eq!(a, b);
+        assert!(
+            a.0.windows(2).any(|w| w[1] <= w[0]),
+            "some reads lag: {:?}",
+            a.0
         );
     }
 }

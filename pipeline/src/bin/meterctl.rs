@@ -198,12 +198,14 @@ async fn verify_cmd(ctx: &Ctx, r: &Range) -> Result<u8> {
 
 /// The lowest ingest watermark over the shards that still hold the fence, if a fence is set.
 async fn watermark(ctx: &Ctx) -> Result<Option<DateTime<Utc>>> {
-    let Some(table) = &ctx.config.ingest_watermark_table else {
+    let (Some(table), Some(stream)) =
+        (&ctx.config.ingest_watermark_table, &ctx.config.usage_stream)
+    else {
         return Ok(None);
     };
     let store = DynamoDbWatermarkStore::new(ctx.tables.client.clone(), table);
     Ok(store
-        .shards()
+        .shards(stream)
         .await?
         .into_iter()
         .filter(|s| !s.drained)

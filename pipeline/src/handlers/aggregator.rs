@@ -3,6 +3,7 @@
 //! re-visit of an already-committed group, finish a lost cleanup and surface late rows.
 
 use super::cleanup::{CleanupMessage, report_late};
+use super::deps::AggregatorDeps;
 use super::{STORE_RETRY, Services};
 use crate::contract::metrics;
 use crate::contract::reasons::{LATE_USAGE, QUANTITY_ABOVE_API_MAXIMUM};
@@ -54,8 +55,14 @@ pub enum AggregateOutcome {
     DeferredZero,
 }
 
-/// Process one work message (one group).
+/// Process one work message (one group), resolving the aggregator's dependencies from `svc`
+/// (a process resolves them once, at start, and calls [`aggregate_with`]).
 pub async fn aggregate(svc: &Services, body: &str) -> Result<AggregateOutcome> {
+    aggregate_with(&AggregatorDeps::from_services(svc)?, body).await
+}
+
+/// Process one work message (one group).
+pub async fn aggregate_with(svc: &AggregatorDeps, body: &str) -> Result<AggregateOutcome> {
     let group = GroupKey::from_work_message(body)?;
     let now = svc.clock.now();
     if let Some(existing) = svc.aggregated.get(&group).await? {
@@ -71,13 +78,13 @@ pub async fn aggregate(svc: &Services, body: &str) -> Result<AggregateOutcome> {
 
 /// Fold every pending row of `group`, streamed page by page.
 async fn fold_pending_rows(
-    svc: &Services,
+    svc: &AggregatorDeps,
     group: &GroupKey,
     now: DateTime<Utc>,
 ) -> Result<FoldOutcome> {
     let mut fold = GroupFold::new(group.clone(), now, &svc.config.time);
     let mut fold_error: Option<DomainError> = None;
-    svc.usage()?
+    svc.usage
         .read_pending_rows(group, &mut |row: RawUsageRow| {
             if fold_error.is_none()
                 && let Err(e) = fold.push(&row)
@@ -95,7 +102,7 @@ async fn fold_pending_rows(
 /// The commit point: put the aggregated record unless the group already has one, then
 /// enqueue the cleanup of its rows.
 async fn commit(
-    svc: &Services,
+    svc: &AggregatorDeps,
     group: &GroupKey,
     rec: &AggregatedRecord,
     now: DateTime<Utc>,
@@ -135,7 +142,7 @@ async fn commit(
     // re-visit then finds the committed record and finishes the cleanup itself.
     let rows: Vec<(RowKey, u64)> = rec.raw_row_keys().zip(rec.raw_row_quantities()).collect();
     let reason = rec.raw_status_reason();
-    svc.queue(svc.cleanup_queue.as_deref(), "cleanup")?
+    svc.cleanup_queue
         .send_all(&CleanupMessage::folded_batches(&reason, &rows))
         .await?;
     Ok(AggregateOutcome::Committed {
@@ -146,14 +153,14 @@ async fn commit(
 
 /// Reject the group client-side: stamp every one of its pending rows with the reason.
 async fn reject(
-    svc: &Services,
+    svc: &AggregatorDeps,
     group: &GroupKey,
     rej: &Rejection,
     now: DateTime<Utc>,
 ) -> Result<AggregateOutcome> {
     let reason = rej.reason.as_str();
     tracing::warn!(%group, reason, detail = %rej.detail, row = ?rej.row_key, "group rejected client-side");
-    let usage = svc.usage()?;
+    let usage = svc.usage.as_ref();
     let mut rows = 0;
     for key in rej.rows.row_keys() {
         if retry(&STORE_RETRY, || {
@@ -179,7 +186,7 @@ async fn reject(
 /// usage, never silently re-opened. A record without stored quantities (written by an older
 /// version) has its folded rows stamped by key, as before.
 async fn revisit(
-    svc: &Services,
+    svc: &AggregatorDeps,
     group: &GroupKey,
     existing: &AggregatedItem,
 ) -> Result<AggregateOutcome> {
@@ -189,7 +196,7 @@ async fn revisit(
         .transpose()?;
     let now = svc.clock.now();
     let mut rows = Vec::new();
-    let usage = svc.usage()?;
+    let usage = svc.usage.as_ref();
     usage
         .read_pending_rows(group, &mut |row| {
             rows.push(classify_revisit(group, &stored, &row))
@@ -216,7 +223,7 @@ async fn revisit(
                         if recorded_now {
                             late_rows += 1;
                             late_quantity += quantity;
-                            report_late(svc, &key, quantity);
+                            report_late(&svc.metrics, &key, quantity);
                         }
                     }
                 }
@@ -252,13 +259,13 @@ async fn revisit(
 /// Finish the lost cleanup of one folded row: conditioned on its folded quantity when known,
 /// by key otherwise (a record of an older version).
 async fn finish_folded(
-    svc: &Services,
+    svc: &AggregatorDeps,
     key: &RowKey,
     folded: Option<u64>,
     reason: &str,
     now: DateTime<Utc>,
 ) -> Result<FoldedFinalize> {
-    let usage = svc.usage()?;
+    let usage = svc.usage.as_ref();
     match folded {
         Some(q) => retry(&STORE_RETRY, || usage.finalize_folded(key, q, reason, now)).await,
         None => {

@@ -9,9 +9,9 @@
 //! status only removes `meteringPending` (never restamps a possibly stale sum). Each key is one
 //! idempotent `UpdateItem` (two more when the row grew), a bounded number at a time.
 
+use super::deps::CleanupDeps;
 use super::{STORE_RETRY, Services};
 use crate::contract::limits::MAX_CLEANUP_KEYS_PER_MESSAGE;
-use crate::contract::metrics;
 use crate::contract::status::RawStatus;
 use crate::domain::keys::RowKey;
 use crate::emf::Metric;
@@ -88,8 +88,15 @@ impl CleanupMessage {
     }
 }
 
-/// Process one cleanup message body. Returns how many rows were finalized.
+/// Process one cleanup message body, resolving cleanup's dependencies from `svc` (a process
+/// resolves them once, at start, and calls [`cleanup_with`]). Returns how many rows were
+/// finalized.
 pub async fn cleanup(svc: &Services, body: &str) -> Result<usize> {
+    cleanup_with(&CleanupDeps::from_services(svc)?, body).await
+}
+
+/// Process one cleanup message body. Returns how many rows were finalized.
+pub async fn cleanup_with(svc: &CleanupDeps, body: &str) -> Result<usize> {
     let msg: CleanupMessage =
         serde_json::from_str(body).map_err(|source| PipelineError::UndecodableMessage {
             what: "cleanup message",
@@ -115,7 +122,7 @@ pub async fn cleanup(svc: &Services, body: &str) -> Result<usize> {
             )),
         };
     }
-    let usage = svc.usage()?;
+    let usage = svc.usage.as_ref();
     let now = svc.clock.now();
     let stamp = status.zip(msg.reason.as_deref());
     let done: Vec<bool> = futures::stream::iter(&msg.keys)
@@ -128,12 +135,12 @@ pub async fn cleanup(svc: &Services, body: &str) -> Result<usize> {
 
 /// Stamp each row `Aggregated` only while it holds its folded quantity; record what it gained.
 async fn cleanup_folded(
-    svc: &Services,
+    svc: &CleanupDeps,
     reason: &str,
     keys: &[RowKey],
     folded: &[u64],
 ) -> Result<usize> {
-    let usage = svc.usage()?;
+    let usage = svc.usage.as_ref();
     let now = svc.clock.now();
     let done: Vec<(&RowKey, FoldedFinalize)> = futures::stream::iter(keys.iter().zip(folded))
         .map(|(key, &q)| async move {
@@ -155,7 +162,7 @@ async fn cleanup_folded(
             } => {
                 finalized += 1;
                 if recorded_now {
-                    report_late(svc, key, quantity);
+                    report_late(&svc.metrics, key, quantity);
                 }
             }
         }
@@ -164,14 +171,16 @@ async fn cleanup_folded(
 }
 
 /// A folded row held `quantity` more than was billed: log it and count it on `LateUsage`.
-pub(crate) fn report_late(svc: &Services, key: &RowKey, quantity: u64) {
+pub(crate) fn report_late(metrics: &crate::emf::MetricsSink, key: &RowKey, quantity: u64) {
     tracing::error!(
         row = %key.sort_key,
         quantity,
         "usage added to a row after its group-hour was folded; recorded as late usage, not billed"
     );
-    svc.metrics
-        .emit(Metric::counts(metrics::LATE_USAGE, quantity));
+    metrics.emit(Metric::counts(
+        crate::contract::metrics::LATE_USAGE,
+        quantity,
+    ));
 }
 
 #[cfg(test)]

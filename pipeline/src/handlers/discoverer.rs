@@ -10,6 +10,7 @@
 //! enqueued yet: its rows stay pending for a later run.
 
 use super::Services;
+use super::deps::DiscovererDeps;
 use crate::contract::metrics;
 use crate::contract::reasons::PENDING_PAST_BILLABLE_WINDOW;
 use crate::domain::keys::HourBucket;
@@ -62,7 +63,7 @@ impl Fence {
 /// The run's fence over the usage stream's watermarks (`AWSMP_USAGE_STREAM`), its lag metrics
 /// emitted; `None` when no watermark table is configured. A table without the stream is a
 /// configuration error: the fence would have no shards to wait for.
-async fn read_fence(svc: &Services, now: DateTime<Utc>) -> Result<Option<Fence>> {
+async fn read_fence(svc: &DiscovererDeps, now: DateTime<Utc>) -> Result<Option<Fence>> {
     let Some(store) = svc.watermarks.as_deref() else {
         return Ok(None);
     };
@@ -132,9 +133,18 @@ pub struct DiscovererOutput {
     pub buckets_fenced: usize,
 }
 
-/// Run one discoverer target.
+/// Run one discoverer target, resolving the discoverer's dependencies from `svc` (a process
+/// resolves them once, at start, and calls [`discover_with`]).
 pub async fn discover(svc: &Services, input: DiscovererInput) -> Result<DiscovererOutput> {
-    let usage = svc.usage()?;
+    discover_with(&DiscovererDeps::from_services(svc)?, input).await
+}
+
+/// Run one discoverer target.
+pub async fn discover_with(
+    svc: &DiscovererDeps,
+    input: DiscovererInput,
+) -> Result<DiscovererOutput> {
+    let usage = svc.usage.as_ref();
     let now = svc.clock.now();
     let cfg = &svc.config.time;
     let mut out = DiscovererOutput::default();
@@ -153,9 +163,7 @@ pub async fn discover(svc: &Services, input: DiscovererInput) -> Result<Discover
             }
             let groups = usage.pending_groups(bucket, None).await?;
             let bodies: Vec<String> = groups.iter().map(|g| g.to_work_message()).collect();
-            svc.queue(svc.work_queue.as_deref(), "work")?
-                .send_all(&bodies)
-                .await?;
+            svc.work_queue.send_all(&bodies).await?;
             out.groups_enqueued = bodies.len();
         }
         DiscovererInput::Ageout { shard } => {
@@ -183,12 +191,12 @@ pub async fn discover(svc: &Services, input: DiscovererInput) -> Result<Discover
             }
         }
         DiscovererInput::FlushDeprovisioning => {
-            let index = svc.deprovisioning.as_deref().ok_or_else(|| {
+            let flush = svc.deprovision.as_ref().ok_or_else(|| {
                 PipelineError::Config("flush-deprovisioning needs AWSMP_SUBSCRIBERS_TABLE".into())
             })?;
             let fence = read_fence(svc, now).await?;
             let mut bodies = Vec::new();
-            for d in index.active().await? {
+            for d in flush.index.active().await? {
                 for bucket in deprovisioning_flush_buckets(now, d.expiry, cfg) {
                     out.buckets += 1;
                     if fence.is_some_and(|f| !f.passes(flush_fence_instant(bucket, d.expiry))) {
@@ -200,9 +208,7 @@ pub async fn discover(svc: &Services, input: DiscovererInput) -> Result<Discover
                     }
                 }
             }
-            svc.queue(svc.deprovision_queue.as_deref(), "deprovision-work")?
-                .send_all(&bodies)
-                .await?;
+            flush.queue.send_all(&bodies).await?;
             out.groups_enqueued = bodies.len();
         }
     }

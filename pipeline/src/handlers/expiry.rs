@@ -8,6 +8,7 @@
 //! `MeteringRecordId`); one still unresolved when the window closes becomes
 //! `NeedsReconciliation` with the `UsageNeedsReconciliation` metric (docs/guarantees.md).
 
+use super::deps::ExpiryDeps;
 use super::{STORE_RETRY, Services};
 use crate::contract::metrics;
 use crate::contract::reasons::PENDING_PAST_BILLABLE_WINDOW;
@@ -40,8 +41,14 @@ pub struct ExpiryOutput {
     pub quantity_unresolved: u64,
 }
 
-/// Run one expiry sweep.
+/// Run one expiry sweep, resolving expiry's dependencies from `svc` (a process resolves them
+/// once, at start, and calls [`expire_with`]).
 pub async fn expire(svc: &Services) -> Result<ExpiryOutput> {
+    expire_with(&ExpiryDeps::from_services(svc)?).await
+}
+
+/// One expiry run over resolved dependencies.
+pub async fn expire_with(svc: &ExpiryDeps) -> Result<ExpiryOutput> {
     let now = svc.clock.now();
     let buckets = expiry_buckets(now, &svc.config.time);
     let store = svc.aggregated.as_ref();

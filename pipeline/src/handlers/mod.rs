@@ -6,6 +6,7 @@
 
 pub mod aggregator;
 pub mod cleanup;
+pub mod deps;
 pub mod discoverer;
 pub mod expiry;
 pub mod submitter;
@@ -22,6 +23,10 @@ use crate::error::{PipelineError, Result};
 use crate::ports::{
     AggregatedStore, DeprovisioningIndex, MessageQueue, UsageStore, WatermarkStore,
 };
+pub use deps::{
+    AggregatorDeps, CleanupDeps, DeprovisionFlush, DiscovererDeps, ExpiryDeps, SubmitterDeps,
+};
+
 use awsmp_retry::RetryPolicy;
 use std::future::Future;
 use std::sync::Arc;
@@ -121,14 +126,6 @@ impl Services {
                 "this stage needs the raw usage table (full deployment mode)".into(),
             )
         })
-    }
-
-    pub(crate) fn queue<'a>(
-        &self,
-        q: Option<&'a dyn MessageQueue>,
-        name: &str,
-    ) -> Result<&'a dyn MessageQueue> {
-        q.ok_or_else(|| PipelineError::Config(format!("the {name} queue is not configured")))
     }
 }
 

@@ -30,6 +30,7 @@ mod send;
 mod write_back;
 
 use super::Services;
+use super::deps::SubmitterDeps;
 use crate::config::MeteringMode;
 use crate::contract::metrics;
 use crate::domain::batch::{PlannedCall, SubmitRecord, plan_calls};
@@ -81,8 +82,15 @@ pub struct SubmitterOutput {
     pub halted: Option<String>,
 }
 
-/// Run one submitter pass with `api` (unused in dry-run mode).
+/// Run one submitter pass with `api` (unused in dry-run mode), resolving the submitter's
+/// dependencies from `svc` (a process resolves them once, at start, and calls
+/// [`submit_with`]).
 pub async fn submit(svc: &Services, api: &dyn MeteringApi) -> Result<SubmitterOutput> {
+    submit_with(&SubmitterDeps::from_services(svc)?, api).await
+}
+
+/// Run one submitter pass with `api` (unused in dry-run mode).
+pub async fn submit_with(svc: &SubmitterDeps, api: &dyn MeteringApi) -> Result<SubmitterOutput> {
     let started = Instant::now();
     let now = svc.clock.now();
     let cfg = &svc.config;
@@ -128,7 +136,7 @@ pub async fn submit(svc: &Services, api: &dyn MeteringApi) -> Result<SubmitterOu
 
 /// Licenses in their deprovisioning flush window. A lookup failure falls back to the ordinary
 /// pass and never blocks submission.
-async fn deprovisioning_licenses(svc: &Services) -> BTreeSet<String> {
+async fn deprovisioning_licenses(svc: &SubmitterDeps) -> BTreeSet<String> {
     let Some(index) = &svc.deprovisioning else {
         return BTreeSet::new();
     };
@@ -144,7 +152,7 @@ async fn deprovisioning_licenses(svc: &Services) -> BTreeSet<String> {
 /// The run's records: every pending record of the deprovisioning licenses (current hour
 /// included), then the ordinary pass up to its per-run cap.
 async fn read_pending(
-    svc: &Services,
+    svc: &SubmitterDeps,
     deprovisioning: &BTreeSet<String>,
     now: DateTime<Utc>,
 ) -> Result<Vec<AggregatedItem>> {
@@ -174,7 +182,7 @@ async fn read_pending(
 
 /// One submitter run's state.
 struct Run<'a> {
-    svc: &'a Services,
+    svc: &'a SubmitterDeps,
     api: &'a dyn MeteringApi,
     started: Instant,
     budget: Duration,

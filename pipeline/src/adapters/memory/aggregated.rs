@@ -1,5 +1,6 @@
 //! The aggregated-usage table and the subscribers' deprovisioning index in memory.
 
+use super::lag::{IndexLag, ReadConsistency};
 use super::{DEFAULT_PAGE_SIZE, Faults, lock};
 use crate::domain::keys::{GroupKey, HourBucket};
 use crate::error::Result;
@@ -19,11 +20,14 @@ fn key(group: &GroupKey) -> Key {
     (group.license_arn.clone(), group.aggregated_sort_key())
 }
 
-/// The aggregated-usage table: one record per group-hour, the first put wins.
+/// The aggregated-usage table: one record per group-hour, the first put wins. Its pending
+/// index (a GSI) is eventually consistent under a [`ReadConsistency`] knob; `get` is a
+/// consistent read.
 #[derive(Debug)]
 pub struct MemoryAggregatedStore {
     table: String,
     items: Mutex<BTreeMap<Key, AggregatedItem>>,
+    lag: Mutex<IndexLag<Key, AggregatedItem>>,
     ttls: Mutex<BTreeMap<Key, i64>>,
     page_size: usize,
     /// Faults to inject, by [`AggregatedStore`] method name.
@@ -36,6 +40,7 @@ impl MemoryAggregatedStore {
         Self {
             table: table.into(),
             items: Mutex::new(BTreeMap::new()),
+            lag: Mutex::new(IndexLag::new(ReadConsistency::Consistent)),
             ttls: Mutex::new(BTreeMap::new()),
             page_size: DEFAULT_PAGE_SIZE,
             faults: Faults::default(),
@@ -48,10 +53,24 @@ impl MemoryAggregatedStore {
         self
     }
 
+    /// How reads of the pending index see recent writes (default: consistent).
+    pub fn with_read_consistency(self, mode: ReadConsistency) -> Self {
+        *lock(&self.lag) = IndexLag::new(mode);
+        self
+    }
+
+    /// Propagate every write to the pending index (under [`ReadConsistency::Manual`]).
+    pub fn propagate_index(&self) {
+        lock(&self.lag).propagate();
+    }
+
     /// Write `item` as stored, unconditionally (a direct-submit seller's record, or a test's
     /// starting state). Unlike [`AggregatedStore::put_if_absent`] it keeps every field.
     pub fn insert(&self, item: AggregatedItem) {
-        lock(&self.items).insert(key(&item.group), item);
+        let mut items = lock(&self.items);
+        let k = key(&item.group);
+        lock(&self.lag).before_write(&k, items.get(&k));
+        items.insert(k, item);
     }
 
     /// Every record, in key order.
@@ -64,17 +83,18 @@ impl MemoryAggregatedStore {
         lock(&self.ttls).get(&key(group)).copied()
     }
 
-    /// One page of the pending index for `bucket` after `start`, and the key to continue from.
+    /// One page of the pending index for `bucket` after `start` (over one index read's
+    /// `view`), and the key to continue from.
     fn index_page(
         &self,
+        view: &BTreeMap<Key, AggregatedItem>,
         bucket: HourBucket,
         license: Option<&str>,
         start: Option<&Key>,
     ) -> (Vec<AggregatedItem>, Option<Key>) {
-        let items = lock(&self.items);
         let from = start.map_or(Bound::Unbounded, Bound::Excluded);
         let mut page = Vec::new();
-        for (k, item) in items.range((from, Bound::Unbounded)) {
+        for (k, item) in view.range((from, Bound::Unbounded)) {
             if item.pending
                 && item.group.hour == bucket
                 && license.is_none_or(|l| l == item.group.license_arn)
@@ -92,8 +112,10 @@ impl MemoryAggregatedStore {
     /// `attribute_exists(meteringPending)` condition failed).
     fn update_pending(&self, group: &GroupKey, update: impl FnOnce(&mut AggregatedItem)) -> bool {
         let mut items = lock(&self.items);
-        match items.get_mut(&key(group)).filter(|i| i.pending) {
+        let k = key(group);
+        match items.get_mut(&k).filter(|i| i.pending) {
             Some(item) => {
+                lock(&self.lag).before_write(&k, Some(item));
                 update(item);
                 true
             }
@@ -119,6 +141,7 @@ impl AggregatedStore for MemoryAggregatedStore {
             submission_attempted_at: None,
             ..item.clone()
         };
+        lock(&self.lag).before_write(&key(&item.group), None);
         items.insert(key(&item.group), stored);
         Ok(true)
     }
@@ -134,10 +157,14 @@ impl AggregatedStore for MemoryAggregatedStore {
         license: Option<&str>,
     ) -> Result<Vec<AggregatedItem>> {
         self.faults.dynamodb("pending", &self.table)?;
+        let view = {
+            let items = lock(&self.items);
+            lock(&self.lag).view(&items)
+        };
         let mut out = Vec::new();
         let mut start = None;
         loop {
-            let (page, next) = self.index_page(bucket, license, start.as_ref());
+            let (page, next) = self.index_page(&view, bucket, license, start.as_ref());
             out.extend(page);
             match next {
                 Some(k) => start = Some(k),

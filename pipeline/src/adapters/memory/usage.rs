@@ -1,5 +1,6 @@
 //! The raw usage table in memory.
 
+use super::lag::{IndexLag, ReadConsistency};
 use super::{DEFAULT_PAGE_SIZE, Faults, lock};
 use crate::contract::attrs as a;
 use crate::contract::reasons::LATE_USAGE;
@@ -17,11 +18,14 @@ use std::sync::Mutex;
 
 /// The raw usage table: rows by primary key, in sort-key order within a license as DynamoDB
 /// returns them. The sparse `metering_pending` index holds exactly the rows whose
-/// `meteringPending` is a string (the hour bucket), and is read page by page.
+/// `meteringPending` is a string (the hour bucket), and is read page by page; like the GSI it
+/// plays it is eventually consistent under a [`ReadConsistency`] knob (default consistent),
+/// while the group reads by key prefix are consistent, as the DynamoDB adapter asks.
 #[derive(Debug)]
 pub struct MemoryUsageStore {
     table: String,
     rows: Mutex<BTreeMap<RowKey, RawUsageRow>>,
+    lag: Mutex<IndexLag<RowKey, RawUsageRow>>,
     page_size: usize,
     /// Faults to inject, by [`UsageStore`] method name.
     pub faults: Faults,
@@ -33,6 +37,7 @@ impl MemoryUsageStore {
         Self {
             table: table.into(),
             rows: Mutex::new(BTreeMap::new()),
+            lag: Mutex::new(IndexLag::new(ReadConsistency::Consistent)),
             page_size: DEFAULT_PAGE_SIZE,
             faults: Faults::default(),
         }
@@ -44,13 +49,26 @@ impl MemoryUsageStore {
         self
     }
 
+    /// How reads of the pending index see recent writes (default: consistent).
+    pub fn with_read_consistency(self, mode: ReadConsistency) -> Self {
+        *lock(&self.lag) = IndexLag::new(mode);
+        self
+    }
+
+    /// Propagate every write to the pending index (under [`ReadConsistency::Manual`]).
+    pub fn propagate_index(&self) {
+        lock(&self.lag).propagate();
+    }
+
     /// Write a row as the consumer does (a whole item, replacing any row with its key).
     /// A row without a string `licenseArn` and sort key has no primary key and is refused.
     pub fn put_row(&self, row: RawUsageRow) -> bool {
         let Some(key) = row_key(&row) else {
             return false;
         };
-        lock(&self.rows).insert(key, row);
+        let mut rows = lock(&self.rows);
+        lock(&self.lag).before_write(&key, rows.get(&key));
+        rows.insert(key, row);
         true
     }
 
@@ -64,19 +82,20 @@ impl MemoryUsageStore {
         lock(&self.rows).values().cloned().collect()
     }
 
-    /// One page of the pending index for `bucket` (optionally one license), after `start`:
-    /// the page and the key to continue from, like `LastEvaluatedKey`.
+    /// One page of the pending index for `bucket` (optionally one license), after `start`,
+    /// over one index read's `view`: the page and the key to continue from, like
+    /// `LastEvaluatedKey`.
     fn index_page(
         &self,
+        view: &BTreeMap<RowKey, RawUsageRow>,
         bucket: HourBucket,
         license: Option<&str>,
         start: Option<&RowKey>,
     ) -> (Vec<RawUsageRow>, Option<RowKey>) {
         let hb = bucket.to_string();
-        let rows = lock(&self.rows);
         let from = start.map_or(Bound::Unbounded, Bound::Excluded);
         let mut page = Vec::new();
-        for (key, row) in rows.range((from, Bound::Unbounded)) {
+        for (key, row) in view.range((from, Bound::Unbounded)) {
             let in_index = row.get(a::METERING_PENDING).and_then(AttrValue::as_s) == Some(&hb);
             if in_index && license.is_none_or(|l| l == key.license_arn) {
                 page.push(row.clone());
@@ -88,12 +107,16 @@ impl MemoryUsageStore {
         (page, None)
     }
 
-    /// Every item of the pending index for `bucket`, page by page.
+    /// Every item of the pending index for `bucket`, page by page (one index read).
     fn index_items(&self, bucket: HourBucket, license: Option<&str>) -> Vec<RawUsageRow> {
+        let view = {
+            let rows = lock(&self.rows);
+            lock(&self.lag).view(&rows)
+        };
         let mut out = Vec::new();
         let mut start = None;
         loop {
-            let (page, next) = self.index_page(bucket, license, start.as_ref());
+            let (page, next) = self.index_page(&view, bucket, license, start.as_ref());
             out.extend(page);
             match next {
                 Some(key) => start = Some(key),
@@ -112,6 +135,7 @@ impl MemoryUsageStore {
     ) -> Option<RawUsageRow> {
         let mut rows = lock(&self.rows);
         let row = rows.get_mut(key).filter(|r| condition(r))?;
+        lock(&self.lag).before_write(key, Some(row));
         update(row);
         Some(row.clone())
     }
@@ -191,14 +215,18 @@ impl UsageStore for MemoryUsageStore {
         // Rows whose key does not split but whose attributes name this group: found through
         // the index, as the DynamoDB adapter finds them.
         let attr = |r: &RawUsageRow, k: &str| r.get(k).and_then(AttrValue::as_s).map(str::to_owned);
-        for row in self.index_items(group.hour, Some(&group.license_arn)) {
-            let sk = attr(&row, a::USAGE_SORT_KEY).unwrap_or_default();
-            if attr(&row, a::CUSTOMER_AWS_ACCOUNT_ID).as_deref()
+        // The index names them; each is then read by key, consistently, and kept only while
+        // still pending (the index may lag).
+        for indexed in self.index_items(group.hour, Some(&group.license_arn)) {
+            let sk = attr(&indexed, a::USAGE_SORT_KEY).unwrap_or_default();
+            let names_group = attr(&indexed, a::CUSTOMER_AWS_ACCOUNT_ID).as_deref()
                 == Some(&group.customer_aws_account_id)
-                && attr(&row, a::DIMENSION).as_deref() == Some(&group.dimension)
-                && !sk.starts_with(prefix)
-                && split_usage_sort_key(&sk).is_none()
-            {
+                && attr(&indexed, a::DIMENSION).as_deref() == Some(&group.dimension);
+            if !names_group || split_usage_sort_key(&sk).is_some() || sk.starts_with(prefix) {
+                continue;
+            }
+            let current = row_key(&indexed).and_then(|k| self.row(&k));
+            if let Some(row) = current.filter(|r| r.contains_key(a::METERING_PENDING)) {
                 each(row);
             }
         }
@@ -240,6 +268,7 @@ impl UsageStore for MemoryUsageStore {
                 recorded_now: false,
             });
         }
+        lock(&self.lag).before_write(key, Some(row));
         stamp(row, Some((RawStatus::Aggregated, reason)));
         match late_difference(folded, row).filter(|late| *late > 0) {
             None => Ok(FoldedFinalize::Stamped),
