@@ -253,3 +253,19 @@ def test_a_missing_or_spare_grant_is_caught():
         "SubscriptionFunction: calls dynamodb:Query on SubscribersTable/index/agreementId-index, which its role does not grant",
     ]
     assert sdk_method("dynamodb:BatchGetItem") == ".batch_get_item()"
+
+
+def crate_binaries(crate: str) -> set[str]:
+    """A crate's binaries: its `[[bin]]` names and the files of `src/bin/` (Cargo's auto-discovery)."""
+    manifest = (ROOT / crate / "Cargo.toml").read_text(encoding="utf-8")
+    named = set(re.findall(r'\[\[bin\]\]\s*name\s*=\s*"([a-z0-9-]+)"', manifest))
+    return named | {p.stem for p in (ROOT / crate / "src/bin").glob("*.rs")}
+
+
+def test_every_lambda_binary_is_deployed_from_its_crate():
+    """scripts/build-lambdas builds what the templates name: no Lambda binary is left out."""
+    deployed = {fn["Metadata"]["BuildProperties"]["Binary"]: fn["Properties"]["CodeUri"] for _, _, fn in all_functions()}
+    for crate in ("pipeline", "consumer", "lifecycle"):
+        for binary in crate_binaries(crate):
+            assert deployed.get(binary) == f"../{crate}", f"{crate}'s {binary} is not deployed from ../{crate}"
+    assert {"subscription", "deprovision-cleanup", "register", "meter-ingest"} <= set(deployed)
