@@ -24,6 +24,7 @@ EXTRA_DIMENSIONS = {
     "EventRejected": ["Reason"],
     "DedupHit": ["DedupKind"],
     "EventsAccepted": ["Producer"],
+    "IngestMalformedPayload": ["Module"],
 }
 
 

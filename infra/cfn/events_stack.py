@@ -13,7 +13,7 @@ from . import alarms as al
 from . import params
 from .base import EVENTS_PREFIX, dlq_logical_id, entries, equals, get_att, if_, queues, ref, sub, table
 from .dashboards import body, dashboard, lambda_health, queue_health
-from .functions import Function, resources, schedule, sqs_consume, statement
+from .functions import Function, resources, schedule, sqs_consume, sqs_send, statement
 
 AGREEMENT_SOURCE = "aws.agreement-marketplace"
 # Both role suffixes: the seller is the manufacturer, and may be the proposer of a private offer.
@@ -29,6 +29,8 @@ DETAIL_TYPES = [
     for role in ("Manufacturer", "Proposer")
 ]
 DEPROVISIONING_INDEX = "deprovisioning-pending-index"
+# The events stack is shared by a stage's products: its functions' EMF namespace has no product.
+METRICS_NAMESPACE = "awsmp/${StageName}"
 
 
 def parameters() -> dict:
@@ -49,18 +51,26 @@ def functions() -> list[Function]:
         Function(
             "Subscription", "subscription", "lifecycle",
             "Applies AWS Marketplace agreement and license events to the subscribers table.",
-            {"AWSMP_SUBSCRIBERS_TABLE": ref("SubscribersTable"), "AWSMP_SUBSCRIPTION_QUEUE_URL": ref("SubscriptionEventsQueue")},
+            {
+                "AWSMP_SUBSCRIBERS_TABLE": ref("SubscribersTable"),
+                "AWSMP_SUBSCRIPTION_DLQ_URL": ref(dlq_logical_id("SubscriptionEventsQueue")),
+                "AWSMP_METRICS_NAMESPACE": sub(METRICS_NAMESPACE),
+            },
+            # lifecycle/src/adapters/dynamodb/subscribers.rs: every change is an UpdateItem, an
+            # amendment reads the row back (GetItem), an agreement-level event finds its licenses
+            # on agreementId-index; a malformed event goes to the DLQ (lifecycle/src/adapters/sqs.rs).
             [
-                statement(["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"], [subscribers]),
+                statement(["dynamodb:GetItem", "dynamodb:UpdateItem"], [subscribers]),
                 statement(["dynamodb:Query"], [index("agreementId-index")]),
                 sqs_consume("SubscriptionEventsQueue"),
+                sqs_send(dlq_logical_id("SubscriptionEventsQueue")),
             ],
             memory=256, timeout=10,
         ),
         Function(
             "DeprovisionCleanup", "deprovision-cleanup", "lifecycle",
             "Finalizes deprovisioning licenses to inactive once their flush window has elapsed.",
-            {"AWSMP_SUBSCRIBERS_TABLE": ref("SubscribersTable")},
+            {"AWSMP_SUBSCRIBERS_TABLE": ref("SubscribersTable"), "AWSMP_METRICS_NAMESPACE": sub(METRICS_NAMESPACE)},
             [statement(["dynamodb:Query"], [index(DEPROVISIONING_INDEX)]), statement(["dynamodb:UpdateItem"], [subscribers])],
             memory=256, timeout=60, reserved=1,
         ),

@@ -13,6 +13,7 @@ from . import alarms as al
 from . import params
 from .base import (
     PRODUCT_PREFIX,
+    if_,
     bucket,
     entries,
     equals,
@@ -61,6 +62,9 @@ def parameters() -> dict:
             "DedupTtlHours": _num(48, 24, 72, "Dedup claim lifetime in hours."),
             "RejectedEventsTtlDays": _num(400, 0, 3650, "Rejected-events retention in days (0: keep)."),
             "ConsumerConcurrency": _num(16, 1, 256, "Concurrent store calls per consumer invocation."),
+            "MeterIngestAllowedAccounts": {"Type": "String", "Default": "", "AllowedPattern": "^$|^[0-9]{12}(,[0-9]{12})*$",
+                                           "Description": "Comma-separated accounts whose meter-ingest aliases may be invoked (empty: this stack's account)."},
+            "MeterIngestMappingCacheSeconds": _num(30, 0, 3600, "How long meter-ingest caches a mapping entry."),
             "MeterIngestModules": {"Type": "CommaDelimitedList", "Default": "default",
                                    "Description": "Platform modules calling meter-ingest; each gets its own alias, whose ARN is its identity."},
         }
@@ -69,7 +73,11 @@ def parameters() -> dict:
 
 
 def conditions() -> dict:
-    return {**params.common_conditions(), "IsProvisionedStream": equals(ref("StreamMode"), "PROVISIONED")}
+    return {
+        **params.common_conditions(),
+        "IsProvisionedStream": equals(ref("StreamMode"), "PROVISIONED"),
+        "MeterIngestOwnAccountOnly": equals(ref("MeterIngestAllowedAccounts"), ""),
+    }
 
 
 def main_table_arn(local: str) -> dict:
@@ -91,6 +99,7 @@ def functions() -> list[Function]:
         "AWSMP_REJECTED_EVENTS_TTL_DAYS": ref("RejectedEventsTtlDays"),
         "AWSMP_BILLABLE_WINDOW_HOURS": ref("BillableWindowHours"),
         "AWSMP_CONSUMER_CONCURRENCY": ref("ConsumerConcurrency"),
+        "AWSMP_BILLING_ARCHIVE_BUCKET": ref("BillingArchiveBucket"),
         "AWSMP_METRICS_NAMESPACE": sub(al.NAMESPACE),
     }
     ddb = lambda actions, res: statement([f"dynamodb:{a}" for a in actions], res)  # noqa: E731
@@ -106,6 +115,8 @@ def functions() -> list[Function]:
                 ddb(["GetItem", "PutItem"], [get_att("DedupTable", "Arn")]),
                 ddb(["PutItem"], [get_att("RejectedEventsTable", "Arn")]),
                 ddb(["UpdateItem"], [get_att("IngestWatermarkTable", "Arn")]),
+                # The seven-year archive of every accepted event (consumer/src/adapters/archive.rs).
+                statement(["s3:PutObject"], [sub("${BillingArchiveBucket.Arn}/*")]),
                 sqs_send("ConsumerFailureQueue"),
             ],
             memory=1024, timeout=60,
@@ -124,18 +135,30 @@ def functions() -> list[Function]:
         ),
         Function(
             "MeterIngest", "meter-ingest", "consumer",
-            "Accepts metering calls by async invoke, deduplicates, archives and puts them on the usage stream.",
+            "Accepts metering calls by async invoke from untrusted modules, checks them against their alias's mapping entry, deduplicates and puts them on the usage stream.",
             {
                 "AWSMP_INGEST_MAPPING_TABLE": ref("IngestMappingTable"),
                 "AWSMP_DEDUP_TABLE": ref("DedupTable"),
                 "AWSMP_USAGE_STREAM": ref("UsageStream"),
-                "AWSMP_BILLING_ARCHIVE_BUCKET": ref("BillingArchiveBucket"),
+                "AWSMP_INGEST_HELD_TABLE": ref("IngestHeldTable"),
+                "AWSMP_ENVIRONMENT": ref("StageName"),
+                "AWSMP_ALLOWED_ACCOUNTS": if_("MeterIngestOwnAccountOnly", ref("AWS::AccountId"), ref("MeterIngestAllowedAccounts")),
+                "AWSMP_MAX_CLOCK_SKEW_SECONDS": ref("MaxClockSkewSeconds"),
+                "AWSMP_DEDUP_TTL_HOURS": ref("DedupTtlHours"),
+                "AWSMP_INGEST_MAPPING_CACHE_SECONDS": ref("MeterIngestMappingCacheSeconds"),
+                "AWSMP_REJECTED_EVENTS_TTL_DAYS": ref("RejectedEventsTtlDays"),
+                "AWSMP_CONSUMER_CONCURRENCY": ref("ConsumerConcurrency"),
+                "AWSMP_METRICS_NAMESPACE": sub(al.NAMESPACE),
             },
+            # consumer/src/adapters/ingest.rs (meter_ingest_from_config): the mapping entry is a
+            # GetItem; event-id claims a conditional PutItem and rate counters an UpdateItem on
+            # the dedup table; held and rejected events a PutItem; accepted events PutRecords.
+            # Lambda sends a failed invocation to the on-failure queue with this role.
             [
                 ddb(["GetItem"], [get_att("IngestMappingTable", "Arn")]),
-                ddb(["GetItem", "PutItem"], [get_att("DedupTable", "Arn")]),
-                statement(["kinesis:PutRecord", "kinesis:PutRecords"], [get_att("UsageStream", "Arn")]),
-                statement(["s3:PutObject"], [sub("${BillingArchiveBucket.Arn}/*")]),
+                ddb(["PutItem", "UpdateItem"], [get_att("DedupTable", "Arn")]),
+                ddb(["PutItem"], [get_att("IngestHeldTable", "Arn")]),
+                statement(["kinesis:PutRecords"], [get_att("UsageStream", "Arn")]),
                 sqs_send("MeterIngestFailureQueue"),
             ],
             memory=512, timeout=30,

@@ -141,6 +141,7 @@ def pipeline_env(gated: bool = False) -> dict:
         "AWSMP_DEPROVISION_WORK_QUEUE_URL": full(ref("DeprovisionWorkQueue")),
         "AWSMP_CLEANUP_QUEUE_URL": full(ref("CleanupQueue")),
         "AWSMP_SUBSCRIBERS_TABLE": subscribers_arn(),
+        "AWSMP_EVENTS_REGION": ref("EventsRegion"),
         "AWSMP_METRICS_NAMESPACE": sub(al.NAMESPACE),
         "AWSMP_INGEST_WATERMARK_TABLE": if_("UseWatermark", sub(physical_name("awsmp-ingest-watermarks", "ingest")), NO_VALUE),
         "AWSMP_WATERMARK_SETTLE_SECONDS": ref("WatermarkSettleSeconds"),
@@ -200,11 +201,15 @@ def functions() -> list[Function]:
                  {
                      "AWSMP_CUSTOMER_PROFILE_TABLE": ref("CustomerProfileTable"),
                      "AWSMP_SUBSCRIBERS_TABLE": subscribers_arn(),
+                     "AWSMP_SUBSCRIBERS_REGION": ref("EventsRegion"),
                      "AWSMP_PRODUCT_CODE": ref("ProductCode"),
                      "AWSMP_RESOLVE_CUSTOMER_REGION": ref("ResolveCustomerRegion"),
+                     "AWSMP_METRICS_NAMESPACE": sub(al.NAMESPACE),
                  },
-                 [statement(["dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"], [get_att("CustomerProfileTable", "Arn")]),
-                  statement(["dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"], [subscribers_arn(), subscribers_arn("customerAWSAccountId-index")]),
+                 # lifecycle/src/adapters/dynamodb/{profiles,subscribers}.rs: the profile and the
+                 # registration stamp are each one UpdateItem (an upsert).
+                 [statement(["dynamodb:UpdateItem"], [get_att("CustomerProfileTable", "Arn")]),
+                  statement(["dynamodb:UpdateItem"], [subscribers_arn()]),
                   statement(["aws-marketplace:ResolveCustomer"], ["*"])],
                  memory=256, timeout=10),
     ]

@@ -33,7 +33,7 @@ EXCEPTIONS = [
     },
     {
         "stack": "ingest",
-        "function": "MeterIngestFunction",
+        "function": "KinesisConsumerFunction",
         "action": "s3:PutObject",
         "resource": {"Fn::Sub": "${BillingArchiveBucket.Arn}/*"},
         "reason": "Object ARNs name a key; `<its own bucket>/*` is the narrowest grant for keys it creates.",

@@ -42,6 +42,9 @@ pub struct Config {
     pub aggregated_table: String,
     /// Subscribers table (its deprovisioning index), if configured.
     pub subscribers_table: Option<String>,
+    /// Region of the subscribers table (`AWSMP_EVENTS_REGION`): the events stack's, us-east-1
+    /// in AWS (docs/deploy.md); `None` (unset or empty): the function's own region.
+    pub events_region: Option<String>,
     /// Work queue URL (full mode).
     pub work_queue_url: Option<String>,
     /// Deprovision-work queue URL (full mode).
@@ -140,6 +143,7 @@ impl Config {
             usage_table: full_only("AWSMP_USAGE_TABLE")?,
             aggregated_table: required("AWSMP_AGGREGATED_USAGE_TABLE")?,
             subscribers_table: get("AWSMP_SUBSCRIBERS_TABLE").filter(|v| !v.is_empty()),
+            events_region: events_region(get("AWSMP_EVENTS_REGION"))?,
             work_queue_url: full_only("AWSMP_WORK_QUEUE_URL")?,
             deprovision_work_queue_url: full_only("AWSMP_DEPROVISION_WORK_QUEUE_URL")?,
             cleanup_queue_url: full_only("AWSMP_CLEANUP_QUEUE_URL")?,
@@ -189,6 +193,29 @@ fn modes(get: &impl Fn(&str) -> Option<String>) -> Result<(DeploymentMode, Meter
         }
     };
     Ok((deployment_mode, metering_mode))
+}
+
+/// `AWSMP_EVENTS_REGION`: unset or empty is the function's region; otherwise a region name
+/// (`us-east-1`: lowercase letters, digits and dashes,
+/// https://docs.aws.amazon.com/general/latest/gr/rande.html).
+fn events_region(v: Option<String>) -> Result<Option<String>> {
+    let Some(v) = v.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let well_formed = v.contains('-')
+        && v.split('-').all(|part| {
+            !part.is_empty()
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        });
+    if well_formed {
+        Ok(Some(v))
+    } else {
+        Err(PipelineError::Config(format!(
+            "AWSMP_EVENTS_REGION={v:?} is not a region name (e.g. us-east-1)"
+        )))
+    }
 }
 
 /// The submitter's quota share: 1 to [`BATCH_METER_USAGE_CALLS_PER_SECOND`].
@@ -267,6 +294,44 @@ mod tests {
         assert_eq!(share("1").unwrap(), 1);
         for bad in ["0", "11", "-1", "x", "4294967297"] {
             assert!(share(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_events_region_defaults_to_the_functions_and_is_validated() {
+        let region = |v: Option<&str>| {
+            let mut pairs = FULL.to_vec();
+            pairs.push(("AWSMP_SUBSCRIBERS_TABLE", "subscribers"));
+            if let Some(v) = v {
+                pairs.push(("AWSMP_EVENTS_REGION", v));
+            }
+            cfg(&pairs).map(|c| c.events_region)
+        };
+        assert_eq!(region(None).unwrap(), None);
+        assert_eq!(region(Some("")).unwrap(), None);
+        assert_eq!(region(Some("  ")).unwrap(), None);
+        assert_eq!(
+            region(Some("us-east-1")).unwrap().as_deref(),
+            Some("us-east-1")
+        );
+        assert_eq!(
+            region(Some(" eu-west-1 ")).unwrap().as_deref(),
+            Some("eu-west-1")
+        );
+        assert_eq!(
+            region(Some("us-gov-west-1")).unwrap().as_deref(),
+            Some("us-gov-west-1")
+        );
+        for bad in [
+            "US-EAST-1",
+            "us east 1",
+            "useast1",
+            "us--east-1",
+            "-us-east-1",
+            "us-east-1/",
+        ] {
+            let err = region(Some(bad)).unwrap_err().to_string();
+            assert!(err.contains("AWSMP_EVENTS_REGION"), "{bad}: {err}");
         }
     }
 }

@@ -66,26 +66,50 @@ impl std::fmt::Debug for Services {
 }
 
 impl Services {
-    /// Adapters over the AWS SDK for `config`'s resources.
+    /// Adapters over the AWS SDK for `config`'s resources. The subscribers table lives in the
+    /// events stack's region (`AWSMP_EVENTS_REGION`), so its deprovisioning index is read with a
+    /// client for that region; every other resource is in the function's own region.
     pub fn from_sdk(
         config: Config,
         sdk: &aws_config::SdkConfig,
         metrics: MetricsSink,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        Self::from_clients(
+        let ddb = aws_sdk_dynamodb::Client::new(sdk);
+        let subscribers_ddb = match &config.events_region {
+            Some(region) => aws_sdk_dynamodb::Client::from_conf(
+                aws_sdk_dynamodb::config::Builder::from(sdk)
+                    .region(aws_config::Region::new(region.clone()))
+                    .build(),
+            ),
+            None => ddb.clone(),
+        };
+        Self::over_clients(
             config,
-            aws_sdk_dynamodb::Client::new(sdk),
+            ddb,
+            subscribers_ddb,
             aws_sdk_sqs::Client::new(sdk),
             metrics,
             clock,
         )
     }
 
-    /// Adapters over the given clients (the local runner points each at its emulator).
+    /// Adapters over the given clients (the local runner points each at its emulator), the
+    /// subscribers table's included.
     pub fn from_clients(
         config: Config,
         ddb: aws_sdk_dynamodb::Client,
+        sqs: aws_sdk_sqs::Client,
+        metrics: MetricsSink,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self::over_clients(config, ddb.clone(), ddb, sqs, metrics, clock)
+    }
+
+    fn over_clients(
+        config: Config,
+        ddb: aws_sdk_dynamodb::Client,
+        subscribers_ddb: aws_sdk_dynamodb::Client,
         sqs: aws_sdk_sqs::Client,
         metrics: MetricsSink,
         clock: Arc<dyn Clock>,
@@ -104,7 +128,7 @@ impl Services {
                 &config.aggregated_table,
             )),
             deprovisioning: config.subscribers_table.as_ref().map(|t| {
-                Arc::new(DynamoDbDeprovisioningIndex::new(ddb.clone(), t))
+                Arc::new(DynamoDbDeprovisioningIndex::new(subscribers_ddb, t))
                     as Arc<dyn DeprovisioningIndex>
             }),
             work_queue: queue(&config.work_queue_url),
