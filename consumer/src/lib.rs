@@ -7,6 +7,7 @@ pub mod domain;
 pub mod error;
 pub mod handler;
 pub mod heartbeat;
+pub mod mutants;
 pub mod ports;
 
 pub use config::Config;
