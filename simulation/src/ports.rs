@@ -56,7 +56,12 @@ fn retryable(fault: Option<Fault>) -> bool {
     matches!(fault, Some(Fault::Throttle) | Some(Fault::LoseResponse))
 }
 
-/// The error the DynamoDB adapter returns for an injected fault of `operation`.
+/// The error the DynamoDB adapter returns for an injected fault of `operation`, once the
+/// handler's retry policy gave up on it: marked not retryable, so the handler's own retry
+/// loop is not entered. That loop sleeps an unseeded full-jitter delay, and some handlers
+/// run calls concurrently (cleanup, expiry, age-out): the order in which their retries woke
+/// would decide the order of later calls, and a replay could not keep it. A throttle the
+/// policy absorbs is only a delay, which the scheduler's interleavings already cover.
 pub fn injected_dynamodb(operation: &'static str, fault: Option<Fault>) -> PipelineError {
     PipelineError::DynamoDb {
         operation,
@@ -65,7 +70,7 @@ pub fn injected_dynamodb(operation: &'static str, fault: Option<Fault>) -> Pipel
             operation,
             code: code(fault),
         }),
-        retryable: retryable(fault),
+        retryable: false,
     }
 }
 
@@ -367,8 +372,15 @@ pub struct FaultyDedup {
 #[async_trait]
 impl DedupStore for FaultyDedup {
     async fn claim(&self, claim: &DedupClaim) -> awsmp_consumer::error::Result<ClaimOutcome> {
+        // A KPL record's key is the MD5 of its body, which holds generated ids (random epochs):
+        // its stream position names it stably.
+        let key = if claim.key.starts_with("kpl:") {
+            format!("{}:{}", claim.shard_id, claim.sequence_number.decimal())
+        } else {
+            claim.key.clone()
+        };
         let call = self.inner.claim(claim);
-        guarded(&self.ctx, "claim", &claim.key, true, injected_consumer, call).await
+        guarded(&self.ctx, "claim", &key, true, injected_consumer, call).await
     }
 
     async fn read_lane(&self, key: &str) -> awsmp_consumer::error::Result<Option<LaneItem>> {
@@ -421,7 +433,8 @@ impl FinalizedGroups for AggregatedFinalized {
             let have: HashSet<GroupKey> = table.items().into_iter().map(|i| i.group).collect();
             Ok(groups.iter().filter(|g| have.contains(*g)).cloned().collect())
         };
-        let key = groups.first().map(|g| g.to_string()).unwrap_or_default();
+        // The consumer collects the groups through a hash set: name the call by its least.
+        let key = groups.iter().map(|g| g.to_string()).min().unwrap_or_default();
         guarded(&self.ctx, "finalized", &key, false, injected_consumer, call).await
     }
 }

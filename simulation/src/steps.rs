@@ -27,6 +27,10 @@ enum SqsStage {
     Cleanup,
 }
 
+/// Tokio seconds slept before each produce step: past the producer's shard-map refresh
+/// interval (60 s by default, `producer/src/config.rs`).
+const PRODUCER_SETTLE_SECS: u64 = 3600;
+
 /// SQS batch size of the pipeline's queue mappings.
 const SQS_BATCH: usize = 5;
 
@@ -60,6 +64,10 @@ impl World {
     /// does; the producer's hand-backs again), occasionally a poison record enters the stream
     /// directly; then the producer flushes.
     pub async fn produce(&self, new_events: usize) {
+        // Let every producer timer due by now fire first (the shard-map refresh): Tokio's
+        // paused time also moves with the handlers' retry sleeps, whose jitter is not seeded,
+        // so the producer must not see how far it moved.
+        tokio::time::sleep(std::time::Duration::from_secs(PRODUCER_SETTLE_SECS)).await;
         let now = self.clock.now();
         let mut batch: Vec<Event> = std::mem::take(&mut lock(&self.truth).handed_back);
         let resent = batch.len();
@@ -113,9 +121,16 @@ impl World {
                 Vec::new()
             }
         };
+        let shards: Vec<String> = self
+            .stream
+            .shards()
+            .iter()
+            .map(|s| format!("{}={}", &s.id[8..], s.records.len()))
+            .collect();
         self.log(format!(
-            "produce: {new_events} new, {resent} handed back re-recorded, {} handed back now",
-            undelivered.len()
+            "produce: {new_events} new, {resent} handed back re-recorded, {} handed back now; stream {}",
+            undelivered.len(),
+            shards.join(" ")
         ));
         lock(&self.truth)
             .handed_back
@@ -125,8 +140,8 @@ impl World {
     /// A poison record: bytes no producer writes, declared as injected.
     fn poison(&self) {
         let key = format!("poison-{}", lock(&self.truth).poison.len());
-        self.stream
-            .put(&key, None, Bytes::from_static(b"\x00not an awsmp record"));
+        let data = format!("\u{0}not an awsmp record: {key}");
+        self.stream.put(&key, None, Bytes::from(data));
         self.faults.count("poison-record");
         lock(&self.truth).poison.push(key);
     }

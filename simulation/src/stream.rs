@@ -16,6 +16,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// The first sequence number: Kinesis numbers are decimal strings of up to 128 bits.
 const FIRST_SEQUENCE_NUMBER: u128 = 49_000_000_000_000_000_000;
 
+/// Bits of a sequence number that count records within a shard.
+const SHARD_SEQUENCE_BITS: u32 = 40;
+
 /// A record as stored in its shard.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredRecord {
@@ -49,9 +52,18 @@ pub struct Shard {
 #[derive(Debug, Default)]
 struct State {
     shards: Vec<Shard>,
-    next_sequence: u128,
     next_shard: u32,
-    put_calls: u64,
+    /// Calls (and entries) seen per partition key, naming each fault site stably: the
+    /// producer's concurrent calls to different shards may run in either order.
+    put_calls: std::collections::BTreeMap<String, u64>,
+}
+
+impl State {
+    fn nth(&mut self, key: String) -> String {
+        let n = self.put_calls.entry(key.clone()).or_default();
+        *n += 1;
+        format!("{key}#{n}")
+    }
 }
 
 impl State {
@@ -76,13 +88,17 @@ impl State {
         data: Bytes,
         now: DateTime<Utc>,
     ) -> (String, u128) {
-        let seq = FIRST_SEQUENCE_NUMBER + self.next_sequence;
-        self.next_sequence += 1;
-        let shard = self
+        let (index, shard) = self
             .shards
             .iter_mut()
-            .find(|s| !s.closed && s.start <= hash && hash <= s.end)
+            .enumerate()
+            .find(|(_, s)| !s.closed && s.start <= hash && hash <= s.end)
             .expect("the open shards cover the whole hash key space");
+        // Increasing within a shard, and a child's above its parents' (a later shard index):
+        // what the consumer relies on, independent of the order of puts to other shards.
+        let seq = FIRST_SEQUENCE_NUMBER
+            + ((index as u128) << SHARD_SEQUENCE_BITS)
+            + shard.records.len() as u128;
         shard.records.push(StoredRecord {
             sequence_number: seq,
             partition_key: partition_key.to_owned(),
@@ -212,15 +228,16 @@ impl RecordSink for SimStream {
     async fn put_records(&self, entries: Vec<PutEntry>) -> Result<Vec<EntryOutcome>, SinkError> {
         let now = self.clock.now();
         let mut s = self.lock();
-        s.put_calls += 1;
-        let call = s.put_calls.to_string();
+        let keys: Vec<&str> = entries.iter().map(|e| e.partition_key.as_str()).collect();
+        let call = s.nth(format!("{}:{}", entries.len(), keys.join(",")));
         if self.faults.roll(30, &["put-records-throttled", &call]) {
             self.faults.count("stream-throttle");
             return Err(SinkError::throttled("injected: ProvisionedThroughputExceeded"));
         }
         let mut out = Vec::with_capacity(entries.len());
         for (i, e) in entries.into_iter().enumerate() {
-            if self.faults.roll(40, &["put-entry-throttled", &call, &i.to_string()]) {
+            let entry = s.nth(e.partition_key.clone());
+            if self.faults.roll(40, &["put-entry-throttled", &call, &i.to_string(), &entry]) {
                 self.faults.count("stream-entry-throttle");
                 out.push(EntryOutcome::Throttled);
                 continue;

@@ -214,7 +214,8 @@ impl World {
                     time: config.time,
                     ..Default::default()
                 },
-                concurrency: 4,
+                // One call at a time: its retries (unseeded jitter) then never reorder calls.
+                concurrency: 1,
                 ..Settings::default()
             },
             dedup: Arc::new(FaultyDedup {
