@@ -101,37 +101,41 @@ impl EventSourceMapping {
 
     /// Closed shards read to their end: their watermark is final.
     pub fn drained(&self, stream: &SimStream) -> Vec<String> {
-        stream
-            .shards()
-            .iter()
-            .filter(|s| s.closed && self.shard_done(s))
-            .map(|s| s.id.clone())
-            .collect()
+        stream.with_shards(|shards| {
+            shards
+                .iter()
+                .filter(|s| s.closed && self.shard_done(s))
+                .map(|s| s.id.clone())
+                .collect()
+        })
     }
 
     /// The lanes that have a batch to deliver at `now`, in a stable order.
     pub fn ready(&mut self, stream: &SimStream, now: DateTime<Utc>) -> Vec<(String, u32)> {
-        let shards = stream.shards();
+        stream.with_shards(|shards| self.ready_in(shards, now))
+    }
+
+    fn ready_in(&mut self, shards: &[Shard], now: DateTime<Utc>) -> Vec<(String, u32)> {
         let done: BTreeMap<&str, bool> = shards
             .iter()
             .map(|s| (s.id.as_str(), s.closed && self.shard_done(s)))
             .collect();
         let mut out = Vec::new();
-        for shard in &shards {
+        for shard in shards {
             if !shard.parents.iter().all(|p| done.get(p.as_str()) == Some(&true)) {
                 continue; // Lambda reads a child only after its parents
             }
             for l in 0..self.config.parallelization {
                 let key = (shard.id.clone(), l);
                 let lane = self.lane(&key);
-                let pending: Vec<_> = shard.records[lane.next.min(shard.records.len())..]
+                let pf = self.config.parallelization;
+                let mut pending = shard.records[lane.next.min(shard.records.len())..]
                     .iter()
-                    .filter(|r| lane_of(&r.partition_key, self.config.parallelization) == l)
-                    .collect();
-                let Some(first) = pending.first() else {
+                    .filter(|r| lane_of(&r.partition_key, pf) == l);
+                let Some(first) = pending.next() else {
                     continue;
                 };
-                if pending.len() >= lane.size
+                if 1 + pending.take(lane.size).count() >= lane.size
                     || first.arrival + self.config.batching_window <= now
                     || shard.closed
                 {
@@ -144,7 +148,10 @@ impl EventSourceMapping {
 
     /// The next batch of `lane`.
     pub fn deliver(&mut self, stream: &SimStream, lane: &(String, u32)) -> Option<Delivery> {
-        let shards = stream.shards();
+        stream.with_shards(|shards| self.deliver_in(shards, lane))
+    }
+
+    fn deliver_in(&mut self, shards: &[Shard], lane: &(String, u32)) -> Option<Delivery> {
         let shard = shards.iter().find(|s| s.id == lane.0)?;
         let state = self.lane(lane);
         let pf = self.config.parallelization;

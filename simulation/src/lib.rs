@@ -13,7 +13,7 @@ pub mod sweep;
 pub mod trace;
 pub mod world;
 
-pub use schedule::{ScheduleReport, run, setup_for};
+pub use schedule::{ScheduleReport, run, run_setup, setup_for};
 pub use sweep::{Sweep, sweep};
 pub mod cli;
 pub mod mutant;

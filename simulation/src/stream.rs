@@ -143,9 +143,14 @@ impl SimStream {
         self.lock().append(hash, partition_key, data, now).0
     }
 
-    /// Every shard, open and closed.
+    /// Every shard, open and closed (a copy).
     pub fn shards(&self) -> Vec<Shard> {
         self.lock().shards.clone()
+    }
+
+    /// Read every shard in place.
+    pub fn with_shards<T>(&self, f: impl FnOnce(&[Shard]) -> T) -> T {
+        f(&self.lock().shards)
     }
 
     /// The open shards: id and starting hash key.

@@ -20,11 +20,31 @@ fn add(into: &mut BTreeMap<String, u64>, from: &BTreeMap<String, u64>) {
     }
 }
 
-/// Run the schedules of seeds `first..first + count`; stop early after `stop_after` failures.
-pub fn sweep(first: u64, count: u64, stop_after: usize) -> Sweep {
+/// Threads a sweep runs schedules on (each schedule is single-threaded and independent).
+pub const SWEEP_THREADS: u64 = 2;
+
+/// Run the schedules of seeds `first..first + count`, on [`SWEEP_THREADS`] threads; the
+/// result does not depend on how they were spread.
+pub fn sweep(first: u64, count: u64) -> Sweep {
+    let mut reports: Vec<ScheduleReport> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..SWEEP_THREADS)
+            .map(|t| {
+                scope.spawn(move || {
+                    (first + t..first + count)
+                        .step_by(SWEEP_THREADS as usize)
+                        .map(|seed| run(seed, false))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("a schedule panicked"))
+            .collect()
+    });
+    reports.sort_by_key(|r| r.seed);
     let mut out = Sweep::default();
-    for seed in first..first + count {
-        let report = run(seed, false);
+    for report in reports {
         out.schedules += 1;
         let e = &report.explored;
         add(&mut out.explored.faults, &e.faults);
@@ -36,9 +56,6 @@ pub fn sweep(first: u64, count: u64, stop_after: usize) -> Sweep {
         out.explored.billed += e.billed;
         if !report.violations.is_empty() {
             out.failures.push(report);
-            if out.failures.len() >= stop_after {
-                break;
-            }
         }
     }
     out

@@ -187,8 +187,8 @@ impl World {
             .linger(std::time::Duration::from_millis(100))
             .start_with(stream.clone(), StreamShards(stream.clone()))
             .expect("the producer starts inside the runtime");
-        let usage = Arc::new(MemoryUsageStore::new("usage").with_page_size(7));
-        let aggregated = Arc::new(MemoryAggregatedStore::new("aggregated-usage").with_page_size(5));
+        let usage = Arc::new(MemoryUsageStore::new("usage").with_page_size(25));
+        let aggregated = Arc::new(MemoryAggregatedStore::new("aggregated-usage").with_page_size(10));
         let ledger = Arc::new(MemoryMeteringApi::default());
         let watermarks = Arc::new(MemoryWatermarkStore::new());
         let rejected = MemoryRejectedEventStore::new();
