@@ -68,16 +68,27 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         };
     }
-    println!("seeds {}..{}", args.first_seed, args.first_seed + args.schedules);
+    println!(
+        "seeds {}..{}",
+        args.first_seed,
+        args.first_seed + args.schedules
+    );
     let result = sweep(args.first_seed, args.schedules);
     let e = &result.explored;
-    println!("explored: {} steps, {} hours crossed, {} SQS redeliveries, {} units billed", e.steps, e.hours_crossed, e.redeliveries, e.billed);
+    println!(
+        "explored: {} steps, {} hours crossed, {} SQS redeliveries, {} units billed",
+        e.steps, e.hours_crossed, e.redeliveries, e.billed
+    );
     println!("  faults: {:?}", e.faults);
     println!("  interleavings: {:?}", e.interleavings);
     println!("  event source mapping: {:?}", e.mapping);
     let violations: usize = result.failures.iter().map(|f| f.violations.len()).sum();
     for f in &result.failures {
-        println!("FAIL seed {}: {}", f.seed, f.violations.first().map_or("", String::as_str));
+        println!(
+            "FAIL seed {}: {}",
+            f.seed,
+            f.violations.first().map_or("", String::as_str)
+        );
         println!("  replay: {}", replay(f.seed));
     }
     println!("{} schedules, {violations} violations", result.schedules);

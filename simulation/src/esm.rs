@@ -122,7 +122,11 @@ impl EventSourceMapping {
             .collect();
         let mut out = Vec::new();
         for shard in shards {
-            if !shard.parents.iter().all(|p| done.get(p.as_str()) == Some(&true)) {
+            if !shard
+                .parents
+                .iter()
+                .all(|p| done.get(p.as_str()) == Some(&true))
+            {
                 continue; // Lambda reads a child only after its parents
             }
             for l in 0..self.config.parallelization {
@@ -278,7 +282,10 @@ mod tests {
             again.event.records[0].kinesis.sequence_number,
             d.event.records[1].kinesis.sequence_number
         );
-        esm.complete(&again, &Completion::Response(KinesisEventResponse::default()));
+        esm.complete(
+            &again,
+            &Completion::Response(KinesisEventResponse::default()),
+        );
         assert!(esm.deliver(&stream, &lane).is_none());
     }
 

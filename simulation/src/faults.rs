@@ -143,7 +143,10 @@ impl FaultPlan {
             return None;
         }
         let key = stable_key(key);
-        let n = s.calls.entry((operation.to_owned(), key.clone())).or_default();
+        let n = s
+            .calls
+            .entry((operation.to_owned(), key.clone()))
+            .or_default();
         *n += 1;
         let roll = hash(self.seed, &[operation, &key, &n.to_string()]) % 1000;
         let r = self.rates;
@@ -219,7 +222,9 @@ mod tests {
         };
         let a = FaultPlan::new(7, rates);
         let b = FaultPlan::new(7, rates);
-        let xs: Vec<_> = (0..20).map(|i| a.decide("put", &i.to_string(), true)).collect();
+        let xs: Vec<_> = (0..20)
+            .map(|i| a.decide("put", &i.to_string(), true))
+            .collect();
         let ys: Vec<_> = (0..20)
             .rev()
             .map(|i| b.decide("put", &i.to_string(), true))

@@ -33,7 +33,12 @@ fn row_group(row: &RawUsageRow) -> Option<(RowKey, GroupKey)> {
     let sort_key = s(row, a::USAGE_SORT_KEY)?;
     let seg = awsmp_pipeline::domain::keys::split_usage_sort_key(sort_key)?;
     let t = parse_usage_timestamp(seg.timestamp).ok()?;
-    let group = GroupKey::new(license, seg.account, seg.dimension, HourBucket::containing(t));
+    let group = GroupKey::new(
+        license,
+        seg.account,
+        seg.dimension,
+        HourBucket::containing(t),
+    );
     let key = RowKey {
         license_arn: license.to_owned(),
         sort_key: sort_key.to_owned(),
@@ -59,7 +64,10 @@ pub fn quiescent(w: &World) -> bool {
         && w.work.depth() == 0
         && w.cleanup.depth() == 0
         && w.aggregated.items().iter().all(|i| !i.pending)
-        && w.usage.rows().iter().all(|r| !r.contains_key(a::METERING_PENDING))
+        && w.usage
+            .rows()
+            .iter()
+            .all(|r| !r.contains_key(a::METERING_PENDING))
 }
 
 /// Every violation of the schedule's end state.
@@ -114,7 +122,9 @@ fn conserved(w: &World, out: &mut Vec<String>) {
         ) else {
             continue;
         };
-        *inp.consumer_rejected.entry(((l, acc, d), event.reason.clone())).or_default() += q;
+        *inp.consumer_rejected
+            .entry(((l, acc, d), event.reason.clone()))
+            .or_default() += q;
     }
     for item in w.aggregated.items() {
         let key = gh(&item.group);
@@ -137,6 +147,7 @@ fn conserved(w: &World, out: &mut Vec<String>) {
     if w.setup.window_hours < 24 {
         allow_window_exits(&mut inp);
     }
+    allow_late_exits(&mut inp, &lock(&w.truth).late);
     let verdict = conservation::check(&inp);
     for v in verdict.violations {
         out.push(format!(
@@ -157,6 +168,25 @@ fn allow_window_exits(inp: &mut Inputs) {
     for ((group, reason), q) in conservation::unbilled(inp) {
         if EXITS.iter().any(|e| reason.starts_with(e)) {
             inp.injected.insert((group, reason), q);
+        }
+    }
+}
+
+/// Injected late arrivals may end late (consumer or pipeline `LateUsage`), up to their
+/// quantity per group; any other unit ending so is a violation.
+fn allow_late_exits(inp: &mut Inputs, late: &BTreeMap<(String, String, String), u64>) {
+    let mut budget = late.clone();
+    for ((group, reason), q) in conservation::unbilled(inp) {
+        if !reason.ends_with("LateUsage") {
+            continue;
+        }
+        let Some(left) = budget.get_mut(&group) else {
+            continue;
+        };
+        let allowed = q.min(*left);
+        *left -= allowed;
+        if allowed > 0 {
+            *inp.injected.entry((group, reason)).or_default() += allowed;
         }
     }
 }
@@ -185,7 +215,10 @@ fn stamped_as_folded(w: &World, out: &mut Vec<String>) {
             ));
         }
         let Some(item) = records.get(&group) else {
-            out.push(format!("row {} stamped Aggregated without a record", key.sort_key));
+            out.push(format!(
+                "row {} stamped Aggregated without a record",
+                key.sort_key
+            ));
             continue;
         };
         let Ok(seconds) = SecondSet::from_bytes(&item.contributed_seconds) else {
@@ -239,7 +272,9 @@ fn statuses_match_ledger(w: &World, out: &mut Vec<String>) {
     for (group, q) in &ledger {
         match records.get(group) {
             Some(Some(AggregatedStatus::Success | AggregatedStatus::NeedsReconciliation)) => {}
-            other => out.push(format!("ledger bills {group} ({q}) but its record is {other:?}")),
+            other => out.push(format!(
+                "ledger bills {group} ({q}) but its record is {other:?}"
+            )),
         }
     }
 }
@@ -259,7 +294,11 @@ fn nothing_left(w: &World, out: &mut Vec<String>) {
     }
     for q in [&w.work, &w.cleanup] {
         if q.depth() > 0 {
-            out.push(format!("queue {} still holds {} messages", q.name(), q.depth()));
+            out.push(format!(
+                "queue {} still holds {} messages",
+                q.name(),
+                q.depth()
+            ));
         }
     }
     for body in w.work.dead_letters() {
@@ -268,10 +307,17 @@ fn nothing_left(w: &World, out: &mut Vec<String>) {
             .and_then(|g| w.aggregated.items().into_iter().find(|i| i.group == g))
             .is_some_and(|i| !i.pending);
         if !done {
-            out.push(format!("work message dead-lettered, its group unfinished: {body}"));
+            out.push(format!(
+                "work message dead-lettered, its group unfinished: {body}"
+            ));
         }
     }
-    if !w.cleanup.dead_letters().is_empty() && w.usage.rows().iter().any(|r| r.contains_key(a::METERING_PENDING)) {
+    if !w.cleanup.dead_letters().is_empty()
+        && w.usage
+            .rows()
+            .iter()
+            .any(|r| r.contains_key(a::METERING_PENDING))
+    {
         out.push("cleanup messages dead-lettered with rows still pending".into());
     }
     let later = w.clock.now() + chrono::Duration::hours(1);

@@ -145,7 +145,15 @@ impl UsageStore for FaultyUsage {
     ) -> awsmp_pipeline::error::Result<Vec<GroupKey>> {
         let key = bucket.to_string();
         let call = self.inner.pending_groups(bucket, license);
-        guarded(&self.ctx, "pending_groups", &key, false, injected_dynamodb, call).await
+        guarded(
+            &self.ctx,
+            "pending_groups",
+            &key,
+            false,
+            injected_dynamodb,
+            call,
+        )
+        .await
     }
 
     async fn read_pending_rows(
@@ -155,7 +163,15 @@ impl UsageStore for FaultyUsage {
     ) -> awsmp_pipeline::error::Result<()> {
         let key = group.to_string();
         let call = self.inner.read_pending_rows(group, each);
-        guarded(&self.ctx, "read_pending_rows", &key, false, injected_dynamodb, call).await
+        guarded(
+            &self.ctx,
+            "read_pending_rows",
+            &key,
+            false,
+            injected_dynamodb,
+            call,
+        )
+        .await
     }
 
     async fn finalize_row(
@@ -178,7 +194,15 @@ impl UsageStore for FaultyUsage {
     ) -> awsmp_pipeline::error::Result<FoldedFinalize> {
         let k = key.sort_key.clone();
         let call = self.inner.finalize_folded(key, folded, reason, now);
-        guarded(&self.ctx, "finalize_folded", &k, true, injected_dynamodb, call).await
+        guarded(
+            &self.ctx,
+            "finalize_folded",
+            &k,
+            true,
+            injected_dynamodb,
+            call,
+        )
+        .await
     }
 
     async fn expire_bucket(
@@ -189,7 +213,15 @@ impl UsageStore for FaultyUsage {
     ) -> awsmp_pipeline::error::Result<Vec<ExpiredRow>> {
         let key = bucket.to_string();
         let call = self.inner.expire_bucket(bucket, reason, now);
-        guarded(&self.ctx, "expire_bucket", &key, true, injected_dynamodb, call).await
+        guarded(
+            &self.ctx,
+            "expire_bucket",
+            &key,
+            true,
+            injected_dynamodb,
+            call,
+        )
+        .await
     }
 }
 
@@ -210,7 +242,15 @@ impl AggregatedStore for FaultyAggregated {
     ) -> awsmp_pipeline::error::Result<bool> {
         let key = item.group.to_string();
         let call = self.inner.put_if_absent(item, now);
-        guarded(&self.ctx, "put_if_absent", &key, true, injected_dynamodb, call).await
+        guarded(
+            &self.ctx,
+            "put_if_absent",
+            &key,
+            true,
+            injected_dynamodb,
+            call,
+        )
+        .await
     }
 
     async fn get(&self, group: &GroupKey) -> awsmp_pipeline::error::Result<Option<AggregatedItem>> {
@@ -237,7 +277,15 @@ impl AggregatedStore for FaultyAggregated {
     ) -> awsmp_pipeline::error::Result<()> {
         let key = group.to_string();
         let call = self.inner.mark_attempted(group, quantity, now);
-        guarded(&self.ctx, "mark_attempted", &key, true, injected_dynamodb, call).await
+        guarded(
+            &self.ctx,
+            "mark_attempted",
+            &key,
+            true,
+            injected_dynamodb,
+            call,
+        )
+        .await
     }
 
     async fn retract_attempt(
@@ -249,7 +297,15 @@ impl AggregatedStore for FaultyAggregated {
     ) -> awsmp_pipeline::error::Result<()> {
         let key = group.to_string();
         let call = self.inner.retract_attempt(group, quantity, previous, now);
-        guarded(&self.ctx, "retract_attempt", &key, true, injected_dynamodb, call).await
+        guarded(
+            &self.ctx,
+            "retract_attempt",
+            &key,
+            true,
+            injected_dynamodb,
+            call,
+        )
+        .await
     }
 
     async fn write_back(
@@ -280,12 +336,28 @@ impl WatermarkStore for FaultyWatermarks {
         arrival: DateTime<Utc>,
     ) -> awsmp_pipeline::error::Result<bool> {
         let call = self.inner.advance(shard_id, arrival);
-        guarded(&self.ctx, "advance", shard_id, true, injected_dynamodb, call).await
+        guarded(
+            &self.ctx,
+            "advance",
+            shard_id,
+            true,
+            injected_dynamodb,
+            call,
+        )
+        .await
     }
 
     async fn mark_drained(&self, shard_id: &str) -> awsmp_pipeline::error::Result<()> {
         let call = self.inner.mark_drained(shard_id);
-        guarded(&self.ctx, "mark_drained", shard_id, true, injected_dynamodb, call).await
+        guarded(
+            &self.ctx,
+            "mark_drained",
+            shard_id,
+            true,
+            injected_dynamodb,
+            call,
+        )
+        .await
     }
 
     async fn shards(&self) -> awsmp_pipeline::error::Result<Vec<ShardWatermark>> {
@@ -310,7 +382,10 @@ impl MeteringApi for FaultyMetering {
         kind: &CallKind,
         records: &[SubmitRecord],
     ) -> Result<ApiResponse, MeterCallError> {
-        let key = records.first().map(|r| r.group.to_string()).unwrap_or_default();
+        let key = records
+            .first()
+            .map(|r| r.group.to_string())
+            .unwrap_or_default();
         let fault = self.ctx.faults.decide("batch_meter_usage", &key, true);
         let scripted = match fault {
             Some(Fault::Throttle) => Some(CallFault::Exception("ThrottlingException".into())),
@@ -346,7 +421,15 @@ impl UsageRowWriter for SharedUsageRows {
         let table = self.table.clone();
         let k = key.clone();
         let call = async move { Ok(table.row(&k)) };
-        guarded(&self.ctx, "row-read", &key.sort_key, false, injected_consumer, call).await
+        guarded(
+            &self.ctx,
+            "row-read",
+            &key.sort_key,
+            false,
+            injected_consumer,
+            call,
+        )
+        .await
     }
 
     async fn write(&self, write: &RowWrite) -> awsmp_consumer::error::Result<bool> {
@@ -357,7 +440,15 @@ impl UsageRowWriter for SharedUsageRows {
                 None => false,
             })
         };
-        guarded(&self.ctx, "row-write", &write.key.sort_key, true, injected_consumer, call).await
+        guarded(
+            &self.ctx,
+            "row-write",
+            &write.key.sort_key,
+            true,
+            injected_consumer,
+            call,
+        )
+        .await
     }
 }
 
@@ -394,7 +485,15 @@ impl DedupStore for FaultyDedup {
         expected: Option<u64>,
     ) -> awsmp_consumer::error::Result<bool> {
         let call = self.inner.write_lane(item, expected);
-        guarded(&self.ctx, "write_lane", &item.key, true, injected_consumer, call).await
+        guarded(
+            &self.ctx,
+            "write_lane",
+            &item.key,
+            true,
+            injected_consumer,
+            call,
+        )
+        .await
     }
 }
 
@@ -410,7 +509,15 @@ pub struct FaultyRejected {
 impl RejectedEventStore for FaultyRejected {
     async fn put(&self, event: &RejectedEvent) -> awsmp_consumer::error::Result<()> {
         let call = self.inner.put(event);
-        guarded(&self.ctx, "rejected-put", &event.record_key, true, injected_consumer, call).await
+        guarded(
+            &self.ctx,
+            "rejected-put",
+            &event.record_key,
+            true,
+            injected_consumer,
+            call,
+        )
+        .await
     }
 }
 
@@ -431,10 +538,18 @@ impl FinalizedGroups for AggregatedFinalized {
         let table = self.table.clone();
         let call = async move {
             let have: HashSet<GroupKey> = table.items().into_iter().map(|i| i.group).collect();
-            Ok(groups.iter().filter(|g| have.contains(*g)).cloned().collect())
+            Ok(groups
+                .iter()
+                .filter(|g| have.contains(*g))
+                .cloned()
+                .collect())
         };
         // The consumer collects the groups through a hash set: name the call by its least.
-        let key = groups.iter().map(|g| g.to_string()).min().unwrap_or_default();
+        let key = groups
+            .iter()
+            .map(|g| g.to_string())
+            .min()
+            .unwrap_or_default();
         guarded(&self.ctx, "finalized", &key, false, injected_consumer, call).await
     }
 }

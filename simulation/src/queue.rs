@@ -134,10 +134,7 @@ impl SimQueue {
             if failed.contains(&id) {
                 continue;
             }
-            if let Some(n) = id
-                .rsplit_once('-')
-                .and_then(|(_, n)| n.parse::<u64>().ok())
-            {
+            if let Some(n) = id.rsplit_once('-').and_then(|(_, n)| n.parse::<u64>().ok()) {
                 s.messages.remove(&n);
             }
         }

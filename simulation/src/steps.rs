@@ -84,13 +84,23 @@ impl World {
             };
             let mut truth = lock(&self.truth);
             truth.events += 1;
-            let mut e = Event::new(license(l), account(l), DIMENSIONS[d], q, now - Duration::seconds(lag));
+            let mut e = Event::new(
+                license(l),
+                account(l),
+                DIMENSIONS[d],
+                q,
+                now - Duration::seconds(lag),
+            );
             if named {
                 e = e.with_event_id(format!("ev-{}", truth.events));
             }
             *truth
                 .produced
-                .entry((e.license_arn.clone(), e.customer_aws_account_id.clone(), e.dimension.clone()))
+                .entry((
+                    e.license_arn.clone(),
+                    e.customer_aws_account_id.clone(),
+                    e.dimension.clone(),
+                ))
                 .or_default() += q;
             if named {
                 truth.recorded.push(e.clone());
@@ -114,6 +124,9 @@ impl World {
         if self.chance(60) {
             self.poison();
         }
+        if self.chance(50) {
+            self.late_arrival();
+        }
         let undelivered = match self.producer.flush().await {
             Ok(out) => out.undelivered,
             Err(err) => {
@@ -135,6 +148,34 @@ impl World {
         lock(&self.truth)
             .handed_back
             .extend(undelivered.into_iter().map(|u| u.event));
+    }
+
+    /// An event whose record carries an arrival time 5–40 minutes back: beyond the settle
+    /// margin the ingest fence assumes, so its hour may already be aggregated. Declared: its
+    /// units may end late (`LateUsage`), never silently lost or billed twice.
+    fn late_arrival(&self) {
+        let now = self.clock.now();
+        let (l, d, q, back) = {
+            let mut rng = lock(&self.rng);
+            (
+                rng.random_range(0..self.setup.licenses),
+                rng.random_range(0..DIMENSIONS.len()),
+                rng.random_range(1..=20u64),
+                rng.random_range(300..=2400i64),
+            )
+        };
+        let arrival = now - Duration::seconds(back);
+        let mut truth = lock(&self.truth);
+        truth.events += 1;
+        let e = Event::new(license(l), account(l), DIMENSIONS[d], q, arrival)
+            .with_event_id(format!("late-{}", truth.events));
+        let group = (e.license_arn.clone(), e.customer_aws_account_id.clone(), e.dimension.clone());
+        *truth.produced.entry(group.clone()).or_default() += q;
+        *truth.late.entry(group).or_default() += q;
+        drop(truth);
+        let key = awsmp_producer::partition::partition_key(&e.license_arn, &e.customer_aws_account_id, &e.dimension);
+        self.stream.put_at(&key, Bytes::from(awsmp_producer::wire::encode_event(&e)), arrival);
+        self.faults.count("late-arrival");
     }
 
     /// A poison record: bytes no producer writes, declared as injected.
@@ -161,9 +202,15 @@ impl World {
         let (response, report) = self.consumer.process(delivery.event.clone()).await;
         let crashed = self.faults.end();
         let lost = !crashed
-            && self
-                .faults
-                .roll(40, &["invoke-lost", &lane.0, &report.records.to_string(), &now.to_string()]);
+            && self.faults.roll(
+                40,
+                &[
+                    "invoke-lost",
+                    &lane.0,
+                    &report.records.to_string(),
+                    &now.to_string(),
+                ],
+            );
         if lost {
             self.faults.count("invocation-timeout");
         }
@@ -194,7 +241,11 @@ impl World {
     }
 
     /// One message of an SQS-driven stage; the outcome as a trace string.
-    async fn run_message(&self, stage: SqsStage, body: String) -> awsmp_pipeline::error::Result<String> {
+    async fn run_message(
+        &self,
+        stage: SqsStage,
+        body: String,
+    ) -> awsmp_pipeline::error::Result<String> {
         match stage {
             SqsStage::Aggregate => {
                 *lock(&self.current_work) = Some(body.clone());
@@ -208,7 +259,11 @@ impl World {
         }
     }
 
-    async fn logged_message(&self, stage: SqsStage, body: String) -> awsmp_pipeline::error::Result<()> {
+    async fn logged_message(
+        &self,
+        stage: SqsStage,
+        body: String,
+    ) -> awsmp_pipeline::error::Result<()> {
         let r = self.run_message(stage, body).await;
         lock(&self.outcomes).push(match &r {
             Ok(s) => s.clone(),
@@ -257,7 +312,10 @@ impl World {
         let out = submitter::submit(&self.svc, &self.metering).await;
         let crashed = self.faults.end();
         let line = match out {
-            Ok(o) => format!("submit: {} read, {} calls, {:?}", o.records_read, o.calls, o.statuses),
+            Ok(o) => format!(
+                "submit: {} read, {} calls, {:?}",
+                o.records_read, o.calls, o.statuses
+            ),
             Err(e) => format!("submit: error: {e}"),
         };
         self.log(format!("{line}{}", if crashed { " [crashed]" } else { "" }));
@@ -305,34 +363,53 @@ impl World {
         self.log("heartbeat");
     }
 
-    /// The operator's step after a reshard (docs/guarantees.md, "Known limitations"): mark
-    /// every closed shard the mapping has read to its end as drained.
+    /// The operator's step after a reshard (docs/guarantees.md, "Known limitations"): mark a
+    /// closed shard drained once the mapping has read it to its end and every child has
+    /// published a watermark. Marking it before a child published would drop the shard from
+    /// the fence while the child, absent from the table, holds nothing back: the fence would
+    /// pass over the child's unread records (a loss the simulation found).
     pub async fn mark_drained(&self) {
         let drained = lock(&self.esm).drained(&self.stream);
-        let known = self.watermarks_drained().await;
-        for id in drained.into_iter().filter(|id| !known.contains(id)) {
-            let _ = awsmp_pipeline::ports::WatermarkStore::mark_drained(self.watermarks.as_ref(), &id).await;
+        let (known, published) = self.watermarks_drained().await;
+        let shards = self.stream.shards();
+        let children_published = |id: &String| {
+            shards
+                .iter()
+                .filter(|s| s.parents.contains(id))
+                .all(|c| published.contains(&c.id))
+        };
+        for id in drained
+            .into_iter()
+            .filter(|id| !known.contains(id) && children_published(id))
+        {
+            let _ =
+                awsmp_pipeline::ports::WatermarkStore::mark_drained(self.watermarks.as_ref(), &id)
+                    .await;
             self.log(format!("operator: {id} marked drained"));
         }
     }
 
-    async fn watermarks_drained(&self) -> Vec<String> {
-        awsmp_pipeline::ports::WatermarkStore::shards(self.watermarks.as_ref())
+    /// The shards marked drained, and every shard with a watermark.
+    async fn watermarks_drained(&self) -> (Vec<String>, Vec<String>) {
+        let all = awsmp_pipeline::ports::WatermarkStore::shards(self.watermarks.as_ref())
             .await
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|w| w.drained)
-            .map(|w| w.shard_id)
-            .collect()
+            .unwrap_or_default();
+        let drained = all.iter().filter(|w| w.drained).map(|w| w.shard_id.clone());
+        let published = all.iter().map(|w| w.shard_id.clone());
+        (drained.collect(), published.collect())
     }
 
     /// Split or merge a shard.
     pub fn reshard(&self) {
         let index = self.pick(8);
         let done = if self.chance(600) {
-            self.stream.split(index).map(|(p, a, b)| format!("split {p} into {a} and {b}"))
+            self.stream
+                .split(index)
+                .map(|(p, a, b)| format!("split {p} into {a} and {b}"))
         } else {
-            self.stream.merge(index).map(|(a, b, c)| format!("merged {a} and {b} into {c}"))
+            self.stream
+                .merge(index)
+                .map(|(a, b, c)| format!("merged {a} and {b} into {c}"))
         };
         if let Some(line) = done {
             self.faults.count("reshard");
@@ -348,7 +425,9 @@ impl World {
         let crossed = awsmp_pipeline::domain::keys::HourBucket::containing(before)
             != awsmp_pipeline::domain::keys::HourBucket::containing(after);
         if crossed {
-            *lock(&self.interleavings).entry("hours-crossed".into()).or_default() += 1;
+            *lock(&self.interleavings)
+                .entry("hours-crossed".into())
+                .or_default() += 1;
         }
         self.log(format!("clock +{}s", by.num_seconds()));
     }
@@ -356,7 +435,9 @@ impl World {
     /// A step of another stage, run at the preemption point `site` of a port call.
     pub fn nested(&self, site: &'static str) -> StepFuture<'_> {
         Box::pin(async move {
-            *lock(&self.interleavings).entry(site.to_owned()).or_default() += 1;
+            *lock(&self.interleavings)
+                .entry(site.to_owned())
+                .or_default() += 1;
             let twin = lock(&self.current_work).clone();
             self.log(format!("interleave at {site}:"));
             let choice = self.pick(6);
@@ -365,10 +446,13 @@ impl World {
                     self.faults.begin();
                     let out = aggregator::aggregate(&self.svc, &body).await;
                     self.faults.end();
-                    self.log(format!("  twin aggregator: {}", match out {
-                        Ok(o) => format!("{o:?}"),
-                        Err(e) => format!("error: {e}"),
-                    }));
+                    self.log(format!(
+                        "  twin aggregator: {}",
+                        match out {
+                            Ok(o) => format!("{o:?}"),
+                            Err(e) => format!("error: {e}"),
+                        }
+                    ));
                 }
                 (0 | 1, _) => {
                     self.deliver().await;
@@ -381,7 +465,8 @@ impl World {
                 }
                 (4, _) => self.expire().await,
                 _ => {
-                    self.discover(DiscovererInput::Meter { hour_offset: 1 }).await;
+                    self.discover(DiscovererInput::Meter { hour_offset: 1 })
+                        .await;
                 }
             }
         })

@@ -143,6 +143,13 @@ impl SimStream {
         self.lock().append(hash, partition_key, data, now).0
     }
 
+    /// Put one record stamped as arrived at `arrival` (an injected out-of-order arrival
+    /// timestamp: earlier than records already in the shard).
+    pub fn put_at(&self, partition_key: &str, data: Bytes, arrival: DateTime<Utc>) -> String {
+        let hash = partition_hash(partition_key);
+        self.lock().append(hash, partition_key, data, arrival).0
+    }
+
     /// Every shard, open and closed (a copy).
     pub fn shards(&self) -> Vec<Shard> {
         self.lock().shards.clone()
@@ -167,7 +174,9 @@ impl SimStream {
     /// two children open. The shard ids, or `None` when its range cannot be split.
     pub fn split(&self, index: usize) -> Option<(String, String, String)> {
         let mut s = self.lock();
-        let open: Vec<usize> = (0..s.shards.len()).filter(|i| !s.shards[*i].closed).collect();
+        let open: Vec<usize> = (0..s.shards.len())
+            .filter(|i| !s.shards[*i].closed)
+            .collect();
         let i = *open.get(index % open.len().max(1))?;
         let (start, end) = (s.shards[i].start, s.shards[i].end);
         if end - start < 2 {
@@ -185,7 +194,9 @@ impl SimStream {
     /// close, one child opens. The ids, or `None` with a single open shard.
     pub fn merge(&self, index: usize) -> Option<(String, String, String)> {
         let mut s = self.lock();
-        let mut open: Vec<usize> = (0..s.shards.len()).filter(|i| !s.shards[*i].closed).collect();
+        let mut open: Vec<usize> = (0..s.shards.len())
+            .filter(|i| !s.shards[*i].closed)
+            .collect();
         open.sort_by_key(|i| s.shards[*i].start);
         if open.len() < 2 {
             return None;
@@ -237,18 +248,25 @@ impl RecordSink for SimStream {
         let call = s.nth(format!("{}:{}", entries.len(), keys.join(",")));
         if self.faults.roll(30, &["put-records-throttled", &call]) {
             self.faults.count("stream-throttle");
-            return Err(SinkError::throttled("injected: ProvisionedThroughputExceeded"));
+            return Err(SinkError::throttled(
+                "injected: ProvisionedThroughputExceeded",
+            ));
         }
         let mut out = Vec::with_capacity(entries.len());
         for (i, e) in entries.into_iter().enumerate() {
             let entry = s.nth(e.partition_key.clone());
-            if self.faults.roll(40, &["put-entry-throttled", &call, &i.to_string(), &entry]) {
+            if self
+                .faults
+                .roll(40, &["put-entry-throttled", &call, &i.to_string(), &entry])
+            {
                 self.faults.count("stream-entry-throttle");
                 out.push(EntryOutcome::Throttled);
                 continue;
             }
             let hash = match &e.explicit_hash_key {
-                Some(k) => k.parse().unwrap_or_else(|_| partition_hash(&e.partition_key)),
+                Some(k) => k
+                    .parse()
+                    .unwrap_or_else(|_| partition_hash(&e.partition_key)),
                 None => partition_hash(&e.partition_key),
             };
             let (shard_id, seq) = s.append(hash, &e.partition_key, e.data, now);
@@ -260,7 +278,9 @@ impl RecordSink for SimStream {
         if self.faults.roll(25, &["put-records-lost", &call]) {
             // Applied, then the answer was lost: the producer resends, the stream holds twins.
             self.faults.count("stream-lost-response");
-            return Err(SinkError::transient("injected: response lost after PutRecords"));
+            return Err(SinkError::transient(
+                "injected: response lost after PutRecords",
+            ));
         }
         Ok(out)
     }

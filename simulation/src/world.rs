@@ -27,6 +27,7 @@ use rand::rngs::StdRng;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use tokio::sync::{mpsc, oneshot};
 
 /// Lock a mutex; a poisoned lock only means a panic elsewhere, which the panic reports.
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -63,16 +64,25 @@ pub struct Truth {
     pub recorded: Vec<Event>,
     /// Events handed back by the producer, re-recorded at the next produce step.
     pub handed_back: Vec<Event>,
+    /// Quantity of injected late arrivals, per group: events whose record is stamped with an
+    /// arrival time further back than the fence's settle margin allows.
+    pub late: BTreeMap<(String, String, String), u64>,
     /// Poison records put into the stream, by partition key.
     pub poison: Vec<String>,
     /// Events recorded so far (event id counter).
     pub events: u64,
 }
 
-/// Runs another stage at a preemption point of a port call (one level deep).
+/// A request for a nested step, answered when it ran.
+type Request = (&'static str, oneshot::Sender<()>);
+
+/// Runs another stage at a preemption point of a port call (one level deep). The nested step
+/// runs on the schedule's driver task ([`Interleaver::drive`], on the `LocalSet`: the handlers'
+/// futures are not all `Send`), so a port call on any task (the submitter's write-backs run on
+/// spawned tasks) can wait for it.
 #[derive(Debug, Default)]
 pub struct Interleaver {
-    world: Mutex<Weak<World>>,
+    requests: Mutex<Option<mpsc::UnboundedSender<Request>>>,
     busy: AtomicBool,
 }
 
@@ -82,12 +92,29 @@ impl Interleaver {
         if self.busy.swap(true, Ordering::SeqCst) {
             return;
         }
-        let world = lock(&self.world).upgrade();
-        if let Some(w) = world {
-            // A task of the schedule's `LocalSet`: the handlers' futures need not be `Send`.
-            let _ = tokio::task::spawn_local(async move { w.nested(site).await }).await;
+        let (done, ran) = oneshot::channel();
+        let sent = lock(&self.requests)
+            .as_ref()
+            .is_some_and(|tx| tx.send((site, done)).is_ok());
+        if sent {
+            let _ = ran.await;
         }
         self.busy.store(false, Ordering::SeqCst);
+    }
+
+    /// The driver: run each requested step on `world`. Spawn it on the schedule's `LocalSet`.
+    pub fn drive(world: &Arc<World>) -> impl std::future::Future<Output = ()> + 'static {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Request>();
+        *lock(&world.interleaver.requests) = Some(tx);
+        let world: Weak<World> = Arc::downgrade(world);
+        async move {
+            while let Some((site, done)) = rx.recv().await {
+                if let Some(w) = world.upgrade() {
+                    w.nested(site).await;
+                }
+                let _ = done.send(());
+            }
+        }
     }
 }
 
@@ -135,6 +162,8 @@ pub struct World {
     pub current_work: Mutex<Option<String>>,
     /// Interleavings run, by the port call they preempted.
     pub interleavings: Mutex<BTreeMap<String, u64>>,
+    /// The interleaver every port wrapper shares.
+    pub interleaver: Arc<Interleaver>,
     /// Outcomes of the SQS invocation running now, for its trace line.
     pub outcomes: Mutex<Vec<String>>,
 }
@@ -188,7 +217,8 @@ impl World {
             .start_with(stream.clone(), StreamShards(stream.clone()))
             .expect("the producer starts inside the runtime");
         let usage = Arc::new(MemoryUsageStore::new("usage").with_page_size(25));
-        let aggregated = Arc::new(MemoryAggregatedStore::new("aggregated-usage").with_page_size(10));
+        let aggregated =
+            Arc::new(MemoryAggregatedStore::new("aggregated-usage").with_page_size(10));
         let ledger = Arc::new(MemoryMeteringApi::default());
         let watermarks = Arc::new(MemoryWatermarkStore::new());
         let rejected = MemoryRejectedEventStore::new();
@@ -282,8 +312,9 @@ impl World {
             current_work: Mutex::new(None),
             interleavings: Mutex::new(BTreeMap::new()),
             outcomes: Mutex::new(Vec::new()),
+            interleaver,
         });
-        *lock(&interleaver.world) = Arc::downgrade(&world);
+        tokio::task::spawn_local(Interleaver::drive(&world));
         world
     }
 

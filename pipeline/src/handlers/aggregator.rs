@@ -134,6 +134,11 @@ async fn commit(
     // Only a fresh write enqueues cleanup. If this send fails, the message is retried; the
     // re-visit then finds the committed record and finishes the cleanup itself.
     let rows: Vec<(RowKey, u64)> = rec.raw_row_keys().zip(rec.raw_row_quantities()).collect();
+    let rows = if crate::mutants::active(crate::mutants::Mutant::AggregatorSkipsCleanup) {
+        Vec::new()
+    } else {
+        rows
+    };
     let reason = rec.raw_status_reason();
     svc.queue(svc.cleanup_queue.as_deref(), "cleanup")?
         .send_all(&CleanupMessage::folded_batches(&reason, &rows))
@@ -200,6 +205,8 @@ async fn revisit(
     for row in rows {
         match row {
             RevisitRow::NotPending | RevisitRow::Foreign => {}
+            RevisitRow::AlreadyAggregated(_)
+                if crate::mutants::active(crate::mutants::Mutant::RevisitDropsContributions) => {}
             RevisitRow::AlreadyAggregated(key) => {
                 let folded_q = folded
                     .as_ref()

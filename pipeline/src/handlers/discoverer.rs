@@ -60,7 +60,11 @@ impl Fence {
 
 /// The run's fence, its lag metrics emitted; `None` when no watermark table is configured.
 async fn read_fence(svc: &Services, now: DateTime<Utc>) -> Result<Option<Fence>> {
-    let Some(store) = svc.watermarks.as_deref() else {
+    let Some(store) = svc
+        .watermarks
+        .as_deref()
+        .filter(|_| !crate::mutants::active(crate::mutants::Mutant::FenceIgnoresWatermarks))
+    else {
         return Ok(None);
     };
     let settle = Duration::seconds(svc.config.watermark_settle_secs as i64);
