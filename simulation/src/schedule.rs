@@ -89,6 +89,7 @@ pub fn setup_for(seed: u64) -> Setup {
         licenses: r.random_range(1..=3),
         window_hours: if r.random_bool(0.25) { 3 } else { 24 },
         steps: r.random_range(40..=120),
+        fresh_deployment: false,
     }
 }
 
@@ -109,6 +110,12 @@ pub fn run_setup(setup: Setup, trace: bool) -> ScheduleReport {
     local.block_on(&runtime, async move {
         let world = World::new(setup.clone());
         lock(&world.trace).keep = trace;
+        if !setup.fresh_deployment {
+            for (shard, _) in world.stream.open_shards() {
+                let at = setup.start - Duration::minutes(1);
+                let _ = awsmp_pipeline::ports::WatermarkStore::advance(world.watermarks.as_ref(), &shard, at).await;
+            }
+        }
         world.log(format!("seed {seed}: {setup:?}"));
         active(&world).await;
         let drained = drain(&world).await;

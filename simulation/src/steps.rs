@@ -221,13 +221,14 @@ impl World {
         };
         lock(&self.esm).complete(&delivery, &completion);
         self.log(format!(
-            "consume {}#{}: {} records, {} events, +{} units, {} dedup hits, {} failed{}",
+            "consume {}#{}: {} records, {} events, +{} units, {} dedup hits, rejected {:?}, {} failed{}",
             lane.0,
             lane.1,
             report.records,
             report.events_accepted,
             report.quantity_written,
             report.dedup_hits,
+            report.rejected,
             response.batch_item_failures.len(),
             if crashed {
                 " [crashed]"

@@ -53,6 +53,10 @@ pub struct Setup {
     pub window_hours: u32,
     /// Active steps (then the fault-free drain).
     pub steps: usize,
+    /// Start as a fresh deployment: no shard has a watermark yet. Otherwise (the default) the
+    /// deployment has been running: every initial shard has applied the stream up to the
+    /// start, as its heartbeats make it do within a minute.
+    pub fresh_deployment: bool,
 }
 
 /// Ground truth: what the callers recorded and what the run injected as bad on purpose.
