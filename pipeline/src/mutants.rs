@@ -20,20 +20,17 @@ pub enum Mutant {
     FenceIgnoresWatermarks,
     /// A re-visit drops what it finds: rows whose cleanup was lost stay pending.
     RevisitDropsContributions,
-    /// The aggregator commits without enqueueing the cleanup of its rows.
-    AggregatorSkipsCleanup,
 }
 
 impl Mutant {
     /// Every mutant, in declaration order.
-    pub const ALL: [Mutant; 7] = [
+    pub const ALL: [Mutant; 6] = [
         Mutant::CleanupUnconditional,
         Mutant::DedupIgnoresEventIds,
         Mutant::SubmitterForgetsWriteBack,
         Mutant::ExpiryIgnoresAttempts,
         Mutant::FenceIgnoresWatermarks,
         Mutant::RevisitDropsContributions,
-        Mutant::AggregatorSkipsCleanup,
     ];
 
     /// Its name on the command line (`scripts/simulate --mutant NAME`).
@@ -45,7 +42,6 @@ impl Mutant {
             Mutant::ExpiryIgnoresAttempts => "expiry-ignores-attempts",
             Mutant::FenceIgnoresWatermarks => "fence-ignores-watermarks",
             Mutant::RevisitDropsContributions => "revisit-drops-contributions",
-            Mutant::AggregatorSkipsCleanup => "aggregator-skips-cleanup",
         }
     }
 

@@ -132,8 +132,11 @@ fn conserved(w: &World, out: &mut Vec<String>) {
         if item.pending {
             inp.still_pending.insert(key.clone());
         }
+        let billed = w.ledger.ledger().iter().any(|b| b.group == item.group);
         match item.status {
             Some(AggregatedStatus::Success) | None => {}
+            // Billed though never answered: the ledger counts it.
+            Some(AggregatedStatus::NeedsReconciliation) if billed => {}
             Some(status) => {
                 *inp.pipeline_terminal
                     .entry((key, format!("record:{}", status.as_str())))

@@ -14,6 +14,6 @@ pub mod trace;
 pub mod world;
 
 pub use schedule::{ScheduleReport, run, run_setup, setup_for};
-pub use sweep::{Sweep, sweep};
+pub use sweep::{Sweep, first_failure, sweep};
 pub mod cli;
 pub mod mutant;

@@ -373,6 +373,10 @@ pub struct FaultyMetering {
     pub inner: Arc<MemoryMeteringApi>,
     /// Plan and interleaver.
     pub ctx: Ctx,
+    /// An outage: every call in `[from, until)` is applied and its answer lost.
+    pub outage: Option<(DateTime<Utc>, DateTime<Utc>)>,
+    /// The virtual clock.
+    pub clock: Arc<awsmp_pipeline::domain::clock::FixedClock>,
 }
 
 #[async_trait]
@@ -382,6 +386,15 @@ impl MeteringApi for FaultyMetering {
         kind: &CallKind,
         records: &[SubmitRecord],
     ) -> Result<ApiResponse, MeterCallError> {
+        let now = awsmp_pipeline::domain::clock::Clock::now(self.clock.as_ref());
+        if self
+            .outage
+            .is_some_and(|(from, until)| from <= now && now < until)
+        {
+            self.ctx.faults.count("marketplace-outage");
+            self.inner.script([CallFault::ApplyThenLoseResponse]);
+            return self.inner.batch_meter_usage(kind, records).await;
+        }
         let key = records
             .first()
             .map(|r| r.group.to_string())

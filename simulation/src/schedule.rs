@@ -67,6 +67,7 @@ pub fn setup_for(seed: u64) -> Setup {
     let start: DateTime<Utc> = STARTS[r.random_range(0..STARTS.len())]
         .parse()
         .expect("valid start");
+    let short_window = r.random_bool(0.25);
     Setup {
         seed,
         start: start + Duration::minutes(r.random_range(0..15)),
@@ -87,9 +88,11 @@ pub fn setup_for(seed: u64) -> Setup {
             preempt: r.random_range(0..=60),
         },
         licenses: r.random_range(1..=3),
-        window_hours: if r.random_bool(0.25) { 3 } else { 24 },
+        window_hours: if short_window { 3 } else { 24 },
         steps: r.random_range(40..=120),
         fresh_deployment: false,
+        outage_from: (short_window && r.random_bool(0.5))
+            .then(|| start + Duration::minutes(r.random_range(60..=150))),
     }
 }
 
@@ -113,7 +116,12 @@ pub fn run_setup(setup: Setup, trace: bool) -> ScheduleReport {
         if !setup.fresh_deployment {
             for (shard, _) in world.stream.open_shards() {
                 let at = setup.start - Duration::minutes(1);
-                let _ = awsmp_pipeline::ports::WatermarkStore::advance(world.watermarks.as_ref(), &shard, at).await;
+                let _ = awsmp_pipeline::ports::WatermarkStore::advance(
+                    world.watermarks.as_ref(),
+                    &shard,
+                    at,
+                )
+                .await;
             }
         }
         world.log(format!("seed {seed}: {setup:?}"));

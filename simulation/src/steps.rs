@@ -8,6 +8,7 @@ use crate::world::{World, lock};
 use aws_lambda_events::sqs::SqsEvent;
 use awsmp_pipeline::contract::stream::{HEARTBEAT_MARKER, HEARTBEAT_PARTITION_KEY};
 use awsmp_pipeline::domain::clock::Clock;
+use awsmp_pipeline::domain::keys::GroupKey;
 use awsmp_pipeline::handlers::discoverer::{DiscovererInput, discover};
 use awsmp_pipeline::handlers::{aggregator, cleanup, expiry, handle_sqs_batch, submitter};
 use awsmp_producer::Event;
@@ -169,13 +170,76 @@ impl World {
         truth.events += 1;
         let e = Event::new(license(l), account(l), DIMENSIONS[d], q, arrival)
             .with_event_id(format!("late-{}", truth.events));
-        let group = (e.license_arn.clone(), e.customer_aws_account_id.clone(), e.dimension.clone());
+        let group = (
+            e.license_arn.clone(),
+            e.customer_aws_account_id.clone(),
+            e.dimension.clone(),
+        );
         *truth.produced.entry(group.clone()).or_default() += q;
         *truth.late.entry(group).or_default() += q;
         drop(truth);
-        let key = awsmp_producer::partition::partition_key(&e.license_arn, &e.customer_aws_account_id, &e.dimension);
-        self.stream.put_at(&key, Bytes::from(awsmp_producer::wire::encode_event(&e)), arrival);
+        let key = awsmp_producer::partition::partition_key(
+            &e.license_arn,
+            &e.customer_aws_account_id,
+            &e.dimension,
+        );
+        self.stream.put_at(
+            &key,
+            Bytes::from(awsmp_producer::wire::encode_event(&e)),
+            arrival,
+        );
         self.faults.count("late-arrival");
+    }
+
+    /// A late arrival (declared, as [`World::late_arrival`]'s) stamped with the second of one
+    /// of `group`'s pending rows, so that row grows after the aggregator folded it.
+    fn grow_folded_row(&self, group: &GroupKey) {
+        let prefix = group.usage_prefix();
+        let second = self.usage.rows().iter().find_map(|r| {
+            let sk = r
+                .get(awsmp_pipeline::contract::attrs::USAGE_SORT_KEY)?
+                .as_s()?;
+            let ts = r.get(awsmp_pipeline::contract::attrs::TIMESTAMP)?.as_s()?;
+            (r.get(awsmp_pipeline::contract::attrs::LICENSE_ARN)?
+                .as_s()?
+                == group.license_arn
+                && sk.starts_with(&prefix))
+            .then(|| awsmp_pipeline::domain::keys::parse_usage_timestamp(ts).ok())?
+        });
+        let Some(arrival) = second else {
+            return;
+        };
+        let q = lock(&self.rng).random_range(1..=5u64);
+        let mut truth = lock(&self.truth);
+        truth.events += 1;
+        let e = Event::new(
+            &group.license_arn,
+            &group.customer_aws_account_id,
+            &group.dimension,
+            q,
+            arrival,
+        )
+        .with_event_id(format!("late-{}", truth.events));
+        let key = (
+            e.license_arn.clone(),
+            e.customer_aws_account_id.clone(),
+            e.dimension.clone(),
+        );
+        *truth.produced.entry(key.clone()).or_default() += q;
+        *truth.late.entry(key).or_default() += q;
+        drop(truth);
+        let pk = awsmp_producer::partition::partition_key(
+            &e.license_arn,
+            &e.customer_aws_account_id,
+            &e.dimension,
+        );
+        self.stream.put_at(
+            &pk,
+            Bytes::from(awsmp_producer::wire::encode_event(&e)),
+            arrival,
+        );
+        self.faults.count("late-arrival");
+        self.log(format!("  late arrival into {group} at {arrival}"));
     }
 
     /// A poison record: bytes no producer writes, declared as injected.
@@ -441,6 +505,18 @@ impl World {
                 .or_default() += 1;
             let twin = lock(&self.current_work).clone();
             self.log(format!("interleave at {site}:"));
+            if site == "put_if_absent"
+                && let Some(group) = twin
+                    .as_deref()
+                    .and_then(|b| GroupKey::from_work_message(b).ok())
+            {
+                // Between the aggregator's fold and its commit: a folded row grows.
+                self.grow_folded_row(&group);
+                for _ in 0..8 {
+                    self.deliver().await;
+                }
+                return;
+            }
             let choice = self.pick(6);
             match (choice, twin) {
                 (0, Some(body)) => {

@@ -60,3 +60,11 @@ pub fn sweep(first: u64, count: u64) -> Sweep {
     }
     out
 }
+
+/// The first schedule of seeds `first..first + count` that breaks an invariant, if any (the
+/// schedules run in seed order; used to show a mutant is caught).
+pub fn first_failure(first: u64, count: u64) -> Option<ScheduleReport> {
+    (first..first + count)
+        .map(|seed| run(seed, false))
+        .find(|r| !r.violations.is_empty())
+}

@@ -34,6 +34,9 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Hours a Marketplace outage lasts: past a short (3 h) billable window.
+pub const OUTAGE_HOURS: i64 = 4;
+
 /// What one schedule simulates, all drawn from its seed.
 #[derive(Debug, Clone)]
 pub struct Setup {
@@ -57,6 +60,10 @@ pub struct Setup {
     /// deployment has been running: every initial shard has applied the stream up to the
     /// start, as its heartbeats make it do within a minute.
     pub fresh_deployment: bool,
+    /// A Marketplace outage (a short window only): from this instant, for four hours, every
+    /// `BatchMeterUsage` call is applied and its answer lost, so attempts stay unresolved
+    /// while windows close.
+    pub outage_from: Option<DateTime<Utc>>,
 }
 
 /// Ground truth: what the callers recorded and what the run injected as bad on purpose.
@@ -296,6 +303,10 @@ impl World {
             metering: FaultyMetering {
                 inner: ledger.clone(),
                 ctx,
+                outage: setup
+                    .outage_from
+                    .map(|from| (from, from + Duration::hours(OUTAGE_HOURS))),
+                clock: clock.clone(),
             },
             setup,
             clock,

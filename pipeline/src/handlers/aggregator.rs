@@ -134,11 +134,6 @@ async fn commit(
     // Only a fresh write enqueues cleanup. If this send fails, the message is retried; the
     // re-visit then finds the committed record and finishes the cleanup itself.
     let rows: Vec<(RowKey, u64)> = rec.raw_row_keys().zip(rec.raw_row_quantities()).collect();
-    let rows = if crate::mutants::active(crate::mutants::Mutant::AggregatorSkipsCleanup) {
-        Vec::new()
-    } else {
-        rows
-    };
     let reason = rec.raw_status_reason();
     svc.queue(svc.cleanup_queue.as_deref(), "cleanup")?
         .send_all(&CleanupMessage::folded_batches(&reason, &rows))
