@@ -408,7 +408,7 @@ impl MeteringApi for FaultyMetering {
             }
             Some(Fault::Preempt) => {
                 preempt(&self.ctx.interleaver, "batch_meter_usage").await;
-                (records.len() > 1).then(|| CallFault::Unprocessed(records.len() / 2))
+                (records.len() > 1).then_some(CallFault::Unprocessed(records.len() / 2))
             }
             None => None,
         };

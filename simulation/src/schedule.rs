@@ -157,7 +157,7 @@ async fn active(w: &World) {
                 let n = lock(&w.rng).random_range(1..=8);
                 w.produce(n).await;
             }
-            0..=17 | 18..=37 => {
+            0..=37 => {
                 let secs = if lock(&w.rng).random_bool(0.1) {
                     lock(&w.rng).random_range(300..=2400)
                 } else {

@@ -73,6 +73,14 @@ impl World {
         let mut batch: Vec<Event> = std::mem::take(&mut lock(&self.truth).handed_back);
         let resent = batch.len();
         for _ in 0..new_events {
+            batch.push(self.new_event(now));
+        }
+        self.send(batch, resent, new_events).await;
+    }
+
+    /// A fresh event of a random group, half of them with a caller-supplied id; counted.
+    fn new_event(&self, now: chrono::DateTime<chrono::Utc>) -> Event {
+        {
             let (l, d, q, lag, named) = {
                 let mut rng = lock(&self.rng);
                 (
@@ -106,8 +114,12 @@ impl World {
             if named {
                 truth.recorded.push(e.clone());
             }
-            batch.push(e);
+            e
         }
+    }
+
+    /// Record `batch` (plus, sometimes, a re-record and injected inputs) and flush.
+    async fn send(&self, mut batch: Vec<Event>, resent: usize, new_events: usize) {
         let again = {
             let truth = lock(&self.truth);
             (!truth.recorded.is_empty() && self.chance(150))

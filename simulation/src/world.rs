@@ -209,6 +209,89 @@ fn pipeline_config(setup: &Setup) -> Config {
     .expect("the simulation's pipeline configuration is valid")
 }
 
+/// Visibility timeout of the pipeline's queues.
+const QUEUE_VISIBILITY: Duration = Duration::minutes(5);
+
+/// The real producer engine over `stream` (its sink and its shard-map source).
+fn start_producer(stream: &Arc<SimStream>, seed: u64) -> Producer {
+    Producer::builder("awsmp-usage")
+        .producer_id("sim-producer")
+        .jitter_seed(seed)
+        .linger(std::time::Duration::from_millis(100))
+        .start_with(stream.clone(), StreamShards(stream.clone()))
+        .expect("the producer starts inside the runtime")
+}
+
+/// The real consumer over the shared tables and the faulty stores.
+fn consumer_over(
+    ctx: &Ctx,
+    time: awsmp_pipeline::domain::time::TimeConfig,
+    (usage, aggregated): (&Arc<MemoryUsageStore>, &Arc<MemoryAggregatedStore>),
+    rejected: &MemoryRejectedEventStore,
+    marks: Arc<FaultyWatermarks>,
+    clock: Arc<FixedClock>,
+) -> Consumer {
+    Consumer {
+        settings: Settings {
+            verify: awsmp_consumer::domain::verify::VerifyPolicy {
+                time,
+                ..Default::default()
+            },
+            // One call at a time: its retries (unseeded jitter) then never reorder calls.
+            concurrency: 1,
+            ..Settings::default()
+        },
+        dedup: Arc::new(FaultyDedup {
+            inner: MemoryDedupStore::new(),
+            ctx: ctx.clone(),
+        }),
+        rejected: Arc::new(FaultyRejected {
+            inner: rejected.clone(),
+            ctx: ctx.clone(),
+        }),
+        rows: Arc::new(SharedUsageRows {
+            table: usage.clone(),
+            ctx: ctx.clone(),
+        }),
+        finalized: Arc::new(AggregatedFinalized {
+            table: aggregated.clone(),
+            ctx: ctx.clone(),
+        }),
+        watermarks: Some(marks),
+        metrics: MetricsSink::capture("kinesis-consumer"),
+        clock,
+    }
+}
+
+/// The pipeline handlers' services over the faulty tables and the queues.
+fn services_over(
+    ctx: &Ctx,
+    config: Config,
+    (usage, aggregated): (&Arc<MemoryUsageStore>, &Arc<MemoryAggregatedStore>),
+    (work, cleanup, deprovision): (&Arc<SimQueue>, &Arc<SimQueue>, Arc<SimQueue>),
+    marks: Arc<FaultyWatermarks>,
+    clock: Arc<FixedClock>,
+) -> Services {
+    Services {
+        usage: Some(Arc::new(FaultyUsage {
+            inner: usage.clone(),
+            ctx: ctx.clone(),
+        })),
+        aggregated: Arc::new(FaultyAggregated {
+            inner: aggregated.clone(),
+            ctx: ctx.clone(),
+        }),
+        deprovisioning: None,
+        work_queue: Some(work.clone()),
+        deprovision_queue: Some(deprovision),
+        cleanup_queue: Some(cleanup.clone()),
+        watermarks: Some(marks),
+        metrics: MetricsSink::capture("pipeline"),
+        clock,
+        config,
+    }
+}
+
 impl World {
     /// Build the deployment for `setup`. Must run inside the schedule's (paused, single
     /// threaded) Tokio runtime: the producer's engine is a task on it.
@@ -221,12 +304,7 @@ impl World {
             interleaver: interleaver.clone(),
         };
         let stream = Arc::new(SimStream::new(setup.shards, clock.clone(), faults.clone()));
-        let producer = Producer::builder("awsmp-usage")
-            .producer_id("sim-producer")
-            .jitter_seed(setup.seed)
-            .linger(std::time::Duration::from_millis(100))
-            .start_with(stream.clone(), StreamShards(stream.clone()))
-            .expect("the producer starts inside the runtime");
+        let producer = start_producer(&stream, setup.seed);
         let usage = Arc::new(MemoryUsageStore::new("usage").with_page_size(25));
         let aggregated =
             Arc::new(MemoryAggregatedStore::new("aggregated-usage").with_page_size(10));
@@ -234,69 +312,31 @@ impl World {
         let watermarks = Arc::new(MemoryWatermarkStore::new());
         let rejected = MemoryRejectedEventStore::new();
         let config = pipeline_config(&setup);
-        let visibility = Duration::minutes(5);
         let queue = |name| {
-            Arc::new(SimQueue::new(
-                name,
-                visibility,
-                clock.clone(),
-                faults.clone(),
-                interleaver.clone(),
-            ))
+            let (c, f, i) = (clock.clone(), faults.clone(), interleaver.clone());
+            Arc::new(SimQueue::new(name, QUEUE_VISIBILITY, c, f, i))
         };
         let (work, cleanup, deprovision) = (queue("work"), queue("cleanup"), queue("deprovision"));
         let faulty_marks = Arc::new(FaultyWatermarks {
             inner: watermarks.clone(),
             ctx: ctx.clone(),
         });
-        let consumer = Consumer {
-            settings: Settings {
-                verify: awsmp_consumer::domain::verify::VerifyPolicy {
-                    time: config.time,
-                    ..Default::default()
-                },
-                // One call at a time: its retries (unseeded jitter) then never reorder calls.
-                concurrency: 1,
-                ..Settings::default()
-            },
-            dedup: Arc::new(FaultyDedup {
-                inner: MemoryDedupStore::new(),
-                ctx: ctx.clone(),
-            }),
-            rejected: Arc::new(FaultyRejected {
-                inner: rejected.clone(),
-                ctx: ctx.clone(),
-            }),
-            rows: Arc::new(SharedUsageRows {
-                table: usage.clone(),
-                ctx: ctx.clone(),
-            }),
-            finalized: Arc::new(AggregatedFinalized {
-                table: aggregated.clone(),
-                ctx: ctx.clone(),
-            }),
-            watermarks: Some(faulty_marks.clone()),
-            metrics: MetricsSink::capture("kinesis-consumer"),
-            clock: clock.clone(),
-        };
-        let svc = Services {
-            usage: Some(Arc::new(FaultyUsage {
-                inner: usage.clone(),
-                ctx: ctx.clone(),
-            })),
-            aggregated: Arc::new(FaultyAggregated {
-                inner: aggregated.clone(),
-                ctx: ctx.clone(),
-            }),
-            deprovisioning: None,
-            work_queue: Some(work.clone()),
-            deprovision_queue: Some(deprovision),
-            cleanup_queue: Some(cleanup.clone()),
-            watermarks: Some(faulty_marks),
-            metrics: MetricsSink::capture("pipeline"),
-            clock: clock.clone(),
+        let consumer = consumer_over(
+            &ctx,
+            config.time,
+            (&usage, &aggregated),
+            &rejected,
+            faulty_marks.clone(),
+            clock.clone(),
+        );
+        let svc = services_over(
+            &ctx,
             config,
-        };
+            (&usage, &aggregated),
+            (&work, &cleanup, deprovision),
+            faulty_marks,
+            clock.clone(),
+        );
         let world = Arc::new(World {
             esm: Mutex::new(EventSourceMapping::new(setup.mapping)),
             rng: Mutex::new(StdRng::seed_from_u64(setup.seed)),

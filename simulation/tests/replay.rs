@@ -1,4 +1,4 @@
-//! A seed replays its schedule byte for byte (docs/simulation.md, "Replaying a seed").
+//! A seed replays its schedule byte for byte (docs/simulation.md, "Running and replaying").
 
 #[test]
 fn a_seed_replays_the_same_trace() {
