@@ -282,10 +282,12 @@ mod tests {
             again.event.records[0].kinesis.sequence_number,
             d.event.records[1].kinesis.sequence_number
         );
-        esm.complete(
-            &again,
-            &Completion::Response(KinesisEventResponse::default()),
-        );
+        let ok = Completion::Response(KinesisEventResponse::default());
+        esm.complete(&again, &ok);
+        // A clean batch restores the full batch size: the last three records in one batch.
+        let rest = esm.deliver(&stream, &lane).unwrap();
+        assert_eq!(rest.event.records.len(), 3);
+        esm.complete(&rest, &ok);
         assert!(esm.deliver(&stream, &lane).is_none());
     }
 
