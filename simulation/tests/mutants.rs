@@ -36,7 +36,7 @@ fn the_binary_exits_non_zero_on_a_mutant() {
             "--mutant",
             "submitter-forgets-write-back",
             "--schedules",
-            "3",
+            "100",
         ])
         .output()
         .expect("awsmp-simulate runs");
