@@ -256,7 +256,9 @@ fn statuses_match_ledger(w: &World, out: &mut Vec<String>) {
             Some(AggregatedStatus::Success) => billed == Some(item.quantity),
             Some(AggregatedStatus::DuplicateRecord) => billed.is_some_and(|b| b != item.quantity),
             Some(AggregatedStatus::SubmissionExpired) => billed.is_none(),
-            Some(AggregatedStatus::NeedsReconciliation) | None => true,
+            // Unresolved at window close: only an outage leaves an attempt unanswered that long.
+            Some(AggregatedStatus::NeedsReconciliation) => w.setup.outage_from.is_some(),
+            None => true,
             Some(_) => billed.is_none(),
         };
         if !ok {
