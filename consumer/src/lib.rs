@@ -9,6 +9,7 @@ pub mod error;
 pub mod handler;
 pub mod heartbeat;
 pub mod ingest;
+pub mod mutants;
 pub mod ports;
 
 pub use config::Config;

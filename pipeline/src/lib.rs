@@ -11,6 +11,7 @@ pub mod error;
 pub mod handlers;
 pub mod ids;
 pub mod metering_client;
+pub mod mutants;
 pub mod ops;
 pub mod ports;
 

@@ -222,7 +222,9 @@ impl Consumer {
         let mut hits = 0;
         for (r, outcome) in claims {
             match outcome {
-                Ok(ClaimOutcome::Duplicate) => {
+                Ok(ClaimOutcome::Duplicate)
+                    if !crate::mutants::active(crate::mutants::Mutant::DedupIgnoresEventIds) =>
+                {
                     hits += 1;
                     dups.push(r);
                 }

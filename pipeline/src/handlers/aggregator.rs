@@ -207,6 +207,8 @@ async fn revisit(
     for row in rows {
         match row {
             RevisitRow::NotPending | RevisitRow::Foreign => {}
+            RevisitRow::AlreadyAggregated(_)
+                if crate::mutants::active(crate::mutants::Mutant::RevisitDropsContributions) => {}
             RevisitRow::AlreadyAggregated(key) => {
                 let folded_q = folded
                     .as_ref()

@@ -112,7 +112,11 @@ pub async fn cleanup_with(svc: &CleanupDeps, body: &str) -> Result<usize> {
             "cleanup status and reason go together".into(),
         ));
     }
-    if let Some(folded) = &msg.folded {
+    if let Some(folded) = msg
+        .folded
+        .as_ref()
+        .filter(|_| !crate::mutants::active(crate::mutants::Mutant::CleanupUnconditional))
+    {
         return match (status, msg.reason.as_deref()) {
             (Some(RawStatus::Aggregated), Some(reason)) if folded.len() == msg.keys.len() => {
                 cleanup_folded(svc, reason, &msg.keys, folded).await

@@ -64,7 +64,11 @@ impl Fence {
 /// emitted; `None` when no watermark table is configured. A table without the stream is a
 /// configuration error: the fence would have no shards to wait for.
 async fn read_fence(svc: &DiscovererDeps, now: DateTime<Utc>) -> Result<Option<Fence>> {
-    let Some(store) = svc.watermarks.as_deref() else {
+    let Some(store) = svc
+        .watermarks
+        .as_deref()
+        .filter(|_| !crate::mutants::active(crate::mutants::Mutant::FenceIgnoresWatermarks))
+    else {
         return Ok(None);
     };
     let stream = svc.config.usage_stream.as_deref().ok_or_else(|| {

@@ -68,7 +68,11 @@ pub async fn expire_with(svc: &ExpiryDeps) -> Result<ExpiryOutput> {
         ttl: None,
     };
     for item in pending.into_iter().flatten() {
-        let outcome = match item.attempted_quantity.map(needs_reconciliation_decision) {
+        let outcome = match item
+            .attempted_quantity
+            .filter(|_| !crate::mutants::active(crate::mutants::Mutant::ExpiryIgnoresAttempts))
+            .map(needs_reconciliation_decision)
+        {
             Some(Decision::Finalize(f)) => WriteBack {
                 status: f.status,
                 reason: f.reason,

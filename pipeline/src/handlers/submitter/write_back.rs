@@ -35,6 +35,11 @@ impl Run<'_> {
             self.out.left_pending += 1;
             return;
         };
+        if crate::mutants::active(crate::mutants::Mutant::SubmitterForgetsWriteBack)
+            && f.status.is_billed()
+        {
+            return;
+        }
         let ttl = (f.status.is_billed() && svc.config.aggregated_ttl_days > 0).then(|| {
             svc.clock.now().timestamp()
                 + i64::from(svc.config.aggregated_ttl_days) * SECONDS_PER_DAY

@@ -1,0 +1,100 @@
+//! Deliberately broken variants of the pipeline and the consumer, compiled in only with the
+//! test-only `mutants` feature, so the deterministic simulation (`simulation/`,
+//! docs/simulation.md) can prove that its invariants catch each of them. Without the feature
+//! [`active`] is the constant `false` and every hook compiles to nothing.
+//!
+//! One build runs every mutant: the simulator chooses the active one at run time ([`set`]).
+
+/// A deliberately broken variant; each names the guarantee it breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Mutant {
+    /// Cleanup stamps a folded row `Aggregated` whatever it holds now (drops late usage).
+    CleanupUnconditional,
+    /// The consumer's dedup ignores event ids: every delivery of an event is applied.
+    DedupIgnoresEventIds,
+    /// The submitter forgets the write-back of a `Success`: the record stays pending.
+    SubmitterForgetsWriteBack,
+    /// Expiry ignores attempts on file: a possibly billed record becomes `SubmissionExpired`.
+    ExpiryIgnoresAttempts,
+    /// The discoverer's fence ignores the ingest watermarks: hours are aggregated mid-ingest.
+    FenceIgnoresWatermarks,
+    /// A re-visit drops what it finds: rows whose cleanup was lost stay pending.
+    RevisitDropsContributions,
+}
+
+impl Mutant {
+    /// Every mutant, in declaration order.
+    pub const ALL: [Mutant; 6] = [
+        Mutant::CleanupUnconditional,
+        Mutant::DedupIgnoresEventIds,
+        Mutant::SubmitterForgetsWriteBack,
+        Mutant::ExpiryIgnoresAttempts,
+        Mutant::FenceIgnoresWatermarks,
+        Mutant::RevisitDropsContributions,
+    ];
+
+    /// Its name on the command line (`scripts/simulate --mutant NAME`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutant::CleanupUnconditional => "cleanup-unconditional",
+            Mutant::DedupIgnoresEventIds => "dedup-ignores-event-ids",
+            Mutant::SubmitterForgetsWriteBack => "submitter-forgets-write-back",
+            Mutant::ExpiryIgnoresAttempts => "expiry-ignores-attempts",
+            Mutant::FenceIgnoresWatermarks => "fence-ignores-watermarks",
+            Mutant::RevisitDropsContributions => "revisit-drops-contributions",
+        }
+    }
+
+    /// The mutant named `name`.
+    pub fn from_name(name: &str) -> Option<Mutant> {
+        Mutant::ALL.into_iter().find(|m| m.name() == name)
+    }
+}
+
+#[cfg(feature = "mutants")]
+static ACTIVE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// True when `mutant` is the active one (always false without the `mutants` feature).
+#[inline(always)]
+pub fn active(mutant: Mutant) -> bool {
+    #[cfg(feature = "mutants")]
+    {
+        ACTIVE.load(std::sync::atomic::Ordering::Relaxed) == mutant as u8 + 1
+    }
+    #[cfg(not(feature = "mutants"))]
+    {
+        let _ = mutant;
+        false
+    }
+}
+
+/// Make `mutant` the active one (`None`: the real code). Process-wide.
+#[cfg(feature = "mutants")]
+pub fn set(mutant: Option<Mutant>) {
+    let v = mutant.map_or(0, |m| m as u8 + 1);
+    ACTIVE.store(v, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// True when this build has the mutant hooks compiled in.
+pub const COMPILED_IN: bool = cfg!(feature = "mutants");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_are_unique() {
+        for m in Mutant::ALL {
+            assert_eq!(Mutant::from_name(m.name()), Some(m));
+        }
+        let names: std::collections::BTreeSet<_> = Mutant::ALL.iter().map(|m| m.name()).collect();
+        assert_eq!(names.len(), Mutant::ALL.len());
+        assert_eq!(Mutant::from_name("no-such-mutant"), None);
+    }
+
+    #[cfg(not(feature = "mutants"))]
+    #[test]
+    fn without_the_feature_no_mutant_is_ever_active() {
+        assert!(Mutant::ALL.into_iter().all(|m| !active(m)));
+    }
+}

@@ -1,0 +1,19 @@
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+
+pub mod esm;
+pub mod faults;
+pub mod invariants;
+pub mod ports;
+pub mod queue;
+pub mod schedule;
+pub mod steps;
+pub mod stream;
+pub mod sweep;
+pub mod trace;
+pub mod world;
+
+pub use schedule::{ScheduleReport, run, run_setup, setup_for};
+pub use sweep::{Sweep, first_failure, sweep};
+pub mod cli;
+pub mod mutant;

@@ -1,0 +1,254 @@
+//! One schedule: a [`Setup`] drawn from the seed, an active phase in which a seeded scheduler
+//! picks the next step (a stage's unit of work, the clock, a heartbeat, a reshard) and the
+//! fault plan fires, then a fault-free drain until nothing is in flight, then the invariants.
+//!
+//! Everything runs in one current-thread Tokio runtime whose time is paused (sleeps of retry
+//! back-offs and of the producer's linger complete at once, in order); the billing clock is
+//! the virtual [`FixedClock`](awsmp_pipeline::domain::clock::FixedClock) the scheduler moves.
+
+use crate::esm::MappingConfig;
+use crate::faults::{Rates, mix};
+use crate::invariants;
+use crate::world::{Setup, World, lock};
+use awsmp_pipeline::domain::clock::Clock;
+use awsmp_pipeline::handlers::discoverer::DiscovererInput;
+use chrono::{DateTime, Duration, Utc};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+
+/// Rounds of the drain before a schedule that still has work in flight is a violation.
+const MAX_DRAIN_ROUNDS: usize = 200;
+
+/// Virtual start instants: just before a month ends, just before a year ends, mid-month.
+const STARTS: [&str; 3] = [
+    "2026-11-30T21:40:00Z",
+    "2026-12-31T21:40:00Z",
+    "2026-06-15T09:40:00Z",
+];
+
+/// What a schedule explored.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Explored {
+    /// Faults injected, by class.
+    pub faults: BTreeMap<String, u64>,
+    /// Interleavings run, by the port call they preempted.
+    pub interleavings: BTreeMap<String, u64>,
+    /// Event source mapping events (batches, function errors, bisections, resumes).
+    pub mapping: BTreeMap<String, u64>,
+    /// Hour boundaries the clock crossed.
+    pub hours_crossed: u64,
+    /// SQS redeliveries.
+    pub redeliveries: u64,
+    /// Steps run (trace lines).
+    pub steps: u64,
+    /// Units billed.
+    pub billed: u64,
+}
+
+/// One schedule's result.
+#[derive(Debug, Clone)]
+pub struct ScheduleReport {
+    /// Its seed.
+    pub seed: u64,
+    /// What it simulated.
+    pub setup: Setup,
+    /// Every invariant it broke (empty: it passed).
+    pub violations: Vec<String>,
+    /// The trace (empty unless asked for).
+    pub trace: Vec<String>,
+    /// What it explored.
+    pub explored: Explored,
+}
+
+/// The setup of `seed`.
+pub fn setup_for(seed: u64) -> Setup {
+    let mut r = StdRng::seed_from_u64(mix(seed));
+    let start: DateTime<Utc> = STARTS[r.random_range(0..STARTS.len())]
+        .parse()
+        .expect("valid start");
+    let short_window = r.random_bool(0.25);
+    Setup {
+        seed,
+        start: start + Duration::minutes(r.random_range(0..15)),
+        shards: r.random_range(1..=3),
+        mapping: MappingConfig {
+            batch_size: [1, 3, 10, 100][r.random_range(0..4)],
+            batching_window: Duration::seconds(r.random_range(0..=5)),
+            // ParallelizationFactor 1: with more lanes per shard the per-shard ingest watermark
+            // is unsound (docs/guarantees.md, "Known limitations";
+            // `simulation/tests/known_limitations.rs` shows the loss).
+            parallelization: 1,
+            bisect: r.random_bool(0.5),
+        },
+        rates: Rates {
+            throttle: r.random_range(0..=80),
+            lose_response: r.random_range(0..=30),
+            crash: r.random_range(0..=15),
+            preempt: r.random_range(0..=60),
+        },
+        licenses: r.random_range(1..=3),
+        window_hours: if short_window { 3 } else { 24 },
+        steps: r.random_range(40..=120),
+        fresh_deployment: false,
+        outage_from: (short_window && r.random_bool(0.5))
+            .then(|| start + Duration::minutes(r.random_range(60..=150))),
+    }
+}
+
+/// Run the schedule of `seed`; keep its trace when `trace`.
+pub fn run(seed: u64, trace: bool) -> ScheduleReport {
+    run_setup(setup_for(seed), trace)
+}
+
+/// Run the schedule of `setup` (a seed's, possibly with some choices overridden).
+pub fn run_setup(setup: Setup, trace: bool) -> ScheduleReport {
+    let seed = setup.seed;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime builds");
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime, async move {
+        let world = World::new(setup.clone());
+        lock(&world.trace).keep = trace;
+        if !setup.fresh_deployment {
+            for (shard, _) in world.stream.open_shards() {
+                let at = setup.start - Duration::minutes(1);
+                let _ = awsmp_pipeline::ports::WatermarkStore::advance(
+                    world.watermarks.as_ref(),
+                    &shard,
+                    at,
+                )
+                .await;
+            }
+        }
+        world.log(format!("seed {seed}: {setup:?}"));
+        active(&world).await;
+        let drained = drain(&world).await;
+        let mut violations = invariants::check(&world);
+        if !drained {
+            violations.push(format!(
+                "work still in flight after {MAX_DRAIN_ROUNDS} fault-free drain rounds"
+            ));
+        }
+        let explored = explored(&world);
+        world.log(format!("verdict: {} violations", violations.len()));
+        let trace = lock(&world.trace).lines().to_vec();
+        world.producer.shutdown().await.ok();
+        ScheduleReport {
+            seed,
+            setup,
+            violations,
+            trace,
+            explored,
+        }
+    })
+}
+
+/// The active phase: the scheduler's choices, weighted.
+async fn active(w: &World) {
+    let producing_until = w.setup.start + Duration::hours(2);
+    for _ in 0..w.setup.steps {
+        let choice = lock(&w.rng).random_range(0..100);
+        match choice {
+            0..=17 if w.clock.now() < producing_until => {
+                let n = lock(&w.rng).random_range(1..=8);
+                w.produce(n).await;
+            }
+            0..=37 => {
+                let secs = if lock(&w.rng).random_bool(0.1) {
+                    lock(&w.rng).random_range(300..=2400)
+                } else {
+                    lock(&w.rng).random_range(1..=90)
+                };
+                w.advance(Duration::seconds(secs));
+            }
+            38..=57 => {
+                w.deliver().await;
+            }
+            58..=62 => w.heartbeat(),
+            63..=70 => {
+                let hour_offset = lock(&w.rng).random_range(1..=3);
+                w.discover(DiscovererInput::Meter { hour_offset }).await;
+            }
+            71..=80 => {
+                w.aggregate().await;
+            }
+            81..=88 => {
+                w.clean().await;
+            }
+            89..=93 => w.submit().await,
+            94..=95 => w.expire().await,
+            96 => {
+                let shard = lock(&w.rng).random_range(0..7);
+                w.discover(DiscovererInput::Ageout { shard }).await;
+            }
+            97 => w.reshard(),
+            _ => w.mark_drained().await,
+        }
+    }
+}
+
+/// The fault-free drain: every stage in turn until nothing is in flight. True when it got
+/// there.
+async fn drain(w: &World) -> bool {
+    w.faults.set_enabled(false);
+    w.log("drain: faults off");
+    let last_produced = w.clock.now();
+    for round in 0..MAX_DRAIN_ROUNDS {
+        if !lock(&w.truth).handed_back.is_empty() {
+            w.produce(0).await;
+        }
+        w.heartbeat();
+        // Past every batching window (at most 5 s here), so the markers are delivered now.
+        w.advance(Duration::seconds(10));
+        while w.deliver().await {}
+        w.mark_drained().await;
+        for hour_offset in 1..=3 {
+            w.discover(DiscovererInput::Meter { hour_offset }).await;
+        }
+        // Age-out runs hourly (one round in six), each run over its whole lookback; only a
+        // short window lets rows age out within a schedule (the in-memory index scan is the
+        // sweep's most expensive call, so the others skip it).
+        let ageout = w.setup.window_hours < 24 && round % 6 == 0;
+        for shard in (0..7).filter(|_| ageout) {
+            w.discover(DiscovererInput::Ageout { shard }).await;
+        }
+        while w.aggregate().await {}
+        while w.clean().await {}
+        w.submit().await;
+        w.expire().await;
+        if w.clock.now() > last_produced + Duration::hours(3) && invariants::quiescent(w) {
+            return true;
+        }
+        w.advance(Duration::minutes(10));
+    }
+    false
+}
+
+fn explored(w: &World) -> Explored {
+    let mut faults: BTreeMap<String, u64> = w
+        .faults
+        .tally()
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+    let mut interleavings = lock(&w.interleavings).clone();
+    let hours_crossed = interleavings.remove("hours-crossed").unwrap_or(0);
+    faults.retain(|_, v| *v > 0);
+    Explored {
+        faults,
+        interleavings,
+        mapping: lock(&w.esm)
+            .stats
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), *v))
+            .collect(),
+        hours_crossed,
+        redeliveries: w.work.redeliveries() + w.cleanup.redeliveries(),
+        steps: lock(&w.trace).steps(),
+        billed: w.ledger.ledger().iter().map(|b| b.quantity).sum(),
+    }
+}

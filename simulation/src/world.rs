@@ -1,0 +1,381 @@
+//! The simulated deployment: one stream, its event source mapping, the real producer, the
+//! real consumer handler and the real pipeline handlers, every port behind a fault wrapper
+//! (`simulation/src/ports.rs`), on one virtual clock.
+
+use crate::esm::{EventSourceMapping, MappingConfig};
+use crate::faults::{FaultPlan, Rates};
+use crate::ports::{
+    AggregatedFinalized, Ctx, FaultyAggregated, FaultyDedup, FaultyMetering, FaultyRejected,
+    FaultyUsage, FaultyWatermarks, SharedUsageRows,
+};
+use crate::queue::SimQueue;
+use crate::stream::SimStream;
+use crate::trace::Trace;
+use awsmp_consumer::adapters::memory::{MemoryDedupStore, MemoryRejectedEventStore};
+use awsmp_consumer::{Consumer, Settings};
+use awsmp_pipeline::adapters::memory::{
+    MemoryAggregatedStore, MemoryMeteringApi, MemoryUsageStore, MemoryWatermarkStore,
+};
+use awsmp_pipeline::config::Config;
+use awsmp_pipeline::domain::clock::FixedClock;
+use awsmp_pipeline::emf::MetricsSink;
+use awsmp_pipeline::handlers::Services;
+use awsmp_producer::{Event, Producer, ShardMapSource};
+use chrono::{DateTime, Duration, Utc};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use tokio::sync::{mpsc, oneshot};
+
+/// Lock a mutex; a poisoned lock only means a panic elsewhere, which the panic reports.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Hours a Marketplace outage lasts: past a short (3 h) billable window.
+pub const OUTAGE_HOURS: i64 = 4;
+
+/// What one schedule simulates, all drawn from its seed.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// The seed.
+    pub seed: u64,
+    /// Virtual start instant (some schedules start just before a month or a year ends).
+    pub start: DateTime<Utc>,
+    /// Initial open shards.
+    pub shards: usize,
+    /// The consumer's event source mapping.
+    pub mapping: MappingConfig,
+    /// Per-call fault rates.
+    pub rates: Rates,
+    /// Licenses (each with one buyer account and two dimensions).
+    pub licenses: usize,
+    /// Billable window hours; a short window makes records reach expiry within the schedule.
+    pub window_hours: u32,
+    /// Active steps (then the fault-free drain).
+    pub steps: usize,
+    /// Start as a fresh deployment: no shard has a watermark yet. Otherwise (the default) the
+    /// deployment has been running: every initial shard has applied the stream up to the
+    /// start, as its heartbeats make it do within a minute.
+    pub fresh_deployment: bool,
+    /// A Marketplace outage (a short window only): from this instant, for four hours, every
+    /// `BatchMeterUsage` call is applied and its answer lost, so attempts stay unresolved
+    /// while windows close.
+    pub outage_from: Option<DateTime<Utc>>,
+}
+
+/// Ground truth: what the callers recorded and what the run injected as bad on purpose.
+#[derive(Debug, Default)]
+pub struct Truth {
+    /// Quantity of distinct recorded events, per (license, account, dimension).
+    pub produced: BTreeMap<(String, String, String), u64>,
+    /// Events recorded, to re-record some (a caller's retry keeps the id).
+    pub recorded: Vec<Event>,
+    /// Events handed back by the producer, re-recorded at the next produce step.
+    pub handed_back: Vec<Event>,
+    /// Quantity of injected late arrivals, per group: events whose record is stamped with an
+    /// arrival time further back than the fence's settle margin allows.
+    pub late: BTreeMap<(String, String, String), u64>,
+    /// Poison records put into the stream, by partition key.
+    pub poison: Vec<String>,
+    /// Events recorded so far (event id counter).
+    pub events: u64,
+}
+
+/// A request for a nested step, answered when it ran.
+type Request = (&'static str, oneshot::Sender<()>);
+
+/// Runs another stage at a preemption point of a port call (one level deep). The nested step
+/// runs on the schedule's driver task ([`Interleaver::drive`], on the `LocalSet`: the handlers'
+/// futures are not all `Send`), so a port call on any task (the submitter's write-backs run on
+/// spawned tasks) can wait for it.
+#[derive(Debug, Default)]
+pub struct Interleaver {
+    requests: Mutex<Option<mpsc::UnboundedSender<Request>>>,
+    busy: AtomicBool,
+}
+
+impl Interleaver {
+    /// Run one nested step of another stage, unless one is already running.
+    pub async fn run(&self, site: &'static str) {
+        if self.busy.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let (done, ran) = oneshot::channel();
+        let sent = lock(&self.requests)
+            .as_ref()
+            .is_some_and(|tx| tx.send((site, done)).is_ok());
+        if sent {
+            let _ = ran.await;
+        }
+        self.busy.store(false, Ordering::SeqCst);
+    }
+
+    /// The driver: run each requested step on `world`. Spawn it on the schedule's `LocalSet`.
+    pub fn drive(world: &Arc<World>) -> impl std::future::Future<Output = ()> + 'static {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Request>();
+        *lock(&world.interleaver.requests) = Some(tx);
+        let world: Weak<World> = Arc::downgrade(world);
+        async move {
+            while let Some((site, done)) = rx.recv().await {
+                if let Some(w) = world.upgrade() {
+                    w.nested(site).await;
+                }
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+/// The simulated deployment.
+pub struct World {
+    /// What it simulates.
+    pub setup: Setup,
+    /// The virtual clock every component reads.
+    pub clock: Arc<FixedClock>,
+    /// The fault plan.
+    pub faults: Arc<FaultPlan>,
+    /// The stream.
+    pub stream: Arc<SimStream>,
+    /// The consumer's event source mapping.
+    pub esm: Mutex<EventSourceMapping>,
+    /// The real producer engine, writing to the stream.
+    pub producer: Producer,
+    /// The real consumer handler.
+    pub consumer: Consumer,
+    /// The pipeline handlers' services.
+    pub svc: Services,
+    /// BatchMeterUsage (faulty).
+    pub metering: FaultyMetering,
+    /// Raw usage table.
+    pub usage: Arc<MemoryUsageStore>,
+    /// Aggregated-usage table.
+    pub aggregated: Arc<MemoryAggregatedStore>,
+    /// The Marketplace ledger.
+    pub ledger: Arc<MemoryMeteringApi>,
+    /// Ingest watermarks.
+    pub watermarks: Arc<MemoryWatermarkStore>,
+    /// Rejected events.
+    pub rejected: MemoryRejectedEventStore,
+    /// Work queue.
+    pub work: Arc<SimQueue>,
+    /// Cleanup queue.
+    pub cleanup: Arc<SimQueue>,
+    /// Ground truth.
+    pub truth: Mutex<Truth>,
+    /// The trace.
+    pub trace: Mutex<Trace>,
+    /// The scheduler's choices.
+    pub rng: Mutex<StdRng>,
+    /// The work message an aggregator is handling (a twin may take it too).
+    pub current_work: Mutex<Option<String>>,
+    /// Interleavings run, by the port call they preempted.
+    pub interleavings: Mutex<BTreeMap<String, u64>>,
+    /// The interleaver every port wrapper shares.
+    pub interleaver: Arc<Interleaver>,
+    /// Outcomes of the SQS invocation running now, for its trace line.
+    pub outcomes: Mutex<Vec<String>>,
+}
+
+/// The stream as the producer's shard-map source.
+struct StreamShards(Arc<SimStream>);
+
+impl ShardMapSource for StreamShards {
+    async fn shard_map(
+        &self,
+    ) -> Result<awsmp_producer::partition::ShardMap, awsmp_producer::shards::ShardMapError> {
+        Ok(self.0.shard_map())
+    }
+}
+
+fn pipeline_config(setup: &Setup) -> Config {
+    let window = setup.window_hours.to_string();
+    Config::from_lookup(|k| {
+        let v = match k {
+            "AWSMP_PRODUCT_CODE" => "prod-sim",
+            "AWSMP_USAGE_TABLE" => "usage",
+            "AWSMP_AGGREGATED_USAGE_TABLE" => "aggregated-usage",
+            "AWSMP_WORK_QUEUE_URL" => "work",
+            "AWSMP_DEPROVISION_WORK_QUEUE_URL" => "deprovision-work",
+            "AWSMP_CLEANUP_QUEUE_URL" => "cleanup",
+            "AWSMP_INGEST_WATERMARK_TABLE" => "ingest-watermarks",
+            "AWSMP_BILLABLE_WINDOW_HOURS" => window.as_str(),
+            _ => return None,
+        };
+        Some(v.to_owned())
+    })
+    .expect("the simulation's pipeline configuration is valid")
+}
+
+/// Visibility timeout of the pipeline's queues.
+const QUEUE_VISIBILITY: Duration = Duration::minutes(5);
+
+/// The real producer engine over `stream` (its sink and its shard-map source).
+fn start_producer(stream: &Arc<SimStream>, seed: u64) -> Producer {
+    Producer::builder("awsmp-usage")
+        .producer_id("sim-producer")
+        .jitter_seed(seed)
+        .linger(std::time::Duration::from_millis(100))
+        .start_with(stream.clone(), StreamShards(stream.clone()))
+        .expect("the producer starts inside the runtime")
+}
+
+/// The real consumer over the shared tables and the faulty stores.
+fn consumer_over(
+    ctx: &Ctx,
+    time: awsmp_pipeline::domain::time::TimeConfig,
+    (usage, aggregated): (&Arc<MemoryUsageStore>, &Arc<MemoryAggregatedStore>),
+    rejected: &MemoryRejectedEventStore,
+    marks: Arc<FaultyWatermarks>,
+    clock: Arc<FixedClock>,
+) -> Consumer {
+    Consumer {
+        settings: Settings {
+            verify: awsmp_consumer::domain::verify::VerifyPolicy {
+                time,
+                ..Default::default()
+            },
+            // One call at a time: its retries (unseeded jitter) then never reorder calls.
+            concurrency: 1,
+            ..Settings::default()
+        },
+        dedup: Arc::new(FaultyDedup {
+            inner: MemoryDedupStore::new(),
+            ctx: ctx.clone(),
+        }),
+        rejected: Arc::new(FaultyRejected {
+            inner: rejected.clone(),
+            ctx: ctx.clone(),
+        }),
+        rows: Arc::new(SharedUsageRows {
+            table: usage.clone(),
+            ctx: ctx.clone(),
+        }),
+        finalized: Arc::new(AggregatedFinalized {
+            table: aggregated.clone(),
+            ctx: ctx.clone(),
+        }),
+        watermarks: Some(marks),
+        metrics: MetricsSink::capture("kinesis-consumer"),
+        clock,
+    }
+}
+
+/// The pipeline handlers' services over the faulty tables and the queues.
+fn services_over(
+    ctx: &Ctx,
+    config: Config,
+    (usage, aggregated): (&Arc<MemoryUsageStore>, &Arc<MemoryAggregatedStore>),
+    (work, cleanup, deprovision): (&Arc<SimQueue>, &Arc<SimQueue>, Arc<SimQueue>),
+    marks: Arc<FaultyWatermarks>,
+    clock: Arc<FixedClock>,
+) -> Services {
+    Services {
+        usage: Some(Arc::new(FaultyUsage {
+            inner: usage.clone(),
+            ctx: ctx.clone(),
+        })),
+        aggregated: Arc::new(FaultyAggregated {
+            inner: aggregated.clone(),
+            ctx: ctx.clone(),
+        }),
+        deprovisioning: None,
+        work_queue: Some(work.clone()),
+        deprovision_queue: Some(deprovision),
+        cleanup_queue: Some(cleanup.clone()),
+        watermarks: Some(marks),
+        metrics: MetricsSink::capture("pipeline"),
+        clock,
+        config,
+    }
+}
+
+impl World {
+    /// Build the deployment for `setup`. Must run inside the schedule's (paused, single
+    /// threaded) Tokio runtime: the producer's engine is a task on it.
+    pub fn new(setup: Setup) -> Arc<World> {
+        let clock = Arc::new(FixedClock::new(setup.start));
+        let faults = Arc::new(FaultPlan::new(setup.seed, setup.rates));
+        let interleaver = Arc::new(Interleaver::default());
+        let ctx = Ctx {
+            faults: faults.clone(),
+            interleaver: interleaver.clone(),
+        };
+        let stream = Arc::new(SimStream::new(setup.shards, clock.clone(), faults.clone()));
+        let producer = start_producer(&stream, setup.seed);
+        let usage = Arc::new(MemoryUsageStore::new("usage").with_page_size(25));
+        let aggregated =
+            Arc::new(MemoryAggregatedStore::new("aggregated-usage").with_page_size(10));
+        let ledger = Arc::new(MemoryMeteringApi::default());
+        let watermarks = Arc::new(MemoryWatermarkStore::new());
+        let rejected = MemoryRejectedEventStore::new();
+        let config = pipeline_config(&setup);
+        let queue = |name| {
+            let (c, f, i) = (clock.clone(), faults.clone(), interleaver.clone());
+            Arc::new(SimQueue::new(name, QUEUE_VISIBILITY, c, f, i))
+        };
+        let (work, cleanup, deprovision) = (queue("work"), queue("cleanup"), queue("deprovision"));
+        let faulty_marks = Arc::new(FaultyWatermarks {
+            inner: watermarks.clone(),
+            ctx: ctx.clone(),
+        });
+        let consumer = consumer_over(
+            &ctx,
+            config.time,
+            (&usage, &aggregated),
+            &rejected,
+            faulty_marks.clone(),
+            clock.clone(),
+        );
+        let svc = services_over(
+            &ctx,
+            config,
+            (&usage, &aggregated),
+            (&work, &cleanup, deprovision),
+            faulty_marks,
+            clock.clone(),
+        );
+        let world = Arc::new(World {
+            esm: Mutex::new(EventSourceMapping::new(setup.mapping)),
+            rng: Mutex::new(StdRng::seed_from_u64(setup.seed)),
+            metering: FaultyMetering {
+                inner: ledger.clone(),
+                ctx,
+                outage: setup
+                    .outage_from
+                    .map(|from| (from, from + Duration::hours(OUTAGE_HOURS))),
+                clock: clock.clone(),
+            },
+            setup,
+            clock,
+            faults,
+            stream,
+            producer,
+            consumer,
+            svc,
+            usage,
+            aggregated,
+            ledger,
+            watermarks,
+            rejected,
+            work,
+            cleanup,
+            truth: Mutex::new(Truth::default()),
+            trace: Mutex::new(Trace::default()),
+            current_work: Mutex::new(None),
+            interleavings: Mutex::new(BTreeMap::new()),
+            outcomes: Mutex::new(Vec::new()),
+            interleaver,
+        });
+        tokio::task::spawn_local(Interleaver::drive(&world));
+        world
+    }
+
+    /// Append a line to the trace, stamped with the virtual time.
+    pub fn log(&self, line: impl AsRef<str>) {
+        let now = awsmp_pipeline::domain::clock::Clock::now(self.clock.as_ref());
+        lock(&self.trace).push(now, line.as_ref());
+    }
+}
