@@ -16,6 +16,8 @@ use std::collections::BTreeMap;
 
 /// The stream's ARN as the mapping reports it in each record.
 pub const STREAM_ARN: &str = "arn:aws:kinesis:us-east-1:111122223333:stream/awsmp-usage";
+/// The stream's name (the partition of its ingest watermarks).
+pub const STREAM_NAME: &str = "awsmp-usage";
 
 /// The mapping's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

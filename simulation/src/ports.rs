@@ -332,10 +332,11 @@ pub struct FaultyWatermarks {
 impl WatermarkStore for FaultyWatermarks {
     async fn advance(
         &self,
+        stream: &str,
         shard_id: &str,
         arrival: DateTime<Utc>,
     ) -> awsmp_pipeline::error::Result<bool> {
-        let call = self.inner.advance(shard_id, arrival);
+        let call = self.inner.advance(stream, shard_id, arrival);
         guarded(
             &self.ctx,
             "advance",
@@ -347,8 +348,12 @@ impl WatermarkStore for FaultyWatermarks {
         .await
     }
 
-    async fn mark_drained(&self, shard_id: &str) -> awsmp_pipeline::error::Result<()> {
-        let call = self.inner.mark_drained(shard_id);
+    async fn mark_drained(
+        &self,
+        stream: &str,
+        shard_id: &str,
+    ) -> awsmp_pipeline::error::Result<()> {
+        let call = self.inner.mark_drained(stream, shard_id);
         guarded(
             &self.ctx,
             "mark_drained",
@@ -360,8 +365,8 @@ impl WatermarkStore for FaultyWatermarks {
         .await
     }
 
-    async fn shards(&self) -> awsmp_pipeline::error::Result<Vec<ShardWatermark>> {
-        let call = self.inner.shards();
+    async fn shards(&self, stream: &str) -> awsmp_pipeline::error::Result<Vec<ShardWatermark>> {
+        let call = self.inner.shards(stream);
         guarded(&self.ctx, "shards", "", false, injected_dynamodb, call).await
     }
 }

@@ -118,6 +118,7 @@ pub fn run_setup(setup: Setup, trace: bool) -> ScheduleReport {
                 let at = setup.start - Duration::minutes(1);
                 let _ = awsmp_pipeline::ports::WatermarkStore::advance(
                     world.watermarks.as_ref(),
+                    crate::esm::STREAM_NAME,
                     &shard,
                     at,
                 )

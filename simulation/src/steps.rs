@@ -459,18 +459,24 @@ impl World {
             .into_iter()
             .filter(|id| !known.contains(id) && children_published(id))
         {
-            let _ =
-                awsmp_pipeline::ports::WatermarkStore::mark_drained(self.watermarks.as_ref(), &id)
-                    .await;
+            let _ = awsmp_pipeline::ports::WatermarkStore::mark_drained(
+                self.watermarks.as_ref(),
+                crate::esm::STREAM_NAME,
+                &id,
+            )
+            .await;
             self.log(format!("operator: {id} marked drained"));
         }
     }
 
     /// The shards marked drained, and every shard with a watermark.
     async fn watermarks_drained(&self) -> (Vec<String>, Vec<String>) {
-        let all = awsmp_pipeline::ports::WatermarkStore::shards(self.watermarks.as_ref())
-            .await
-            .unwrap_or_default();
+        let all = awsmp_pipeline::ports::WatermarkStore::shards(
+            self.watermarks.as_ref(),
+            crate::esm::STREAM_NAME,
+        )
+        .await
+        .unwrap_or_default();
         let drained = all.iter().filter(|w| w.drained).map(|w| w.shard_id.clone());
         let published = all.iter().map(|w| w.shard_id.clone());
         (drained.collect(), published.collect())

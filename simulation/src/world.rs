@@ -201,6 +201,7 @@ fn pipeline_config(setup: &Setup) -> Config {
             "AWSMP_DEPROVISION_WORK_QUEUE_URL" => "deprovision-work",
             "AWSMP_CLEANUP_QUEUE_URL" => "cleanup",
             "AWSMP_INGEST_WATERMARK_TABLE" => "ingest-watermarks",
+            "AWSMP_USAGE_STREAM" => crate::esm::STREAM_NAME,
             "AWSMP_BILLABLE_WINDOW_HOURS" => window.as_str(),
             _ => return None,
         };
@@ -258,6 +259,7 @@ fn consumer_over(
             ctx: ctx.clone(),
         }),
         watermarks: Some(marks),
+        archive: None,
         metrics: MetricsSink::capture("kinesis-consumer"),
         clock,
     }

@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use chrono::{DateTime, Duration, SecondsFormat, TimeZone, Utc};
+use chrono::{DateTime, Duration, SecondsFormat, SubsecRound, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -206,7 +206,9 @@ impl CloudTrailLog {
         }
         self.events.push(LoggedEvent {
             id: event_id,
-            time: now,
+            // CloudTrail's event times are whole seconds (the `eventTime` above): a lookup
+            // whose EndTime is this very instant, in milliseconds, must still find the call.
+            time: now.trunc_subsecs(0),
             name: "BatchMeterUsage".into(),
             read_only: false,
             json: event.to_string(),

@@ -23,8 +23,8 @@
 //! faults.script("advance", [FaultKind::LoseResponse]);
 //! let store = Faulty::new(MemoryWatermarkStore::new(), "watermarks", faults.clone());
 //! let at = "2026-11-30T10:00:00Z".parse().unwrap();
-//! assert!(store.advance("shardId-0", at).await.is_err()); // applied, answer lost
-//! assert!(!store.advance("shardId-0", at).await.unwrap()); // the retry finds it applied
+//! assert!(store.advance("awsmp-usage-events", "shardId-0", at).await.is_err()); // applied, answer lost
+//! assert!(!store.advance("awsmp-usage-events", "shardId-0", at).await.unwrap()); // the retry finds it applied
 //! assert_eq!(faults.injected(), 1);
 //! # });
 //! ```
