@@ -318,6 +318,23 @@ async fn status_of_the_deprovisioned_license(env: &LocalEnv, now: &str) -> Resul
     let out = meterctl(env, now, &["status", "--license", &license])?;
     assert_eq!(out.status.code(), Some(0));
     let v = json(&out)?;
+    // THEN the one answer names where the license stands, with its times
+    let entry = &v["subscription"][0];
+    let state = entry["state"].as_str().context("subscription state")?;
+    let summary = entry["summary"].as_str().context("summary")?;
+    if pending.is_some() {
+        assert!(
+            ["inFlushWindow", "windowClosed"].contains(&state),
+            "{entry}"
+        );
+        assert!(summary.contains("deprovision"), "{summary}");
+    } else {
+        assert_eq!(state, "inactive", "{entry}");
+        assert!(
+            summary.contains("is inactive") && summary.contains("finalized"),
+            "{summary}"
+        );
+    }
     let hours = v["groupHours"].as_array().context("groupHours")?;
     assert!(!hours.is_empty());
     for h in hours {

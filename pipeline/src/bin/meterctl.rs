@@ -4,15 +4,16 @@
 
 use anyhow::{Context, Result, bail};
 use awsmp_pipeline::adapters::cloudtrail::CloudTrailMeteringTrail;
-use awsmp_pipeline::adapters::dynamodb::{DynamoDbDeprovisioningIndex, DynamoDbWatermarkStore};
+use awsmp_pipeline::adapters::dynamodb::DynamoDbWatermarkStore;
 use awsmp_pipeline::config::Config;
 use awsmp_pipeline::domain::keys::HourBucket;
 use awsmp_pipeline::ops::ledger::{EXIT_CLEAN, EXIT_UNEXPLAINED, Ledger};
 use awsmp_pipeline::ops::read::{OpsTables, Query, sources};
 use awsmp_pipeline::ops::sources::HourSources;
 use awsmp_pipeline::ops::status::{Moment, status};
+use awsmp_pipeline::ops::subscription::{SubscriptionState, SubscriptionView};
 use awsmp_pipeline::ops::{redrive, render, verify};
-use awsmp_pipeline::ports::{DeprovisioningIndex, WatermarkStore};
+use awsmp_pipeline::ports::WatermarkStore;
 use chrono::{DateTime, Duration, Utc};
 use clap::{Args, Parser, Subcommand};
 use std::process::ExitCode;
@@ -229,14 +230,13 @@ async fn status_cmd(ctx: &Ctx, s: &Selection) -> Result<u8> {
             .is_none_or(|a| *a == h.group.customer_aws_account_id)
             && s.dimension.as_ref().is_none_or(|d| *d == h.group.dimension)
     });
-    let deprovisioning = match &ctx.config.subscribers_table {
-        Some(t) => DynamoDbDeprovisioningIndex::new(ctx.tables.client.clone(), t)
-            .active()
-            .await?
-            .into_iter()
-            .find(|d| d.license_arn == s.license),
-        None => None,
-    };
+    // A consistent read of the license's subscriber entries, not the (eventually consistent,
+    // sparse) deprovisioning index: it names a finalized license too.
+    let subscriptions = ctx.tables.subscriptions(&s.license).await?;
+    let deprovisioning = subscriptions
+        .iter()
+        .filter(|v| v.state(ctx.now) != SubscriptionState::Inactive)
+        .find_map(SubscriptionView::deprovisioning);
     let moment = Moment {
         now: ctx.now,
         time: &ctx.config.time,
@@ -246,16 +246,22 @@ async fn status_cmd(ctx: &Ctx, s: &Selection) -> Result<u8> {
     };
     let statuses: Vec<_> = sources.iter().map(|h| status(h, &moment)).collect();
     if ctx.json {
-        print_json(
-            &serde_json::json!({"license": s.license, "deprovisioning": deprovisioning.as_ref().map(|d| d.expiry), "groupHours": statuses}),
-        )?;
+        let subscription: Vec<_> = subscriptions
+            .iter()
+            .map(|v| serde_json::json!({"entry": v, "state": v.state(ctx.now), "summary": v.describe(ctx.now)}))
+            .collect();
+        print_json(&serde_json::json!({
+            "license": s.license,
+            "subscription": subscription,
+            "deprovisioning": deprovisioning.as_ref().map(|d| d.expiry),
+            "groupHours": statuses,
+        }))?;
     } else {
-        if let Some(d) = &deprovisioning {
-            println!(
-                "license {} is deprovisioning: AWS stops accepting usage at {}",
-                s.license,
-                d.expiry.to_rfc3339()
-            );
+        if subscriptions.is_empty() && ctx.tables.subscribers.is_some() {
+            println!("license {} has no subscriber entry", s.license);
+        }
+        for v in &subscriptions {
+            println!("{}", v.describe(ctx.now));
         }
         print!("{}", render::status_text(&statuses));
     }

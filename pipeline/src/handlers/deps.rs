@@ -109,10 +109,17 @@ pub struct DiscovererDeps {
 }
 
 impl DiscovererDeps {
-    /// Resolve from `svc`: the usage table and the work queue must be configured, and with a
-    /// subscribers table the deprovision-work queue too.
+    /// Resolve from `svc`: the usage table and the work queue must be configured, with a
+    /// subscribers table the deprovision-work queue too, and with a watermark table the usage
+    /// stream whose shards the fence waits for.
     pub fn from_services(svc: &Services) -> Result<Self> {
         let stage = "discoverer";
+        if svc.watermarks.is_some() && svc.config.usage_stream.is_none() {
+            return Err(PipelineError::Config(format!(
+                "the {stage} needs the usage stream (AWSMP_USAGE_STREAM) with the ingest \
+                 watermark table (AWSMP_INGEST_WATERMARK_TABLE): the fence waits for its shards"
+            )));
+        }
         let deprovision = match &svc.deprovisioning {
             None => None,
             Some(index) => Some(DeprovisionFlush {
@@ -273,6 +280,20 @@ mod tests {
         svc.deprovision_queue = None;
         let e = DiscovererDeps::from_services(&svc).unwrap_err().to_string();
         assert!(e.contains("AWSMP_DEPROVISION_WORK_QUEUE_URL"), "{e}");
+        // A watermark table without its stream: the fence would have no shards to wait for.
+        let mut svc = services("full", true);
+        svc.watermarks = Some(Arc::new(
+            crate::adapters::memory::MemoryWatermarkStore::new(),
+        ));
+        let e = DiscovererDeps::from_services(&svc).unwrap_err().to_string();
+        assert!(e.contains("AWSMP_USAGE_STREAM"), "{e}");
+        svc.config.usage_stream = Some("awsmp-usage".into());
+        assert!(
+            DiscovererDeps::from_services(&svc)
+                .unwrap()
+                .watermarks
+                .is_some()
+        );
         // Expiry and the submitter need only what every deployment has.
         assert!(ExpiryDeps::from_services(&svc).is_ok());
         assert!(SubmitterDeps::from_services(&svc).is_ok());

@@ -8,6 +8,7 @@
 //! | [`sources`] | the per-group-hour summaries the ledger reads |
 //! | [`ledger`] | the ledger lines, differences, reasons, totals and exit status |
 //! | [`status`] | one group-hour's state and what happens next |
+//! | [`subscription`] | the license's subscription: active, flushing, closed or finalized |
 //! | [`redrive`] | whether a group-hour may be re-driven, and the conditional resets |
 //! | [`verify`] | stored values against their recomputation |
 //! | [`read`] | the DynamoDB reads behind all of them |
@@ -19,5 +20,6 @@ pub mod redrive;
 pub mod render;
 pub mod sources;
 pub mod status;
+pub mod subscription;
 pub mod trail;
 pub mod verify;

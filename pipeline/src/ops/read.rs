@@ -7,12 +7,15 @@
 use crate::adapters::dynamodb::aggregated_from_item;
 use crate::contract::attrs as a;
 use crate::contract::status::RawStatus;
+use crate::contract::subscribers as sub;
 use crate::domain::keys::{GroupKey, HourBucket, split_usage_sort_key};
 use crate::error::{PipelineError, Result};
 use crate::ops::sources::HourSources;
+use crate::ops::subscription::SubscriptionView;
 use crate::ops::trail::TrailRecord;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue as Av;
+use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 type Item = HashMap<String, Av>;
@@ -168,6 +171,38 @@ impl OpsTables {
         Ok(out)
     }
 
+    /// Every subscriber entry of `license` (one per buyer account), with a consistent read:
+    /// where `meterctl status` learns whether the license is active, in its flush window, or
+    /// finalized. Empty without a subscribers table.
+    pub async fn subscriptions(&self, license: &str) -> Result<Vec<SubscriptionView>> {
+        let Some(table) = &self.subscribers else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(table)
+                .consistent_read(true)
+                .key_condition_expression("#l = :l")
+                .expression_attribute_names("#l", a::LICENSE_ARN)
+                .expression_attribute_values(":l", Av::S(license.to_owned()))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(dynamo_err("Query", table))?;
+            for item in page.items.unwrap_or_default() {
+                out.push(subscription(table, license, &item)?);
+            }
+            start = page.last_evaluated_key;
+            if start.is_none() {
+                return Ok(out);
+            }
+        }
+    }
+
     /// The consumer's rejections of `licenses` in `from..=to`, by group-hour and reason (only
     /// those it could attribute to a row: `rowSortKey` set).
     pub async fn consumer_rejected(
@@ -197,6 +232,33 @@ impl OpsTables {
         }
         Ok(out)
     }
+}
+
+fn time(table: &str, item: &Item, k: &str) -> Result<Option<DateTime<Utc>>> {
+    text(item, k)
+        .map(|v| {
+            DateTime::parse_from_rfc3339(v)
+                .map(|t| t.with_timezone(&Utc))
+                .map_err(|_| PipelineError::MalformedItem {
+                    table: table.to_owned(),
+                    detail: format!("{k} {v:?} is not RFC 3339"),
+                })
+        })
+        .transpose()
+}
+
+fn subscription(table: &str, license: &str, item: &Item) -> Result<SubscriptionView> {
+    Ok(SubscriptionView {
+        license_arn: license.to_owned(),
+        customer_aws_account_id: text(item, a::CUSTOMER_AWS_ACCOUNT_ID)
+            .unwrap_or_default()
+            .to_owned(),
+        subscription_status: text(item, sub::SUBSCRIPTION_STATUS).map(str::to_owned),
+        agreement_status: text(item, sub::AGREEMENT_STATUS).map(str::to_owned),
+        deprovisioning_expiry: time(table, item, sub::DEPROVISIONING_EXPIRY)?,
+        license_event_at: time(table, item, sub::LICENSE_EVENT_AT)?,
+        updated_at: time(table, item, a::UPDATED_AT)?,
+    })
 }
 
 fn sort_key_group(license: &str, sk: &str) -> Option<GroupKey> {

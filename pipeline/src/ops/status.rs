@@ -88,12 +88,18 @@ pub fn status(s: &HourSources, m: &Moment<'_>) -> HourStatus {
         Some(r) => record_next(r, s, m),
         None => rows_next(s, m),
     };
-    if let Some(d) = m.deprovisioning {
-        next.push_str(&format!(
+    match m.deprovisioning {
+        Some(d) if d.expiry > m.now => next.push_str(&format!(
             " The license is deprovisioning: AWS stops accepting its usage at {}; the pipeline \
              flushes its open hours before then.",
             d.expiry.to_rfc3339()
-        ));
+        )),
+        Some(d) => next.push_str(&format!(
+            " The license's deprovisioning window closed at {}: AWS accepts no more of its \
+             usage.",
+            d.expiry.to_rfc3339()
+        )),
+        None => {}
     }
     HourStatus {
         group: s.group.clone(),

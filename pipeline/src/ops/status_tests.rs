@@ -105,6 +105,17 @@ fn a_deprovisioned_license_says_not_subscribed_and_its_deadline() {
     assert!(st.next.contains("CustomerNotSubscribed"), "{}", st.next);
     assert!(st.next.contains("deprovisioning"), "{}", st.next);
     assert!(st.next.contains("2026-12-01T16:00:00"), "{}", st.next);
+
+    // AND once the window has closed, the answer says so rather than "stops at"
+    let mut m = moment(at(16, 30), &t);
+    m.deprovisioning = Some(&d);
+    let st = status(&s, &m);
+    assert!(
+        st.next.contains("window closed at 2026-12-01T16:00:00"),
+        "{}",
+        st.next
+    );
+    assert!(!st.next.contains("stops accepting"), "{}", st.next);
 }
 
 #[test]

@@ -11,8 +11,11 @@ pub use memory::MemoryMeteringTrail;
 use crate::ops::trail::{MeteringTrail, TrailError, TrailRecord, TrailWindow};
 use async_trait::async_trait;
 use aws_sdk_cloudtrail::Client;
+use aws_sdk_cloudtrail::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_cloudtrail::operation::lookup_events::LookupEventsError;
 use aws_sdk_cloudtrail::primitives::DateTime as SdkDateTime;
 use aws_sdk_cloudtrail::types::{LookupAttribute, LookupAttributeKey};
+use awsmp_retry::{RetryPolicy, Retryable, retry};
 use chrono::{Duration, Utc};
 use std::time::Duration as StdDuration;
 use tokio::time::Instant;
@@ -26,6 +29,34 @@ pub const LOOKUP_EVENTS_PER_SECOND: u32 = 2;
 /// Event history covers the last 90 days
 /// (<https://docs.aws.amazon.com/awscloudtrail/latest/userguide/view-cloudtrail-events.html>).
 pub const EVENT_HISTORY_DAYS: i64 = 90;
+
+/// Retries of one `LookupEvents` page. The 2 requests/s limit is shared by every caller in
+/// the account and region (the console, another operator, a previous `meterctl` run), so the
+/// pacer alone cannot rule out `ThrottlingException`: a throttled or failed page is asked
+/// again after a full-jitter delay, the same page token each time.
+const LOOKUP_RETRY: RetryPolicy =
+    RetryPolicy::new(8, StdDuration::from_millis(500), StdDuration::from_secs(8));
+
+/// A failed `LookupEvents` call, retried when throttled, a 5xx or a transport failure.
+#[derive(Debug)]
+struct LookupFailure(SdkError<LookupEventsError>);
+
+impl Retryable for LookupFailure {
+    fn is_retryable(&self) -> bool {
+        match &self.0 {
+            SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) => true,
+            SdkError::ResponseError(_) => true,
+            SdkError::ServiceError(e) => {
+                e.raw().status().is_server_error()
+                    || matches!(
+                        e.err().code(),
+                        Some("ThrottlingException" | "Throttling" | "ServiceUnavailable")
+                    )
+            }
+            _ => false,
+        }
+    }
+}
 
 /// CloudTrail's event history, read with `LookupEvents`.
 #[derive(Debug, Clone)]
@@ -44,7 +75,7 @@ impl CloudTrailMeteringTrail {
 #[derive(Debug)]
 pub struct Pacer {
     gap: StdDuration,
-    next: Option<Instant>,
+    next: std::sync::Mutex<Option<Instant>>,
 }
 
 impl Pacer {
@@ -52,16 +83,20 @@ impl Pacer {
     pub fn new(per_second: u32) -> Self {
         Self {
             gap: StdDuration::from_secs(1) / per_second.max(1),
-            next: None,
+            next: std::sync::Mutex::new(None),
         }
     }
 
     /// Wait for the next call's turn.
-    pub async fn ready(&mut self) {
-        if let Some(at) = self.next {
-            tokio::time::sleep_until(at).await;
-        }
-        self.next = Some(Instant::now() + self.gap);
+    pub async fn ready(&self) {
+        let turn = {
+            let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
+            let now = Instant::now();
+            let turn = next.map_or(now, |at| at.max(now));
+            *next = Some(turn + self.gap);
+            turn
+        };
+        tokio::time::sleep_until(turn).await;
     }
 }
 
@@ -82,22 +117,27 @@ impl MeteringTrail for CloudTrailMeteringTrail {
             .attribute_value(event::METERING_EVENT_SOURCE)
             .build()
             .map_err(|e| TrailError::Lookup(Box::new(e)))?;
-        let mut pacer = Pacer::new(LOOKUP_EVENTS_PER_SECOND);
+        let pacer = Pacer::new(LOOKUP_EVENTS_PER_SECOND);
         let mut token: Option<String> = None;
         let mut out = Vec::new();
         loop {
-            pacer.ready().await;
-            let page = self
-                .client
-                .lookup_events()
-                .lookup_attributes(attribute.clone())
-                .start_time(sdk_time(start))
-                .end_time(sdk_time(window.end))
-                .max_results(LOOKUP_EVENTS_MAX_RESULTS)
-                .set_next_token(token.take())
-                .send()
-                .await
-                .map_err(|e| TrailError::Lookup(Box::new(e)))?;
+            let page = retry(&LOOKUP_RETRY, || {
+                let call = self
+                    .client
+                    .lookup_events()
+                    .lookup_attributes(attribute.clone())
+                    .start_time(sdk_time(start))
+                    .end_time(sdk_time(window.end))
+                    .max_results(LOOKUP_EVENTS_MAX_RESULTS)
+                    .set_next_token(token.clone());
+                let pacer = &pacer;
+                async move {
+                    pacer.ready().await;
+                    call.send().await.map_err(LookupFailure)
+                }
+            })
+            .await
+            .map_err(|e| TrailError::Lookup(Box::new(e.0)))?;
             for e in page.events() {
                 if e.event_name() != Some(event::BATCH_METER_USAGE_EVENT) {
                     continue;
@@ -120,7 +160,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_pacer_keeps_two_calls_a_second() {
-        let mut p = Pacer::new(LOOKUP_EVENTS_PER_SECOND);
+        let p = Pacer::new(LOOKUP_EVENTS_PER_SECOND);
         let t0 = Instant::now();
         for _ in 0..5 {
             p.ready().await;
