@@ -77,6 +77,7 @@ pub fn check(w: &World) -> Vec<String> {
     stamped_as_folded(w, &mut out);
     statuses_match_ledger(w, &mut out);
     nothing_left(w, &mut out);
+    out.extend(crate::lifecycle::check(w));
     out
 }
 

@@ -177,6 +177,8 @@ pub struct World {
     pub interleaver: Arc<Interleaver>,
     /// Outcomes of the SQS invocation running now, for its trace line.
     pub outcomes: Mutex<Vec<String>>,
+    /// The license lifecycle's stages (`simulation/src/lifecycle.rs`).
+    pub lifecycle: crate::lifecycle::Lifecycle,
 }
 
 /// The stream as the producer's shard-map source.
@@ -319,6 +321,11 @@ impl World {
             Arc::new(SimQueue::new(name, QUEUE_VISIBILITY, c, f, i))
         };
         let (work, cleanup, deprovision) = (queue("work"), queue("cleanup"), queue("deprovision"));
+        let lifecycle = crate::lifecycle::Lifecycle::new(
+            &ctx,
+            (queue("subscription"), deprovision.clone()),
+            (setup.seed, setup.licenses, setup.steps, setup.start),
+        );
         let faulty_marks = Arc::new(FaultyWatermarks {
             inner: watermarks.clone(),
             ctx: ctx.clone(),
@@ -331,7 +338,7 @@ impl World {
             faulty_marks.clone(),
             clock.clone(),
         );
-        let svc = services_over(
+        let mut svc = services_over(
             &ctx,
             config,
             (&usage, &aggregated),
@@ -339,6 +346,7 @@ impl World {
             faulty_marks,
             clock.clone(),
         );
+        svc.deprovisioning = Some(lifecycle.index());
         let world = Arc::new(World {
             esm: Mutex::new(EventSourceMapping::new(setup.mapping)),
             rng: Mutex::new(StdRng::seed_from_u64(setup.seed)),
@@ -370,6 +378,7 @@ impl World {
             interleavings: Mutex::new(BTreeMap::new()),
             outcomes: Mutex::new(Vec::new()),
             interleaver,
+            lifecycle,
         });
         tokio::task::spawn_local(Interleaver::drive(&world));
         world
