@@ -157,6 +157,18 @@ impl Lifecycle {
         }
     }
 
+    /// [`Lifecycle::new`] for the schedule `setup`, its subscription queue and the deprovision
+    /// work queue.
+    pub fn for_setup(
+        ctx: &Ctx,
+        setup: &crate::world::Setup,
+        queue: Arc<SimQueue>,
+        deprovision: &Arc<SimQueue>,
+    ) -> Self {
+        let schedule = (setup.seed, setup.licenses, setup.steps, setup.start);
+        Self::new(ctx, (queue, deprovision.clone()), schedule)
+    }
+
     /// The pipeline's deprovisioning index over the table, faulty.
     pub fn index(&self) -> Arc<dyn DeprovisioningIndex> {
         Arc::new(FaultyIndex {

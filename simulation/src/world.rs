@@ -4,6 +4,7 @@
 
 use crate::esm::{EventSourceMapping, MappingConfig};
 use crate::faults::{FaultPlan, Rates};
+use crate::lifecycle::Lifecycle;
 use crate::ports::{
     AggregatedFinalized, Ctx, FaultyAggregated, FaultyDedup, FaultyMetering, FaultyRejected,
     FaultyUsage, FaultyWatermarks, SharedUsageRows,
@@ -178,7 +179,7 @@ pub struct World {
     /// Outcomes of the SQS invocation running now, for its trace line.
     pub outcomes: Mutex<Vec<String>>,
     /// The license lifecycle's stages (`simulation/src/lifecycle.rs`).
-    pub lifecycle: crate::lifecycle::Lifecycle,
+    pub lifecycle: Lifecycle,
 }
 
 /// The stream as the producer's shard-map source.
@@ -321,11 +322,7 @@ impl World {
             Arc::new(SimQueue::new(name, QUEUE_VISIBILITY, c, f, i))
         };
         let (work, cleanup, deprovision) = (queue("work"), queue("cleanup"), queue("deprovision"));
-        let lifecycle = crate::lifecycle::Lifecycle::new(
-            &ctx,
-            (queue("subscription"), deprovision.clone()),
-            (setup.seed, setup.licenses, setup.steps, setup.start),
-        );
+        let lifecycle = Lifecycle::for_setup(&ctx, &setup, queue("subscription"), &deprovision);
         let faulty_marks = Arc::new(FaultyWatermarks {
             inner: watermarks.clone(),
             ctx: ctx.clone(),
