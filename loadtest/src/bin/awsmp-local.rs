@@ -34,6 +34,9 @@ enum Command {
         /// kept, so a later `up` seeds it again.
         #[arg(long)]
         ingest_mapping: Option<PathBuf>,
+        /// Products and regions to hold (docs/local-stack.md, "Many products, many regions").
+        #[command(flatten)]
+        shape: ShapeArgs,
     },
     /// Stop exactly the processes `up` started.
     Down {
@@ -106,6 +109,28 @@ enum Command {
     },
 }
 
+/// `up --products N --regions R1,R2`.
+#[derive(clap::Args)]
+struct ShapeArgs {
+    /// How many products (the catalog's first N; the demo catalog grows to N).
+    #[arg(long)]
+    products: Option<usize>,
+    /// Metering regions, comma-separated; must include us-east-1 (the events stack's).
+    #[arg(long, value_delimiter = ',')]
+    regions: Option<Vec<String>>,
+}
+
+impl ShapeArgs {
+    /// `None` when neither flag is given: the running stack's shape.
+    fn shape(&self) -> Result<Option<local::topology::Shape>> {
+        if self.products.is_none() && self.regions.is_none() {
+            return Ok(None);
+        }
+        let regions = self.regions.clone().unwrap_or_default();
+        local::topology::Shape::new(self.products.unwrap_or(1), &regions).map(Some)
+    }
+}
+
 #[derive(Subcommand)]
 enum IngestAction {
     /// Release every held event onto the usage stream, checked against the mapping as it is now.
@@ -138,7 +163,8 @@ async fn main() -> Result<()> {
             catalog,
             ephemeral,
             ingest_mapping,
-        } => up(&paths, catalog, ephemeral, ingest_mapping).await?,
+            shape,
+        } => up(&paths, (catalog, shape.shape()?), ephemeral, ingest_mapping).await?,
         Command::Down { wipe } => {
             let stopped = local::down(&paths, wipe)?;
             println!(
@@ -252,13 +278,14 @@ async fn event(paths: &Paths, source: &str) -> Result<()> {
 
 async fn up(
     paths: &Paths,
-    catalog: Option<PathBuf>,
+    (catalog, shape): (Option<PathBuf>, Option<local::topology::Shape>),
     ephemeral: bool,
     ingest_mapping: Option<PathBuf>,
 ) -> Result<()> {
     let options = UpOptions {
         catalog,
         ephemeral: ephemeral.then_some(true),
+        shape,
     };
     let mut env = local::up(paths, &options).await?;
     if let Some(n) = local::ingest::seed_mapping(paths, &mut env, ingest_mapping.as_deref()).await?

@@ -59,6 +59,7 @@ impl LocalTarget {
         let options = UpOptions {
             catalog: Some(catalog_path),
             ephemeral: None,
+            shape: None,
         };
         let env = local::up(paths, &options)
             .await
