@@ -181,12 +181,7 @@ async fn main() -> Result<()> {
                 println!("{line}");
             }
         }
-        Command::Tick { at } => {
-            let runner = runner(&paths).await?;
-            let report = runner.tick(at.unwrap_or_else(Utc::now)).await?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
-            print_metrics(&runner);
-        }
+        Command::Tick { at } => tick(&paths, at.unwrap_or_else(Utc::now)).await?,
         Command::Invoke {
             function,
             invoked_as,
@@ -224,6 +219,31 @@ async fn main() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `awsmp-local tick`: one runner, or every site's of a multi-product, multi-region stack.
+async fn tick(paths: &Paths, at: DateTime<Utc>) -> Result<()> {
+    if let Some(sites) = sites(paths).await? {
+        let report = sites.tick(at).await?;
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        for (_, runner) in sites.runners() {
+            print_metrics(runner);
+        }
+        return Ok(());
+    }
+    let runner = runner(paths).await?;
+    let report = runner.tick(at).await?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    print_metrics(&runner);
+    Ok(())
+}
+
+/// Every site's runner, when the stack holds more than one (docs/local-stack.md).
+async fn sites(paths: &Paths) -> Result<Option<local::sites::Sites>> {
+    match local::topology::Topology::load(paths)? {
+        Some(t) if t.is_multi() => Ok(Some(local::sites::Sites::open(&t).await?)),
+        _ => Ok(None),
+    }
 }
 
 /// `awsmp-local invoke F`: one handler with a JSON event, as `lambda invoke` would.
@@ -350,11 +370,25 @@ async fn run(paths: &Paths, clock: RunClock, sequential: bool) -> Result<()> {
         clock.speed > 0.0 && clock.every > 0,
         "--speed and --every must be positive"
     );
+    if let Some(sites) = sites(paths).await? {
+        // Every site's tick polls its stream first.
+        tick_on_schedule(&clock, async |at| {
+            Ok(serde_json::to_string(&sites.tick(at).await?)?)
+        })
+        .await?;
+        for (_, runner) in sites.runners() {
+            print_metrics(runner);
+        }
+        return Ok(());
+    }
     let mut runner = runner(paths).await?;
     runner.tick_consumes = sequential;
     let done = std::sync::atomic::AtomicBool::new(false);
     let ticking = async {
-        let out = tick_on_schedule(&runner, &clock).await;
+        let out = tick_on_schedule(&clock, async |at| {
+            Ok(serde_json::to_string(&runner.tick(at).await?)?)
+        })
+        .await;
         done.store(true, std::sync::atomic::Ordering::SeqCst);
         out
     };
@@ -374,8 +408,11 @@ async fn run(paths: &Paths, clock: RunClock, sequential: bool) -> Result<()> {
     Ok(())
 }
 
-/// The ticks of `clock`, until its count or an interrupt.
-async fn tick_on_schedule(runner: &Runner, clock: &RunClock) -> Result<()> {
+/// The ticks of `clock`, until its count or an interrupt; each prints its report's line.
+async fn tick_on_schedule(
+    clock: &RunClock,
+    tick: impl AsyncFn(DateTime<Utc>) -> Result<String>,
+) -> Result<()> {
     let origin = std::time::Instant::now();
     let mut n = 0;
     loop {
@@ -383,8 +420,7 @@ async fn tick_on_schedule(runner: &Runner, clock: &RunClock) -> Result<()> {
             + chrono::Duration::milliseconds(
                 (origin.elapsed().as_secs_f64() * clock.speed * 1000.0) as i64,
             );
-        let report = runner.tick(virtual_now).await?;
-        println!("{}", serde_json::to_string(&report)?);
+        println!("{}", tick(virtual_now).await?);
         n += 1;
         if clock.ticks.is_some_and(|t| n >= t) {
             return Ok(());

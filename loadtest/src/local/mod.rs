@@ -11,6 +11,7 @@ pub mod ingest;
 pub mod lifecycle;
 pub mod procs;
 pub mod resources;
+pub mod sites;
 pub mod topology;
 
 use anyhow::{Context, Result, bail};

@@ -419,6 +419,24 @@ async fn create_site(
     Ok(())
 }
 
+/// A DynamoDB client for the events region's emulator, when `env` is a site outside it.
+pub async fn events_dynamodb(env: &LocalEnv) -> Result<Option<aws_sdk_dynamodb::Client>> {
+    let Some(endpoint) = env.vars.get(EVENTS_DYNAMODB_ENDPOINT) else {
+        return Ok(None);
+    };
+    let mut events = env.clone();
+    let region = env
+        .vars
+        .get("AWSMP_EVENTS_REGION")
+        .cloned()
+        .unwrap_or_else(|| EVENTS_REGION.into());
+    events
+        .vars
+        .insert("AWS_ENDPOINT_URL_DYNAMODB".into(), endpoint.clone());
+    events.vars.insert("AWS_REGION".into(), region);
+    events.dynamodb().await.map(Some)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
