@@ -189,11 +189,14 @@ impl LicenseChange {
                     Err(e) => Err(e),
                 }
             }
-            Self::Deprovisioned { license } => {
-                post(http, admin, "/_sim/deprovision", &json!({"licenseArn": license}))
-                    .await
-                    .map(drop)
-            }
+            Self::Deprovisioned { license } => post(
+                http,
+                admin,
+                "/_sim/deprovision",
+                &json!({"licenseArn": license}),
+            )
+            .await
+            .map(drop),
         }
     }
 }
@@ -217,7 +220,8 @@ async fn post(http: &reqwest::Client, admin: &str, path: &str, body: &Value) -> 
 mod tests {
     use super::*;
 
-    const ARN: &str = "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef";
+    const ARN: &str =
+        "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef";
 
     fn event(detail_type: &str) -> Value {
         json!({"detail-type": detail_type, "detail": {
