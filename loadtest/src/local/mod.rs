@@ -139,15 +139,10 @@ pub async fn up(paths: &Paths, opts: &UpOptions) -> Result<LocalEnv> {
     }
     install_emulators(&paths.tools)?;
     let mut state = State::load(paths)?.unwrap_or_default();
-    let shape = resolve_shape(paths, opts, &mut state)?;
+    let shape = topology::resolve_shape(paths, opts.shape.as_ref(), &mut state)?;
     let mut opts = opts.clone();
     if opts.catalog.is_none() && shape.products > 1 {
-        let path = paths
-            .root
-            .join(format!("catalog-{}-products.json", shape.products));
-        let demo = topology::demo_catalog(shape.products);
-        write_if_changed(&path, &serde_json::to_string_pretty(&demo)?)?;
-        opts.catalog = Some(path);
+        opts.catalog = Some(topology::write_demo_catalog(paths, shape.products)?);
     }
     let opts = &opts;
     let catalog = resolve_catalog(paths, opts, &mut state)?;
@@ -174,7 +169,7 @@ pub async fn up(paths: &Paths, opts: &UpOptions) -> Result<LocalEnv> {
             env.vars.insert("AWSMP_PRODUCT_CODE".into(), code);
         }
         create_resources(&mut env).await?;
-        remove_topology(paths)?;
+        topology::remove_topology(paths)?;
     } else {
         let products = topology::product_codes(&catalog, shape.products)?;
         let plan = topology::plan(paths, &shape, &products);
@@ -182,38 +177,6 @@ pub async fn up(paths: &Paths, opts: &UpOptions) -> Result<LocalEnv> {
     }
     write_if_changed(&paths.env_file(), &env.render())?;
     Ok(env)
-}
-
-/// The shape asked for, else the running stack's, else one product in one region. Services
-/// of a region the shape no longer has are stopped.
-fn resolve_shape(paths: &Paths, opts: &UpOptions, state: &mut State) -> Result<topology::Shape> {
-    let shape = match (&opts.shape, topology::Topology::load(paths)?) {
-        (Some(s), _) => s.clone(),
-        (None, Some(t)) => t.shape()?,
-        (None, None) => topology::Shape::default(),
-    };
-    let mut kept = Vec::new();
-    for s in std::mem::take(&mut state.services) {
-        let region = s.name.split_once('@').map(|(_, r)| r);
-        if region.is_some_and(|r| !shape.regions.iter().any(|x| x == r)) {
-            procs::stop(&s)?;
-        } else {
-            kept.push(s);
-        }
-    }
-    state.services = kept;
-    Ok(shape)
-}
-
-/// `topology.json` and the per-site env files: they describe a running stack only.
-fn remove_topology(paths: &Paths) -> Result<()> {
-    if let Some(t) = topology::Topology::load(paths)? {
-        for site in t.sites.iter().filter(|s| !s.events) {
-            std::fs::remove_file(&site.env_file).ok();
-        }
-    }
-    std::fs::remove_file(topology::topology_file(paths)).ok();
-    Ok(())
 }
 
 /// The simulator's catalog: the one asked for, else the running stack's, else the demo
@@ -314,7 +277,7 @@ pub fn down(paths: &Paths, wipe: bool) -> Result<Vec<String>> {
         }
         std::fs::remove_file(paths.state_file()).ok();
     }
-    remove_topology(paths)?;
+    topology::remove_topology(paths)?;
     std::fs::remove_file(paths.env_file()).ok();
     if wipe {
         wipe_state(paths)?;

@@ -419,6 +419,50 @@ async fn create_site(
     Ok(())
 }
 
+/// The shape asked for, else the running stack's, else one product in one region. Services
+/// of a region the shape no longer has are stopped.
+pub(super) fn resolve_shape(
+    paths: &Paths,
+    asked: Option<&Shape>,
+    state: &mut State,
+) -> Result<Shape> {
+    let shape = match (asked, Topology::load(paths)?) {
+        (Some(s), _) => s.clone(),
+        (None, Some(t)) => t.shape()?,
+        (None, None) => Shape::default(),
+    };
+    let mut kept = Vec::new();
+    for s in std::mem::take(&mut state.services) {
+        let region = s.name.split_once('@').map(|(_, r)| r);
+        if region.is_some_and(|r| !shape.regions.iter().any(|x| x == r)) {
+            super::procs::stop(&s)?;
+        } else {
+            kept.push(s);
+        }
+    }
+    state.services = kept;
+    Ok(shape)
+}
+
+/// `topology.json` and the per-site env files: they describe a running stack only.
+pub(super) fn remove_topology(paths: &Paths) -> Result<()> {
+    if let Some(t) = Topology::load(paths)? {
+        for site in t.sites.iter().filter(|s| !s.events) {
+            std::fs::remove_file(&site.env_file).ok();
+        }
+    }
+    std::fs::remove_file(topology_file(paths)).ok();
+    Ok(())
+}
+
+/// The demo catalog of `products` products, written to `catalog-N-products.json`.
+pub(super) fn write_demo_catalog(paths: &Paths, products: usize) -> Result<PathBuf> {
+    let path = paths.root.join(format!("catalog-{products}-products.json"));
+    let demo = demo_catalog(products);
+    super::write_if_changed(&path, &serde_json::to_string_pretty(&demo)?)?;
+    Ok(path)
+}
+
 /// A DynamoDB client for the events region's emulator, when `env` is a site outside it.
 pub async fn events_dynamodb(env: &LocalEnv) -> Result<Option<aws_sdk_dynamodb::Client>> {
     let Some(endpoint) = env.vars.get(EVENTS_DYNAMODB_ENDPOINT) else {
