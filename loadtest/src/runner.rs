@@ -172,13 +172,23 @@ impl Runner {
         let clock = Arc::new(FixedClock::new(Utc::now()));
         let metrics = MetricsSink::capture("local-runner");
         let sqs = env.sqs().await?;
-        let svc = Services::from_clients(
+        let mut svc = Services::from_clients(
             config.clone(),
             env.dynamodb().await?,
             sqs.clone(),
             metrics.clone(),
             clock.clone(),
         );
+        // A site outside the events region reads the subscribers table there
+        // (docs/local-stack.md, "Many products, many regions").
+        if let (Some(ddb), Some(table)) = (
+            crate::local::topology::events_dynamodb(&env).await?,
+            &config.subscribers_table,
+        ) {
+            svc.deprovisioning = Some(Arc::new(
+                awsmp_pipeline::adapters::dynamodb::DynamoDbDeprovisioningIndex::new(ddb, table),
+            ));
+        }
         let mut queues = Vec::new();
         for (name, url, consumer) in [
             ("work", &config.work_queue_url, Consumer::Aggregator),

@@ -194,21 +194,27 @@ impl EventSourceMapping {
     }
 
     /// Apply how `delivery` ended: a clean response checkpoints past the batch; a reported
-    /// item failure checkpoints just before it; a function error checkpoints nothing (and
-    /// halves the next batch when bisecting).
+    /// item failure checkpoints just before it; a function error, or a response naming no
+    /// record of the batch, checkpoints nothing (and halves the failed batch when bisecting).
     pub fn complete(&mut self, delivery: &Delivery, completion: &Completion) {
         let batch = self.config.batch_size;
         let bisect = self.config.bisect;
         let lane = self.lanes.get_mut(&delivery.lane).expect("delivered lane");
+        // An identifier naming no record of the batch (or none at all) fails the whole batch,
+        // as a function error does (the local mapping, `awsmp_loadtest::kinesis_esm`, agrees).
+        let names_none = |resp: &KinesisEventResponse| {
+            resp.batch_item_failures.iter().any(|f| {
+                f.item_identifier.as_deref().is_none_or(|id| {
+                    !delivery
+                        .event
+                        .records
+                        .iter()
+                        .any(|r| r.kinesis.sequence_number == id)
+                })
+            })
+        };
         match completion {
-            Completion::FunctionError => {
-                *self.stats.entry("function-errors").or_default() += 1;
-                if bisect && lane.size > 1 {
-                    lane.size = lane.size.div_ceil(2);
-                    *self.stats.entry("bisections").or_default() += 1;
-                }
-            }
-            Completion::Response(resp) => {
+            Completion::Response(resp) if !names_none(resp) => {
                 let failed = resp
                     .batch_item_failures
                     .iter()
@@ -233,6 +239,15 @@ impl EventSourceMapping {
                         lane.next = delivery.indices.last().map_or(lane.next, |i| i + 1);
                         lane.size = batch;
                     }
+                }
+            }
+            _ => {
+                *self.stats.entry("function-errors").or_default() += 1;
+                // Lambda halves the batch that failed, not the batch size it aimed for.
+                let failed = delivery.indices.len();
+                if bisect && failed > 1 {
+                    lane.size = failed.div_ceil(2);
+                    *self.stats.entry("bisections").or_default() += 1;
                 }
             }
         }

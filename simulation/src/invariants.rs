@@ -63,11 +63,8 @@ pub fn quiescent(w: &World) -> bool {
         && lock(&w.esm).ready(&w.stream, now).is_empty()
         && w.work.depth() == 0
         && w.cleanup.depth() == 0
-        && w.aggregated.items().iter().all(|i| !i.pending)
-        && w.usage
-            .rows()
-            .iter()
-            .all(|r| !r.contains_key(a::METERING_PENDING))
+        && !w.aggregated.any_pending()
+        && !w.usage.any_pending()
 }
 
 /// Every violation of the schedule's end state.
@@ -77,6 +74,7 @@ pub fn check(w: &World) -> Vec<String> {
     stamped_as_folded(w, &mut out);
     statuses_match_ledger(w, &mut out);
     nothing_left(w, &mut out);
+    out.extend(crate::lifecycle::check(w));
     out
 }
 
@@ -126,13 +124,15 @@ fn conserved(w: &World, out: &mut Vec<String>) {
             .entry(((l, acc, d), event.reason.clone()))
             .or_default() += q;
     }
+    let billed_groups: std::collections::HashSet<_> =
+        w.ledger.ledger().into_iter().map(|b| b.group).collect();
     for item in w.aggregated.items() {
         let key = gh(&item.group);
         *inp.aggregated.entry(key.clone()).or_default() += item.quantity;
         if item.pending {
             inp.still_pending.insert(key.clone());
         }
-        let billed = w.ledger.ledger().iter().any(|b| b.group == item.group);
+        let billed = billed_groups.contains(&item.group);
         match item.status {
             Some(AggregatedStatus::Success) | None => {}
             // Billed though never answered: the ledger counts it.

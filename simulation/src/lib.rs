@@ -4,6 +4,7 @@
 pub mod esm;
 pub mod faults;
 pub mod invariants;
+pub mod lifecycle;
 pub mod ports;
 pub mod queue;
 pub mod schedule;

@@ -555,10 +555,9 @@ impl FinalizedGroups for AggregatedFinalized {
     ) -> awsmp_consumer::error::Result<HashSet<GroupKey>> {
         let table = self.table.clone();
         let call = async move {
-            let have: HashSet<GroupKey> = table.items().into_iter().map(|i| i.group).collect();
             Ok(groups
                 .iter()
-                .filter(|g| have.contains(*g))
+                .filter(|g| table.contains(g))
                 .cloned()
                 .collect())
         };

@@ -152,6 +152,7 @@ pub fn run_setup(setup: Setup, trace: bool) -> ScheduleReport {
 async fn active(w: &World) {
     let producing_until = w.setup.start + Duration::hours(2);
     for _ in 0..w.setup.steps {
+        w.lifecycle_step().await;
         let choice = lock(&w.rng).random_range(0..100);
         match choice {
             0..=17 if w.clock.now() < producing_until => {
@@ -206,6 +207,7 @@ async fn drain(w: &World) -> bool {
         // Past every batching window (at most 5 s here), so the markers are delivered now.
         w.advance(Duration::seconds(10));
         while w.deliver().await {}
+        w.lifecycle_drain().await;
         w.mark_drained().await;
         for hour_offset in 1..=3 {
             w.discover(DiscovererInput::Meter { hour_offset }).await;

@@ -207,16 +207,10 @@ impl World {
     /// of `group`'s pending rows, so that row grows after the aggregator folded it.
     fn grow_folded_row(&self, group: &GroupKey) {
         let prefix = group.usage_prefix();
-        let second = self.usage.rows().iter().find_map(|r| {
-            let sk = r
-                .get(awsmp_pipeline::contract::attrs::USAGE_SORT_KEY)?
-                .as_s()?;
+        let rows = self.usage.rows_with_prefix(&group.license_arn, &prefix);
+        let second = rows.iter().find_map(|r| {
             let ts = r.get(awsmp_pipeline::contract::attrs::TIMESTAMP)?.as_s()?;
-            (r.get(awsmp_pipeline::contract::attrs::LICENSE_ARN)?
-                .as_s()?
-                == group.license_arn
-                && sk.starts_with(&prefix))
-            .then(|| awsmp_pipeline::domain::keys::parse_usage_timestamp(ts).ok())?
+            awsmp_pipeline::domain::keys::parse_usage_timestamp(ts).ok()
         });
         let Some(arrival) = second else {
             return;

@@ -4,6 +4,7 @@
 
 use crate::esm::{EventSourceMapping, MappingConfig};
 use crate::faults::{FaultPlan, Rates};
+use crate::lifecycle::Lifecycle;
 use crate::ports::{
     AggregatedFinalized, Ctx, FaultyAggregated, FaultyDedup, FaultyMetering, FaultyRejected,
     FaultyUsage, FaultyWatermarks, SharedUsageRows,
@@ -177,6 +178,8 @@ pub struct World {
     pub interleaver: Arc<Interleaver>,
     /// Outcomes of the SQS invocation running now, for its trace line.
     pub outcomes: Mutex<Vec<String>>,
+    /// The license lifecycle's stages (`simulation/src/lifecycle.rs`).
+    pub lifecycle: Lifecycle,
 }
 
 /// The stream as the producer's shard-map source.
@@ -319,6 +322,7 @@ impl World {
             Arc::new(SimQueue::new(name, QUEUE_VISIBILITY, c, f, i))
         };
         let (work, cleanup, deprovision) = (queue("work"), queue("cleanup"), queue("deprovision"));
+        let lifecycle = Lifecycle::for_setup(&ctx, &setup, queue("subscription"), &deprovision);
         let faulty_marks = Arc::new(FaultyWatermarks {
             inner: watermarks.clone(),
             ctx: ctx.clone(),
@@ -331,7 +335,7 @@ impl World {
             faulty_marks.clone(),
             clock.clone(),
         );
-        let svc = services_over(
+        let mut svc = services_over(
             &ctx,
             config,
             (&usage, &aggregated),
@@ -339,6 +343,7 @@ impl World {
             faulty_marks,
             clock.clone(),
         );
+        svc.deprovisioning = Some(lifecycle.index());
         let world = Arc::new(World {
             esm: Mutex::new(EventSourceMapping::new(setup.mapping)),
             rng: Mutex::new(StdRng::seed_from_u64(setup.seed)),
@@ -370,6 +375,7 @@ impl World {
             interleavings: Mutex::new(BTreeMap::new()),
             outcomes: Mutex::new(Vec::new()),
             interleaver,
+            lifecycle,
         });
         tokio::task::spawn_local(Interleaver::drive(&world));
         world

@@ -95,6 +95,28 @@ impl SubscriberStore for MemorySubscriberStore {
     }
 }
 
+/// The pipeline's reader of the sparse deprovisioning index over the same rows: every license
+/// whose flag is set (its flush window open or not yet finalized), as
+/// `awsmp_pipeline::adapters::dynamodb::DynamoDbDeprovisioningIndex` reads the table.
+#[async_trait]
+impl awsmp_pipeline::ports::DeprovisioningIndex for MemorySubscriberStore {
+    async fn active(
+        &self,
+    ) -> awsmp_pipeline::error::Result<Vec<awsmp_pipeline::ports::Deprovisioning>> {
+        Ok(lock(&self.rows)
+            .values()
+            .filter_map(|r| {
+                r.deprovisioning_expiry
+                    .map(|expiry| awsmp_pipeline::ports::Deprovisioning {
+                        license_arn: r.key.license_arn.clone(),
+                        customer_aws_account_id: r.key.customer_aws_account_id.clone(),
+                        expiry,
+                    })
+            })
+            .collect())
+    }
+}
+
 /// A stored profile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredProfile {

@@ -34,6 +34,9 @@ enum Command {
         /// kept, so a later `up` seeds it again.
         #[arg(long)]
         ingest_mapping: Option<PathBuf>,
+        /// Products and regions to hold (docs/local-stack.md, "Many products, many regions").
+        #[command(flatten)]
+        shape: ShapeArgs,
     },
     /// Stop exactly the processes `up` started.
     Down {
@@ -106,6 +109,28 @@ enum Command {
     },
 }
 
+/// `up --products N --regions R1,R2`.
+#[derive(clap::Args)]
+struct ShapeArgs {
+    /// How many products (the catalog's first N; the demo catalog grows to N).
+    #[arg(long)]
+    products: Option<usize>,
+    /// Metering regions, comma-separated; must include us-east-1 (the events stack's).
+    #[arg(long, value_delimiter = ',')]
+    regions: Option<Vec<String>>,
+}
+
+impl ShapeArgs {
+    /// `None` when neither flag is given: the running stack's shape.
+    fn shape(&self) -> Result<Option<local::topology::Shape>> {
+        if self.products.is_none() && self.regions.is_none() {
+            return Ok(None);
+        }
+        let regions = self.regions.clone().unwrap_or_default();
+        local::topology::Shape::new(self.products.unwrap_or(1), &regions).map(Some)
+    }
+}
+
 #[derive(Subcommand)]
 enum IngestAction {
     /// Release every held event onto the usage stream, checked against the mapping as it is now.
@@ -138,7 +163,8 @@ async fn main() -> Result<()> {
             catalog,
             ephemeral,
             ingest_mapping,
-        } => up(&paths, catalog, ephemeral, ingest_mapping).await?,
+            shape,
+        } => up(&paths, (catalog, shape.shape()?), ephemeral, ingest_mapping).await?,
         Command::Down { wipe } => {
             let stopped = local::down(&paths, wipe)?;
             println!(
@@ -155,12 +181,7 @@ async fn main() -> Result<()> {
                 println!("{line}");
             }
         }
-        Command::Tick { at } => {
-            let runner = runner(&paths).await?;
-            let report = runner.tick(at.unwrap_or_else(Utc::now)).await?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
-            print_metrics(&runner);
-        }
+        Command::Tick { at } => tick(&paths, at.unwrap_or_else(Utc::now)).await?,
         Command::Invoke {
             function,
             invoked_as,
@@ -198,6 +219,31 @@ async fn main() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `awsmp-local tick`: one runner, or every site's of a multi-product, multi-region stack.
+async fn tick(paths: &Paths, at: DateTime<Utc>) -> Result<()> {
+    if let Some(sites) = sites(paths).await? {
+        let report = sites.tick(at).await?;
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        for (_, runner) in sites.runners() {
+            print_metrics(runner);
+        }
+        return Ok(());
+    }
+    let runner = runner(paths).await?;
+    let report = runner.tick(at).await?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    print_metrics(&runner);
+    Ok(())
+}
+
+/// Every site's runner, when the stack holds more than one (docs/local-stack.md).
+async fn sites(paths: &Paths) -> Result<Option<local::sites::Sites>> {
+    match local::topology::Topology::load(paths)? {
+        Some(t) if t.is_multi() => Ok(Some(local::sites::Sites::open(&t).await?)),
+        _ => Ok(None),
+    }
 }
 
 /// `awsmp-local invoke F`: one handler with a JSON event, as `lambda invoke` would.
@@ -252,13 +298,14 @@ async fn event(paths: &Paths, source: &str) -> Result<()> {
 
 async fn up(
     paths: &Paths,
-    catalog: Option<PathBuf>,
+    (catalog, shape): (Option<PathBuf>, Option<local::topology::Shape>),
     ephemeral: bool,
     ingest_mapping: Option<PathBuf>,
 ) -> Result<()> {
     let options = UpOptions {
         catalog,
         ephemeral: ephemeral.then_some(true),
+        shape,
     };
     let mut env = local::up(paths, &options).await?;
     if let Some(n) = local::ingest::seed_mapping(paths, &mut env, ingest_mapping.as_deref()).await?
@@ -323,11 +370,25 @@ async fn run(paths: &Paths, clock: RunClock, sequential: bool) -> Result<()> {
         clock.speed > 0.0 && clock.every > 0,
         "--speed and --every must be positive"
     );
+    if let Some(sites) = sites(paths).await? {
+        // Every site's tick polls its stream first.
+        tick_on_schedule(&clock, async |at| {
+            Ok(serde_json::to_string(&sites.tick(at).await?)?)
+        })
+        .await?;
+        for (_, runner) in sites.runners() {
+            print_metrics(runner);
+        }
+        return Ok(());
+    }
     let mut runner = runner(paths).await?;
     runner.tick_consumes = sequential;
     let done = std::sync::atomic::AtomicBool::new(false);
     let ticking = async {
-        let out = tick_on_schedule(&runner, &clock).await;
+        let out = tick_on_schedule(&clock, async |at| {
+            Ok(serde_json::to_string(&runner.tick(at).await?)?)
+        })
+        .await;
         done.store(true, std::sync::atomic::Ordering::SeqCst);
         out
     };
@@ -347,8 +408,11 @@ async fn run(paths: &Paths, clock: RunClock, sequential: bool) -> Result<()> {
     Ok(())
 }
 
-/// The ticks of `clock`, until its count or an interrupt.
-async fn tick_on_schedule(runner: &Runner, clock: &RunClock) -> Result<()> {
+/// The ticks of `clock`, until its count or an interrupt; each prints its report's line.
+async fn tick_on_schedule(
+    clock: &RunClock,
+    tick: impl AsyncFn(DateTime<Utc>) -> Result<String>,
+) -> Result<()> {
     let origin = std::time::Instant::now();
     let mut n = 0;
     loop {
@@ -356,8 +420,7 @@ async fn tick_on_schedule(runner: &Runner, clock: &RunClock) -> Result<()> {
             + chrono::Duration::milliseconds(
                 (origin.elapsed().as_secs_f64() * clock.speed * 1000.0) as i64,
             );
-        let report = runner.tick(virtual_now).await?;
-        println!("{}", serde_json::to_string(&report)?);
+        println!("{}", tick(virtual_now).await?);
         n += 1;
         if clock.ticks.is_some_and(|t| n >= t) {
             return Ok(());

@@ -115,22 +115,22 @@ where
     let mut retries: u32 = 0;
     loop {
         let sub = &batch[..hi];
-        let failed_at = invoke(sub, report, handler).await;
-        match failed_at {
-            None => {
+        let outcome = invoke(sub, report, handler).await;
+        match outcome {
+            Outcome::Done => {
                 return Delivered {
                     done: hi,
                     discarded: None,
                 };
             }
             // A checkpoint inside the batch: what precedes the failure is done.
-            Some(i) if i > 0 => {
+            Outcome::FailedAt(i) if i > 0 => {
                 return Delivered {
                     done: i,
                     discarded: None,
                 };
             }
-            Some(_) => {
+            outcome => {
                 if options.max_retry_attempts.is_some_and(|max| retries >= max) {
                     let rec = failure_record(stream_arn, sub);
                     report.discarded.push(rec.clone());
@@ -147,7 +147,11 @@ where
                     tokio::time::sleep(pause).await;
                 }
                 retries += 1;
-                if options.bisect_on_error && hi > 1 {
+                // A reported failure of the first record is a checkpoint before it: the batch
+                // is "bisected at the returned sequence number" and every record retried
+                // (https://docs.aws.amazon.com/lambda/latest/dg/services-kinesis-batchfailurereporting.html);
+                // only a failed invocation halves it.
+                if outcome == Outcome::Failed && options.bisect_on_error && hi > 1 {
                     report.bisections += 1;
                     hi = hi.div_ceil(2);
                 }
@@ -156,13 +160,24 @@ where
     }
 }
 
-/// Invoke the handler once with `sub`: the index of the first record to retry, or `None`
-/// when the whole sub-batch is done.
+/// How one invocation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// Every record is done.
+    Done,
+    /// `batchItemFailures` named this record (the lowest) first: it and what follows retry.
+    FailedAt(usize),
+    /// A function error, or a response that fails the whole batch (an identifier naming no
+    /// record of it).
+    Failed,
+}
+
+/// Invoke the handler once with `sub`.
 async fn invoke<F, Fut, E>(
     sub: &[KinesisEventRecord],
     report: &mut EsmReport,
     handler: &F,
-) -> Option<usize>
+) -> Outcome
 where
     F: Fn(KinesisEvent) -> Fut,
     Fut: Future<Output = std::result::Result<KinesisEventResponse, E>>,
@@ -180,7 +195,7 @@ where
                 .map(|f| f.item_identifier.as_deref().unwrap_or(""))
                 .collect();
             if ids.is_empty() {
-                return None;
+                return Outcome::Done;
             }
             report.partial_failures += 1;
             // An identifier that names no record of the batch fails the whole batch.
@@ -188,12 +203,14 @@ where
                 .iter()
                 .map(|id| sub.iter().position(|r| r.kinesis.sequence_number == *id))
                 .collect();
-            Some(positions.and_then(|p| p.into_iter().min()).unwrap_or(0))
+            positions
+                .and_then(|p| p.into_iter().min())
+                .map_or(Outcome::Failed, Outcome::FailedAt)
         }
         Err(e) => {
             report.function_errors += 1;
             tracing::warn!(error = %e, records = sub.len(), "handler failed; the mapping retries the batch");
-            Some(0)
+            Outcome::Failed
         }
     }
 }
@@ -256,6 +273,31 @@ mod tests {
             ("100", 1)
         );
         assert_eq!(rec.shard_id, "shardId-000000000000");
+    }
+
+    #[tokio::test]
+    async fn a_failure_of_the_first_record_retries_the_whole_batch_unhalved() {
+        let batch = records(4);
+        let sizes = RefCell::new(Vec::new());
+        let h = |e: KinesisEvent| {
+            sizes.borrow_mut().push(e.records.len());
+            let first = sizes.borrow().len() == 1;
+            async move {
+                Ok::<_, String>(if first {
+                    fail_ids(&["100", "102"])
+                } else {
+                    KinesisEventResponse::default()
+                })
+            }
+        };
+        let opts = EsmOptions {
+            retry_backoff: Duration::ZERO,
+            ..EsmOptions::default()
+        };
+        let mut report = EsmReport::default();
+        let d = deliver("arn", &batch, &opts, &mut report, &h).await;
+        assert_eq!(*sizes.borrow(), vec![4, 4]);
+        assert_eq!((d.done, report.bisections), (4, 0));
     }
 
     #[tokio::test]

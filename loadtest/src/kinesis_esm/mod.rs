@@ -9,8 +9,9 @@
 //!
 //! - `batchItemFailures` are checkpoints: everything before the lowest failed sequence number
 //!   is done, delivery resumes at it;
-//! - a function error (or a failure at the batch's first record) retries the batch, bisected
-//!   when `bisect_on_error` is set;
+//! - a function error (or a response naming no record of the batch) retries the batch,
+//!   bisected when `bisect_on_error` is set; a reported failure of the batch's first record
+//!   retries the whole batch, unhalved (the checkpoint is before it);
 //! - after `max_retry_attempts` retries the batch is discarded: a failure record (shard,
 //!   sequence range, arrival times, size) goes to the on-failure destination queue and the
 //!   mapping moves on.

@@ -39,6 +39,16 @@ impl LocalTarget {
     /// Start the stack (if needed) with the run's catalog, reset the simulator, and create the
     /// run's stream unless the run writes into a named one.
     pub(super) async fn set_up(paths: &Paths, spec: &RunSpec, nonce: u32) -> Result<Self> {
+        // A load run meters one product in one region, with a catalog of its own; it would
+        // replace every region's catalog (docs/local-stack.md, "Many products, many regions").
+        if local::topology::Topology::load(paths)?.is_some_and(|t| t.is_multi()) {
+            anyhow::bail!(
+                "the stack at {} holds several products or regions; a load run needs a \
+                 single-site stack (another AWSMP_LOCAL_DIR, or `awsmp-local up --products 1 \
+                 --regions us-east-1`)",
+                paths.root.display()
+            );
+        }
         let w = &spec.produce.workload;
         // One more license than the workload needs carries the injected bad inputs.
         let injection = usize::from(spec.bad_inputs);
@@ -59,6 +69,7 @@ impl LocalTarget {
         let options = UpOptions {
             catalog: Some(catalog_path),
             ephemeral: None,
+            shape: None,
         };
         let env = local::up(paths, &options)
             .await

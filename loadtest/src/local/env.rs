@@ -16,9 +16,15 @@ pub struct LocalEnv {
 impl LocalEnv {
     /// Endpoints, region and credentials for the running services.
     pub fn for_services(state: &State) -> Result<Self> {
+        Self::for_region(state, LOCAL_REGION)
+    }
+
+    /// Endpoints, region and credentials for the services of `region` (named `service@region`
+    /// outside the events region, [`super::topology::service_name`]).
+    pub fn for_region(state: &State, region: &str) -> Result<Self> {
         let mut vars = BTreeMap::new();
-        vars.insert("AWS_REGION".into(), LOCAL_REGION.into());
-        vars.insert("AWS_DEFAULT_REGION".into(), LOCAL_REGION.into());
+        vars.insert("AWS_REGION".into(), region.into());
+        vars.insert("AWS_DEFAULT_REGION".into(), region.into());
         vars.insert("AWS_ACCESS_KEY_ID".into(), LOCAL_CREDENTIAL.into());
         vars.insert("AWS_SECRET_ACCESS_KEY".into(), LOCAL_CREDENTIAL.into());
         // Never read a developer's real ~/.aws profile while pointed at the emulators.
@@ -26,8 +32,14 @@ impl LocalEnv {
         vars.insert("AWS_SHARED_CREDENTIALS_FILE".into(), "/dev/null".into());
         vars.insert("AWS_EC2_METADATA_DISABLED".into(), "true".into());
         for s in &state.services {
+            let name = match s.name.split_once('@') {
+                Some((name, r)) if r == region => name,
+                Some(_) => continue,
+                None if region == LOCAL_REGION => s.name.as_str(),
+                None => continue,
+            };
             let url = format!("http://127.0.0.1:{}", s.port);
-            let key = match s.name.as_str() {
+            let key = match name {
                 "dynamodb" => "AWS_ENDPOINT_URL_DYNAMODB",
                 "kinesis" => "AWS_ENDPOINT_URL_KINESIS",
                 "sqs" => {

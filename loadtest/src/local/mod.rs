@@ -11,6 +11,8 @@ pub mod ingest;
 pub mod lifecycle;
 pub mod procs;
 pub mod resources;
+pub mod sites;
+pub mod topology;
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -121,6 +123,9 @@ pub struct UpOptions {
     /// Keep emulator data in memory only (faster; nothing to wipe). `None`: keep the running
     /// stack's mode (a new stack persists its data).
     pub ephemeral: Option<bool>,
+    /// Products and regions (docs/local-stack.md, "Many products, many regions"). `None`: the
+    /// running stack's shape, else one product in one region.
+    pub shape: Option<topology::Shape>,
 }
 
 /// The services, in start order.
@@ -134,6 +139,12 @@ pub async fn up(paths: &Paths, opts: &UpOptions) -> Result<LocalEnv> {
     }
     install_emulators(&paths.tools)?;
     let mut state = State::load(paths)?.unwrap_or_default();
+    let shape = topology::resolve_shape(paths, opts.shape.as_ref(), &mut state)?;
+    let mut opts = opts.clone();
+    if opts.catalog.is_none() && shape.products > 1 {
+        opts.catalog = Some(topology::write_demo_catalog(paths, shape.products)?);
+    }
+    let opts = &opts;
     let catalog = resolve_catalog(paths, opts, &mut state)?;
     let running = state.services.iter().any(procs::is_alive);
     let ephemeral = opts.ephemeral.unwrap_or(running && state.ephemeral);
@@ -144,19 +155,26 @@ pub async fn up(paths: &Paths, opts: &UpOptions) -> Result<LocalEnv> {
         );
     }
     state.ephemeral = ephemeral;
-    start_missing(paths, &mut state, &catalog).await?;
+    start_missing(paths, &mut state, &catalog, &shape.regions).await?;
 
     let mut env = LocalEnv::for_services(&state)?;
     env.vars
         .insert("AWSMP_CATALOG".into(), catalog.display().to_string());
-    if let Some(code) = first_product_code(&catalog)? {
-        env.vars.insert("AWSMP_PRODUCT_CODE".into(), code);
-    }
     // dynalite has no TTL, and the age-out sweep checks every bucket back to the raw TTL
     // (365 days by default, 8,760 GSI queries a tick): the local stack uses a 7-day TTL.
     env.vars
         .insert("AWSMP_USAGE_TABLE_TTL_DAYS".into(), "7".into());
-    create_resources(&mut env).await?;
+    if shape.is_single() {
+        if let Some(code) = first_product_code(&catalog)? {
+            env.vars.insert("AWSMP_PRODUCT_CODE".into(), code);
+        }
+        create_resources(&mut env).await?;
+        topology::remove_topology(paths)?;
+    } else {
+        let products = topology::product_codes(&catalog, shape.products)?;
+        let plan = topology::plan(paths, &shape, &products);
+        env = topology::provision(paths, &state, &plan, &env).await?;
+    }
     write_if_changed(&paths.env_file(), &env.render())?;
     Ok(env)
 }
@@ -176,24 +194,33 @@ fn resolve_catalog(paths: &Paths, opts: &UpOptions, state: &mut State) -> Result
         }
     };
     if state.catalog.as_ref().is_some_and(|c| c != &catalog) {
-        // A different catalog needs a fresh simulator.
-        if let Some(sim) = state.service("marketplace-metering") {
+        // A different catalog needs fresh simulators (one per region).
+        let is_sim = |s: &ServiceState| s.name.split('@').next() == Some("marketplace-metering");
+        for sim in state.services.iter().filter(|s| is_sim(s)) {
             procs::stop(sim)?;
         }
-        state.services.retain(|s| s.name != "marketplace-metering");
+        state.services.retain(|s| !is_sim(s));
     }
     state.catalog = Some(catalog.clone());
     Ok(catalog)
 }
 
 /// Start every service that is not running, and wait until all of them listen.
-async fn start_missing(paths: &Paths, state: &mut State, catalog: &Path) -> Result<()> {
+async fn start_missing(
+    paths: &Paths,
+    state: &mut State,
+    catalog: &Path,
+    regions: &[String],
+) -> Result<()> {
     // Pick every port first, holding each until all are chosen, so two services starting at
     // once can never be handed the same free port.
     let mut to_start = Vec::new();
     let mut held = Vec::new();
-    for name in SERVICES {
-        let existing = state.service(name).cloned();
+    let names = regions
+        .iter()
+        .flat_map(|r| SERVICES.map(|s| (topology::service_name(s, r), r.as_str())));
+    for (name, region) in names {
+        let existing = state.service(&name).cloned();
         if let Some(s) = &existing
             && procs::is_alive(s)
         {
@@ -205,12 +232,12 @@ async fn start_missing(paths: &Paths, state: &mut State, catalog: &Path) -> Resu
                 .or_else(|_| std::net::TcpListener::bind("127.0.0.1:0")),
             None => std::net::TcpListener::bind("127.0.0.1:0"),
         }?;
-        to_start.push((name, listener.local_addr()?.port()));
+        to_start.push((name, region, listener.local_addr()?.port()));
         held.push(listener);
     }
     drop(held);
-    for (name, port) in to_start {
-        let spawned = start_service(paths, name, port, catalog, state.ephemeral)?;
+    for (name, region, port) in to_start {
+        let spawned = start_service(paths, (&name, region), port, catalog, state.ephemeral)?;
         state.services.retain(|s| s.name != name);
         state.services.push(spawned.state);
         state.save(paths)?;
@@ -250,6 +277,7 @@ pub fn down(paths: &Paths, wipe: bool) -> Result<Vec<String>> {
         }
         std::fs::remove_file(paths.state_file()).ok();
     }
+    topology::remove_topology(paths)?;
     std::fs::remove_file(paths.env_file()).ok();
     if wipe {
         wipe_state(paths)?;
@@ -258,7 +286,12 @@ pub fn down(paths: &Paths, wipe: bool) -> Result<Vec<String>> {
 }
 
 fn wipe_state(paths: &Paths) -> Result<()> {
-    for dir in [paths.data(), paths.logs(), paths.loadtest()] {
+    for dir in [
+        paths.data(),
+        paths.logs(),
+        paths.loadtest(),
+        topology::sites_dir(paths),
+    ] {
         if dir.exists() {
             std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
         }
@@ -303,7 +336,7 @@ pub fn status(paths: &Paths) -> Result<Vec<String>> {
 
 fn start_service(
     paths: &Paths,
-    name: &str,
+    (name, region): (&str, &str),
     port: u16,
     catalog: &Path,
     ephemeral: bool,
@@ -318,12 +351,12 @@ fn start_service(
         std::fs::create_dir_all(&dir)?;
         Ok(Some(dir.display().to_string()))
     };
-    let (program, args): (PathBuf, Vec<String>) = match name {
+    let (program, args): (PathBuf, Vec<String>) = match name.split('@').next().unwrap_or(name) {
         "kinesis" => {
             let script = tools.join("node").join("kinesalite-loopback.js");
             (
                 "node".into(),
-                kinesalite_args(&script, port, data_dir("kinesis")?),
+                kinesalite_args(&script, port, data_dir(name)?),
             )
         }
         "dynamodb" => {
@@ -332,10 +365,7 @@ fn start_service(
                 .join("node_modules")
                 .join("dynalite")
                 .join("cli.js");
-            (
-                "node".into(),
-                dynalite_args(&script, port, data_dir("dynamodb")?),
-            )
+            ("node".into(), dynalite_args(&script, port, data_dir(name)?))
         }
         "sqs" => (
             tools.join("venv").join("bin").join("moto_server"),
@@ -354,7 +384,7 @@ fn start_service(
                 "--catalog".into(),
                 catalog.display().to_string(),
                 "--region".into(),
-                LOCAL_REGION.into(),
+                region.into(),
             ],
         ),
         other => bail!("unknown service {other}"),

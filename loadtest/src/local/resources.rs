@@ -61,8 +61,9 @@ pub struct ObjectLockDef {
 /// only enabled at creation, <https://docs.aws.amazon.com/AmazonS3/latest/userguide/object-lock.html>).
 pub async fn ensure_bucket(client: &aws_sdk_s3::Client, bucket: &BucketDef) -> Result<()> {
     use aws_sdk_s3::types::{
-        BucketVersioningStatus, DefaultRetention, ObjectLockConfiguration, ObjectLockEnabled,
-        ObjectLockRetentionMode, ObjectLockRule, VersioningConfiguration,
+        BucketLocationConstraint, BucketVersioningStatus, CreateBucketConfiguration,
+        DefaultRetention, ObjectLockConfiguration, ObjectLockEnabled, ObjectLockRetentionMode,
+        ObjectLockRule, VersioningConfiguration,
     };
     if client
         .head_bucket()
@@ -73,9 +74,22 @@ pub async fn ensure_bucket(client: &aws_sdk_s3::Client, bucket: &BucketDef) -> R
     {
         return Ok(());
     }
+    // Outside us-east-1 a bucket is created with its region as location constraint
+    // (https://docs.aws.amazon.com/AmazonS3/latest/API/API_CreateBucket.html).
+    let location = client
+        .config()
+        .region()
+        .map(|r| r.as_ref().to_owned())
+        .filter(|r| r != "us-east-1")
+        .map(|r| {
+            CreateBucketConfiguration::builder()
+                .location_constraint(BucketLocationConstraint::from(r.as_str()))
+                .build()
+        });
     client
         .create_bucket()
         .bucket(&bucket.name)
+        .set_create_bucket_configuration(location)
         .object_lock_enabled_for_bucket(bucket.object_lock.is_some())
         .send()
         .await

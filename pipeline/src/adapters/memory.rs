@@ -498,6 +498,75 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_pending_indexes_follow_every_write() {
+        let usage = MemoryUsageStore::new("u");
+        let g = group("arn:aws:l-1", "d");
+        let later = GroupKey {
+            hour: g.hour.minus_hours(-1),
+            ..g.clone()
+        };
+        usage.put_row(conforming_row(&g, 1, 3, None));
+        usage.put_row(conforming_row(&g, 2, 4, None));
+        let key = |second| RowKey {
+            license_arn: g.license_arn.clone(),
+            sort_key: g.usage_sort_key_at(second),
+        };
+        // A whole-item put that moves a row to another bucket moves it in the index.
+        let mut moved = conforming_row(&g, 2, 4, None);
+        moved.insert(
+            crate::contract::attrs::METERING_PENDING.to_owned(),
+            crate::domain::row::AttrValue::s(later.hour.to_string()),
+        );
+        usage.put_row(moved);
+        assert_eq!(
+            usage.pending_groups(g.hour, None).await.unwrap(),
+            [g.clone()]
+        );
+        assert_eq!(
+            usage.pending_groups(later.hour, None).await.unwrap().len(),
+            1
+        );
+        assert!(usage.finalize_row(&key(1), None, now()).await.unwrap());
+        assert!(usage.pending_groups(g.hour, None).await.unwrap().is_empty());
+        let expired = usage.expire_bucket(later.hour, "r", now()).await.unwrap();
+        assert_eq!(expired.len(), 1);
+        assert!(
+            usage
+                .expire_bucket(later.hour, "r", now())
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert!(!usage.any_pending());
+        assert_eq!(
+            usage
+                .rows_with_prefix(&g.license_arn, &g.usage_prefix())
+                .len(),
+            2
+        );
+
+        let store = MemoryAggregatedStore::new("t");
+        store
+            .put_if_absent(&AggregatedItem::new(g.clone(), 5, None), now())
+            .await
+            .unwrap();
+        assert!(store.any_pending() && store.contains(&g) && !store.contains(&later));
+        let outcome = WriteBack {
+            status: AggregatedStatus::Success,
+            reason: None,
+            metering_record_id: None,
+            ttl: None,
+        };
+        assert!(store.write_back(&g, &outcome, now()).await.unwrap());
+        assert!(store.pending(g.hour, None).await.unwrap().is_empty());
+        assert!(!store.any_pending());
+        let mut again = store.get(&g).await.unwrap().unwrap();
+        again.pending = true;
+        store.insert(again);
+        assert_eq!(store.pending(g.hour, None).await.unwrap().len(), 1);
+    }
+
+    #[tokio::test]
     async fn a_seeded_lag_is_reproducible_and_eventually_propagates() {
         let run = |seed| async move {
             let mode = ReadConsistency::Seeded { seed, stale: 0.5 };

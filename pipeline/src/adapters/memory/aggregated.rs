@@ -9,7 +9,7 @@ use crate::ports::{
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 use std::sync::Mutex;
 
@@ -26,7 +26,7 @@ fn key(group: &GroupKey) -> Key {
 #[derive(Debug)]
 pub struct MemoryAggregatedStore {
     table: String,
-    items: Mutex<BTreeMap<Key, AggregatedItem>>,
+    items: Mutex<Items>,
     lag: Mutex<IndexLag<Key, AggregatedItem>>,
     ttls: Mutex<BTreeMap<Key, i64>>,
     page_size: usize,
@@ -39,7 +39,7 @@ impl MemoryAggregatedStore {
     pub fn new(table: impl Into<String>) -> Self {
         Self {
             table: table.into(),
-            items: Mutex::new(BTreeMap::new()),
+            items: Mutex::new(Items::default()),
             lag: Mutex::new(IndexLag::new(ReadConsistency::Consistent)),
             ttls: Mutex::new(BTreeMap::new()),
             page_size: DEFAULT_PAGE_SIZE,
@@ -69,13 +69,23 @@ impl MemoryAggregatedStore {
     pub fn insert(&self, item: AggregatedItem) {
         let mut items = lock(&self.items);
         let k = key(&item.group);
-        lock(&self.lag).before_write(&k, items.get(&k));
-        items.insert(k, item);
+        lock(&self.lag).before_write(&k, items.by_key.get(&k));
+        items.put(k, item);
     }
 
     /// Every record, in key order.
     pub fn items(&self) -> Vec<AggregatedItem> {
-        lock(&self.items).values().cloned().collect()
+        lock(&self.items).by_key.values().cloned().collect()
+    }
+
+    /// Whether any record is pending.
+    pub fn any_pending(&self) -> bool {
+        !lock(&self.items).pending.is_empty()
+    }
+
+    /// Whether `group` has a record (a consistent read of its key).
+    pub fn contains(&self, group: &GroupKey) -> bool {
+        lock(&self.items).by_key.contains_key(&key(group))
     }
 
     /// The TTL (epoch seconds) set on `group`'s record, if any.
@@ -113,14 +123,65 @@ impl MemoryAggregatedStore {
     fn update_pending(&self, group: &GroupKey, update: impl FnOnce(&mut AggregatedItem)) -> bool {
         let mut items = lock(&self.items);
         let k = key(group);
-        match items.get_mut(&k).filter(|i| i.pending) {
+        match items.by_key.get(&k).filter(|i| i.pending) {
             Some(item) => {
                 lock(&self.lag).before_write(&k, Some(item));
-                update(item);
+                items.update(&k, update);
                 true
             }
             None => false,
         }
+    }
+}
+
+/// The records by primary key, and the sparse pending index over them (the keys of the
+/// pending records, by hour bucket), kept in step on every write.
+#[derive(Debug, Default)]
+struct Items {
+    by_key: BTreeMap<Key, AggregatedItem>,
+    pending: BTreeMap<HourBucket, BTreeSet<Key>>,
+}
+
+impl Items {
+    fn unindex(&mut self, k: &Key) {
+        let Some(hour) = self
+            .by_key
+            .get(k)
+            .filter(|i| i.pending)
+            .map(|i| i.group.hour)
+        else {
+            return;
+        };
+        if let Some(keys) = self.pending.get_mut(&hour) {
+            keys.remove(k);
+            if keys.is_empty() {
+                self.pending.remove(&hour);
+            }
+        }
+    }
+
+    fn reindex(&mut self, k: &Key) {
+        if let Some(item) = self.by_key.get(k).filter(|i| i.pending) {
+            self.pending
+                .entry(item.group.hour)
+                .or_default()
+                .insert(k.clone());
+        }
+    }
+
+    fn put(&mut self, k: Key, item: AggregatedItem) {
+        self.unindex(&k);
+        self.by_key.insert(k.clone(), item);
+        self.reindex(&k);
+    }
+
+    /// Apply `update` to the record at `k`, if any, keeping the index in step.
+    fn update(&mut self, k: &Key, update: impl FnOnce(&mut AggregatedItem)) {
+        self.unindex(k);
+        if let Some(item) = self.by_key.get_mut(k) {
+            update(item);
+        }
+        self.reindex(k);
     }
 }
 
@@ -129,7 +190,7 @@ impl AggregatedStore for MemoryAggregatedStore {
     async fn put_if_absent(&self, item: &AggregatedItem, _now: DateTime<Utc>) -> Result<bool> {
         self.faults.dynamodb("put_if_absent", &self.table)?;
         let mut items = lock(&self.items);
-        if items.contains_key(&key(&item.group)) {
+        if items.by_key.contains_key(&key(&item.group)) {
             return Ok(false);
         }
         // What the DynamoDB adapter's item holds: no outcome and no attempt yet.
@@ -142,13 +203,13 @@ impl AggregatedStore for MemoryAggregatedStore {
             ..item.clone()
         };
         lock(&self.lag).before_write(&key(&item.group), None);
-        items.insert(key(&item.group), stored);
+        items.put(key(&item.group), stored);
         Ok(true)
     }
 
     async fn get(&self, group: &GroupKey) -> Result<Option<AggregatedItem>> {
         self.faults.dynamodb("get", &self.table)?;
-        Ok(lock(&self.items).get(&key(group)).cloned())
+        Ok(lock(&self.items).by_key.get(&key(group)).cloned())
     }
 
     async fn pending(
@@ -159,7 +220,9 @@ impl AggregatedStore for MemoryAggregatedStore {
         self.faults.dynamodb("pending", &self.table)?;
         let view = {
             let items = lock(&self.items);
-            lock(&self.lag).view(&items)
+            let indexed = items.pending.get(&bucket).into_iter().flatten();
+            let in_index = |i: &AggregatedItem| i.pending && i.group.hour == bucket;
+            lock(&self.lag).view(&items.by_key, indexed, in_index)
         };
         let mut out = Vec::new();
         let mut start = None;

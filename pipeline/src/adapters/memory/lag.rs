@@ -67,10 +67,14 @@ impl<K: Ord + Clone, V: Clone> IndexLag<K, V> {
         self.behind.clear();
     }
 
-    /// The table as one index read sees it: the current items, with each lagging key shown at
-    /// its previous version (or absent) when the knob says so.
-    pub(super) fn view(&mut self, current: &BTreeMap<K, V>) -> BTreeMap<K, V> {
-        let mut view = current.clone();
+    /// Decide, for one index read, which lagging keys it still sees at their previous
+    /// version: those keys with that version (`None`: absent). Every other lagging key
+    /// propagates (and stays propagated).
+    fn stale_versions(&mut self) -> BTreeMap<K, Option<V>> {
+        let mut out = BTreeMap::new();
+        if self.behind.is_empty() {
+            return out;
+        }
         let keys: Vec<K> = self.behind.keys().cloned().collect();
         for key in keys {
             let stale = match self.mode {
@@ -80,14 +84,42 @@ impl<K: Ord + Clone, V: Clone> IndexLag<K, V> {
                     stale > 0.0 && self.rng.random_bool(stale.min(1.0))
                 }
             };
-            if !stale {
+            if stale {
+                let previous = self.behind.get(&key).cloned().flatten();
+                out.insert(key, previous);
+            } else {
                 self.behind.remove(&key);
-                continue;
             }
-            match self.behind.get(&key).cloned().flatten() {
-                Some(previous) => view.insert(key, previous),
-                None => view.remove(&key),
-            };
+        }
+        out
+    }
+
+    /// The items one index read of a query sees, by key: each item `matches` keeps, with
+    /// each lagging key shown at its previous version (or absent) when the knob says so.
+    /// `indexed` must name every current key whose item `matches` keeps (the table's own
+    /// index of the query), so that a read costs what the query returns, not the table.
+    pub(super) fn view<'a>(
+        &mut self,
+        current: &BTreeMap<K, V>,
+        indexed: impl IntoIterator<Item = &'a K>,
+        matches: impl Fn(&V) -> bool,
+    ) -> BTreeMap<K, V>
+    where
+        K: 'a,
+    {
+        let stale = self.stale_versions();
+        let mut view: BTreeMap<K, V> = indexed
+            .into_iter()
+            .filter(|k| !stale.contains_key(*k))
+            .filter_map(|k| {
+                let item = current.get(k).filter(|v| matches(v))?;
+                Some((k.clone(), item.clone()))
+            })
+            .collect();
+        for (key, previous) in stale {
+            if let Some(item) = previous.filter(|v| matches(v)) {
+                view.insert(key, item);
+            }
         }
         view
     }

@@ -24,7 +24,7 @@ use std::sync::Mutex;
 #[derive(Debug)]
 pub struct MemoryUsageStore {
     table: String,
-    rows: Mutex<BTreeMap<RowKey, RawUsageRow>>,
+    rows: Mutex<Rows>,
     lag: Mutex<IndexLag<RowKey, RawUsageRow>>,
     page_size: usize,
     /// Faults to inject, by [`UsageStore`] method name.
@@ -36,7 +36,7 @@ impl MemoryUsageStore {
     pub fn new(table: impl Into<String>) -> Self {
         Self {
             table: table.into(),
-            rows: Mutex::new(BTreeMap::new()),
+            rows: Mutex::new(Rows::default()),
             lag: Mutex::new(IndexLag::new(ReadConsistency::Consistent)),
             page_size: DEFAULT_PAGE_SIZE,
             faults: Faults::default(),
@@ -67,19 +67,36 @@ impl MemoryUsageStore {
             return false;
         };
         let mut rows = lock(&self.rows);
-        lock(&self.lag).before_write(&key, rows.get(&key));
-        rows.insert(key, row);
+        lock(&self.lag).before_write(&key, rows.by_key.get(&key));
+        rows.put(key, row);
         true
     }
 
     /// The row stored under `key`.
     pub fn row(&self, key: &RowKey) -> Option<RawUsageRow> {
-        lock(&self.rows).get(key).cloned()
+        lock(&self.rows).by_key.get(key).cloned()
     }
 
     /// Every row, in key order.
     pub fn rows(&self) -> Vec<RawUsageRow> {
-        lock(&self.rows).values().cloned().collect()
+        lock(&self.rows).by_key.values().cloned().collect()
+    }
+
+    /// Whether any row has a `meteringPending` attribute.
+    pub fn any_pending(&self) -> bool {
+        lock(&self.rows)
+            .by_key
+            .values()
+            .any(|r| r.contains_key(a::METERING_PENDING))
+    }
+
+    /// Every row of `license` whose sort key starts with `prefix`, in key order (a
+    /// `begins_with` query, read consistently).
+    pub fn rows_with_prefix(&self, license: &str, prefix: &str) -> Vec<RawUsageRow> {
+        lock(&self.rows)
+            .with_prefix(license, prefix)
+            .map(|(_, r)| r.clone())
+            .collect()
     }
 
     /// One page of the pending index for `bucket` (optionally one license), after `start`,
@@ -109,9 +126,12 @@ impl MemoryUsageStore {
 
     /// Every item of the pending index for `bucket`, page by page (one index read).
     fn index_items(&self, bucket: HourBucket, license: Option<&str>) -> Vec<RawUsageRow> {
+        let hb = bucket.to_string();
         let view = {
             let rows = lock(&self.rows);
-            lock(&self.lag).view(&rows)
+            let indexed = rows.pending.get(&hb).into_iter().flatten();
+            let in_index = |r: &RawUsageRow| pending_bucket(r) == Some(hb.as_str());
+            lock(&self.lag).view(&rows.by_key, indexed, in_index)
         };
         let mut out = Vec::new();
         let mut start = None;
@@ -134,10 +154,78 @@ impl MemoryUsageStore {
         update: impl FnOnce(&mut RawUsageRow),
     ) -> Option<RawUsageRow> {
         let mut rows = lock(&self.rows);
-        let row = rows.get_mut(key).filter(|r| condition(r))?;
+        let row = rows.by_key.get(key).filter(|r| condition(r))?;
         lock(&self.lag).before_write(key, Some(row));
-        update(row);
-        Some(row.clone())
+        rows.update(key, |row| {
+            update(row);
+            row.clone()
+        })
+    }
+}
+
+/// The string `meteringPending` of a row: the bucket whose sparse index holds it.
+fn pending_bucket(row: &RawUsageRow) -> Option<&str> {
+    row.get(a::METERING_PENDING).and_then(AttrValue::as_s)
+}
+
+/// The rows by primary key, and the sparse pending index over them (the keys of the rows
+/// whose `meteringPending` is a string, by that string), kept in step on every write.
+#[derive(Debug, Default)]
+struct Rows {
+    by_key: BTreeMap<RowKey, RawUsageRow>,
+    pending: BTreeMap<String, BTreeSet<RowKey>>,
+}
+
+impl Rows {
+    fn unindex(&mut self, key: &RowKey) {
+        let Some(hb) = self.by_key.get(key).and_then(pending_bucket) else {
+            return;
+        };
+        if let Some(keys) = self.pending.get_mut(hb) {
+            keys.remove(key);
+            if keys.is_empty() {
+                let hb = hb.to_owned();
+                self.pending.remove(&hb);
+            }
+        }
+    }
+
+    fn reindex(&mut self, key: &RowKey) {
+        if let Some(hb) = self.by_key.get(key).and_then(pending_bucket) {
+            self.pending
+                .entry(hb.to_owned())
+                .or_default()
+                .insert(key.clone());
+        }
+    }
+
+    fn put(&mut self, key: RowKey, row: RawUsageRow) {
+        self.unindex(&key);
+        self.by_key.insert(key.clone(), row);
+        self.reindex(&key);
+    }
+
+    /// Apply `update` to the row at `key`, if any, keeping the index in step.
+    fn update<R>(&mut self, key: &RowKey, update: impl FnOnce(&mut RawUsageRow) -> R) -> Option<R> {
+        self.unindex(key);
+        let out = self.by_key.get_mut(key).map(update);
+        self.reindex(key);
+        out
+    }
+
+    /// The rows of `license` whose sort key starts with `prefix`, in key order.
+    fn with_prefix<'a>(
+        &'a self,
+        license: &'a str,
+        prefix: &'a str,
+    ) -> impl Iterator<Item = (&'a RowKey, &'a RawUsageRow)> + 'a {
+        let from = RowKey {
+            license_arn: license.to_owned(),
+            sort_key: prefix.to_owned(),
+        };
+        self.by_key
+            .range(from..)
+            .take_while(move |(k, _)| k.license_arn == license && k.sort_key.starts_with(prefix))
     }
 }
 
@@ -203,12 +291,8 @@ impl UsageStore for MemoryUsageStore {
         let prefix = group.usage_prefix();
         let prefix = prefix.trim_end_matches(':');
         let by_prefix: Vec<RawUsageRow> = lock(&self.rows)
-            .iter()
-            .filter(|(k, r)| {
-                k.license_arn == group.license_arn
-                    && k.sort_key.starts_with(prefix)
-                    && r.contains_key(a::METERING_PENDING)
-            })
+            .with_prefix(&group.license_arn, prefix)
+            .filter(|(_, r)| r.contains_key(a::METERING_PENDING))
             .map(|(_, r)| r.clone())
             .collect();
         by_prefix.into_iter().for_each(&mut *each);
@@ -255,7 +339,7 @@ impl UsageStore for MemoryUsageStore {
         // The same `UpdateItem` stamp as `finalize_row`, so faults are injected under its name.
         self.faults.dynamodb("finalize_row", &self.table)?;
         let mut rows = lock(&self.rows);
-        let Some(row) = rows.get_mut(key) else {
+        let Some(row) = rows.by_key.get(key) else {
             return Ok(FoldedFinalize::Gone);
         };
         if let Some(quantity) = row
@@ -269,19 +353,22 @@ impl UsageStore for MemoryUsageStore {
             });
         }
         lock(&self.lag).before_write(key, Some(row));
-        stamp(row, Some((RawStatus::Aggregated, reason)));
-        match late_difference(folded, row).filter(|late| *late > 0) {
-            None => Ok(FoldedFinalize::Stamped),
-            Some(quantity) => {
-                row.insert(a::FOLDED_QUANTITY.to_owned(), AttrValue::n(folded));
-                row.insert(a::LATE_QUANTITY.to_owned(), AttrValue::n(quantity));
-                row.insert(a::LATE_REASON.to_owned(), AttrValue::s(LATE_USAGE));
-                Ok(FoldedFinalize::Late {
-                    quantity,
-                    recorded_now: true,
-                })
+        let stamped = rows.update(key, |row| {
+            stamp(row, Some((RawStatus::Aggregated, reason)));
+            match late_difference(folded, row).filter(|late| *late > 0) {
+                None => FoldedFinalize::Stamped,
+                Some(quantity) => {
+                    row.insert(a::FOLDED_QUANTITY.to_owned(), AttrValue::n(folded));
+                    row.insert(a::LATE_QUANTITY.to_owned(), AttrValue::n(quantity));
+                    row.insert(a::LATE_REASON.to_owned(), AttrValue::s(LATE_USAGE));
+                    FoldedFinalize::Late {
+                        quantity,
+                        recorded_now: true,
+                    }
+                }
             }
-        }
+        });
+        Ok(stamped.unwrap_or(FoldedFinalize::Gone))
     }
 
     async fn expire_bucket(
