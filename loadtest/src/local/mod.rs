@@ -141,7 +141,12 @@ pub async fn up(paths: &Paths, opts: &UpOptions) -> Result<LocalEnv> {
     let mut state = State::load(paths)?.unwrap_or_default();
     let shape = topology::resolve_shape(paths, opts.shape.as_ref(), &mut state)?;
     let mut opts = opts.clone();
-    if opts.catalog.is_none() && shape.products > 1 {
+    // The demo catalog grows to N products, unless the running stack has a catalog of its own.
+    let running_demo = state
+        .catalog
+        .as_ref()
+        .is_none_or(|c| topology::is_demo_catalog(paths, c));
+    if opts.catalog.is_none() && shape.products > 1 && running_demo {
         opts.catalog = Some(topology::write_demo_catalog(paths, shape.products)?);
     }
     let opts = &opts;

@@ -455,6 +455,15 @@ pub(super) fn remove_topology(paths: &Paths) -> Result<()> {
     Ok(())
 }
 
+/// Whether `catalog` is one `up` wrote (the demo catalog, or one of N products).
+pub(super) fn is_demo_catalog(paths: &Paths, catalog: &Path) -> bool {
+    let name = catalog.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    catalog == paths.default_catalog()
+        || (catalog.parent() == Some(paths.root.as_path())
+            && name.starts_with("catalog-")
+            && name.ends_with("-products.json"))
+}
+
 /// The demo catalog of `products` products, written to `catalog-N-products.json`.
 pub(super) fn write_demo_catalog(paths: &Paths, products: usize) -> Result<PathBuf> {
     let path = paths.root.join(format!("catalog-{products}-products.json"));
@@ -550,6 +559,21 @@ mod tests {
         assert_eq!(t.regions(), ["us-east-1", "eu-west-1"]);
         assert!(t.site("p2/eu-west-1").is_ok());
         assert!(t.site("p3/eu-west-1").is_err());
+    }
+
+    #[test]
+    fn only_the_catalogs_up_writes_are_demo_catalogs() {
+        let p = paths();
+        assert!(is_demo_catalog(&p, &p.default_catalog()));
+        assert!(is_demo_catalog(&p, &p.root.join("catalog-3-products.json")));
+        assert!(!is_demo_catalog(
+            &p,
+            Path::new("/tmp/mine/catalog-3-products.json")
+        ));
+        assert!(!is_demo_catalog(
+            &p,
+            &p.root.join("loadtest/catalog-1.json")
+        ));
     }
 
     #[test]
