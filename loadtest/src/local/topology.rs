@@ -464,12 +464,22 @@ pub(super) fn is_demo_catalog(paths: &Paths, catalog: &Path) -> bool {
             && name.ends_with("-products.json"))
 }
 
-/// The demo catalog of `products` products, written to `catalog-N-products.json`.
-pub(super) fn write_demo_catalog(paths: &Paths, products: usize) -> Result<PathBuf> {
+/// For `shape` of several products, the demo catalog of that many, written to
+/// `catalog-N-products.json`; `None` (the catalog stays as it is) for one product, or when the
+/// running stack's catalog is not one `up` wrote.
+pub(super) fn grown_demo_catalog(
+    paths: &Paths,
+    running: Option<&Path>,
+    shape: &Shape,
+) -> Result<Option<PathBuf>> {
+    let products = shape.products;
+    if products < 2 || running.is_some_and(|c| !is_demo_catalog(paths, c)) {
+        return Ok(None);
+    }
     let path = paths.root.join(format!("catalog-{products}-products.json"));
     let demo = demo_catalog(products);
     super::write_if_changed(&path, &serde_json::to_string_pretty(&demo)?)?;
-    Ok(path)
+    Ok(Some(path))
 }
 
 /// A DynamoDB client for the events region's emulator, when `env` is a site outside it.
