@@ -20,7 +20,6 @@ use crate::outcome::{FlushOutcome, Undelivered, UndeliveredCallback};
 use crate::partition::{partition_hash, partition_key};
 use crate::shards::{KinesisShardMapSource, ShardMapSource};
 use crate::sink::{KinesisRecordSink, RecordSink};
-use crate::wire::encode_event;
 
 struct Prepared {
     event: Event,
@@ -228,7 +227,7 @@ impl Producer {
             // `p:{epoch}:{lane}:{seq}`: deduplicated by sequence, not by a claim per event.
             event.event_id = self.shared.ids.next(partition_hash(&pk));
         }
-        let payload = encode_event(&event);
+        let payload = self.shared.config.wire_version.encode(&event);
         let size = payload.len() + pk.len();
         if size > MAX_RECORD_BYTES {
             let e = ValidationError::EventTooLarge {
