@@ -342,6 +342,12 @@ impl ProducerBuilder {
         self
     }
 
+    /// The encoding written: v2 (the default) or v1 JSON (docs/wire-format.md).
+    pub fn wire_version(mut self, version: crate::wire::WireVersion) -> Self {
+        self.config.wire_version = version;
+        self
+    }
+
     /// Concurrent PutRecords calls.
     pub fn max_in_flight(mut self, n: usize) -> Self {
         self.config.max_in_flight = n;
