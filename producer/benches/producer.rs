@@ -15,7 +15,7 @@ use awsmp_producer::{
 };
 use bytes::Bytes;
 use chrono::{TimeZone, Utc};
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use hdrhistogram::Histogram;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
