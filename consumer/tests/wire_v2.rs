@@ -33,7 +33,7 @@ fn ev(group: usize, ms: i64, quantity: u64, id: u64, tagged: bool) -> Event {
         t0() + Duration::milliseconds(ms),
     )
     .with_producer_id("svc");
-    let e = if id % 2 == 0 {
+    let e = if id.is_multiple_of(2) {
         e.with_event_id(
             GeneratedId {
                 epoch: 42,
@@ -46,7 +46,7 @@ fn ev(group: usize, ms: i64, quantity: u64, id: u64, tagged: bool) -> Event {
         e.with_event_id(format!("caller-{}", id / 4))
     };
     // Tagging is per group, as the row rules require.
-    if tagged && group % 2 == 0 && quantity > 0 {
+    if tagged && group.is_multiple_of(2) && quantity > 0 {
         e.with_allocations(vec![UsageAllocation::new(
             quantity,
             vec![Tag::new("team", format!("t{}", id % 3))],

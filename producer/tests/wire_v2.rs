@@ -21,7 +21,11 @@ fn event(group: usize, ms: i64, quantity: u64, id: u64, allocated: bool) -> Even
     let e = Event::new(
         common::arn(group / 3),
         format!("{:012}", 210_987_654_321u64 + (group % 3) as u64),
-        if group % 2 == 0 { "api" } else { "storage|gb" },
+        if group.is_multiple_of(2) {
+            "api"
+        } else {
+            "storage|gb"
+        },
         quantity,
         common::t0() + Duration::milliseconds(ms),
     )
