@@ -1,7 +1,9 @@
-//! Consumer throughput: decode + verify + fold (events/s per core) at several group
-//! cardinalities, the whole handler over in-memory stores, and write amplification
-//! (UpdateItems per 1,000 events) and dedup cost (dedup-table writes per 1,000 events, for
-//! generated and for caller-supplied ids), printed once per cardinality.
+//! Consumer throughput: decode + verify + fold (events/s per core) of v2 and v1 batches at
+//! 1,000 groups (`decode_verify_fold/v2_1000_groups`, `…/v1_1000_groups`), the whole handler
+//! over in-memory stores, and write amplification (UpdateItems per 1,000 events) and dedup
+//! cost (dedup-table writes per 1,000 events, for generated and for caller-supplied ids),
+//! printed once per cardinality. Figure file (`target/awsmp-bench/<id>.json`):
+//! `consumer-write-amplification`, rows written per distinct (group, second) of a batch.
 //!
 //! `cargo bench -p awsmp-consumer --bench fold`
 
@@ -19,7 +21,8 @@ use awsmp_pipeline::domain::clock::FixedClock;
 use awsmp_producer::Event;
 use awsmp_producer::event_id::{GeneratedId, lane_of};
 use awsmp_producer::partition::{partition_hash, partition_key};
-use awsmp_producer::wire::{encode_aggregated, encode_event};
+use awsmp_producer::wire::{AggregateV2Builder, WireVersion, encode_aggregated};
+use bytes::Bytes;
 use chrono::{Duration, TimeZone, Utc};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
@@ -30,11 +33,17 @@ const STREAM: &str = "arn:aws:kinesis:us-east-1:123456789012:stream/awsmp-usage-
 /// One Lambda batch: 100 aggregates of 50 events over `groups` groups, arriving within one
 /// second (so rows = distinct groups in the batch).
 fn batch(groups: usize, seed: usize) -> Vec<KinesisEventRecord> {
-    batch_with(groups, seed, true)
+    batch_with(groups, seed, true, WireVersion::V2)
 }
 
-/// [`batch`], with producer-generated ids (`p:{epoch}:{lane}:{seq}`) or caller-supplied ones.
-fn batch_with(groups: usize, seed: usize, generated: bool) -> Vec<KinesisEventRecord> {
+/// [`batch`], with producer-generated ids (`p:{epoch}:{lane}:{seq}`) or caller-supplied ones,
+/// in wire version `version`.
+fn batch_with(
+    groups: usize,
+    seed: usize,
+    generated: bool,
+    version: WireVersion,
+) -> Vec<KinesisEventRecord> {
     let at = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
     (0..RECORDS_PER_BATCH)
         .map(|r| {
@@ -64,11 +73,21 @@ fn batch_with(groups: usize, seed: usize, generated: bool) -> Vec<KinesisEventRe
                     let e = Event::new(&license, &account, "api", 1 + (i % 9) as u64, at)
                         .with_event_id(id)
                         .with_producer_id("bench");
-                    (pk, encode_event(&e))
+                    (pk, version.encode(&e))
                 })
                 .collect();
-            let data =
-                encode_aggregated(payloads.iter().map(|(pk, p)| (pk.as_str(), None, &p[..])));
+            let data = match version {
+                WireVersion::V1 => {
+                    encode_aggregated(payloads.iter().map(|(pk, p)| (pk.as_str(), None, &p[..])))
+                }
+                WireVersion::V2 => {
+                    let mut b = AggregateV2Builder::new();
+                    for (pk, p) in payloads.iter() {
+                        b.add(pk, &Bytes::copy_from_slice(p));
+                    }
+                    b.finish()
+                }
+            };
             kinesis_record(
                 STREAM,
                 "shardId-000000000000",
@@ -96,18 +115,21 @@ fn benches(c: &mut Criterion) {
     let events = (EVENTS_PER_RECORD * RECORDS_PER_BATCH) as u64;
     let mut g = c.benchmark_group("decode_verify_fold");
     g.throughput(Throughput::Elements(events));
-    for groups in [10usize, 1_000, 100_000] {
-        let records: Vec<StreamRecord> = batch(groups, 1)
+    for (name, version) in [
+        ("v2_1000_groups", WireVersion::V2),
+        ("v1_1000_groups", WireVersion::V1),
+    ] {
+        let records: Vec<StreamRecord> = batch_with(1_000, 1, true, version)
             .iter()
             .map(|r| stream_record(r).unwrap())
             .collect();
         let rows = decode_verify_fold(&records, &policy);
         eprintln!(
-            "groups={groups}: {rows} rows per batch of {events} events -> {:.1} UpdateItems per 1,000 events",
+            "{name}: {rows} rows per batch of {events} events -> {:.1} UpdateItems per 1,000 events",
             rows as f64 * 1000.0 / events as f64
         );
-        g.bench_with_input(BenchmarkId::from_parameter(groups), &records, |b, recs| {
-            b.iter(|| black_box(decode_verify_fold(recs, &policy)))
+        g.bench_function(name, |b| {
+            b.iter(|| black_box(decode_verify_fold(&records, &policy)))
         });
     }
     g.finish();
@@ -136,7 +158,24 @@ fn benches(c: &mut Criterion) {
         let consumer = stores.consumer(Settings::default(), Arc::new(FixedClock::new(at)));
         let (_, report) = rt.block_on(consumer.process(event.clone()));
         let per_1000 = |n: u64| n as f64 * 1000.0 / report.events_accepted as f64;
-        let supplied = dedup_writes(&rt, batch_with(groups, 2, false), at);
+        let supplied = dedup_writes(&rt, batch_with(groups, 2, false, WireVersion::V2), at);
+        if groups == 1_000 {
+            let records: Vec<StreamRecord> = event
+                .records
+                .iter()
+                .map(|r| stream_record(r).unwrap())
+                .collect();
+            let distinct = decode_verify_fold(&records, &Settings::default().verify);
+            write_figure(
+                "consumer-write-amplification",
+                report.row_writes as f64 / distinct as f64,
+                "ratio",
+                &format!(
+                    "{} row writes ({} UpdateItems) for {distinct} distinct (group, second) in one batch of {} events over 1,000 groups",
+                    report.row_writes, report.update_items, report.events_accepted
+                ),
+            );
+        }
         eprintln!(
             "handler groups={groups}: {} UpdateItems for {} events ({:.1} row writes per 1,000 events); dedup writes per 1,000 events: generated ids {:.1}, caller ids {:.1}, one claim per record (before) {:.1}",
             report.update_items,
@@ -148,6 +187,20 @@ fn benches(c: &mut Criterion) {
         );
     }
     g.finish();
+}
+
+/// One figure file per the bench contract: `<target>/awsmp-bench/<figure>.json`.
+fn write_figure(figure: &str, value: f64, unit: &str, detail: &str) {
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"),
+        std::path::PathBuf::from,
+    );
+    let dir = target.join("awsmp-bench");
+    std::fs::create_dir_all(&dir).unwrap();
+    let body =
+        serde_json::json!({"figure": figure, "value": value, "unit": unit, "detail": detail});
+    std::fs::write(dir.join(format!("{figure}.json")), body.to_string()).unwrap();
+    eprintln!("{figure}: {value:.3} {unit} ({detail})");
 }
 
 /// Dedup-table writes for one first delivery of `records`.

@@ -1,19 +1,21 @@
 //! Producer benchmarks (against an in-memory sink that acknowledges at once):
-//! - `record/…`: `record()` throughput in events/s, collapse off and on;
-//! - `encode/…`: v1 payload encoding and KPL aggregation throughput;
-//! - printed once: `record()` latency percentiles, and bytes on the wire per event compared with
-//!   one plain JSON record per event.
+//! - `record/collapse`, `record/no_collapse` (v2, the default), `record/no_collapse_v1`:
+//!   `record()` throughput in events/s up to delivery;
+//! - `encode/…`: v1 and v2 payload encoding and KPL aggregation throughput;
+//! - figure files (`target/awsmp-bench/<id>.json`): `producer-record-latency-p50` and `-p99`
+//!   (8 tasks recording at once, hdrhistogram), `wire-bytes-per-event-v2-300-groups` and
+//!   `wire-bytes-per-event-v1-json` (300 groups, no collapse); also printed.
 
 use std::time::{Duration, Instant};
 
 use awsmp_producer::partition::{ShardMap, partition_key};
-use awsmp_producer::wire::{AggregateBuilder, encode_event};
+use awsmp_producer::wire::{AggregateBuilder, WireVersion, encode_event, encode_single};
 use awsmp_producer::{
     Event, MemoryRecordSink, Producer, StaticShardMapSource, Tag, UsageAllocation,
 };
 use bytes::Bytes;
 use chrono::{TimeZone, Utc};
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use hdrhistogram::Histogram;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -61,8 +63,13 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 fn start(sink: MemoryRecordSink, collapse: bool) -> Producer {
+    start_v(sink, collapse, WireVersion::V2)
+}
+
+fn start_v(sink: MemoryRecordSink, collapse: bool, version: WireVersion) -> Producer {
     let map = ShardMap::uniform(SHARDS);
     Producer::builder("bench")
+        .wire_version(version)
         .collapse(collapse)
         .linger(Duration::from_millis(100))
         .producer_id("bench")
@@ -76,39 +83,33 @@ fn record_throughput(c: &mut Criterion) {
     let mut g = c.benchmark_group("record");
     g.throughput(Throughput::Elements(batch.len() as u64));
     g.sample_size(10);
-    for collapse in [false, true] {
-        g.bench_with_input(
-            BenchmarkId::new(
-                "events",
-                if collapse {
-                    "collapse_on"
-                } else {
-                    "collapse_off"
-                },
-            ),
-            &collapse,
-            |b, &collapse| {
-                b.iter_custom(|iters| {
-                    rt.block_on(async {
-                        let p = start(
-                            MemoryRecordSink::discarding(ShardMap::uniform(SHARDS)),
-                            collapse,
-                        );
-                        let started = Instant::now();
-                        for _ in 0..iters {
-                            for e in &batch {
-                                p.record(e.clone()).await.unwrap();
-                            }
-                            // Count delivery too: throughput is what reaches the sink.
-                            p.flush().await.unwrap();
+    for (name, collapse, version) in [
+        ("no_collapse", false, WireVersion::V2),
+        ("collapse", true, WireVersion::V2),
+        ("no_collapse_v1", false, WireVersion::V1),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                rt.block_on(async {
+                    let p = start_v(
+                        MemoryRecordSink::discarding(ShardMap::uniform(SHARDS)),
+                        collapse,
+                        version,
+                    );
+                    let started = Instant::now();
+                    for _ in 0..iters {
+                        for e in &batch {
+                            p.record(e.clone()).await.unwrap();
                         }
-                        let took = started.elapsed();
-                        p.shutdown().await.unwrap();
-                        took
-                    })
+                        // Count delivery too: throughput is what reaches the sink.
+                        p.flush().await.unwrap();
+                    }
+                    let took = started.elapsed();
+                    p.shutdown().await.unwrap();
+                    took
                 })
-            },
-        );
+            })
+        });
     }
     g.finish();
 }
@@ -140,6 +141,14 @@ fn encode_throughput(c: &mut Criterion) {
                 .sum::<usize>()
         })
     });
+    g.bench_function("v2_single", |b| {
+        b.iter(|| {
+            with_ids
+                .iter()
+                .map(|e| encode_single(e).len())
+                .sum::<usize>()
+        })
+    });
     g.throughput(Throughput::Bytes(bytes as u64));
     g.bench_function("kpl_aggregate_500", |b| {
         b.iter(|| {
@@ -153,59 +162,141 @@ fn encode_throughput(c: &mut Criterion) {
     g.finish();
 }
 
-/// Per-call `record()` latency percentiles, and bytes on the wire per event, printed once.
-fn report(_c: &mut Criterion) {
+/// One figure file per the bench contract: `<target>/awsmp-bench/<figure>.json`.
+fn write_figure(figure: &str, value: f64, unit: &str, detail: &str) {
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"),
+        std::path::PathBuf::from,
+    );
+    let dir = target.join("awsmp-bench");
+    std::fs::create_dir_all(&dir).unwrap();
+    let body =
+        serde_json::json!({"figure": figure, "value": value, "unit": unit, "detail": detail});
+    std::fs::write(dir.join(format!("{figure}.json")), body.to_string()).unwrap();
+    println!("{figure}: {value:.1} {unit} ({detail})");
+}
+
+/// Tasks recording at once for the latency figures.
+const CONTENDING_TASKS: usize = 8;
+
+/// Per-call `record()` latency percentiles with 8 tasks recording at once.
+fn latency(_c: &mut Criterion) {
     let rt = runtime();
-    let evs = events(200_000, 20, 3);
+    let evs = std::sync::Arc::new(events(200_000, 20, 3));
+    let hist = rt.block_on(async {
+        let p = start(
+            MemoryRecordSink::discarding(ShardMap::uniform(SHARDS)),
+            false,
+        );
+        let per_task = evs.len() / CONTENDING_TASKS;
+        let tasks: Vec<_> = (0..CONTENDING_TASKS)
+            .map(|t| {
+                let (p, evs) = (p.clone(), evs.clone());
+                tokio::spawn(async move {
+                    let mut hist = Histogram::<u64>::new(3).unwrap();
+                    for e in &evs[t * per_task..(t + 1) * per_task] {
+                        let started = Instant::now();
+                        p.record(e.clone()).await.unwrap();
+                        hist.record(started.elapsed().as_nanos() as u64).unwrap();
+                    }
+                    hist
+                })
+            })
+            .collect();
+        let mut all = Histogram::<u64>::new(3).unwrap();
+        for t in tasks {
+            all.add(t.await.unwrap()).unwrap();
+        }
+        p.shutdown().await.unwrap();
+        all
+    });
+    let detail = format!(
+        "{CONTENDING_TASKS} tasks on 2 worker threads, {} record() calls, no collapse, v2; p99.9 {} ns, max {} ns",
+        hist.len(),
+        hist.value_at_quantile(0.999),
+        hist.max()
+    );
+    for (id, q) in [
+        ("producer-record-latency-p50", 0.50),
+        ("producer-record-latency-p99", 0.99),
+    ] {
+        write_figure(id, hist.value_at_quantile(q) as f64, "ns", &detail);
+    }
+}
+
+/// `n` events spread evenly over `groups` groups (ids left for `record()` to generate).
+fn uniform_events(n: usize, groups: usize) -> Vec<Event> {
+    let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
+    (0..n)
+        .map(|i| {
+            let g = (i * 7919) % groups;
+            Event::new(
+                format!("arn:aws:license-manager::123456789012:license:l-{g:032x}"),
+                format!("{:012}", 100_000_000_000u64 + g as u64),
+                ["requests", "gb-hours", "seats"][g % 3],
+                1 + (i % 97) as u64,
+                t0 + chrono::Duration::milliseconds(i as i64),
+            )
+        })
+        .collect()
+}
+
+/// Bytes on the stream per event at 300 groups without collapse, v2 and v1, against one
+/// plain v1 JSON record (payload + partition key, what Kinesis bills) per event.
+fn wire_bytes(_c: &mut Criterion) {
+    let rt = runtime();
+    let evs = uniform_events(100_000, 300);
+    let per_event = |version| {
+        rt.block_on(async {
+            let sink = MemoryRecordSink::new(ShardMap::uniform(4));
+            let p = start_v(sink.clone(), false, version);
+            for e in &evs {
+                p.record(e.clone()).await.unwrap();
+            }
+            p.shutdown().await.unwrap();
+            let records = sink.records();
+            let wire: usize = records.iter().map(|r| r.entry.billed_size()).sum();
+            (wire as f64 / evs.len() as f64, records.len())
+        })
+    };
     let plain: usize = evs
         .iter()
         .map(|e| {
             let e = e
                 .clone()
-                .with_event_id(uuid::Uuid::new_v4().to_string())
+                .with_event_id("p:0123456789abcdef0123456789abcdef:7:123456")
                 .with_producer_id("bench");
             encode_event(&e).len()
                 + partition_key(&e.license_arn, &e.customer_aws_account_id, &e.dimension).len()
         })
         .sum();
-    for collapse in [false, true] {
-        let (hist, wire, records) = rt.block_on(async {
-            let sink = MemoryRecordSink::new(ShardMap::uniform(SHARDS));
-            let p = start(sink.clone(), collapse);
-            let mut hist = Histogram::<u64>::new(3).unwrap();
-            for e in &evs {
-                let t = Instant::now();
-                p.record(e.clone()).await.unwrap();
-                hist.record(t.elapsed().as_nanos() as u64).unwrap();
-            }
-            p.shutdown().await.unwrap();
-            let records = sink.records();
-            let wire: usize = records.iter().map(|r| r.entry.billed_size()).sum();
-            (hist, wire, records.len())
-        });
-        let label = if collapse {
-            "collapse_on "
-        } else {
-            "collapse_off"
-        };
-        println!(
-            "record() latency {label}: p50 {} ns, p99 {} ns, p99.9 {} ns, max {} ns",
-            hist.value_at_quantile(0.50),
-            hist.value_at_quantile(0.99),
-            hist.value_at_quantile(0.999),
-            hist.max()
-        );
-        println!(
-            "wire {label}: {:.1} bytes/event vs {:.1} plain JSON (ratio {:.3}); {} Kinesis records for {} events ({:.1} events/record)",
-            wire as f64 / evs.len() as f64,
-            plain as f64 / evs.len() as f64,
-            wire as f64 / plain as f64,
-            records,
+    let json = plain as f64 / evs.len() as f64;
+    let (v2, v2_records) = per_event(WireVersion::V2);
+    let (v1, v1_records) = per_event(WireVersion::V1);
+    write_figure(
+        "wire-bytes-per-event-v1-json",
+        json,
+        "bytes",
+        "one plain v1 JSON record per event (payload + partition key), generated id, 300 groups",
+    );
+    write_figure(
+        "wire-bytes-per-event-v2-300-groups",
+        v2,
+        "bytes",
+        &format!(
+            "{} events over 300 groups, 4 shards, no collapse, KPL aggregates of 51,200 bytes: v2 {v2:.1} B/event in {v2_records} records ({:.3} of JSON); v1 aggregated {v1:.1} B/event in {v1_records} records ({:.3})",
             evs.len(),
-            evs.len() as f64 / records as f64
-        );
-    }
+            v2 / json,
+            v1 / json
+        ),
+    );
 }
 
-criterion_group!(benches, record_throughput, encode_throughput, report);
+criterion_group!(
+    benches,
+    record_throughput,
+    encode_throughput,
+    latency,
+    wire_bytes
+);
 criterion_main!(benches);

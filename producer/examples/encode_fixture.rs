@@ -1,17 +1,18 @@
 //! Writes what the producer puts on a stream, for an independent deaggregator to check.
 //!
-//! `cargo run -q -p awsmp-producer --example encode_fixture -- OUT.json [--stream NAME]`
+//! `cargo run -q -p awsmp-producer --example encode_fixture -- OUT.json [--stream NAME] [--wire 1|2]`
 //!
 //! Runs the real producer (aggregation on, small aggregates) against an in-memory stream of four
 //! shards and writes JSON: the shard map, every Kinesis record exactly as put (partition key,
 //! explicit hash key, base64 data, shard) and every recorded event as its v1 payload.
 //! With `--stream NAME` it writes to that Kinesis stream instead (endpoint, region and
-//! credentials from the environment) and the JSON holds only the events.
+//! credentials from the environment) and the JSON holds only the events. `--wire` picks the
+//! encoding the producer writes (default: the producer's default, v2; docs/wire-format.md).
 
 use std::time::Duration;
 
 use awsmp_producer::partition::ShardMap;
-use awsmp_producer::wire::encode_event;
+use awsmp_producer::wire::{WireVersion, encode_event};
 use awsmp_producer::{
     Event, MemoryRecordSink, Producer, StaticShardMapSource, Tag, UsageAllocation,
 };
@@ -65,6 +66,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .first()
         .ok_or("usage: encode_fixture OUT.json [--stream NAME]")?
         .clone();
+    let wire: WireVersion = match args.iter().position(|a| a == "--wire") {
+        Some(i) => args.get(i + 1).ok_or("--wire needs 1 or 2")?.parse()?,
+        None => WireVersion::default(),
+    };
     let evs = events();
     let payloads = evs
         .iter()
@@ -72,6 +77,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect::<Result<Vec<_>, _>>()?;
     if let (Some("--stream"), Some(stream)) = (args.get(1).map(String::as_str), args.get(2)) {
         let producer = Producer::builder(stream.clone())
+            .wire_version(wire)
             .max_aggregate_bytes(4096)
             .build()
             .await?;
@@ -90,6 +96,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let map = ShardMap::uniform(4);
     let sink = MemoryRecordSink::new(map.clone());
     let producer = Producer::builder("fixture-stream")
+        .wire_version(wire)
         .max_aggregate_bytes(4096)
         .linger(Duration::from_millis(10))
         .start_with(sink.clone(), StaticShardMapSource::new(map.clone()))?;

@@ -1,17 +1,19 @@
 //! Packing user records into Kinesis records (pure). With aggregation, the user records of one
 //! shard share KPL aggregates up to the configured size, routed by an explicit hash key inside
-//! that shard's range; a lone user record goes plain, as the KPL does.
+//! that shard's range; a lone user record goes plain, as the KPL does. v2 singles become a v2
+//! aggregate (table + refs, docs/wire-format.md); anything else is aggregated as it is.
 
 use bytes::Bytes;
 
 use crate::limits::{MAX_BYTES_PER_PUT, MAX_RECORD_BYTES, MAX_RECORDS_PER_PUT};
 use crate::sink::PutEntry;
-use crate::wire::AggregateBuilder;
+use crate::wire::v2::split_single;
+use crate::wire::{AggregateBuilder, AggregateV2Builder};
 
 /// A user record waiting to be packed.
 #[derive(Debug)]
 pub struct UserRec<M> {
-    /// The v1 payload.
+    /// The self-contained payload (v1 JSON or a v2 single).
     pub payload: Bytes,
     /// Its group's partition key.
     pub partition_key: String,
@@ -58,8 +60,11 @@ pub fn pack<M>(
     }
     let mut out = Vec::new();
     for group in groups {
+        let v2 = group
+            .iter()
+            .all(|u| split_single(&u.payload, &u.partition_key).is_some());
         let mut current: Vec<UserRec<M>> = Vec::new();
-        let mut builder = AggregateBuilder::new();
+        let mut builder = Builder::new(v2);
         for u in group {
             let limit = max_aggregate_bytes.min(
                 MAX_RECORD_BYTES
@@ -67,15 +72,13 @@ pub fn pack<M>(
                         .first()
                         .map_or(u.partition_key.len(), |f| f.partition_key.len()),
             );
-            if !current.is_empty()
-                && builder.encoded_len_with(&u.partition_key, None, u.payload.len()) > limit
-            {
+            if !current.is_empty() && builder.len_with(&u) > limit {
                 out.push(finish(
                     std::mem::take(&mut current),
-                    std::mem::take(&mut builder),
+                    std::mem::replace(&mut builder, Builder::new(v2)),
                 ));
             }
-            builder.add(&u.partition_key, None, u.payload.clone());
+            builder.add(&u);
             current.push(u);
         }
         if !current.is_empty() {
@@ -83,6 +86,48 @@ pub fn pack<M>(
         }
     }
     out
+}
+
+/// The aggregate being filled: v1 user records as they are, or v2 singles as table + refs.
+enum Builder {
+    V1(AggregateBuilder),
+    V2(AggregateV2Builder),
+}
+
+impl Builder {
+    fn new(v2: bool) -> Self {
+        if v2 {
+            Builder::V2(AggregateV2Builder::new())
+        } else {
+            Builder::V1(AggregateBuilder::new())
+        }
+    }
+
+    fn len_with<M>(&self, u: &UserRec<M>) -> usize {
+        match self {
+            Builder::V1(b) => b.encoded_len_with(&u.partition_key, None, u.payload.len()),
+            Builder::V2(b) => b
+                .encoded_len_with(&u.partition_key, &u.payload)
+                .expect("every payload of a v2 group is a single"),
+        }
+    }
+
+    fn add<M>(&mut self, u: &UserRec<M>) {
+        match self {
+            Builder::V1(b) => b.add(&u.partition_key, None, u.payload.clone()),
+            Builder::V2(b) => {
+                let added = b.add(&u.partition_key, &u.payload);
+                debug_assert!(added, "every payload of a v2 group is a single");
+            }
+        }
+    }
+
+    fn finish(self) -> Bytes {
+        match self {
+            Builder::V1(b) => b.finish(),
+            Builder::V2(b) => b.finish(),
+        }
+    }
 }
 
 fn plain<M>(u: UserRec<M>) -> Packed<M> {
@@ -97,7 +142,7 @@ fn plain<M>(u: UserRec<M>) -> Packed<M> {
     }
 }
 
-fn finish<M>(mut users: Vec<UserRec<M>>, builder: AggregateBuilder) -> Packed<M> {
+fn finish<M>(mut users: Vec<UserRec<M>>, builder: Builder) -> Packed<M> {
     if users.len() == 1 {
         return plain(users.pop().expect("one user record"));
     }

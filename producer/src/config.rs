@@ -5,6 +5,7 @@ use std::time::Duration;
 use crate::limits::MAX_RECORD_BYTES;
 use crate::partition::MAX_PARTITION_KEY_CHARS;
 
+pub use crate::wire::WireVersion;
 /// The workspace's one retry policy (`awsmp-retry`), re-exported so a seller needs no second
 /// import: full-jitter delays doubling from `base` up to `cap`.
 pub use awsmp_retry::RetryPolicy;
@@ -55,6 +56,9 @@ pub struct ProducerConfig {
     pub jitter_seed: Option<u64>,
     /// Capacity of the command channel between callers and the background task.
     pub command_capacity: usize,
+    /// The encoding written (docs/wire-format.md): v2 by default, v1 JSON for consumers
+    /// that do not read v2 yet.
+    pub wire_version: WireVersion,
 }
 
 impl ProducerConfig {
@@ -77,6 +81,7 @@ impl ProducerConfig {
             producer_id: None,
             jitter_seed: None,
             command_capacity: 4_096,
+            wire_version: WireVersion::V2,
         }
     }
 

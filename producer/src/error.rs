@@ -140,6 +140,42 @@ pub enum DecodeError {
     /// The event decoded but breaks an event rule.
     #[error(transparent)]
     Invalid(#[from] ValidationError),
+    /// A binary (v2) user record that does not decode (docs/wire-format.md).
+    #[error(transparent)]
+    V2(#[from] V2Error),
+}
+
+/// Why a binary user record does not decode (docs/wire-format.md, "Refusals").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum V2Error {
+    /// The first byte is a binary version other than 2.
+    #[error("unknown wire version byte {0:#04x}")]
+    UnknownVersion(u8),
+    /// A varint or a length-delimited field runs past the end of the record.
+    #[error("v2 record truncated: {0}")]
+    Truncated(String),
+    /// A varint longer than 10 bytes or above 64 bits.
+    #[error("v2 record has a bad varint: {0}")]
+    BadVarint(String),
+    /// A ref whose entry index is outside the aggregate's table (or there is no table).
+    #[error("v2 event refers to an unknown group: {0}")]
+    UnknownGroup(String),
+    /// Anything else: an unknown kind or field, a field twice, a missing field, not UTF-8.
+    #[error("malformed v2 record: {0}")]
+    Malformed(String),
+}
+
+impl V2Error {
+    /// Stable reason code.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            V2Error::UnknownVersion(_) => "UnknownWireVersion",
+            V2Error::Truncated(_) => "V2Truncated",
+            V2Error::BadVarint(_) => "V2BadVarint",
+            V2Error::UnknownGroup(_) => "V2UnknownGroup",
+            V2Error::Malformed(_) => "V2Malformed",
+        }
+    }
 }
 
 impl DecodeError {
@@ -162,6 +198,7 @@ impl DecodeError {
             DecodeError::NegativeOrNonIntegerAllocation(_) => "NegativeOrNonIntegerAllocation",
             DecodeError::MalformedTimestamp(_) => "MalformedTimestamp",
             DecodeError::Invalid(v) => v.reason(),
+            DecodeError::V2(v) => v.reason(),
         }
     }
 }

@@ -12,7 +12,7 @@ use crate::config::ProducerConfig;
 use crate::event::Event;
 use crate::metrics::{Metrics, StatCounters};
 use crate::outcome::{FlushOutcome, Undelivered, UndeliveredCallback};
-use crate::wire::decode_event;
+use crate::wire::decode_payload;
 
 /// Bytes charged per user record on top of its payload and partition key: the bookkeeping the
 /// producer keeps for it while it is held.
@@ -111,7 +111,7 @@ impl Incoming {
         match self.body {
             Body::Event { event, .. } => Some(event),
             // Our own payload always decodes (tested property); `None` only on a bug.
-            Body::Encoded(p) => decode_event(&p).ok(),
+            Body::Encoded(p) => decode_payload(&p).ok(),
         }
     }
 }

@@ -20,7 +20,6 @@ use crate::outcome::{FlushOutcome, Undelivered, UndeliveredCallback};
 use crate::partition::{partition_hash, partition_key};
 use crate::shards::{KinesisShardMapSource, ShardMapSource};
 use crate::sink::{KinesisRecordSink, RecordSink};
-use crate::wire::encode_event;
 
 struct Prepared {
     event: Event,
@@ -228,7 +227,7 @@ impl Producer {
             // `p:{epoch}:{lane}:{seq}`: deduplicated by sequence, not by a claim per event.
             event.event_id = self.shared.ids.next(partition_hash(&pk));
         }
-        let payload = encode_event(&event);
+        let payload = self.shared.config.wire_version.encode(&event);
         let size = payload.len() + pk.len();
         if size > MAX_RECORD_BYTES {
             let e = ValidationError::EventTooLarge {
@@ -340,6 +339,12 @@ impl ProducerBuilder {
     /// Per-second collapse on or off.
     pub fn collapse(mut self, on: bool) -> Self {
         self.config.collapse = on;
+        self
+    }
+
+    /// The encoding written: v2 (the default) or v1 JSON (docs/wire-format.md).
+    pub fn wire_version(mut self, version: crate::wire::WireVersion) -> Self {
+        self.config.wire_version = version;
         self
     }
 

@@ -369,7 +369,7 @@ async fn memory_bound_holds_and_back_pressure_is_applied() {
     let charged: usize = accepted
         .iter()
         .map(|e| {
-            let payload = awsmp_producer::wire::encode_event(e).len();
+            let payload = p.config().wire_version.encode(e).len();
             let pk = awsmp_producer::partition::partition_key(
                 &e.license_arn,
                 &e.customer_aws_account_id,
@@ -545,8 +545,8 @@ async fn resharding_is_learned_and_routing_follows() {
     assert!(!delivered_after.is_empty());
     let mut all = Vec::new();
     for r in &records {
-        for u in deaggregate(&r.entry.data).unwrap() {
-            all.push(awsmp_producer::wire::decode_event(&u.data).unwrap());
+        for u in awsmp_producer::wire::decode_events(&r.entry.data).unwrap() {
+            all.push(u.event.unwrap());
         }
     }
     assert_eq!(assert_conserved(&evs, &all, &outcome), (1_000, 0));

@@ -1,6 +1,7 @@
-//! One stream record: deaggregate, decode, verify, and its de-duplication key.
+//! One stream record: deaggregate, decode (v1 JSON or v2 binary, docs/wire-format.md),
+//! verify, and its de-duplication key.
 
-use awsmp_producer::wire::{MD5_LEN, deaggregate, decode_event, is_aggregated};
+use awsmp_producer::wire::{MD5_LEN, decode_events, is_aggregated};
 use bytes::Bytes;
 use chrono::{DateTime, Duration, Utc};
 use md5::{Digest, Md5};
@@ -100,7 +101,7 @@ fn summary(e: &awsmp_producer::Event) -> EventSummary {
 /// accepted or refused with a reason.
 pub fn decode_record(record: &StreamRecord, policy: &VerifyPolicy) -> DecodedRecord {
     let data = &record.data;
-    let users = match deaggregate(data) {
+    let users = match decode_events(data) {
         Ok(users) => users,
         Err(e) => {
             return DecodedRecord {
@@ -130,9 +131,9 @@ pub fn decode_record(record: &StreamRecord, policy: &VerifyPolicy) -> DecodedRec
         largest_client_skew: None,
     };
     for user in users {
-        let sub = u32::try_from(user.sub_sequence_number).unwrap_or(u32::MAX);
+        let sub = user.sub;
         let item_sub = aggregated.then_some(sub);
-        match decode_event(&user.data) {
+        match user.event {
             Err(e) => out.refused.push(RefusedItem {
                 sub: item_sub,
                 reason: e.reason(),

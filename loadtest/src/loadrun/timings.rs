@@ -43,11 +43,11 @@ pub(super) fn observe_batch(
     let mut t = timings.lock().expect("poisoned");
     for r in &event.records {
         let arrival = r.kinesis.approximate_arrival_timestamp.0;
-        let Ok(user_records) = awsmp_producer::wire::deaggregate(&r.kinesis.data.0) else {
+        let Ok(user_records) = awsmp_producer::wire::decode_events(&r.kinesis.data.0) else {
             continue;
         };
         for u in user_records {
-            let Ok(e) = awsmp_producer::wire::decode_event(&u.data) else {
+            let Ok(e) = u.event else {
                 continue;
             };
             if !t.seen.insert(e.event_id.clone()) {

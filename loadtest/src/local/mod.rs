@@ -141,8 +141,8 @@ pub async fn up(paths: &Paths, opts: &UpOptions) -> Result<LocalEnv> {
     let mut state = State::load(paths)?.unwrap_or_default();
     let shape = topology::resolve_shape(paths, opts.shape.as_ref(), &mut state)?;
     let mut opts = opts.clone();
-    if opts.catalog.is_none() && shape.products > 1 {
-        opts.catalog = Some(topology::write_demo_catalog(paths, shape.products)?);
+    if opts.catalog.is_none() {
+        opts.catalog = topology::grown_demo_catalog(paths, state.catalog.as_deref(), &shape)?;
     }
     let opts = &opts;
     let catalog = resolve_catalog(paths, opts, &mut state)?;

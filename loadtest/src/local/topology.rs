@@ -455,12 +455,31 @@ pub(super) fn remove_topology(paths: &Paths) -> Result<()> {
     Ok(())
 }
 
-/// The demo catalog of `products` products, written to `catalog-N-products.json`.
-pub(super) fn write_demo_catalog(paths: &Paths, products: usize) -> Result<PathBuf> {
+/// Whether `catalog` is one `up` wrote (the demo catalog, or one of N products).
+pub(super) fn is_demo_catalog(paths: &Paths, catalog: &Path) -> bool {
+    let name = catalog.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    catalog == paths.default_catalog()
+        || (catalog.parent() == Some(paths.root.as_path())
+            && name.starts_with("catalog-")
+            && name.ends_with("-products.json"))
+}
+
+/// For `shape` of several products, the demo catalog of that many, written to
+/// `catalog-N-products.json`; `None` (the catalog stays as it is) for one product, or when the
+/// running stack's catalog is not one `up` wrote.
+pub(super) fn grown_demo_catalog(
+    paths: &Paths,
+    running: Option<&Path>,
+    shape: &Shape,
+) -> Result<Option<PathBuf>> {
+    let products = shape.products;
+    if products < 2 || running.is_some_and(|c| !is_demo_catalog(paths, c)) {
+        return Ok(None);
+    }
     let path = paths.root.join(format!("catalog-{products}-products.json"));
     let demo = demo_catalog(products);
     super::write_if_changed(&path, &serde_json::to_string_pretty(&demo)?)?;
-    Ok(path)
+    Ok(Some(path))
 }
 
 /// A DynamoDB client for the events region's emulator, when `env` is a site outside it.
@@ -550,6 +569,21 @@ mod tests {
         assert_eq!(t.regions(), ["us-east-1", "eu-west-1"]);
         assert!(t.site("p2/eu-west-1").is_ok());
         assert!(t.site("p3/eu-west-1").is_err());
+    }
+
+    #[test]
+    fn only_the_catalogs_up_writes_are_demo_catalogs() {
+        let p = paths();
+        assert!(is_demo_catalog(&p, &p.default_catalog()));
+        assert!(is_demo_catalog(&p, &p.root.join("catalog-3-products.json")));
+        assert!(!is_demo_catalog(
+            &p,
+            Path::new("/tmp/mine/catalog-3-products.json")
+        ));
+        assert!(!is_demo_catalog(
+            &p,
+            &p.root.join("loadtest/catalog-1.json")
+        ));
     }
 
     #[test]

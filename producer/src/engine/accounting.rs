@@ -13,7 +13,7 @@ use crate::outcome::{FlushOutcome, Undelivered, UndeliveredReason};
 use crate::partition::partition_key;
 use crate::shards::ShardMapSource;
 use crate::sink::RecordSink;
-use crate::wire::{deaggregate, decode_event};
+use crate::wire::decode_events;
 
 impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
     /// Settles the users of one record, one map update per run of equal epochs.
@@ -89,16 +89,16 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
     /// The events inside `r`, decoded back from the bytes sent, and how many recorded events
     /// they stand for.
     fn undelivered(&self, r: &KRecord, why: &UndeliveredReason) -> (Vec<Undelivered>, u64) {
-        let payloads: Vec<bytes::Bytes> = match deaggregate(&r.entry.data) {
-            Ok(us) => us.into_iter().map(|u| u.data).collect(),
+        let mut payloads: Vec<Option<crate::Event>> = match decode_events(&r.entry.data) {
+            Ok(us) => us.into_iter().map(|u| u.event.ok()).collect(),
             Err(_) => Vec::new(),
         };
         let mut out = Vec::with_capacity(r.users.len());
         let mut events = 0u64;
         for (i, u) in r.users.iter().enumerate() {
             events += u.constituents;
-            match payloads.get(i).map(|p| decode_event(p)) {
-                Some(Ok(event)) => {
+            match payloads.get_mut(i).and_then(Option::take) {
+                Some(event) => {
                     let partition_key = partition_key(
                         &event.license_arn,
                         &event.customer_aws_account_id,
@@ -113,7 +113,7 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
                         constituents: u.constituents as usize,
                     });
                 }
-                _ => {
+                None => {
                     // Our own encoding failed to decode: a bug, never expected (round trips are
                     // property-tested). Say so loudly rather than pretend.
                     error!(

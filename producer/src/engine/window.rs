@@ -12,7 +12,6 @@ use crate::limits::MAX_BYTES_PER_PUT;
 use crate::partition::{partition_hash, partition_key};
 use crate::shards::ShardMapSource;
 use crate::sink::RecordSink;
-use crate::wire::encode_event;
 
 /// Events staged since the window opened.
 #[derive(Default)]
@@ -69,7 +68,7 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         let mut users = std::mem::take(&mut window.plain);
         let mut collapsed_away = 0u64;
         for c in window.collapser.drain() {
-            let payload = bytes::Bytes::from(encode_event(&c.event));
+            let payload = bytes::Bytes::from(self.parts.config.wire_version.encode(&c.event));
             let pk = partition_key(
                 &c.event.license_arn,
                 &c.event.customer_aws_account_id,

@@ -8,7 +8,7 @@ use super::{EntryOutcome, PutEntry, RecordSink, SinkError};
 use crate::error::DecodeError;
 use crate::event::Event;
 use crate::partition::{ShardMap, partition_hash};
-use crate::wire::{deaggregate, decode_event};
+use crate::wire::decode_events;
 
 /// A record the sink accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,8 +86,8 @@ impl MemoryRecordSink {
     pub fn events(&self) -> Result<Vec<Event>, DecodeError> {
         let mut out = Vec::new();
         for r in self.records() {
-            for u in deaggregate(&r.entry.data)? {
-                out.push(decode_event(&u.data)?);
+            for u in decode_events(&r.entry.data)? {
+                out.push(u.event?);
             }
         }
         Ok(out)

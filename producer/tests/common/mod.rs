@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use awsmp_producer::partition::{ShardMap, partition_hash, partition_key};
 use awsmp_producer::sink::StoredRecord;
-use awsmp_producer::wire::{deaggregate, decode_event};
+use awsmp_producer::wire::decode_events;
 use awsmp_producer::{Event, FlushOutcome, Tag, UsageAllocation};
 use chrono::{DateTime, TimeZone, Utc};
 use rand::rngs::StdRng;
@@ -56,9 +56,9 @@ pub fn events(n: usize, groups: usize, seed: u64) -> Vec<Event> {
 pub fn stored_events(records: &[StoredRecord], map: &ShardMap) -> Vec<Event> {
     let mut out = Vec::new();
     for r in records {
-        let users = deaggregate(&r.entry.data).expect("deaggregates");
+        let users = decode_events(&r.entry.data).expect("deaggregates");
         for u in users {
-            let event = decode_event(&u.data).expect("decodes");
+            let event = u.event.expect("decodes");
             let pk = partition_key(
                 &event.license_arn,
                 &event.customer_aws_account_id,
