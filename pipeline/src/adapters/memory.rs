@@ -520,7 +520,7 @@ mod tests {
         usage.put_row(moved);
         assert_eq!(
             usage.pending_groups(g.hour, None).await.unwrap(),
-            [g.clone()]
+            std::slice::from_ref(&g)
         );
         assert_eq!(
             usage.pending_groups(later.hour, None).await.unwrap().len(),
