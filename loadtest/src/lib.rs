@@ -3,6 +3,7 @@
 
 pub mod cli;
 pub mod conservation;
+pub mod cost;
 pub mod faults;
 pub mod kinesis_esm;
 pub mod ledger_check;

@@ -3,6 +3,7 @@
 //! and the conservation table.
 
 use crate::conservation::{Funnel, Verdict};
+use crate::cost::{CostComparison, CostEstimate};
 use anyhow::Result;
 use plotters::prelude::*;
 use serde::Serialize;
@@ -83,6 +84,8 @@ pub struct RunReport {
     pub faults: BTreeMap<String, u64>,
     /// The conservation verdict.
     pub conservation: Verdict,
+    /// The AWS cost per million events (a whole run; none for ingestion only).
+    pub cost: Option<CostComparison>,
 }
 
 impl RunReport {
@@ -112,6 +115,9 @@ impl RunReport {
         }
         if !self.faults.is_empty() {
             let _ = writeln!(s, "faults injected: {}", joined(&self.faults));
+        }
+        if let Some(cost) = &self.cost {
+            write_cost(&mut s, cost);
         }
         let _ = writeln!(
             s,
@@ -210,6 +216,9 @@ impl RunReport {
         h.push_str(&throughput_svg(&self.timeline)?);
         h.push_str("<h2>Latency percentiles</h2>");
         h.push_str(&latency_svg(&self.latency)?);
+        if let Some(cost) = &self.cost {
+            h.push_str(&cost_html(cost));
+        }
         if !self.rejects.is_empty() {
             h.push_str("<h2>Rejects by reason</h2>");
             h.push_str(&bars_svg(&self.rejects)?);
@@ -499,6 +508,62 @@ fn funnel_html(f: &Funnel) -> String {
     h
 }
 
+/// The cost per million events, one line.
+fn write_cost(s: &mut String, c: &CostComparison) {
+    let _ = writeln!(
+        s,
+        "AWS cost per million events (us-east-1 on-demand prices): ${:.4} streaming (on-demand stream), ${:.4} (provisioned), ${:.4} one row per event — {:.1}× less",
+        c.streaming_on_demand.per_million_events_usd,
+        c.streaming_provisioned.per_million_events_usd,
+        c.one_row_per_event.per_million_events_usd,
+        c.saving()
+    );
+}
+
+/// The cost section: per million events for each way, then each way's lines.
+fn cost_html(c: &CostComparison) -> String {
+    let mut h = String::from(
+        "<h2>AWS cost per million events</h2><p>Every billable operation the run did, at the public \
+         us-east-1 on-demand prices (<code>loadtest/src/cost/prices.rs</code>; the model in \
+         <code>docs/capacity.md</code>), against the same events written one row each straight \
+         into the usage table.</p><table><tr><th>way</th><th>USD per million events</th><th>USD for the run</th></tr>",
+    );
+    let ways: [(&str, &CostEstimate); 3] = [
+        ("streaming, on-demand stream", &c.streaming_on_demand),
+        ("streaming, provisioned stream", &c.streaming_provisioned),
+        ("one row per event", &c.one_row_per_event),
+    ];
+    for (name, e) in ways {
+        let _ = write!(
+            h,
+            "<tr><td style=\"text-align:left\">{name}</td><td>{:.4}</td><td>{:.6}</td></tr>",
+            e.per_million_events_usd, e.total_usd
+        );
+    }
+    let _ = write!(
+        h,
+        "</table><p>Streaming costs {:.1}× less than one row per event.</p>",
+        c.saving()
+    );
+    for (name, e) in ways {
+        let _ = write!(
+            h,
+            "<details><summary>{name}: line by line</summary><table><tr><th>billed</th><th>quantity</th><th>USD</th></tr>"
+        );
+        for l in &e.lines {
+            let _ = write!(
+                h,
+                "<tr><td style=\"text-align:left\">{}</td><td>{:.3}</td><td>{:.6}</td></tr>",
+                escape(&l.item),
+                l.quantity,
+                l.usd
+            );
+        }
+        h.push_str("</table></details>");
+    }
+    h
+}
+
 /// `k=v, k=v, …`
 fn joined(m: &BTreeMap<String, u64>) -> String {
     m.iter()
@@ -544,5 +609,44 @@ mod tests {
                 .unwrap();
         assert_eq!(json["latency"]["recordToAck"]["count"], 3);
         assert!(report.summary().contains("CONSERVED"));
+    }
+
+    #[test]
+    fn report_shows_the_cost_per_million_events() {
+        let counts = crate::cost::RunCounts {
+            events: 1_000_000,
+            kinesis_records: 1_000,
+            kinesis_bytes: 10_000_000,
+            kinesis_put_payload_units: 1_000,
+            kinesis_billed_bytes_in: 10_240_000,
+            shards: 2,
+            elapsed_secs: 600.0,
+            consumer_invocations: 1_000,
+            consumer_billed_ms: 20_000,
+            consumer_update_items: 100_000,
+            rows: 100_000,
+            row_bytes: 250,
+            group_hours: 30,
+            records_billed: 30,
+        };
+        let report = RunReport {
+            cost: Some(CostComparison::of(counts)),
+            ..Default::default()
+        };
+        let summary = report.summary();
+        assert!(summary.contains("AWS cost per million events"), "{summary}");
+        let html = report.html().unwrap();
+        assert!(html.contains("<h2>AWS cost per million events</h2>"));
+        assert_eq!(
+            html.matches("<details>").count(),
+            3,
+            "one breakdown per way"
+        );
+        assert!(html.contains("DynamoDB write request units"));
+        let cost = report.cost.as_ref().unwrap();
+        assert!(
+            cost.one_row_per_event.per_million_events_usd
+                > cost.streaming_on_demand.per_million_events_usd
+        );
     }
 }
