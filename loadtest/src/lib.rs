@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+pub mod capacity;
 pub mod cli;
 pub mod conservation;
 pub mod cost;

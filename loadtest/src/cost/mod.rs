@@ -88,40 +88,7 @@ pub struct CostEstimate {
 pub fn price(ops: &Operations, mode: StreamMode) -> CostEstimate {
     use prices::*;
     let per_million = |n: f64, p: f64| n / 1e6 * p;
-    let mut lines = match mode {
-        StreamMode::Provisioned => vec![
-            line(
-                "Kinesis shard-hours",
-                ops.kinesis_shard_hours,
-                ops.kinesis_shard_hours * KINESIS_SHARD_HOUR,
-            ),
-            line(
-                "Kinesis PUT payload units",
-                ops.kinesis_put_payload_units as f64,
-                per_million(
-                    ops.kinesis_put_payload_units as f64,
-                    KINESIS_PER_MILLION_PUT_PAYLOAD_UNITS,
-                ),
-            ),
-        ],
-        StreamMode::OnDemand => vec![
-            line(
-                "Kinesis on-demand stream-hours",
-                ops.kinesis_stream_hours,
-                ops.kinesis_stream_hours * KINESIS_ON_DEMAND_STREAM_HOUR,
-            ),
-            line(
-                "Kinesis on-demand GB in",
-                ops.kinesis_billed_bytes_in as f64 / units::GB,
-                ops.kinesis_billed_bytes_in as f64 / units::GB * KINESIS_ON_DEMAND_PER_GB_IN,
-            ),
-            line(
-                "Kinesis on-demand GB out",
-                ops.kinesis_bytes_out as f64 / units::GB,
-                ops.kinesis_bytes_out as f64 / units::GB * KINESIS_ON_DEMAND_PER_GB_OUT,
-            ),
-        ],
-    };
+    let mut lines = kinesis_lines(ops, mode);
     lines.extend([
         line(
             "Lambda requests",
@@ -168,6 +135,46 @@ pub fn price(ops: &Operations, mode: StreamMode) -> CostEstimate {
         },
         lines,
         total_usd,
+    }
+}
+
+/// The Kinesis lines of `ops` in `mode`.
+fn kinesis_lines(ops: &Operations, mode: StreamMode) -> Vec<CostLine> {
+    use prices::*;
+    let per_million = |n: f64, p: f64| n / 1e6 * p;
+    match mode {
+        StreamMode::Provisioned => vec![
+            line(
+                "Kinesis shard-hours",
+                ops.kinesis_shard_hours,
+                ops.kinesis_shard_hours * KINESIS_SHARD_HOUR,
+            ),
+            line(
+                "Kinesis PUT payload units",
+                ops.kinesis_put_payload_units as f64,
+                per_million(
+                    ops.kinesis_put_payload_units as f64,
+                    KINESIS_PER_MILLION_PUT_PAYLOAD_UNITS,
+                ),
+            ),
+        ],
+        StreamMode::OnDemand => vec![
+            line(
+                "Kinesis on-demand stream-hours",
+                ops.kinesis_stream_hours,
+                ops.kinesis_stream_hours * KINESIS_ON_DEMAND_STREAM_HOUR,
+            ),
+            line(
+                "Kinesis on-demand GB in",
+                ops.kinesis_billed_bytes_in as f64 / units::GB,
+                ops.kinesis_billed_bytes_in as f64 / units::GB * KINESIS_ON_DEMAND_PER_GB_IN,
+            ),
+            line(
+                "Kinesis on-demand GB out",
+                ops.kinesis_bytes_out as f64 / units::GB,
+                ops.kinesis_bytes_out as f64 / units::GB * KINESIS_ON_DEMAND_PER_GB_OUT,
+            ),
+        ],
     }
 }
 
