@@ -2,9 +2,12 @@
 //! with SVG plots (plotters) of throughput over time, latency percentiles, rejects by reason
 //! and the conservation table.
 
-use crate::conservation::{Funnel, Verdict};
+use crate::conservation::{Funnel, TableRow, Verdict};
 use crate::cost::{CostComparison, CostEstimate};
 use anyhow::Result;
+use awsmp_pipeline::contract::limits::{
+    BATCH_METER_USAGE_CALLS_PER_SECOND, MAX_USAGE_RECORDS_PER_CALL,
+};
 use plotters::prelude::*;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -45,6 +48,9 @@ pub struct Percentiles {
     pub p999: f64,
     /// Maximum.
     pub max: f64,
+    /// The distribution: `[milliseconds, fraction of samples at or below it]`, ascending in
+    /// both, ending at `[max, 1]`.
+    pub cdf: Vec<[f64; 2]>,
 }
 
 impl Percentiles {
@@ -58,8 +64,35 @@ impl Percentiles {
             p99: ms(0.99),
             p999: ms(0.999),
             max: h.max() as f64 / 1000.0,
+            cdf: cdf(h),
         }
     }
+}
+
+/// At most this many points of a latency distribution.
+const CDF_POINTS: usize = 200;
+
+/// The distribution of `h` (microseconds) as `[ms, fraction]` points, thinned to
+/// [`CDF_POINTS`], always ending at the maximum.
+fn cdf(h: &hdrhistogram::Histogram<u64>) -> Vec<[f64; 2]> {
+    if h.is_empty() {
+        return Vec::new();
+    }
+    let all: Vec<[f64; 2]> = h
+        .iter_quantiles(1)
+        .map(|v| {
+            [
+                v.value_iterated_to() as f64 / 1000.0,
+                v.quantile_iterated_to(),
+            ]
+        })
+        .collect();
+    let step = all.len().div_ceil(CDF_POINTS).max(1);
+    let mut points: Vec<[f64; 2]> = all.iter().step_by(step).copied().collect();
+    points.push([h.max() as f64 / 1000.0, 1.0]);
+    // Monotone by construction of the iterator; equal neighbours add nothing.
+    points.dedup_by(|b, a| b[0] <= a[0] && b[1] <= a[1]);
+    points
 }
 
 /// Everything the report shows.
@@ -214,7 +247,7 @@ impl RunReport {
         }
         h.push_str("<h2>Throughput over time</h2>");
         h.push_str(&throughput_svg(&self.timeline)?);
-        h.push_str("<h2>Latency percentiles</h2>");
+        h.push_str("<h2>Latency distribution (CDF)</h2>");
         h.push_str(&latency_svg(&self.latency)?);
         if let Some(cost) = &self.cost {
             h.push_str(&cost_html(cost));
@@ -248,15 +281,37 @@ impl RunReport {
             }
             h.push_str("</table>");
         }
-        let _ = write!(
-            h,
-            "<h2>Conservation table ({} group-hours)</h2><table><tr><th>group-hour</th><th>accepted</th><th>billed</th><th>terminal (reason=units)</th></tr>",
-            c.table.len()
-        );
-        for r in &c.table {
+        h.push_str(&conservation_html(&c.table));
+        h.push_str("</body></html>");
+        Ok(h)
+    }
+}
+
+/// Units of a group-hour neither billed nor terminal with a reason (negative: more than
+/// accepted).
+fn unexplained(r: &TableRow) -> i128 {
+    i128::from(r.accepted)
+        - i128::from(r.billed)
+        - r.terminal.values().map(|&v| i128::from(v)).sum::<i128>()
+}
+
+/// The conservation table, summarized: the group-hours whose units are not all explained
+/// first, in full; the rest collapsed.
+fn conservation_html(table: &[TableRow]) -> String {
+    let (differ, even): (Vec<&TableRow>, Vec<&TableRow>) =
+        table.iter().partition(|r| unexplained(r) != 0);
+    let mut h = format!(
+        "<h2>Conservation table</h2><p>{} group-hours: {} with a difference, {} with every unit billed or terminal with its reason.</p>",
+        table.len(),
+        differ.len(),
+        even.len()
+    );
+    let rows = |h: &mut String, rows: &[&TableRow]| {
+        h.push_str("<table><tr><th>group-hour</th><th>accepted</th><th>billed</th><th>terminal (reason=units)</th><th>difference</th></tr>");
+        for r in rows {
             let _ = write!(
                 h,
-                "<tr><td style=\"text-align:left\">{}</td><td>{}</td><td>{}</td><td style=\"text-align:left\">{}</td></tr>",
+                "<tr><td style=\"text-align:left\">{}</td><td>{}</td><td>{}</td><td style=\"text-align:left\">{}</td><td>{}</td></tr>",
                 escape(&r.group_hour),
                 r.accepted,
                 r.billed,
@@ -266,12 +321,26 @@ impl RunReport {
                         .map(|(k, v)| format!("{k}={v}"))
                         .collect::<Vec<_>>()
                         .join(", ")
-                )
+                ),
+                unexplained(r)
             );
         }
-        h.push_str("</table></body></html>");
-        Ok(h)
+        h.push_str("</table>");
+    };
+    if !differ.is_empty() {
+        h.push_str("<h3>Group-hours with a difference</h3>");
+        rows(&mut h, &differ);
     }
+    if !even.is_empty() {
+        let _ = write!(
+            h,
+            "<details><summary>{} group-hours that balance</summary>",
+            even.len()
+        );
+        rows(&mut h, &even);
+        h.push_str("</details>");
+    }
+    h
 }
 
 fn escape(s: &str) -> String {
@@ -285,45 +354,78 @@ fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow::anyhow!("plotting: {e:?}")
 }
 
+/// From the first sample to the last one at which any count still moved (a run's settling
+/// tail of unchanged counts is left out), padded by a sample.
+fn active_span(timeline: &[Sample]) -> (f64, f64) {
+    let key = |s: &Sample| (s.produced, s.acked, s.consumed, s.rows_written, s.billed);
+    let t_min = timeline.first().map_or(0.0, |s| s.t);
+    let last_move = timeline
+        .windows(2)
+        .rposition(|w| key(&w[0]) != key(&w[1]))
+        .map_or(timeline.len().saturating_sub(1), |i| {
+            (i + 2).min(timeline.len() - 1)
+        });
+    let t_max = timeline.get(last_move).map_or(1.0, |s| s.t);
+    (t_min, t_max.max(t_min + 1.0))
+}
+
+/// A plotted stage: its legend, its (t, per second) points, its colour.
+type Series<'a> = (&'a str, Vec<(f64, f64)>, RGBColor);
+
+/// Every stage's rate between `t_min` and `t_max`.
+fn stage_rates(timeline: &[Sample], t_min: f64, t_max: f64) -> [Series<'static>; 5] {
+    // Per-second rates from cumulative counters, averaged over a 5-sample window: the
+    // consumer finishes whole batches, so raw per-second deltas come in spikes.
+    let rate = |f: fn(&Sample) -> u64| -> Vec<(f64, f64)> {
+        const WINDOW: usize = 5;
+        (1..timeline.len())
+            .map(|i| {
+                let j = i.saturating_sub(WINDOW);
+                let dt = (timeline[i].t - timeline[j].t).max(1e-3);
+                (
+                    timeline[i].t,
+                    f(&timeline[i]).saturating_sub(f(&timeline[j])) as f64 / dt,
+                )
+            })
+            .collect()
+    };
+    let series: [Series; 5] = [
+        ("produced events/s", rate(|s| s.produced), BLUE),
+        ("acked events/s", rate(|s| s.acked), GREEN),
+        ("consumed events/s", rate(|s| s.consumed), MAGENTA),
+        ("row writes/s", rate(|s| s.rows_written), RED),
+        ("billed records/s", rate(|s| s.billed), BLACK),
+    ];
+    series.map(|(name, points, color)| {
+        let points = points
+            .into_iter()
+            .filter(|p| (t_min..=t_max).contains(&p.0))
+            .collect::<Vec<_>>();
+        (name, points, color)
+    })
+}
+
 /// Events (or rows, records) per second per stage, from cumulative samples.
 fn throughput_svg(timeline: &[Sample]) -> Result<String> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (1000, 420)).into_drawing_area();
         root.fill(&WHITE).map_err(plot_err)?;
-        // Per-second rates from cumulative counters, averaged over a 5-sample window: the
-        // consumer finishes whole batches, so raw per-second deltas come in spikes.
-        let rate = |f: fn(&Sample) -> u64| -> Vec<(f64, f64)> {
-            const WINDOW: usize = 5;
-            (1..timeline.len())
-                .map(|i| {
-                    let j = i.saturating_sub(WINDOW);
-                    let dt = (timeline[i].t - timeline[j].t).max(1e-3);
-                    (
-                        timeline[i].t,
-                        f(&timeline[i]).saturating_sub(f(&timeline[j])) as f64 / dt,
-                    )
-                })
-                .collect()
-        };
-        type Series<'a> = (&'a str, Vec<(f64, f64)>, RGBColor);
-        let series: [Series; 4] = [
-            ("produced events/s", rate(|s| s.produced), BLUE),
-            ("acked events/s", rate(|s| s.acked), GREEN),
-            ("consumed events/s", rate(|s| s.consumed), MAGENTA),
-            ("row writes/s", rate(|s| s.rows_written), RED),
-        ];
-        let t_max = timeline.last().map_or(1.0, |s| s.t).max(1.0);
+        let (t_min, t_max) = active_span(timeline);
+        let series = stage_rates(timeline, t_min, t_max);
+        // The Marketplace quota (records/s) is always on the chart: billing is measured against it.
+        let quota =
+            f64::from(BATCH_METER_USAGE_CALLS_PER_SECOND) * MAX_USAGE_RECORDS_PER_CALL as f64;
         let y_max = series
             .iter()
             .flat_map(|(_, v, _)| v.iter().map(|p| p.1))
-            .fold(1.0, f64::max)
+            .fold(quota, f64::max)
             * 1.1;
         let mut chart = ChartBuilder::on(&root)
             .margin(10)
             .x_label_area_size(35)
             .y_label_area_size(60)
-            .build_cartesian_2d(0.0..t_max, 0.0..y_max)
+            .build_cartesian_2d(t_min..t_max.max(t_min + 1.0), 0.0..y_max)
             .map_err(plot_err)?;
         chart
             .configure_mesh()
@@ -331,6 +433,21 @@ fn throughput_svg(timeline: &[Sample]) -> Result<String> {
             .y_desc("per second")
             .draw()
             .map_err(plot_err)?;
+        let quota =
+            f64::from(BATCH_METER_USAGE_CALLS_PER_SECOND) * MAX_USAGE_RECORDS_PER_CALL as f64;
+        if quota <= y_max {
+            let grey = RGBColor(120, 120, 120);
+            chart
+                .draw_series(DashedLineSeries::new(
+                    [(t_min, quota), (t_max, quota)],
+                    6,
+                    4,
+                    grey.stroke_width(1),
+                ))
+                .map_err(plot_err)?
+                .label("Marketplace quota (10 calls/s × 25 records)")
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], grey));
+        }
         for (name, points, color) in series {
             chart
                 .draw_series(LineSeries::new(points, color.stroke_width(2)))
@@ -349,45 +466,44 @@ fn throughput_svg(timeline: &[Sample]) -> Result<String> {
     Ok(svg)
 }
 
-/// p50/p90/p99/p99.9 per stage, as lines over the percentile axis (log latency).
+/// The latency distribution of each stage as a CDF: milliseconds (log) against the fraction of
+/// samples at or below. A stage timed on the pipeline's controlled clock says so in its legend.
 fn latency_svg(latency: &BTreeMap<String, Percentiles>) -> Result<String> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (1000, 380)).into_drawing_area();
         root.fill(&WHITE).map_err(plot_err)?;
-        let y_max = latency.values().map(|p| p.max).fold(1.0, f64::max) * 2.0;
+        let points = |p: &Percentiles| -> Vec<(f64, f64)> {
+            p.cdf.iter().map(|&[ms, q]| (ms.max(0.01), q)).collect()
+        };
+        let x_max = latency.values().map(|p| p.max).fold(1.0, f64::max) * 2.0;
         let mut chart = ChartBuilder::on(&root)
             .margin(10)
             .x_label_area_size(35)
-            .y_label_area_size(70)
-            .build_cartesian_2d(0.0..4.0, (0.01..y_max).log_scale())
+            .y_label_area_size(60)
+            .build_cartesian_2d((0.01..x_max).log_scale(), 0.0..1.0)
             .map_err(plot_err)?;
         chart
             .configure_mesh()
-            .x_desc("percentile (0=p50, 1=p90, 2=p99, 3=p99.9, 4=max)")
-            .y_desc("milliseconds")
+            .x_desc("milliseconds (log scale)")
+            .y_desc("fraction at or below")
             .draw()
             .map_err(plot_err)?;
         for (i, (name, p)) in latency.iter().enumerate() {
             let color = Palette99::pick(i).to_rgba();
-            let points = vec![
-                (0.0, p.p50),
-                (1.0, p.p90),
-                (2.0, p.p99),
-                (3.0, p.p999),
-                (4.0, p.max),
-            ]
-            .into_iter()
-            .map(|(x, y)| (x, y.max(0.01)))
-            .collect::<Vec<_>>();
+            let label = match name.strip_suffix("(virtual)") {
+                Some(stage) => format!("{stage} (virtual clock)"),
+                None => name.clone(),
+            };
             chart
-                .draw_series(LineSeries::new(points, color.stroke_width(2)))
+                .draw_series(LineSeries::new(points(p), color.stroke_width(2)))
                 .map_err(plot_err)?
-                .label(name.as_str())
+                .label(label)
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
         }
         chart
             .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)
             .draw()
@@ -648,5 +764,94 @@ mod tests {
             cost.one_row_per_event.per_million_events_usd
                 > cost.streaming_on_demand.per_million_events_usd
         );
+    }
+
+    #[test]
+    fn latency_is_drawn_as_a_monotone_cdf_ending_at_the_maximum() {
+        let mut h = hdrhistogram::Histogram::<u64>::new(3).unwrap();
+        for v in 1..=10_000u64 {
+            h.record(v * 37 % 90_001 + 100).unwrap();
+        }
+        let p = Percentiles::from_micros(&h);
+        assert!(
+            p.cdf.len() <= CDF_POINTS + 1 && p.cdf.len() > 10,
+            "{}",
+            p.cdf.len()
+        );
+        assert!(
+            p.cdf
+                .windows(2)
+                .all(|w| w[0][0] <= w[1][0] && w[0][1] <= w[1][1]),
+            "monotone"
+        );
+        assert_eq!(*p.cdf.last().unwrap(), [p.max, 1.0]);
+        assert!(p.cdf.iter().any(|&[ms, q]| q >= 0.5 && ms <= p.p50 * 1.01));
+        let empty = Percentiles::from_micros(&hdrhistogram::Histogram::<u64>::new(3).unwrap());
+        assert!(empty.cdf.is_empty());
+        let report = RunReport {
+            latency: BTreeMap::from([
+                ("eventToRow".into(), p.clone()),
+                ("eventToBilled(virtual)".into(), p),
+            ]),
+            ..Default::default()
+        };
+        let html = report.html().unwrap();
+        assert!(html.contains("Latency distribution (CDF)"));
+        assert!(
+            html.contains("eventToBilled (virtual clock)"),
+            "virtual clock labelled"
+        );
+    }
+
+    #[test]
+    fn the_conservation_table_puts_differences_first_and_collapses_the_rest() {
+        let row = |gh: &str, accepted, billed, terminal: &[(&str, u64)]| TableRow {
+            group_hour: gh.into(),
+            accepted,
+            billed,
+            terminal: terminal
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), *v))
+                .collect(),
+        };
+        let table = vec![
+            row("a|1|d|h0", 10, 10, &[]),
+            row("b|1|d|h0", 10, 7, &[("Rejected", 2)]),
+            row("c|1|d|h0", 5, 3, &[("Rejected", 2)]),
+        ];
+        let html = conservation_html(&table);
+        assert!(html.contains("3 group-hours: 1 with a difference, 2 with every unit"));
+        let differ = html.find("b|1|d|h0").unwrap();
+        let details = html.find("<details>").unwrap();
+        assert!(
+            differ < details,
+            "the difference comes before the collapsed rest"
+        );
+        assert!(html.find("a|1|d|h0").unwrap() > details);
+        assert!(html.find("c|1|d|h0").unwrap() > details);
+        assert!(conservation_html(&table[..1]).contains("<details>"));
+        assert!(!conservation_html(&table[1..2]).contains("<details>"));
+    }
+
+    #[test]
+    fn the_throughput_plot_spans_the_run_not_its_idle_tail() {
+        let mut timeline: Vec<Sample> = (0..10u32)
+            .map(|i| Sample {
+                t: f64::from(i),
+                produced: u64::from(i) * 100,
+                ..Default::default()
+            })
+            .collect();
+        // Thirty idle seconds after the last count moved.
+        let last = timeline[9];
+        timeline.extend((10..40u32).map(|i| Sample {
+            t: f64::from(i),
+            ..last
+        }));
+        assert_eq!(active_span(&timeline), (0.0, 10.0));
+        assert_eq!(active_span(&timeline[..5]), (0.0, 4.0));
+        assert_eq!(active_span(&[]), (0.0, 1.0));
+        let svg = throughput_svg(&timeline).unwrap();
+        assert!(svg.contains("billed records/s") && svg.contains("Marketplace quota"));
     }
 }
