@@ -27,6 +27,9 @@ enum Command {
     /// the stream and its records in place (load-tests the ingestion tier; `awsmp-local tick`
     /// consumes them afterwards).
     Produce(ProduceArgs),
+    /// Print the capacity plan (docs/capacity.md) for 10 k to 10 M events/s, or for the
+    /// figures given.
+    Capacity(crate::capacity::CapacityArgs),
 }
 
 #[derive(Args, Clone, Debug)]
@@ -221,6 +224,10 @@ pub fn main() -> Result<()> {
     let cli = Cli::parse();
     crate::metrics_capture::install();
     let (common, mode) = match &cli.command {
+        Command::Capacity(a) => {
+            print!("{}", a.markdown());
+            return Ok(());
+        }
         Command::Run(c) => (c, Mode::Run),
         Command::Produce(p) => (
             &p.common,

@@ -1,8 +1,10 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+pub mod capacity;
 pub mod cli;
 pub mod conservation;
+pub mod cost;
 pub mod faults;
 pub mod kinesis_esm;
 pub mod ledger_check;

@@ -2,9 +2,12 @@
 //! with SVG plots (plotters) of throughput over time, latency percentiles, rejects by reason
 //! and the conservation table.
 
-use crate::conservation::{Funnel, Verdict};
+use crate::conservation::{Funnel, TableRow, Verdict};
+use crate::cost::{CostComparison, CostEstimate};
 use anyhow::Result;
-use plotters::prelude::*;
+mod plots;
+
+use plots::{bars_svg, latency_svg, throughput_svg};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -44,6 +47,9 @@ pub struct Percentiles {
     pub p999: f64,
     /// Maximum.
     pub max: f64,
+    /// The distribution: `[milliseconds, fraction of samples at or below it]`, ascending in
+    /// both, ending at `[max, 1]`.
+    pub cdf: Vec<[f64; 2]>,
 }
 
 impl Percentiles {
@@ -57,8 +63,35 @@ impl Percentiles {
             p99: ms(0.99),
             p999: ms(0.999),
             max: h.max() as f64 / 1000.0,
+            cdf: cdf(h),
         }
     }
+}
+
+/// At most this many points of a latency distribution.
+const CDF_POINTS: usize = 200;
+
+/// The distribution of `h` (microseconds) as `[ms, fraction]` points, thinned to
+/// [`CDF_POINTS`], always ending at the maximum.
+fn cdf(h: &hdrhistogram::Histogram<u64>) -> Vec<[f64; 2]> {
+    if h.is_empty() {
+        return Vec::new();
+    }
+    let all: Vec<[f64; 2]> = h
+        .iter_quantiles(1)
+        .map(|v| {
+            [
+                v.value_iterated_to() as f64 / 1000.0,
+                v.quantile_iterated_to(),
+            ]
+        })
+        .collect();
+    let step = all.len().div_ceil(CDF_POINTS).max(1);
+    let mut points: Vec<[f64; 2]> = all.iter().step_by(step).copied().collect();
+    points.push([h.max() as f64 / 1000.0, 1.0]);
+    // Monotone by construction of the iterator; equal neighbours add nothing.
+    points.dedup_by(|b, a| b[0] <= a[0] && b[1] <= a[1]);
+    points
 }
 
 /// Everything the report shows.
@@ -83,6 +116,8 @@ pub struct RunReport {
     pub faults: BTreeMap<String, u64>,
     /// The conservation verdict.
     pub conservation: Verdict,
+    /// The AWS cost per million events (a whole run; none for ingestion only).
+    pub cost: Option<CostComparison>,
 }
 
 impl RunReport {
@@ -112,6 +147,9 @@ impl RunReport {
         }
         if !self.faults.is_empty() {
             let _ = writeln!(s, "faults injected: {}", joined(&self.faults));
+        }
+        if let Some(cost) = &self.cost {
+            write_cost(&mut s, cost);
         }
         let _ = writeln!(
             s,
@@ -208,8 +246,11 @@ impl RunReport {
         }
         h.push_str("<h2>Throughput over time</h2>");
         h.push_str(&throughput_svg(&self.timeline)?);
-        h.push_str("<h2>Latency percentiles</h2>");
+        h.push_str("<h2>Latency distribution (CDF)</h2>");
         h.push_str(&latency_svg(&self.latency)?);
+        if let Some(cost) = &self.cost {
+            h.push_str(&cost_html(cost));
+        }
         if !self.rejects.is_empty() {
             h.push_str("<h2>Rejects by reason</h2>");
             h.push_str(&bars_svg(&self.rejects)?);
@@ -239,15 +280,37 @@ impl RunReport {
             }
             h.push_str("</table>");
         }
-        let _ = write!(
-            h,
-            "<h2>Conservation table ({} group-hours)</h2><table><tr><th>group-hour</th><th>accepted</th><th>billed</th><th>terminal (reason=units)</th></tr>",
-            c.table.len()
-        );
-        for r in &c.table {
+        h.push_str(&conservation_html(&c.table));
+        h.push_str("</body></html>");
+        Ok(h)
+    }
+}
+
+/// Units of a group-hour neither billed nor terminal with a reason (negative: more than
+/// accepted).
+fn unexplained(r: &TableRow) -> i128 {
+    i128::from(r.accepted)
+        - i128::from(r.billed)
+        - r.terminal.values().map(|&v| i128::from(v)).sum::<i128>()
+}
+
+/// The conservation table, summarized: the group-hours whose units are not all explained
+/// first, in full; the rest collapsed.
+fn conservation_html(table: &[TableRow]) -> String {
+    let (differ, even): (Vec<&TableRow>, Vec<&TableRow>) =
+        table.iter().partition(|r| unexplained(r) != 0);
+    let mut h = format!(
+        "<h2>Conservation table</h2><p>{} group-hours: {} with a difference, {} with every unit billed or terminal with its reason.</p>",
+        table.len(),
+        differ.len(),
+        even.len()
+    );
+    let rows = |h: &mut String, rows: &[&TableRow]| {
+        h.push_str("<table><tr><th>group-hour</th><th>accepted</th><th>billed</th><th>terminal (reason=units)</th><th>difference</th></tr>");
+        for r in rows {
             let _ = write!(
                 h,
-                "<tr><td style=\"text-align:left\">{}</td><td>{}</td><td>{}</td><td style=\"text-align:left\">{}</td></tr>",
+                "<tr><td style=\"text-align:left\">{}</td><td>{}</td><td>{}</td><td style=\"text-align:left\">{}</td><td>{}</td></tr>",
                 escape(&r.group_hour),
                 r.accepted,
                 r.billed,
@@ -257,12 +320,26 @@ impl RunReport {
                         .map(|(k, v)| format!("{k}={v}"))
                         .collect::<Vec<_>>()
                         .join(", ")
-                )
+                ),
+                unexplained(r)
             );
         }
-        h.push_str("</table></body></html>");
-        Ok(h)
+        h.push_str("</table>");
+    };
+    if !differ.is_empty() {
+        h.push_str("<h3>Group-hours with a difference</h3>");
+        rows(&mut h, &differ);
     }
+    if !even.is_empty() {
+        let _ = write!(
+            h,
+            "<details><summary>{} group-hours that balance</summary>",
+            even.len()
+        );
+        rows(&mut h, &even);
+        h.push_str("</details>");
+    }
+    h
 }
 
 fn escape(s: &str) -> String {
@@ -270,164 +347,6 @@ fn escape(s: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
-}
-
-fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
-    anyhow::anyhow!("plotting: {e:?}")
-}
-
-/// Events (or rows, records) per second per stage, from cumulative samples.
-fn throughput_svg(timeline: &[Sample]) -> Result<String> {
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (1000, 420)).into_drawing_area();
-        root.fill(&WHITE).map_err(plot_err)?;
-        // Per-second rates from cumulative counters, averaged over a 5-sample window: the
-        // consumer finishes whole batches, so raw per-second deltas come in spikes.
-        let rate = |f: fn(&Sample) -> u64| -> Vec<(f64, f64)> {
-            const WINDOW: usize = 5;
-            (1..timeline.len())
-                .map(|i| {
-                    let j = i.saturating_sub(WINDOW);
-                    let dt = (timeline[i].t - timeline[j].t).max(1e-3);
-                    (
-                        timeline[i].t,
-                        f(&timeline[i]).saturating_sub(f(&timeline[j])) as f64 / dt,
-                    )
-                })
-                .collect()
-        };
-        type Series<'a> = (&'a str, Vec<(f64, f64)>, RGBColor);
-        let series: [Series; 4] = [
-            ("produced events/s", rate(|s| s.produced), BLUE),
-            ("acked events/s", rate(|s| s.acked), GREEN),
-            ("consumed events/s", rate(|s| s.consumed), MAGENTA),
-            ("row writes/s", rate(|s| s.rows_written), RED),
-        ];
-        let t_max = timeline.last().map_or(1.0, |s| s.t).max(1.0);
-        let y_max = series
-            .iter()
-            .flat_map(|(_, v, _)| v.iter().map(|p| p.1))
-            .fold(1.0, f64::max)
-            * 1.1;
-        let mut chart = ChartBuilder::on(&root)
-            .margin(10)
-            .x_label_area_size(35)
-            .y_label_area_size(60)
-            .build_cartesian_2d(0.0..t_max, 0.0..y_max)
-            .map_err(plot_err)?;
-        chart
-            .configure_mesh()
-            .x_desc("seconds since start")
-            .y_desc("per second")
-            .draw()
-            .map_err(plot_err)?;
-        for (name, points, color) in series {
-            chart
-                .draw_series(LineSeries::new(points, color.stroke_width(2)))
-                .map_err(plot_err)?
-                .label(name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-        }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(plot_err)?;
-        root.present().map_err(plot_err)?;
-    }
-    Ok(svg)
-}
-
-/// p50/p90/p99/p99.9 per stage, as lines over the percentile axis (log latency).
-fn latency_svg(latency: &BTreeMap<String, Percentiles>) -> Result<String> {
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (1000, 380)).into_drawing_area();
-        root.fill(&WHITE).map_err(plot_err)?;
-        let y_max = latency.values().map(|p| p.max).fold(1.0, f64::max) * 2.0;
-        let mut chart = ChartBuilder::on(&root)
-            .margin(10)
-            .x_label_area_size(35)
-            .y_label_area_size(70)
-            .build_cartesian_2d(0.0..4.0, (0.01..y_max).log_scale())
-            .map_err(plot_err)?;
-        chart
-            .configure_mesh()
-            .x_desc("percentile (0=p50, 1=p90, 2=p99, 3=p99.9, 4=max)")
-            .y_desc("milliseconds")
-            .draw()
-            .map_err(plot_err)?;
-        for (i, (name, p)) in latency.iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            let points = vec![
-                (0.0, p.p50),
-                (1.0, p.p90),
-                (2.0, p.p99),
-                (3.0, p.p999),
-                (4.0, p.max),
-            ]
-            .into_iter()
-            .map(|(x, y)| (x, y.max(0.01)))
-            .collect::<Vec<_>>();
-            chart
-                .draw_series(LineSeries::new(points, color.stroke_width(2)))
-                .map_err(plot_err)?
-                .label(name.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-        }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(plot_err)?;
-        root.present().map_err(plot_err)?;
-    }
-    Ok(svg)
-}
-
-/// A horizontal bar per reason.
-fn bars_svg(counts: &BTreeMap<String, u64>) -> Result<String> {
-    let mut svg = String::new();
-    {
-        let height = 60 + 28 * counts.len() as u32;
-        let root = SVGBackend::with_string(&mut svg, (1000, height)).into_drawing_area();
-        root.fill(&WHITE).map_err(plot_err)?;
-        let max = counts.values().copied().max().unwrap_or(1) as f64 * 1.1;
-        let labels: Vec<&String> = counts.keys().collect();
-        let mut chart = ChartBuilder::on(&root)
-            .margin(10)
-            .x_label_area_size(30)
-            .y_label_area_size(260)
-            .build_cartesian_2d(0.0..max, (0..labels.len()).into_segmented())
-            .map_err(plot_err)?;
-        chart
-            .configure_mesh()
-            .y_label_formatter(&|v| match v {
-                SegmentValue::CenterOf(i) => {
-                    labels.get(*i).map_or(String::new(), |s| s.to_string())
-                }
-                _ => String::new(),
-            })
-            .x_desc("units")
-            .draw()
-            .map_err(plot_err)?;
-        chart
-            .draw_series(counts.values().enumerate().map(|(i, v)| {
-                Rectangle::new(
-                    [
-                        (0.0, SegmentValue::Exact(i)),
-                        (*v as f64, SegmentValue::Exact(i + 1)),
-                    ],
-                    RED.mix(0.6).filled(),
-                )
-            }))
-            .map_err(plot_err)?;
-        root.present().map_err(plot_err)?;
-    }
-    Ok(svg)
 }
 
 /// The funnel, first: units at each stage, then every unit that left it, by reason.
@@ -499,6 +418,62 @@ fn funnel_html(f: &Funnel) -> String {
     h
 }
 
+/// The cost per million events, one line.
+fn write_cost(s: &mut String, c: &CostComparison) {
+    let _ = writeln!(
+        s,
+        "AWS cost per million events (us-east-1 on-demand prices): ${:.4} streaming (on-demand stream), ${:.4} (provisioned), ${:.4} one row per event — {:.1}× less",
+        c.streaming_on_demand.per_million_events_usd,
+        c.streaming_provisioned.per_million_events_usd,
+        c.one_row_per_event.per_million_events_usd,
+        c.saving()
+    );
+}
+
+/// The cost section: per million events for each way, then each way's lines.
+fn cost_html(c: &CostComparison) -> String {
+    let mut h = String::from(
+        "<h2>AWS cost per million events</h2><p>Every billable operation the run did, at the public \
+         us-east-1 on-demand prices (<code>loadtest/src/cost/prices.rs</code>; the model in \
+         <code>docs/capacity.md</code>), against the same events written one row each straight \
+         into the usage table.</p><table><tr><th>way</th><th>USD per million events</th><th>USD for the run</th></tr>",
+    );
+    let ways: [(&str, &CostEstimate); 3] = [
+        ("streaming, on-demand stream", &c.streaming_on_demand),
+        ("streaming, provisioned stream", &c.streaming_provisioned),
+        ("one row per event", &c.one_row_per_event),
+    ];
+    for (name, e) in ways {
+        let _ = write!(
+            h,
+            "<tr><td style=\"text-align:left\">{name}</td><td>{:.4}</td><td>{:.6}</td></tr>",
+            e.per_million_events_usd, e.total_usd
+        );
+    }
+    let _ = write!(
+        h,
+        "</table><p>Streaming costs {:.1}× less than one row per event.</p>",
+        c.saving()
+    );
+    for (name, e) in ways {
+        let _ = write!(
+            h,
+            "<details><summary>{name}: line by line</summary><table><tr><th>billed</th><th>quantity</th><th>USD</th></tr>"
+        );
+        for l in &e.lines {
+            let _ = write!(
+                h,
+                "<tr><td style=\"text-align:left\">{}</td><td>{:.3}</td><td>{:.6}</td></tr>",
+                escape(&l.item),
+                l.quantity,
+                l.usd
+            );
+        }
+        h.push_str("</table></details>");
+    }
+    h
+}
+
 /// `k=v, k=v, …`
 fn joined(m: &BTreeMap<String, u64>) -> String {
     m.iter()
@@ -509,6 +484,7 @@ fn joined(m: &BTreeMap<String, u64>) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::plots::active_span;
     use super::*;
 
     #[test]
@@ -544,5 +520,133 @@ mod tests {
                 .unwrap();
         assert_eq!(json["latency"]["recordToAck"]["count"], 3);
         assert!(report.summary().contains("CONSERVED"));
+    }
+
+    #[test]
+    fn report_shows_the_cost_per_million_events() {
+        let counts = crate::cost::RunCounts {
+            events: 1_000_000,
+            kinesis_records: 1_000,
+            kinesis_bytes: 10_000_000,
+            kinesis_put_payload_units: 1_000,
+            kinesis_billed_bytes_in: 10_240_000,
+            shards: 2,
+            elapsed_secs: 600.0,
+            consumer_invocations: 1_000,
+            consumer_billed_ms: 20_000,
+            consumer_update_items: 100_000,
+            rows: 100_000,
+            row_bytes: 250,
+            group_hours: 30,
+            records_billed: 30,
+        };
+        let report = RunReport {
+            cost: Some(CostComparison::of(counts)),
+            ..Default::default()
+        };
+        let summary = report.summary();
+        assert!(summary.contains("AWS cost per million events"), "{summary}");
+        let html = report.html().unwrap();
+        assert!(html.contains("<h2>AWS cost per million events</h2>"));
+        assert_eq!(
+            html.matches("<details>").count(),
+            3,
+            "one breakdown per way"
+        );
+        assert!(html.contains("DynamoDB write request units"));
+        let cost = report.cost.as_ref().unwrap();
+        assert!(
+            cost.one_row_per_event.per_million_events_usd
+                > cost.streaming_on_demand.per_million_events_usd
+        );
+    }
+
+    #[test]
+    fn latency_is_drawn_as_a_monotone_cdf_ending_at_the_maximum() {
+        let mut h = hdrhistogram::Histogram::<u64>::new(3).unwrap();
+        for v in 1..=10_000u64 {
+            h.record(v * 37 % 90_001 + 100).unwrap();
+        }
+        let p = Percentiles::from_micros(&h);
+        assert!(
+            p.cdf.len() <= CDF_POINTS + 1 && p.cdf.len() > 10,
+            "{}",
+            p.cdf.len()
+        );
+        assert!(
+            p.cdf
+                .windows(2)
+                .all(|w| w[0][0] <= w[1][0] && w[0][1] <= w[1][1]),
+            "monotone"
+        );
+        assert_eq!(*p.cdf.last().unwrap(), [p.max, 1.0]);
+        assert!(p.cdf.iter().any(|&[ms, q]| q >= 0.5 && ms <= p.p50 * 1.01));
+        let empty = Percentiles::from_micros(&hdrhistogram::Histogram::<u64>::new(3).unwrap());
+        assert!(empty.cdf.is_empty());
+        let report = RunReport {
+            latency: BTreeMap::from([
+                ("eventToRow".into(), p.clone()),
+                ("eventToBilled(virtual)".into(), p),
+            ]),
+            ..Default::default()
+        };
+        let html = report.html().unwrap();
+        assert!(html.contains("Latency distribution (CDF)"));
+        assert!(
+            html.contains("eventToBilled (virtual clock)"),
+            "virtual clock labelled"
+        );
+    }
+
+    #[test]
+    fn the_conservation_table_puts_differences_first_and_collapses_the_rest() {
+        let row = |gh: &str, accepted, billed, terminal: &[(&str, u64)]| TableRow {
+            group_hour: gh.into(),
+            accepted,
+            billed,
+            terminal: terminal
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), *v))
+                .collect(),
+        };
+        let table = vec![
+            row("a|1|d|h0", 10, 10, &[]),
+            row("b|1|d|h0", 10, 7, &[("Rejected", 2)]),
+            row("c|1|d|h0", 5, 3, &[("Rejected", 2)]),
+        ];
+        let html = conservation_html(&table);
+        assert!(html.contains("3 group-hours: 1 with a difference, 2 with every unit"));
+        let differ = html.find("b|1|d|h0").unwrap();
+        let details = html.find("<details>").unwrap();
+        assert!(
+            differ < details,
+            "the difference comes before the collapsed rest"
+        );
+        assert!(html.find("a|1|d|h0").unwrap() > details);
+        assert!(html.find("c|1|d|h0").unwrap() > details);
+        assert!(conservation_html(&table[..1]).contains("<details>"));
+        assert!(!conservation_html(&table[1..2]).contains("<details>"));
+    }
+
+    #[test]
+    fn the_throughput_plot_spans_the_run_not_its_idle_tail() {
+        let mut timeline: Vec<Sample> = (0..10u32)
+            .map(|i| Sample {
+                t: f64::from(i),
+                produced: u64::from(i) * 100,
+                ..Default::default()
+            })
+            .collect();
+        // Thirty idle seconds after the last count moved.
+        let last = timeline[9];
+        timeline.extend((10..40u32).map(|i| Sample {
+            t: f64::from(i),
+            ..last
+        }));
+        assert_eq!(active_span(&timeline), (0.0, 10.0));
+        assert_eq!(active_span(&timeline[..5]), (0.0, 4.0));
+        assert_eq!(active_span(&[]), (0.0, 1.0));
+        let svg = throughput_svg(&timeline).unwrap();
+        assert!(svg.contains("billed records/s") && svg.contains("Marketplace quota"));
     }
 }

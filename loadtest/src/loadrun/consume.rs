@@ -72,6 +72,13 @@ impl Consumers {
         counters: &RunCounters,
         timings: &Mutex<Timings>,
     ) -> std::result::Result<KinesisEventResponse, String> {
+        let started = Instant::now();
+        counters.delivered.lock().expect("poisoned").observe(&event);
+        let billed = |counters: &RunCounters| {
+            RunCounters::add(&counters.consumer_invocations, 1);
+            let ms = started.elapsed().as_micros().div_ceil(1000) as u64;
+            RunCounters::add(&counters.consumer_billed_ms, ms);
+        };
         let (crash_now, crash_after) = {
             let mut rng = self.rng.lock().expect("poisoned");
             (
@@ -84,9 +91,11 @@ impl Consumers {
             let _ = self.crashing.process(event).await;
             self.store_faults.recover();
             RunCounters::add(&counters.crashes, 1);
+            billed(counters);
             return Err("injected crash: the function died mid-batch".to_owned());
         }
         let (response, batch) = self.consumer.process(event.clone()).await;
+        billed(counters);
         RunCounters::add(&counters.consumed, batch.events_accepted);
         RunCounters::add(&counters.rows_written, batch.row_writes);
         RunCounters::add(&counters.update_items, batch.update_items);

@@ -2,8 +2,11 @@
 //! progress bar about once a second.
 
 use super::progress::Progress;
+use crate::cost::{RunCounts, units};
 use crate::report::Sample;
+use aws_lambda_events::kinesis::KinesisEvent;
 use awsmp_producer::Producer;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,6 +28,43 @@ pub struct RunCounters {
     pub billed: AtomicU64,
     /// Injected consumer crashes.
     pub crashes: AtomicU64,
+    /// Consumer invocations, crashed ones too (Lambda bills them).
+    pub consumer_invocations: AtomicU64,
+    /// Their duration as Lambda bills it: each rounded up to a millisecond.
+    pub consumer_billed_ms: AtomicU64,
+    /// The Kinesis records the consumer received, each counted once.
+    pub delivered: Mutex<DeliveredRecords>,
+}
+
+/// The distinct Kinesis records a consumer received and what they bill (a redelivered batch
+/// is counted once, by sequence number).
+#[derive(Debug, Default)]
+pub struct DeliveredRecords {
+    seen: HashSet<String>,
+    /// Distinct records.
+    pub records: u64,
+    /// Their bytes: data and partition key.
+    pub bytes: u64,
+    /// Their PUT payload units (25 KB chunks, record by record).
+    pub put_payload_units: u64,
+    /// Their bytes as on-demand Kinesis bills data in (each rounded up to 1 KB).
+    pub billed_bytes_in: u64,
+}
+
+impl DeliveredRecords {
+    /// Count the records of `event` not seen before.
+    pub fn observe(&mut self, event: &KinesisEvent) {
+        for r in &event.records {
+            if !self.seen.insert(r.kinesis.sequence_number.clone()) {
+                continue;
+            }
+            let bytes = (r.kinesis.data.0.len() + r.kinesis.partition_key.len()) as u64;
+            self.records += 1;
+            self.bytes += bytes;
+            self.put_payload_units += units::put_payload_units(bytes);
+            self.billed_bytes_in += units::on_demand_billed_bytes(bytes);
+        }
+    }
 }
 
 impl RunCounters {
@@ -41,6 +81,34 @@ impl RunCounters {
     /// Read `counter`.
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
+    }
+
+    /// What the cost model needs of this run: the counts, with the run's `elapsed_secs`, its
+    /// stream's `shards`, the billed size of one of its usage rows and its `group_hours`.
+    pub fn cost_counts(
+        &self,
+        elapsed_secs: f64,
+        shards: u32,
+        row_bytes: u64,
+        group_hours: u64,
+    ) -> RunCounts {
+        let d = self.delivered.lock().expect("poisoned");
+        RunCounts {
+            events: Self::get(&self.consumed),
+            kinesis_records: d.records,
+            kinesis_bytes: d.bytes,
+            kinesis_put_payload_units: d.put_payload_units,
+            kinesis_billed_bytes_in: d.billed_bytes_in,
+            shards,
+            elapsed_secs,
+            consumer_invocations: Self::get(&self.consumer_invocations),
+            consumer_billed_ms: Self::get(&self.consumer_billed_ms),
+            consumer_update_items: Self::get(&self.update_items),
+            rows: Self::get(&self.rows_written),
+            row_bytes,
+            group_hours,
+            records_billed: Self::get(&self.billed),
+        }
     }
 
     /// One sample of the counts, `t` seconds into the run, with `acked` events acknowledged.

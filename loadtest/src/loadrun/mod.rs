@@ -27,11 +27,14 @@ mod timings;
 pub use counters::RunCounters;
 
 use crate::conservation::{self, Inputs, Verdict, Violation};
+use crate::cost::{CostComparison, units};
 use crate::local::Paths;
 use crate::produce::{ProduceOutcome, ProduceSpec, produce};
 use crate::report::{Percentiles, RunReport};
 use crate::workload::Group;
 use anyhow::Result;
+use awsmp_pipeline::domain::keys::{GroupKey, HourBucket};
+use awsmp_pipeline::domain::row::conforming_row;
 use awsmp_producer::Producer;
 use chrono::{DateTime, Utc};
 use collect::{Scope, collect_tables};
@@ -424,7 +427,35 @@ async fn settle_and_check<T: RunTarget>(
     } else {
         0.0
     };
+    report.cost = Some(run_cost(
+        target,
+        ctx,
+        report.conservation.group_hours as u64,
+    ));
     Ok(())
+}
+
+/// The run's AWS cost per million events, from its counts (`loadtest/src/cost/`).
+fn run_cost<T: RunTarget>(target: &T, ctx: &RunContext<'_>, group_hours: u64) -> CostComparison {
+    let row_bytes = target
+        .licenses()
+        .first()
+        .zip(ctx.spec.produce.workload.dimensions.first())
+        .map_or(0, |((license, account), dimension)| {
+            let group = GroupKey::new(
+                license,
+                account,
+                dimension,
+                HourBucket::containing(ctx.started_at),
+            );
+            units::item_bytes(&conforming_row(&group, 0, 1, None))
+        });
+    CostComparison::of(ctx.counters.cost_counts(
+        ctx.started.elapsed().as_secs_f64(),
+        RUN_STREAM_SHARDS as u32,
+        row_bytes,
+        group_hours,
+    ))
 }
 
 fn key(g: &Group) -> conservation::Group {

@@ -4,13 +4,13 @@
 
 use chrono::{DateTime, Utc};
 
+use super::RowView;
 use super::allocations::{BorrowedTags, parse_allocations};
-use super::present;
 use crate::contract::attrs;
 use crate::contract::limits::MAX_USAGE_QUANTITY;
 use crate::contract::status::RejectReason::{self, *};
 use crate::domain::keys::{GroupKey, LICENSE_ARN_PREFIX, SortKeySegments};
-use crate::domain::row::{AttrValue, NumberError, RawUsageRow, parse_non_negative_integer};
+use crate::domain::row::{AttrValue, NumberError, parse_non_negative_integer};
 use crate::domain::time::{TimeConfig, is_billable};
 use crate::ids::{is_valid_account_id, is_valid_license_arn, is_valid_product_code};
 
@@ -64,6 +64,9 @@ impl PartitionKind {
 #[derive(Debug)]
 pub(super) struct RowChecks {
     now: DateTime<Utc>,
+    /// Whole seconds from the group's hour start to `now`, floored: a whole-second timestamp
+    /// `second` into the hour is after `now` exactly when `second > now_second`.
+    now_second: i64,
     kind: PartitionKind,
     bucket_billable: bool,
 }
@@ -72,6 +75,7 @@ impl RowChecks {
     pub(super) fn new(group: &GroupKey, now: DateTime<Utc>, cfg: &TimeConfig) -> Self {
         Self {
             now,
+            now_second: now.timestamp() - group.hour.start().timestamp(),
             kind: PartitionKind::of(&group.license_arn),
             bucket_billable: is_billable(group.hour, now, cfg),
         }
@@ -81,12 +85,12 @@ impl RowChecks {
     pub(super) fn check<'r>(
         &self,
         group: &GroupKey,
-        row: &'r RawUsageRow,
+        row: &RowView<'r>,
         segments: &SortKeySegments<'_>,
-        timestamp: Option<DateTime<Utc>>,
+        second: Option<u32>,
     ) -> Result<RowFacts<'r>, Finding> {
         self.check_sort_key(row, segments)?;
-        let Some(timestamp) = timestamp else {
+        let Some(second) = second else {
             return Err(finding(
                 MalformedTimestamp,
                 format!(
@@ -95,12 +99,12 @@ impl RowChecks {
                 ),
             ));
         };
-        let quantity = check_quantity(present(row, attrs::QUANTITY))?;
-        let allocations = match present(row, attrs::USAGE_ALLOCATIONS) {
+        let quantity = check_quantity(row.quantity)?;
+        let allocations = match row.allocations {
             None => None,
             Some(v) => Some(parse_allocations(v)?),
         };
-        self.check_placement(group, row, segments, timestamp)?;
+        self.check_placement(group, row, segments, second)?;
         self.check_identity(group, row)?;
         let sum_mismatch = allocations
             .as_deref()
@@ -116,15 +120,15 @@ impl RowChecks {
     /// reported by its own Missing* reason further down).
     fn check_sort_key(
         &self,
-        row: &RawUsageRow,
+        row: &RowView<'_>,
         segments: &SortKeySegments<'_>,
     ) -> Result<(), Finding> {
-        let account_attr = if self.kind == PartitionKind::Legacy {
-            attrs::CUSTOMER_IDENTIFIER
+        let (account_attr, account) = if self.kind == PartitionKind::Legacy {
+            (attrs::CUSTOMER_IDENTIFIER, row.customer_identifier)
         } else {
-            attrs::CUSTOMER_AWS_ACCOUNT_ID
+            (attrs::CUSTOMER_AWS_ACCOUNT_ID, row.account)
         };
-        if let Some(v) = present(row, account_attr)
+        if let Some(v) = account
             && v.as_s() != Some(segments.account)
         {
             return Err(finding(
@@ -135,7 +139,7 @@ impl RowChecks {
                 ),
             ));
         }
-        if let Some(v) = present(row, attrs::DIMENSION)
+        if let Some(v) = row.dimension
             && v.as_s() != Some(segments.dimension)
         {
             return Err(finding(
@@ -153,17 +157,18 @@ impl RowChecks {
     fn check_placement(
         &self,
         group: &GroupKey,
-        row: &RawUsageRow,
+        row: &RowView<'_>,
         segments: &SortKeySegments<'_>,
-        timestamp: DateTime<Utc>,
+        second: u32,
     ) -> Result<(), Finding> {
-        if present(row, attrs::DIMENSION)
+        if row
+            .dimension
             .and_then(AttrValue::as_s)
             .is_none_or(str::is_empty)
         {
             return Err(finding(MissingDimension, "dimension is missing or empty"));
         }
-        if timestamp > self.now {
+        if i64::from(second) > self.now_second {
             return Err(finding(
                 TimestampInFuture,
                 format!(
@@ -187,7 +192,7 @@ impl RowChecks {
     }
 
     /// InvalidLicenseArn, MissingCustomerAWSAccountId, MissingLegacyIdentifier.
-    fn check_identity(&self, group: &GroupKey, row: &RawUsageRow) -> Result<(), Finding> {
+    fn check_identity(&self, group: &GroupKey, row: &RowView<'_>) -> Result<(), Finding> {
         match self.kind {
             PartitionKind::Invalid => Err(finding(
                 InvalidLicenseArn,
@@ -197,8 +202,7 @@ impl RowChecks {
                 ),
             )),
             PartitionKind::ConcurrentAgreements => {
-                let account =
-                    present(row, attrs::CUSTOMER_AWS_ACCOUNT_ID).and_then(AttrValue::as_s);
+                let account = row.account.and_then(AttrValue::as_s);
                 if account.is_some_and(is_valid_account_id) {
                     Ok(())
                 } else {
@@ -209,7 +213,8 @@ impl RowChecks {
                 }
             }
             PartitionKind::Legacy => {
-                if present(row, attrs::CUSTOMER_IDENTIFIER)
+                if row
+                    .customer_identifier
                     .and_then(AttrValue::as_s)
                     .is_none_or(str::is_empty)
                 {

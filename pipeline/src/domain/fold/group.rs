@@ -5,9 +5,10 @@ use std::collections::BTreeSet;
 
 use chrono::{DateTime, Utc};
 
+use super::RowView;
 use super::allocations::TagSetMerge;
 use super::checks::{RowChecks, RowFacts};
-use super::membership::{Membership, membership};
+use super::membership::{MemberPrefix, Membership, membership};
 use super::overflow::{Overflow, split_at_api_maximum};
 use super::seconds::{SecondQuantities, SecondSet};
 use crate::contract::limits::MAX_ALLOCATIONS_PER_RECORD;
@@ -143,7 +144,7 @@ pub enum Pushed {
 #[derive(Debug)]
 pub struct GroupFold {
     group: GroupKey,
-    prefix: String,
+    prefix: MemberPrefix,
     checks: RowChecks,
     finalize_zero: bool,
 
@@ -164,7 +165,7 @@ impl GroupFold {
     /// evaluated once, at `now`.
     pub fn new(group: GroupKey, now: DateTime<Utc>, cfg: &TimeConfig) -> Self {
         Self {
-            prefix: group.usage_prefix(),
+            prefix: MemberPrefix::of(&group),
             checks: RowChecks::new(&group, now, cfg),
             finalize_zero: is_zero_finalize_edge(group.hour, now, cfg),
             group,
@@ -196,7 +197,8 @@ impl GroupFold {
     /// [`Pushed`]). The same sort key twice is refused ([`DomainError::DuplicateRow`]) rather
     /// than counted twice.
     pub fn push(&mut self, row: &RawUsageRow) -> Result<Pushed, DomainError> {
-        match membership(&self.group, &self.prefix, row) {
+        let view = RowView::of(row);
+        match membership(&self.group, &self.prefix, &view) {
             Membership::NotPending => Ok(Pushed::NotPending),
             Membership::Foreign => Ok(Pushed::Foreign),
             Membership::Unkeyed => {
@@ -221,10 +223,10 @@ impl GroupFold {
             Membership::Member {
                 sort_key,
                 segments,
-                timestamp,
+                second,
             } => {
-                match timestamp {
-                    Some((_, second)) => {
+                match second {
+                    Some(second) => {
                         if !self.seconds.insert(second) {
                             return Err(DomainError::DuplicateRow(sort_key.to_owned()));
                         }
@@ -232,12 +234,10 @@ impl GroupFold {
                     None => self.remember_irregular(sort_key)?,
                 }
                 self.row_count += 1;
-                let checked =
-                    self.checks
-                        .check(&self.group, row, &segments, timestamp.map(|(t, _)| t));
+                let checked = self.checks.check(&self.group, &view, &segments, second);
                 match checked {
                     Ok(facts) => {
-                        if let Some((_, second)) = timestamp {
+                        if let Some(second) = second {
                             self.quantities.set(second, facts.quantity);
                         }
                         self.accumulate(sort_key, facts)

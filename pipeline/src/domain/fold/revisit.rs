@@ -1,8 +1,8 @@
 //! Re-visiting a group whose aggregated record already exists: lost cleanups vs late usage.
 
-use super::membership::{Membership, membership};
-use super::present;
+use super::membership::{MemberPrefix, Membership, membership};
 use super::seconds::SecondSet;
+use super::{RowView, present};
 use crate::contract::attrs;
 use crate::contract::limits::MAX_USAGE_QUANTITY;
 use crate::domain::keys::{GroupKey, RowKey};
@@ -39,16 +39,14 @@ pub struct LateRow {
 /// contributing seconds `stored`. Rows without a sort key cannot exist in DynamoDB and are
 /// reported as [`RevisitRow::Foreign`].
 pub fn classify_revisit(group: &GroupKey, stored: &SecondSet, row: &RawUsageRow) -> RevisitRow {
-    let prefix = group.usage_prefix();
-    let (sort_key, second) = match membership(group, &prefix, row) {
+    let prefix = MemberPrefix::of(group);
+    let (sort_key, second) = match membership(group, &prefix, &RowView::of(row)) {
         Membership::NotPending => return RevisitRow::NotPending,
         Membership::Foreign | Membership::Unkeyed => return RevisitRow::Foreign,
         Membership::Malformed(sk) => (sk, None),
         Membership::Member {
-            sort_key,
-            timestamp,
-            ..
-        } => (sort_key, timestamp.map(|(_, s)| s)),
+            sort_key, second, ..
+        } => (sort_key, second),
     };
     let row_key = RowKey {
         license_arn: group.license_arn.clone(),
