@@ -5,6 +5,7 @@
 use awsmp_simulation::run;
 
 #[test]
+#[ignore = "DEPROVISION_IN_SWEEP is off until the sweep's findings are analysed (simulation/src/lifecycle.rs)"]
 fn deprovisioned_licenses_are_finalized_and_the_schedules_pass() {
     let (mut deprovisioned, mut finalized) = (0, 0);
     for seed in 0..4 {
