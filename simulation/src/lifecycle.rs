@@ -14,28 +14,27 @@
 //! the flush had a fault-free chance: [`World::lifecycle_drain`]); the lifecycle's queues are
 //! empty and no event was dead-lettered.
 
-use crate::faults::{Fault, mix};
-use crate::ports::{Ctx, injected_dynamodb};
+use crate::faults::mix;
+use crate::ports::Ctx;
 use crate::queue::SimQueue;
 use crate::world::{World, lock};
-use async_trait::async_trait;
 use awsmp_lifecycle::adapters::memory::{MemoryDeadLetters, MemorySubscriberStore};
-use awsmp_lifecycle::domain::event::{Change, LicenseKey};
-use awsmp_lifecycle::domain::state::{LicenseStatus, Outcome, Subscriber};
-use awsmp_lifecycle::error::LifecycleError;
+use awsmp_lifecycle::domain::event::LicenseKey;
+use awsmp_lifecycle::domain::state::{LicenseStatus, Subscriber};
 use awsmp_lifecycle::handlers::{deprovision_cleanup, subscription};
-use awsmp_lifecycle::ports::SubscriberStore;
 use awsmp_pipeline::domain::clock::Clock;
 use awsmp_pipeline::emf::MetricsSink;
 use awsmp_pipeline::handlers::discoverer::DiscovererInput;
 use awsmp_pipeline::handlers::{aggregator, handle_sqs_batch};
-use awsmp_pipeline::ports::{Deprovisioning, DeprovisioningIndex, MessageQueue};
+use awsmp_pipeline::ports::{DeprovisioningIndex, MessageQueue};
 use chrono::{DateTime, Duration, SecondsFormat, Utc};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::{Arc, Mutex};
+
+mod faulty;
+use faulty::{FaultyIndex, FaultySubscribers};
 
 /// The deprovision-cleanup Lambda's schedule (`rate(15 minutes)`, docs/lifecycle.md).
 pub const CLEANUP_EVERY: Duration = Duration::minutes(15);
@@ -493,125 +492,6 @@ pub fn check(w: &World) -> Vec<String> {
         ));
     }
     out
-}
-
-/// The subscribers table under the fault plan.
-struct FaultySubscribers {
-    inner: MemorySubscriberStore,
-    ctx: Ctx,
-}
-
-fn injected(operation: &'static str, fault: Option<Fault>) -> LifecycleError {
-    LifecycleError::DynamoDb {
-        operation,
-        table: "subscribers".into(),
-        source: Box::new(injected_dynamodb(operation, fault)),
-        retryable: matches!(fault, Some(Fault::Throttle | Fault::LoseResponse)),
-    }
-}
-
-impl FaultySubscribers {
-    async fn guarded<T>(
-        &self,
-        op: &'static str,
-        key: &str,
-        write: bool,
-        call: impl Future<Output = awsmp_lifecycle::error::Result<T>>,
-    ) -> awsmp_lifecycle::error::Result<T> {
-        let fault = self.ctx.faults.decide(op, key, write);
-        match fault {
-            Some(Fault::Throttle | Fault::CrashBefore) => return Err(injected(op, fault)),
-            Some(Fault::Preempt) => self.ctx.interleaver.run(op).await,
-            _ => {}
-        }
-        let out = call.await?;
-        match fault {
-            Some(Fault::LoseResponse | Fault::CrashAfter) => Err(injected(op, fault)),
-            _ => Ok(out),
-        }
-    }
-}
-
-#[async_trait]
-impl SubscriberStore for FaultySubscribers {
-    async fn apply(
-        &self,
-        key: &LicenseKey,
-        change: &Change,
-        at: DateTime<Utc>,
-    ) -> awsmp_lifecycle::error::Result<Outcome> {
-        let call = self.inner.apply(key, change, at);
-        self.guarded("subscribers-apply", &key.license_arn, true, call)
-            .await
-    }
-
-    async fn licenses_of_agreement(
-        &self,
-        agreement_id: &str,
-    ) -> awsmp_lifecycle::error::Result<Vec<LicenseKey>> {
-        let call = self.inner.licenses_of_agreement(agreement_id);
-        self.guarded("subscribers-agreement", agreement_id, false, call)
-            .await
-    }
-
-    async fn get(&self, key: &LicenseKey) -> awsmp_lifecycle::error::Result<Option<Subscriber>> {
-        let call = self.inner.get(key);
-        self.guarded("subscribers-get", &key.license_arn, false, call)
-            .await
-    }
-
-    async fn expired_deprovisioning(
-        &self,
-        now: DateTime<Utc>,
-    ) -> awsmp_lifecycle::error::Result<Vec<(LicenseKey, DateTime<Utc>)>> {
-        let call = self.inner.expired_deprovisioning(now);
-        self.guarded("subscribers-expired", "index", false, call)
-            .await
-    }
-
-    async fn finalize(
-        &self,
-        key: &LicenseKey,
-        now: DateTime<Utc>,
-    ) -> awsmp_lifecycle::error::Result<bool> {
-        let call = self.inner.finalize(key, now);
-        self.guarded("subscribers-finalize", &key.license_arn, true, call)
-            .await
-    }
-
-    async fn record_registration(
-        &self,
-        key: &LicenseKey,
-        product_code: &str,
-        region: &str,
-        now: DateTime<Utc>,
-    ) -> awsmp_lifecycle::error::Result<()> {
-        let call = self
-            .inner
-            .record_registration(key, product_code, region, now);
-        self.guarded("subscribers-register", &key.license_arn, true, call)
-            .await
-    }
-}
-
-/// The pipeline's read of the deprovisioning index, faulty.
-struct FaultyIndex {
-    inner: MemorySubscriberStore,
-    ctx: Ctx,
-}
-
-#[async_trait]
-impl DeprovisioningIndex for FaultyIndex {
-    async fn active(&self) -> awsmp_pipeline::error::Result<Vec<Deprovisioning>> {
-        let fault = self
-            .ctx
-            .faults
-            .decide("deprovisioning-index", "index", false);
-        match fault {
-            Some(Fault::Throttle | Fault::CrashBefore) => Err(injected_dynamodb("Query", fault)),
-            _ => self.inner.active().await,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,134 @@
+//! The lifecycle's stores under the simulation's fault plan: the subscribers table as the
+//! subscription and deprovision-cleanup Lambdas use it, and the pipeline's read of its
+//! deprovisioning index (throttling, lost responses, crashes before and after every call).
+
+use crate::faults::Fault;
+use crate::ports::{Ctx, injected_dynamodb};
+use async_trait::async_trait;
+use awsmp_lifecycle::adapters::memory::MemorySubscriberStore;
+use awsmp_lifecycle::domain::event::{Change, LicenseKey};
+use awsmp_lifecycle::domain::state::{Outcome, Subscriber};
+use awsmp_lifecycle::error::LifecycleError;
+use awsmp_lifecycle::ports::SubscriberStore;
+use awsmp_pipeline::ports::{Deprovisioning, DeprovisioningIndex};
+use chrono::{DateTime, Utc};
+use std::future::Future;
+
+/// The subscribers table under the fault plan.
+pub(super) struct FaultySubscribers {
+    pub(super) inner: MemorySubscriberStore,
+    pub(super) ctx: Ctx,
+}
+
+fn injected(operation: &'static str, fault: Option<Fault>) -> LifecycleError {
+    LifecycleError::DynamoDb {
+        operation,
+        table: "subscribers".into(),
+        source: Box::new(injected_dynamodb(operation, fault)),
+        retryable: matches!(fault, Some(Fault::Throttle | Fault::LoseResponse)),
+    }
+}
+
+impl FaultySubscribers {
+    async fn guarded<T>(
+        &self,
+        op: &'static str,
+        key: &str,
+        write: bool,
+        call: impl Future<Output = awsmp_lifecycle::error::Result<T>>,
+    ) -> awsmp_lifecycle::error::Result<T> {
+        let fault = self.ctx.faults.decide(op, key, write);
+        match fault {
+            Some(Fault::Throttle | Fault::CrashBefore) => return Err(injected(op, fault)),
+            Some(Fault::Preempt) => self.ctx.interleaver.run(op).await,
+            _ => {}
+        }
+        let out = call.await?;
+        match fault {
+            Some(Fault::LoseResponse | Fault::CrashAfter) => Err(injected(op, fault)),
+            _ => Ok(out),
+        }
+    }
+}
+
+#[async_trait]
+impl SubscriberStore for FaultySubscribers {
+    async fn apply(
+        &self,
+        key: &LicenseKey,
+        change: &Change,
+        at: DateTime<Utc>,
+    ) -> awsmp_lifecycle::error::Result<Outcome> {
+        let call = self.inner.apply(key, change, at);
+        self.guarded("subscribers-apply", &key.license_arn, true, call)
+            .await
+    }
+
+    async fn licenses_of_agreement(
+        &self,
+        agreement_id: &str,
+    ) -> awsmp_lifecycle::error::Result<Vec<LicenseKey>> {
+        let call = self.inner.licenses_of_agreement(agreement_id);
+        self.guarded("subscribers-agreement", agreement_id, false, call)
+            .await
+    }
+
+    async fn get(&self, key: &LicenseKey) -> awsmp_lifecycle::error::Result<Option<Subscriber>> {
+        let call = self.inner.get(key);
+        self.guarded("subscribers-get", &key.license_arn, false, call)
+            .await
+    }
+
+    async fn expired_deprovisioning(
+        &self,
+        now: DateTime<Utc>,
+    ) -> awsmp_lifecycle::error::Result<Vec<(LicenseKey, DateTime<Utc>)>> {
+        let call = self.inner.expired_deprovisioning(now);
+        self.guarded("subscribers-expired", "index", false, call)
+            .await
+    }
+
+    async fn finalize(
+        &self,
+        key: &LicenseKey,
+        now: DateTime<Utc>,
+    ) -> awsmp_lifecycle::error::Result<bool> {
+        let call = self.inner.finalize(key, now);
+        self.guarded("subscribers-finalize", &key.license_arn, true, call)
+            .await
+    }
+
+    async fn record_registration(
+        &self,
+        key: &LicenseKey,
+        product_code: &str,
+        region: &str,
+        now: DateTime<Utc>,
+    ) -> awsmp_lifecycle::error::Result<()> {
+        let call = self
+            .inner
+            .record_registration(key, product_code, region, now);
+        self.guarded("subscribers-register", &key.license_arn, true, call)
+            .await
+    }
+}
+
+/// The pipeline's read of the deprovisioning index, faulty.
+pub(super) struct FaultyIndex {
+    pub(super) inner: MemorySubscriberStore,
+    pub(super) ctx: Ctx,
+}
+
+#[async_trait]
+impl DeprovisioningIndex for FaultyIndex {
+    async fn active(&self) -> awsmp_pipeline::error::Result<Vec<Deprovisioning>> {
+        let fault = self
+            .ctx
+            .faults
+            .decide("deprovisioning-index", "index", false);
+        match fault {
+            Some(Fault::Throttle | Fault::CrashBefore) => Err(injected_dynamodb("Query", fault)),
+            _ => self.inner.active().await,
+        }
+    }
+}
