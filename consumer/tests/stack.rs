@@ -24,7 +24,7 @@ use awsmp_loadtest::local::LocalEnv;
 use awsmp_pipeline::domain::keys::format_usage_timestamp;
 use awsmp_pipeline::emf::MetricsSink;
 use awsmp_producer::partition::partition_key;
-use awsmp_producer::wire::{deaggregate, decode_event, encode_aggregated, encode_event};
+use awsmp_producer::wire::{decode_events, encode_aggregated, encode_event};
 use awsmp_producer::{
     Event, FaultConfig, FaultInjectingRecordSink, KinesisRecordSink, KinesisShardMapSource,
     Producer, Tag, UsageAllocation,
@@ -95,9 +95,11 @@ impl TestStream {
                             rec.approximate_arrival_timestamp().unwrap().to_millis()?,
                         )
                         .unwrap();
-                    for u in deaggregate(rec.data().as_ref())? {
+                    // Every event of the record, v1 or v2 (a v2 aggregate's group table is
+                    // not an event).
+                    for u in decode_events(rec.data().as_ref())? {
                         // Billed at its arrival second, however far its client clock is off.
-                        let e = decode_event(&u.data)?;
+                        let e = u.event?;
                         let sk = format!(
                             "{}#{}#{}",
                             e.customer_aws_account_id,
