@@ -261,7 +261,10 @@ async fn misbilled(topology: &Topology, sites: &[SiteReport]) -> Result<Vec<Stri
         let env = LocalEnv::read(&site.env_file)?;
         let admin = env.get("AWSMP_SIM_ADMIN_URL")?.to_owned();
         for l in &share.licenses {
-            home.insert(l.clone(), (share.site.clone(), admin.clone(), &share.product_code));
+            home.insert(
+                l.clone(),
+                (share.site.clone(), admin.clone(), &share.product_code),
+            );
         }
         simulators.entry(admin).or_insert(env);
     }
