@@ -158,7 +158,20 @@ async fn a_run_spread_over_two_products_in_two_regions_conserves_in_every_site()
     );
     ensure!(billed == produced, "billed {billed} of {produced} produced");
 
-    // Each region's simulator billed only its own sites' licenses, under their product.
+    let billed_in_ledgers = ledgers_bill_only_their_sites(&topology, &home).await?;
+    ensure!(
+        billed_in_ledgers == produced,
+        "the ledgers hold {billed_in_ledgers} of {produced} units"
+    );
+    Ok(())
+}
+
+/// Each region's simulator billed only its own sites' licenses, under their product; returns
+/// the units all the ledgers hold. `home`: license → (product, region) of its site.
+async fn ledgers_bill_only_their_sites(
+    topology: &Topology,
+    home: &BTreeMap<String, (String, String)>,
+) -> Result<u64> {
     let mut billed_in_ledgers = 0;
     let mut regions_seen = BTreeSet::new();
     for site in &topology.sites {
@@ -180,9 +193,5 @@ async fn a_run_spread_over_two_products_in_two_regions_conserves_in_every_site()
             billed_in_ledgers += u(&r["quantity"]);
         }
     }
-    ensure!(
-        billed_in_ledgers == produced,
-        "the ledgers hold {billed_in_ledgers} of {produced} units"
-    );
-    Ok(())
+    Ok(billed_in_ledgers)
 }

@@ -323,6 +323,55 @@ mod tests {
         }
     }
 
+    /// A state dir whose `topology.json` holds two products in two regions (nothing running).
+    fn four_sites() -> (tempfile::TempDir, Paths) {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = Paths {
+            root: dir.path().to_owned(),
+            tools: dir.path().join("tools"),
+        };
+        let regions = ["us-east-1".to_owned(), "eu-west-1".to_owned()];
+        let shape = crate::local::topology::Shape::new(2, &regions).unwrap();
+        let plan = crate::local::topology::plan(&paths, &shape, &["p1".into(), "p2".into()]);
+        std::fs::write(
+            crate::local::topology::topology_file(&paths),
+            serde_json::to_string(&plan).unwrap(),
+        )
+        .unwrap();
+        (dir, paths)
+    }
+
+    async fn refusal(paths: &Paths, spec: &RunSpec) -> String {
+        format!("{:#}", run_sites(paths, spec).await.unwrap_err())
+    }
+
+    #[tokio::test]
+    async fn what_a_spread_run_cannot_take_is_refused_before_anything_starts() {
+        let (_dir, four) = four_sites();
+        // Three groups over two dimensions are two licenses, for four sites.
+        let e = refusal(&four, &spec(3, 100)).await;
+        assert!(e.contains("fewer than the stack's 4 sites"), "{e}");
+        let single = tempfile::tempdir().unwrap();
+        let single = Paths {
+            root: single.path().to_owned(),
+            tools: single.path().join("tools"),
+        };
+        let e = refusal(&single, &spec(40, 100)).await;
+        assert!(e.contains("has one site"), "{e}");
+        let mut produce = spec(40, 100);
+        produce.produce_only = true;
+        assert!(
+            refusal(&four, &produce)
+                .await
+                .contains("`awsmp-loadtest run`")
+        );
+        let mut deployment = spec(40, 100);
+        deployment.target = Target::Deployment {
+            licenses: vec![run_license(1, 0)],
+        };
+        assert!(refusal(&four, &deployment).await.contains("local stack"));
+    }
+
     #[test]
     fn licenses_are_dealt_round_robin() {
         assert_eq!(
