@@ -123,6 +123,11 @@ struct Common {
     /// licenses of the product to meter against.
     #[arg(long, required_if_eq("target", "deployment"))]
     licenses: Option<PathBuf>,
+    /// `all`: spread the run's licenses round robin over every site of a multi-product,
+    /// multi-region local stack, one share per site, each checked on its own (`run` only;
+    /// docs/local-stack.md, "Many products, many regions").
+    #[arg(long, value_parser = ["all"])]
+    sites: Option<String>,
 }
 
 /// What a command runs.
@@ -240,6 +245,13 @@ pub fn main() -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    if common.sites.is_some() {
+        anyhow::ensure!(
+            matches!(cli.command, Command::Run(_)),
+            "--sites is for `awsmp-loadtest run`"
+        );
+        return run_sites(common, &runtime, &spec);
+    }
     let report = runtime.block_on(loadrun::run(&crate::local::Paths::from_env(), &spec))?;
     if let Some(dir) = &common.report {
         let html = report.write(dir)?;
@@ -253,6 +265,28 @@ pub fn main() -> Result<()> {
         print!("{}", report.summary());
     }
     if !report.conservation.conserved {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// `run --sites all`: every site's share, each site's report under `--report DIR/<product>/<region>`.
+fn run_sites(common: &Common, runtime: &tokio::runtime::Runtime, spec: &RunSpec) -> Result<()> {
+    let report = runtime.block_on(loadrun::run_sites(&crate::local::Paths::from_env(), spec))?;
+    if let Some(dir) = &common.report {
+        for site in &report.sites {
+            let html = site.report.write(&dir.join(&site.site))?;
+            if !common.json {
+                eprintln!("report of {}: {}", site.site, html.display());
+            }
+        }
+    }
+    if common.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{}", report.summary());
+    }
+    if !report.conserved {
         std::process::exit(1);
     }
     Ok(())

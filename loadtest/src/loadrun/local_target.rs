@@ -43,9 +43,10 @@ impl LocalTarget {
         // replace every region's catalog (docs/local-stack.md, "Many products, many regions").
         if local::topology::Topology::load(paths)?.is_some_and(|t| t.is_multi()) {
             anyhow::bail!(
-                "the stack at {} holds several products or regions; a load run needs a \
-                 single-site stack (another AWSMP_LOCAL_DIR, or `awsmp-local up --products 1 \
-                 --regions us-east-1`)",
+                "the stack at {} holds several products or regions; give `--sites all` to \
+                 spread the run's licenses over every site, or use a single-site stack \
+                 (another AWSMP_LOCAL_DIR, or `awsmp-local up --products 1 --regions \
+                 us-east-1`)",
                 paths.root.display()
             );
         }
@@ -74,9 +75,28 @@ impl LocalTarget {
         let env = local::up(paths, &options)
             .await
             .context("starting the local stack")?;
+        let site = Site {
+            licenses,
+            checkpoint: dir.join(format!("esm-{nonce:08x}.json")),
+            stream: format!("awsmp-loadtest-{nonce:08x}"),
+            reset: true,
+        };
+        Self::on_site(env, spec, site).await
+    }
+
+    /// The run's share on one site of the stack, whose simulator already has the run's
+    /// catalog: its stream (unless the run writes into a named one), its simulator reset when
+    /// `site.reset`, its watermarks.
+    pub(super) async fn on_site(env: LocalEnv, spec: &RunSpec, site: Site) -> Result<Self> {
+        let Site {
+            licenses,
+            checkpoint,
+            stream: own_stream,
+            reset,
+        } = site;
         let (stream, owns_stream) = match named_stream(spec, &env)? {
             Some(name) => (name, false),
-            None => (format!("awsmp-loadtest-{nonce:08x}"), true),
+            None => (own_stream, true),
         };
         let kinesis = env.kinesis().await?;
         if owns_stream {
@@ -97,7 +117,9 @@ impl LocalTarget {
                 .with_context(|| format!("stream {stream} (--stream names an existing stream)"))?;
         }
         let sim = SimAdmin::new(&env)?;
-        sim.post("/_sim/reset", serde_json::json!({})).await?;
+        if reset {
+            sim.post("/_sim/reset", serde_json::json!({})).await?;
+        }
         let watermarks = RunWatermarks::of_stack(&env, &stream).await?;
         Ok(Self {
             watermarks,
@@ -107,9 +129,21 @@ impl LocalTarget {
             owns_stream,
             licenses,
             sim,
-            checkpoint: dir.join(format!("esm-{nonce:08x}.json")),
+            checkpoint,
         })
     }
+}
+
+/// One site's share of a run ([`LocalTarget::on_site`]).
+pub(super) struct Site {
+    /// The licenses the share meters against (the last carries the bad inputs, if injected).
+    pub(super) licenses: Vec<(String, String)>,
+    /// The event source mapping's checkpoints.
+    pub(super) checkpoint: PathBuf,
+    /// The name of the stream the share creates (unless the run names one).
+    pub(super) stream: String,
+    /// Reset the site's simulator first.
+    pub(super) reset: bool,
 }
 
 impl LocalTarget {

@@ -21,10 +21,12 @@ mod local_target;
 mod meter;
 mod progress;
 mod sim_admin;
+mod sites;
 mod target;
 mod timings;
 
 pub use counters::RunCounters;
+pub use sites::{SiteReport, SitesReport, run_sites};
 
 use crate::conservation::{self, Inputs, Verdict, Violation};
 use crate::cost::{CostComparison, units};
@@ -169,11 +171,28 @@ fn catalog(licenses: &[(String, String)], dimensions: &[String]) -> serde_json::
 /// Run the load test: on the local stack in `paths`, or against the deployment the
 /// environment names.
 pub async fn run(paths: &Paths, spec: &RunSpec) -> Result<RunReport> {
-    let started = Instant::now();
-    let started_at = Utc::now();
-    let w = &spec.produce.workload;
-    let nonce = (w.seed as u32) ^ (Utc::now().timestamp() as u32).rotate_left(16);
-    let ctx = || RunContext {
+    let (started, started_at) = (Instant::now(), Utc::now());
+    let nonce = run_nonce(spec);
+    match &spec.target {
+        Target::Local => {
+            let target = LocalTarget::set_up(paths, spec, nonce).await?;
+            run_on(&target, &context(spec, started, started_at)).await
+        }
+        Target::Deployment { licenses } => {
+            let target = DeploymentTarget::set_up(spec, licenses)?;
+            run_on(&target, &context(spec, started, started_at)).await
+        }
+    }
+}
+
+/// The run's fresh identities: from its seed and the wall clock.
+fn run_nonce(spec: &RunSpec) -> u32 {
+    (spec.produce.workload.seed as u32) ^ (Utc::now().timestamp() as u32).rotate_left(16)
+}
+
+/// A run's shared state, from `started` (the same instant on the wall clock: `started_at`).
+fn context(spec: &RunSpec, started: Instant, started_at: DateTime<Utc>) -> RunContext<'_> {
+    RunContext {
         spec,
         started,
         started_at,
@@ -184,16 +203,6 @@ pub async fn run(paths: &Paths, spec: &RunSpec) -> Result<RunReport> {
         consumption_done: AtomicBool::new(false),
         last_tick: Mutex::default(),
         progress: Progress::new(spec),
-    };
-    match &spec.target {
-        Target::Local => {
-            let target = LocalTarget::set_up(paths, spec, nonce).await?;
-            run_on(&target, &ctx()).await
-        }
-        Target::Deployment { licenses } => {
-            let target = DeploymentTarget::set_up(spec, licenses)?;
-            run_on(&target, &ctx()).await
-        }
     }
 }
 
