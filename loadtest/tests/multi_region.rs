@@ -91,6 +91,14 @@ async fn admin(env: &LocalEnv, path: &str, body: Value) -> Result<Value> {
     Ok(resp.json().await?)
 }
 
+/// Both regions' simulators' clocks to `at` (what a tick's first step does, without the tick).
+async fn set_clocks(envs: [&LocalEnv; 2], at: DateTime<Utc>) -> Result<()> {
+    for env in envs {
+        admin(env, "/_sim/clock", json!({"now": at.to_rfc3339()})).await?;
+    }
+    Ok(())
+}
+
 async fn subscribe(env: &LocalEnv, product: &str, account: &str) -> Result<LicenseKey> {
     let sub = admin(
         env,
@@ -196,7 +204,7 @@ async fn two_products_in_two_regions_bill_once_per_region_and_deprovisioning_is_
         .with_ymd_and_hms(2026, 12, 7, 10, 0, 30)
         .single()
         .context("t0")?;
-    sites.tick(t0).await?;
+    set_clocks([&us1, &eu1], t0).await?;
     let a = subscribe(&us1, &p1, "512345000001").await?;
     let c = subscribe(&us1, &p2, "512345000002").await?;
     let report = sites.tick(t0 + Duration::minutes(1)).await?;
@@ -215,7 +223,7 @@ async fn two_products_in_two_regions_bill_once_per_region_and_deprovisioning_is_
     use_product(&eu2, &c, t0, 1, &[4]).await?;
     // WHEN A is deprovisioned mid-hour (T = 10:02:30) and keeps using it until minute 50.
     let deprovisioned_at = t0 + Duration::minutes(2);
-    sites.tick(deprovisioned_at).await?;
+    set_clocks([&us1, &eu1], deprovisioned_at).await?;
     admin(
         &us1,
         "/_sim/deprovision",
