@@ -15,7 +15,7 @@ use aws_sdk_kinesis::Client;
 use aws_sdk_kinesis::types::{ShardIteratorType, StreamStatus};
 use awsmp_producer::partition::{ShardMap, partition_hash, partition_key};
 use awsmp_producer::shards::shard_map_from_listing;
-use awsmp_producer::wire::{deaggregate, decode_event};
+use awsmp_producer::wire::decode_events;
 use awsmp_producer::{Event, Producer};
 
 async fn sdk_config() -> aws_config::SdkConfig {
@@ -99,8 +99,9 @@ impl TestStream {
                     empty_reads += 1;
                 }
                 for rec in r.records() {
-                    for u in deaggregate(rec.data().as_ref())? {
-                        let event = decode_event(&u.data)?;
+                    // Every event, v1 or v2 (a v2 aggregate's group table is not one).
+                    for u in decode_events(rec.data().as_ref())? {
+                        let event = u.event?;
                         let pk = u
                             .partition_key
                             .unwrap_or_else(|| rec.partition_key().unwrap_or_default().to_owned());

@@ -40,7 +40,7 @@ async fn metrics_flow_through_the_facade_and_nothing_global_is_installed() {
     let sink = FaultInjectingRecordSink::new(
         MemoryRecordSink::new(map.clone()),
         FaultConfig {
-            entry_throttle_rate: 0.3,
+            entry_throttle_rate: 0.5,
             ..FaultConfig::default()
         },
     );
@@ -54,8 +54,13 @@ async fn metrics_flow_through_the_facade_and_nothing_global_is_installed() {
         ))
         .start_with(sink, StaticShardMapSource::new(map))
         .unwrap();
-    for e in common::events(500, 10, 2) {
-        p.record(e).await.unwrap();
+    // In waves past the linger, so the run puts many records (v2 packs 500 events into very
+    // few) and some of them are throttled.
+    for wave in common::events(500, 10, 2).chunks(20) {
+        for e in wave {
+            p.record(e.clone()).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(15)).await;
     }
     assert!(p.shutdown().await.unwrap().is_complete());
 

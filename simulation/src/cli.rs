@@ -29,6 +29,10 @@ pub struct Args {
     /// Run the sweep against one broken variant (needs the `mutants` feature).
     #[arg(long)]
     pub mutant: Option<String>,
+    /// Let half the schedules deprovision a license while usage flows (off in the default
+    /// sweep until its findings are analysed: docs/simulation.md, invariant 5).
+    #[arg(long)]
+    pub deprovision: bool,
 }
 
 /// Parse the arguments and run.
@@ -47,9 +51,15 @@ pub fn main() -> ExitCode {
         }
         println!("mutant {name} active");
     }
+    crate::lifecycle::set_deprovision(args.deprovision);
+    let flags = if args.deprovision {
+        " --deprovision"
+    } else {
+        ""
+    };
     let replay = |seed: u64| match &args.mutant {
-        Some(m) => format!("scripts/simulate --mutant {m} --seed {seed} --trace"),
-        None => format!("scripts/simulate --seed {seed} --trace"),
+        Some(m) => format!("scripts/simulate{flags} --mutant {m} --seed {seed} --trace"),
+        None => format!("scripts/simulate{flags} --seed {seed} --trace"),
     };
     if let Some(seed) = args.seed {
         println!("seed {seed}");

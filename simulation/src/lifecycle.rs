@@ -31,6 +31,7 @@ use chrono::{DateTime, Duration, SecondsFormat, Utc};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 mod faulty;
@@ -45,7 +46,19 @@ pub const FLUSH_EVERY: Duration = Duration::minutes(5);
 /// the fault-free drain ran before its window closed (seeds 69, 294, 451, 597, 835, 865), and
 /// usage of a deprovisioned license ending `LateUsage` (seeds 310, 960): to be analysed
 /// before the deprovisioning joins the default sweep.
-pub const DEPROVISION_IN_SWEEP: bool = false;
+/// Off by default; `scripts/simulate --deprovision` (or [`set_deprovision`]) switches it on for
+/// one process, to replay those seeds.
+static DEPROVISION_IN_SWEEP: AtomicBool = AtomicBool::new(false);
+
+/// Whether schedules deprovision a license (half of them, at a random active step).
+pub fn deprovision_in_sweep() -> bool {
+    DEPROVISION_IN_SWEEP.load(Ordering::Relaxed)
+}
+
+/// Switch the deprovisioning scenario on or off for this process.
+pub fn set_deprovision(on: bool) {
+    DEPROVISION_IN_SWEEP.store(on, Ordering::Relaxed);
+}
 /// SQS batch size of the subscription queue's mapping.
 const SUBSCRIPTION_BATCH: usize = 10;
 /// Attempts EventBridge makes to deliver an event to the queue (it retries for 24 h).
@@ -137,7 +150,7 @@ impl Lifecycle {
                 what,
             });
         }
-        let deprovision_at = (rng.random_bool(0.5) && DEPROVISION_IN_SWEEP)
+        let deprovision_at = (rng.random_bool(0.5) && deprovision_in_sweep())
             .then(|| rng.random_range(0..steps.max(1)));
         let subscribers = MemorySubscriberStore::new();
         Self {
