@@ -12,15 +12,15 @@ pub mod lifecycle;
 pub mod procs;
 pub mod resources;
 pub mod sites;
+mod start;
 pub mod topology;
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 pub use env::LocalEnv;
-use procs::{ServiceState, Spawned};
+use procs::ServiceState;
 use resources::Resources;
 
 /// Region the local stack pretends to be.
@@ -155,7 +155,7 @@ pub async fn up(paths: &Paths, opts: &UpOptions) -> Result<LocalEnv> {
         );
     }
     state.ephemeral = ephemeral;
-    start_missing(paths, &mut state, &catalog, &shape.regions).await?;
+    start::start_missing(paths, &mut state, &catalog, &shape.regions).await?;
 
     let mut env = LocalEnv::for_services(&state)?;
     env.vars
@@ -203,63 +203,6 @@ fn resolve_catalog(paths: &Paths, opts: &UpOptions, state: &mut State) -> Result
     }
     state.catalog = Some(catalog.clone());
     Ok(catalog)
-}
-
-/// Start every service that is not running, and wait until all of them listen.
-async fn start_missing(
-    paths: &Paths,
-    state: &mut State,
-    catalog: &Path,
-    regions: &[String],
-) -> Result<()> {
-    // Pick every port first, holding each until all are chosen, so two services starting at
-    // once can never be handed the same free port.
-    let mut to_start = Vec::new();
-    let mut held = Vec::new();
-    let names = regions
-        .iter()
-        .flat_map(|r| SERVICES.map(|s| (topology::service_name(s, r), r.as_str())));
-    for (name, region) in names {
-        let existing = state.service(&name).cloned();
-        if let Some(s) = &existing
-            && procs::is_alive(s)
-        {
-            continue;
-        }
-        // Reuse a dead service's port so the env file stays valid for anyone holding it.
-        let listener = match existing.as_ref().map(|s| s.port) {
-            Some(p) => std::net::TcpListener::bind(("127.0.0.1", p))
-                .or_else(|_| std::net::TcpListener::bind("127.0.0.1:0")),
-            None => std::net::TcpListener::bind("127.0.0.1:0"),
-        }?;
-        to_start.push((name, region, listener.local_addr()?.port()));
-        held.push(listener);
-    }
-    drop(held);
-    for (name, region, port) in to_start {
-        let spawned = start_service(paths, (&name, region), port, catalog, state.ephemeral)?;
-        state.services.retain(|s| s.name != name);
-        state.services.push(spawned.state);
-        state.save(paths)?;
-    }
-    state.save(paths)?;
-    for s in &state.services {
-        procs::wait_listening(s, Duration::from_secs(30)).await?;
-    }
-    // Something else may have taken a port in the instant between choosing and binding it:
-    // then our process has exited even though the port answers. Never hand out such a stack.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    for s in &state.services {
-        if !procs::is_alive(s) {
-            bail!(
-                "{} exited after start (port {} taken?); see {}",
-                s.name,
-                s.port,
-                s.log.display()
-            );
-        }
-    }
-    Ok(())
 }
 
 /// Stop exactly the processes `up` started and wait until their ports are closed.
@@ -332,104 +275,6 @@ pub fn status(paths: &Paths) -> Result<Vec<String>> {
             )
         })
         .collect())
-}
-
-fn start_service(
-    paths: &Paths,
-    (name, region): (&str, &str),
-    port: u16,
-    catalog: &Path,
-    ephemeral: bool,
-) -> Result<Spawned> {
-    let tools = &paths.tools;
-    // Emulator data on disk unless the stack is ephemeral.
-    let data_dir = |service: &str| -> Result<Option<String>> {
-        if ephemeral {
-            return Ok(None);
-        }
-        let dir = paths.data().join(service);
-        std::fs::create_dir_all(&dir)?;
-        Ok(Some(dir.display().to_string()))
-    };
-    let (program, args): (PathBuf, Vec<String>) = match name.split('@').next().unwrap_or(name) {
-        "kinesis" => {
-            let script = tools.join("node").join("kinesalite-loopback.js");
-            (
-                "node".into(),
-                kinesalite_args(&script, port, data_dir(name)?),
-            )
-        }
-        "dynamodb" => {
-            let script = tools
-                .join("node")
-                .join("node_modules")
-                .join("dynalite")
-                .join("cli.js");
-            ("node".into(), dynalite_args(&script, port, data_dir(name)?))
-        }
-        "sqs" => (
-            tools.join("venv").join("bin").join("moto_server"),
-            vec![
-                "-H".into(),
-                "127.0.0.1".into(),
-                "-p".into(),
-                port.to_string(),
-            ],
-        ),
-        "marketplace-metering" => (
-            sibling_binary("marketplace-sim")?,
-            vec![
-                "--listen".into(),
-                format!("127.0.0.1:{port}"),
-                "--catalog".into(),
-                catalog.display().to_string(),
-                "--region".into(),
-                region.into(),
-            ],
-        ),
-        other => bail!("unknown service {other}"),
-    };
-    procs::spawn(
-        name,
-        port,
-        &program,
-        &args,
-        &paths.logs().join(format!("{name}.log")),
-    )
-}
-
-fn kinesalite_args(script: &Path, port: u16, data: Option<String>) -> Vec<String> {
-    let mut args: Vec<String> = vec![
-        script.display().to_string(),
-        "--port".into(),
-        port.to_string(),
-    ];
-    // No artificial CREATING/DELETING delays: tests create streams of their own.
-    for flag in ["--createStreamMs", "--deleteStreamMs", "--updateStreamMs"] {
-        args.extend([flag.into(), "0".into()]);
-    }
-    args.extend(["--shardLimit".into(), "1000".into()]);
-    if let Some(dir) = data {
-        args.extend(["--path".into(), dir]);
-    }
-    args
-}
-
-fn dynalite_args(script: &Path, port: u16, data: Option<String>) -> Vec<String> {
-    let mut args: Vec<String> = vec![script.display().to_string()];
-    args.extend([
-        "--host".into(),
-        "127.0.0.1".into(),
-        "--port".into(),
-        port.to_string(),
-    ]);
-    for flag in ["--createTableMs", "--deleteTableMs", "--updateTableMs"] {
-        args.extend([flag.into(), "0".into()]);
-    }
-    if let Some(dir) = data {
-        args.extend(["--path".into(), dir]);
-    }
-    args
 }
 
 /// A binary built next to the running one (`target/debug/marketplace-sim`).

@@ -121,6 +121,20 @@ fn signal_group(pid: u32, signal: &str) {
         .status();
 }
 
+/// What the kernel says a process is doing (`/proc/PID/stat` state, `/proc/PID/wchan`), for
+/// the message of a start that timed out.
+fn process_state(pid: u32) -> String {
+    let read = |file: &str| std::fs::read_to_string(format!("/proc/{pid}/{file}")).ok();
+    let state = read("stat")
+        .and_then(|stat| {
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next().map(str::to_owned))
+        })
+        .unwrap_or_else(|| "?".into());
+    let wchan = read("wchan").unwrap_or_else(|| "?".into());
+    format!("process {pid} state {state}, waiting in {wchan:?}")
+}
+
 /// True when something accepts connections on 127.0.0.1:`port`.
 pub fn is_listening(port: u16) -> bool {
     TcpStream::connect_timeout(
@@ -145,14 +159,63 @@ pub async fn wait_listening(s: &ServiceState, timeout: Duration) -> Result<()> {
                 s.name,
                 s.port,
                 if is_alive(s) {
-                    "timed out"
+                    format!("timed out after {timeout:?}; {}", process_state(s.pid))
                 } else {
-                    "process exited"
+                    "process exited".to_owned()
                 },
                 s.log.display(),
                 tail.into_iter().rev().collect::<Vec<_>>().join("\n")
             );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_start_that_never_listens_times_out_naming_the_process_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let sleeper = spawn(
+            "sleeper",
+            port,
+            Path::new("sleep"),
+            &["30".to_owned()],
+            &dir.path().join("sleeper.log"),
+        )
+        .unwrap()
+        .state;
+        let err = wait_listening(&sleeper, Duration::from_millis(300))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("timed out after 300ms"), "{err}");
+        assert!(
+            err.contains(&format!("process {} state S", sleeper.pid)),
+            "{err}"
+        );
+        assert!(stop(&sleeper).unwrap(), "it was running");
+        assert!(!is_alive(&sleeper));
+    }
+
+    #[tokio::test]
+    async fn a_start_that_exits_is_reported_as_exited() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("false.log");
+        let quitter = spawn("quitter", 9, Path::new("false"), &[], &log)
+            .unwrap()
+            .state;
+        let err = wait_listening(&quitter, Duration::from_secs(30))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("process exited"), "{err}");
     }
 }
