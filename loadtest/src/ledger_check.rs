@@ -21,11 +21,12 @@ fn key(g: &GroupKey) -> String {
     )
 }
 
-/// The simulator's clock (the run's pipeline instant) and its billed records of `licenses`:
-/// group-hour → (quantity, MeteringRecordId). `None` off the local stack.
-async fn simulator(
+/// The simulator's clock (the run's pipeline instant) and its billed records of `licenses`
+/// (every license with `None`): group-hour `license|customer|dimension|hour` → (quantity,
+/// MeteringRecordId). `None` off the local stack.
+pub async fn simulator(
     env: &LocalEnv,
-    licenses: &BTreeSet<String>,
+    licenses: Option<&BTreeSet<String>>,
 ) -> Result<Option<(DateTime<Utc>, BTreeMap<String, (u64, String)>)>> {
     let Some(admin) = env.vars.get("AWSMP_SIM_ADMIN_URL") else {
         return Ok(None);
@@ -49,9 +50,12 @@ async fn simulator(
         .json()
         .await?;
     let mut billed = BTreeMap::new();
-    for r in ledger["records"].as_array().into_iter().flatten() {
+    for r in ledger["records"]
+        .as_array()
+        .context("the ledger's records")?
+    {
         let s = |k: &str| r[k].as_str().unwrap_or_default().to_owned();
-        if !licenses.contains(&s("licenseArn")) {
+        if licenses.is_some_and(|l| !l.contains(&s("licenseArn"))) {
             continue;
         }
         let k = format!(
@@ -162,7 +166,7 @@ pub async fn check_run(
     started_at: DateTime<Utc>,
     verdict: &mut Verdict,
 ) -> Result<()> {
-    let sim = simulator(env, licenses).await?;
+    let sim = simulator(env, Some(licenses)).await?;
     let now = sim.as_ref().map_or_else(Utc::now, |(now, _)| *now);
     let ledger = run_ledger(env, licenses, started_at, now).await?;
     verdict

@@ -7,6 +7,7 @@
 
 use anyhow::{Context, Result};
 use aws_sdk_dynamodb::types::AttributeValue as Av;
+use awsmp_loadtest::ledger_check;
 use awsmp_loadtest::local::LocalEnv;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -57,39 +58,6 @@ fn json(out: &Output) -> Result<serde_json::Value> {
             String::from_utf8_lossy(&out.stderr)
         )
     })
-}
-
-/// The simulator's clock and its billed records: group-hour key → (quantity, id).
-async fn simulator(env: &LocalEnv) -> Result<(String, BTreeMap<String, (u64, String)>)> {
-    let admin = env.get("AWSMP_SIM_ADMIN_URL")?;
-    let http = reqwest::Client::new();
-    let clock: serde_json::Value = http
-        .get(format!("{admin}/_sim/clock"))
-        .send()
-        .await?
-        .json()
-        .await?;
-    let ledger: serde_json::Value = http
-        .get(format!("{admin}/_sim/ledger"))
-        .send()
-        .await?
-        .json()
-        .await?;
-    let mut billed = BTreeMap::new();
-    for r in ledger["records"].as_array().context("records")? {
-        let s = |k: &str| r[k].as_str().unwrap_or_default().to_owned();
-        billed.insert(
-            format!(
-                "{}|{}|{}|{}",
-                s("licenseArn"),
-                s("customerAWSAccountId"),
-                s("dimension"),
-                s("hour")
-            ),
-            (r["quantity"].as_u64().unwrap_or(0), s("meteringRecordId")),
-        );
-    }
-    Ok((clock["now"].as_str().context("now")?.to_owned(), billed))
 }
 
 fn line_key(l: &serde_json::Value) -> String {
@@ -148,7 +116,10 @@ async fn after_an_all_faults_run_the_ledger_explains_everything_and_catches_a_ch
         env.get("AWS_ENDPOINT_URL_CLOUDTRAIL").is_ok(),
         "the env file names CloudTrail"
     );
-    let (now, billed) = simulator(&env).await?;
+    let (now, billed) = ledger_check::simulator(&env, None)
+        .await?
+        .context("the simulator's ledger")?;
+    let now = now.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
     assert!(!billed.is_empty());
     let mut hours: Vec<&str> = billed
         .keys()

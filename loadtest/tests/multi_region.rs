@@ -10,76 +10,14 @@ use awsmp_lifecycle::adapters::dynamodb::DynamoDbSubscriberStore;
 use awsmp_lifecycle::domain::event::LicenseKey;
 use awsmp_lifecycle::domain::state::LicenseStatus;
 use awsmp_lifecycle::ports::SubscriberStore;
+use awsmp_loadtest::local::LocalEnv;
 use awsmp_loadtest::local::sites::Sites;
-use awsmp_loadtest::local::topology::Topology;
-use awsmp_loadtest::local::{LocalEnv, Paths};
 use awsmp_pipeline::adapters::dynamodb::to_sdk;
 use awsmp_pipeline::domain::keys::{GroupKey, HourBucket};
 use chrono::{DateTime, Duration, TimeZone, Utc};
+use common::multi_stack::{EU, MultiStack, US};
 use common::{NEEDS_STACK, row};
 use serde_json::{Value, json};
-use std::process::Command;
-
-const US: &str = "us-east-1";
-const EU: &str = "eu-west-1";
-
-/// A multi-region stack of the test's own, taken down (and wiped) on drop.
-struct MultiStack {
-    paths: Paths,
-    _dir: tempfile::TempDir,
-}
-
-impl MultiStack {
-    fn up() -> Result<Self> {
-        let dir = tempfile::tempdir()?;
-        let tools = std::env::var("AWSMP_LOCAL_TOOLS_DIR")
-            .context("AWSMP_LOCAL_TOOLS_DIR (scripts/test sets it)")?;
-        let stack = Self {
-            paths: Paths {
-                root: dir.path().join("stack"),
-                tools: tools.into(),
-            },
-            _dir: dir,
-        };
-        let out = stack
-            .local()?
-            .args(["up", "--ephemeral", "--products", "2", "--regions"])
-            .arg(format!("{US},{EU}"))
-            .output()?;
-        ensure!(
-            out.status.success(),
-            "up: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(stack)
-    }
-
-    fn local(&self) -> Result<Command> {
-        let bin =
-            std::env::var("AWSMP_LOCAL_BIN").context("AWSMP_LOCAL_BIN (scripts/test sets it)")?;
-        let mut cmd = Command::new(bin);
-        cmd.env("AWSMP_LOCAL_DIR", &self.paths.root)
-            .env("AWSMP_LOCAL_TOOLS_DIR", &self.paths.tools);
-        Ok(cmd)
-    }
-
-    fn topology(&self) -> Result<Topology> {
-        Topology::load(&self.paths)?.context("no topology.json")
-    }
-
-    fn env(&self, product: &str, region: &str) -> Result<LocalEnv> {
-        let t = self.topology()?;
-        LocalEnv::read(&t.site(&format!("{product}/{region}"))?.env_file)
-    }
-}
-
-impl Drop for MultiStack {
-    fn drop(&mut self) {
-        if let Ok(mut cmd) = self.local() {
-            let _ = cmd.args(["down", "--wipe"]).output();
-        }
-    }
-}
 
 async fn admin(env: &LocalEnv, path: &str, body: Value) -> Result<Value> {
     let resp = reqwest::Client::new()

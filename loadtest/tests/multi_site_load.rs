@@ -5,75 +5,24 @@
 //! region's simulator bills only the licenses of that region's sites (under their product),
 //! and the units billed over all sites are the units produced.
 
+mod common;
+
 use anyhow::{Context, Result, ensure};
+use awsmp_loadtest::local::LocalEnv;
 use awsmp_loadtest::local::topology::Topology;
-use awsmp_loadtest::local::{LocalEnv, Paths};
+use common::multi_stack::MultiStack;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
-const US: &str = "us-east-1";
-const EU: &str = "eu-west-1";
-
-fn bin(name: &str) -> PathBuf {
-    awsmp_loadtest::local::sibling_binary(name).unwrap()
-}
-
-/// A multi-site stack of the test's own, taken down (and wiped) on drop.
-struct Stack {
-    paths: Paths,
-    _dir: tempfile::TempDir,
-}
-
-impl Stack {
-    fn up() -> Result<Self> {
-        let dir = tempfile::tempdir()?;
-        let tools = std::env::var("AWSMP_LOCAL_TOOLS_DIR")
-            .context("AWSMP_LOCAL_TOOLS_DIR (scripts/test sets it)")?;
-        let stack = Self {
-            paths: Paths {
-                root: dir.path().join("stack"),
-                tools: tools.into(),
-            },
-            _dir: dir,
-        };
-        let out = stack
-            .cmd("awsmp-local")
-            .args(["up", "--ephemeral", "--products", "2", "--regions"])
-            .arg(format!("{US},{EU}"))
-            .output()?;
-        ensure!(out.status.success(), "up: {}", stderr(&out));
-        Ok(stack)
-    }
-
-    /// One of the workspace's binaries, with only this stack's settings.
-    fn cmd(&self, name: &str) -> Command {
-        let mut cmd = Command::new(bin(name));
-        for (k, _) in std::env::vars() {
-            if k.starts_with("AWS") {
-                cmd.env_remove(k);
-            }
-        }
-        cmd.env("AWSMP_LOCAL_DIR", &self.paths.root)
-            .env("AWSMP_LOCAL_TOOLS_DIR", &self.paths.tools);
-        cmd
-    }
-
-    fn load_run(&self, extra: &[&str]) -> Result<Output> {
-        let mut cmd = self.cmd("awsmp-loadtest");
-        cmd.args([
-            "run", "--events", "4000", "--rate", "2000", "--groups", "40", "--seed", "5", "--quiet",
-        ])
-        .args(extra);
-        Ok(cmd.output()?)
-    }
-}
-
-impl Drop for Stack {
-    fn drop(&mut self) {
-        let _ = self.cmd("awsmp-local").args(["down", "--wipe"]).output();
-    }
+/// A plain load run over the stack (`extra` adds flags).
+fn load_run(stack: &MultiStack, extra: &[&str]) -> Result<Output> {
+    let mut cmd = stack.cmd("awsmp-loadtest")?;
+    cmd.args([
+        "run", "--events", "4000", "--rate", "2000", "--groups", "40", "--seed", "5", "--quiet",
+    ])
+    .args(extra);
+    Ok(cmd.output()?)
 }
 
 fn stderr(out: &Output) -> String {
@@ -87,8 +36,8 @@ fn u(v: &Value) -> u64 {
 #[tokio::test]
 #[ignore = "starts its own emulators (installed by awsmp-local up); run by scripts/test"]
 async fn a_run_spread_over_two_products_in_two_regions_conserves_in_every_site() -> Result<()> {
-    let stack = Stack::up()?;
-    let refused = stack.load_run(&[])?;
+    let stack = MultiStack::up()?;
+    let refused = load_run(&stack, &[])?;
     ensure!(
         !refused.status.success(),
         "a plain run took a multi-site stack"
@@ -99,7 +48,7 @@ async fn a_run_spread_over_two_products_in_two_regions_conserves_in_every_site()
         stderr(&refused)
     );
 
-    let out = stack.load_run(&["--sites", "all", "--json"])?;
+    let out = load_run(&stack, &["--sites", "all", "--json"])?;
     let stdout = String::from_utf8(out.stdout.clone())?;
     let v: Value = serde_json::from_str(stdout.trim())
         .map_err(|e| anyhow::anyhow!("no JSON on stdout ({e}); stderr:\n{}", stderr(&out)))?;

@@ -8,6 +8,8 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod multi_stack;
+
 use anyhow::{Context, Result, bail, ensure};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue as Av;
