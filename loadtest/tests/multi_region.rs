@@ -37,17 +37,61 @@ async fn set_clocks(envs: [&LocalEnv; 2], at: DateTime<Utc>) -> Result<()> {
     Ok(())
 }
 
-async fn subscribe(env: &LocalEnv, product: &str, account: &str) -> Result<LicenseKey> {
+/// Subscribe `account` to `product`: its license key and its registration token.
+async fn subscribe(env: &LocalEnv, product: &str, account: &str) -> Result<(LicenseKey, String)> {
     let sub = admin(
         env,
         "/_sim/subscribe",
         json!({"productCode": product, "customerAWSAccountId": account}),
     )
     .await?;
-    Ok(LicenseKey {
+    let key = LicenseKey {
         license_arn: sub["licenseArn"].as_str().context("licenseArn")?.to_owned(),
         customer_aws_account_id: account.to_owned(),
-    })
+    };
+    let token = sub["registrationToken"]["token"]
+        .as_str()
+        .context("registrationToken")?;
+    Ok((key, token.to_owned()))
+}
+
+/// The buyer's form post of `token` to `awsmp-local serve-register --site SITE`: the page's
+/// outcome (`data-outcome` of the answer).
+async fn register_at(stack: &MultiStack, site: &str, token: &str) -> Result<String> {
+    let mut child = stack
+        .cmd("awsmp-local")?
+        .args(["serve-register", "--listen", "127.0.0.1:0", "--site", site])
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let mut line = String::new();
+    let stdout = child.stdout.take().context("stdout")?;
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)?;
+    let result = async {
+        let url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .with_context(|| format!("serve-register said {line:?}"))?;
+        let page = reqwest::Client::new()
+            .post(url)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(serde_urlencoded::to_string([
+                ("x-amzn-marketplace-token", token),
+                ("companyName", "Two Regions Ltd"),
+            ])?)
+            .send()
+            .await?
+            .text()
+            .await?;
+        let outcome = page
+            .split_once("data-outcome=\"")
+            .and_then(|(_, rest)| rest.split_once('"'))
+            .map(|(o, _)| o.to_owned());
+        outcome.with_context(|| format!("no outcome in {page}"))
+    }
+    .await;
+    child.kill().ok();
+    child.wait().ok();
+    result
 }
 
 /// The usage rows of `quantities` (one per minute from minute `first_minute`) of `key`'s
@@ -116,6 +160,13 @@ async fn status(env: &LocalEnv, key: &LicenseKey) -> Result<Option<LicenseStatus
         .subscription_status)
 }
 
+async fn registered_regions(env: &LocalEnv, key: &LicenseKey) -> Result<Vec<String>> {
+    let store =
+        DynamoDbSubscriberStore::new(env.dynamodb().await?, env.get("AWSMP_SUBSCRIBERS_TABLE")?);
+    let row = store.get(key).await?.context("no subscriber row")?;
+    Ok(row.registered_regions.into_iter().collect())
+}
+
 #[tokio::test]
 #[ignore = "needs the local tools and binaries (scripts/test); starts a stack of its own"]
 async fn two_products_in_two_regions_bill_once_per_region_and_deprovisioning_is_per_license()
@@ -143,8 +194,8 @@ async fn two_products_in_two_regions_bill_once_per_region_and_deprovisioning_is_
         .single()
         .context("t0")?;
     set_clocks([&us1, &eu1], t0).await?;
-    let a = subscribe(&us1, &p1, "512345000001").await?;
-    let c = subscribe(&us1, &p2, "512345000002").await?;
+    let (a, _) = subscribe(&us1, &p1, "512345000001").await?;
+    let (c, c_token) = subscribe(&us1, &p2, "512345000002").await?;
     let report = sites.tick(t0 + Duration::minutes(1)).await?;
     assert_eq!(report.lifecycle_events, 4, "{report:?}");
     assert_eq!(
@@ -153,6 +204,10 @@ async fn two_products_in_two_regions_bill_once_per_region_and_deprovisioning_is_
     );
     assert_eq!(report.echoes, 4, "the mirrors' own events, not delivered");
     assert_eq!(status(&us1, &a).await?, Some(LicenseStatus::Active));
+    // AND C registers on product 2's page in eu-west-1 (a token resolves in any region).
+    let site = format!("{p2}/{EU}");
+    assert_eq!(register_at(&stack, &site, &c_token).await?, "registered");
+    assert_eq!(registered_regions(&us1, &c).await?, [EU]);
     // AND both use their product in both regions in hour 10: the same customer, dimension and
     // hour in two regions.
     use_product(&us1, &a, t0, 1, &[5, 6]).await?;

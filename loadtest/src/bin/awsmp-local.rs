@@ -82,6 +82,10 @@ enum Command {
         /// The product this endpoint registers for (default: the env file's AWSMP_PRODUCT_CODE).
         #[arg(long)]
         product_code: Option<String>,
+        /// On a many-products, many-regions stack: the site to register for,
+        /// `PRODUCT/REGION` (its simulator, tables and product code); default: the first site.
+        #[arg(long, value_name = "PRODUCT/REGION")]
+        site: Option<String>,
     },
     /// meter-ingest operations (docs/meter-ingest.md).
     Ingest {
@@ -201,7 +205,8 @@ async fn main() -> Result<()> {
         Command::ServeRegister {
             listen,
             product_code,
-        } => serve_register(&paths, listen, product_code).await?,
+            site,
+        } => serve_register(&paths, listen, product_code, site.as_deref()).await?,
         Command::Run {
             start,
             speed,
@@ -268,8 +273,26 @@ async fn serve_register(
     paths: &Paths,
     listen: std::net::SocketAddr,
     product_code: Option<String>,
+    site: Option<&str>,
 ) -> Result<()> {
-    let env = LocalEnv::read(&paths.env_file())?;
+    let env = match site {
+        None => LocalEnv::read(&paths.env_file())?,
+        Some(label) => {
+            let topology = local::topology::Topology::load(paths)?.with_context(|| {
+                format!("--site {label}: this stack has one site (awsmp-local up --products/--regions makes more)")
+            })?;
+            let mut env = LocalEnv::read(&topology.site(label)?.env_file)?;
+            // Registration tokens are Marketplace's, not a region's: ResolveCustomer resolves
+            // one in any region that serves it
+            // (https://docs.aws.amazon.com/marketplace/latest/APIReference/API_marketplace-metering_ResolveCustomer.html).
+            // Locally the events region's simulator issues them, so it answers for every site.
+            let events = LocalEnv::read(&paths.env_file())?;
+            let metering = "AWS_ENDPOINT_URL_MARKETPLACE_METERING";
+            env.vars
+                .insert(metering.into(), events.get(metering)?.to_owned());
+            env
+        }
+    };
     let register = local::lifecycle::LocalRegister::from_env(&env, product_code).await?;
     let listener = tokio::net::TcpListener::bind(listen).await?;
     local::lifecycle::serve_register(listener, register).await?;

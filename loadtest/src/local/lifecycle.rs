@@ -135,8 +135,12 @@ impl LocalRegister {
                 env.dynamodb().await?,
                 env.get("AWSMP_CUSTOMER_PROFILE_TABLE")?,
             ),
+            // The subscribers table is the events stack's, in the events region.
             subscribers: DynamoDbSubscriberStore::new(
-                env.dynamodb().await?,
+                match super::topology::events_dynamodb(env).await? {
+                    Some(events) => events,
+                    None => env.dynamodb().await?,
+                },
                 env.get("AWSMP_SUBSCRIBERS_TABLE")?,
             ),
             product_code,
