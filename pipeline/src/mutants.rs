@@ -20,17 +20,22 @@ pub enum Mutant {
     FenceIgnoresWatermarks,
     /// A re-visit drops what it finds: rows whose cleanup was lost stay pending.
     RevisitDropsContributions,
+    /// The deprovisioning flush never takes the still open hour: a license deprovisioned early
+    /// in an hour has that hour billed only after it ends, too late for a window that closes
+    /// minutes later.
+    FlushSkipsCurrentHour,
 }
 
 impl Mutant {
     /// Every mutant, in declaration order.
-    pub const ALL: [Mutant; 6] = [
+    pub const ALL: [Mutant; 7] = [
         Mutant::CleanupUnconditional,
         Mutant::DedupIgnoresEventIds,
         Mutant::SubmitterForgetsWriteBack,
         Mutant::ExpiryIgnoresAttempts,
         Mutant::FenceIgnoresWatermarks,
         Mutant::RevisitDropsContributions,
+        Mutant::FlushSkipsCurrentHour,
     ];
 
     /// Its name on the command line (`scripts/simulate --mutant NAME`).
@@ -42,6 +47,7 @@ impl Mutant {
             Mutant::ExpiryIgnoresAttempts => "expiry-ignores-attempts",
             Mutant::FenceIgnoresWatermarks => "fence-ignores-watermarks",
             Mutant::RevisitDropsContributions => "revisit-drops-contributions",
+            Mutant::FlushSkipsCurrentHour => "flush-skips-current-hour",
         }
     }
 
