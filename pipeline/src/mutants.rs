@@ -1,4 +1,5 @@
-//! Deliberately broken variants of the pipeline and the consumer, compiled in only with the
+//! Deliberately broken variants of the pipeline, the consumer and the lifecycle's
+//! deprovision-cleanup, compiled in only with the
 //! test-only `mutants` feature, so the deterministic simulation (`simulation/`,
 //! docs/simulation.md) can prove that its invariants catch each of them. Without the feature
 //! [`active`] is the constant `false` and every hook compiles to nothing.
@@ -24,11 +25,14 @@ pub enum Mutant {
     /// in an hour has that hour billed only after it ends, too late for a window that closes
     /// minutes later.
     FlushSkipsCurrentHour,
+    /// Deprovision-cleanup finalizes a license while its window is still open (it reads the
+    /// index an hour ahead): the license leaves the index and the flush stops.
+    CleanupFinalizesOpenWindow,
 }
 
 impl Mutant {
     /// Every mutant, in declaration order.
-    pub const ALL: [Mutant; 7] = [
+    pub const ALL: [Mutant; 8] = [
         Mutant::CleanupUnconditional,
         Mutant::DedupIgnoresEventIds,
         Mutant::SubmitterForgetsWriteBack,
@@ -36,6 +40,7 @@ impl Mutant {
         Mutant::FenceIgnoresWatermarks,
         Mutant::RevisitDropsContributions,
         Mutant::FlushSkipsCurrentHour,
+        Mutant::CleanupFinalizesOpenWindow,
     ];
 
     /// Its name on the command line (`scripts/simulate --mutant NAME`).
@@ -48,6 +53,7 @@ impl Mutant {
             Mutant::FenceIgnoresWatermarks => "fence-ignores-watermarks",
             Mutant::RevisitDropsContributions => "revisit-drops-contributions",
             Mutant::FlushSkipsCurrentHour => "flush-skips-current-hour",
+            Mutant::CleanupFinalizesOpenWindow => "cleanup-finalizes-open-window",
         }
     }
 

@@ -395,8 +395,16 @@ impl World {
             let was = before.iter().find(|r| r.key == row.key);
             let finalized = row.subscription_status == Some(LicenseStatus::Inactive)
                 && was.is_some_and(|w| w.subscription_status != row.subscription_status);
-            if finalized && lock(&lc.deprovisioned).contains_key(&row.key) {
+            let t = lock(&lc.deprovisioned).get(&row.key).copied();
+            if let (true, Some(t)) = (finalized, t) {
                 self.faults.count("license-finalized");
+                let closes = t + awsmp_lifecycle::domain::state::DEPROVISIONING_WINDOW;
+                if now < closes {
+                    lock(&lc.violations).push(format!(
+                        "{} finalized at {now}, before its window closed at {closes}",
+                        row.key.license_arn
+                    ));
+                }
             }
         }
         self.log(match out {
