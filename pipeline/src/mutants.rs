@@ -1,4 +1,5 @@
-//! Deliberately broken variants of the pipeline and the consumer, compiled in only with the
+//! Deliberately broken variants of the pipeline, the consumer and the lifecycle's
+//! deprovision-cleanup, compiled in only with the
 //! test-only `mutants` feature, so the deterministic simulation (`simulation/`,
 //! docs/simulation.md) can prove that its invariants catch each of them. Without the feature
 //! [`active`] is the constant `false` and every hook compiles to nothing.
@@ -20,17 +21,26 @@ pub enum Mutant {
     FenceIgnoresWatermarks,
     /// A re-visit drops what it finds: rows whose cleanup was lost stay pending.
     RevisitDropsContributions,
+    /// The deprovisioning flush never takes the still open hour: a license deprovisioned early
+    /// in an hour has that hour billed only after it ends, too late for a window that closes
+    /// minutes later.
+    FlushSkipsCurrentHour,
+    /// Deprovision-cleanup finalizes a license while its window is still open (it reads the
+    /// index an hour ahead): the license leaves the index and the flush stops.
+    CleanupFinalizesOpenWindow,
 }
 
 impl Mutant {
     /// Every mutant, in declaration order.
-    pub const ALL: [Mutant; 6] = [
+    pub const ALL: [Mutant; 8] = [
         Mutant::CleanupUnconditional,
         Mutant::DedupIgnoresEventIds,
         Mutant::SubmitterForgetsWriteBack,
         Mutant::ExpiryIgnoresAttempts,
         Mutant::FenceIgnoresWatermarks,
         Mutant::RevisitDropsContributions,
+        Mutant::FlushSkipsCurrentHour,
+        Mutant::CleanupFinalizesOpenWindow,
     ];
 
     /// Its name on the command line (`scripts/simulate --mutant NAME`).
@@ -42,6 +52,8 @@ impl Mutant {
             Mutant::ExpiryIgnoresAttempts => "expiry-ignores-attempts",
             Mutant::FenceIgnoresWatermarks => "fence-ignores-watermarks",
             Mutant::RevisitDropsContributions => "revisit-drops-contributions",
+            Mutant::FlushSkipsCurrentHour => "flush-skips-current-hour",
+            Mutant::CleanupFinalizesOpenWindow => "cleanup-finalizes-open-window",
         }
     }
 

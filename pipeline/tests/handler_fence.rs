@@ -139,13 +139,13 @@ async fn a_stalled_shard_raises_the_alarm_metric_long_before_the_window_is_at_ri
 
 #[tokio::test]
 async fn the_deprovisioning_flush_takes_the_current_hour_only_once_the_consumer_caught_up() {
-    // GIVEN a license expiring at 12:45, with pending usage in the current hour (12:00), at
-    // 12:36 — inside the flush's 10-minute lead — while a shard is applied only up to 12:30
+    // GIVEN a license expiring at 12:55, with pending usage in the current hour (12:00), at
+    // 12:36 — inside the flush's 20-minute lead — while a shard is applied only up to 12:30
     let w = fenced_world("2026-11-30T12:36:00Z");
     w.mem.deprovisioning.insert(Deprovisioning {
         license_arn: LICENSE.into(),
         customer_aws_account_id: ACCOUNT.into(),
-        expiry: at("2026-11-30T12:45:00Z"),
+        expiry: at("2026-11-30T12:55:00Z"),
     });
     let current = group(DIMENSION, "2026-11-30T12");
     w.put_rows(&current, &[(6, 1)]);
@@ -163,7 +163,7 @@ async fn the_deprovisioning_flush_takes_the_current_hour_only_once_the_consumer_
         .unwrap();
     assert_eq!(enqueued(&w.mem.deprovision_queue), [work_group()]);
 
-    // WHEN the shard is applied past the flush instant (expiry − 10 min) plus the margin,
+    // WHEN the shard is applied past the flush instant (expiry − 20 min) plus the margin,
     // THEN the current hour goes too
     marks
         .advance(STREAM, "shardId-0", at("2026-11-30T12:37:00Z"))

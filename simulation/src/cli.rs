@@ -29,10 +29,13 @@ pub struct Args {
     /// Run the sweep against one broken variant (needs the `mutants` feature).
     #[arg(long)]
     pub mutant: Option<String>,
-    /// Let half the schedules deprovision a license while usage flows (off in the default
-    /// sweep until its findings are analysed: docs/simulation.md, invariant 5).
-    #[arg(long)]
+    /// Let half the schedules deprovision a license while usage flows (the default; kept as
+    /// an alias for replay lines printed before it was).
+    #[arg(long, conflicts_with = "no_deprovision")]
     pub deprovision: bool,
+    /// Deprovision no license (docs/simulation.md, invariant 5).
+    #[arg(long)]
+    pub no_deprovision: bool,
 }
 
 /// Parse the arguments and run.
@@ -51,9 +54,9 @@ pub fn main() -> ExitCode {
         }
         println!("mutant {name} active");
     }
-    crate::lifecycle::set_deprovision(args.deprovision);
-    let flags = if args.deprovision {
-        " --deprovision"
+    crate::lifecycle::set_deprovision(!args.no_deprovision);
+    let flags = if args.no_deprovision {
+        " --no-deprovision"
     } else {
         ""
     };

@@ -151,6 +151,7 @@ fn conserved(w: &World, out: &mut Vec<String>) {
         allow_window_exits(&mut inp);
     }
     allow_late_exits(&mut inp, &lock(&w.truth).late);
+    crate::lifecycle::closing::allow_late_after_flush(w, &mut inp);
     let verdict = conservation::check(&inp);
     for v in verdict.violations {
         out.push(format!(
@@ -161,12 +162,15 @@ fn conserved(w: &World, out: &mut Vec<String>) {
 }
 
 /// A short window may close before a group-hour is billed: its units may end expired (the
-/// reason says so), and the rest of the check stays strict.
+/// reason says so; an hour aggregated after its window closed is rejected
+/// `TimestampOutOfWindow` by the aggregator's fold, as age-out would expire it), and the rest
+/// of the check stays strict.
 fn allow_window_exits(inp: &mut Inputs) {
-    const EXITS: [&str; 3] = [
+    const EXITS: [&str; 4] = [
         "pipeline:record:SubmissionExpired",
         "pipeline:record:NeedsReconciliation",
         "pipeline:row:AggregationExpired:",
+        "pipeline:row:RejectedClientSide:TimestampOutOfWindow",
     ];
     for ((group, reason), q) in conservation::unbilled(inp) {
         if EXITS.iter().any(|e| reason.starts_with(e)) {

@@ -10,9 +10,10 @@
 //!
 //! Checked after every schedule ([`check`]): a license, once deprovisioning, is never active
 //! again; a deprovisioned license is finalized (inactive, out of the index) once its window
-//! has closed, and at its finalize its usage from before the deprovisioning is billed (when
-//! the flush had a fault-free chance: [`World::lifecycle_drain`]); the lifecycle's queues are
-//! empty and no event was dead-lettered.
+//! has closed; its usage from before the deprovisioning was billed by the window's close
+//! (when the flush had a fault-free chance: [`closing::DRAIN_LEAD`]), and only its usage
+//! produced after the flush's instant may end late ([`closing::allow_late_after_flush`]);
+//! the lifecycle's queues are empty and no event was dead-lettered.
 
 use crate::faults::mix;
 use crate::ports::Ctx;
@@ -34,6 +35,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+pub mod closing;
 mod faulty;
 use faulty::{FaultyIndex, FaultySubscribers};
 
@@ -41,14 +43,11 @@ use faulty::{FaultyIndex, FaultySubscribers};
 pub const CLEANUP_EVERY: Duration = Duration::minutes(15);
 /// The discoverer's `flush-deprovisioning` schedule (`rate(5 minutes)`, infra/main.yaml).
 pub const FLUSH_EVERY: Duration = Duration::minutes(5);
-/// Whether schedules deprovision a license. Off: the 1,000-schedule sweep found schedules in
-/// which a license is finalized with usage from before its deprovisioning unbilled although
-/// the fault-free drain ran before its window closed (seeds 69, 294, 451, 597, 835, 865), and
-/// usage of a deprovisioned license ending `LateUsage` (seeds 310, 960): to be analysed
-/// before the deprovisioning joins the default sweep.
-/// Off by default; `scripts/simulate --deprovision` (or [`set_deprovision`]) switches it on for
-/// one process, to replay those seeds.
-static DEPROVISION_IN_SWEEP: AtomicBool = AtomicBool::new(false);
+/// Whether schedules deprovision a license: on in the default sweep (docs/simulation.md,
+/// "What the simulation found", for what it found before);
+/// `scripts/simulate --no-deprovision` (or [`set_deprovision`]) switches it off for one
+/// process.
+static DEPROVISION_IN_SWEEP: AtomicBool = AtomicBool::new(true);
 
 /// Whether schedules deprovision a license (half of them, at a random active step).
 pub fn deprovision_in_sweep() -> bool {
@@ -97,6 +96,8 @@ pub struct Lifecycle {
     deprovision_at: Mutex<Option<usize>>,
     /// When the fault-free drain began.
     drain_started: Mutex<Option<DateTime<Utc>>>,
+    /// The snapshots of the deprovisioned licenses' windows.
+    closing: Mutex<closing::Closing>,
 }
 
 fn key_of(i: usize) -> LicenseKey {
@@ -167,6 +168,7 @@ impl Lifecycle {
             deprovisioned: Mutex::new(BTreeMap::new()),
             deprovision_at: Mutex::new(deprovision_at),
             drain_started: Mutex::new(None),
+            closing: Mutex::new(closing::Closing::default()),
             left: Mutex::new(Vec::new()),
             violations: Mutex::new(Vec::new()),
             next: Mutex::new((start, start)),
@@ -200,6 +202,7 @@ impl World {
     /// random, the subscription Lambda takes a batch; the scheduled flush and cleanup run
     /// when due.
     pub async fn lifecycle_step(&self) {
+        self.observe_windows();
         let due = {
             let mut at = lock(&self.lifecycle.deprovision_at);
             let due = *at == Some(0);
@@ -220,6 +223,7 @@ impl World {
     /// handled, the scheduled runs when due.
     pub async fn lifecycle_drain(&self) {
         lock(&self.lifecycle.drain_started).get_or_insert(self.clock.now());
+        self.observe_windows();
         self.deliver_events().await;
         while self.subscribe().await {}
         self.scheduled_lifecycle().await;
@@ -394,7 +398,13 @@ impl World {
             let t = lock(&lc.deprovisioned).get(&row.key).copied();
             if let (true, Some(t)) = (finalized, t) {
                 self.faults.count("license-finalized");
-                self.finalized_billed(&row.key, t, now);
+                let closes = t + awsmp_lifecycle::domain::state::DEPROVISIONING_WINDOW;
+                if now < closes {
+                    lock(&lc.violations).push(format!(
+                        "{} finalized at {now}, before its window closed at {closes}",
+                        row.key.license_arn
+                    ));
+                }
             }
         }
         self.log(match out {
@@ -410,70 +420,13 @@ impl World {
     }
 }
 
-impl World {
-    /// At the finalize of `key` (deprovisioned at `t`): its usage from before `t` is billed.
-    /// A violation when the fault-free drain ran for two of its rounds before the window
-    /// closed; before that, under the schedule's faults (an injected fault fails the whole
-    /// run, so a fault-heavy hour is an outage of the flush), only counted.
-    fn finalized_billed(&self, key: &LicenseKey, t: DateTime<Utc>, now: DateTime<Utc>) {
-        let unbilled = self.unbilled_before(key, t);
-        if unbilled == 0 {
-            return;
-        }
-        let closes = t + awsmp_lifecycle::domain::state::DEPROVISIONING_WINDOW;
-        let drained_from = *lock(&self.lifecycle.drain_started);
-        if drained_from.is_some_and(|d| d + Duration::minutes(21) <= closes) {
-            lock(&self.lifecycle.violations).push(format!(
-                "{} finalized at {now} with {unbilled} unbilled rows of usage before its deprovisioning at {t}, though the fault-free drain ran from {}",
-                key.license_arn,
-                drained_from.unwrap_or(now)
-            ));
-        } else {
-            self.faults.count("finalized-unbilled-under-faults");
-            self.log(format!(
-                "lifecycle: {} finalized with {unbilled} rows from before {t} unbilled (faults throughout its window)",
-                key.license_arn
-            ));
-        }
-    }
-
-    /// Rows of `key`'s usage from before `t` not yet billed: raw rows still pending, and
-    /// pending aggregated items of the hours before `t`'s.
-    fn unbilled_before(&self, key: &LicenseKey, t: DateTime<Utc>) -> usize {
-        use awsmp_pipeline::contract::attrs as a;
-        use awsmp_pipeline::domain::keys::{HourBucket, parse_usage_timestamp};
-        let text = |r: &awsmp_pipeline::domain::row::RawUsageRow, k: &str| {
-            r.get(k).and_then(|v| v.as_s()).map(str::to_owned)
-        };
-        let raw = self
-            .usage
-            .rows()
-            .iter()
-            .filter(|r| r.contains_key(a::METERING_PENDING))
-            .filter(|r| text(r, a::LICENSE_ARN).as_deref() == Some(&key.license_arn))
-            .filter(|r| {
-                text(r, a::TIMESTAMP)
-                    .and_then(|ts| parse_usage_timestamp(&ts).ok())
-                    .is_some_and(|at| at < t)
-            })
-            .count();
-        let hour = HourBucket::containing(t);
-        let aggregated = self
-            .aggregated
-            .items()
-            .iter()
-            .filter(|i| i.pending && i.group.license_arn == key.license_arn && i.group.hour < hour)
-            .count();
-        raw + aggregated
-    }
-}
-
 /// The lifecycle's end-state violations: a deprovisioned license is inactive and out of the
-/// index once its window closed; nothing left in the subscription queue; plus what the run
-/// saw (a reactivation).
+/// index once its window closed, its usage from before the deprovisioning billed by then;
+/// nothing left in the subscription queue; plus what the run saw (a reactivation).
 pub fn check(w: &World) -> Vec<String> {
     let lc = &w.lifecycle;
     let mut out = lock(&lc.violations).clone();
+    w.billed_by_close(&mut out);
     let now = w.clock.now();
     for (key, t) in lock(&lc.deprovisioned).iter() {
         let row = lc.subscribers.rows().into_iter().find(|r| &r.key == key);

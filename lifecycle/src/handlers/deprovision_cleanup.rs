@@ -3,6 +3,7 @@
 
 use awsmp_pipeline::contract::metrics;
 use awsmp_pipeline::emf::{Metric, MetricsSink};
+use awsmp_pipeline::mutants::{self, Mutant};
 use chrono::{DateTime, Utc};
 
 use crate::domain::registration::mask;
@@ -25,6 +26,12 @@ pub async fn run(
     metrics_sink: &MetricsSink,
     now: DateTime<Utc>,
 ) -> Result<CleanupReport> {
+    // Mutant: as if every window closed an hour early (pipeline/src/mutants.rs).
+    let now = if mutants::active(Mutant::CleanupFinalizesOpenWindow) {
+        now + crate::domain::state::DEPROVISIONING_WINDOW
+    } else {
+        now
+    };
     let expired = store.expired_deprovisioning(now).await?;
     let mut report = CleanupReport {
         expired: expired.len(),

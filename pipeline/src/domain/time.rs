@@ -44,9 +44,11 @@ pub const GRACE_LOCK_ZERO_HOUR: u32 = 3;
 /// Month-end grace: previous-month usage is accepted until 06:00 UTC on the 1st
 /// (`UsageRecord.Timestamp`: "6-hour grace period", <https://docs.aws.amazon.com/marketplacemetering/latest/APIReference/API_UsageRecord.html>).
 pub const GRACE_CLOSE_HOUR: u32 = 6;
-/// The deprovisioning flush includes the current hour once `now ≥ expiry − 10 min`
-/// (docs/time-rules.md).
-pub const FLUSH_CURRENT_HOUR_LEAD_MINUTES: i64 = 10;
+/// The deprovisioning flush includes the current hour once `now ≥ expiry − 20 min`
+/// (docs/time-rules.md): from that instant the hour still needs the fence's settle margin
+/// (2 min), a heartbeat (1 min), a flush run and a submitter run (every 5 min each,
+/// infra/main.yaml) — 13 minutes, 18 with one failed flush run — before the window closes.
+pub const FLUSH_CURRENT_HOUR_LEAD_MINUTES: i64 = 20;
 /// Default submission-expiry lookback: a month of hours, far beyond any "did not run" alarm.
 pub const DEFAULT_EXPIRY_LOOKBACK_HOURS: u32 = 31 * 24;
 /// Age-out lookback when the raw table has no TTL (rows never disappear on their own).
@@ -349,7 +351,7 @@ fn completed_window_buckets(now: DateTime<Utc>, cfg: &TimeConfig) -> Vec<HourBuc
 }
 
 /// Deprovisioning flush (lock bypassed): `now − 23h … now − 1h`, plus the current hour once
-/// `now ≥ expiry − 10 min`; oldest first.
+/// `now ≥ expiry − 20 min`; oldest first.
 pub fn deprovisioning_flush_buckets(
     now: DateTime<Utc>,
     expiry: DateTime<Utc>,
@@ -538,7 +540,7 @@ mod tests {
             submitter_pending_buckets(now, &cfg, true).last(),
             Some(&b("2026-11-30T12"))
         );
-        let expiry = utc(2026, 11, 30, 12, 30, 0);
+        let expiry = utc(2026, 11, 30, 12, 40, 0);
         assert_eq!(deprovisioning_flush_buckets(now, expiry, &cfg).len(), 24);
         assert_eq!(
             deprovisioning_flush_buckets(utc(2026, 11, 30, 12, 19, 59), expiry, &cfg).len(),
@@ -550,6 +552,41 @@ mod tests {
         assert_eq!(w.len(), 6);
         assert_eq!(w[0], b("2026-12-01T00"));
         assert_eq!(w.first().unwrap().start().day(), 1);
+    }
+
+    #[test]
+    fn the_flush_lead_covers_the_chain_from_fence_to_billed_with_one_flush_run_lost() {
+        // Seconds from the flush's instant until the hour is billed, worst case: the fence's
+        // settle margin (pipeline/src/config.rs), a heartbeat (infra/ingest.yaml), two runs of
+        // the flush (one failed) and one of the submitter (infra/main.yaml).
+        const HEARTBEAT_SECS: u64 = 60;
+        const FLUSH_EVERY_SECS: u64 = 300;
+        const SUBMIT_EVERY_SECS: u64 = 300;
+        let chain = crate::config::DEFAULT_WATERMARK_SETTLE_SECS
+            + HEARTBEAT_SECS
+            + 2 * FLUSH_EVERY_SECS
+            + SUBMIT_EVERY_SECS;
+        assert!(
+            chain <= FLUSH_CURRENT_HOUR_LEAD_MINUTES as u64 * 60,
+            "{chain} s"
+        );
+        // A license deprovisioned at 10:05 (window closes 11:05): its hour 10 is flushed as
+        // the current hour from 10:45, twenty minutes before the close, not from 10:55.
+        let expiry = utc(2026, 11, 30, 11, 5, 0);
+        assert!(!flush_includes_current_hour(
+            utc(2026, 11, 30, 10, 44, 59),
+            expiry
+        ));
+        assert!(flush_includes_current_hour(
+            utc(2026, 11, 30, 10, 45, 0),
+            expiry
+        ));
+        let w = deprovisioning_flush_buckets(
+            utc(2026, 11, 30, 10, 45, 0),
+            expiry,
+            &TimeConfig::default(),
+        );
+        assert_eq!(w.last(), Some(&b("2026-11-30T10")));
     }
 
     #[test]

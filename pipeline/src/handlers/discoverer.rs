@@ -202,6 +202,11 @@ pub async fn discover_with(
             let mut bodies = Vec::new();
             for d in flush.index.active().await? {
                 for bucket in deprovisioning_flush_buckets(now, d.expiry, cfg) {
+                    if crate::mutants::active(crate::mutants::Mutant::FlushSkipsCurrentHour)
+                        && bucket == HourBucket::containing(now)
+                    {
+                        continue;
+                    }
                     out.buckets += 1;
                     if fence.is_some_and(|f| !f.passes(flush_fence_instant(bucket, d.expiry))) {
                         out.buckets_fenced += 1;
