@@ -20,17 +20,24 @@ pub enum Mutant {
     FenceIgnoresWatermarks,
     /// A re-visit drops what it finds: rows whose cleanup was lost stay pending.
     RevisitDropsContributions,
+    /// The simulated event source mapping discards an exhausted batch without sending its
+    /// invocation record to the on-failure destination.
+    EsmDropsExhaustedBatch,
+    /// meter-ingest accepts a dimension the module's mapping entry does not grant.
+    IngestSkipsDimensionGrant,
 }
 
 impl Mutant {
     /// Every mutant, in declaration order.
-    pub const ALL: [Mutant; 6] = [
+    pub const ALL: [Mutant; 8] = [
         Mutant::CleanupUnconditional,
         Mutant::DedupIgnoresEventIds,
         Mutant::SubmitterForgetsWriteBack,
         Mutant::ExpiryIgnoresAttempts,
         Mutant::FenceIgnoresWatermarks,
         Mutant::RevisitDropsContributions,
+        Mutant::EsmDropsExhaustedBatch,
+        Mutant::IngestSkipsDimensionGrant,
     ];
 
     /// Its name on the command line (`scripts/simulate --mutant NAME`).
@@ -42,6 +49,8 @@ impl Mutant {
             Mutant::ExpiryIgnoresAttempts => "expiry-ignores-attempts",
             Mutant::FenceIgnoresWatermarks => "fence-ignores-watermarks",
             Mutant::RevisitDropsContributions => "revisit-drops-contributions",
+            Mutant::EsmDropsExhaustedBatch => "esm-drops-exhausted-batch",
+            Mutant::IngestSkipsDimensionGrant => "ingest-skips-dimension-grant",
         }
     }
 
