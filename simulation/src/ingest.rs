@@ -11,7 +11,7 @@
 //! Valid events are conserved like producer usage (each billed exactly once); every refused
 //! one must be in the held-events table with its disposition and reason ([`check`]).
 
-use crate::faults::hash;
+use crate::faults::{hash, mix};
 use crate::ports::{Ctx, Faulty};
 use crate::steps::{DIMENSIONS, account, license};
 use crate::stream::SimStream;
@@ -133,8 +133,8 @@ pub struct IngestTruth {
     /// Valid events sent, by the ARN that sent them (their JSON), for replays.
     pub valid: Vec<(String, Value)>,
     /// Invocations whose retries ran out (on the on-failure destination), with their valid
-    /// events.
-    pub failed: Vec<(Invocation, Vec<Valid>)>,
+    /// events and when they were sent.
+    pub failed: Vec<(Invocation, Vec<Valid>, DateTime<Utc>)>,
     /// Ingest steps so far (the draws' counter).
     pub steps: u64,
     /// Events sent (the event id counter).
@@ -284,7 +284,7 @@ impl World {
         };
         let events = 1 + (h >> 24) % 3;
         let (payload, valid): (Vec<Value>, Vec<Option<Valid>>) = (0..events)
-            .map(|i| self.ingest_event(&arn, module, h.rotate_left(9 * i as u32 + 7)))
+            .map(|i| self.ingest_event(&arn, module, mix(h ^ (i + 1))))
             .unzip();
         let valid: Vec<Valid> = valid.into_iter().flatten().collect();
         let inv = Invocation {
@@ -299,7 +299,8 @@ impl World {
                 *truth.produced.entry(v.group).or_default() += v.quantity;
             }
         } else {
-            lock(&self.ingest.truth).failed.push((inv, valid));
+            let now = self.clock.now();
+            lock(&self.ingest.truth).failed.push((inv, valid, now));
         }
     }
 
@@ -324,6 +325,7 @@ impl World {
         if kind == Kind::Replay && !own.is_empty() {
             // The same event again under a new request: a dedup hit (or, past the clock-skew
             // bound, a stale hint), nothing added.
+            self.faults.count("ingest-replay");
             return (own[((h >> 8) % own.len() as u64) as usize].clone(), None);
         }
         t.events += 1;
@@ -366,6 +368,7 @@ impl World {
             None
         };
         if let Some(r) = refusal {
+            self.faults.count("ingest-attack");
             t.refused.insert((arn.to_owned(), id), r);
             return (ev, None);
         }
@@ -417,10 +420,13 @@ impl World {
     /// with its reason; one an earlier attempt put on the stream must be billed once.
     pub async fn ingest_drain(&self) {
         let failed = std::mem::take(&mut lock(&self.ingest.truth).failed);
-        for (inv, valid) in failed {
+        for (inv, valid, sent) in failed {
             if !self.invoke_ingest(&inv).await {
-                lock(&self.ingest.truth).failed.push((inv, valid));
+                lock(&self.ingest.truth).failed.push((inv, valid, sent));
                 continue;
+            }
+            if self.clock.now() - sent > self.ingest.handler.settings.max_clock_skew {
+                self.stale_refusals(&inv);
             }
             let put = lock(&self.ingest.stream.put_ids).clone();
             for v in valid {
@@ -432,6 +438,27 @@ impl World {
                         (Disposition::Rejected, reasons::STALE_TIMESTAMP),
                     );
                 }
+            }
+        }
+    }
+}
+
+impl World {
+    /// A late re-invoke of `inv`: its events a check after the hint's refused (a bound) are
+    /// now refused by the hint, `StaleTimestamp`.
+    fn stale_refusals(&self, inv: &Invocation) {
+        let ids = inv.payload["events"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["eventId"].as_str());
+        let mut t = lock(&self.ingest.truth);
+        for id in ids {
+            let key = (inv.invoked_arn.clone(), id.to_owned());
+            if let Some(r) = t.refused.get_mut(&key)
+                && r.1 == reasons::QUANTITY_OUT_OF_BOUNDS
+            {
+                *r = (Disposition::Rejected, reasons::STALE_TIMESTAMP);
             }
         }
     }
@@ -460,7 +487,7 @@ pub fn check(w: &World) -> Vec<String> {
             ));
         }
     }
-    for (inv, _) in &truth.failed {
+    for (inv, _, _) in &truth.failed {
         out.push(format!(
             "ingest invocation {} left on the on-failure destination",
             inv.request_id

@@ -94,7 +94,10 @@ impl World {
                 report.dedup_hits,
                 report.rejected
             ));
-            lock(&self.esm).destination.redriven.push(record);
+            let mut esm = lock(&self.esm);
+            *esm.stats.entry("batches-redriven").or_default() += 1;
+            esm.destination.redriven.push(record);
+            drop(esm);
             done += 1;
         }
         done
