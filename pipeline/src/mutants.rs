@@ -28,11 +28,16 @@ pub enum Mutant {
     /// Deprovision-cleanup finalizes a license while its window is still open (it reads the
     /// index an hour ahead): the license leaves the index and the flush stops.
     CleanupFinalizesOpenWindow,
+    /// The simulated event source mapping discards an exhausted batch without sending its
+    /// invocation record to the on-failure destination.
+    EsmDropsExhaustedBatch,
+    /// meter-ingest accepts a dimension the module's mapping entry does not grant.
+    IngestSkipsDimensionGrant,
 }
 
 impl Mutant {
     /// Every mutant, in declaration order.
-    pub const ALL: [Mutant; 8] = [
+    pub const ALL: [Mutant; 10] = [
         Mutant::CleanupUnconditional,
         Mutant::DedupIgnoresEventIds,
         Mutant::SubmitterForgetsWriteBack,
@@ -41,6 +46,8 @@ impl Mutant {
         Mutant::RevisitDropsContributions,
         Mutant::FlushSkipsCurrentHour,
         Mutant::CleanupFinalizesOpenWindow,
+        Mutant::EsmDropsExhaustedBatch,
+        Mutant::IngestSkipsDimensionGrant,
     ];
 
     /// Its name on the command line (`scripts/simulate --mutant NAME`).
@@ -54,6 +61,8 @@ impl Mutant {
             Mutant::RevisitDropsContributions => "revisit-drops-contributions",
             Mutant::FlushSkipsCurrentHour => "flush-skips-current-hour",
             Mutant::CleanupFinalizesOpenWindow => "cleanup-finalizes-open-window",
+            Mutant::EsmDropsExhaustedBatch => "esm-drops-exhausted-batch",
+            Mutant::IngestSkipsDimensionGrant => "ingest-skips-dimension-grant",
         }
     }
 

@@ -3,9 +3,15 @@
 //! partition key with the order of each key kept; batches of at most `BatchSize` records once
 //! the batching window has passed; `ReportBatchItemFailures` checkpoints; on a function error
 //! the batch is retried (halved first when `BisectBatchOnFunctionError` is on)
-//! (<https://docs.aws.amazon.com/lambda/latest/dg/with-kinesis.html>). Retries are unbounded
-//! (`MaximumRetryAttempts` −1, the default), so nothing reaches an on-failure destination.
+//! (<https://docs.aws.amazon.com/lambda/latest/dg/with-kinesis.html>). A batch that fails
+//! `MaximumRetryAttempts` times (splitting it does not count), or whose records grew older
+//! than `MaximumRecordAgeInSeconds`, is discarded: its invocation record goes to the on-failure
+//! destination (`simulation/src/destination.rs`) and the mapping moves on
+//! (<https://docs.aws.amazon.com/lambda/latest/dg/kinesis-on-failure-destination.html>). Both
+//! are −1 (never discard) in the deployed template (`infra/cfn/ingest_stack.py`, whose
+//! `ConsumerMaximumRetryAttempts` parameter a seller may set).
 
+use crate::destination::{Condition, Discarded, OnFailureDestination};
 use crate::stream::{Shard, SimStream};
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
@@ -30,14 +36,41 @@ pub struct MappingConfig {
     pub parallelization: u32,
     /// `BisectBatchOnFunctionError`.
     pub bisect: bool,
+    /// `MaximumRetryAttempts` (`None`: −1, retry until the batch succeeds).
+    pub max_retry_attempts: Option<u32>,
+    /// `MaximumRecordAgeInSeconds` (`None`: −1, never discard for age).
+    pub max_record_age: Option<Duration>,
 }
 
-/// One lane's position: the index in its shard's records below which this lane is done, and
-/// the size its next batch may have (halved by bisection).
+impl MappingConfig {
+    /// The deployed template's settings (`infra/cfn/ingest_stack.py`) but for the batch size,
+    /// window, parallelization and bisection given: retries and record age unbounded.
+    pub fn unbounded(
+        batch_size: usize,
+        batching_window: Duration,
+        parallelization: u32,
+        bisect: bool,
+    ) -> Self {
+        Self {
+            batch_size,
+            batching_window,
+            parallelization,
+            bisect,
+            max_retry_attempts: None,
+            max_record_age: None,
+        }
+    }
+}
+
+/// One lane's position: the index in its shard's records below which this lane is done, the
+/// size its next batch may have (halved by bisection), the retries its batch has used and the
+/// invocations it had.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Lane {
     next: usize,
     size: usize,
+    retries: u32,
+    invocations: u32,
 }
 
 /// A delivered batch, to be completed with [`EventSourceMapping::complete`].
@@ -65,8 +98,13 @@ pub enum Completion {
 pub struct EventSourceMapping {
     config: MappingConfig,
     lanes: BTreeMap<(String, u32), Lane>,
-    /// Batches delivered, retries after a function error, bisections, checkpoint resumes.
+    /// Batches delivered, retries after a function error, bisections, checkpoint resumes,
+    /// batches discarded.
     pub stats: BTreeMap<&'static str, u64>,
+    /// Every batch the mapping gave up on (the ground truth the destination is checked against).
+    pub discarded: Vec<Discarded>,
+    /// The on-failure destination (an SQS queue).
+    pub destination: OnFailureDestination,
 }
 
 fn lane_of(partition_key: &str, parallelization: u32) -> u32 {
@@ -80,15 +118,14 @@ impl EventSourceMapping {
             config,
             lanes: BTreeMap::new(),
             stats: BTreeMap::new(),
+            discarded: Vec::new(),
+            destination: OnFailureDestination::default(),
         }
     }
 
     fn lane(&mut self, key: &(String, u32)) -> Lane {
         let size = self.config.batch_size;
-        *self
-            .lanes
-            .entry(key.clone())
-            .or_insert(Lane { next: 0, size })
+        *self.lanes.entry(key.clone()).or_insert(Lane::at(0, size))
     }
 
     /// True when every lane of `shard` is past its last record.
@@ -193,64 +230,133 @@ impl EventSourceMapping {
         })
     }
 
-    /// Apply how `delivery` ended: a clean response checkpoints past the batch; a reported
-    /// item failure checkpoints just before it; a function error, or a response naming no
-    /// record of the batch, checkpoints nothing (and halves the failed batch when bisecting).
-    pub fn complete(&mut self, delivery: &Delivery, completion: &Completion) {
+    /// Apply how `delivery` ended at `now`: a clean response checkpoints past the batch; a
+    /// reported item failure checkpoints just before it; a function error, or a response naming
+    /// no record of the batch, checkpoints nothing (and halves the failed batch when bisecting,
+    /// which uses no retry). A failed batch whose retries are used up, or whose first record is
+    /// older than the maximum record age, is discarded: its invocation record goes to the
+    /// on-failure destination and the lane moves past it.
+    pub fn complete(&mut self, delivery: &Delivery, completion: &Completion, now: DateTime<Utc>) {
         let batch = self.config.batch_size;
-        let bisect = self.config.bisect;
+        let outcome = outcome(delivery, completion);
         let lane = self.lanes.get_mut(&delivery.lane).expect("delivered lane");
-        // An identifier naming no record of the batch (or none at all) fails the whole batch,
-        // as a function error does (the local mapping, `awsmp_loadtest::kinesis_esm`, agrees).
-        let names_none = |resp: &KinesisEventResponse| {
-            resp.batch_item_failures.iter().any(|f| {
-                f.item_identifier.as_deref().is_none_or(|id| {
-                    !delivery
-                        .event
-                        .records
-                        .iter()
-                        .any(|r| r.kinesis.sequence_number == id)
-                })
-            })
-        };
-        match completion {
-            Completion::Response(resp) if !names_none(resp) => {
-                let failed = resp
-                    .batch_item_failures
-                    .iter()
-                    .filter_map(|f| f.item_identifier.as_deref())
-                    .filter_map(|id| {
-                        delivery
-                            .event
-                            .records
-                            .iter()
-                            .position(|r| r.kinesis.sequence_number == id)
-                    })
-                    .min();
-                match failed {
-                    Some(0) => {
-                        *self.stats.entry("checkpoint-resumes").or_default() += 1;
-                    }
-                    Some(k) => {
-                        lane.next = delivery.indices[k];
-                        *self.stats.entry("checkpoint-resumes").or_default() += 1;
-                    }
-                    None => {
-                        lane.next = delivery.indices.last().map_or(lane.next, |i| i + 1);
-                        lane.size = batch;
-                    }
-                }
+        lane.invocations += 1;
+        match outcome {
+            Outcome::Done => {
+                let next = delivery.indices.last().map_or(lane.next, |i| i + 1);
+                *lane = Lane::at(next, batch);
             }
-            _ => {
+            Outcome::ResumeAt(k) => {
+                // The bisected size stays until a batch succeeds whole.
+                *lane = Lane {
+                    size: lane.size,
+                    ..Lane::at(delivery.indices[k], batch)
+                };
+                *self.stats.entry("checkpoint-resumes").or_default() += 1;
+            }
+            Outcome::RetryUnhalved => {
+                *self.stats.entry("checkpoint-resumes").or_default() += 1;
+                self.retry_or_discard(delivery, now, false);
+            }
+            Outcome::RetryFailed => {
                 *self.stats.entry("function-errors").or_default() += 1;
                 // Lambda halves the batch that failed, not the batch size it aimed for.
                 let failed = delivery.indices.len();
-                if bisect && failed > 1 {
+                let split = self.config.bisect && failed > 1;
+                if split {
                     lane.size = failed.div_ceil(2);
                     *self.stats.entry("bisections").or_default() += 1;
                 }
+                self.retry_or_discard(delivery, now, split);
             }
         }
+    }
+
+    /// After a failed invocation: count a retry (a split uses none), or discard the batch.
+    fn retry_or_discard(&mut self, delivery: &Delivery, now: DateTime<Utc>, split: bool) {
+        let config = self.config;
+        let lane = self.lanes.get_mut(&delivery.lane).expect("delivered lane");
+        let oldest = delivery
+            .event
+            .records
+            .first()
+            .map(|r| r.kinesis.approximate_arrival_timestamp.0);
+        let aged = config
+            .max_record_age
+            .zip(oldest)
+            .is_some_and(|(age, at)| at + age < now);
+        let exhausted = !split && config.max_retry_attempts.is_some_and(|m| lane.retries >= m);
+        if !(aged || exhausted) {
+            lane.retries += u32::from(!split);
+            return;
+        }
+        let condition = if aged {
+            Condition::RecordAgeExceeded
+        } else {
+            Condition::RetryAttemptsExhausted
+        };
+        let invocations = lane.invocations;
+        let next = delivery.indices.last().map_or(lane.next, |i| i + 1);
+        *lane = Lane::at(next, config.batch_size);
+        let discarded = Discarded::of(delivery, condition, invocations);
+        *self.stats.entry("batches-discarded").or_default() += 1;
+        if !awsmp_pipeline::mutants::active(awsmp_pipeline::mutants::Mutant::EsmDropsExhaustedBatch)
+        {
+            self.destination.send(&discarded.record(now));
+        }
+        self.discarded.push(discarded);
+    }
+}
+
+impl Lane {
+    /// A fresh batch at `next`.
+    fn at(next: usize, size: usize) -> Self {
+        Self {
+            next,
+            size,
+            retries: 0,
+            invocations: 0,
+        }
+    }
+}
+
+/// How an invocation ended, as the mapping reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// Every record done.
+    Done,
+    /// The lowest reported failure is the batch's `k`-th record (`k` > 0): resume there.
+    ResumeAt(usize),
+    /// The first record reported failed: the whole batch again, unhalved.
+    RetryUnhalved,
+    /// A function error, or a response naming no record of the batch.
+    RetryFailed,
+}
+
+fn outcome(delivery: &Delivery, completion: &Completion) -> Outcome {
+    let Completion::Response(resp) = completion else {
+        return Outcome::RetryFailed;
+    };
+    // An identifier naming no record of the batch (or none at all) fails the whole batch,
+    // as a function error does (the local mapping, `awsmp_loadtest::kinesis_esm`, agrees).
+    let position = |id: Option<&str>| {
+        let id = id?;
+        delivery
+            .event
+            .records
+            .iter()
+            .position(|r| r.kinesis.sequence_number == id)
+    };
+    let positions: Option<Vec<usize>> = resp
+        .batch_item_failures
+        .iter()
+        .map(|f| position(f.item_identifier.as_deref()))
+        .collect();
+    match positions.map(|p| p.into_iter().min()) {
+        None => Outcome::RetryFailed,
+        Some(None) => Outcome::Done,
+        Some(Some(0)) => Outcome::RetryUnhalved,
+        Some(Some(k)) => Outcome::ResumeAt(k),
     }
 }
 
@@ -267,12 +373,8 @@ mod tests {
         let now: DateTime<Utc> = "2026-11-30T10:00:00Z".parse().unwrap();
         let clock = Arc::new(FixedClock::new(now));
         let stream = SimStream::new(1, clock, Arc::new(FaultPlan::new(1, Rates::default())));
-        let esm = EventSourceMapping::new(MappingConfig {
-            batch_size: 4,
-            batching_window: Duration::seconds(1),
-            parallelization: pf,
-            bisect: true,
-        });
+        let esm =
+            EventSourceMapping::new(MappingConfig::unbounded(4, Duration::seconds(1), pf, true));
         (stream, esm, now)
     }
 
@@ -286,25 +388,25 @@ mod tests {
         let lane = esm.ready(&stream, later).remove(0);
         let d = esm.deliver(&stream, &lane).unwrap();
         assert_eq!(d.event.records.len(), 4);
-        esm.complete(&d, &Completion::FunctionError);
+        esm.complete(&d, &Completion::FunctionError, later);
         let d = esm.deliver(&stream, &lane).unwrap();
         assert_eq!(d.event.records.len(), 2);
         let mut resp = KinesisEventResponse::default();
         let mut f = KinesisBatchItemFailure::default();
         f.item_identifier = Some(d.event.records[1].kinesis.sequence_number.clone());
         resp.batch_item_failures.push(f);
-        esm.complete(&d, &Completion::Response(resp));
+        esm.complete(&d, &Completion::Response(resp), later);
         let again = esm.deliver(&stream, &lane).unwrap();
         assert_eq!(
             again.event.records[0].kinesis.sequence_number,
             d.event.records[1].kinesis.sequence_number
         );
         let ok = Completion::Response(KinesisEventResponse::default());
-        esm.complete(&again, &ok);
+        esm.complete(&again, &ok, later);
         // A clean batch restores the full batch size: the last three records in one batch.
         let rest = esm.deliver(&stream, &lane).unwrap();
         assert_eq!(rest.event.records.len(), 3);
-        esm.complete(&rest, &ok);
+        esm.complete(&rest, &ok, later);
         assert!(esm.deliver(&stream, &lane).is_none());
     }
 
@@ -319,11 +421,111 @@ mod tests {
         assert_eq!(ready.len(), 1, "only the parent's lane: {ready:?}");
         let d = esm.deliver(&stream, &ready[0]).unwrap();
         assert_eq!(d.event.records[0].kinesis.data.0, b"1");
-        esm.complete(&d, &Completion::Response(KinesisEventResponse::default()));
+        esm.complete(
+            &d,
+            &Completion::Response(KinesisEventResponse::default()),
+            later,
+        );
         assert_eq!(esm.drained(&stream).len(), 1);
         let ready = esm.ready(&stream, later);
         assert_eq!(ready.len(), 1);
         let d = esm.deliver(&stream, &ready[0]).unwrap();
         assert_eq!(d.event.records[0].kinesis.data.0, b"2");
+    }
+
+    fn bounded(retries: Option<u32>, age: Option<Duration>, bisect: bool) -> MappingConfig {
+        MappingConfig {
+            max_retry_attempts: retries,
+            max_record_age: age,
+            ..MappingConfig::unbounded(4, Duration::seconds(1), 1, bisect)
+        }
+    }
+
+    /// Deliver and fail the lane's batch until it is discarded; the batch sizes seen.
+    fn fail_until_discarded(
+        esm: &mut EventSourceMapping,
+        stream: &SimStream,
+        at: DateTime<Utc>,
+    ) -> Vec<usize> {
+        let lane = esm.ready(stream, at).remove(0);
+        let mut sizes = Vec::new();
+        while esm.discarded.is_empty() {
+            let d = esm.deliver(stream, &lane).unwrap();
+            sizes.push(d.event.records.len());
+            esm.complete(&d, &Completion::FunctionError, at);
+        }
+        sizes
+    }
+
+    #[test]
+    fn exhausted_retries_discard_the_batch_to_the_destination_and_move_on() {
+        let (stream, _, now) = setup(1);
+        let mut esm = EventSourceMapping::new(bounded(Some(2), None, false));
+        for i in 0..5 {
+            stream.put(&format!("k{i}"), None, Bytes::from(format!("r{i}")));
+        }
+        let later = now + Duration::seconds(5);
+        // The first try and two retries, then the batch is discarded.
+        assert_eq!(fail_until_discarded(&mut esm, &stream, later), [4, 4, 4]);
+        let body = esm.destination.receive().expect("an invocation record");
+        let rec: crate::destination::InvocationRecord = serde_json::from_str(&body).unwrap();
+        assert_eq!(rec.request_context.condition, "RetryAttemptsExhausted");
+        assert_eq!(rec.request_context.approximate_invoke_count, 3);
+        assert_eq!(rec.kinesis_batch_info.batch_size, 4);
+        let seqs: Vec<u128> =
+            stream.with_shards(|s| s[0].records.iter().map(|r| r.sequence_number).collect());
+        assert_eq!(
+            rec.kinesis_batch_info.start_sequence_number,
+            seqs[0].to_string()
+        );
+        assert_eq!(
+            rec.kinesis_batch_info.end_sequence_number,
+            seqs[3].to_string()
+        );
+        // The mapping moved on: the fifth record is next, with a fresh retry budget.
+        let lane = esm.ready(&stream, later).remove(0);
+        let d = esm.deliver(&stream, &lane).unwrap();
+        assert_eq!(d.event.records[0].kinesis.data.0, b"r4");
+    }
+
+    #[test]
+    fn splitting_uses_no_retry_and_isolates_the_failing_record() {
+        let (stream, _, now) = setup(1);
+        let mut esm = EventSourceMapping::new(bounded(Some(1), None, true));
+        for i in 0..4 {
+            stream.put(&format!("k{i}"), None, Bytes::from_static(b"x"));
+        }
+        let later = now + Duration::seconds(5);
+        assert_eq!(fail_until_discarded(&mut esm, &stream, later), [4, 2, 1, 1]);
+        assert_eq!(esm.discarded[0].records, 1);
+        assert_eq!(esm.destination.depth(), 1);
+    }
+
+    #[test]
+    fn a_record_older_than_the_maximum_age_is_discarded_on_its_failure() {
+        let (stream, _, now) = setup(1);
+        let mut esm = EventSourceMapping::new(bounded(None, Some(Duration::seconds(60)), false));
+        stream.put("k", None, Bytes::from_static(b"x"));
+        let lane = esm.ready(&stream, now + Duration::seconds(5)).remove(0);
+        let d = esm.deliver(&stream, &lane).unwrap();
+        esm.complete(&d, &Completion::FunctionError, now + Duration::seconds(30));
+        assert!(esm.discarded.is_empty(), "young enough: retried");
+        let d = esm.deliver(&stream, &lane).unwrap();
+        esm.complete(&d, &Completion::FunctionError, now + Duration::seconds(61));
+        assert_eq!(esm.discarded[0].condition, Condition::RecordAgeExceeded);
+        assert!(esm.deliver(&stream, &lane).is_none());
+    }
+
+    #[test]
+    fn unbounded_retries_never_discard() {
+        let (stream, mut esm, now) = setup(1);
+        stream.put("k", None, Bytes::from_static(b"x"));
+        let later = now + Duration::days(30);
+        let lane = esm.ready(&stream, later).remove(0);
+        for _ in 0..50 {
+            let d = esm.deliver(&stream, &lane).unwrap();
+            esm.complete(&d, &Completion::FunctionError, later);
+        }
+        assert!(esm.discarded.is_empty() && esm.destination.depth() == 0);
     }
 }

@@ -135,6 +135,11 @@ impl FaultPlan {
         lock(&self.state).enabled = on;
     }
 
+    /// Whether faults are being injected (off in the final drain).
+    pub fn enabled(&self) -> bool {
+        lock(&self.state).enabled
+    }
+
     /// The fault for this call of `operation` on `key`; `write` calls may also lose their
     /// response or crash after applying.
     pub fn decide(&self, operation: &str, key: &str, write: bool) -> Option<Fault> {

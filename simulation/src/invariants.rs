@@ -7,7 +7,13 @@
 //! 2. no raw row is stamped `Aggregated` with a quantity other than the one folded from it;
 //! 3. every aggregated status agrees with the Marketplace ledger;
 //! 4. nothing pending, every queue empty, dead letters accounted for, the stream read to its
-//!    end, every poison record rejected with a reason.
+//!    end, every poison record rejected with a reason;
+//! 5. every batch the event source mapping discarded has its invocation record on the
+//!    on-failure destination, and every such record was re-driven (its usage then billed, or
+//!    refused with a reason: strict conservation counts it);
+//! 6. every event meter-ingest must refuse is in its held-events table with its disposition
+//!    and reason, and no invocation is left on its on-failure destination (its valid events
+//!    are conserved with the producers' in 1).
 
 use crate::world::{World, lock};
 use awsmp_loadtest::conservation::{self, GroupHour, Inputs};
@@ -63,6 +69,7 @@ pub fn quiescent(w: &World) -> bool {
         && lock(&w.esm).ready(&w.stream, now).is_empty()
         && w.work.depth() == 0
         && w.cleanup.depth() == 0
+        && lock(&w.esm).destination.depth() == 0
         && !w.aggregated.any_pending()
         && !w.usage.any_pending()
 }
@@ -74,6 +81,8 @@ pub fn check(w: &World) -> Vec<String> {
     stamped_as_folded(w, &mut out);
     statuses_match_ledger(w, &mut out);
     nothing_left(w, &mut out);
+    discards_redriven(w, &mut out);
+    out.extend(crate::ingest::check(w));
     out.extend(crate::lifecycle::check(w));
     out
 }
@@ -341,5 +350,48 @@ fn nothing_left(w: &World, out: &mut Vec<String>) {
         if !found {
             out.push(format!("poison record {key} not rejected with a reason"));
         }
+    }
+}
+
+/// Every discarded batch reached the destination and was re-driven from it.
+fn discards_redriven(w: &World, out: &mut Vec<String>) {
+    let esm = lock(&w.esm);
+    let redriven: std::collections::BTreeSet<(String, String, String)> = esm
+        .destination
+        .redriven
+        .iter()
+        .map(|r| {
+            let b = &r.kinesis_batch_info;
+            (
+                b.shard_id.clone(),
+                b.start_sequence_number.clone(),
+                b.end_sequence_number.clone(),
+            )
+        })
+        .collect();
+    for d in &esm.discarded {
+        let key = (
+            d.shard_id.clone(),
+            d.range.0.to_string(),
+            d.range.1.to_string(),
+        );
+        if !redriven.contains(&key) {
+            out.push(format!(
+                "batch {} {}..{} ({} records, {}) discarded but never re-driven: {} records on the destination, {} re-driven",
+                d.shard_id,
+                d.range.0,
+                d.range.1,
+                d.records,
+                d.condition.as_str(),
+                esm.destination.depth(),
+                esm.destination.redriven.len()
+            ));
+        }
+    }
+    if esm.destination.depth() > 0 {
+        out.push(format!(
+            "the on-failure destination still holds {} records",
+            esm.destination.depth()
+        ));
     }
 }

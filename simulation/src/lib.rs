@@ -1,12 +1,16 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+pub mod destination;
 pub mod esm;
 pub mod faults;
+pub mod ingest;
 pub mod invariants;
 pub mod lifecycle;
+pub mod poison;
 pub mod ports;
 pub mod queue;
+pub mod redrive;
 pub mod schedule;
 pub mod steps;
 pub mod stream;
@@ -16,5 +20,6 @@ pub mod world;
 
 pub use schedule::{ScheduleReport, run, run_setup, setup_for};
 pub use sweep::{Sweep, first_failure, sweep};
+pub use world::Setup;
 pub mod cli;
 pub mod mutant;

@@ -155,10 +155,7 @@ impl Lifecycle {
             .then(|| rng.random_range(0..steps.max(1)));
         let subscribers = MemorySubscriberStore::new();
         Self {
-            store: FaultySubscribers {
-                inner: subscribers.clone(),
-                ctx: ctx.clone(),
-            },
+            store: FaultySubscribers::new(subscribers.clone(), ctx),
             subscribers,
             queue,
             deprovision,
@@ -190,10 +187,7 @@ impl Lifecycle {
 
     /// The pipeline's deprovisioning index over the table, faulty.
     pub fn index(&self) -> Arc<dyn DeprovisioningIndex> {
-        Arc::new(FaultyIndex {
-            inner: self.subscribers.clone(),
-            ctx: self.store.ctx.clone(),
-        })
+        Arc::new(FaultyIndex::new(self.subscribers.clone(), &self.store.ctx))
     }
 }
 

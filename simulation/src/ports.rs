@@ -1,12 +1,17 @@
-//! Fault-injecting wrappers around every port the consumer and the pipeline use, over the
-//! in-memory adapters of `pipeline/src/adapters/memory.rs` and
-//! `consumer/src/adapters/memory.rs`. Each call asks the [`FaultPlan`] whether to fail before
-//! applying (throttled, or the invocation crashes), to apply and then fail (a lost response,
-//! or a crash after the write), or to let another stage run first ([`Interleaver`]).
+//! One fault wrapper, [`Faulty<T>`], around every port the consumer, the pipeline and
+//! meter-ingest use, over the in-memory adapters of `pipeline/src/adapters/memory.rs`,
+//! `consumer/src/adapters/memory.rs` and `consumer/src/adapters/ingest_memory.rs`. Each call
+//! asks the [`FaultPlan`] whether to fail before applying (throttled, or the invocation
+//! crashes), to apply and then fail (a lost response, or a crash after the write), or to let
+//! another stage run first ([`Interleaver`]); the port's error type says how an injected fault
+//! reads ([`Injected`]). A port's impl for `Faulty<T>` only names each call: its operation,
+//! the key its decision is made on, and whether it writes.
 //!
-//! The consumer and the pipeline share one raw usage table ([`SharedUsageRows`] writes the
+//! The consumer and the pipeline share one raw usage table ([`ConsumerRows`] writes the
 //! consumer's conditional row writes into the pipeline's `MemoryUsageStore`), and the
-//! consumer's finalized-group check reads the aggregated table, as in AWS.
+//! consumer's finalized-group check reads the aggregated table ([`AggregatedFinalized`]), as
+//! in AWS. `BatchMeterUsage` ([`FaultyMetering`]) is not a pass-or-fail call: its faults are
+//! the in-memory API's own (throttling, no answer, applied then lost, unprocessed records).
 
 use crate::faults::{Fault, FaultPlan};
 use crate::world::Interleaver;
@@ -19,6 +24,7 @@ use awsmp_consumer::ports::{
 };
 use awsmp_pipeline::adapters::memory::{
     CallFault, InjectedFault, MemoryAggregatedStore, MemoryMeteringApi, MemoryUsageStore,
+    MemoryWatermarkStore,
 };
 use awsmp_pipeline::contract::status::RawStatus;
 use awsmp_pipeline::domain::batch::{CallKind, SubmitRecord};
@@ -87,14 +93,28 @@ pub fn injected_sqs(queue: &'static str, fault: Option<Fault>) -> PipelineError 
     }
 }
 
-fn injected_consumer(store: &'static str, fault: Option<Fault>) -> ConsumerError {
-    ConsumerError::Store {
-        store,
-        source: Box::new(InjectedFault {
-            operation: store,
-            code: code(fault),
-        }),
-        retryable: retryable(fault),
+/// How a port's error type reads an injected fault of `operation`.
+pub trait Injected {
+    /// The error for `fault` (`None`: a crash before the call).
+    fn injected(operation: &'static str, fault: Option<Fault>) -> Self;
+}
+
+impl Injected for PipelineError {
+    fn injected(operation: &'static str, fault: Option<Fault>) -> Self {
+        injected_dynamodb(operation, fault)
+    }
+}
+
+impl Injected for ConsumerError {
+    fn injected(store: &'static str, fault: Option<Fault>) -> Self {
+        ConsumerError::Store {
+            store,
+            source: Box::new(InjectedFault {
+                operation: store,
+                code: code(fault),
+            }),
+            retryable: retryable(fault),
+        }
     }
 }
 
@@ -103,75 +123,78 @@ pub async fn preempt(interleaver: &Interleaver, site: &'static str) {
     interleaver.run(site).await;
 }
 
-/// Run `call` under the plan's decision for (`op`, `key`).
-async fn guarded<T, E, F>(
-    ctx: &Ctx,
-    op: &'static str,
-    key: &str,
-    write: bool,
-    err: impl Fn(&'static str, Option<Fault>) -> E,
-    call: F,
-) -> Result<T, E>
-where
-    F: Future<Output = Result<T, E>>,
-{
-    let fault = ctx.faults.decide(op, key, write);
-    match fault {
-        Some(Fault::Throttle) | Some(Fault::CrashBefore) => return Err(err(op, fault)),
-        Some(Fault::Preempt) => preempt(&ctx.interleaver, op).await,
-        _ => {}
-    }
-    let out = call.await?;
-    match fault {
-        Some(Fault::LoseResponse) | Some(Fault::CrashAfter) => Err(err(op, fault)),
-        _ => Ok(out),
-    }
-}
-
-/// The raw usage table, faulty.
-pub struct FaultyUsage {
-    /// The table.
-    pub inner: Arc<MemoryUsageStore>,
+/// A port under the fault plan.
+pub struct Faulty<T> {
+    /// The port.
+    pub inner: Arc<T>,
     /// Plan and interleaver.
     pub ctx: Ctx,
 }
 
+impl<T> Faulty<T> {
+    /// `inner` under `ctx`'s plan.
+    pub fn new(inner: impl Into<Arc<T>>, ctx: &Ctx) -> Self {
+        Self {
+            inner: inner.into(),
+            ctx: ctx.clone(),
+        }
+    }
+
+    /// Run `call` under the plan's decision for (`op`, `key`); `write` calls may also lose
+    /// their response or crash after applying.
+    pub async fn call<R, E: Injected>(
+        &self,
+        op: &'static str,
+        key: &str,
+        write: bool,
+        call: impl Future<Output = Result<R, E>>,
+    ) -> Result<R, E> {
+        let fault = self.ctx.faults.decide(op, key, write);
+        match fault {
+            Some(Fault::Throttle) | Some(Fault::CrashBefore) => {
+                return Err(E::injected(op, fault));
+            }
+            Some(Fault::Preempt) => preempt(&self.ctx.interleaver, op).await,
+            _ => {}
+        }
+        let out = call.await?;
+        match fault {
+            Some(Fault::LoseResponse) | Some(Fault::CrashAfter) => Err(E::injected(op, fault)),
+            _ => Ok(out),
+        }
+    }
+}
+
+/// The raw usage table, faulty.
+pub type FaultyUsage = Faulty<MemoryUsageStore>;
+/// The aggregated-usage table, faulty.
+pub type FaultyAggregated = Faulty<MemoryAggregatedStore>;
+/// The ingest-watermark table, faulty.
+pub type FaultyWatermarks = Faulty<MemoryWatermarkStore>;
+
+type PResult<T> = awsmp_pipeline::error::Result<T>;
+type CResult<T> = awsmp_consumer::error::Result<T>;
+
 #[async_trait]
-impl UsageStore for FaultyUsage {
+impl<T: UsageStore> UsageStore for Faulty<T> {
     async fn pending_groups(
         &self,
         bucket: HourBucket,
         license: Option<&str>,
-    ) -> awsmp_pipeline::error::Result<Vec<GroupKey>> {
-        let key = bucket.to_string();
+    ) -> PResult<Vec<GroupKey>> {
         let call = self.inner.pending_groups(bucket, license);
-        guarded(
-            &self.ctx,
-            "pending_groups",
-            &key,
-            false,
-            injected_dynamodb,
-            call,
-        )
-        .await
+        self.call("pending_groups", &bucket.to_string(), false, call)
+            .await
     }
 
     async fn read_pending_rows(
         &self,
         group: &GroupKey,
         each: &mut (dyn FnMut(RawUsageRow) + Send),
-    ) -> awsmp_pipeline::error::Result<()> {
+    ) -> PResult<()> {
         let key = group.to_string();
         let call = self.inner.read_pending_rows(group, each);
-        guarded(
-            &self.ctx,
-            "read_pending_rows",
-            &key,
-            false,
-            injected_dynamodb,
-            call,
-        )
-        .await
+        self.call("read_pending_rows", &key, false, call).await
     }
 
     async fn finalize_row(
@@ -179,10 +202,9 @@ impl UsageStore for FaultyUsage {
         key: &RowKey,
         status: Option<(RawStatus, &str)>,
         now: DateTime<Utc>,
-    ) -> awsmp_pipeline::error::Result<bool> {
-        let k = key.sort_key.clone();
+    ) -> PResult<bool> {
         let call = self.inner.finalize_row(key, status, now);
-        guarded(&self.ctx, "finalize_row", &k, true, injected_dynamodb, call).await
+        self.call("finalize_row", &key.sort_key, true, call).await
     }
 
     async fn finalize_folded(
@@ -191,18 +213,10 @@ impl UsageStore for FaultyUsage {
         folded: u64,
         reason: &str,
         now: DateTime<Utc>,
-    ) -> awsmp_pipeline::error::Result<FoldedFinalize> {
-        let k = key.sort_key.clone();
+    ) -> PResult<FoldedFinalize> {
         let call = self.inner.finalize_folded(key, folded, reason, now);
-        guarded(
-            &self.ctx,
-            "finalize_folded",
-            &k,
-            true,
-            injected_dynamodb,
-            call,
-        )
-        .await
+        self.call("finalize_folded", &key.sort_key, true, call)
+            .await
     }
 
     async fn expire_bucket(
@@ -210,63 +224,33 @@ impl UsageStore for FaultyUsage {
         bucket: HourBucket,
         reason: &str,
         now: DateTime<Utc>,
-    ) -> awsmp_pipeline::error::Result<Vec<ExpiredRow>> {
-        let key = bucket.to_string();
+    ) -> PResult<Vec<ExpiredRow>> {
         let call = self.inner.expire_bucket(bucket, reason, now);
-        guarded(
-            &self.ctx,
-            "expire_bucket",
-            &key,
-            true,
-            injected_dynamodb,
-            call,
-        )
-        .await
+        self.call("expire_bucket", &bucket.to_string(), true, call)
+            .await
     }
-}
-
-/// The aggregated-usage table, faulty.
-pub struct FaultyAggregated {
-    /// The table.
-    pub inner: Arc<MemoryAggregatedStore>,
-    /// Plan and interleaver.
-    pub ctx: Ctx,
 }
 
 #[async_trait]
-impl AggregatedStore for FaultyAggregated {
-    async fn put_if_absent(
-        &self,
-        item: &AggregatedItem,
-        now: DateTime<Utc>,
-    ) -> awsmp_pipeline::error::Result<bool> {
-        let key = item.group.to_string();
+impl<T: AggregatedStore> AggregatedStore for Faulty<T> {
+    async fn put_if_absent(&self, item: &AggregatedItem, now: DateTime<Utc>) -> PResult<bool> {
         let call = self.inner.put_if_absent(item, now);
-        guarded(
-            &self.ctx,
-            "put_if_absent",
-            &key,
-            true,
-            injected_dynamodb,
-            call,
-        )
-        .await
+        self.call("put_if_absent", &item.group.to_string(), true, call)
+            .await
     }
 
-    async fn get(&self, group: &GroupKey) -> awsmp_pipeline::error::Result<Option<AggregatedItem>> {
-        let key = group.to_string();
+    async fn get(&self, group: &GroupKey) -> PResult<Option<AggregatedItem>> {
         let call = self.inner.get(group);
-        guarded(&self.ctx, "get", &key, false, injected_dynamodb, call).await
+        self.call("get", &group.to_string(), false, call).await
     }
 
     async fn pending(
         &self,
         bucket: HourBucket,
         license: Option<&str>,
-    ) -> awsmp_pipeline::error::Result<Vec<AggregatedItem>> {
-        let key = bucket.to_string();
+    ) -> PResult<Vec<AggregatedItem>> {
         let call = self.inner.pending(bucket, license);
-        guarded(&self.ctx, "pending", &key, false, injected_dynamodb, call).await
+        self.call("pending", &bucket.to_string(), false, call).await
     }
 
     async fn mark_attempted(
@@ -274,18 +258,10 @@ impl AggregatedStore for FaultyAggregated {
         group: &GroupKey,
         quantity: u64,
         now: DateTime<Utc>,
-    ) -> awsmp_pipeline::error::Result<()> {
-        let key = group.to_string();
+    ) -> PResult<()> {
         let call = self.inner.mark_attempted(group, quantity, now);
-        guarded(
-            &self.ctx,
-            "mark_attempted",
-            &key,
-            true,
-            injected_dynamodb,
-            call,
-        )
-        .await
+        self.call("mark_attempted", &group.to_string(), true, call)
+            .await
     }
 
     async fn retract_attempt(
@@ -294,18 +270,10 @@ impl AggregatedStore for FaultyAggregated {
         quantity: u64,
         previous: Option<u64>,
         now: DateTime<Utc>,
-    ) -> awsmp_pipeline::error::Result<()> {
-        let key = group.to_string();
+    ) -> PResult<()> {
         let call = self.inner.retract_attempt(group, quantity, previous, now);
-        guarded(
-            &self.ctx,
-            "retract_attempt",
-            &key,
-            true,
-            injected_dynamodb,
-            call,
-        )
-        .await
+        self.call("retract_attempt", &group.to_string(), true, call)
+            .await
     }
 
     async fn write_back(
@@ -313,61 +281,28 @@ impl AggregatedStore for FaultyAggregated {
         group: &GroupKey,
         outcome: &WriteBack,
         now: DateTime<Utc>,
-    ) -> awsmp_pipeline::error::Result<bool> {
-        let key = group.to_string();
+    ) -> PResult<bool> {
         let call = self.inner.write_back(group, outcome, now);
-        guarded(&self.ctx, "write_back", &key, true, injected_dynamodb, call).await
+        self.call("write_back", &group.to_string(), true, call)
+            .await
     }
-}
-
-/// The ingest-watermark table, faulty.
-pub struct FaultyWatermarks {
-    /// The table.
-    pub inner: Arc<awsmp_pipeline::adapters::memory::MemoryWatermarkStore>,
-    /// Plan and interleaver.
-    pub ctx: Ctx,
 }
 
 #[async_trait]
-impl WatermarkStore for FaultyWatermarks {
-    async fn advance(
-        &self,
-        stream: &str,
-        shard_id: &str,
-        arrival: DateTime<Utc>,
-    ) -> awsmp_pipeline::error::Result<bool> {
+impl<T: WatermarkStore> WatermarkStore for Faulty<T> {
+    async fn advance(&self, stream: &str, shard_id: &str, arrival: DateTime<Utc>) -> PResult<bool> {
         let call = self.inner.advance(stream, shard_id, arrival);
-        guarded(
-            &self.ctx,
-            "advance",
-            shard_id,
-            true,
-            injected_dynamodb,
-            call,
-        )
-        .await
+        self.call("advance", shard_id, true, call).await
     }
 
-    async fn mark_drained(
-        &self,
-        stream: &str,
-        shard_id: &str,
-    ) -> awsmp_pipeline::error::Result<()> {
+    async fn mark_drained(&self, stream: &str, shard_id: &str) -> PResult<()> {
         let call = self.inner.mark_drained(stream, shard_id);
-        guarded(
-            &self.ctx,
-            "mark_drained",
-            shard_id,
-            true,
-            injected_dynamodb,
-            call,
-        )
-        .await
+        self.call("mark_drained", shard_id, true, call).await
     }
 
-    async fn shards(&self, stream: &str) -> awsmp_pipeline::error::Result<Vec<ShardWatermark>> {
+    async fn shards(&self, stream: &str) -> PResult<Vec<ShardWatermark>> {
         let call = self.inner.shards(stream);
-        guarded(&self.ctx, "shards", "", false, injected_dynamodb, call).await
+        self.call("shards", "", false, call).await
     }
 }
 
@@ -426,61 +361,42 @@ impl MeteringApi for FaultyMetering {
 
 /// The consumer's row writes, into the pipeline's raw usage table: a conditional write is
 /// one read-apply-put with no await between, atomic on the single-threaded executor.
-pub struct SharedUsageRows {
+pub struct ConsumerRows {
     /// The shared table.
     pub table: Arc<MemoryUsageStore>,
-    /// Plan and interleaver.
-    pub ctx: Ctx,
 }
 
 #[async_trait]
-impl UsageRowWriter for SharedUsageRows {
-    async fn read(&self, key: &RowKey) -> awsmp_consumer::error::Result<Option<RawUsageRow>> {
-        let table = self.table.clone();
-        let k = key.clone();
-        let call = async move { Ok(table.row(&k)) };
-        guarded(
-            &self.ctx,
-            "row-read",
-            &key.sort_key,
-            false,
-            injected_consumer,
-            call,
-        )
-        .await
+impl UsageRowWriter for ConsumerRows {
+    async fn read(&self, key: &RowKey) -> CResult<Option<RawUsageRow>> {
+        Ok(self.table.row(key))
     }
 
-    async fn write(&self, write: &RowWrite) -> awsmp_consumer::error::Result<bool> {
-        let table = self.table.clone();
-        let call = async move {
-            Ok(match write.apply(table.row(&write.key).as_ref()) {
-                Some(row) => table.put_row(row),
-                None => false,
-            })
-        };
-        guarded(
-            &self.ctx,
-            "row-write",
-            &write.key.sort_key,
-            true,
-            injected_consumer,
-            call,
-        )
-        .await
+    async fn write(&self, write: &RowWrite) -> CResult<bool> {
+        Ok(match write.apply(self.table.row(&write.key).as_ref()) {
+            Some(row) => self.table.put_row(row),
+            None => false,
+        })
     }
-}
-
-/// The consumer's dedup store, faulty.
-pub struct FaultyDedup {
-    /// The store.
-    pub inner: awsmp_consumer::adapters::memory::MemoryDedupStore,
-    /// Plan and interleaver.
-    pub ctx: Ctx,
 }
 
 #[async_trait]
-impl DedupStore for FaultyDedup {
-    async fn claim(&self, claim: &DedupClaim) -> awsmp_consumer::error::Result<ClaimOutcome> {
+impl<T: UsageRowWriter> UsageRowWriter for Faulty<T> {
+    async fn read(&self, key: &RowKey) -> CResult<Option<RawUsageRow>> {
+        let call = self.inner.read(key);
+        self.call("row-read", &key.sort_key, false, call).await
+    }
+
+    async fn write(&self, write: &RowWrite) -> CResult<bool> {
+        let call = self.inner.write(write);
+        self.call("row-write", &write.key.sort_key, true, call)
+            .await
+    }
+}
+
+#[async_trait]
+impl<T: DedupStore> DedupStore for Faulty<T> {
+    async fn claim(&self, claim: &DedupClaim) -> CResult<ClaimOutcome> {
         // A KPL record's key is the MD5 of its body, which holds generated ids (random epochs):
         // its stream position names it stably.
         let key = if claim.key.starts_with("kpl:") {
@@ -489,53 +405,26 @@ impl DedupStore for FaultyDedup {
             claim.key.clone()
         };
         let call = self.inner.claim(claim);
-        guarded(&self.ctx, "claim", &key, true, injected_consumer, call).await
+        self.call("claim", &key, true, call).await
     }
 
-    async fn read_lane(&self, key: &str) -> awsmp_consumer::error::Result<Option<LaneItem>> {
+    async fn read_lane(&self, key: &str) -> CResult<Option<LaneItem>> {
         let call = self.inner.read_lane(key);
-        guarded(&self.ctx, "read_lane", key, false, injected_consumer, call).await
+        self.call("read_lane", key, false, call).await
     }
 
-    async fn write_lane(
-        &self,
-        item: &LaneItem,
-        expected: Option<u64>,
-    ) -> awsmp_consumer::error::Result<bool> {
+    async fn write_lane(&self, item: &LaneItem, expected: Option<u64>) -> CResult<bool> {
         let call = self.inner.write_lane(item, expected);
-        guarded(
-            &self.ctx,
-            "write_lane",
-            &item.key,
-            true,
-            injected_consumer,
-            call,
-        )
-        .await
+        self.call("write_lane", &item.key, true, call).await
     }
-}
-
-/// The consumer's rejected-events store, faulty.
-pub struct FaultyRejected {
-    /// The store.
-    pub inner: awsmp_consumer::adapters::memory::MemoryRejectedEventStore,
-    /// Plan and interleaver.
-    pub ctx: Ctx,
 }
 
 #[async_trait]
-impl RejectedEventStore for FaultyRejected {
-    async fn put(&self, event: &RejectedEvent) -> awsmp_consumer::error::Result<()> {
+impl<T: RejectedEventStore> RejectedEventStore for Faulty<T> {
+    async fn put(&self, event: &RejectedEvent) -> CResult<()> {
         let call = self.inner.put(event);
-        guarded(
-            &self.ctx,
-            "rejected-put",
-            &event.record_key,
-            true,
-            injected_consumer,
-            call,
-        )
-        .await
+        self.call("rejected-put", &event.record_key, true, call)
+            .await
     }
 }
 
@@ -543,30 +432,29 @@ impl RejectedEventStore for FaultyRejected {
 pub struct AggregatedFinalized {
     /// The aggregated table.
     pub table: Arc<MemoryAggregatedStore>,
-    /// Plan and interleaver.
-    pub ctx: Ctx,
 }
 
 #[async_trait]
 impl FinalizedGroups for AggregatedFinalized {
-    async fn finalized(
-        &self,
-        groups: &[GroupKey],
-    ) -> awsmp_consumer::error::Result<HashSet<GroupKey>> {
-        let table = self.table.clone();
-        let call = async move {
-            Ok(groups
-                .iter()
-                .filter(|g| table.contains(g))
-                .cloned()
-                .collect())
-        };
+    async fn finalized(&self, groups: &[GroupKey]) -> CResult<HashSet<GroupKey>> {
+        Ok(groups
+            .iter()
+            .filter(|g| self.table.contains(g))
+            .cloned()
+            .collect())
+    }
+}
+
+#[async_trait]
+impl<T: FinalizedGroups> FinalizedGroups for Faulty<T> {
+    async fn finalized(&self, groups: &[GroupKey]) -> CResult<HashSet<GroupKey>> {
         // The consumer collects the groups through a hash set: name the call by its least.
         let key = groups
             .iter()
             .map(|g| g.to_string())
             .min()
             .unwrap_or_default();
-        guarded(&self.ctx, "finalized", &key, false, injected_consumer, call).await
+        let call = self.inner.finalized(groups);
+        self.call("finalized", &key, false, call).await
     }
 }

@@ -68,19 +68,19 @@ pub fn setup_for(seed: u64) -> Setup {
         .parse()
         .expect("valid start");
     let short_window = r.random_bool(0.25);
-    Setup {
+    let setup = Setup {
         seed,
         start: start + Duration::minutes(r.random_range(0..15)),
         shards: r.random_range(1..=3),
-        mapping: MappingConfig {
-            batch_size: [1, 3, 10, 100][r.random_range(0..4)],
-            batching_window: Duration::seconds(r.random_range(0..=5)),
+        mapping: MappingConfig::unbounded(
+            [1, 3, 10, 100][r.random_range(0..4)],
+            Duration::seconds(r.random_range(0..=5)),
             // ParallelizationFactor 1: with more lanes per shard the per-shard ingest watermark
             // is unsound (docs/guarantees.md, "Known limitations";
             // `simulation/tests/known_limitations.rs` shows the loss).
-            parallelization: 1,
-            bisect: r.random_bool(0.5),
-        },
+            1,
+            r.random_bool(0.5),
+        ),
         rates: Rates {
             throttle: r.random_range(0..=80),
             lose_response: r.random_range(0..=30),
@@ -93,7 +93,44 @@ pub fn setup_for(seed: u64) -> Setup {
         fresh_deployment: false,
         outage_from: (short_window && r.random_bool(0.5))
             .then(|| start + Duration::minutes(r.random_range(60..=150))),
+        poison_from: None,
+        poison_own_lane: true,
+        ingest: false,
+    };
+    ingest_class(seed, poison_class(seed, setup))
+}
+
+/// Schedules in which untrusted modules meter through meter-ingest, per thousand.
+const INGEST_PER_MILLE: u32 = 300;
+
+/// The meter-ingest class (`simulation/src/ingest.rs`), drawn from its own RNG so every other
+/// schedule stays as it was.
+fn ingest_class(seed: u64, mut setup: Setup) -> Setup {
+    let mut r = StdRng::seed_from_u64(mix(seed ^ 0x1_6e57));
+    setup.ingest = r.random_range(0..1000) < INGEST_PER_MILLE;
+    setup
+}
+
+/// Schedules of the poison-batch class, per thousand.
+const POISON_PER_MILLE: u32 = 150;
+
+/// The poison-batch class (`simulation/src/poison.rs`), drawn from its own RNG so every other
+/// schedule stays as it was: a batch that fails every retry, under the template's unbounded
+/// `MaximumRetryAttempts` (the shard waits) or a finite one a seller may set (the poison goes
+/// to the on-failure destination and is re-driven). A re-drive of records whose lane moved on
+/// is unsound (docs/guarantees.md, "Known limitations"): the poison events keep a lane of their
+/// own and only they use up the retries.
+fn poison_class(seed: u64, mut setup: Setup) -> Setup {
+    let mut r = StdRng::seed_from_u64(mix(seed ^ 0x0de5_7a7e));
+    if r.random_range(0..1000) >= POISON_PER_MILLE {
+        return setup;
     }
+    setup.poison_from = Some(setup.start + Duration::minutes(r.random_range(5..=60)));
+    // At least 3 retries: random faults then practically never use them up, so a discarded
+    // batch is the poison isolated by bisection (the template's `BisectBatchOnFunctionError`).
+    setup.mapping.max_retry_attempts = [None, Some(3), Some(5)][r.random_range(0..3)];
+    setup.mapping.bisect = true;
+    setup
 }
 
 /// Run the schedule of `seed`; keep its trace when `trace`.
@@ -153,6 +190,8 @@ async fn active(w: &World) {
     let producing_until = w.setup.start + Duration::hours(2);
     for _ in 0..w.setup.steps {
         w.lifecycle_step().await;
+        w.poison_step();
+        w.ingest_step().await;
         let choice = lock(&w.rng).random_range(0..100);
         match choice {
             0..=17 if w.clock.now() < producing_until => {
@@ -203,10 +242,14 @@ async fn drain(w: &World) -> bool {
         if !lock(&w.truth).handed_back.is_empty() {
             w.produce(0).await;
         }
+        w.ingest_drain().await;
         w.heartbeat();
         // Past every batching window (at most 5 s here), so the markers are delivered now.
         w.advance(Duration::seconds(10));
         while w.deliver().await {}
+        if w.redrive_failures().await > 0 {
+            while w.deliver().await {}
+        }
         w.lifecycle_drain().await;
         w.mark_drained().await;
         for hour_offset in 1..=3 {

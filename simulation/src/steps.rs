@@ -268,6 +268,9 @@ impl World {
         let Some(delivery) = lock(&self.esm).deliver(&self.stream, &lane) else {
             return false;
         };
+        if self.fail_poisoned(&delivery) {
+            return true;
+        }
         self.faults.begin();
         let (response, report) = self.consumer.process(delivery.event.clone()).await;
         let crashed = self.faults.end();
@@ -289,7 +292,7 @@ impl World {
         } else {
             Completion::Response(response.clone())
         };
-        lock(&self.esm).complete(&delivery, &completion);
+        lock(&self.esm).complete(&delivery, &completion, now);
         self.log(format!(
             "consume {}#{}: {} records, {} events, +{} units, {} dedup hits, rejected {:?}, {} failed{}",
             lane.0,

@@ -6,8 +6,8 @@ use crate::esm::{EventSourceMapping, MappingConfig};
 use crate::faults::{FaultPlan, Rates};
 use crate::lifecycle::Lifecycle;
 use crate::ports::{
-    AggregatedFinalized, Ctx, FaultyAggregated, FaultyDedup, FaultyMetering, FaultyRejected,
-    FaultyUsage, FaultyWatermarks, SharedUsageRows,
+    AggregatedFinalized, ConsumerRows, Ctx, Faulty, FaultyAggregated, FaultyMetering, FaultyUsage,
+    FaultyWatermarks,
 };
 use crate::queue::SimQueue;
 use crate::stream::SimStream;
@@ -65,6 +65,12 @@ pub struct Setup {
     /// `BatchMeterUsage` call is applied and its answer lost, so attempts stay unresolved
     /// while windows close.
     pub outage_from: Option<DateTime<Utc>>,
+    /// The poison-batch class (`simulation/src/poison.rs`): when its batch reaches the stream.
+    pub poison_from: Option<DateTime<Utc>>,
+    /// The poison events on a Kinesis partition key of their own (`simulation/src/poison.rs`).
+    pub poison_own_lane: bool,
+    /// Untrusted modules meter through meter-ingest (`simulation/src/ingest.rs`).
+    pub ingest: bool,
 }
 
 /// Ground truth: what the callers recorded and what the run injected as bad on purpose.
@@ -83,6 +89,8 @@ pub struct Truth {
     pub poison: Vec<String>,
     /// Events recorded so far (event id counter).
     pub events: u64,
+    /// The poison batch's records, by shard and sequence number (`simulation/src/poison.rs`).
+    pub poisoned: std::collections::BTreeSet<(String, u128)>,
 }
 
 /// A request for a nested step, answered when it ran.
@@ -180,6 +188,8 @@ pub struct World {
     pub outcomes: Mutex<Vec<String>>,
     /// The license lifecycle's stages (`simulation/src/lifecycle.rs`).
     pub lifecycle: Lifecycle,
+    /// meter-ingest (`simulation/src/ingest.rs`).
+    pub ingest: crate::ingest::Ingest,
 }
 
 /// The stream as the producer's shard-map source.
@@ -245,22 +255,20 @@ fn consumer_over(
             concurrency: 1,
             ..Settings::default()
         },
-        dedup: Arc::new(FaultyDedup {
-            inner: MemoryDedupStore::new(),
-            ctx: ctx.clone(),
-        }),
-        rejected: Arc::new(FaultyRejected {
-            inner: rejected.clone(),
-            ctx: ctx.clone(),
-        }),
-        rows: Arc::new(SharedUsageRows {
-            table: usage.clone(),
-            ctx: ctx.clone(),
-        }),
-        finalized: Arc::new(AggregatedFinalized {
-            table: aggregated.clone(),
-            ctx: ctx.clone(),
-        }),
+        dedup: Arc::new(Faulty::new(MemoryDedupStore::new(), ctx)),
+        rejected: Arc::new(Faulty::new(rejected.clone(), ctx)),
+        rows: Arc::new(Faulty::new(
+            ConsumerRows {
+                table: usage.clone(),
+            },
+            ctx,
+        )),
+        finalized: Arc::new(Faulty::new(
+            AggregatedFinalized {
+                table: aggregated.clone(),
+            },
+            ctx,
+        )),
         watermarks: Some(marks),
         archive: None,
         metrics: MetricsSink::capture("kinesis-consumer"),
@@ -278,14 +286,8 @@ fn services_over(
     clock: Arc<FixedClock>,
 ) -> Services {
     Services {
-        usage: Some(Arc::new(FaultyUsage {
-            inner: usage.clone(),
-            ctx: ctx.clone(),
-        })),
-        aggregated: Arc::new(FaultyAggregated {
-            inner: aggregated.clone(),
-            ctx: ctx.clone(),
-        }),
+        usage: Some(Arc::new(FaultyUsage::new(usage.clone(), ctx))),
+        aggregated: Arc::new(FaultyAggregated::new(aggregated.clone(), ctx)),
         deprovisioning: None,
         work_queue: Some(work.clone()),
         deprovision_queue: Some(deprovision),
@@ -323,10 +325,7 @@ impl World {
         };
         let (work, cleanup, deprovision) = (queue("work"), queue("cleanup"), queue("deprovision"));
         let lifecycle = Lifecycle::for_setup(&ctx, &setup, queue("subscription"), &deprovision);
-        let faulty_marks = Arc::new(FaultyWatermarks {
-            inner: watermarks.clone(),
-            ctx: ctx.clone(),
-        });
+        let faulty_marks = Arc::new(FaultyWatermarks::new(watermarks.clone(), &ctx));
         let consumer = consumer_over(
             &ctx,
             config.time,
@@ -344,6 +343,7 @@ impl World {
             clock.clone(),
         );
         svc.deprovisioning = Some(lifecycle.index());
+        let ingest = crate::ingest::Ingest::for_setup(&ctx, &setup, &stream, &clock);
         let world = Arc::new(World {
             esm: Mutex::new(EventSourceMapping::new(setup.mapping)),
             rng: Mutex::new(StdRng::seed_from_u64(setup.seed)),
@@ -376,6 +376,7 @@ impl World {
             outcomes: Mutex::new(Vec::new()),
             interleaver,
             lifecycle,
+            ingest,
         });
         tokio::task::spawn_local(Interleaver::drive(&world));
         world

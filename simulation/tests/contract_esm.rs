@@ -31,6 +31,7 @@ use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use awsmp_consumer::domain::seq::SeqNum;
 use awsmp_pipeline::domain::clock::{Clock, FixedClock};
+use awsmp_simulation::destination::InvocationRecord;
 use awsmp_simulation::esm::{Completion, EventSourceMapping, MappingConfig};
 use awsmp_simulation::faults::{FaultPlan, Rates};
 use awsmp_simulation::stream::SimStream;
@@ -50,6 +51,8 @@ struct Settings {
     parallelization: u32,
     bisect: bool,
     shards: usize,
+    /// `MaximumRetryAttempts` (`None`: −1).
+    max_retry_attempts: Option<u32>,
 }
 
 impl Settings {
@@ -59,9 +62,14 @@ impl Settings {
             parallelization: 1,
             bisect: true,
             shards,
+            max_retry_attempts: None,
         }
     }
 }
+
+/// A batch the mapping discarded, as its on-failure record names it: shard, first and last
+/// sequence numbers, batch size.
+type Discard = (String, String, String, usize);
 
 /// A record as the function saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -192,8 +200,9 @@ trait StreamUnderTest: Send {
     async fn split(&self);
     /// Merge the two open shards.
     async fn merge(&self);
-    /// Deliver every record to `function` until every shard is caught up.
-    async fn drain(&mut self, function: &Function);
+    /// Deliver every record to `function` until every shard is caught up; the batches
+    /// discarded to the on-failure destination.
+    async fn drain(&mut self, function: &Function) -> Vec<Discard>;
 }
 
 /// Makes a fresh stream with `settings`.
@@ -232,13 +241,13 @@ impl StreamUnderTest for Memory {
         self.stream.merge(0).expect("two open shards to merge");
     }
 
-    async fn drain(&mut self, function: &Function) {
+    async fn drain(&mut self, function: &Function) -> Vec<Discard> {
         // Past every batching window: whatever waits is ready.
         let later = self.clock.now() + Duration::hours(1);
         for _ in 0..10_000 {
             let ready = self.esm.ready(&self.stream, later);
             if ready.is_empty() {
-                return;
+                return memory_discards(&mut self.esm);
             }
             for lane in ready {
                 let Some(d) = self.esm.deliver(&self.stream, &lane) else {
@@ -248,11 +257,27 @@ impl StreamUnderTest for Memory {
                     Ok(resp) => Completion::Response(resp),
                     Err(_) => Completion::FunctionError,
                 };
-                self.esm.complete(&d, &completion);
+                self.esm.complete(&d, &completion, later);
             }
         }
         panic!("the memory mapping never caught up");
     }
+}
+
+/// The destination's messages, read as the operator reads them.
+fn memory_discards(esm: &mut EventSourceMapping) -> Vec<Discard> {
+    let mut out = Vec::new();
+    while let Some(body) = esm.destination.receive() {
+        let rec: InvocationRecord = serde_json::from_str(&body).expect("an invocation record");
+        let b = rec.kinesis_batch_info;
+        out.push((
+            b.shard_id,
+            b.start_sequence_number,
+            b.end_sequence_number,
+            b.batch_size,
+        ));
+    }
+    out
 }
 
 struct MemorySubject;
@@ -265,10 +290,13 @@ impl Subject for MemorySubject {
         Box::new(Memory {
             stream: SimStream::new(settings.shards, clock.clone(), faults),
             esm: EventSourceMapping::new(MappingConfig {
-                batch_size: settings.batch_size,
-                batching_window: Duration::seconds(1),
-                parallelization: settings.parallelization,
-                bisect: settings.bisect,
+                max_retry_attempts: settings.max_retry_attempts,
+                ..MappingConfig::unbounded(
+                    settings.batch_size,
+                    Duration::seconds(1),
+                    settings.parallelization,
+                    settings.bisect,
+                )
             }),
             clock,
         })
@@ -288,6 +316,7 @@ mod stack {
         kinesis: aws_sdk_kinesis::Client,
         stream: String,
         esm: KinesisEsm,
+        bounded: bool,
         _dir: tempfile::TempDir,
     }
 
@@ -392,7 +421,7 @@ mod stack {
             self.settle().await;
         }
 
-        async fn drain(&mut self, function: &Function) {
+        async fn drain(&mut self, function: &Function) -> Vec<Discard> {
             let report = self
                 .esm
                 .drain_concurrent(|event: KinesisEvent| {
@@ -402,9 +431,21 @@ mod stack {
                 .await
                 .unwrap();
             assert!(
-                report.discarded.is_empty(),
+                self.bounded || report.discarded.is_empty(),
                 "retries are unbounded: {report:?}"
             );
+            report
+                .discarded
+                .into_iter()
+                .map(|d| {
+                    (
+                        d.shard_id,
+                        d.start_sequence_number,
+                        d.end_sequence_number,
+                        d.batch_size,
+                    )
+                })
+                .collect()
         }
     }
 
@@ -429,7 +470,7 @@ mod stack {
             let options = EsmOptions {
                 batch_size: settings.batch_size,
                 batching_window: std::time::Duration::from_millis(200),
-                max_retry_attempts: None,
+                max_retry_attempts: settings.max_retry_attempts,
                 bisect_on_error: settings.bisect,
                 parallelization_factor: settings.parallelization as usize,
                 retry_backoff: std::time::Duration::ZERO,
@@ -448,6 +489,7 @@ mod stack {
                 kinesis,
                 stream,
                 esm,
+                bounded: settings.max_retry_attempts.is_some(),
                 _dir: dir,
             })
         }
@@ -768,7 +810,45 @@ async fn parallel_lanes_keep_each_key_in_order(subject: &dyn Subject) {
     assert!(f.invocations().iter().all(|b| b.len() <= 2));
 }
 
+/// After `MaximumRetryAttempts` retries a failing batch is discarded: its record on the
+/// on-failure destination names its shard, first and last sequence numbers and size, and
+/// delivery moves on past it (without bisection, so both mappings fail the same batch; with
+/// it, the memory mapping lets the splits use no retry, as Lambda documents at
+/// <https://docs.aws.amazon.com/lambda/latest/dg/kinesis-on-failure-destination.html>, while the
+/// local one counts them).
+async fn exhausted_retries_discard_to_the_destination(subject: &dyn Subject) {
+    let mut s = subject
+        .make(Settings {
+            bisect: false,
+            max_retry_attempts: Some(2),
+            ..Settings::new(4, 1)
+        })
+        .await;
+    let mut puts = Vec::new();
+    for (key, data) in one_shard_records(6, 2) {
+        puts.push(s.put(&key, 1, &data).await);
+    }
+    let f = Function::with(vec![("r1", Answer::Error, 100)]);
+    let discarded = s.drain(&f).await;
+    let first = batch(&["r0", "r1", "r2", "r3"]);
+    assert_eq!(
+        f.batches(),
+        vec![first.clone(), first.clone(), first, batch(&["r4", "r5"])],
+        "the first try, two retries, then the rest"
+    );
+    assert_eq!(
+        discarded,
+        vec![(
+            puts[0].0.clone(),
+            puts[0].1.decimal().to_owned(),
+            puts[3].1.decimal().to_owned(),
+            4
+        )]
+    );
+}
+
 async fn contract(subject: &dyn Subject) {
+    exhausted_retries_discard_to_the_destination(subject).await;
     delivery_in_order_and_batches(subject).await;
     item_failures_resume_at_the_lowest_failed_record(subject).await;
     first_record_and_unknown_identifier_failures_retry_the_batch(subject).await;
@@ -799,12 +879,8 @@ async fn a_short_batch_waits_for_the_batching_window_and_a_full_one_does_not() {
         clock.clone(),
         Arc::new(FaultPlan::new(1, Rates::default())),
     );
-    let mut esm = EventSourceMapping::new(MappingConfig {
-        batch_size: 3,
-        batching_window: Duration::seconds(2),
-        parallelization: 1,
-        bisect: true,
-    });
+    let mut esm =
+        EventSourceMapping::new(MappingConfig::unbounded(3, Duration::seconds(2), 1, true));
     let t0 = clock.now();
     for i in 0..2 {
         stream.put(&format!("k{i}"), None, Bytes::from_static(b"x"));

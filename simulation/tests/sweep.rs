@@ -36,6 +36,9 @@ fn the_default_sweep_breaks_no_invariant() {
         "caller-re-record",
         "stream-lost-response",
         "invocation-timeout",
+        "poison-batch",
+        "ingest-attack",
+        "ingest-replay",
     ] {
         assert!(
             e.faults.get(class).copied().unwrap_or(0) > 0,
@@ -44,4 +47,5 @@ fn the_default_sweep_breaks_no_invariant() {
     }
     assert!(e.hours_crossed > DEFAULT_SCHEDULES && e.billed > 0);
     assert!(e.mapping.get("bisections").copied().unwrap_or(0) > 0);
+    assert!(e.mapping.get("batches-redriven").copied().unwrap_or(0) > 0);
 }

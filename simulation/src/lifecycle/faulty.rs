@@ -3,7 +3,7 @@
 //! deprovisioning index (throttling, lost responses, crashes before and after every call).
 
 use crate::faults::Fault;
-use crate::ports::{Ctx, injected_dynamodb};
+use crate::ports::{Faulty, Injected, injected_dynamodb};
 use async_trait::async_trait;
 use awsmp_lifecycle::adapters::memory::MemorySubscriberStore;
 use awsmp_lifecycle::domain::event::{Change, LicenseKey};
@@ -12,47 +12,25 @@ use awsmp_lifecycle::error::LifecycleError;
 use awsmp_lifecycle::ports::SubscriberStore;
 use awsmp_pipeline::ports::{Deprovisioning, DeprovisioningIndex};
 use chrono::{DateTime, Utc};
-use std::future::Future;
 
 /// The subscribers table under the fault plan.
-pub(super) struct FaultySubscribers {
-    pub(super) inner: MemorySubscriberStore,
-    pub(super) ctx: Ctx,
-}
+pub(super) type FaultySubscribers = Faulty<MemorySubscriberStore>;
+/// The pipeline's read of the deprovisioning index, faulty.
+pub(super) type FaultyIndex = Faulty<MemorySubscriberStore>;
 
-fn injected(operation: &'static str, fault: Option<Fault>) -> LifecycleError {
-    LifecycleError::DynamoDb {
-        operation,
-        table: "subscribers".into(),
-        source: Box::new(injected_dynamodb(operation, fault)),
-        retryable: matches!(fault, Some(Fault::Throttle | Fault::LoseResponse)),
-    }
-}
-
-impl FaultySubscribers {
-    async fn guarded<T>(
-        &self,
-        op: &'static str,
-        key: &str,
-        write: bool,
-        call: impl Future<Output = awsmp_lifecycle::error::Result<T>>,
-    ) -> awsmp_lifecycle::error::Result<T> {
-        let fault = self.ctx.faults.decide(op, key, write);
-        match fault {
-            Some(Fault::Throttle | Fault::CrashBefore) => return Err(injected(op, fault)),
-            Some(Fault::Preempt) => self.ctx.interleaver.run(op).await,
-            _ => {}
-        }
-        let out = call.await?;
-        match fault {
-            Some(Fault::LoseResponse | Fault::CrashAfter) => Err(injected(op, fault)),
-            _ => Ok(out),
+impl Injected for LifecycleError {
+    fn injected(operation: &'static str, fault: Option<Fault>) -> Self {
+        LifecycleError::DynamoDb {
+            operation,
+            table: "subscribers".into(),
+            source: Box::new(injected_dynamodb(operation, fault)),
+            retryable: matches!(fault, Some(Fault::Throttle | Fault::LoseResponse)),
         }
     }
 }
 
 #[async_trait]
-impl SubscriberStore for FaultySubscribers {
+impl<T: SubscriberStore> SubscriberStore for Faulty<T> {
     async fn apply(
         &self,
         key: &LicenseKey,
@@ -60,7 +38,7 @@ impl SubscriberStore for FaultySubscribers {
         at: DateTime<Utc>,
     ) -> awsmp_lifecycle::error::Result<Outcome> {
         let call = self.inner.apply(key, change, at);
-        self.guarded("subscribers-apply", &key.license_arn, true, call)
+        self.call("subscribers-apply", &key.license_arn, true, call)
             .await
     }
 
@@ -69,13 +47,13 @@ impl SubscriberStore for FaultySubscribers {
         agreement_id: &str,
     ) -> awsmp_lifecycle::error::Result<Vec<LicenseKey>> {
         let call = self.inner.licenses_of_agreement(agreement_id);
-        self.guarded("subscribers-agreement", agreement_id, false, call)
+        self.call("subscribers-agreement", agreement_id, false, call)
             .await
     }
 
     async fn get(&self, key: &LicenseKey) -> awsmp_lifecycle::error::Result<Option<Subscriber>> {
         let call = self.inner.get(key);
-        self.guarded("subscribers-get", &key.license_arn, false, call)
+        self.call("subscribers-get", &key.license_arn, false, call)
             .await
     }
 
@@ -84,8 +62,7 @@ impl SubscriberStore for FaultySubscribers {
         now: DateTime<Utc>,
     ) -> awsmp_lifecycle::error::Result<Vec<(LicenseKey, DateTime<Utc>)>> {
         let call = self.inner.expired_deprovisioning(now);
-        self.guarded("subscribers-expired", "index", false, call)
-            .await
+        self.call("subscribers-expired", "index", false, call).await
     }
 
     async fn finalize(
@@ -94,7 +71,7 @@ impl SubscriberStore for FaultySubscribers {
         now: DateTime<Utc>,
     ) -> awsmp_lifecycle::error::Result<bool> {
         let call = self.inner.finalize(key, now);
-        self.guarded("subscribers-finalize", &key.license_arn, true, call)
+        self.call("subscribers-finalize", &key.license_arn, true, call)
             .await
     }
 
@@ -108,20 +85,16 @@ impl SubscriberStore for FaultySubscribers {
         let call = self
             .inner
             .record_registration(key, product_code, region, now);
-        self.guarded("subscribers-register", &key.license_arn, true, call)
+        self.call("subscribers-register", &key.license_arn, true, call)
             .await
     }
 }
 
-/// The pipeline's read of the deprovisioning index, faulty.
-pub(super) struct FaultyIndex {
-    pub(super) inner: MemorySubscriberStore,
-    pub(super) ctx: Ctx,
-}
-
 #[async_trait]
-impl DeprovisioningIndex for FaultyIndex {
+impl<T: DeprovisioningIndex> DeprovisioningIndex for Faulty<T> {
     async fn active(&self) -> awsmp_pipeline::error::Result<Vec<Deprovisioning>> {
+        // A read that only fails (throttled, or the invocation crashes before it): no
+        // interleaving here.
         let fault = self
             .ctx
             .faults
