@@ -27,8 +27,25 @@ pub struct Sample {
     pub consumed: u64,
     /// Usage-row writes the consumer made.
     pub rows_written: u64,
+    /// Group-hours the aggregator folded (work-queue messages it handled; a duplicate
+    /// delivery counts again).
+    pub aggregated: u64,
     /// Records the simulator billed.
     pub billed: u64,
+}
+
+/// One stage of event → usage row: its latency and what bounds it.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StageBound {
+    /// The stage, e.g. `stream → invocation`.
+    pub stage: String,
+    /// p50 in milliseconds.
+    pub p50_ms: f64,
+    /// p99 in milliseconds.
+    pub p99_ms: f64,
+    /// What its time is spent on.
+    pub bound: String,
 }
 
 /// Latency percentiles in milliseconds.
@@ -108,6 +125,8 @@ pub struct RunReport {
     pub timeline: Vec<Sample>,
     /// Latencies by stage: `recordToAck`, `eventToRow`, `eventToBilled` (virtual time).
     pub latency: BTreeMap<String, Percentiles>,
+    /// Event → usage row stage by stage, with what bounds each (local runs).
+    pub stages: Vec<StageBound>,
     /// UpdateItems per 1,000 events accepted by the consumer.
     pub write_amplification: f64,
     /// Rejects by reason, all tiers.
@@ -140,6 +159,13 @@ impl RunReport {
                 s,
                 "latency {stage:<14} p50 {:>9.1} ms  p99 {:>9.1} ms  max {:>9.1} ms  (n={})",
                 p.p50, p.p99, p.max, p.count
+            );
+        }
+        for b in &self.stages {
+            let _ = writeln!(
+                s,
+                "  stage {:<20} p50 {:>9.1} ms  p99 {:>9.1} ms  bound by {}",
+                b.stage, b.p50_ms, b.p99_ms, b.bound
             );
         }
         if !self.rejects.is_empty() {
@@ -248,6 +274,9 @@ impl RunReport {
         h.push_str(&throughput_svg(&self.timeline)?);
         h.push_str("<h2>Latency distribution (CDF)</h2>");
         h.push_str(&latency_svg(&self.latency)?);
+        if !self.stages.is_empty() {
+            h.push_str(&stages_html(&self.stages));
+        }
         if let Some(cost) = &self.cost {
             h.push_str(&cost_html(cost));
         }
@@ -284,6 +313,25 @@ impl RunReport {
         h.push_str("</body></html>");
         Ok(h)
     }
+}
+
+/// Event → row stage by stage: where the time goes and what bounds it.
+fn stages_html(stages: &[StageBound]) -> String {
+    let mut h = String::from(
+        "<h2>Where the time goes: event → usage row</h2><table><tr><th>stage</th><th>p50 ms</th><th>p99 ms</th><th style=\"text-align:left\">bounded by</th></tr>",
+    );
+    for b in stages {
+        let _ = write!(
+            h,
+            "<tr><td style=\"text-align:left\">{}</td><td>{:.1}</td><td>{:.1}</td><td style=\"text-align:left\">{}</td></tr>",
+            escape(&b.stage),
+            b.p50_ms,
+            b.p99_ms,
+            escape(&b.bound)
+        );
+    }
+    h.push_str("</table>");
+    h
 }
 
 /// Units of a group-hour neither billed nor terminal with a reason (negative: more than
@@ -502,6 +550,7 @@ mod tests {
                     acked: i * 90,
                     consumed: i * 80,
                     rows_written: i * 10,
+                    aggregated: 0,
                     billed: 0,
                 })
                 .collect(),

@@ -23,8 +23,11 @@ use crate::sink::{KinesisRecordSink, RecordSink};
 
 struct Prepared {
     event: Event,
-    payload: Vec<u8>,
+    /// The encoded payload (no collapse), or only its length (collapse encodes the sums).
+    payload: Option<Bytes>,
+    payload_len: usize,
     partition_key: String,
+    hash: u128,
     cost: usize,
 }
 
@@ -64,20 +67,28 @@ impl Producer {
     /// Validates `event`, gives it an id if it has none, and buffers it. Waits while the buffer
     /// is full (back-pressure). Errors give the event back.
     pub async fn record(&self, event: Event) -> Result<(), ProducerError> {
+        // One unit of the task's cooperative budget per call: a caller recording in a tight
+        // loop still yields (about every 128 calls) so the background task gets to run.
+        tokio::task::consume_budget().await;
         let p = self.prepare(event)?;
-        let permit = match self
-            .shared
-            .sem
-            .clone()
-            .acquire_many_owned(p.cost as u32)
-            .await
-        {
-            Ok(permit) => permit,
-            Err(_) => return Err(ProducerError::Closed(Some(Box::new(p.event)))),
+        // Past that point the fast path neither waits nor yields: buffer space and a channel
+        // slot are taken without awaiting when there are some.
+        let cost = p.cost as u32;
+        if let Ok(permit) = self.shared.sem.try_acquire_many(cost) {
+            permit.forget();
+        } else {
+            match self.shared.sem.acquire_many(cost).await {
+                Ok(permit) => permit.forget(),
+                Err(_) => return Err(ProducerError::Closed(Some(Box::new(p.event)))),
+            }
+        }
+        let cmd = Command::Record(self.incoming(p));
+        let sent = match self.shared.tx.try_send(cmd) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(cmd)) => self.shared.tx.send(cmd).await,
+            Err(mpsc::error::TrySendError::Closed(cmd)) => Err(mpsc::error::SendError(cmd)),
         };
-        permit.forget();
-        let incoming = self.incoming(p);
-        match self.shared.tx.send(Command::Record(incoming)).await {
+        match sent {
             Ok(()) => {
                 self.accepted();
                 Ok(())
@@ -94,12 +105,7 @@ impl Producer {
     /// (with the event, id assigned, so a retry keeps the same id).
     pub fn try_record(&self, event: Event) -> Result<(), ProducerError> {
         let p = self.prepare(event)?;
-        let permit = match self
-            .shared
-            .sem
-            .clone()
-            .try_acquire_many_owned(p.cost as u32)
-        {
+        let permit = match self.shared.sem.try_acquire_many(p.cost as u32) {
             Ok(permit) => permit,
             Err(tokio::sync::TryAcquireError::NoPermits) => {
                 self.shared.metrics.refused("Full");
@@ -223,12 +229,21 @@ impl Producer {
             &event.customer_aws_account_id,
             &event.dimension,
         );
+        let hash = partition_hash(&pk);
+        let mut generated = None;
         if event.event_id.is_empty() {
             // `p:{epoch}:{lane}:{seq}`: deduplicated by sequence, not by a claim per event.
-            event.event_id = self.shared.ids.next(partition_hash(&pk));
+            let id = self.shared.ids.next_id(hash);
+            event.event_id = self.shared.ids.render(id);
+            generated = Some(id);
         }
-        let payload = self.shared.config.wire_version.encode(&event);
-        let size = payload.len() + pk.len();
+        let payload = self
+            .shared
+            .config
+            .wire_version
+            .encode_bytes(&event, generated);
+        let payload_len = payload.len();
+        let size = payload_len + pk.len();
         if size > MAX_RECORD_BYTES {
             let e = ValidationError::EventTooLarge {
                 bytes: size,
@@ -236,7 +251,7 @@ impl Producer {
             };
             return Err(invalid(e, event));
         }
-        let cost = Self::buffer_cost(payload.len(), pk.len());
+        let cost = Self::buffer_cost(payload_len, pk.len());
         if cost > self.shared.config.max_buffered_bytes {
             let e = ValidationError::EventTooLarge {
                 bytes: cost,
@@ -246,24 +261,25 @@ impl Producer {
         }
         Ok(Prepared {
             event,
-            payload,
+            payload: (!self.shared.config.collapse).then_some(payload),
+            payload_len,
             partition_key: pk,
+            hash,
             cost,
         })
     }
 
     fn incoming(&self, p: Prepared) -> Incoming {
-        let body = if self.shared.config.collapse {
-            Body::Event {
-                payload_len: p.payload.len(),
+        let body = match p.payload {
+            Some(payload) => Body::Encoded(payload),
+            None => Body::Event {
+                payload_len: p.payload_len,
                 event: p.event,
-            }
-        } else {
-            Body::Encoded(Bytes::from(p.payload))
+            },
         };
         Incoming {
             body,
-            hash: partition_hash(&p.partition_key),
+            hash: p.hash,
             partition_key: p.partition_key,
             enqueued_at: Instant::now(),
             reservation: Reservation::new(self.shared.sem.clone(), p.cost),

@@ -123,6 +123,7 @@ pub(super) async fn tick_while_consuming(
             .tick(at)
             .await
             .with_context(|| format!("tick at {at} while consuming"))?;
+        ctx.counters.add_tick(&tick);
         if let Some(e) = &tick.submitter_error {
             tracing::info!(error = %e, "submitter run failed; the next tick retries");
         }
@@ -226,6 +227,7 @@ async fn tick_until_settled(
             .await
             .with_context(|| format!("tick at {at}"))?;
         ticks += 1;
+        ctx.counters.add_tick(&tick);
         if let Some(e) = &tick.submitter_error {
             tracing::info!(error = %e, "submitter run failed; the next tick retries");
         }

@@ -1,8 +1,11 @@
 //! Latencies of a run: event → usage row (timed by the consumer wrapper), event → billed (on
-//! the run's clock) and record → Kinesis acknowledgement (reported by the producers).
+//! the run's clock) and record → Kinesis acknowledgement (reported by the producers), and
+//! event → row taken apart by stage (the report's "where the time goes" table): event →
+//! stream (the producer), stream → invocation (the event source mapping), the invocation
+//! (the consumer's reads and writes).
 
 use crate::conservation::GroupHour;
-use crate::report::{Percentiles, RunReport};
+use crate::report::{Percentiles, RunReport, StageBound};
 use aws_lambda_events::kinesis::KinesisEvent;
 use awsmp_pipeline::domain::keys::HourBucket;
 use chrono::{DateTime, Utc};
@@ -14,6 +17,12 @@ use std::sync::Mutex;
 pub(super) struct Timings {
     /// Event → row write, microseconds.
     event_to_row: hdrhistogram::Histogram<u64>,
+    /// Event → the stream's arrival timestamp (linger, PutRecords), microseconds.
+    event_to_stream: hdrhistogram::Histogram<u64>,
+    /// Arrival → the invocation that wrote it (polling, batching window), microseconds.
+    stream_to_invoke: hdrhistogram::Histogram<u64>,
+    /// The invocation, per event it carried (the consumer's work), microseconds.
+    invocation: hdrhistogram::Histogram<u64>,
     /// Event timestamps (ms) per group-hour, for event → billed.
     events_by_hour: BTreeMap<GroupHour, Vec<i64>>,
     /// Event ids already timed: duplicates on the stream (lost responses) count once.
@@ -24,6 +33,9 @@ impl Default for Timings {
     fn default() -> Self {
         Self {
             event_to_row: histogram(),
+            event_to_stream: histogram(),
+            stream_to_invoke: histogram(),
+            invocation: histogram(),
             events_by_hour: BTreeMap::new(),
             seen: HashSet::new(),
         }
@@ -34,13 +46,21 @@ pub(super) fn histogram() -> hdrhistogram::Histogram<u64> {
     hdrhistogram::Histogram::new(3).expect("3 significant figures is valid")
 }
 
-/// Record event → row latencies and event timestamps per group-hour for one delivered batch.
+/// Microseconds from `from` to `to`, 0 when `to` is earlier (clocks of two processes).
+fn micros_between(from: DateTime<Utc>, to: DateTime<Utc>) -> u64 {
+    (to - from).num_microseconds().unwrap_or(0).max(0) as u64
+}
+
+/// Record event → row latencies (and their stages) and event timestamps per group-hour for
+/// one delivered batch, invoked at `invoked` and finished at `finished`.
 pub(super) fn observe_batch(
     event: &KinesisEvent,
     timings: &Mutex<Timings>,
+    invoked: DateTime<Utc>,
     finished: DateTime<Utc>,
 ) {
     let mut t = timings.lock().expect("poisoned");
+    let invocation = micros_between(invoked, finished);
     for r in &event.records {
         let arrival = r.kinesis.approximate_arrival_timestamp.0;
         let Ok(user_records) = awsmp_producer::wire::decode_events(&r.kinesis.data.0) else {
@@ -53,11 +73,10 @@ pub(super) fn observe_batch(
             if !t.seen.insert(e.event_id.clone()) {
                 continue;
             }
-            let micros = (finished - e.timestamp)
-                .num_microseconds()
-                .unwrap_or(0)
-                .max(0) as u64;
-            let _ = t.event_to_row.record(micros);
+            let _ = t.event_to_row.record(micros_between(e.timestamp, finished));
+            let _ = t.event_to_stream.record(micros_between(e.timestamp, arrival));
+            let _ = t.stream_to_invoke.record(micros_between(arrival, invoked));
+            let _ = t.invocation.record(invocation);
             let hour = HourBucket::containing(arrival).to_string();
             t.events_by_hour
                 .entry((
@@ -70,6 +89,54 @@ pub(super) fn observe_batch(
                 .push(e.timestamp.timestamp_millis());
         }
     }
+}
+
+/// What bounds each stage of event → row on the local stack, in the order an event passes
+/// them: `(stage, histogram, bound)`.
+fn stages(t: &Timings) -> [(&'static str, &hdrhistogram::Histogram<u64>, String); 4] {
+    [
+        (
+            "event → stream",
+            &t.event_to_stream,
+            format!(
+                "the producer: its linger ({} ms in a load run) and the PutRecords round trip",
+                crate::produce::LOADTEST_LINGER.as_millis()
+            ),
+        ),
+        (
+            "stream → invocation",
+            &t.stream_to_invoke,
+            format!(
+                "the event source mapping: each shard polled about once a second ({} ms here) and a batching window of {} ms",
+                crate::kinesis_esm::SHARD_POLL_INTERVAL.as_millis(),
+                super::consume::BATCHING_WINDOW.as_millis()
+            ),
+        ),
+        (
+            "invocation",
+            &t.invocation,
+            "the consumer: its dedup and usage-row writes (one UpdateItem per (group, second) row) to DynamoDB".into(),
+        ),
+        (
+            "event → row",
+            &t.event_to_row,
+            "the sum of the three".into(),
+        ),
+    ]
+}
+
+/// The report's "where the time goes" table.
+fn stage_bounds(t: &Timings) -> Vec<StageBound> {
+    stages(t)
+        .into_iter()
+        .filter(|(_, h, _)| !h.is_empty())
+        .map(|(stage, h, bound)| StageBound {
+            stage: stage.into(),
+            p50_ms: h.value_at_quantile(0.5) as f64 / 1000.0,
+            p99_ms: h.value_at_quantile(0.99) as f64 / 1000.0,
+            bound,
+        })
+        .collect()
 }
 
 /// Event → row and event → billed (`billed_at`: when each group-hour was billed) into `report`.
@@ -95,6 +162,7 @@ pub(super) fn record_latencies(
         "eventToBilled(virtual)".into(),
         Percentiles::from_micros(&event_to_billed),
     );
+    report.stages = stage_bounds(&t);
 }
 
 /// Record-to-ack latencies the producers reported through the `metrics` facade.

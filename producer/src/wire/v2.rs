@@ -65,18 +65,31 @@ fn put_bytes(out: &mut BytesMut, field: u32, v: &[u8]) {
     out.put_slice(v);
 }
 
-fn entry_bytes(event: &Event, epoch: Option<u128>) -> BytesMut {
-    let mut e = BytesMut::with_capacity(160);
-    put_bytes(&mut e, 1, event.license_arn.as_bytes());
-    put_bytes(&mut e, 2, event.customer_aws_account_id.as_bytes());
-    put_bytes(&mut e, 3, event.dimension.as_bytes());
+/// Bytes of a length-delimited field `field` (< 16) holding `len` bytes.
+fn bytes_field_len(len: usize) -> usize {
+    1 + encoded_len_varint(len as u64) + len
+}
+
+/// Bytes of an event's entry (what [`put_entry`] writes inside its field).
+fn entry_len(event: &Event, epoch: Option<u128>) -> usize {
+    bytes_field_len(event.license_arn.len())
+        + bytes_field_len(event.customer_aws_account_id.len())
+        + bytes_field_len(event.dimension.len())
+        + event.producer_id.as_ref().map_or(0, |p| bytes_field_len(p.len()))
+        + epoch.map_or(0, |_| bytes_field_len(16))
+}
+
+/// Writes the entry's fields (the group, the producer id, the epoch of a generated id).
+fn put_entry(e: &mut BytesMut, event: &Event, epoch: Option<u128>) {
+    put_bytes(e, 1, event.license_arn.as_bytes());
+    put_bytes(e, 2, event.customer_aws_account_id.as_bytes());
+    put_bytes(e, 3, event.dimension.as_bytes());
     if let Some(p) = &event.producer_id {
-        put_bytes(&mut e, 4, p.as_bytes());
+        put_bytes(e, 4, p.as_bytes());
     }
     if let Some(epoch) = epoch {
-        put_bytes(&mut e, 5, &epoch.to_be_bytes());
+        put_bytes(e, 5, &epoch.to_be_bytes());
     }
-    e
 }
 
 fn event_fields(out: &mut BytesMut, event: &Event, id: Option<GeneratedId>) {
@@ -113,15 +126,28 @@ fn event_fields(out: &mut BytesMut, event: &Event, id: Option<GeneratedId>) {
 /// [`Event::validate`]; the producer guarantees that before it encodes. A generated id is
 /// written as its lane and sequence with the epoch in the entry; any other id as its string.
 pub fn encode_single(event: &Event) -> Vec<u8> {
+    encode_single_bytes(event, None).into()
+}
+
+/// [`encode_single`] into one buffer, as [`Bytes`]. `generated` is the event's id when the
+/// caller just generated it (its string is `generated`'s `Display`), saving the parse.
+pub fn encode_single_bytes(event: &Event, generated: Option<GeneratedId>) -> Bytes {
     // Only the exact form counts as generated (docs/row-contract.md, "Event ids"): it is the
     // one that reads back to the same string.
-    let id = GeneratedId::parse(&event.event_id).filter(|g| g.to_string() == event.event_id);
-    let entry = entry_bytes(event, id.map(|g| g.epoch));
-    let mut out = BytesMut::with_capacity(HEADER_LEN + entry.len() + 64);
+    let id = generated.or_else(|| {
+        GeneratedId::parse(&event.event_id).filter(|g| g.to_string() == event.event_id)
+    });
+    let epoch = id.map(|g| g.epoch);
+    let entry = entry_len(event, epoch);
+    // The event fields: at most three varints and two keys, or the id string, plus allocations.
+    let fields = 3 * (1 + MAX_VARINT_LEN) + bytes_field_len(event.event_id.len());
+    let mut out = BytesMut::with_capacity(HEADER_LEN + bytes_field_len(entry) + fields);
     out.put_slice(&[V2, KIND_SINGLE]);
-    put_bytes(&mut out, 1, &entry);
+    key(&mut out, 1, WT_LEN);
+    encode_varint(entry as u64, &mut out);
+    put_entry(&mut out, event, epoch);
     event_fields(&mut out, event, id);
-    out.to_vec()
+    out.freeze()
 }
 
 /// A v2 single split for an aggregate: its table entry and its event fields, both slices of
