@@ -698,4 +698,80 @@ mod tests {
         let svg = throughput_svg(&timeline).unwrap();
         assert!(svg.contains("billed records/s") && svg.contains("Marketplace quota"));
     }
+
+    #[test]
+    fn the_throughput_plot_shows_every_stage_and_the_quota() {
+        let timeline: Vec<Sample> = (0..20u64)
+            .map(|i| Sample {
+                t: i as f64,
+                produced: i * 1_000,
+                acked: i * 990,
+                consumed: i * 950,
+                rows_written: i * 300,
+                aggregated: i.saturating_sub(10) * 30,
+                billed: i.saturating_sub(12) * 30,
+            })
+            .collect();
+        let svg = throughput_svg(&timeline).unwrap();
+        for stage in [
+            "produced events/s",
+            "acked events/s",
+            "consumed events/s",
+            "row writes/s",
+            "aggregated group-hours/s",
+            "billed records/s",
+            "Marketplace quota",
+        ] {
+            assert_eq!(svg.matches(stage).count(), 1, "{stage} drawn once");
+        }
+        // The aggregated stage moving alone still keeps the span open.
+        let mut tail = timeline.clone();
+        let last = *tail.last().unwrap();
+        tail.push(Sample {
+            t: 20.0,
+            aggregated: last.aggregated + 5,
+            ..last
+        });
+        tail.extend((21..40).map(|i| Sample {
+            t: f64::from(i),
+            aggregated: last.aggregated + 5,
+            ..last
+        }));
+        assert_eq!(active_span(&tail), (0.0, 21.0));
+    }
+
+    #[test]
+    fn the_report_names_what_bounds_each_stage() {
+        let report = RunReport {
+            stages: vec![
+                StageBound {
+                    stage: "event → stream".into(),
+                    p50_ms: 60.0,
+                    p99_ms: 120.0,
+                    bound: "the producer's linger".into(),
+                },
+                StageBound {
+                    stage: "stream → invocation".into(),
+                    p50_ms: 400.0,
+                    p99_ms: 1_100.0,
+                    bound: "the event source mapping <polling>".into(),
+                },
+            ],
+            ..Default::default()
+        };
+        let html = report.html().unwrap();
+        let table = &html[html.find("<h2>Where the time goes").expect("the table")..];
+        assert!(table.contains("<td>60.0</td><td>120.0</td>"));
+        assert!(table.contains("<td>400.0</td><td>1100.0</td>"));
+        assert!(table.contains("the event source mapping &lt;polling&gt;"));
+        let summary = report.summary();
+        assert!(summary.contains("stage stream → invocation"), "{summary}");
+        assert!(
+            !RunReport::default()
+                .html()
+                .unwrap()
+                .contains("Where the time goes"),
+            "no table without stages"
+        );
+    }
 }

@@ -60,25 +60,28 @@ pub fn pack<M>(
     }
     let mut out = Vec::new();
     for group in groups {
-        let v2 = group
+        // Each v2 single is split once: its entry and event fields, sized and then added.
+        let splits: Vec<Option<(Bytes, Bytes)>> = group
             .iter()
-            .all(|u| split_single(&u.payload, &u.partition_key).is_some());
+            .map(|u| split_single(&u.payload, &u.partition_key))
+            .collect();
+        let v2 = splits.iter().all(Option::is_some);
         let mut current: Vec<UserRec<M>> = Vec::new();
         let mut builder = Builder::new(v2);
-        for u in group {
+        for (u, split) in group.into_iter().zip(splits) {
             let limit = max_aggregate_bytes.min(
                 MAX_RECORD_BYTES
                     - current
                         .first()
                         .map_or(u.partition_key.len(), |f| f.partition_key.len()),
             );
-            if !current.is_empty() && builder.len_with(&u) > limit {
+            if !current.is_empty() && builder.len_with(&u, split.as_ref()) > limit {
                 out.push(finish(
                     std::mem::take(&mut current),
                     std::mem::replace(&mut builder, Builder::new(v2)),
                 ));
             }
-            builder.add(&u);
+            builder.add(&u, split);
             current.push(u);
         }
         if !current.is_empty() {
@@ -103,22 +106,24 @@ impl Builder {
         }
     }
 
-    fn len_with<M>(&self, u: &UserRec<M>) -> usize {
-        match self {
-            Builder::V1(b) => b.encoded_len_with(&u.partition_key, None, u.payload.len()),
-            Builder::V2(b) => b
-                .encoded_len_with(&u.partition_key, &u.payload)
-                .expect("every payload of a v2 group is a single"),
+    /// `split`: the user record split by `split_single` (every one of a v2 group is).
+    fn len_with<M>(&self, u: &UserRec<M>, split: Option<&(Bytes, Bytes)>) -> usize {
+        match (self, split) {
+            (Builder::V2(b), Some((entry, fields))) => {
+                b.encoded_len_with_split(&u.partition_key, entry, fields.len())
+            }
+            (Builder::V1(b), _) => b.encoded_len_with(&u.partition_key, None, u.payload.len()),
+            (Builder::V2(_), None) => unreachable!("every payload of a v2 group is a single"),
         }
     }
 
-    fn add<M>(&mut self, u: &UserRec<M>) {
-        match self {
-            Builder::V1(b) => b.add(&u.partition_key, None, u.payload.clone()),
-            Builder::V2(b) => {
-                let added = b.add(&u.partition_key, &u.payload);
-                debug_assert!(added, "every payload of a v2 group is a single");
+    fn add<M>(&mut self, u: &UserRec<M>, split: Option<(Bytes, Bytes)>) {
+        match (self, split) {
+            (Builder::V2(b), Some((entry, fields))) => {
+                b.add_split(&u.partition_key, entry, &fields);
             }
+            (Builder::V1(b), _) => b.add(&u.partition_key, None, u.payload.clone()),
+            (Builder::V2(_), None) => unreachable!("every payload of a v2 group is a single"),
         }
     }
 

@@ -20,6 +20,7 @@ use crate::outcome::{FlushOutcome, Undelivered, UndeliveredCallback};
 use crate::partition::{partition_hash, partition_key};
 use crate::shards::{KinesisShardMapSource, ShardMapSource};
 use crate::sink::{KinesisRecordSink, RecordSink};
+use crate::wire::{WireVersion, single_len};
 
 struct Prepared {
     event: Event,
@@ -237,12 +238,16 @@ impl Producer {
             event.event_id = self.shared.ids.render(id);
             generated = Some(id);
         }
-        let payload = self
-            .shared
-            .config
-            .wire_version
-            .encode_bytes(&event, generated);
-        let payload_len = payload.len();
+        let config = &self.shared.config;
+        // Collapse encodes the window's sums: a v2 event needs only its length here.
+        let (payload, payload_len) = match (config.collapse, config.wire_version) {
+            (true, WireVersion::V2) => (None, single_len(&event, generated)),
+            (collapse, version) => {
+                let payload = version.encode_bytes(&event, generated);
+                let len = payload.len();
+                ((!collapse).then_some(payload), len)
+            }
+        };
         let size = payload_len + pk.len();
         if size > MAX_RECORD_BYTES {
             let e = ValidationError::EventTooLarge {
@@ -261,7 +266,7 @@ impl Producer {
         }
         Ok(Prepared {
             event,
-            payload: (!self.shared.config.collapse).then_some(payload),
+            payload,
             payload_len,
             partition_key: pk,
             hash,

@@ -74,7 +74,9 @@ pub(super) fn observe_batch(
                 continue;
             }
             let _ = t.event_to_row.record(micros_between(e.timestamp, finished));
-            let _ = t.event_to_stream.record(micros_between(e.timestamp, arrival));
+            let _ = t
+                .event_to_stream
+                .record(micros_between(e.timestamp, arrival));
             let _ = t.stream_to_invoke.record(micros_between(arrival, invoked));
             let _ = t.invocation.record(invocation);
             let hour = HourBucket::containing(arrival).to_string();
@@ -173,4 +175,89 @@ pub(super) fn producer_latency() -> hdrhistogram::Histogram<u64> {
         let _ = h.record((v * 1_000_000.0) as u64);
     }
     h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_lambda_events::kinesis::KinesisEventRecord;
+    use chrono::TimeZone;
+
+    fn batch(at: DateTime<Utc>, arrival: DateTime<Utc>, ids: &[&str]) -> KinesisEvent {
+        let records = ids
+            .iter()
+            .map(|id| {
+                let e = awsmp_producer::Event::new(
+                    "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef",
+                    "210987654321",
+                    "requests",
+                    1,
+                    at,
+                )
+                .with_event_id(*id);
+                let mut r = KinesisEventRecord::default();
+                r.kinesis.data.0 = awsmp_producer::wire::encode_event(&e);
+                r.kinesis.approximate_arrival_timestamp.0 = arrival;
+                r.kinesis.sequence_number = (*id).to_owned();
+                r
+            })
+            .collect();
+        let mut event = KinesisEvent::default();
+        event.records = records;
+        event
+    }
+
+    #[test]
+    fn event_to_row_is_taken_apart_by_stage() {
+        let t0 = Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap();
+        let ms = chrono::Duration::milliseconds;
+        let timings = Mutex::new(Timings::default());
+        // GIVEN two events stamped at t0, on the stream 100 ms later, invoked at 1 s, done at 1.5 s
+        let b = batch(t0, t0 + ms(100), &["a", "b"]);
+        observe_batch(&b, &timings, t0 + ms(1_000), t0 + ms(1_500));
+        // WHEN the same batch is delivered again (a retry), it is not timed twice
+        observe_batch(&b, &timings, t0 + ms(9_000), t0 + ms(9_500));
+        let mut report = RunReport::default();
+        record_latencies(&timings, &BTreeMap::new(), &mut report);
+        // THEN each stage has its share, and the table ends with the whole
+        let got: Vec<(String, u64, u64)> = report
+            .stages
+            .iter()
+            .map(|s| {
+                (
+                    s.stage.clone(),
+                    s.p50_ms.round() as u64,
+                    s.p99_ms.round() as u64,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("event → stream".to_owned(), 100, 100),
+                ("stream → invocation".to_owned(), 900, 900),
+                ("invocation".to_owned(), 500, 500),
+                ("event → row".to_owned(), 1_500, 1_500),
+            ]
+        );
+        assert!(report.stages[1].bound.contains("once a second"));
+        assert_eq!(report.latency["eventToRow"].count, 2);
+    }
+
+    #[test]
+    fn a_stream_clock_behind_the_producer_counts_as_no_time_not_negative() {
+        let t0 = Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap();
+        let ms = chrono::Duration::milliseconds;
+        let timings = Mutex::new(Timings::default());
+        observe_batch(
+            &batch(t0, t0 - ms(5), &["a"]),
+            &timings,
+            t0 + ms(10),
+            t0 + ms(20),
+        );
+        let mut report = RunReport::default();
+        record_latencies(&timings, &BTreeMap::new(), &mut report);
+        assert_eq!(report.stages[0].p99_ms, 0.0);
+        assert_eq!(report.stages[1].p50_ms.round(), 15.0);
+    }
 }

@@ -75,7 +75,18 @@ impl AggregateV2Builder {
     /// `partition_key`) were added; `None` when `single` is not a v2 single.
     pub fn encoded_len_with(&self, partition_key: &str, single: &Bytes) -> Option<usize> {
         let (entry, fields) = split_single(single, partition_key)?;
-        let (ix, table_len) = match self.lookup.get(&entry) {
+        Some(self.encoded_len_with_split(partition_key, &entry, fields.len()))
+    }
+
+    /// [`AggregateV2Builder::encoded_len_with`] for a single already split by
+    /// [`split_single`] into `entry` and `fields_len` bytes of event fields.
+    pub fn encoded_len_with_split(
+        &self,
+        partition_key: &str,
+        entry: &Bytes,
+        fields_len: usize,
+    ) -> usize {
+        let (ix, table_len) = match self.lookup.get(entry) {
             Some(ix) => (*ix, self.table_len),
             None => (
                 self.entries.len() as u64,
@@ -89,8 +100,8 @@ impl AggregateV2Builder {
                 self.pk_table_len + field_len(partition_key.len()),
             ),
         };
-        let refs = self.refs_body_len + kpl_record_len(pk_ix, ref_len(ix, fields.len()));
-        Some(self.total(pk_table_len, table_len, refs))
+        let refs = self.refs_body_len + kpl_record_len(pk_ix, ref_len(ix, fields_len));
+        self.total(pk_table_len, table_len, refs)
     }
 
     /// Adds the v2 single `single`; false (nothing added) when it is not one.
@@ -98,6 +109,12 @@ impl AggregateV2Builder {
         let Some((entry, fields)) = split_single(single, partition_key) else {
             return false;
         };
+        self.add_split(partition_key, entry, &fields);
+        true
+    }
+
+    /// [`AggregateV2Builder::add`] for a single already split by [`split_single`].
+    pub fn add_split(&mut self, partition_key: &str, entry: Bytes, fields: &[u8]) {
         let pk_ix = match self.pk_lookup.get(partition_key) {
             Some(i) => *i,
             None => {
@@ -118,10 +135,9 @@ impl AggregateV2Builder {
                 ix
             }
         };
-        let r = encode_ref(ix, &fields);
+        let r = encode_ref(ix, fields);
         self.refs_body_len += kpl_record_len(pk_ix, r.len());
         self.refs.push((pk_ix, r));
-        true
     }
 
     /// Encodes magic + protobuf body (table, then the refs) + MD5 trailer.

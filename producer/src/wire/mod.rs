@@ -18,7 +18,7 @@ pub use kpl::{
     AGGREGATE_OVERHEAD, AggregateBuilder, KPL_MAGIC, MD5_LEN, UserRecord, deaggregate,
     decode_aggregated, encode_aggregated, is_aggregated, pb,
 };
-pub use v2::{decode_payload, encode_single, encode_single_bytes};
+pub use v2::{decode_payload, encode_single, encode_single_bytes, single_len};
 
 /// Which encoding the producer writes (docs/wire-format.md, "Choosing the version").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

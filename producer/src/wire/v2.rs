@@ -75,7 +75,10 @@ fn entry_len(event: &Event, epoch: Option<u128>) -> usize {
     bytes_field_len(event.license_arn.len())
         + bytes_field_len(event.customer_aws_account_id.len())
         + bytes_field_len(event.dimension.len())
-        + event.producer_id.as_ref().map_or(0, |p| bytes_field_len(p.len()))
+        + event
+            .producer_id
+            .as_ref()
+            .map_or(0, |p| bytes_field_len(p.len()))
         + epoch.map_or(0, |_| bytes_field_len(16))
 }
 
@@ -148,6 +151,40 @@ pub fn encode_single_bytes(event: &Event, generated: Option<GeneratedId>) -> Byt
     put_entry(&mut out, event, epoch);
     event_fields(&mut out, event, id);
     out.freeze()
+}
+
+/// The length of [`encode_single_bytes`]`(event, generated)` without encoding: what the
+/// producer charges a collapsed event for before the window's sums are encoded.
+pub fn single_len(event: &Event, generated: Option<GeneratedId>) -> usize {
+    let id = generated.or_else(|| {
+        GeneratedId::parse(&event.event_id).filter(|g| g.to_string() == event.event_id)
+    });
+    let varint = |v: u64| 1 + encoded_len_varint(v);
+    let mut fields = varint(event.timestamp.timestamp_millis() as u64);
+    if event.quantity != 0 {
+        fields += varint(event.quantity);
+    }
+    fields += match id {
+        Some(g) => {
+            (if g.lane != 0 {
+                varint(u64::from(g.lane))
+            } else {
+                0
+            }) + varint(g.seq)
+        }
+        None => bytes_field_len(event.event_id.len()),
+    };
+    for a in event.usage_allocations.iter().flatten() {
+        let mut m = 0;
+        if a.allocated_usage_quantity != 0 {
+            m += varint(a.allocated_usage_quantity);
+        }
+        for t in &a.tags {
+            m += bytes_field_len(bytes_field_len(t.key.len()) + bytes_field_len(t.value.len()));
+        }
+        fields += bytes_field_len(m);
+    }
+    HEADER_LEN + bytes_field_len(entry_len(event, id.map(|g| g.epoch))) + fields
 }
 
 /// A v2 single split for an aggregate: its table entry and its event fields, both slices of
