@@ -13,7 +13,9 @@ use crate::engine;
 use crate::error::{ProducerError, ValidationError};
 use crate::event::{Event, truncate_to_millis};
 use crate::event_id::IdGenerator;
-use crate::handoff::{Body, Command, EngineParts, Incoming, RECORD_OVERHEAD_BYTES, Reservation};
+use crate::handoff::{
+    Body, Command, EngineParts, Incoming, RECORD_OVERHEAD_BYTES, Reservation, Staging,
+};
 use crate::limits::MAX_RECORD_BYTES;
 use crate::metrics::{Metrics, ProducerStats, StatCounters};
 use crate::outcome::{FlushOutcome, Undelivered, UndeliveredCallback};
@@ -34,6 +36,7 @@ struct Prepared {
 
 struct Shared {
     tx: mpsc::Sender<Command>,
+    staging: Arc<Staging>,
     sem: Arc<Semaphore>,
     config: Arc<ProducerConfig>,
     closed: AtomicBool,
@@ -72,8 +75,8 @@ impl Producer {
         // loop still yields (about every 128 calls) so the background task gets to run.
         tokio::task::consume_budget().await;
         let p = self.prepare(event)?;
-        // Past that point the fast path neither waits nor yields: buffer space and a channel
-        // slot are taken without awaiting when there are some.
+        // Past that point the fast path neither waits nor yields: buffer space is taken
+        // without awaiting when there is some, and staging is a push under a short lock.
         let cost = p.cost as u32;
         if let Ok(permit) = self.shared.sem.try_acquire_many(cost) {
             permit.forget();
@@ -83,22 +86,18 @@ impl Producer {
                 Err(_) => return Err(ProducerError::Closed(Some(Box::new(p.event)))),
             }
         }
-        let cmd = Command::Record(self.incoming(p));
-        let sent = match self.shared.tx.try_send(cmd) {
-            Ok(()) => Ok(()),
-            Err(mpsc::error::TrySendError::Full(cmd)) => self.shared.tx.send(cmd).await,
-            Err(mpsc::error::TrySendError::Closed(cmd)) => Err(mpsc::error::SendError(cmd)),
-        };
-        match sent {
+        self.stage(p)
+    }
+
+    /// Leaves a prepared event (its bytes charged) for the background task.
+    fn stage(&self, p: Prepared) -> Result<(), ProducerError> {
+        match self.shared.staging.push(self.incoming(p)) {
             Ok(()) => {
                 self.accepted();
                 Ok(())
             }
-            Err(mpsc::error::SendError(cmd)) => Err(ProducerError::Closed(
-                cmd.into_incoming()
-                    .and_then(Incoming::into_event)
-                    .map(Box::new),
-            )),
+            // The background task took its last events (shutdown); the event is ours to give back.
+            Err(incoming) => Err(ProducerError::Closed(incoming.into_event().map(Box::new))),
         }
     }
 
@@ -117,27 +116,7 @@ impl Producer {
             }
         };
         permit.forget();
-        let incoming = self.incoming(p);
-        match self.shared.tx.try_send(Command::Record(incoming)) {
-            Ok(()) => {
-                self.accepted();
-                Ok(())
-            }
-            Err(mpsc::error::TrySendError::Full(cmd)) => {
-                self.shared.metrics.refused("Full");
-                let event = cmd.into_incoming().and_then(Incoming::into_event);
-                // The event is ours to give back; without it (a bug) say Closed, not Full.
-                match event {
-                    Some(e) => Err(ProducerError::Full(Box::new(e))),
-                    None => Err(ProducerError::Closed(None)),
-                }
-            }
-            Err(mpsc::error::TrySendError::Closed(cmd)) => Err(ProducerError::Closed(
-                cmd.into_incoming()
-                    .and_then(Incoming::into_event)
-                    .map(Box::new),
-            )),
-        }
+        self.stage(p)
     }
 
     /// Sends everything buffered now (ignoring linger) and waits until every event recorded
@@ -473,6 +452,7 @@ impl ProducerBuilder {
         let (tx, rx) = mpsc::channel(config.command_capacity);
         let metrics = Metrics::new(&config.stream_name);
         let stats = Arc::new(StatCounters::default());
+        let staging = Arc::new(Staging::new(engine::size_trigger(&config)));
         engine::spawn(
             &runtime,
             EngineParts {
@@ -480,6 +460,7 @@ impl ProducerBuilder {
                 sink: Arc::new(sink),
                 shards: Arc::new(shards),
                 rx,
+                staging: staging.clone(),
                 sem: sem.clone(),
                 on_undelivered: self.on_undelivered,
                 metrics: metrics.clone(),
@@ -489,6 +470,7 @@ impl ProducerBuilder {
         Ok(Producer {
             shared: Arc::new(Shared {
                 tx,
+                staging,
                 sem,
                 config,
                 closed: AtomicBool::new(false),
