@@ -7,7 +7,9 @@ use bytes::Bytes;
 
 use crate::limits::{MAX_BYTES_PER_PUT, MAX_RECORD_BYTES, MAX_RECORDS_PER_PUT};
 use crate::sink::PutEntry;
-use crate::wire::v2::split_single;
+use std::ops::Range;
+
+use crate::wire::v2::split_single_ranges;
 use crate::wire::{AggregateBuilder, AggregateV2Builder};
 
 /// A user record waiting to be packed.
@@ -61,9 +63,9 @@ pub fn pack<M>(
     let mut out = Vec::new();
     for group in groups {
         // Each v2 single is split once: its entry and event fields, sized and then added.
-        let splits: Vec<Option<(Bytes, Bytes)>> = group
+        let splits: Vec<Option<Split>> = group
             .iter()
-            .map(|u| split_single(&u.payload, &u.partition_key))
+            .map(|u| split_single_ranges(&u.payload, &u.partition_key))
             .collect();
         let v2 = splits.iter().all(Option::is_some);
         let mut current: Vec<UserRec<M>> = Vec::new();
@@ -91,6 +93,9 @@ pub fn pack<M>(
     out
 }
 
+/// A v2 single's entry and event fields, as ranges of its payload.
+type Split = (Range<usize>, Range<usize>);
+
 /// The aggregate being filled: v1 user records as they are, or v2 singles as table + refs.
 enum Builder {
     V1(AggregateBuilder),
@@ -106,21 +111,21 @@ impl Builder {
         }
     }
 
-    /// `split`: the user record split by `split_single` (every one of a v2 group is).
-    fn len_with<M>(&self, u: &UserRec<M>, split: Option<&(Bytes, Bytes)>) -> usize {
+    /// `split`: the user record's entry and fields (every one of a v2 group has them).
+    fn len_with<M>(&self, u: &UserRec<M>, split: Option<&Split>) -> usize {
         match (self, split) {
             (Builder::V2(b), Some((entry, fields))) => {
-                b.encoded_len_with_split(&u.partition_key, entry, fields.len())
+                b.encoded_len_with_split(&u.partition_key, &u.payload[entry.clone()], fields.len())
             }
             (Builder::V1(b), _) => b.encoded_len_with(&u.partition_key, None, u.payload.len()),
             (Builder::V2(_), None) => unreachable!("every payload of a v2 group is a single"),
         }
     }
 
-    fn add<M>(&mut self, u: &UserRec<M>, split: Option<(Bytes, Bytes)>) {
+    fn add<M>(&mut self, u: &UserRec<M>, split: Option<Split>) {
         match (self, split) {
             (Builder::V2(b), Some((entry, fields))) => {
-                b.add_split(&u.partition_key, entry, &fields);
+                b.add_split(&u.partition_key, &u.payload[entry], &u.payload[fields]);
             }
             (Builder::V1(b), _) => b.add(&u.partition_key, None, u.payload.clone()),
             (Builder::V2(_), None) => unreachable!("every payload of a v2 group is a single"),

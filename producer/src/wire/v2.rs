@@ -20,6 +20,8 @@
 //! ([`EventV2`], [`EntryV2`]) and is strict: an unknown field, a repeated scalar, a string that
 //! is not UTF-8 are refused, each with a specific reason.
 
+use std::ops::Range;
+
 use bytes::{BufMut, Bytes, BytesMut};
 use chrono::DateTime;
 use prost::encoding::{encode_varint, encoded_len_varint};
@@ -192,6 +194,12 @@ pub fn single_len(event: &Event, generated: Option<GeneratedId>) -> usize {
 /// it as `licenseArn|customerAWSAccountId|dimension`. `None` when `single` is not a single this
 /// module wrote.
 pub fn split_single(single: &Bytes, pk: &str) -> Option<(Bytes, Bytes)> {
+    let (entry, fields) = split_single_ranges(single, pk)?;
+    Some((single.slice(entry), single.slice(fields)))
+}
+
+/// [`split_single`] as byte ranges of `single` (no reference counting, no copy).
+pub fn split_single_ranges(single: &[u8], pk: &str) -> Option<(Range<usize>, Range<usize>)> {
     let rest = single.get(HEADER_LEN..)?;
     if single[..HEADER_LEN] != [V2, KIND_SINGLE] || rest.first() != Some(&(1 << 3 | WT_LEN)) {
         return None;
@@ -203,18 +211,34 @@ pub fn split_single(single: &Bytes, pk: &str) -> Option<(Bytes, Bytes)> {
     let entry = &single[start..end];
     // Fields 1–3 (the group) come first, as encode_single writes them.
     let mut er = Reader::new(entry);
-    let mut group = [""; 3];
+    let mut group: [&[u8]; 3] = [&[]; 3];
     for slot in &mut group {
         let (_, wt) = er.key().ok()?;
         if wt != WT_LEN {
             return None;
         }
-        *slot = std::str::from_utf8(er.bytes().ok()?).ok()?;
+        *slot = er.bytes().ok()?;
     }
-    let named = GroupV2::from_partition_key(pk)
-        .is_some_and(|g| [g.license_arn, g.customer_aws_account_id, g.dimension] == group);
+    let named = names_group(pk.as_bytes(), group);
+    // A key that names the group proves it UTF-8 (slices of a str at `|`); otherwise check.
+    if !named && group.iter().any(|g| std::str::from_utf8(g).is_err()) {
+        return None;
+    }
     let entry_start = if named { start + er.at } else { start };
-    Some((single.slice(entry_start..end), single.slice(end..)))
+    Some((entry_start..end, end..single.len()))
+}
+
+/// Whether `pk` is `license|account|dimension` of `group`, split as
+/// [`GroupV2::from_partition_key`] splits it (at the first two `|`).
+fn names_group(pk: &[u8], [license, account, dimension]: [&[u8]; 3]) -> bool {
+    pk.len() == license.len() + account.len() + dimension.len() + 2
+        && !license.contains(&b'|')
+        && !account.contains(&b'|')
+        && pk.starts_with(license)
+        && pk[license.len()] == b'|'
+        && pk[license.len() + 1..].starts_with(account)
+        && pk[license.len() + 1 + account.len()] == b'|'
+        && pk.ends_with(dimension)
 }
 
 /// Bytes of the ref (kind `0x02`) for an event whose entry has index `entry_index` (index 0,
