@@ -46,6 +46,8 @@ pub struct StageBound {
     pub p99_ms: f64,
     /// What its time is spent on.
     pub bound: String,
+    /// The part of event → row with the largest p99.
+    pub bottleneck: bool,
 }
 
 /// Latency percentiles in milliseconds.
@@ -164,8 +166,12 @@ impl RunReport {
         for b in &self.stages {
             let _ = writeln!(
                 s,
-                "  stage {:<20} p50 {:>9.1} ms  p99 {:>9.1} ms  bound by {}",
-                b.stage, b.p50_ms, b.p99_ms, b.bound
+                "  stage {:<20} p50 {:>9.1} ms  p99 {:>9.1} ms  {}bound by {}",
+                b.stage,
+                b.p50_ms,
+                b.p99_ms,
+                if b.bottleneck { "BOTTLENECK, " } else { "" },
+                b.bound
             );
         }
         if !self.rejects.is_empty() {
@@ -323,8 +329,14 @@ fn stages_html(stages: &[StageBound]) -> String {
     for b in stages {
         let _ = write!(
             h,
-            "<tr><td style=\"text-align:left\">{}</td><td>{:.1}</td><td>{:.1}</td><td style=\"text-align:left\">{}</td></tr>",
+            "<tr{}><td style=\"text-align:left\">{}{}</td><td>{:.1}</td><td>{:.1}</td><td style=\"text-align:left\">{}</td></tr>",
+            if b.bottleneck { " class=\"bad\"" } else { "" },
             escape(&b.stage),
+            if b.bottleneck {
+                " — the bottleneck"
+            } else {
+                ""
+            },
             b.p50_ms,
             b.p99_ms,
             escape(&b.bound)
@@ -749,12 +761,14 @@ mod tests {
                     p50_ms: 60.0,
                     p99_ms: 120.0,
                     bound: "the producer's linger".into(),
+                    bottleneck: false,
                 },
                 StageBound {
                     stage: "stream → invocation".into(),
                     p50_ms: 400.0,
                     p99_ms: 1_100.0,
                     bound: "the event source mapping <polling>".into(),
+                    bottleneck: true,
                 },
             ],
             ..Default::default()
@@ -764,6 +778,8 @@ mod tests {
         assert!(table.contains("<td>60.0</td><td>120.0</td>"));
         assert!(table.contains("<td>400.0</td><td>1100.0</td>"));
         assert!(table.contains("the event source mapping &lt;polling&gt;"));
+        assert!(table.contains("stream → invocation — the bottleneck"));
+        assert_eq!(table.matches("the bottleneck").count(), 1);
         let summary = report.summary();
         assert!(summary.contains("stage stream → invocation"), "{summary}");
         assert!(

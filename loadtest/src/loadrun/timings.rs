@@ -109,7 +109,7 @@ fn stages(t: &Timings) -> [(&'static str, &hdrhistogram::Histogram<u64>, String)
             "stream → invocation",
             &t.stream_to_invoke,
             format!(
-                "the event source mapping: each shard polled about once a second ({} ms here) and a batching window of {} ms",
+                "the event source mapping: one batch per shard at a time, so a record waits for the invocation before its own, plus the poll of a caught-up shard (every {} ms, Lambda's base rate) and the batching window ({} ms)",
                 crate::kinesis_esm::SHARD_POLL_INTERVAL.as_millis(),
                 super::consume::BATCHING_WINDOW.as_millis()
             ),
@@ -117,7 +117,7 @@ fn stages(t: &Timings) -> [(&'static str, &hdrhistogram::Histogram<u64>, String)
         (
             "invocation",
             &t.invocation,
-            "the consumer: its dedup and usage-row writes (one UpdateItem per (group, second) row) to DynamoDB".into(),
+            "the consumer: its store calls in sequence (record claims, id and lane claims, one UpdateItem per (group, second) row, the watermark), each a DynamoDB round trip".into(),
         ),
         (
             "event → row",
@@ -127,9 +127,10 @@ fn stages(t: &Timings) -> [(&'static str, &hdrhistogram::Histogram<u64>, String)
     ]
 }
 
-/// The report's "where the time goes" table.
+/// The report's "where the time goes" table; the stage with the largest p99 (of the three
+/// parts) is marked as the bottleneck.
 fn stage_bounds(t: &Timings) -> Vec<StageBound> {
-    stages(t)
+    let mut out: Vec<StageBound> = stages(t)
         .into_iter()
         .filter(|(_, h, _)| !h.is_empty())
         .map(|(stage, h, bound)| StageBound {
@@ -137,8 +138,17 @@ fn stage_bounds(t: &Timings) -> Vec<StageBound> {
             p50_ms: h.value_at_quantile(0.5) as f64 / 1000.0,
             p99_ms: h.value_at_quantile(0.99) as f64 / 1000.0,
             bound,
+            bottleneck: false,
         })
-        .collect()
+        .collect();
+    let parts = out.len().saturating_sub(1);
+    if let Some(b) = out[..parts]
+        .iter_mut()
+        .max_by(|a, b| a.p99_ms.total_cmp(&b.p99_ms))
+    {
+        b.bottleneck = true;
+    }
+    out
 }
 
 /// Event → row and event → billed (`billed_at`: when each group-hour was billed) into `report`.
@@ -240,7 +250,18 @@ mod tests {
                 ("event → row".to_owned(), 1_500, 1_500),
             ]
         );
-        assert!(report.stages[1].bound.contains("once a second"));
+        assert!(report.stages[1].bound.contains("Lambda's base rate"));
+        let bottlenecks: Vec<&str> = report
+            .stages
+            .iter()
+            .filter(|s| s.bottleneck)
+            .map(|s| s.stage.as_str())
+            .collect();
+        assert_eq!(
+            bottlenecks,
+            ["stream → invocation"],
+            "the largest p99 of the parts"
+        );
         assert_eq!(report.latency["eventToRow"].count, 2);
     }
 
