@@ -46,7 +46,7 @@ pub struct StageBound {
     pub p99_ms: f64,
     /// What its time is spent on.
     pub bound: String,
-    /// The part of event → row with the largest p99.
+    /// The part of event → row where the median event spends longest.
     pub bottleneck: bool,
 }
 
@@ -263,7 +263,7 @@ impl RunReport {
             "<!doctype html><html><head><meta charset=\"utf-8\"><title>awsmp load test</title><style>\
              body{{font-family:sans-serif;margin:2em;max-width:1100px}} table{{border-collapse:collapse}}\
              td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}} th{{background:#eee}}\
-             .ok{{color:#070}} .bad{{color:#b00}} pre{{background:#f6f6f6;padding:1em}}</style></head><body>\
+             .ok{{color:#070}} .bad{{color:#b00}} pre{{background:#f6f6f6;padding:1em;white-space:pre-wrap}}</style></head><body>\
              <h1>awsmp load test</h1><p class=\"{}\"><b>{}</b></p><pre>{}</pre>",
             if c.conserved { "ok" } else { "bad" },
             if c.conserved {

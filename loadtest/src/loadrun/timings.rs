@@ -127,8 +127,8 @@ fn stages(t: &Timings) -> [(&'static str, &hdrhistogram::Histogram<u64>, String)
     ]
 }
 
-/// The report's "where the time goes" table; the stage with the largest p99 (of the three
-/// parts) is marked as the bottleneck.
+/// The report's "where the time goes" table; the part (of the three) where the median event
+/// spends longest is marked as the bottleneck.
 fn stage_bounds(t: &Timings) -> Vec<StageBound> {
     let mut out: Vec<StageBound> = stages(t)
         .into_iter()
@@ -144,7 +144,7 @@ fn stage_bounds(t: &Timings) -> Vec<StageBound> {
     let parts = out.len().saturating_sub(1);
     if let Some(b) = out[..parts]
         .iter_mut()
-        .max_by(|a, b| a.p99_ms.total_cmp(&b.p99_ms))
+        .max_by(|a, b| a.p50_ms.total_cmp(&b.p50_ms))
     {
         b.bottleneck = true;
     }
@@ -260,7 +260,7 @@ mod tests {
         assert_eq!(
             bottlenecks,
             ["stream → invocation"],
-            "the largest p99 of the parts"
+            "the largest p50 of the parts"
         );
         assert_eq!(report.latency["eventToRow"].count, 2);
     }

@@ -133,7 +133,9 @@ fn panel(
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(60)
-        .build_cartesian_2d(t_min..t_max.max(t_min + 1.0), 0.0..y_max)
+        // A little room after the last sample: a burst there (billing at the end of a run)
+        // would otherwise sit on the frame.
+        .build_cartesian_2d(t_min..t_max + ((t_max - t_min) * 0.03).max(1.0), 0.0..y_max)
         .map_err(plot_err)?;
     chart
         .configure_mesh()

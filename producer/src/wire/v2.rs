@@ -20,8 +20,6 @@
 //! ([`EventV2`], [`EntryV2`]) and is strict: an unknown field, a repeated scalar, a string that
 //! is not UTF-8 are refused, each with a specific reason.
 
-use std::ops::Range;
-
 use bytes::{BufMut, Bytes, BytesMut};
 use chrono::DateTime;
 use prost::encoding::{encode_varint, encoded_len_varint};
@@ -29,6 +27,11 @@ use prost::encoding::{encode_varint, encoded_len_varint};
 use crate::error::{DecodeError, V2Error};
 use crate::event::{Event, Tag, UsageAllocation, truncate_to_millis};
 use crate::event_id::GeneratedId;
+
+// Sizing and splitting a single without decoding it (the producer's packing path).
+#[path = "v2_split.rs"]
+mod split;
+pub use split::{single_len, split_single, split_single_ranges};
 
 /// The version byte of a v2 user record.
 pub const V2: u8 = 0x02;
@@ -153,92 +156,6 @@ pub fn encode_single_bytes(event: &Event, generated: Option<GeneratedId>) -> Byt
     put_entry(&mut out, event, epoch);
     event_fields(&mut out, event, id);
     out.freeze()
-}
-
-/// The length of [`encode_single_bytes`]`(event, generated)` without encoding: what the
-/// producer charges a collapsed event for before the window's sums are encoded.
-pub fn single_len(event: &Event, generated: Option<GeneratedId>) -> usize {
-    let id = generated.or_else(|| {
-        GeneratedId::parse(&event.event_id).filter(|g| g.to_string() == event.event_id)
-    });
-    let varint = |v: u64| 1 + encoded_len_varint(v);
-    let mut fields = varint(event.timestamp.timestamp_millis() as u64);
-    if event.quantity != 0 {
-        fields += varint(event.quantity);
-    }
-    fields += match id {
-        Some(g) => {
-            (if g.lane != 0 {
-                varint(u64::from(g.lane))
-            } else {
-                0
-            }) + varint(g.seq)
-        }
-        None => bytes_field_len(event.event_id.len()),
-    };
-    for a in event.usage_allocations.iter().flatten() {
-        let mut m = 0;
-        if a.allocated_usage_quantity != 0 {
-            m += varint(a.allocated_usage_quantity);
-        }
-        for t in &a.tags {
-            m += bytes_field_len(bytes_field_len(t.key.len()) + bytes_field_len(t.value.len()));
-        }
-        fields += bytes_field_len(m);
-    }
-    HEADER_LEN + bytes_field_len(entry_len(event, id.map(|g| g.epoch))) + fields
-}
-
-/// A v2 single split for an aggregate: its table entry and its event fields, both slices of
-/// `single`. The entry leaves the group out when `pk` (the user record's partition key) names
-/// it as `licenseArn|customerAWSAccountId|dimension`. `None` when `single` is not a single this
-/// module wrote.
-pub fn split_single(single: &Bytes, pk: &str) -> Option<(Bytes, Bytes)> {
-    let (entry, fields) = split_single_ranges(single, pk)?;
-    Some((single.slice(entry), single.slice(fields)))
-}
-
-/// [`split_single`] as byte ranges of `single` (no reference counting, no copy).
-pub fn split_single_ranges(single: &[u8], pk: &str) -> Option<(Range<usize>, Range<usize>)> {
-    let rest = single.get(HEADER_LEN..)?;
-    if single[..HEADER_LEN] != [V2, KIND_SINGLE] || rest.first() != Some(&(1 << 3 | WT_LEN)) {
-        return None;
-    }
-    let mut r = Reader::new(&rest[1..]);
-    let len = usize::try_from(r.varint().ok()?).ok()?;
-    let start = HEADER_LEN + 1 + r.at;
-    let end = start.checked_add(len).filter(|e| *e <= single.len())?;
-    let entry = &single[start..end];
-    // Fields 1–3 (the group) come first, as encode_single writes them.
-    let mut er = Reader::new(entry);
-    let mut group: [&[u8]; 3] = [&[]; 3];
-    for slot in &mut group {
-        let (_, wt) = er.key().ok()?;
-        if wt != WT_LEN {
-            return None;
-        }
-        *slot = er.bytes().ok()?;
-    }
-    let named = names_group(pk.as_bytes(), group);
-    // A key that names the group proves it UTF-8 (slices of a str at `|`); otherwise check.
-    if !named && group.iter().any(|g| std::str::from_utf8(g).is_err()) {
-        return None;
-    }
-    let entry_start = if named { start + er.at } else { start };
-    Some((entry_start..end, end..single.len()))
-}
-
-/// Whether `pk` is `license|account|dimension` of `group`, split as
-/// [`GroupV2::from_partition_key`] splits it (at the first two `|`).
-fn names_group(pk: &[u8], [license, account, dimension]: [&[u8]; 3]) -> bool {
-    pk.len() == license.len() + account.len() + dimension.len() + 2
-        && !license.contains(&b'|')
-        && !account.contains(&b'|')
-        && pk.starts_with(license)
-        && pk[license.len()] == b'|'
-        && pk[license.len() + 1..].starts_with(account)
-        && pk[license.len() + 1 + account.len()] == b'|'
-        && pk.ends_with(dimension)
 }
 
 /// Bytes of the ref (kind `0x02`) for an event whose entry has index `entry_index` (index 0,
