@@ -156,10 +156,13 @@ fn panel(
             .label("Marketplace quota (10 calls/s × 25 records)")
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], grey));
     }
-    for (name, points, color) in series {
+    // Earlier series are drawn wider, so a later one on the same values (billed records on
+    // aggregated group-hours, acked on produced) leaves both visible.
+    for (i, (name, points, color)) in series.iter().enumerate() {
         let color = *color;
+        let width = 2 + 2 * (series.len() - 1 - i) as u32;
         chart
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(width)))
             .map_err(plot_err)?
             .label(*name)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
