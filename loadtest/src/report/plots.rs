@@ -160,7 +160,7 @@ fn panel(
     // aggregated group-hours, acked on produced) leaves both visible.
     for (i, (name, points, color)) in series.iter().enumerate() {
         let color = *color;
-        let width = 2 + 2 * (series.len() - 1 - i) as u32;
+        let width = 2 + (series.len() - 1 - i) as u32;
         chart
             .draw_series(LineSeries::new(points.clone(), color.stroke_width(width)))
             .map_err(plot_err)?
