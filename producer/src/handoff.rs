@@ -1,5 +1,6 @@
-//! What passes between the producer handle and the background task: the commands, the
-//! validated event on its way ([`Incoming`]) and the buffer bytes it holds ([`Reservation`]).
+//! What passes between the producer handle and the background task: the control commands, the
+//! staging area events are left in ([`Staging`]), the validated event on its way
+//! ([`Incoming`]) and the buffer bytes it holds ([`Reservation`]).
 //! Both sides import this module; neither imports the other's internals.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
