@@ -147,14 +147,15 @@ pub fn encode_single_bytes(event: &Event, generated: Option<GeneratedId>) -> Byt
     });
     let epoch = id.map(|g| g.epoch);
     let entry = entry_len(event, epoch);
-    // The event fields: at most three varints and two keys, or the id string, plus allocations.
-    let fields = 3 * (1 + MAX_VARINT_LEN) + bytes_field_len(event.event_id.len());
-    let mut out = BytesMut::with_capacity(HEADER_LEN + bytes_field_len(entry) + fields);
+    // The exact size: a full buffer freezes into `Bytes` without another allocation.
+    let len = split::resolved_single_len(event, id);
+    let mut out = BytesMut::with_capacity(len);
     out.put_slice(&[V2, KIND_SINGLE]);
     key(&mut out, 1, WT_LEN);
     encode_varint(entry as u64, &mut out);
     put_entry(&mut out, event, epoch);
     event_fields(&mut out, event, id);
+    debug_assert_eq!(out.len(), len, "single_len matches the encoding");
     out.freeze()
 }
 

@@ -16,6 +16,12 @@ pub fn single_len(event: &Event, generated: Option<GeneratedId>) -> usize {
     let id = generated.or_else(|| {
         GeneratedId::parse(&event.event_id).filter(|g| g.to_string() == event.event_id)
     });
+    resolved_single_len(event, id)
+}
+
+/// [`single_len`] with the id already resolved: `Some` exactly when it is written as a
+/// generated id.
+pub(super) fn resolved_single_len(event: &Event, id: Option<GeneratedId>) -> usize {
     let varint = |v: u64| 1 + encoded_len_varint(v);
     let mut fields = varint(event.timestamp.timestamp_millis() as u64);
     if event.quantity != 0 {
