@@ -14,6 +14,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The producers' linger in a load run: events wait at most this long for company.
+pub const LOADTEST_LINGER: Duration = Duration::from_millis(50);
+
 /// How much to produce.
 #[derive(Debug, Clone)]
 pub struct ProduceSpec {
@@ -81,7 +84,7 @@ pub async fn produce(
         let producer = Producer::builder(stream)
             .producer_id(format!("loadtest-{p}"))
             .collapse(spec.collapse)
-            .linger(Duration::from_millis(50))
+            .linger(LOADTEST_LINGER)
             // Long enough that faults delay but never expire a record in a load run.
             .record_ttl(Duration::from_secs(300))
             .retry(DEFAULT_RETRY_POLICY)

@@ -27,8 +27,27 @@ pub struct Sample {
     pub consumed: u64,
     /// Usage-row writes the consumer made.
     pub rows_written: u64,
+    /// Group-hours the aggregator folded (work-queue messages it handled; a duplicate
+    /// delivery counts again).
+    pub aggregated: u64,
     /// Records the simulator billed.
     pub billed: u64,
+}
+
+/// One stage of event → usage row: its latency and what bounds it.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StageBound {
+    /// The stage, e.g. `stream → invocation`.
+    pub stage: String,
+    /// p50 in milliseconds.
+    pub p50_ms: f64,
+    /// p99 in milliseconds.
+    pub p99_ms: f64,
+    /// What its time is spent on.
+    pub bound: String,
+    /// The part of event → row where the median event spends longest.
+    pub bottleneck: bool,
 }
 
 /// Latency percentiles in milliseconds.
@@ -108,6 +127,8 @@ pub struct RunReport {
     pub timeline: Vec<Sample>,
     /// Latencies by stage: `recordToAck`, `eventToRow`, `eventToBilled` (virtual time).
     pub latency: BTreeMap<String, Percentiles>,
+    /// Event → usage row stage by stage, with what bounds each (local runs).
+    pub stages: Vec<StageBound>,
     /// UpdateItems per 1,000 events accepted by the consumer.
     pub write_amplification: f64,
     /// Rejects by reason, all tiers.
@@ -140,6 +161,17 @@ impl RunReport {
                 s,
                 "latency {stage:<14} p50 {:>9.1} ms  p99 {:>9.1} ms  max {:>9.1} ms  (n={})",
                 p.p50, p.p99, p.max, p.count
+            );
+        }
+        for b in &self.stages {
+            let _ = writeln!(
+                s,
+                "  stage {:<20} p50 {:>9.1} ms  p99 {:>9.1} ms  {}bound by {}",
+                b.stage,
+                b.p50_ms,
+                b.p99_ms,
+                if b.bottleneck { "BOTTLENECK, " } else { "" },
+                b.bound
             );
         }
         if !self.rejects.is_empty() {
@@ -231,7 +263,7 @@ impl RunReport {
             "<!doctype html><html><head><meta charset=\"utf-8\"><title>awsmp load test</title><style>\
              body{{font-family:sans-serif;margin:2em;max-width:1100px}} table{{border-collapse:collapse}}\
              td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}} th{{background:#eee}}\
-             .ok{{color:#070}} .bad{{color:#b00}} pre{{background:#f6f6f6;padding:1em}}</style></head><body>\
+             .ok{{color:#070}} .bad{{color:#b00}} pre{{background:#f6f6f6;padding:1em;white-space:pre-wrap}}</style></head><body>\
              <h1>awsmp load test</h1><p class=\"{}\"><b>{}</b></p><pre>{}</pre>",
             if c.conserved { "ok" } else { "bad" },
             if c.conserved {
@@ -248,6 +280,9 @@ impl RunReport {
         h.push_str(&throughput_svg(&self.timeline)?);
         h.push_str("<h2>Latency distribution (CDF)</h2>");
         h.push_str(&latency_svg(&self.latency)?);
+        if !self.stages.is_empty() {
+            h.push_str(&stages_html(&self.stages));
+        }
         if let Some(cost) = &self.cost {
             h.push_str(&cost_html(cost));
         }
@@ -284,6 +319,31 @@ impl RunReport {
         h.push_str("</body></html>");
         Ok(h)
     }
+}
+
+/// Event → row stage by stage: where the time goes and what bounds it.
+fn stages_html(stages: &[StageBound]) -> String {
+    let mut h = String::from(
+        "<h2>Where the time goes: event → usage row</h2><table><tr><th>stage</th><th>p50 ms</th><th>p99 ms</th><th style=\"text-align:left\">bounded by</th></tr>",
+    );
+    for b in stages {
+        let _ = write!(
+            h,
+            "<tr{}><td style=\"text-align:left\">{}{}</td><td>{:.1}</td><td>{:.1}</td><td style=\"text-align:left\">{}</td></tr>",
+            if b.bottleneck { " class=\"bad\"" } else { "" },
+            escape(&b.stage),
+            if b.bottleneck {
+                " — the bottleneck"
+            } else {
+                ""
+            },
+            b.p50_ms,
+            b.p99_ms,
+            escape(&b.bound)
+        );
+    }
+    h.push_str("</table>");
+    h
 }
 
 /// Units of a group-hour neither billed nor terminal with a reason (negative: more than
@@ -502,6 +562,7 @@ mod tests {
                     acked: i * 90,
                     consumed: i * 80,
                     rows_written: i * 10,
+                    aggregated: 0,
                     billed: 0,
                 })
                 .collect(),
@@ -648,5 +709,85 @@ mod tests {
         assert_eq!(active_span(&[]), (0.0, 1.0));
         let svg = throughput_svg(&timeline).unwrap();
         assert!(svg.contains("billed records/s") && svg.contains("Marketplace quota"));
+    }
+
+    #[test]
+    fn the_throughput_plot_shows_every_stage_and_the_quota() {
+        let timeline: Vec<Sample> = (0..20u64)
+            .map(|i| Sample {
+                t: i as f64,
+                produced: i * 1_000,
+                acked: i * 990,
+                consumed: i * 950,
+                rows_written: i * 300,
+                aggregated: i.saturating_sub(10) * 30,
+                billed: i.saturating_sub(12) * 30,
+            })
+            .collect();
+        let svg = throughput_svg(&timeline).unwrap();
+        for stage in [
+            "produced events/s",
+            "acked events/s",
+            "consumed events/s",
+            "row writes/s",
+            "aggregated group-hours/s",
+            "billed records/s",
+            "Marketplace quota",
+        ] {
+            assert_eq!(svg.matches(stage).count(), 1, "{stage} drawn once");
+        }
+        // The aggregated stage moving alone still keeps the span open.
+        let mut tail = timeline.clone();
+        let last = *tail.last().unwrap();
+        tail.push(Sample {
+            t: 20.0,
+            aggregated: last.aggregated + 5,
+            ..last
+        });
+        tail.extend((21..40).map(|i| Sample {
+            t: f64::from(i),
+            aggregated: last.aggregated + 5,
+            ..last
+        }));
+        assert_eq!(active_span(&tail), (0.0, 21.0));
+    }
+
+    #[test]
+    fn the_report_names_what_bounds_each_stage() {
+        let report = RunReport {
+            stages: vec![
+                StageBound {
+                    stage: "event → stream".into(),
+                    p50_ms: 60.0,
+                    p99_ms: 120.0,
+                    bound: "the producer's linger".into(),
+                    bottleneck: false,
+                },
+                StageBound {
+                    stage: "stream → invocation".into(),
+                    p50_ms: 400.0,
+                    p99_ms: 1_100.0,
+                    bound: "the event source mapping <polling>".into(),
+                    bottleneck: true,
+                },
+            ],
+            ..Default::default()
+        };
+        let html = report.html().unwrap();
+        let table = &html[html.find("<h2>Where the time goes").expect("the table")..];
+        assert!(table.contains("<td>60.0</td><td>120.0</td>"));
+        assert!(table.contains("<td>400.0</td><td>1100.0</td>"));
+        assert!(table.contains("the event source mapping &lt;polling&gt;"));
+        assert!(table.contains("stream → invocation — the bottleneck"));
+        assert_eq!(table.matches("the bottleneck").count(), 1);
+        let summary = report.summary();
+        assert!(summary.contains("stage stream → invocation"), "{summary}");
+        assert!(
+            !RunReport::default()
+                .html()
+                .unwrap()
+                .contains("Where the time goes"),
+            "no table without stages"
+        );
     }
 }

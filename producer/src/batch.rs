@@ -7,7 +7,9 @@ use bytes::Bytes;
 
 use crate::limits::{MAX_BYTES_PER_PUT, MAX_RECORD_BYTES, MAX_RECORDS_PER_PUT};
 use crate::sink::PutEntry;
-use crate::wire::v2::split_single;
+use std::ops::Range;
+
+use crate::wire::v2::split_single_ranges;
 use crate::wire::{AggregateBuilder, AggregateV2Builder};
 
 /// A user record waiting to be packed.
@@ -60,25 +62,28 @@ pub fn pack<M>(
     }
     let mut out = Vec::new();
     for group in groups {
-        let v2 = group
+        // Each v2 single is split once: its entry and event fields, sized and then added.
+        let splits: Vec<Option<Split>> = group
             .iter()
-            .all(|u| split_single(&u.payload, &u.partition_key).is_some());
+            .map(|u| split_single_ranges(&u.payload, &u.partition_key))
+            .collect();
+        let v2 = splits.iter().all(Option::is_some);
         let mut current: Vec<UserRec<M>> = Vec::new();
         let mut builder = Builder::new(v2);
-        for u in group {
+        for (u, split) in group.into_iter().zip(splits) {
             let limit = max_aggregate_bytes.min(
                 MAX_RECORD_BYTES
                     - current
                         .first()
                         .map_or(u.partition_key.len(), |f| f.partition_key.len()),
             );
-            if !current.is_empty() && builder.len_with(&u) > limit {
+            if !current.is_empty() && builder.len_with(&u, split.as_ref()) > limit {
                 out.push(finish(
                     std::mem::take(&mut current),
                     std::mem::replace(&mut builder, Builder::new(v2)),
                 ));
             }
-            builder.add(&u);
+            builder.add(&u, split);
             current.push(u);
         }
         if !current.is_empty() {
@@ -87,6 +92,9 @@ pub fn pack<M>(
     }
     out
 }
+
+/// A v2 single's entry and event fields, as ranges of its payload.
+type Split = (Range<usize>, Range<usize>);
 
 /// The aggregate being filled: v1 user records as they are, or v2 singles as table + refs.
 enum Builder {
@@ -103,22 +111,24 @@ impl Builder {
         }
     }
 
-    fn len_with<M>(&self, u: &UserRec<M>) -> usize {
-        match self {
-            Builder::V1(b) => b.encoded_len_with(&u.partition_key, None, u.payload.len()),
-            Builder::V2(b) => b
-                .encoded_len_with(&u.partition_key, &u.payload)
-                .expect("every payload of a v2 group is a single"),
+    /// `split`: the user record's entry and fields (every one of a v2 group has them).
+    fn len_with<M>(&self, u: &UserRec<M>, split: Option<&Split>) -> usize {
+        match (self, split) {
+            (Builder::V2(b), Some((entry, fields))) => {
+                b.encoded_len_with_split(&u.partition_key, &u.payload[entry.clone()], fields.len())
+            }
+            (Builder::V1(b), _) => b.encoded_len_with(&u.partition_key, None, u.payload.len()),
+            (Builder::V2(_), None) => unreachable!("every payload of a v2 group is a single"),
         }
     }
 
-    fn add<M>(&mut self, u: &UserRec<M>) {
-        match self {
-            Builder::V1(b) => b.add(&u.partition_key, None, u.payload.clone()),
-            Builder::V2(b) => {
-                let added = b.add(&u.partition_key, &u.payload);
-                debug_assert!(added, "every payload of a v2 group is a single");
+    fn add<M>(&mut self, u: &UserRec<M>, split: Option<Split>) {
+        match (self, split) {
+            (Builder::V2(b), Some((entry, fields))) => {
+                b.add_split(&u.partition_key, &u.payload[entry], &u.payload[fields]);
             }
+            (Builder::V1(b), _) => b.add(&u.partition_key, None, u.payload.clone()),
+            (Builder::V2(_), None) => unreachable!("every payload of a v2 group is a single"),
         }
     }
 

@@ -94,6 +94,8 @@ pub fn lane_of(hash: u128) -> u8 {
 #[derive(Debug)]
 pub(crate) struct IdGenerator {
     epoch: u128,
+    /// `p:{epoch}:`, written once: every id of the instance starts with it.
+    prefix: String,
     last: [AtomicU64; ID_LANES as usize],
 }
 
@@ -106,12 +108,19 @@ impl IdGenerator {
     pub(crate) fn with_epoch(epoch: u128) -> Self {
         Self {
             epoch,
+            prefix: format!("{GENERATED_ID_PREFIX}{epoch:032x}:"),
             last: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 
-    /// The next id of the lane of partition hash `hash`.
+    /// The next id of the lane of partition hash `hash`, as a string.
+    #[cfg(test)]
     pub(crate) fn next(&self, hash: u128) -> String {
+        self.render(self.next_id(hash))
+    }
+
+    /// The next id of the lane of partition hash `hash`.
+    pub(crate) fn next_id(&self, hash: u128) -> GeneratedId {
         let lane = lane_of(hash);
         let seq = self.last[usize::from(lane)].fetch_add(1, Ordering::Relaxed) + 1;
         GeneratedId {
@@ -119,13 +128,31 @@ impl IdGenerator {
             lane,
             seq,
         }
-        .to_string()
+    }
+
+    /// `id`'s string (its `Display`), from the instance's prefix: one allocation.
+    pub(crate) fn render(&self, id: GeneratedId) -> String {
+        use std::fmt::Write as _;
+        debug_assert_eq!(id.epoch, self.epoch);
+        let mut s = String::with_capacity(self.prefix.len() + 24);
+        s.push_str(&self.prefix);
+        let _ = write!(s, "{}:{}", id.lane, id.seq);
+        s
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rendered_ids_are_their_display() {
+        let g = IdGenerator::with_epoch(0xfeed_beef);
+        for hash in [0u128, 1 << 124, u128::MAX] {
+            let id = g.next_id(hash);
+            assert_eq!(g.render(id), id.to_string());
+        }
+    }
 
     #[test]
     fn ids_count_per_lane_and_parse_back() {

@@ -1,11 +1,13 @@
-//! What passes between the producer handle and the background task: the commands, the
-//! validated event on its way ([`Incoming`]) and the buffer bytes it holds ([`Reservation`]).
+//! What passes between the producer handle and the background task: the control commands, the
+//! staging area events are left in ([`Staging`]), the validated event on its way
+//! ([`Incoming`]) and the buffer bytes it holds ([`Reservation`]).
 //! Both sides import this module; neither imports the other's internals.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::config::ProducerConfig;
@@ -18,23 +20,113 @@ use crate::wire::decode_payload;
 /// producer keeps for it while it is held.
 pub const RECORD_OVERHEAD_BYTES: usize = 96;
 
-/// Commands from producer handles.
-// Records are the hot path and the other commands are rare: boxing records to shrink the
-// enum would cost an allocation per event.
-#[allow(clippy::large_enum_variant)]
+/// Control commands from producer handles (events go through [`Staging`]).
 pub(crate) enum Command {
-    Record(Incoming),
     Flush(oneshot::Sender<FlushOutcome>),
     TakeUndelivered(oneshot::Sender<Vec<Undelivered>>),
     Shutdown(oneshot::Sender<FlushOutcome>),
 }
 
-impl Command {
-    pub fn into_incoming(self) -> Option<Incoming> {
-        match self {
-            Command::Record(i) => Some(i),
-            _ => None,
+/// Staging shards: a power of two, picked by the top bits of the partition hash, so one
+/// group's events stay in one shard (in the order they were recorded) and callers recording
+/// different groups rarely meet on a lock.
+const STAGING_SHARDS: usize = 16;
+
+/// Where `record()` leaves validated events for the background task: per-shard vectors
+/// behind short locks (a push, nothing else), and one wake-up for the task when the first
+/// bytes arrive and another when they pass the size trigger — not one per event.
+pub(crate) struct Staging {
+    shards: [Mutex<StagingShard>; STAGING_SHARDS],
+    /// Bytes pushed and not yet taken.
+    bytes: AtomicUsize,
+    /// Staged bytes at which the task is woken to close its window early.
+    trigger: usize,
+    /// Bytes were staged into an empty staging area.
+    first: Notify,
+    /// The staged bytes crossed `trigger`.
+    full: Notify,
+}
+
+#[derive(Default)]
+struct StagingShard {
+    items: Vec<Incoming>,
+    /// Set by the task's last take (shutdown): later pushes are refused.
+    sealed: bool,
+}
+
+impl Staging {
+    pub fn new(trigger: usize) -> Self {
+        Staging {
+            shards: std::array::from_fn(|_| Mutex::default()),
+            bytes: AtomicUsize::new(0),
+            trigger,
+            first: Notify::new(),
+            full: Notify::new(),
         }
+    }
+
+    fn lock(shard: &Mutex<StagingShard>) -> std::sync::MutexGuard<'_, StagingShard> {
+        // A push cannot panic half-way; a poisoned shard's data is whole.
+        shard
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Leaves `incoming` for the task; gives it back once the task has taken its last.
+    // Refusal is rare (after shutdown) and boxing the hot path's value would cost an
+    // allocation per event.
+    #[allow(clippy::result_large_err)]
+    pub fn push(&self, incoming: Incoming) -> Result<(), Incoming> {
+        let bytes = incoming.reservation.bytes();
+        let ix = (incoming.hash >> (128 - STAGING_SHARDS.trailing_zeros())) as usize;
+        let before = {
+            let mut s = Self::lock(&self.shards[ix]);
+            if s.sealed {
+                return Err(incoming);
+            }
+            s.items.push(incoming);
+            // Counted under the shard's lock: the count never runs ahead of or behind what
+            // the task can take.
+            self.bytes.fetch_add(bytes, Ordering::SeqCst)
+        };
+        // A wake-up with nobody waiting is kept for the task's next wait.
+        if before == 0 {
+            self.first.notify_one();
+        }
+        if before < self.trigger && before + bytes >= self.trigger {
+            self.full.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Takes everything staged, shard by shard, into `f`; with `seal`, refuses later pushes.
+    pub fn take(&self, seal: bool, mut f: impl FnMut(Incoming)) {
+        for shard in &self.shards {
+            let items = {
+                let mut s = Self::lock(shard);
+                s.sealed |= seal;
+                let items = std::mem::take(&mut s.items);
+                let taken: usize = items.iter().map(|i| i.reservation.bytes()).sum();
+                self.bytes.fetch_sub(taken, Ordering::SeqCst);
+                items
+            };
+            items.into_iter().for_each(&mut f);
+        }
+    }
+
+    /// Bytes staged and not yet taken.
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once events were staged into an empty staging area since the last time.
+    pub async fn first_staged(&self) {
+        self.first.notified().await;
+    }
+
+    /// Resolves once the staged bytes crossed the size trigger since the last time.
+    pub async fn trigger_crossed(&self) {
+        self.full.notified().await;
     }
 }
 
@@ -44,6 +136,7 @@ pub(crate) struct EngineParts<S, M> {
     pub sink: Arc<S>,
     pub shards: Arc<M>,
     pub rx: mpsc::Receiver<Command>,
+    pub staging: Arc<Staging>,
     pub sem: Arc<Semaphore>,
     pub on_undelivered: Option<UndeliveredCallback>,
     pub metrics: Metrics,

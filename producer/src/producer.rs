@@ -13,23 +13,30 @@ use crate::engine;
 use crate::error::{ProducerError, ValidationError};
 use crate::event::{Event, truncate_to_millis};
 use crate::event_id::IdGenerator;
-use crate::handoff::{Body, Command, EngineParts, Incoming, RECORD_OVERHEAD_BYTES, Reservation};
+use crate::handoff::{
+    Body, Command, EngineParts, Incoming, RECORD_OVERHEAD_BYTES, Reservation, Staging,
+};
 use crate::limits::MAX_RECORD_BYTES;
 use crate::metrics::{Metrics, ProducerStats, StatCounters};
 use crate::outcome::{FlushOutcome, Undelivered, UndeliveredCallback};
 use crate::partition::{partition_hash, partition_key};
 use crate::shards::{KinesisShardMapSource, ShardMapSource};
 use crate::sink::{KinesisRecordSink, RecordSink};
+use crate::wire::{WireVersion, single_len};
 
 struct Prepared {
     event: Event,
-    payload: Vec<u8>,
+    /// The encoded payload (no collapse), or only its length (collapse encodes the sums).
+    payload: Option<Bytes>,
+    payload_len: usize,
     partition_key: String,
+    hash: u128,
     cost: usize,
 }
 
 struct Shared {
     tx: mpsc::Sender<Command>,
+    staging: Arc<Staging>,
     sem: Arc<Semaphore>,
     config: Arc<ProducerConfig>,
     closed: AtomicBool,
@@ -64,29 +71,33 @@ impl Producer {
     /// Validates `event`, gives it an id if it has none, and buffers it. Waits while the buffer
     /// is full (back-pressure). Errors give the event back.
     pub async fn record(&self, event: Event) -> Result<(), ProducerError> {
+        // One unit of the task's cooperative budget per call: a caller recording in a tight
+        // loop still yields (about every 128 calls) so the background task gets to run.
+        tokio::task::consume_budget().await;
         let p = self.prepare(event)?;
-        let permit = match self
-            .shared
-            .sem
-            .clone()
-            .acquire_many_owned(p.cost as u32)
-            .await
-        {
-            Ok(permit) => permit,
-            Err(_) => return Err(ProducerError::Closed(Some(Box::new(p.event)))),
-        };
-        permit.forget();
-        let incoming = self.incoming(p);
-        match self.shared.tx.send(Command::Record(incoming)).await {
+        // Past that point the fast path neither waits nor yields: buffer space is taken
+        // without awaiting when there is some, and staging is a push under a short lock.
+        let cost = p.cost as u32;
+        if let Ok(permit) = self.shared.sem.try_acquire_many(cost) {
+            permit.forget();
+        } else {
+            match self.shared.sem.acquire_many(cost).await {
+                Ok(permit) => permit.forget(),
+                Err(_) => return Err(ProducerError::Closed(Some(Box::new(p.event)))),
+            }
+        }
+        self.stage(p)
+    }
+
+    /// Leaves a prepared event (its bytes charged) for the background task.
+    fn stage(&self, p: Prepared) -> Result<(), ProducerError> {
+        match self.shared.staging.push(self.incoming(p)) {
             Ok(()) => {
                 self.accepted();
                 Ok(())
             }
-            Err(mpsc::error::SendError(cmd)) => Err(ProducerError::Closed(
-                cmd.into_incoming()
-                    .and_then(Incoming::into_event)
-                    .map(Box::new),
-            )),
+            // The background task took its last events (shutdown); the event is ours to give back.
+            Err(incoming) => Err(ProducerError::Closed(incoming.into_event().map(Box::new))),
         }
     }
 
@@ -94,12 +105,7 @@ impl Producer {
     /// (with the event, id assigned, so a retry keeps the same id).
     pub fn try_record(&self, event: Event) -> Result<(), ProducerError> {
         let p = self.prepare(event)?;
-        let permit = match self
-            .shared
-            .sem
-            .clone()
-            .try_acquire_many_owned(p.cost as u32)
-        {
+        let permit = match self.shared.sem.try_acquire_many(p.cost as u32) {
             Ok(permit) => permit,
             Err(tokio::sync::TryAcquireError::NoPermits) => {
                 self.shared.metrics.refused("Full");
@@ -110,27 +116,7 @@ impl Producer {
             }
         };
         permit.forget();
-        let incoming = self.incoming(p);
-        match self.shared.tx.try_send(Command::Record(incoming)) {
-            Ok(()) => {
-                self.accepted();
-                Ok(())
-            }
-            Err(mpsc::error::TrySendError::Full(cmd)) => {
-                self.shared.metrics.refused("Full");
-                let event = cmd.into_incoming().and_then(Incoming::into_event);
-                // The event is ours to give back; without it (a bug) say Closed, not Full.
-                match event {
-                    Some(e) => Err(ProducerError::Full(Box::new(e))),
-                    None => Err(ProducerError::Closed(None)),
-                }
-            }
-            Err(mpsc::error::TrySendError::Closed(cmd)) => Err(ProducerError::Closed(
-                cmd.into_incoming()
-                    .and_then(Incoming::into_event)
-                    .map(Box::new),
-            )),
-        }
+        self.stage(p)
     }
 
     /// Sends everything buffered now (ignoring linger) and waits until every event recorded
@@ -223,12 +209,25 @@ impl Producer {
             &event.customer_aws_account_id,
             &event.dimension,
         );
+        let hash = partition_hash(&pk);
+        let mut generated = None;
         if event.event_id.is_empty() {
             // `p:{epoch}:{lane}:{seq}`: deduplicated by sequence, not by a claim per event.
-            event.event_id = self.shared.ids.next(partition_hash(&pk));
+            let id = self.shared.ids.next_id(hash);
+            event.event_id = self.shared.ids.render(id);
+            generated = Some(id);
         }
-        let payload = self.shared.config.wire_version.encode(&event);
-        let size = payload.len() + pk.len();
+        let config = &self.shared.config;
+        // Collapse encodes the window's sums: a v2 event needs only its length here.
+        let (payload, payload_len) = match (config.collapse, config.wire_version) {
+            (true, WireVersion::V2) => (None, single_len(&event, generated)),
+            (collapse, version) => {
+                let payload = version.encode_bytes(&event, generated);
+                let len = payload.len();
+                ((!collapse).then_some(payload), len)
+            }
+        };
+        let size = payload_len + pk.len();
         if size > MAX_RECORD_BYTES {
             let e = ValidationError::EventTooLarge {
                 bytes: size,
@@ -236,7 +235,7 @@ impl Producer {
             };
             return Err(invalid(e, event));
         }
-        let cost = Self::buffer_cost(payload.len(), pk.len());
+        let cost = Self::buffer_cost(payload_len, pk.len());
         if cost > self.shared.config.max_buffered_bytes {
             let e = ValidationError::EventTooLarge {
                 bytes: cost,
@@ -247,23 +246,24 @@ impl Producer {
         Ok(Prepared {
             event,
             payload,
+            payload_len,
             partition_key: pk,
+            hash,
             cost,
         })
     }
 
     fn incoming(&self, p: Prepared) -> Incoming {
-        let body = if self.shared.config.collapse {
-            Body::Event {
-                payload_len: p.payload.len(),
+        let body = match p.payload {
+            Some(payload) => Body::Encoded(payload),
+            None => Body::Event {
+                payload_len: p.payload_len,
                 event: p.event,
-            }
-        } else {
-            Body::Encoded(Bytes::from(p.payload))
+            },
         };
         Incoming {
             body,
-            hash: partition_hash(&p.partition_key),
+            hash: p.hash,
             partition_key: p.partition_key,
             enqueued_at: Instant::now(),
             reservation: Reservation::new(self.shared.sem.clone(), p.cost),
@@ -452,6 +452,7 @@ impl ProducerBuilder {
         let (tx, rx) = mpsc::channel(config.command_capacity);
         let metrics = Metrics::new(&config.stream_name);
         let stats = Arc::new(StatCounters::default());
+        let staging = Arc::new(Staging::new(engine::size_trigger(&config)));
         engine::spawn(
             &runtime,
             EngineParts {
@@ -459,6 +460,7 @@ impl ProducerBuilder {
                 sink: Arc::new(sink),
                 shards: Arc::new(shards),
                 rx,
+                staging: staging.clone(),
                 sem: sem.clone(),
                 on_undelivered: self.on_undelivered,
                 metrics: metrics.clone(),
@@ -468,6 +470,7 @@ impl ProducerBuilder {
         Ok(Producer {
             shared: Arc::new(Shared {
                 tx,
+                staging,
                 sem,
                 config,
                 closed: AtomicBool::new(false),

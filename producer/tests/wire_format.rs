@@ -420,6 +420,23 @@ prop_compose! {
 
 proptest! {
     #[test]
+    fn a_v2_singles_length_is_known_without_encoding(e in arb_event()) {
+        let encoded = awsmp_producer::wire::encode_single_bytes(&e, None);
+        prop_assert_eq!(awsmp_producer::wire::single_len(&e, None), encoded.len());
+        prop_assert_eq!(&encoded[..], &awsmp_producer::wire::encode_single(&e)[..]);
+        let generated = awsmp_producer::event_id::GeneratedId { epoch: 0xabc, lane: (e.quantity % 16) as u8, seq: 1 + e.quantity % 1_000_000 };
+        let with_id = Event { event_id: generated.to_string(), ..e };
+        prop_assert_eq!(
+            awsmp_producer::wire::single_len(&with_id, Some(generated)),
+            awsmp_producer::wire::encode_single(&with_id).len()
+        );
+        prop_assert_eq!(
+            &awsmp_producer::wire::encode_single_bytes(&with_id, Some(generated))[..],
+            &awsmp_producer::wire::encode_single(&with_id)[..]
+        );
+    }
+
+    #[test]
     fn any_valid_event_round_trips(e in arb_event()) {
         prop_assert_eq!(e.validate(false), Ok(()));
         prop_assert_eq!(decode_event(&encode_event(&e)).unwrap(), e);

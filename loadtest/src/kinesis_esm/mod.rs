@@ -69,6 +69,12 @@ pub const MAX_BATCH_SIZE: usize = 10_000;
 /// Most records one `GetRecords` call returns (Kinesis API `Limit`: up to 10,000).
 pub const MAX_GET_RECORDS: i32 = 10_000;
 
+/// How often a caught-up shard is polled again: Lambda "polls each shard in your Kinesis
+/// stream for records at a base rate of once per second"
+/// (https://docs.aws.amazon.com/lambda/latest/dg/with-kinesis.html); a shard with records is
+/// read again as soon as its batch is done.
+pub const SHARD_POLL_INTERVAL: Duration = Duration::from_secs(1);
+
 /// Longest pause between retries of a failing batch.
 pub const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(5);
 

@@ -6,7 +6,7 @@ use super::counters::RunCounters;
 use super::target::ConsumeOutcome;
 use super::timings::{Timings, observe_batch};
 use crate::faults::FaultClass;
-use crate::kinesis_esm::{EsmOptions, EsmReport, KinesisEsm};
+use crate::kinesis_esm::{EsmOptions, EsmReport, KinesisEsm, SHARD_POLL_INTERVAL};
 use crate::local::LocalEnv;
 use anyhow::{Result, bail};
 use aws_lambda_events::event::streams::KinesisEventResponse;
@@ -21,6 +21,9 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// The mapping's `MaximumBatchingWindowInSeconds` in a load run.
+pub(super) const BATCHING_WINDOW: Duration = Duration::from_millis(200);
 
 /// Real time between heartbeat markers while the producers run.
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
@@ -73,6 +76,7 @@ impl Consumers {
         timings: &Mutex<Timings>,
     ) -> std::result::Result<KinesisEventResponse, String> {
         let started = Instant::now();
+        let invoked = Utc::now();
         counters.delivered.lock().expect("poisoned").observe(&event);
         let billed = |counters: &RunCounters| {
             RunCounters::add(&counters.consumer_invocations, 1);
@@ -100,7 +104,7 @@ impl Consumers {
         RunCounters::add(&counters.rows_written, batch.row_writes);
         RunCounters::add(&counters.update_items, batch.update_items);
         if response.batch_item_failures.is_empty() {
-            observe_batch(&event, timings, Utc::now());
+            observe_batch(&event, timings, invoked, Utc::now());
         }
         Ok(response)
     }
@@ -119,7 +123,7 @@ pub(super) async fn consume(
 ) -> Result<ConsumeOutcome> {
     let options = EsmOptions {
         batch_size: 500,
-        batching_window: Duration::from_millis(200),
+        batching_window: BATCHING_WINDOW,
         // Retry until it succeeds: a load run must not discard data to the failure queue.
         max_retry_attempts: None,
         bisect_on_error: true,
@@ -160,9 +164,15 @@ pub(super) async fn consume(
             awsmp_consumer::heartbeat::scheduled(&kinesis, stream, Some(marks)).await?;
             last_beat = Some(Instant::now());
         }
-        let report = esm
-            .drain(|event: KinesisEvent| consumers.handle(event, &ctx.counters, &ctx.timings))
-            .await?;
+        let polled = Instant::now();
+        let handle = |event: KinesisEvent| consumers.handle(event, &ctx.counters, &ctx.timings);
+        // Lambda runs one batch per shard at a time, the shards concurrently; injected crashes
+        // share one fault switch, so batches that may crash go one after another.
+        let report = if consumers.crash {
+            esm.drain(handle).await?
+        } else {
+            esm.drain_concurrent(handle).await?
+        };
         add_esm_counts(&mut totals, &report);
         ensure_no_discards(&report)?;
         if production_finished && report.records_delivered == 0 {
@@ -172,7 +182,8 @@ pub(super) async fn consume(
             bail!("the consumer did not catch up before the timeout");
         }
         if report.records_delivered == 0 {
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            // Caught up: poll again at Lambda's base rate.
+            tokio::time::sleep(SHARD_POLL_INTERVAL.saturating_sub(polled.elapsed())).await;
         }
     }
 }

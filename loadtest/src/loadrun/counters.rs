@@ -24,6 +24,8 @@ pub struct RunCounters {
     pub rows_written: AtomicU64,
     /// DynamoDB `UpdateItem` calls the consumer made (for write amplification).
     pub update_items: AtomicU64,
+    /// Group-hours the aggregator folded so far (work-queue messages it handled).
+    pub aggregated: AtomicU64,
     /// Records billed so far (the simulator's ledger, or a deployment's `Success` records).
     pub billed: AtomicU64,
     /// Injected consumer crashes.
@@ -68,6 +70,14 @@ impl DeliveredRecords {
 }
 
 impl RunCounters {
+    /// Count what one pipeline tick aggregated: the work-queue messages it handled.
+    pub fn add_tick(&self, tick: &crate::runner::TickReport) {
+        Self::add(
+            &self.aggregated,
+            tick.drained.get("work").map_or(0, |d| d.succeeded),
+        );
+    }
+
     /// Add `n` to `counter` (relaxed: the counts are statistics, not synchronisation).
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
@@ -119,6 +129,7 @@ impl RunCounters {
             acked,
             consumed: Self::get(&self.consumed),
             rows_written: Self::get(&self.rows_written),
+            aggregated: Self::get(&self.aggregated),
             billed: Self::get(&self.billed),
         }
     }

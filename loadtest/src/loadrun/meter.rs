@@ -22,8 +22,11 @@ use std::time::Instant;
 
 /// Pipeline ticks with Marketplace faults on; later ticks run clean so a run settles.
 const FAULTY_TICKS: usize = 4;
-/// Real time between the pipeline's ticks while the consumer is consuming.
-const LIVE_TICK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+/// Real time between the pipeline's ticks while the consumer is consuming: the schedules'
+/// 5- and 15-minute rates (`infra/main.yaml`) compressed 60–180×. Ticking every second kept
+/// the local DynamoDB busy with the discoverer's queries and tripled the consumer's event →
+/// row latency (docs/local-stack.md, "The report").
+const LIVE_TICK_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 /// Most pipeline ticks before a run is declared unsettled.
 const MAX_TICKS: usize = 40;
 
@@ -96,7 +99,7 @@ async fn runner(ctx: &RunContext<'_>, stack: &Stack<'_>) -> Result<Runner> {
     Ok(runner)
 }
 
-/// While the consumer consumes: tick the pipeline's schedules about once a second at the
+/// While the consumer consumes: tick the pipeline's schedules every [`LIVE_TICK_EVERY`] at the
 /// wall clock plus the run's consumer lag (never backwards), as AWS runs them beside the
 /// consumer; with `deprovision`, the run's first license enters its flush window first.
 /// Returns the pipeline's rejects meanwhile, by `pipeline:<reason>`, and what it did
@@ -123,6 +126,7 @@ pub(super) async fn tick_while_consuming(
             .tick(at)
             .await
             .with_context(|| format!("tick at {at} while consuming"))?;
+        ctx.counters.add_tick(&tick);
         if let Some(e) = &tick.submitter_error {
             tracing::info!(error = %e, "submitter run failed; the next tick retries");
         }
@@ -226,6 +230,7 @@ async fn tick_until_settled(
             .await
             .with_context(|| format!("tick at {at}"))?;
         ticks += 1;
+        ctx.counters.add_tick(&tick);
         if let Some(e) = &tick.submitter_error {
             tracing::info!(error = %e, "submitter run failed; the next tick retries");
         }

@@ -38,9 +38,12 @@ use dispatch::{CallResult, InFlightCall};
 use record::KRecord;
 use retries::RetryQueue;
 use window::Window;
+pub(crate) use window::size_trigger;
 
 /// Commands taken per wake-up besides the one that woke the task.
 const COMMAND_BURST: usize = 1024;
+/// How soon the task looks again at staged bytes it found no window for.
+const STAGED_RECHECK: Duration = Duration::from_millis(1);
 
 /// Starts the background task on `runtime`.
 pub(crate) fn spawn<S: RecordSink, M: ShardMapSource>(
@@ -84,6 +87,8 @@ enum Wake {
     Call(Result<(tokio::task::Id, CallResult), JoinError>),
     Refresh(Result<Result<ShardMap, ShardMapError>, JoinError>),
     Cmd(Option<Command>),
+    /// Events were staged.
+    Staged,
     Timer,
 }
 
@@ -120,6 +125,7 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
     async fn run(mut self) {
         loop {
             let now = Instant::now();
+            self.take_staged(false);
             self.on_timers(now);
             self.dispatch(now);
             self.answer_flushes();
@@ -140,14 +146,20 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         let has_calls = !self.in_flight.is_empty();
         let has_refresh = self.refresh_task.is_some();
         let input_open = !self.input_closed;
+        // With a window open, the linger (or the size trigger) closes it: staging more needs
+        // no wake-up.
+        let no_window = self.window.opened_at.is_none();
         let in_flight = &mut self.in_flight;
         let refresh = &mut self.refresh_task;
         let rx = &mut self.parts.rx;
+        let staging = &*self.parts.staging;
         tokio::select! {
             biased;
             Some(done) = in_flight.join_next_with_id(), if has_calls => Wake::Call(done),
             r = async { refresh.as_mut().expect("guarded by has_refresh").await }, if has_refresh => Wake::Refresh(r),
             cmd = rx.recv(), if input_open => Wake::Cmd(cmd),
+            () = staging.first_staged(), if input_open && no_window => Wake::Staged,
+            () = staging.trigger_crossed(), if input_open => Wake::Staged,
             _ = sleep_until(deadline) => Wake::Timer,
         }
     }
@@ -161,6 +173,7 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
             }
             Wake::Cmd(None) => {
                 // Every handle is gone: deliver what is buffered, then stop.
+                self.take_staged(true);
                 self.input_closed = true;
                 self.closing = true;
                 self.close_window();
@@ -179,7 +192,7 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
                     self.close_window();
                 }
             }
-            Wake::Timer => {}
+            Wake::Staged | Wake::Timer => {}
         }
     }
 
@@ -242,6 +255,10 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         if let Some(o) = oldest {
             d = d.min(o);
         }
+        // Staged bytes without a window: a push racing the last take; look again shortly.
+        if self.window.opened_at.is_none() && self.parts.staging.bytes() > 0 {
+            d = d.min(now + STAGED_RECHECK);
+        }
         d.max(now)
     }
 
@@ -262,8 +279,9 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
 
     fn on_command(&mut self, cmd: Command) {
         match cmd {
-            Command::Record(incoming) => self.stage(incoming),
             Command::Flush(tx) => {
+                // Every event recorded before flush() was called is staged by now.
+                self.take_staged(false);
                 self.close_window();
                 self.flush_waiters.push((self.epoch, tx));
                 self.epoch += 1;
@@ -272,6 +290,8 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
                 let _ = tx.send(self.take_held());
             }
             Command::Shutdown(tx) => {
+                // The last take: a record() after it gets its event back as `Closed`.
+                self.take_staged(true);
                 self.closing = true;
                 self.shutdown_waiters.push(tx);
                 self.close_window();
@@ -279,6 +299,12 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
                 self.parts.rx.close();
             }
         }
+    }
+
+    /// Stages what `record()` left in the staging area (sealing it with `seal`).
+    fn take_staged(&mut self, seal: bool) {
+        let staging = self.parts.staging.clone();
+        staging.take(seal, |incoming| self.stage(incoming));
     }
 
     fn update_gauges(&self) {

@@ -7,11 +7,18 @@ use super::Engine;
 use super::record::{KRecord, UserAck, UserMeta};
 use crate::batch::{Packed, UserRec, pack};
 use crate::collapse::Collapser;
+use crate::config::ProducerConfig;
 use crate::handoff::{Body, Incoming, RECORD_OVERHEAD_BYTES};
 use crate::limits::MAX_BYTES_PER_PUT;
 use crate::partition::{partition_hash, partition_key};
 use crate::shards::ShardMapSource;
 use crate::sink::RecordSink;
+
+/// Size trigger: a window worth a few full PutRecords calls, or a quarter of the buffer, goes
+/// out without waiting for the linger.
+pub(crate) fn size_trigger(config: &ProducerConfig) -> usize {
+    (4 * MAX_BYTES_PER_PUT).min(config.max_buffered_bytes / 4)
+}
 
 /// Events staged since the window opened.
 #[derive(Default)]
@@ -52,10 +59,7 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
                 w.collapser.add(event, partition_key, payload_len, meta);
             }
         }
-        // Size trigger: a window worth a few full PutRecords calls, or a quarter of the buffer,
-        // goes out without waiting for the linger.
-        let trigger = (4 * MAX_BYTES_PER_PUT).min(self.parts.config.max_buffered_bytes / 4);
-        if self.window.bytes >= trigger {
+        if self.window.bytes >= size_trigger(&self.parts.config) {
             self.close_window();
         }
     }

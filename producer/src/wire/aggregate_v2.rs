@@ -8,8 +8,11 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use prost::encoding::encoded_len_varint;
 
-use super::kpl::{AGGREGATE_OVERHEAD, AggregateBuilder};
-use super::v2::{HEADER_LEN, encode_ref, encode_table, ref_len, split_single, table_entry_len};
+use super::kpl::AGGREGATE_OVERHEAD;
+use super::kpl::{encode_message, pb};
+use super::v2::{
+    HEADER_LEN, encode_ref, encode_table, ref_len, split_single_ranges, table_entry_len,
+};
 
 /// Builds one v2 aggregate, tracking its exact encoded size as events are added.
 #[derive(Debug, Default)]
@@ -74,8 +77,19 @@ impl AggregateV2Builder {
     /// Encoded size of the whole aggregate if the v2 single `single` (partition key
     /// `partition_key`) were added; `None` when `single` is not a v2 single.
     pub fn encoded_len_with(&self, partition_key: &str, single: &Bytes) -> Option<usize> {
-        let (entry, fields) = split_single(single, partition_key)?;
-        let (ix, table_len) = match self.lookup.get(&entry) {
+        let (entry, fields) = split_single_ranges(single, partition_key)?;
+        Some(self.encoded_len_with_split(partition_key, &single[entry], fields.len()))
+    }
+
+    /// [`AggregateV2Builder::encoded_len_with`] for a single already split by
+    /// [`split_single_ranges`] into `entry` and `fields_len` bytes of event fields.
+    pub fn encoded_len_with_split(
+        &self,
+        partition_key: &str,
+        entry: &[u8],
+        fields_len: usize,
+    ) -> usize {
+        let (ix, table_len) = match self.lookup.get(entry) {
             Some(ix) => (*ix, self.table_len),
             None => (
                 self.entries.len() as u64,
@@ -89,15 +103,22 @@ impl AggregateV2Builder {
                 self.pk_table_len + field_len(partition_key.len()),
             ),
         };
-        let refs = self.refs_body_len + kpl_record_len(pk_ix, ref_len(ix, fields.len()));
-        Some(self.total(pk_table_len, table_len, refs))
+        let refs = self.refs_body_len + kpl_record_len(pk_ix, ref_len(ix, fields_len));
+        self.total(pk_table_len, table_len, refs)
     }
 
     /// Adds the v2 single `single`; false (nothing added) when it is not one.
     pub fn add(&mut self, partition_key: &str, single: &Bytes) -> bool {
-        let Some((entry, fields)) = split_single(single, partition_key) else {
+        let Some((entry, fields)) = split_single_ranges(single, partition_key) else {
             return false;
         };
+        self.add_split(partition_key, &single[entry], &single[fields]);
+        true
+    }
+
+    /// [`AggregateV2Builder::add`] for a single already split by [`split_single_ranges`]:
+    /// the entry is copied only when it is new to the table.
+    pub fn add_split(&mut self, partition_key: &str, entry: &[u8], fields: &[u8]) {
         let pk_ix = match self.pk_lookup.get(partition_key) {
             Some(i) => *i,
             None => {
@@ -108,36 +129,47 @@ impl AggregateV2Builder {
                 i
             }
         };
-        let ix = match self.lookup.get(&entry) {
+        let ix = match self.lookup.get(entry) {
             Some(ix) => *ix,
             None => {
                 let ix = self.entries.len() as u64;
+                let entry = Bytes::copy_from_slice(entry);
                 self.table_len += table_entry_len(entry.len());
                 self.lookup.insert(entry.clone(), ix);
                 self.entries.push(entry);
                 ix
             }
         };
-        let r = encode_ref(ix, &fields);
+        let r = encode_ref(ix, fields);
         self.refs_body_len += kpl_record_len(pk_ix, r.len());
         self.refs.push((pk_ix, r));
-        true
     }
 
     /// Encodes magic + protobuf body (table, then the refs) + MD5 trailer.
     pub fn finish(self) -> Bytes {
         let expected = self.encoded_len();
-        let mut b = AggregateBuilder::new();
-        let first = self.pks.first().map_or("", String::as_str);
-        b.add(
-            first,
-            None,
-            encode_table(self.entries.iter().map(|e| &e[..])),
-        );
-        for (pk_ix, r) in self.refs {
-            b.add(&self.pks[pk_ix as usize], None, r);
-        }
-        debug_assert_eq!(b.encoded_len(), expected, "v2 size tracking matches");
-        b.finish()
+        // The table's user record carries the first partition key (index 0); every ref keeps
+        // the index it was given, so the KPL key table is `pks` as it stands.
+        let table = pb::Record {
+            partition_key_index: 0,
+            explicit_hash_key_index: None,
+            data: encode_table(self.entries.iter().map(|e| &e[..])),
+            tags: Vec::new(),
+        };
+        let mut records = Vec::with_capacity(self.refs.len() + 1);
+        records.push(table);
+        records.extend(self.refs.into_iter().map(|(pk_ix, data)| pb::Record {
+            partition_key_index: pk_ix,
+            explicit_hash_key_index: None,
+            data,
+            tags: Vec::new(),
+        }));
+        let out = encode_message(pb::AggregatedRecord {
+            partition_key_table: self.pks,
+            explicit_hash_key_table: Vec::new(),
+            records,
+        });
+        debug_assert_eq!(out.len(), expected, "v2 size tracking matches");
+        out
     }
 }

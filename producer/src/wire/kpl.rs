@@ -274,15 +274,24 @@ impl AggregateBuilder {
             explicit_hash_key_table: self.ehk_table,
             records: self.records,
         };
-        let body_len = msg.encoded_len();
-        debug_assert_eq!(body_len, self.body_len, "size tracking matches prost");
-        let mut out = BytesMut::with_capacity(AGGREGATE_OVERHEAD + body_len);
-        out.put_slice(&KPL_MAGIC);
-        msg.encode(&mut out).expect("capacity reserved");
-        let digest = Md5::digest(&out[KPL_MAGIC.len()..]);
-        out.put_slice(digest.as_slice());
-        out.freeze()
+        debug_assert_eq!(
+            msg.encoded_len(),
+            self.body_len,
+            "size tracking matches prost"
+        );
+        encode_message(msg)
     }
+}
+
+/// Magic + `msg` + the MD5 of `msg`: one aggregated record.
+pub(crate) fn encode_message(msg: pb::AggregatedRecord) -> Bytes {
+    let body_len = msg.encoded_len();
+    let mut out = BytesMut::with_capacity(AGGREGATE_OVERHEAD + body_len);
+    out.put_slice(&KPL_MAGIC);
+    msg.encode(&mut out).expect("capacity reserved");
+    let digest = Md5::digest(&out[KPL_MAGIC.len()..]);
+    out.put_slice(digest.as_slice());
+    out.freeze()
 }
 
 /// Encodes user records `(partition key, explicit hash key, data)` as one aggregated record.

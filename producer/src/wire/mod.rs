@@ -18,7 +18,7 @@ pub use kpl::{
     AGGREGATE_OVERHEAD, AggregateBuilder, KPL_MAGIC, MD5_LEN, UserRecord, deaggregate,
     decode_aggregated, encode_aggregated, is_aggregated, pb,
 };
-pub use v2::{decode_payload, encode_single};
+pub use v2::{decode_payload, encode_single, encode_single_bytes, single_len};
 
 /// Which encoding the producer writes (docs/wire-format.md, "Choosing the version").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -36,6 +36,19 @@ impl WireVersion {
         match self {
             WireVersion::V1 => encode_event(event),
             WireVersion::V2 => encode_single(event),
+        }
+    }
+
+    /// [`WireVersion::encode`] as [`bytes::Bytes`], in one buffer; `generated` is the event's
+    /// id when the caller just generated it (the bytes are the same as without it).
+    pub fn encode_bytes(
+        self,
+        event: &crate::Event,
+        generated: Option<crate::event_id::GeneratedId>,
+    ) -> bytes::Bytes {
+        match self {
+            WireVersion::V1 => bytes::Bytes::from(encode_event(event)),
+            WireVersion::V2 => encode_single_bytes(event, generated),
         }
     }
 }

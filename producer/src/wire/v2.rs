@@ -28,6 +28,11 @@ use crate::error::{DecodeError, V2Error};
 use crate::event::{Event, Tag, UsageAllocation, truncate_to_millis};
 use crate::event_id::GeneratedId;
 
+// Sizing and splitting a single without decoding it (the producer's packing path).
+#[path = "v2_split.rs"]
+mod split;
+pub use split::{single_len, split_single, split_single_ranges};
+
 /// The version byte of a v2 user record.
 pub const V2: u8 = 0x02;
 /// Kind byte: the aggregate's entry table.
@@ -65,18 +70,34 @@ fn put_bytes(out: &mut BytesMut, field: u32, v: &[u8]) {
     out.put_slice(v);
 }
 
-fn entry_bytes(event: &Event, epoch: Option<u128>) -> BytesMut {
-    let mut e = BytesMut::with_capacity(160);
-    put_bytes(&mut e, 1, event.license_arn.as_bytes());
-    put_bytes(&mut e, 2, event.customer_aws_account_id.as_bytes());
-    put_bytes(&mut e, 3, event.dimension.as_bytes());
+/// Bytes of a length-delimited field `field` (< 16) holding `len` bytes.
+fn bytes_field_len(len: usize) -> usize {
+    1 + encoded_len_varint(len as u64) + len
+}
+
+/// Bytes of an event's entry (what [`put_entry`] writes inside its field).
+fn entry_len(event: &Event, epoch: Option<u128>) -> usize {
+    bytes_field_len(event.license_arn.len())
+        + bytes_field_len(event.customer_aws_account_id.len())
+        + bytes_field_len(event.dimension.len())
+        + event
+            .producer_id
+            .as_ref()
+            .map_or(0, |p| bytes_field_len(p.len()))
+        + epoch.map_or(0, |_| bytes_field_len(16))
+}
+
+/// Writes the entry's fields (the group, the producer id, the epoch of a generated id).
+fn put_entry(e: &mut BytesMut, event: &Event, epoch: Option<u128>) {
+    put_bytes(e, 1, event.license_arn.as_bytes());
+    put_bytes(e, 2, event.customer_aws_account_id.as_bytes());
+    put_bytes(e, 3, event.dimension.as_bytes());
     if let Some(p) = &event.producer_id {
-        put_bytes(&mut e, 4, p.as_bytes());
+        put_bytes(e, 4, p.as_bytes());
     }
     if let Some(epoch) = epoch {
-        put_bytes(&mut e, 5, &epoch.to_be_bytes());
+        put_bytes(e, 5, &epoch.to_be_bytes());
     }
-    e
 }
 
 fn event_fields(out: &mut BytesMut, event: &Event, id: Option<GeneratedId>) {
@@ -113,45 +134,29 @@ fn event_fields(out: &mut BytesMut, event: &Event, id: Option<GeneratedId>) {
 /// [`Event::validate`]; the producer guarantees that before it encodes. A generated id is
 /// written as its lane and sequence with the epoch in the entry; any other id as its string.
 pub fn encode_single(event: &Event) -> Vec<u8> {
-    // Only the exact form counts as generated (docs/row-contract.md, "Event ids"): it is the
-    // one that reads back to the same string.
-    let id = GeneratedId::parse(&event.event_id).filter(|g| g.to_string() == event.event_id);
-    let entry = entry_bytes(event, id.map(|g| g.epoch));
-    let mut out = BytesMut::with_capacity(HEADER_LEN + entry.len() + 64);
-    out.put_slice(&[V2, KIND_SINGLE]);
-    put_bytes(&mut out, 1, &entry);
-    event_fields(&mut out, event, id);
-    out.to_vec()
+    encode_single_bytes(event, None).into()
 }
 
-/// A v2 single split for an aggregate: its table entry and its event fields, both slices of
-/// `single`. The entry leaves the group out when `pk` (the user record's partition key) names
-/// it as `licenseArn|customerAWSAccountId|dimension`. `None` when `single` is not a single this
-/// module wrote.
-pub fn split_single(single: &Bytes, pk: &str) -> Option<(Bytes, Bytes)> {
-    let rest = single.get(HEADER_LEN..)?;
-    if single[..HEADER_LEN] != [V2, KIND_SINGLE] || rest.first() != Some(&(1 << 3 | WT_LEN)) {
-        return None;
-    }
-    let mut r = Reader::new(&rest[1..]);
-    let len = usize::try_from(r.varint().ok()?).ok()?;
-    let start = HEADER_LEN + 1 + r.at;
-    let end = start.checked_add(len).filter(|e| *e <= single.len())?;
-    let entry = &single[start..end];
-    // Fields 1–3 (the group) come first, as encode_single writes them.
-    let mut er = Reader::new(entry);
-    let mut group = [""; 3];
-    for slot in &mut group {
-        let (_, wt) = er.key().ok()?;
-        if wt != WT_LEN {
-            return None;
-        }
-        *slot = std::str::from_utf8(er.bytes().ok()?).ok()?;
-    }
-    let named = GroupV2::from_partition_key(pk)
-        .is_some_and(|g| [g.license_arn, g.customer_aws_account_id, g.dimension] == group);
-    let entry_start = if named { start + er.at } else { start };
-    Some((single.slice(entry_start..end), single.slice(end..)))
+/// [`encode_single`] into one buffer, as [`Bytes`]. `generated` is the event's id when the
+/// caller just generated it (its string is `generated`'s `Display`), saving the parse.
+pub fn encode_single_bytes(event: &Event, generated: Option<GeneratedId>) -> Bytes {
+    // Only the exact form counts as generated (docs/row-contract.md, "Event ids"): it is the
+    // one that reads back to the same string.
+    let id = generated.or_else(|| {
+        GeneratedId::parse(&event.event_id).filter(|g| g.to_string() == event.event_id)
+    });
+    let epoch = id.map(|g| g.epoch);
+    let entry = entry_len(event, epoch);
+    // The exact size: a full buffer freezes into `Bytes` without another allocation.
+    let len = split::resolved_single_len(event, id);
+    let mut out = BytesMut::with_capacity(len);
+    out.put_slice(&[V2, KIND_SINGLE]);
+    key(&mut out, 1, WT_LEN);
+    encode_varint(entry as u64, &mut out);
+    put_entry(&mut out, event, epoch);
+    event_fields(&mut out, event, id);
+    debug_assert_eq!(out.len(), len, "single_len matches the encoding");
+    out.freeze()
 }
 
 /// Bytes of the ref (kind `0x02`) for an event whose entry has index `entry_index` (index 0,
