@@ -3,7 +3,7 @@
 //! - `aggregator/read_and_fold_3600_row_group_{sequential,streaming}/<pages>`: the pages of an
 //!   in-memory query with a simulated round trip of [`PAGE_LATENCY`] per page, read one
 //!   after another or with the next page fetched while the current one is folded
-//!   (`adapters/pages.rs`, what the DynamoDB adapter does), side by side. `<pages>` is the
+//!   (`pipeline/src/adapters/pages.rs`, what the DynamoDB adapter does), side by side. `<pages>` is the
 //!   page size: 1 MB of rows (DynamoDB's page limit for a `Query`) or 100 rows.
 //! - `aggregator/read_and_fold_3600_row_group_dynamodb`: through DynamoDB (the targeted
 //!   `begins_with` query, page by page, streamed into the guardrail fold), against the local

@@ -197,7 +197,7 @@ impl UsageStore for DynamoDbUsageStore {
         each: &mut (dyn FnMut(RawUsageRow) + Send),
     ) -> Result<()> {
         // Page N+1 is fetched (and converted) while page N is folded: the same query, the
-        // same pages, only the wait overlaps (adapters/pages.rs).
+        // same pages, only the wait overlaps (pipeline/src/adapters/pages.rs).
         prefetched(self.pending_rows_pager(group), &mut *each).await?;
         self.read_malformed_key_rows(group, each).await
     }
