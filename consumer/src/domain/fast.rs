@@ -12,7 +12,6 @@
 //! `consumer/tests/decode_paths.rs` checks it on arbitrary records).
 
 use awsmp_producer::event::MAX_EVENT_ID_BYTES;
-use awsmp_producer::event::{validate_account_id, validate_license_arn};
 use awsmp_producer::event_id::GeneratedId;
 use awsmp_producer::wire::v2::{
     EntryAt, EntryV2, EventV2, GroupV2, IdV2, KIND_TABLE, RecordV2, V2, decode_v2, is_binary,
@@ -137,16 +136,14 @@ struct Fields<'a> {
 }
 
 impl Fields<'_> {
-    /// What `Event::validate` checks of an event without allocations.
+    /// What `Event::validate` checks of an event without allocations, but for its group.
     fn valid(&self) -> bool {
         let id_ok = match &self.event_id {
             EventId::Generated(_) => true,
             EventId::Supplied(s) => !s.is_empty() && s.len() <= MAX_EVENT_ID_BYTES,
         };
+        // The group's own checks are the interned name's (`GroupName::is_valid`).
         id_ok
-            && validate_license_arn(self.group.license_arn).is_ok()
-            && validate_account_id(self.group.customer_aws_account_id).is_ok()
-            && !self.group.dimension.is_empty()
             && (1970..=9999).contains(&self.timestamp.year())
             && self.producer_id.is_none_or(|p| !p.is_empty())
     }
@@ -278,6 +275,9 @@ pub fn decode_plain(
             f.group.customer_aws_account_id,
             f.group.dimension,
         );
+        if !group.is_valid() {
+            return None;
+        }
         if !aggregated {
             plain_id = Some(format!("evt:{}", f.event_id));
         }

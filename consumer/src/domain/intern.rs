@@ -6,6 +6,7 @@
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 
+use awsmp_producer::event::{validate_account_id, validate_license_arn};
 use foldhash::fast::FixedState;
 use hashbrown::HashTable;
 
@@ -20,6 +21,9 @@ pub struct GroupName {
     pub dimension: String,
     /// [`group_hash`] of the three: equal names have equal hashes, whichever interner made them.
     hash: u64,
+    /// The three pass the event's checks (license ARN, 12-digit account id, non-empty
+    /// dimension): checked once per group, not once per event.
+    valid: bool,
 }
 
 /// An interned group name.
@@ -28,12 +32,35 @@ pub type Group = Arc<GroupName>;
 impl GroupName {
     /// The name of (`license_arn`, `customer_aws_account_id`, `dimension`).
     pub fn new(license_arn: &str, customer_aws_account_id: &str, dimension: &str) -> Self {
+        Self::with_hash(
+            group_hash(license_arn, customer_aws_account_id, dimension),
+            license_arn,
+            customer_aws_account_id,
+            dimension,
+        )
+    }
+
+    fn with_hash(
+        hash: u64,
+        license_arn: &str,
+        customer_aws_account_id: &str,
+        dimension: &str,
+    ) -> Self {
         Self {
-            hash: group_hash(license_arn, customer_aws_account_id, dimension),
+            hash,
+            valid: validate_license_arn(license_arn).is_ok()
+                && validate_account_id(customer_aws_account_id).is_ok()
+                && !dimension.is_empty(),
             license_arn: license_arn.to_owned(),
             customer_aws_account_id: customer_aws_account_id.to_owned(),
             dimension: dimension.to_owned(),
         }
+    }
+
+    /// The name passes the event's checks of its group (`Event::validate`: license ARN,
+    /// account id, non-empty dimension).
+    pub fn is_valid(&self) -> bool {
+        self.valid
     }
 
     /// The precomputed hash of the name.
@@ -96,12 +123,12 @@ impl Interner {
         );
         entry
             .or_insert_with(|| {
-                Arc::new(GroupName {
+                Arc::new(GroupName::with_hash(
                     hash,
-                    license_arn: license_arn.to_owned(),
-                    customer_aws_account_id: customer_aws_account_id.to_owned(),
-                    dimension: dimension.to_owned(),
-                })
+                    license_arn,
+                    customer_aws_account_id,
+                    dimension,
+                ))
             })
             .get()
             .clone()
@@ -148,6 +175,12 @@ mod tests {
         assert_eq!((*g1).clone(), *other);
         assert_eq!(g1.hash64(), other.hash64());
         assert_eq!(*other, GroupName::new("l", "a", "d"));
+        assert!(!other.is_valid());
+        let arn =
+            "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef";
+        assert!(a.group(arn, "210987654321", "api").is_valid());
+        assert!(!a.group(arn, "21098765432", "api").is_valid());
+        assert!(!a.group(arn, "210987654321", "").is_valid());
     }
 
     #[test]
