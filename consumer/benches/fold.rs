@@ -1,5 +1,6 @@
 //! Consumer throughput: decode + verify + fold (events/s per core) of v2 and v1 batches at
-//! 1,000 groups (`decode_verify_fold/v2_1000_groups`, `…/v1_1000_groups`), the whole handler
+//! 1,000 groups (`decode_verify_fold/v2_1000_groups`, `…/v1_1000_groups`; beside each, `…_general_path`:
+//! the same batch through the owned general path every record took before the hot path), the whole handler
 //! over in-memory stores, and write amplification (UpdateItems per 1,000 events) and dedup
 //! cost (dedup-table writes per 1,000 events, for generated and for caller-supplied ids),
 //! printed once per cardinality. Figure file (`target/awsmp-bench/<id>.json`):
@@ -14,7 +15,8 @@ use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use awsmp_consumer::Settings;
 use awsmp_consumer::adapters::memory::MemoryStores;
 use awsmp_consumer::domain::fold::BatchFold;
-use awsmp_consumer::domain::record::{StreamRecord, decode_record};
+use awsmp_consumer::domain::intern::Interner;
+use awsmp_consumer::domain::record::{StreamRecord, decode_general, decode_record_in};
 use awsmp_consumer::domain::verify::VerifyPolicy;
 use awsmp_consumer::handler::{kinesis_record, stream_record};
 use awsmp_pipeline::domain::clock::FixedClock;
@@ -100,14 +102,30 @@ fn batch_with(
         .collect()
 }
 
-fn decode_verify_fold(records: &[StreamRecord], policy: &VerifyPolicy) -> usize {
+/// Decode, verify and fold one batch as the handler does (one interner per batch), through
+/// the hot path, or (`general`) through the general path every record took before it.
+fn decode_verify_fold_with(
+    records: &[StreamRecord],
+    policy: &VerifyPolicy,
+    general: bool,
+) -> usize {
     let mut fold = BatchFold::new();
+    let mut names = Interner::new();
     for (i, r) in records.iter().enumerate() {
-        for (sub, ev) in decode_record(r, policy).events {
+        let decoded = if general {
+            decode_general(r, policy, &mut names)
+        } else {
+            decode_record_in(r, policy, &mut names)
+        };
+        for (sub, ev) in decoded.events {
             fold.add(i as u32, sub, ev);
         }
     }
     fold.len()
+}
+
+fn decode_verify_fold(records: &[StreamRecord], policy: &VerifyPolicy) -> usize {
+    decode_verify_fold_with(records, policy, false)
 }
 
 fn benches(c: &mut Criterion) {
@@ -130,6 +148,10 @@ fn benches(c: &mut Criterion) {
         );
         g.bench_function(name, |b| {
             b.iter(|| black_box(decode_verify_fold(&records, &policy)))
+        });
+        // The same batch through the general (owned) path: the decode before the hot path.
+        g.bench_function(format!("{name}_general_path"), |b| {
+            b.iter(|| black_box(decode_verify_fold_with(&records, &policy, true)))
         });
     }
     g.finish();

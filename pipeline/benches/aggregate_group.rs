@@ -1,25 +1,119 @@
-//! The aggregator's read + fold of one full 3,600-row group through DynamoDB (the targeted
-//! `begins_with` query, page by page, streamed into the guardrail fold), against the local
-//! stack. The rows are written once in setup; the benchmark only reads and folds, so they
-//! stay pending.
+//! The aggregator's read + fold of one full 3,600-row group.
 //!
-//! Needs the local stack: `awsmp-local up`, source its env file, then
-//! `cargo bench -p awsmp-pipeline --bench aggregate_group`. Without
-//! `AWS_ENDPOINT_URL_DYNAMODB` it says so and measures nothing.
+//! - `aggregator/read_and_fold_3600_row_group_{sequential,streaming}/<pages>`: the pages of an
+//!   in-memory query with a simulated round trip of [`PAGE_LATENCY`] per page, read one
+//!   after another or with the next page fetched while the current one is folded
+//!   (`pipeline/src/adapters/pages.rs`, what the DynamoDB adapter does), side by side. `<pages>` is the
+//!   page size: 1 MB of rows (DynamoDB's page limit for a `Query`) or 100 rows.
+//! - `aggregator/read_and_fold_3600_row_group_dynamodb`: through DynamoDB (the targeted
+//!   `begins_with` query, page by page, streamed into the guardrail fold), against the local
+//!   stack. The rows are written once in setup; the benchmark only reads and folds, so they
+//!   stay pending. Needs the local stack: `awsmp-local up`, source its env file; without
+//!   `AWS_ENDPOINT_URL_DYNAMODB` it says so and measures only the in-memory pair.
+//!
+//! `cargo bench -p awsmp-pipeline --bench aggregate_group`
 
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use awsmp_pipeline::adapters::dynamodb::{DynamoDbUsageStore, to_sdk};
+use awsmp_pipeline::adapters::pages::{Page, prefetched, sequential};
 use awsmp_pipeline::domain::fold::{FoldOutcome, GroupFold};
 use awsmp_pipeline::domain::keys::{GroupKey, SECONDS_PER_HOUR};
+use awsmp_pipeline::domain::row::AttrValue;
 use awsmp_pipeline::domain::row::{RawUsageRow, conforming_row};
 use awsmp_pipeline::domain::time::TimeConfig;
 use awsmp_pipeline::ports::UsageStore;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// DynamoDB `BatchWriteItem` limit: "up to 25 item put or delete operations".
 const BATCH_WRITE_ITEMS: usize = 25;
+/// A `Query` page holds at most 1 MB of items
+/// (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Query.Pagination.html).
+const QUERY_PAGE_BYTES: usize = 1024 * 1024;
+/// The simulated round trip of one query page (a consistent `Query` in one region takes
+/// milliseconds; the figure is an assumption of the benchmark, not a measurement).
+const PAGE_LATENCY: Duration = Duration::from_millis(5);
+
+/// DynamoDB's size of an item: the lengths of its attribute names and values
+/// (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/CapacityUnitCalculations.html).
+fn item_bytes(row: &RawUsageRow) -> usize {
+    row.iter()
+        .map(|(k, v)| {
+            k.len()
+                + match v {
+                    AttrValue::S(s) | AttrValue::N(s) => s.len(),
+                    _ => 8,
+                }
+        })
+        .sum()
+}
+
+/// The read + fold over pages of `rows_per_page`, sequential or streaming.
+fn read_and_fold_in_memory(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let group = bench_group();
+    let rows: Vec<RawUsageRow> = (0..SECONDS_PER_HOUR)
+        .map(|s| conforming_row(&group, s, u64::from(s % 17), None))
+        .collect();
+    let now = group.hour.end() + chrono::Duration::hours(1);
+    let cfg = TimeConfig::default();
+    let per_mb = QUERY_PAGE_BYTES / item_bytes(&rows[0]);
+    let mut g = c.benchmark_group("aggregator");
+    g.throughput(Throughput::Elements(u64::from(SECONDS_PER_HOUR)))
+        .sample_size(20);
+    for (label, per_page) in [("1mb_pages", per_mb), ("100_row_pages", 100)] {
+        let pages: Arc<Vec<Vec<RawUsageRow>>> =
+            Arc::new(rows.chunks(per_page).map(<[_]>::to_vec).collect());
+        eprintln!(
+            "aggregator {label}: {} rows per page, {} pages, {PAGE_LATENCY:?} per page",
+            per_page.min(rows.len()),
+            pages.len()
+        );
+        let fetch = move |start: Option<usize>| {
+            let pages = pages.clone();
+            async move {
+                tokio::time::sleep(PAGE_LATENCY).await;
+                let i = start.unwrap_or(0);
+                Ok::<_, Infallible>(Page {
+                    items: pages[i].clone(),
+                    next: (i + 1 < pages.len()).then_some(i + 1),
+                })
+            }
+        };
+        for streaming in [false, true] {
+            let name = if streaming { "streaming" } else { "sequential" };
+            let fetch = fetch.clone();
+            g.bench_function(
+                format!("read_and_fold_3600_row_group_{name}/{label}"),
+                |b| {
+                    b.iter(|| {
+                        rt.block_on(async {
+                            let mut fold = GroupFold::new(group.clone(), now, &cfg);
+                            let push = |row: RawUsageRow| {
+                                fold.push(&row).expect("no duplicate rows");
+                            };
+                            let read = if streaming {
+                                prefetched(fetch.clone(), push).await
+                            } else {
+                                sequential(fetch.clone(), push).await
+                            };
+                            read.expect("in memory");
+                            assert!(matches!(fold.finish(), FoldOutcome::Valid(_)));
+                        })
+                    })
+                },
+            );
+        }
+    }
+    g.finish();
+}
 
 /// A group of its own (a license and a year no test uses).
 fn bench_group() -> GroupKey {
@@ -113,5 +207,5 @@ fn aggregate_group(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, aggregate_group);
+criterion_group!(benches, read_and_fold_in_memory, aggregate_group);
 criterion_main!(benches);

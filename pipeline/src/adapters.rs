@@ -6,4 +6,5 @@ pub mod dynamodb;
 pub mod fault;
 pub mod marketplace;
 pub mod memory;
+pub mod pages;
 pub mod sqs;

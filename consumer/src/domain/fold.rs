@@ -6,12 +6,16 @@
 //! exactly the parts not yet applied.
 //!
 //! ```
+//! use awsmp_consumer::domain::accepted::{Accepted, EventId};
+//! use awsmp_consumer::domain::intern::Interner;
 //! use awsmp_consumer::domain::fold::BatchFold;
-//! use awsmp_consumer::domain::verify::VerifiedEvent;
-//! let ev = |q| VerifiedEvent {
-//!     license_arn: "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef".into(),
-//!     customer_aws_account_id: "210987654321".into(), dimension: "api".into(),
-//!     second: 1_800_000_000, quantity: q, allocations: None, event_id: "e".into(), producer_id: None,
+//! let mut names = Interner::new();
+//! let mut ev = |q| Accepted {
+//!     group: names.group(
+//!         "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef",
+//!         "210987654321", "api"),
+//!     second: 1_800_000_000, quantity: q, allocations: None, event_id: EventId::parse("e"),
+//!     producer_id: None,
 //! };
 //! let mut fold = BatchFold::new();
 //! fold.add(0, 0, ev(2));
@@ -23,13 +27,17 @@
 //! assert_eq!(rows[0].quantity(), 9);
 //! ```
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use awsmp_pipeline::domain::keys::{GroupKey, HourBucket, RowKey, format_usage_timestamp};
 use awsmp_pipeline::domain::row::Tag;
 use chrono::{DateTime, TimeZone, Utc};
+use hashbrown::HashTable;
 
-use super::verify::{Kind, VerifiedEvent};
+use super::accepted::Accepted;
+use super::intern::Group;
+use super::verify::Kind;
 
 /// One usage row: (license, account, dimension, UTC second).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -157,11 +165,21 @@ impl RowContribution {
     }
 }
 
-/// The in-memory fold of one batch.
+/// The in-memory fold of one batch: one [`RowContribution`] per distinct (group, second), so
+/// the batch writes each row once (write amplification 1). Keyed by the interned group and
+/// the second: a lookup hashes two integers (the group's hash is computed when it is
+/// interned) and compares pointers, never the strings, unless two interners made the names.
 #[derive(Debug, Default)]
 pub struct BatchFold {
-    index: HashMap<RowId, usize>,
+    index: HashTable<usize>,
+    keys: Vec<(Group, i64)>,
     rows: Vec<RowContribution>,
+}
+
+/// The hash of row (`group`, `second`).
+fn row_hash(group: &Group, second: i64) -> u64 {
+    // A 64-bit odd constant (2^64 / the golden ratio) spreads the second over every bit.
+    group.hash64() ^ (second as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 impl BatchFold {
@@ -172,31 +190,36 @@ impl BatchFold {
 
     /// Add event `ev` found at position `sub` of record `record`. Records must be added in
     /// batch order.
-    pub fn add(&mut self, record: u32, sub: u32, ev: VerifiedEvent) {
-        let VerifiedEvent {
-            license_arn,
-            customer_aws_account_id,
-            dimension,
+    pub fn add(&mut self, record: u32, sub: u32, ev: Accepted) {
+        let Accepted {
+            group,
             second,
             quantity,
             allocations,
             ..
         } = ev;
-        let id = RowId {
-            license_arn,
-            customer_aws_account_id,
-            dimension,
-            second,
+        let hash = row_hash(&group, second);
+        let keys = &self.keys;
+        let same = |ix: &usize| {
+            let (g, s) = &keys[*ix];
+            *s == second && (Arc::ptr_eq(g, &group) || **g == *group)
         };
-        let ix = match self.index.get(&id) {
+        let ix = match self.index.find(hash, same) {
             Some(ix) => *ix,
             None => {
                 let ix = self.rows.len();
-                self.index.insert(id.clone(), ix);
+                self.index
+                    .insert_unique(hash, ix, |i| row_hash(&keys[*i].0, keys[*i].1));
                 self.rows.push(RowContribution {
-                    id,
+                    id: RowId {
+                        license_arn: group.license_arn.clone(),
+                        customer_aws_account_id: group.customer_aws_account_id.clone(),
+                        dimension: group.dimension.clone(),
+                        second,
+                    },
                     parts: Vec::new(),
                 });
+                self.keys.push((group, second));
                 ix
             }
         };

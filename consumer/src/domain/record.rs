@@ -1,11 +1,15 @@
 //! One stream record: deaggregate, decode (v1 JSON or v2 binary, docs/wire-format.md),
-//! verify, and its de-duplication key.
+//! verify, and its de-duplication key. A record whose every event is accepted takes the
+//! borrowing hot path ([`super::fast`]); any other record the general path below, which reads
+//! owned events and says why each refused one is refused.
 
 use awsmp_producer::wire::{MD5_LEN, decode_events, is_aggregated};
 use bytes::Bytes;
 use chrono::{DateTime, Duration, Utc};
 use md5::{Digest, Md5};
 
+use super::accepted::{Accepted, EventId};
+use super::intern::Interner;
 use super::seq::{Lane, SeqNum};
 use super::verify::{VerifiedEvent, VerifyPolicy, billing_time, client_skew, verified};
 
@@ -74,7 +78,7 @@ pub struct DecodedRecord {
     /// bytes that did not decode (so a duplicated bad record is recorded once).
     pub dedup_key: String,
     /// Accepted events with their position inside the record.
-    pub events: Vec<(u32, VerifiedEvent)>,
+    pub events: Vec<(u32, Accepted)>,
     /// Refused items.
     pub refused: Vec<RefusedItem>,
     /// The largest distance between a decoded event's client time and the arrival time.
@@ -100,6 +104,25 @@ fn summary(e: &awsmp_producer::Event) -> EventSummary {
 /// Deaggregate, decode and verify one record. Never fails: every user record ends up either
 /// accepted or refused with a reason.
 pub fn decode_record(record: &StreamRecord, policy: &VerifyPolicy) -> DecodedRecord {
+    decode_record_in(record, policy, &mut Interner::new())
+}
+
+/// [`decode_record`], interning group names and producer ids in the batch's `interner`.
+pub fn decode_record_in(
+    record: &StreamRecord,
+    policy: &VerifyPolicy,
+    interner: &mut Interner,
+) -> DecodedRecord {
+    super::fast::decode_plain(record, policy, interner)
+        .unwrap_or_else(|| decode_general(record, policy, interner))
+}
+
+/// The general path: [`decode_events`], owned events, a refusal for each that fails.
+pub fn decode_general(
+    record: &StreamRecord,
+    policy: &VerifyPolicy,
+    interner: &mut Interner,
+) -> DecodedRecord {
     let data = &record.data;
     let users = match decode_events(data) {
         Ok(users) => users,
@@ -148,7 +171,10 @@ pub fn decode_record(record: &StreamRecord, policy: &VerifyPolicy) -> DecodedRec
                     out.dedup_key = format!("evt:{}", event.event_id);
                 }
                 match billing_time(&event, record.arrival, policy) {
-                    Ok(billing) => out.events.push((sub, verified(event, billing))),
+                    Ok(billing) => {
+                        let v = verified(event, billing);
+                        out.events.push((sub, accepted(v, interner)));
+                    }
                     Err(r) => out.refused.push(RefusedItem {
                         sub: item_sub,
                         reason: r.reason,
@@ -161,6 +187,18 @@ pub fn decode_record(record: &StreamRecord, policy: &VerifyPolicy) -> DecodedRec
         }
     }
     out
+}
+
+/// The hot-path form of `v`, its names interned in `interner`.
+pub fn accepted(v: VerifiedEvent, interner: &mut Interner) -> Accepted {
+    Accepted {
+        group: interner.group(&v.license_arn, &v.customer_aws_account_id, &v.dimension),
+        second: v.second,
+        quantity: v.quantity,
+        allocations: v.allocations,
+        event_id: EventId::parse(&v.event_id),
+        producer_id: v.producer_id.as_deref().map(|p| interner.producer(p)),
+    }
 }
 
 #[cfg(test)]

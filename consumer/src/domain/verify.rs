@@ -143,27 +143,39 @@ pub fn billing_time(
     arrival: DateTime<Utc>,
     policy: &VerifyPolicy,
 ) -> Result<DateTime<Utc>, Refusal> {
+    billing_time_of(
+        event.producer_id.as_deref(),
+        event.quantity,
+        event.timestamp,
+        arrival,
+        policy,
+    )
+}
+
+/// [`billing_time`] of an event given by the fields it checks: producer id, quantity, client
+/// time.
+pub fn billing_time_of(
+    producer_id: Option<&str>,
+    quantity: u64,
+    timestamp: DateTime<Utc>,
+    arrival: DateTime<Utc>,
+    policy: &VerifyPolicy,
+) -> Result<DateTime<Utc>, Refusal> {
     if let Some(allowed) = &policy.allowed_producers
-        && !event
-            .producer_id
-            .as_deref()
-            .is_some_and(|p| allowed.contains(p))
+        && !producer_id.is_some_and(|p| allowed.contains(p))
     {
         return Err(refuse(
             reasons::UNKNOWN_PRODUCER,
-            format!("producer {:?} is not on the allowlist", event.producer_id),
+            format!("producer {producer_id:?} is not on the allowlist"),
         ));
     }
-    if event.quantity > MAX_USAGE_QUANTITY {
+    if quantity > MAX_USAGE_QUANTITY {
         return Err(refuse(
             reasons::QUANTITY_OVERFLOW,
-            format!(
-                "quantity {} exceeds the BatchMeterUsage maximum {MAX_USAGE_QUANTITY}",
-                event.quantity
-            ),
+            format!("quantity {quantity} exceeds the BatchMeterUsage maximum {MAX_USAGE_QUANTITY}"),
         ));
     }
-    let offset = client_skew(event, arrival);
+    let offset = timestamp - arrival;
     if policy.timestamp == TimestampPolicy::Arrival {
         return Ok(arrival);
     }
@@ -172,7 +184,7 @@ pub fn billing_time(
             reasons::FUTURE_TIMESTAMP,
             format!(
                 "client time {} is {} ms after arrival {}",
-                event.timestamp,
+                timestamp,
                 offset.num_milliseconds(),
                 arrival
             ),
@@ -186,7 +198,7 @@ pub fn billing_time(
                     reasons::STALE_TIMESTAMP,
                     format!(
                         "client time {} is {} ms before arrival {}",
-                        event.timestamp,
+                        timestamp,
                         (-offset).num_milliseconds(),
                         arrival
                     ),
@@ -195,14 +207,14 @@ pub fn billing_time(
             Ok(arrival)
         }
         TimestampPolicy::TrustedClient => {
-            let hour = HourBucket::containing(event.timestamp);
+            let hour = HourBucket::containing(timestamp);
             if !is_billable(hour, arrival, &policy.time) {
                 return Err(refuse(
                     reasons::TIMESTAMP_OUT_OF_WINDOW,
                     format!("client hour {hour} is outside the billable window at {arrival}"),
                 ));
             }
-            Ok(event.timestamp)
+            Ok(timestamp)
         }
     }
 }

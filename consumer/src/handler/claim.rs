@@ -17,7 +17,8 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 
 use super::{Batch, Consumer};
-use crate::domain::dedup::{IdForm, LaneState, Verdict, id_claim_key, lane_key, owner_token};
+use crate::domain::accepted::EventId;
+use crate::domain::dedup::{LaneState, Verdict, id_claim_key, lane_key, owner_token};
 use crate::error::{ConsumerError, ErrorChain, Result};
 use crate::ports::{ClaimOutcome, DedupClaim, LaneItem};
 
@@ -186,17 +187,19 @@ impl Consumer {
             };
             let owner = owner_token(&rec.shard_id, &rec.sequence_number);
             for (j, (_, ev)) in d.events.iter().enumerate() {
-                match IdForm::of(&ev.event_id) {
-                    IdForm::Generated(id) => {
-                        let lane = plan.lanes.entry(lane_key(&id)).or_default();
+                match &ev.event_id {
+                    EventId::Generated(id) => {
+                        let lane = plan.lanes.entry(lane_key(id)).or_default();
                         lane.push(((i, j), owner.clone(), id.seq));
                     }
-                    IdForm::Supplied if first_of_id.contains_key(ev.event_id.as_str()) => {
-                        plan.in_batch_dups.push((i, j));
-                    }
-                    IdForm::Supplied => {
-                        first_of_id.insert(&ev.event_id, (i, j));
-                        let key = id_claim_key(&ev.event_id);
+                    EventId::Supplied(id) => {
+                        let id: &str = id;
+                        if first_of_id.contains_key(id) {
+                            plan.in_batch_dups.push((i, j));
+                            continue;
+                        }
+                        first_of_id.insert(id, (i, j));
+                        let key = id_claim_key(id);
                         let claim =
                             self.claim_for(&key, &rec.shard_id, &rec.sequence_number, batch.now);
                         plan.ids.push(((i, j), claim));

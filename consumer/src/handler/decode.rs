@@ -1,12 +1,14 @@
 //! Step 1: every delivered record parsed ([`stream_record`]) and decoded and verified
-//! ([`decode_record`]), one [`Slot`] per record, in delivery order.
+//! ([`decode_record_in`]), one [`Slot`] per record, in delivery order, the batch's group names
+//! interned once ([`Interner`]).
 
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use awsmp_pipeline::contract::stream::HEARTBEAT_MARKER;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 
-use crate::domain::record::{DecodedRecord, StreamRecord, decode_record};
+use crate::domain::intern::Interner;
+use crate::domain::record::{DecodedRecord, StreamRecord, decode_record_in};
 use crate::domain::seq::SeqNum;
 use crate::domain::verify::VerifyPolicy;
 
@@ -25,6 +27,7 @@ pub(super) struct Slot {
 
 /// One [`Slot`] per delivered record.
 pub(super) fn decode_slots(event: &KinesisEvent, verify: &VerifyPolicy) -> Vec<Slot> {
+    let mut interner = Interner::new();
     event
         .records
         .iter()
@@ -36,7 +39,7 @@ pub(super) fn decode_slots(event: &KinesisEvent, verify: &VerifyPolicy) -> Vec<S
                 .as_ref()
                 .ok()
                 .filter(|rec| rec.data != HEARTBEAT_MARKER)
-                .map(|rec| decode_record(rec, verify));
+                .map(|rec| decode_record_in(rec, verify, &mut interner));
             Slot {
                 item_id: r.kinesis.sequence_number.clone(),
                 record,

@@ -54,12 +54,18 @@ impl Consumer {
                             rec.sequence_number.decimal(),
                             Some(sub),
                         );
-                        archived.push((i, ArchivedEvent::new(&ev, at, batch.now)));
+                        archived.push((i, ArchivedEvent::new(&ev.to_verified(), at, batch.now)));
                     }
                     batch.report.events_accepted += 1;
-                    *per_producer
-                        .entry(ev.producer_id.clone().unwrap_or_else(|| "unknown".into()))
-                        .or_default() += 1;
+                    // Counted by name without an allocation per event: the map owns one key
+                    // per producer.
+                    let producer = ev.producer_id.as_deref().unwrap_or("unknown");
+                    match per_producer.get_mut(producer) {
+                        Some(n) => *n += 1,
+                        None => {
+                            per_producer.insert(producer.to_owned(), 1);
+                        }
+                    }
                     fold.add(i as u32, sub, ev);
                 }
             }

@@ -39,8 +39,13 @@ fn metas(n: usize) -> Vec<RecordMeta> {
 
 fn contribution(events: &[(u32, VerifiedEvent)]) -> RowContribution {
     let mut f = BatchFold::new();
+    let mut names = crate::domain::intern::Interner::new();
     for (r, e) in events {
-        f.add(*r, 0, e.clone());
+        f.add(
+            *r,
+            0,
+            crate::domain::record::accepted(e.clone(), &mut names),
+        );
     }
     f.into_rows().remove(0)
 }

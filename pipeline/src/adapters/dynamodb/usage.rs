@@ -4,6 +4,7 @@ use super::convert::{row_from_item, s};
 use super::errors::{ddb_err, is_conditional_failure, malformed};
 use super::folded::FoldedStamp;
 use super::pending::query_pending_index;
+use crate::adapters::pages::{Page, prefetched};
 use crate::contract::attrs as a;
 use crate::contract::status::RawStatus;
 use crate::domain::keys::{GroupKey, HourBucket, RowKey, split_usage_sort_key};
@@ -14,7 +15,11 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue as Av, ReturnValue};
 use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
 use std::collections::{BTreeSet, HashMap};
+
+/// A DynamoDB `LastEvaluatedKey` / `ExclusiveStartKey`.
+type Key = HashMap<String, Av>;
 
 /// The raw usage table.
 #[derive(Debug, Clone)]
@@ -39,6 +44,44 @@ impl DynamoDbUsageStore {
         license: Option<&str>,
     ) -> Result<Vec<HashMap<String, Av>>> {
         query_pending_index(&self.client, &self.table, bucket, license).await
+    }
+}
+
+impl DynamoDbUsageStore {
+    /// One page of `group`'s consistent `begins_with` query per call, starting after the
+    /// key it is given (`None`: the first page), its items converted to rows.
+    fn pending_rows_pager(
+        &self,
+        group: &GroupKey,
+    ) -> impl FnMut(Option<Key>) -> BoxFuture<'static, Result<Page<RawUsageRow, Key>>> + use<> {
+        let (client, table) = (self.client.clone(), self.table.clone());
+        let license = group.license_arn.clone();
+        // Without the trailing ':' so hour-truncated and other malformed timestamps of this
+        // hour are read too, and rejected with a reason instead of sitting pending.
+        let prefix = group.usage_prefix().trim_end_matches(':').to_owned();
+        move |start| {
+            let request = client
+                .query()
+                .table_name(&table)
+                .key_condition_expression("licenseArn = :la AND begins_with(#sk, :prefix)")
+                .filter_expression("attribute_exists(meteringPending)")
+                .expression_attribute_names("#sk", a::USAGE_SORT_KEY)
+                .expression_attribute_values(":la", s(&license))
+                .expression_attribute_values(":prefix", s(&prefix))
+                .consistent_read(true)
+                .set_exclusive_start_key(start);
+            let table = table.clone();
+            Box::pin(async move {
+                let page = request
+                    .send()
+                    .await
+                    .map_err(|e| ddb_err("Query", &table, e))?;
+                Ok(Page {
+                    items: page.items().iter().map(row_from_item).collect(),
+                    next: page.last_evaluated_key,
+                })
+            })
+        }
     }
 }
 
@@ -153,35 +196,9 @@ impl UsageStore for DynamoDbUsageStore {
         group: &GroupKey,
         each: &mut (dyn FnMut(RawUsageRow) + Send),
     ) -> Result<()> {
-        let mut start = None;
-        loop {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("licenseArn = :la AND begins_with(#sk, :prefix)")
-                .filter_expression("attribute_exists(meteringPending)")
-                .expression_attribute_names("#sk", a::USAGE_SORT_KEY)
-                .expression_attribute_values(":la", s(&group.license_arn))
-                // Without the trailing ':' so hour-truncated and other malformed timestamps of this
-                // hour are read too, and rejected with a reason instead of sitting pending.
-                .expression_attribute_values(
-                    ":prefix",
-                    s(group.usage_prefix().trim_end_matches(':')),
-                )
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| ddb_err("Query", &self.table, e))?;
-            for item in page.items() {
-                each(row_from_item(item));
-            }
-            start = page.last_evaluated_key;
-            if start.is_none() {
-                break;
-            }
-        }
+        // Page N+1 is fetched (and converted) while page N is folded: the same query, the
+        // same pages, only the wait overlaps (pipeline/src/adapters/pages.rs).
+        prefetched(self.pending_rows_pager(group), &mut *each).await?;
         self.read_malformed_key_rows(group, each).await
     }
 

@@ -84,24 +84,82 @@ struct RowView<'r> {
 impl<'r> RowView<'r> {
     fn of(row: &'r RawUsageRow) -> Self {
         use crate::contract::attrs;
+        // The eight names have eight different lengths: the length picks the one candidate,
+        // and one comparison decides (a shared length would be an unreachable pattern, which
+        // the lints refuse).
+        const PENDING: usize = attrs::METERING_PENDING.len();
+        const LICENSE: usize = attrs::LICENSE_ARN.len();
+        const SORT_KEY: usize = attrs::USAGE_SORT_KEY.len();
+        const ACCOUNT: usize = attrs::CUSTOMER_AWS_ACCOUNT_ID.len();
+        const IDENTIFIER: usize = attrs::CUSTOMER_IDENTIFIER.len();
+        const DIMENSION: usize = attrs::DIMENSION.len();
+        const QUANTITY: usize = attrs::QUANTITY.len();
+        const ALLOCATIONS: usize = attrs::USAGE_ALLOCATIONS.len();
         let mut v = Self::default();
         for (name, value) in row {
             if matches!(value, AttrValue::Null) {
                 continue;
             }
-            let slot = match name.as_str() {
-                attrs::METERING_PENDING => &mut v.pending,
-                attrs::LICENSE_ARN => &mut v.license_arn,
-                attrs::USAGE_SORT_KEY => &mut v.sort_key,
-                attrs::CUSTOMER_AWS_ACCOUNT_ID => &mut v.account,
-                attrs::CUSTOMER_IDENTIFIER => &mut v.customer_identifier,
-                attrs::DIMENSION => &mut v.dimension,
-                attrs::QUANTITY => &mut v.quantity,
-                attrs::USAGE_ALLOCATIONS => &mut v.allocations,
+            let (wanted, slot) = match name.len() {
+                PENDING => (attrs::METERING_PENDING, &mut v.pending),
+                LICENSE => (attrs::LICENSE_ARN, &mut v.license_arn),
+                SORT_KEY => (attrs::USAGE_SORT_KEY, &mut v.sort_key),
+                ACCOUNT => (attrs::CUSTOMER_AWS_ACCOUNT_ID, &mut v.account),
+                IDENTIFIER => (attrs::CUSTOMER_IDENTIFIER, &mut v.customer_identifier),
+                DIMENSION => (attrs::DIMENSION, &mut v.dimension),
+                QUANTITY => (attrs::QUANTITY, &mut v.quantity),
+                ALLOCATIONS => (attrs::USAGE_ALLOCATIONS, &mut v.allocations),
                 _ => continue,
             };
-            *slot = Some(value);
+            if name == wanted {
+                *slot = Some(value);
+            }
         }
         v
+    }
+}
+
+#[cfg(test)]
+mod view_tests {
+    use super::*;
+    use crate::contract::attrs;
+    use proptest::prelude::*;
+
+    const NAMES: [&str; 12] = [
+        attrs::METERING_PENDING,
+        attrs::LICENSE_ARN,
+        attrs::USAGE_SORT_KEY,
+        attrs::CUSTOMER_AWS_ACCOUNT_ID,
+        attrs::CUSTOMER_IDENTIFIER,
+        attrs::DIMENSION,
+        attrs::QUANTITY,
+        attrs::USAGE_ALLOCATIONS,
+        attrs::TIMESTAMP,
+        "quantitx",
+        "meteringPendinG",
+        "licenseArnX",
+    ];
+
+    proptest! {
+        /// The one-pass view finds exactly what one lookup per attribute finds.
+        #[test]
+        fn the_view_is_one_lookup_per_attribute(
+            row in prop::collection::btree_map(
+                prop::sample::select(NAMES.to_vec()).prop_map(str::to_owned),
+                prop_oneof![Just(AttrValue::Null), "[a-z]{0,3}".prop_map(AttrValue::S), "[0-9]{1,3}".prop_map(AttrValue::N)],
+                0..12,
+            )
+        ) {
+            let v = RowView::of(&row);
+            let looked_up = |name| present(&row, name);
+            prop_assert_eq!(v.pending, looked_up(attrs::METERING_PENDING));
+            prop_assert_eq!(v.license_arn, looked_up(attrs::LICENSE_ARN));
+            prop_assert_eq!(v.sort_key, looked_up(attrs::USAGE_SORT_KEY));
+            prop_assert_eq!(v.account, looked_up(attrs::CUSTOMER_AWS_ACCOUNT_ID));
+            prop_assert_eq!(v.customer_identifier, looked_up(attrs::CUSTOMER_IDENTIFIER));
+            prop_assert_eq!(v.dimension, looked_up(attrs::DIMENSION));
+            prop_assert_eq!(v.quantity, looked_up(attrs::QUANTITY));
+            prop_assert_eq!(v.allocations, looked_up(attrs::USAGE_ALLOCATIONS));
+        }
     }
 }

@@ -1,0 +1,193 @@
+//! Group names interned per batch: one owned [`GroupName`] per distinct (license, account,
+//! dimension) of a batch, shared by every event of that group (consumer/README.md, "The hot
+//! path"). Events carry a [`Group`] (a reference-counted pointer), so the decode borrows
+//! from the record's bytes and the fold hashes a precomputed `u64` instead of three strings.
+
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use awsmp_producer::event::{validate_account_id, validate_license_arn};
+use foldhash::fast::FixedState;
+use hashbrown::HashTable;
+
+/// A group's name: license ARN, buyer account id, dimension, and their hash.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct GroupName {
+    /// License ARN (the row's partition key).
+    pub license_arn: String,
+    /// Buyer account id.
+    pub customer_aws_account_id: String,
+    /// Dimension.
+    pub dimension: String,
+    /// [`group_hash`] of the three: equal names have equal hashes, whichever interner made them.
+    hash: u64,
+    /// The three pass the event's checks (license ARN, 12-digit account id, non-empty
+    /// dimension): checked once per group, not once per event.
+    valid: bool,
+}
+
+/// An interned group name.
+pub type Group = Arc<GroupName>;
+
+impl GroupName {
+    /// The name of (`license_arn`, `customer_aws_account_id`, `dimension`).
+    pub fn new(license_arn: &str, customer_aws_account_id: &str, dimension: &str) -> Self {
+        Self::with_hash(
+            group_hash(license_arn, customer_aws_account_id, dimension),
+            license_arn,
+            customer_aws_account_id,
+            dimension,
+        )
+    }
+
+    fn with_hash(
+        hash: u64,
+        license_arn: &str,
+        customer_aws_account_id: &str,
+        dimension: &str,
+    ) -> Self {
+        Self {
+            hash,
+            valid: validate_license_arn(license_arn).is_ok()
+                && validate_account_id(customer_aws_account_id).is_ok()
+                && !dimension.is_empty(),
+            license_arn: license_arn.to_owned(),
+            customer_aws_account_id: customer_aws_account_id.to_owned(),
+            dimension: dimension.to_owned(),
+        }
+    }
+
+    /// The name passes the event's checks of its group (`Event::validate`: license ARN,
+    /// account id, non-empty dimension).
+    pub fn is_valid(&self) -> bool {
+        self.valid
+    }
+
+    /// The precomputed hash of the name.
+    pub fn hash64(&self) -> u64 {
+        self.hash
+    }
+
+    fn is(&self, license_arn: &str, customer_aws_account_id: &str, dimension: &str) -> bool {
+        self.license_arn == license_arn
+            && self.customer_aws_account_id == customer_aws_account_id
+            && self.dimension == dimension
+    }
+}
+
+impl Hash for GroupName {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+/// The hash of a group name: foldhash with a fixed seed, so it is the same in every interner
+/// and every process (never persisted, only compared in memory).
+pub fn group_hash(license_arn: &str, customer_aws_account_id: &str, dimension: &str) -> u64 {
+    let mut h = FixedState::with_seed(0).build_hasher();
+    license_arn.hash(&mut h);
+    customer_aws_account_id.hash(&mut h);
+    dimension.hash(&mut h);
+    h.finish()
+}
+
+/// One batch's interned group names and producer ids.
+#[derive(Debug, Default)]
+pub struct Interner {
+    groups: HashTable<Group>,
+    producers: Vec<Arc<str>>,
+}
+
+/// Producer ids are few per batch (usually one): a short list beats hashing.
+const MAX_LISTED_PRODUCERS: usize = 64;
+
+impl Interner {
+    /// An empty interner.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The interned name of (`license_arn`, `customer_aws_account_id`, `dimension`): allocated
+    /// the first time the batch sees the group, shared afterwards.
+    pub fn group(
+        &mut self,
+        license_arn: &str,
+        customer_aws_account_id: &str,
+        dimension: &str,
+    ) -> Group {
+        let hash = group_hash(license_arn, customer_aws_account_id, dimension);
+        let entry = self.groups.entry(
+            hash,
+            |g| g.hash == hash && g.is(license_arn, customer_aws_account_id, dimension),
+            |g| g.hash,
+        );
+        entry
+            .or_insert_with(|| {
+                Arc::new(GroupName::with_hash(
+                    hash,
+                    license_arn,
+                    customer_aws_account_id,
+                    dimension,
+                ))
+            })
+            .get()
+            .clone()
+    }
+
+    /// The interned producer id `p`.
+    pub fn producer(&mut self, p: &str) -> Arc<str> {
+        if let Some(known) = self.producers.iter().find(|k| ***k == *p) {
+            return known.clone();
+        }
+        let owned: Arc<str> = Arc::from(p);
+        if self.producers.len() < MAX_LISTED_PRODUCERS {
+            self.producers.push(owned.clone());
+        }
+        owned
+    }
+
+    /// Distinct groups interned so far.
+    pub fn groups(&self) -> usize {
+        self.groups.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_name_per_distinct_group_and_equal_hashes_across_interners() {
+        let mut a = Interner::new();
+        let g1 = a.group("l", "a", "d");
+        let g2 = a.group("l", "a", "d");
+        assert!(Arc::ptr_eq(&g1, &g2));
+        let g3 = a.group("l", "a", "e");
+        assert!(!Arc::ptr_eq(&g1, &g3));
+        assert_eq!(a.groups(), 2);
+        // Field boundaries count: ("la", "", "d") is not ("l", "a", "d").
+        let g4 = a.group("la", "", "d");
+        assert_ne!(*g4, *g1);
+        assert_eq!(a.groups(), 3);
+        let mut b = Interner::new();
+        let other = b.group("l", "a", "d");
+        assert!(!Arc::ptr_eq(&g1, &other));
+        assert_eq!((*g1).clone(), *other);
+        assert_eq!(g1.hash64(), other.hash64());
+        assert_eq!(*other, GroupName::new("l", "a", "d"));
+        assert!(!other.is_valid());
+        let arn =
+            "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef";
+        assert!(a.group(arn, "210987654321", "api").is_valid());
+        assert!(!a.group(arn, "21098765432", "api").is_valid());
+        assert!(!a.group(arn, "210987654321", "").is_valid());
+    }
+
+    #[test]
+    fn producers_are_shared() {
+        let mut i = Interner::new();
+        let p = i.producer("p1");
+        assert!(Arc::ptr_eq(&p, &i.producer("p1")));
+        assert_eq!(&*i.producer("p2"), "p2");
+    }
+}
