@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use awsmp_consumer::domain::row::RowWrite;
 use awsmp_consumer::error::ConsumerError;
 use awsmp_consumer::ports::{
-    ClaimOutcome, DedupClaim, DedupStore, FinalizedGroups, LaneItem, RejectedEvent,
+    ClaimOutcome, DedupClaim, DedupStore, FinalizedGroups, FirstSeen, LaneItem, RejectedEvent,
     RejectedEventStore, UsageRowWriter,
 };
 use awsmp_pipeline::adapters::memory::{
@@ -416,6 +416,11 @@ impl<T: DedupStore> DedupStore for Faulty<T> {
     async fn write_lane(&self, item: &LaneItem, expected: Option<u64>) -> CResult<bool> {
         let call = self.inner.write_lane(item, expected);
         self.call("write_lane", &item.key, true, call).await
+    }
+
+    async fn first_seen(&self, seen: &FirstSeen) -> CResult<DateTime<Utc>> {
+        let call = self.inner.first_seen(seen);
+        self.call("first_seen", &seen.key, true, call).await
     }
 }
 
