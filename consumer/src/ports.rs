@@ -63,6 +63,22 @@ pub trait DedupStore: Send + Sync {
     /// Write `item` if the stored lane is still at version `expected` (`None`: absent);
     /// `Ok(false)` when another writer moved it first.
     async fn write_lane(&self, item: &LaneItem, expected: Option<u64>) -> Result<bool>;
+    /// Record `seen.at` as the first time `seen.key` was seen, unless an unexpired record of
+    /// it exists (one conditional put); the first time on record, which is `seen.at` for a
+    /// first sighting. meter-ingest keys it by invoked ARN and request id, so a Lambda async
+    /// retry keeps its first attempt's receive time (docs/meter-ingest.md).
+    async fn first_seen(&self, seen: &FirstSeen) -> Result<DateTime<Utc>>;
+}
+
+/// A "first seen" record: when `key` was first seen, kept until `expires_at`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FirstSeen {
+    /// The dedup-table key (`ingreq:<md5>` for a meter-ingest request).
+    pub key: String,
+    /// This sighting's time (millisecond precision is kept).
+    pub at: DateTime<Utc>,
+    /// When the record lapses (the store's TTL; an expired record counts as absent).
+    pub expires_at: DateTime<Utc>,
 }
 
 /// One rejected event, or one part of a row that was not written (late usage and other

@@ -3,7 +3,8 @@
 //! tells a first claim, a replay by the same record, a duplicate from another record and a
 //! claim after the first one lapsed apart (a lapsed claim is claimable even while the item is
 //! still there, since dynalite does not expire items); generated-id lanes are written by
-//! compare-and-set and read back consistently.
+//! compare-and-set and read back consistently; a "first seen" record keeps its first time
+//! (to the millisecond) until it lapses.
 //!
 //! Run against the stack: `awsmp-local up && set -a && . $AWSMP_LOCAL_DIR/env && set +a &&
 //! cargo test -p awsmp-consumer --test contract_dedup -- --include-ignored`
@@ -12,7 +13,7 @@ use anyhow::Result;
 use awsmp_consumer::adapters::dynamodb::DynamoDbDedupStore;
 use awsmp_consumer::adapters::memory::MemoryDedupStore;
 use awsmp_consumer::domain::seq::SeqNum;
-use awsmp_consumer::ports::{ClaimOutcome, DedupClaim, DedupStore, LaneItem};
+use awsmp_consumer::ports::{ClaimOutcome, DedupClaim, DedupStore, FirstSeen, LaneItem};
 use awsmp_loadtest::local::LocalEnv;
 use chrono::{DateTime, Duration, TimeZone, Utc};
 
@@ -77,9 +78,42 @@ async fn lanes(store: &dyn DedupStore, run: &str) -> Result<()> {
     Ok(())
 }
 
+async fn first_seen(store: &dyn DedupStore, run: &str) -> Result<()> {
+    let key = format!("ingreq:{run}");
+    let seen = |at: DateTime<Utc>| FirstSeen {
+        key: key.clone(),
+        at,
+        expires_at: at + Duration::hours(48),
+    };
+    let first = t0() + Duration::milliseconds(123);
+    let cases = [
+        // The first sighting records its time, to the millisecond.
+        (first, first),
+        // A retry 90 s and 150 s later reads it back, unchanged.
+        (t0() + Duration::seconds(90), first),
+        (t0() + Duration::seconds(150), first),
+        // An earlier clock changes nothing either.
+        (t0() - Duration::seconds(5), first),
+        // Once the record lapsed, a sighting is a first one again.
+        (t0() + Duration::hours(49), t0() + Duration::hours(49)),
+        (t0() + Duration::hours(50), t0() + Duration::hours(49)),
+    ];
+    for (i, (at, want)) in cases.iter().enumerate() {
+        assert_eq!(store.first_seen(&seen(*at)).await?, *want, "case {i}");
+    }
+    // Another key has its own record.
+    let other = FirstSeen {
+        key: format!("ingreq:{run}:other"),
+        ..seen(t0() + Duration::seconds(7))
+    };
+    assert_eq!(store.first_seen(&other).await?, other.at);
+    Ok(())
+}
+
 async fn contract(store: &dyn DedupStore, run: &str) -> Result<()> {
     claims(store, run).await?;
-    lanes(store, run).await
+    lanes(store, run).await?;
+    first_seen(store, run).await
 }
 
 #[tokio::test]

@@ -476,9 +476,10 @@ async fn a_module_deployed_before_its_mapping_loses_nothing_and_is_billed_once()
         Outcome::Rejected,
         "its hint is now 10 minutes old"
     );
+    // (a new request: req-9's receive time is on record, a retry of it keeps it)
     w.clock.set(now());
     let r = w
-        .call(&arn("module-c"), "req-9", vec![event("c-1", 2)])
+        .call(&arn("module-c"), "req-10", vec![event("c-1", 2)])
         .await;
     assert_eq!(r.duplicates, 1);
     assert_eq!(w.streamed().len(), 2);

@@ -5,8 +5,13 @@
 //! a new request, and attacks the trust boundary must refuse: a dimension the module is not
 //! granted, a backdated hint, a quantity over its bound, an unknown or an unqualified alias.
 //! A failed invocation is retried twice with its request id, as Lambda retries an async
-//! invocation (`MeterIngestInvokeConfig`, `infra/cfn/ingest_stack.py`); one that fails every
-//! time goes to the on-failure destination, which the operator re-invokes in the drain.
+//! invocation (`MeterIngestInvokeConfig`, `infra/cfn/ingest_stack.py`): at once, or — in half
+//! the ingest schedules — 60 to 120 s apart, as Lambda spaces them
+//! (https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html), each
+//! retry run at the first ingest step past its time. One that fails every time goes to the
+//! on-failure destination, which the operator re-invokes in the drain. A retry's receive time
+//! is the one its first attempt recorded (the "first seen" record), so its events are judged
+//! against the hints they were sent with, however late the retry.
 //!
 //! Valid events are conserved like producer usage (each billed exactly once); every refused
 //! one must be in the held-events table with its disposition and reason ([`check`]).
@@ -22,12 +27,10 @@ use awsmp_consumer::adapters::ingest_memory::{
 };
 use awsmp_consumer::adapters::memory::MemoryDedupStore;
 use awsmp_consumer::error::Result as CResult;
-use awsmp_consumer::ingest::check::{held_key, stream_event_id};
+use awsmp_consumer::ingest::check::{held_key, request_key};
 use awsmp_consumer::ingest::identity::Allowlist;
 use awsmp_consumer::ingest::mapping::{LicenseGrant, MappingEntry};
-use awsmp_consumer::ingest::ports::{
-    Disposition, HeldEvent, HeldStore, MappingStore, RateCounter, UsageStream,
-};
+use awsmp_consumer::ingest::ports::{Disposition, HeldEvent, MappingStore, UsageStream};
 use awsmp_consumer::ingest::{IngestSettings, Invocation, MeterIngest};
 use awsmp_pipeline::contract::reasons;
 use awsmp_pipeline::domain::clock::{Clock, FixedClock};
@@ -47,6 +50,11 @@ pub const ASYNC_RETRIES: u32 = 2;
 const MAX_QUANTITY: u64 = 1000;
 /// One ingest invocation in this many active steps of an ingest schedule.
 const INVOKE_ONE_IN: u64 = 5;
+/// Ingest schedules whose retries are spaced as Lambda spaces them, per thousand.
+const SPACED_PER_MILLE: u64 = 500;
+/// The spacing of Lambda's async retries, seconds: about 1 and 2 minutes
+/// (https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html).
+const RETRY_SPACING_SECS: std::ops::RangeInclusive<u64> = 60..=120;
 
 /// The qualified ARN of module `name`'s alias.
 pub fn module_arn(name: &str) -> String {
@@ -76,55 +84,6 @@ impl UsageStream for SimIngestStream {
     }
 }
 
-#[async_trait]
-impl<T: UsageStream> UsageStream for Faulty<T> {
-    async fn put(&self, entries: Vec<PutEntry>) -> CResult<()> {
-        let key = entries
-            .first()
-            .map(|e| format!("{}+{}", e.partition_key, entries.len()))
-            .unwrap_or_default();
-        let call = self.inner.put(entries);
-        self.call("ingest-put-records", &key, true, call).await
-    }
-}
-
-#[async_trait]
-impl<T: MappingStore> MappingStore for Faulty<T> {
-    async fn get(&self, invoked_arn: &str) -> CResult<Option<MappingEntry>> {
-        let call = self.inner.get(invoked_arn);
-        self.call("ingest-mapping-get", invoked_arn, false, call)
-            .await
-    }
-
-    async fn put(&self, entry: &MappingEntry) -> CResult<()> {
-        let call = self.inner.put(entry);
-        self.call("ingest-mapping-put", &entry.invoked_arn, true, call)
-            .await
-    }
-}
-
-#[async_trait]
-impl<T: RateCounter> RateCounter for Faulty<T> {
-    async fn add(&self, key: &str, n: u64, expires_at: DateTime<Utc>) -> CResult<u64> {
-        let call = self.inner.add(key, n, expires_at);
-        self.call("ingest-rate-add", key, true, call).await
-    }
-}
-
-#[async_trait]
-impl<T: HeldStore> HeldStore for Faulty<T> {
-    async fn put(&self, event: &HeldEvent) -> CResult<()> {
-        let call = self.inner.put(event);
-        self.call("ingest-held-put", &event.key, true, call).await
-    }
-
-    async fn list(&self, disposition: Disposition) -> CResult<Vec<HeldEvent>> {
-        let call = self.inner.list(disposition);
-        self.call("ingest-held-list", disposition.as_str(), false, call)
-            .await
-    }
-}
-
 /// What the modules sent and what must become of it.
 #[derive(Debug, Default)]
 pub struct IngestTruth {
@@ -135,10 +94,24 @@ pub struct IngestTruth {
     /// Invocations whose retries ran out (on the on-failure destination), with their valid
     /// events and when they were sent.
     pub failed: Vec<(Invocation, Vec<Valid>, DateTime<Utc>)>,
+    /// Failed invocations waiting for Lambda's next spaced retry.
+    pub pending: Vec<Pending>,
     /// Ingest steps so far (the draws' counter).
     pub steps: u64,
     /// Events sent (the event id counter).
     pub events: u64,
+}
+
+/// A failed invocation Lambda retries later.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    inv: Invocation,
+    valid: Vec<Valid>,
+    sent: DateTime<Utc>,
+    /// Attempts made so far.
+    attempts: u32,
+    /// When Lambda makes the next one.
+    due: DateTime<Utc>,
 }
 
 /// A valid event: its group, quantity and the module's event id.
@@ -155,6 +128,8 @@ pub struct Ingest {
     pub handler: MeterIngest,
     /// The held-events table.
     pub held: MemoryHeldStore,
+    /// The dedup table (event-id claims, "first seen" records).
+    pub dedup: MemoryDedupStore,
     /// The stream as meter-ingest writes it.
     pub stream: Arc<SimIngestStream>,
     /// Ground truth.
@@ -221,10 +196,11 @@ impl Ingest {
             stream: stream.clone(),
             put_ids: Mutex::default(),
         });
+        let dedup = MemoryDedupStore::new();
         let handler = MeterIngest {
             settings,
             mappings: Arc::new(Faulty::new(mappings, ctx)),
-            dedup: Arc::new(Faulty::new(MemoryDedupStore::new(), ctx)),
+            dedup: Arc::new(Faulty::new(dedup.clone(), ctx)),
             rates: Arc::new(Faulty::new(MemoryRateCounter::new(), ctx)),
             stream: Arc::new(Faulty::<SimIngestStream>::new(sink.clone(), ctx)),
             held: Arc::new(Faulty::new(held.clone(), ctx)),
@@ -234,6 +210,7 @@ impl Ingest {
         Self {
             handler,
             held,
+            dedup,
             stream: sink,
             truth: Mutex::new(IngestTruth::default()),
         }
@@ -257,6 +234,7 @@ impl World {
         if !self.setup.ingest {
             return;
         }
+        self.ingest_retries().await;
         let (n, h) = {
             let mut t = lock(&self.ingest.truth);
             t.steps += 1;
@@ -292,15 +270,106 @@ impl World {
             request_id: format!("req-{n}"),
             payload: json!({ "events": payload }),
         };
-        if self.invoke_ingest(&inv).await {
-            // Accepted at its receive time: each valid event must be billed exactly once.
-            let mut truth = lock(&self.truth);
-            for v in valid {
-                *truth.produced.entry(v.group).or_default() += v.quantity;
+        let sent = self.clock.now();
+        if self.spaced_retries() {
+            if self.attempt_ingest(&inv, 0).await {
+                self.settle(&inv, valid, sent);
+            } else {
+                let due = sent + self.retry_spacing(&inv, 1);
+                lock(&self.ingest.truth).pending.push(Pending {
+                    inv,
+                    valid,
+                    sent,
+                    attempts: 1,
+                    due,
+                });
             }
+        } else if self.invoke_ingest(&inv).await {
+            self.settle(&inv, valid, sent);
         } else {
-            let now = self.clock.now();
-            lock(&self.ingest.truth).failed.push((inv, valid, now));
+            lock(&self.ingest.truth).failed.push((inv, valid, sent));
+        }
+    }
+
+    /// Whether this schedule's failed invocations are retried 60–120 s apart.
+    fn spaced_retries(&self) -> bool {
+        hash(self.setup.seed, &["ingest-retry-spacing"]) % 1000 < SPACED_PER_MILLE
+    }
+
+    /// How long after attempt `attempt - 1` of `inv` Lambda makes attempt `attempt`.
+    fn retry_spacing(&self, inv: &Invocation, attempt: u32) -> Duration {
+        let h = hash(
+            self.setup.seed,
+            &["ingest-retry", &inv.request_id, &attempt.to_string()],
+        );
+        let span = RETRY_SPACING_SECS.end() - RETRY_SPACING_SECS.start() + 1;
+        Duration::seconds((RETRY_SPACING_SECS.start() + h % span) as i64)
+    }
+
+    /// Lambda's spaced retries that are due: each with the same request id; one that fails
+    /// again waits for the next, the last goes to the on-failure destination.
+    async fn ingest_retries(&self) {
+        let now = self.clock.now();
+        let due: Vec<Pending> = {
+            let mut t = lock(&self.ingest.truth);
+            let (due, waiting) = std::mem::take(&mut t.pending)
+                .into_iter()
+                .partition(|p| p.due <= now);
+            t.pending = waiting;
+            due
+        };
+        for mut p in due {
+            self.faults.count("ingest-spaced-retry");
+            self.log(format!(
+                "meter-ingest {}: retry {} {} s after the first attempt",
+                p.inv.request_id,
+                p.attempts,
+                (now - p.sent).num_seconds()
+            ));
+            if self.attempt_ingest(&p.inv, p.attempts).await {
+                self.settle(&p.inv, p.valid, p.sent);
+            } else if p.attempts >= ASYNC_RETRIES {
+                self.log(format!(
+                    "meter-ingest {}: retries exhausted, to the on-failure destination",
+                    p.inv.request_id
+                ));
+                lock(&self.ingest.truth)
+                    .failed
+                    .push((p.inv, p.valid, p.sent));
+            } else {
+                p.attempts += 1;
+                p.due = now + self.retry_spacing(&p.inv, p.attempts);
+                lock(&self.ingest.truth).pending.push(p);
+            }
+        }
+    }
+
+    /// An attempt of `inv` succeeded: its receive time is the one its "first seen" record
+    /// holds (its first attempt's, unless that attempt failed before recording it). A valid
+    /// event sent within the clock-skew bound of it must be billed exactly once; one sent
+    /// earlier (the record written by a late attempt) must end `StaleTimestamp`, as must the
+    /// events a check after the hint's would have refused.
+    fn settle(&self, inv: &Invocation, valid: Vec<Valid>, sent: DateTime<Utc>) {
+        let now = self.clock.now();
+        let key = request_key(&inv.invoked_arn, &inv.request_id);
+        let received = self.ingest.dedup.first_seen_at(&key, now).unwrap_or(now);
+        let stale = received - sent > self.ingest.handler.settings.max_clock_skew;
+        if stale {
+            self.faults.count("ingest-first-seen-late");
+            self.stale_refusals(inv);
+        } else if now - sent > self.ingest.handler.settings.max_clock_skew {
+            // A retry past the skew bound, judged at its first attempt's receive time.
+            self.faults.count("ingest-kept-receive-time");
+        }
+        for v in valid {
+            if stale {
+                lock(&self.ingest.truth).refused.insert(
+                    (inv.invoked_arn.clone(), v.event_id),
+                    (Disposition::Rejected, reasons::STALE_TIMESTAMP),
+                );
+            } else {
+                *lock(&self.truth).produced.entry(v.group).or_default() += v.quantity;
+            }
         }
     }
 
@@ -381,30 +450,12 @@ impl World {
         (ev, Some(valid))
     }
 
-    /// Invoke as Lambda does an async invocation: retried twice with its request id, then to
-    /// the on-failure destination. True when an attempt succeeded.
+    /// Invoke as Lambda does an async invocation: retried twice at once with its request id,
+    /// then to the on-failure destination. True when an attempt succeeded.
     async fn invoke_ingest(&self, inv: &Invocation) -> bool {
         for attempt in 0..=ASYNC_RETRIES {
-            self.faults.begin();
-            let out = self.ingest.handler.handle(inv).await;
-            let crashed = self.faults.end();
-            match out {
-                Ok(r) if !crashed => {
-                    self.log(format!(
-                        "meter-ingest {} {}: {} accepted, {} duplicates, {} held, {} rejected",
-                        r.module, inv.request_id, r.accepted, r.duplicates, r.held, r.rejected
-                    ));
-                    return true;
-                }
-                Ok(_) => self.log(format!(
-                    "meter-ingest {}: attempt {attempt} crashed",
-                    inv.request_id
-                )),
-                Err(e) => self.log(format!(
-                    "meter-ingest {}: attempt {attempt} failed: {}",
-                    inv.request_id,
-                    e.failure_type()
-                )),
+            if self.attempt_ingest(inv, attempt).await {
+                return true;
             }
         }
         self.log(format!(
@@ -414,31 +465,52 @@ impl World {
         false
     }
 
-    /// The operator re-invokes every invocation on meter-ingest's on-failure destination with
-    /// its request id (its own dedup claims pass; replays add nothing). Its hints are old by
-    /// now: a valid event that never reached the stream must end `StaleTimestamp`, refused
-    /// with its reason; one an earlier attempt put on the stream must be billed once.
+    /// One attempt of `inv`. True when it succeeded.
+    async fn attempt_ingest(&self, inv: &Invocation, attempt: u32) -> bool {
+        self.faults.begin();
+        let out = self.ingest.handler.handle(inv).await;
+        let crashed = self.faults.end();
+        match out {
+            Ok(r) if !crashed => {
+                self.log(format!(
+                    "meter-ingest {} {}: {} accepted, {} duplicates, {} held, {} rejected",
+                    r.module, inv.request_id, r.accepted, r.duplicates, r.held, r.rejected
+                ));
+                return true;
+            }
+            Ok(_) => self.log(format!(
+                "meter-ingest {}: attempt {attempt} crashed",
+                inv.request_id
+            )),
+            Err(e) => self.log(format!(
+                "meter-ingest {}: attempt {attempt} failed: {}",
+                inv.request_id,
+                e.failure_type()
+            )),
+        }
+        false
+    }
+
+    /// Lambda's pending retries run, then the operator re-invokes every invocation on
+    /// meter-ingest's on-failure destination with its request id (its own dedup claims pass;
+    /// replays add nothing). Its receive time is its first attempt's record: its valid events
+    /// must be billed once ([`World::settle`]); only an invocation none of whose attempts
+    /// recorded a receive time is judged at the re-invoke's, its events `StaleTimestamp`.
     pub async fn ingest_drain(&self) {
-        let failed = std::mem::take(&mut lock(&self.ingest.truth).failed);
-        for (inv, valid, sent) in failed {
+        let (failed, pending) = {
+            let mut t = lock(&self.ingest.truth);
+            (
+                std::mem::take(&mut t.failed),
+                std::mem::take(&mut t.pending),
+            )
+        };
+        let again = pending.into_iter().map(|p| (p.inv, p.valid, p.sent));
+        for (inv, valid, sent) in failed.into_iter().chain(again) {
             if !self.invoke_ingest(&inv).await {
                 lock(&self.ingest.truth).failed.push((inv, valid, sent));
                 continue;
             }
-            if self.clock.now() - sent > self.ingest.handler.settings.max_clock_skew {
-                self.stale_refusals(&inv);
-            }
-            let put = lock(&self.ingest.stream.put_ids).clone();
-            for v in valid {
-                if put.contains(&stream_event_id(&inv.invoked_arn, &v.event_id)) {
-                    *lock(&self.truth).produced.entry(v.group).or_default() += v.quantity;
-                } else {
-                    lock(&self.ingest.truth).refused.insert(
-                        (inv.invoked_arn.clone(), v.event_id),
-                        (Disposition::Rejected, reasons::STALE_TIMESTAMP),
-                    );
-                }
-            }
+            self.settle(&inv, valid, sent);
         }
     }
 }
@@ -491,6 +563,12 @@ pub fn check(w: &World) -> Vec<String> {
         out.push(format!(
             "ingest invocation {} left on the on-failure destination",
             inv.request_id
+        ));
+    }
+    for p in &truth.pending {
+        out.push(format!(
+            "ingest invocation {} left waiting for a retry",
+            p.inv.request_id
         ));
     }
     out

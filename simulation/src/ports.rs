@@ -18,8 +18,12 @@ use crate::world::Interleaver;
 use async_trait::async_trait;
 use awsmp_consumer::domain::row::RowWrite;
 use awsmp_consumer::error::ConsumerError;
+use awsmp_consumer::ingest::mapping::MappingEntry;
+use awsmp_consumer::ingest::ports::{
+    Disposition, HeldEvent, HeldStore, MappingStore, RateCounter, UsageStream,
+};
 use awsmp_consumer::ports::{
-    ClaimOutcome, DedupClaim, DedupStore, FinalizedGroups, LaneItem, RejectedEvent,
+    ClaimOutcome, DedupClaim, DedupStore, FinalizedGroups, FirstSeen, LaneItem, RejectedEvent,
     RejectedEventStore, UsageRowWriter,
 };
 use awsmp_pipeline::adapters::memory::{
@@ -36,6 +40,7 @@ use awsmp_pipeline::ports::{
     AggregatedItem, AggregatedStore, ExpiredRow, FoldedFinalize, MeterCallError, MeteringApi,
     ShardWatermark, UsageStore, WatermarkStore, WriteBack,
 };
+use awsmp_producer::sink::PutEntry;
 use chrono::{DateTime, Utc};
 use std::collections::HashSet;
 use std::future::Future;
@@ -417,6 +422,11 @@ impl<T: DedupStore> DedupStore for Faulty<T> {
         let call = self.inner.write_lane(item, expected);
         self.call("write_lane", &item.key, true, call).await
     }
+
+    async fn first_seen(&self, seen: &FirstSeen) -> CResult<DateTime<Utc>> {
+        let call = self.inner.first_seen(seen);
+        self.call("first_seen", &seen.key, true, call).await
+    }
 }
 
 #[async_trait]
@@ -456,5 +466,54 @@ impl<T: FinalizedGroups> FinalizedGroups for Faulty<T> {
             .unwrap_or_default();
         let call = self.inner.finalized(groups);
         self.call("finalized", &key, false, call).await
+    }
+}
+
+#[async_trait]
+impl<T: UsageStream> UsageStream for Faulty<T> {
+    async fn put(&self, entries: Vec<PutEntry>) -> CResult<()> {
+        let key = entries
+            .first()
+            .map(|e| format!("{}+{}", e.partition_key, entries.len()))
+            .unwrap_or_default();
+        let call = self.inner.put(entries);
+        self.call("ingest-put-records", &key, true, call).await
+    }
+}
+
+#[async_trait]
+impl<T: MappingStore> MappingStore for Faulty<T> {
+    async fn get(&self, invoked_arn: &str) -> CResult<Option<MappingEntry>> {
+        let call = self.inner.get(invoked_arn);
+        self.call("ingest-mapping-get", invoked_arn, false, call)
+            .await
+    }
+
+    async fn put(&self, entry: &MappingEntry) -> CResult<()> {
+        let call = self.inner.put(entry);
+        self.call("ingest-mapping-put", &entry.invoked_arn, true, call)
+            .await
+    }
+}
+
+#[async_trait]
+impl<T: RateCounter> RateCounter for Faulty<T> {
+    async fn add(&self, key: &str, n: u64, expires_at: DateTime<Utc>) -> CResult<u64> {
+        let call = self.inner.add(key, n, expires_at);
+        self.call("ingest-rate-add", key, true, call).await
+    }
+}
+
+#[async_trait]
+impl<T: HeldStore> HeldStore for Faulty<T> {
+    async fn put(&self, event: &HeldEvent) -> CResult<()> {
+        let call = self.inner.put(event);
+        self.call("ingest-held-put", &event.key, true, call).await
+    }
+
+    async fn list(&self, disposition: Disposition) -> CResult<Vec<HeldEvent>> {
+        let call = self.inner.list(disposition);
+        self.call("ingest-held-list", disposition.as_str(), false, call)
+            .await
     }
 }

@@ -5,13 +5,16 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{AttributeValue as Av, ReturnValue};
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue as Av, ReturnValue, ReturnValuesOnConditionCheckFailure,
+};
 use awsmp_pipeline::contract::attrs::audit_timestamp;
-use chrono::{TimeZone, Utc};
+use chrono::{DateTime, TimeZone, Utc};
 
 use super::dynamodb::{ddb_err, n, s};
 use crate::error::{ConsumerError, Result};
-use crate::ports::{ClaimOutcome, DedupClaim, DedupStore, LaneItem};
+use crate::ports::{ClaimOutcome, DedupClaim, DedupStore, FirstSeen, LaneItem};
 use awsmp_pipeline::adapters::dynamodb::is_conditional_failure;
 
 /// Dedup table attributes.
@@ -30,6 +33,8 @@ pub mod dedup_attrs {
     pub const LANE_STATE: &str = "laneState";
     /// A generated-id lane's compare-and-set version.
     pub const LANE_VERSION: &str = "laneVersion";
+    /// A "first seen" record's time, epoch milliseconds.
+    pub const FIRST_SEEN_MS: &str = "firstSeenMs";
 }
 
 /// The dedup table (hash key `dedupKey`, TTL attribute `expiresAt`).
@@ -127,6 +132,70 @@ impl DedupStore for DynamoDbDedupStore {
             Err(e) => Err(ddb_err("PutItem", &self.table, e)),
         }
     }
+
+    async fn first_seen(&self, seen: &FirstSeen) -> Result<DateTime<Utc>> {
+        use dedup_attrs::*;
+        let res = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item(DEDUP_KEY, s(&seen.key))
+            .item(FIRST_SEEN_MS, n(seen.at.timestamp_millis()))
+            .item(CLAIMED_AT, s(audit_timestamp(seen.at)))
+            .item(EXPIRES_AT, n(seen.expires_at.timestamp()))
+            // Absent, or expired but not yet deleted by TTL.
+            .condition_expression("attribute_not_exists(#k) OR #ex < :now")
+            .expression_attribute_names("#k", DEDUP_KEY)
+            .expression_attribute_names("#ex", EXPIRES_AT)
+            .expression_attribute_values(":now", n(seen.at.timestamp()))
+            // The stored record comes back with the condition failure: one write either way.
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        let err = match res {
+            Ok(_) => return Ok(seen.at),
+            Err(e) if is_conditional_failure(&e) => e,
+            Err(e) => return Err(ddb_err("PutItem", &self.table, e)),
+        };
+        let old = match err.as_service_error() {
+            Some(PutItemError::ConditionalCheckFailedException(c)) => c.item().cloned(),
+            _ => None,
+        };
+        let old = match old {
+            Some(item) if !item.is_empty() => item,
+            // An endpoint that does not return the item: read it (strongly consistent).
+            _ => self
+                .client
+                .get_item()
+                .table_name(&self.table)
+                .key(DEDUP_KEY, s(&seen.key))
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(|e| ddb_err("GetItem", &self.table, e))?
+                .item
+                .unwrap_or_default(),
+        };
+        first_seen_from_item(&seen.key, &old).map_err(|detail| ConsumerError::MalformedItem {
+            table: self.table.clone(),
+            detail,
+        })
+    }
+}
+
+/// The time a "first seen" record holds.
+fn first_seen_from_item(
+    key: &str,
+    item: &HashMap<String, Av>,
+) -> std::result::Result<DateTime<Utc>, String> {
+    let ms = item
+        .get(dedup_attrs::FIRST_SEEN_MS)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse::<i64>().ok())
+        .ok_or_else(|| format!("{key}: no numeric {}", dedup_attrs::FIRST_SEEN_MS))?;
+    Utc.timestamp_millis_opt(ms)
+        .single()
+        .ok_or_else(|| format!("{key}: {} out of range", dedup_attrs::FIRST_SEEN_MS))
 }
 
 /// A lane item as stored.

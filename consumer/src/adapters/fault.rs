@@ -11,13 +11,14 @@ use async_trait::async_trait;
 use awsmp_pipeline::domain::keys::{GroupKey, RowKey};
 use awsmp_pipeline::domain::row::RawUsageRow;
 use awsmp_retry::Retryable;
+use chrono::{DateTime, Utc};
 
 pub use awsmp_pipeline::adapters::fault::{FaultKind, FaultSchedule, Injected};
 
 use crate::domain::row::RowWrite;
 use crate::error::{ConsumerError, Result};
 use crate::ports::{
-    ClaimOutcome, DedupClaim, DedupStore, FinalizedGroups, LaneItem, RejectedEvent,
+    ClaimOutcome, DedupClaim, DedupStore, FinalizedGroups, FirstSeen, LaneItem, RejectedEvent,
     RejectedEventStore, UsageRowWriter,
 };
 
@@ -123,6 +124,12 @@ impl<T: DedupStore> DedupStore for Faulty<T> {
     async fn write_lane(&self, item: &LaneItem, expected: Option<u64>) -> Result<bool> {
         self.faults
             .run("dedup", "write_lane", self.inner.write_lane(item, expected))
+            .await
+    }
+
+    async fn first_seen(&self, seen: &FirstSeen) -> Result<DateTime<Utc>> {
+        self.faults
+            .run("dedup", "first_seen", self.inner.first_seen(seen))
             .await
     }
 }

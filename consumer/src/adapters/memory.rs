@@ -14,7 +14,7 @@ use crate::domain::row::RowWrite;
 use crate::domain::seq::SeqNum;
 use crate::error::Result;
 use crate::ports::{
-    ClaimOutcome, DedupClaim, DedupStore, FinalizedGroups, LaneItem, RejectedEvent,
+    ClaimOutcome, DedupClaim, DedupStore, FinalizedGroups, FirstSeen, LaneItem, RejectedEvent,
     RejectedEventStore, UsageRowWriter,
 };
 
@@ -26,11 +26,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// A claim's owner (shard, sequence number) and expiry.
 type ClaimEntry = (String, SeqNum, DateTime<Utc>);
 
+/// A "first seen" record's time and expiry.
+type SeenEntry = (DateTime<Utc>, DateTime<Utc>);
+
 /// Dedup claims in memory.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryDedupStore {
     claims: Arc<Mutex<HashMap<String, ClaimEntry>>>,
     lanes: Arc<Mutex<HashMap<String, LaneItem>>>,
+    /// "First seen" records: the time and the expiry.
+    seen: Arc<Mutex<HashMap<String, SeenEntry>>>,
     writes: Arc<std::sync::atomic::AtomicU64>,
 }
 
@@ -53,6 +58,14 @@ impl MemoryDedupStore {
     /// Number of generated-id lanes held.
     pub fn lanes(&self) -> usize {
         lock(&self.lanes).len()
+    }
+
+    /// The unexpired "first seen" time of `key` at `now`, if one is recorded.
+    pub fn first_seen_at(&self, key: &str, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        lock(&self.seen)
+            .get(key)
+            .filter(|(_, expires)| *expires >= now)
+            .map(|(at, _)| *at)
     }
 
     /// Writes made so far (claims and lane writes, including failed conditions): the cost.
@@ -102,6 +115,19 @@ impl DedupStore for MemoryDedupStore {
         }
         lanes.insert(item.key.clone(), item.clone());
         Ok(true)
+    }
+
+    async fn first_seen(&self, seen: &FirstSeen) -> Result<DateTime<Utc>> {
+        self.count_write();
+        let mut records = lock(&self.seen);
+        match records.get(&seen.key) {
+            // The DynamoDB condition: `#ex < :now` in epoch seconds.
+            Some((at, expires)) if expires.timestamp() >= seen.at.timestamp() => Ok(*at),
+            _ => {
+                records.insert(seen.key.clone(), (seen.at, seen.expires_at));
+                Ok(seen.at)
+            }
+        }
     }
 }
 

@@ -19,6 +19,8 @@ use crate::domain::verify::Refusal;
 pub const STREAM_EVENT_ID_PREFIX: &str = "mi:";
 /// Prefix of an ingest dedup claim in the dedup table.
 pub const DEDUP_KEY_PREFIX: &str = "ing:";
+/// Prefix of an invocation's "first seen" record (its receive time) in the dedup table.
+pub const REQUEST_KEY_PREFIX: &str = "ingreq:";
 /// Prefix of a per-module, per-second rate counter in the dedup table.
 pub const RATE_KEY_PREFIX: &str = "rate:";
 
@@ -46,6 +48,15 @@ pub fn dedup_key(invoked_arn: &str, event_id: &str) -> String {
     format!(
         "{DEDUP_KEY_PREFIX}{}",
         module_event_digest(invoked_arn, event_id)
+    )
+}
+
+/// The "first seen" key of an invocation: MD5 of the invoked ARN and the request id, which a
+/// Lambda async retry keeps.
+pub fn request_key(invoked_arn: &str, request_id: &str) -> String {
+    format!(
+        "{REQUEST_KEY_PREFIX}{}",
+        module_event_digest(invoked_arn, request_id)
     )
 }
 
@@ -321,6 +332,9 @@ mod tests {
         let b = ARN.replace("module-a", "module-b");
         assert_ne!(stream_event_id(ARN, "e"), stream_event_id(&b, "e"));
         assert_ne!(dedup_key(ARN, "e"), dedup_key(&b, "e"));
+        assert_ne!(request_key(ARN, "r"), request_key(&b, "r"));
+        assert!(request_key(ARN, "r").starts_with(REQUEST_KEY_PREFIX));
+        assert_ne!(request_key(ARN, "e"), dedup_key(ARN, "e"));
         assert_eq!(stream_event_id(ARN, "e"), stream_event_id(ARN, "e"));
         let now = Utc.with_ymd_and_hms(2026, 12, 1, 10, 0, 0).unwrap();
         let ev = stream_event(ARN, &grant(L1, "222222222222"), &event(None, None), now);

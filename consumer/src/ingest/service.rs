@@ -2,7 +2,9 @@
 //! with a reason (docs/meter-ingest.md). The steps, in order:
 //!
 //! 1. parse the payload strictly — malformed: the invocation fails (Lambda's on-failure
-//!    destination gets it), nothing applied;
+//!    destination gets it), nothing applied; then the receive time: a conditional "first
+//!    seen" write keyed by invoked ARN and request id, from which a Lambda async retry (same
+//!    request id) reads back its first attempt's time, the one every later step uses;
 //! 2. identity: the qualified invoked ARN, the environment's account allowlist, the mapping
 //!    entry (none yet: every event held as `UnknownInvoker`);
 //! 3. per event: attribution from the entry (never the hints), timestamp authority;
@@ -23,7 +25,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::check::{
     attribute, check_bounds, check_dimension, check_hint, dedup_key, put_entry, rate_key,
-    stream_event, within_rate,
+    request_key, stream_event, within_rate,
 };
 use super::identity::{Allowlist, module_label, parse_invoked_arn};
 use super::mapping::MappingEntry;
@@ -34,7 +36,7 @@ use crate::domain::seq::SeqNum;
 use crate::domain::verify::Refusal;
 use crate::error::{ConsumerError, Result};
 use crate::handler::STORE_RETRY;
-use crate::ports::{ClaimOutcome, DedupClaim, DedupStore};
+use crate::ports::{ClaimOutcome, DedupClaim, DedupStore, FirstSeen};
 
 /// How long a per-second rate counter is kept. Our bound: a second's counter is only read in
 /// that second; a day is far past any retry.
@@ -47,7 +49,7 @@ pub struct IngestSettings {
     pub allowlist: Allowlist,
     /// Largest accepted distance between `recordedAtHint` and the receive time.
     pub max_clock_skew: Duration,
-    /// How long an event-id claim lives (24–72 h).
+    /// How long an event-id claim and an invocation's "first seen" record live (24–72 h).
     pub dedup_ttl: Duration,
     /// TTL of rejected events in days (0: keep). Held events are kept until released.
     pub rejected_ttl_days: u32,
@@ -127,12 +129,18 @@ struct Slot {
     ev: ModuleEvent,
     raw: serde_json::Value,
     fate: Fate,
+    /// Its claim was this request's own from an earlier attempt (a Lambda retry): that
+    /// attempt already counted it in the same second's rate counter.
+    reclaimed: bool,
 }
 
 impl MeterIngest {
     /// Handle one invocation. `Err` for a malformed payload
     /// ([`ConsumerError::MalformedPayload`]) and for store failures: Lambda retries, then
     /// routes the invocation to the on-failure destination. Refused events are not errors.
+    /// The receive time is the first attempt's: a retry with the same request id reads it
+    /// back from the "first seen" record ([`DedupStore::first_seen`]); a failure to write
+    /// that record fails the invocation before anything is applied.
     pub async fn handle(&self, inv: &Invocation) -> Result<IngestReport> {
         let module = module_label(&inv.invoked_arn);
         let events = parse_payload(&inv.payload).map_err(|m| {
@@ -142,17 +150,29 @@ impl MeterIngest {
             );
             ConsumerError::MalformedPayload { detail: m.0 }
         })?;
+        let received_at = self.first_seen(inv).await?;
         let ctx = Ctx {
             arn: &inv.invoked_arn,
             module,
             request_id: &inv.request_id,
-            // Millisecond precision: the v1 payload's timestamp form.
-            received_at: self.clock.now().trunc_subsecs(3),
+            received_at,
             waive: Waive::Nothing,
         };
         let report = self.apply(&ctx, events).await?;
         report.emit(&self.metrics);
         Ok(report)
+    }
+
+    /// The invocation's receive time: now, or the time its first attempt recorded.
+    async fn first_seen(&self, inv: &Invocation) -> Result<DateTime<Utc>> {
+        // Millisecond precision: the v1 payload's timestamp form.
+        let now = self.clock.now().trunc_subsecs(3);
+        let seen = FirstSeen {
+            key: request_key(&inv.invoked_arn, &inv.request_id),
+            at: now,
+            expires_at: now + self.settings.dedup_ttl,
+        };
+        self.with_retry(|| self.dedup.first_seen(&seen)).await
     }
 
     /// Release every held event: each is checked again against the mapping as it is now, with
@@ -227,6 +247,7 @@ impl MeterIngest {
                 ev,
                 raw,
                 fate: Fate::Duplicate,
+                reclaimed: false,
             })
             .collect();
         match identity {
@@ -346,14 +367,18 @@ impl MeterIngest {
             .try_collect()
             .await?;
         for (i, o) in outcomes {
-            if o == ClaimOutcome::Duplicate {
-                slots[i].fate = Fate::Duplicate;
+            match o {
+                ClaimOutcome::Duplicate => slots[i].fate = Fate::Duplicate,
+                ClaimOutcome::Reclaimed => slots[i].reclaimed = true,
+                ClaimOutcome::Claimed => {}
             }
         }
         Ok(())
     }
 
-    /// Count the accepted events in the module's second; hold those past its limit.
+    /// Count the accepted events in the module's second; hold those past its limit. An event
+    /// an earlier attempt of this request claimed was counted by it (the same second, the
+    /// first attempt's receive time), so it is not counted twice.
     async fn limit_rate(
         &self,
         ctx: &Ctx<'_>,
@@ -361,7 +386,7 @@ impl MeterIngest {
         slots: &mut [Slot],
     ) -> Result<()> {
         let accepted: Vec<usize> = (0..slots.len())
-            .filter(|&i| matches!(slots[i].fate, Fate::Accept(_)))
+            .filter(|&i| matches!(slots[i].fate, Fate::Accept(_)) && !slots[i].reclaimed)
             .collect();
         let n = accepted.len() as u64;
         if n == 0 {
