@@ -2,6 +2,8 @@
 //! (docs/meter-ingest.md, "Attacks and what stops them") refused with its reason and metric,
 //! legitimate events accepted once, held events released once the mapping allows them.
 
+mod common;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -499,24 +501,9 @@ async fn accepted_events_are_folded_by_the_unchanged_consumer_exactly_once() {
     // A duplicate copy on the stream (a retried PutRecords) is deduplicated by the consumer.
     let mut records = w.stores.stream.records();
     records.push(records[0].clone());
-    let kinesis: Vec<_> = records
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            awsmp_consumer::handler::kinesis_record(
-                "arn:aws:kinesis:us-east-1:111111111111:stream/awsmp-usage-events",
-                &r.shard_id,
-                &(1000 + i).to_string(),
-                &r.entry.partition_key,
-                now() + Duration::milliseconds(20),
-                r.entry.data.to_vec(),
-            )
-        })
-        .collect();
+    let batch = common::delivered(&records, now() + Duration::milliseconds(20));
     let consumer_stores = MemoryStores::new();
     let consumer = consumer_stores.consumer(Settings::default(), w.clock.clone());
-    let mut batch = aws_lambda_events::event::kinesis::KinesisEvent::default();
-    batch.records = kinesis;
     let (response, report) = consumer.process(batch).await;
     assert!(response.batch_item_failures.is_empty());
     assert_eq!(report.dedup_hits, 1);

@@ -4,6 +4,8 @@
 //! its first attempt's receive time — for the hint check, the stream events' timestamp, the
 //! held items — while a replay under a new request id is judged at its own receive time.
 
+mod common;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -168,27 +170,9 @@ impl World {
 
     /// The billed quantity per second, after the unchanged consumer folded the stream.
     async fn billed(&self) -> Vec<(String, u64)> {
-        let kinesis: Vec<_> = self
-            .stores
-            .stream
-            .records()
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                awsmp_consumer::handler::kinesis_record(
-                    "arn:aws:kinesis:us-east-1:111111111111:stream/awsmp-usage-events",
-                    &r.shard_id,
-                    &(1000 + i).to_string(),
-                    &r.entry.partition_key,
-                    self.clock.now(),
-                    r.entry.data.to_vec(),
-                )
-            })
-            .collect();
+        let batch = common::delivered(&self.stores.stream.records(), self.clock.now());
         let consumer_stores = MemoryStores::new();
         let consumer = consumer_stores.consumer(Settings::default(), self.clock.clone());
-        let mut batch = aws_lambda_events::event::kinesis::KinesisEvent::default();
-        batch.records = kinesis;
         let (response, _) = consumer.process(batch).await;
         assert!(response.batch_item_failures.is_empty());
         let mut q: Vec<(String, u64)> = consumer_stores

@@ -59,25 +59,9 @@ pub struct ResponseContext {
     pub function_error: String,
 }
 
-/// `KinesisBatchInfo`: the discarded batch.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct KinesisBatchInfo {
-    /// The shard.
-    pub shard_id: String,
-    /// First record's sequence number.
-    pub start_sequence_number: String,
-    /// Last record's sequence number.
-    pub end_sequence_number: String,
-    /// First record's arrival (RFC 3339, milliseconds).
-    pub approximate_arrival_of_first_record: String,
-    /// Last record's arrival.
-    pub approximate_arrival_of_last_record: String,
-    /// Records in the batch.
-    pub batch_size: usize,
-    /// The stream.
-    pub stream_arn: String,
-}
+/// `KinesisBatchInfo`: the discarded batch, the same record the local event source mapping
+/// sends (`loadtest/src/kinesis_esm/deliver.rs`).
+pub use awsmp_loadtest::kinesis_esm::FailureRecord as KinesisBatchInfo;
 
 /// One message of the destination.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

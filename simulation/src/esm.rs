@@ -12,8 +12,8 @@
 //! `ConsumerMaximumRetryAttempts` parameter a seller may set).
 
 use crate::destination::{Condition, Discarded, OnFailureDestination};
-use crate::stream::{Shard, SimStream};
-use aws_lambda_events::event::kinesis::KinesisEvent;
+use crate::stream::{Shard, SimStream, StoredRecord};
+use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use awsmp_consumer::handler::kinesis_record;
 use awsmp_producer::partition::partition_hash;
@@ -22,6 +22,19 @@ use std::collections::BTreeMap;
 
 /// The stream's ARN as the mapping reports it in each record.
 pub const STREAM_ARN: &str = "arn:aws:kinesis:us-east-1:111122223333:stream/awsmp-usage";
+/// `r` of shard `shard_id` as the mapping hands it to the function (the re-drive builds the
+/// same from the shard it reads).
+pub fn delivered(shard_id: &str, r: &StoredRecord) -> KinesisEventRecord {
+    kinesis_record(
+        STREAM_ARN,
+        shard_id,
+        &r.sequence_number.to_string(),
+        &r.partition_key,
+        r.arrival,
+        r.data.to_vec(),
+    )
+}
+
 /// The stream's name (the partition of its ingest watermarks).
 pub const STREAM_NAME: &str = "awsmp-usage";
 
@@ -205,17 +218,7 @@ impl EventSourceMapping {
             .skip(state.next)
             .filter(|(_, r)| lane_of(&r.partition_key, pf) == lane.1)
             .take(state.size.max(1))
-            .map(|(i, r)| {
-                let rec = kinesis_record(
-                    STREAM_ARN,
-                    &shard.id,
-                    &r.sequence_number.to_string(),
-                    &r.partition_key,
-                    r.arrival,
-                    r.data.to_vec(),
-                );
-                (i, rec)
-            })
+            .map(|(i, r)| (i, delivered(&shard.id, r)))
             .unzip();
         if records.is_empty() {
             return None;

@@ -7,10 +7,9 @@
 //! are refused as `LateUsage`, each with its reason in the rejected-events store.
 
 use crate::destination::{InvocationRecord, KinesisBatchInfo};
-use crate::esm::STREAM_ARN;
+use crate::esm::delivered;
 use crate::world::{World, lock};
 use aws_lambda_events::event::kinesis::KinesisEvent;
-use awsmp_consumer::handler::kinesis_record;
 use std::collections::BTreeMap;
 
 /// Units per (license, account, dimension).
@@ -27,16 +26,7 @@ impl World {
                 .records
                 .iter()
                 .filter(|r| (start..=end).contains(&r.sequence_number))
-                .map(|r| {
-                    kinesis_record(
-                        STREAM_ARN,
-                        &shard.id,
-                        &r.sequence_number.to_string(),
-                        &r.partition_key,
-                        r.arrival,
-                        r.data.to_vec(),
-                    )
-                })
+                .map(|r| delivered(&shard.id, r))
                 .collect();
             Some(recs)
         })?;
