@@ -69,52 +69,36 @@ impl OpsTables {
         lo: String,
         hi: String,
     ) -> Result<Vec<Item>> {
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .client
-                .query()
-                .table_name(table)
-                .key_condition_expression("#l = :l")
-                .filter_expression("#t BETWEEN :lo AND :hi")
-                .expression_attribute_names("#l", a::LICENSE_ARN)
-                .expression_attribute_names("#t", attr)
-                .expression_attribute_values(":l", Av::S(license.to_owned()))
-                .expression_attribute_values(":lo", Av::S(lo.clone()))
-                .expression_attribute_values(":hi", Av::S(hi.clone()))
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(dynamo_err("Query", table))?;
-            out.extend(page.items.unwrap_or_default());
-            start = page.last_evaluated_key;
-            if start.is_none() {
-                return Ok(out);
-            }
-        }
+        self.client
+            .query()
+            .table_name(table)
+            .key_condition_expression("#l = :l")
+            .filter_expression("#t BETWEEN :lo AND :hi")
+            .expression_attribute_names("#l", a::LICENSE_ARN)
+            .expression_attribute_names("#t", attr)
+            .expression_attribute_values(":l", Av::S(license.to_owned()))
+            .expression_attribute_values(":lo", Av::S(lo))
+            .expression_attribute_values(":hi", Av::S(hi))
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .map_err(dynamo_err("Query", table))
     }
 
     /// Every item of `table`, page by page (only `attrs` when given).
     async fn scan(&self, table: &str, attrs: Option<&str>) -> Result<Vec<Item>> {
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .client
-                .scan()
-                .table_name(table)
-                .set_projection_expression(attrs.map(str::to_owned))
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(dynamo_err("Scan", table))?;
-            out.extend(page.items.unwrap_or_default());
-            start = page.last_evaluated_key;
-            if start.is_none() {
-                return Ok(out);
-            }
-        }
+        self.client
+            .scan()
+            .table_name(table)
+            .set_projection_expression(attrs.map(str::to_owned))
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .map_err(dynamo_err("Scan", table))
     }
 
     /// The licenses to read: `explicit`, else every license with an aggregated record or a
@@ -178,29 +162,24 @@ impl OpsTables {
         let Some(table) = &self.subscribers else {
             return Ok(Vec::new());
         };
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .client
-                .query()
-                .table_name(table)
-                .consistent_read(true)
-                .key_condition_expression("#l = :l")
-                .expression_attribute_names("#l", a::LICENSE_ARN)
-                .expression_attribute_values(":l", Av::S(license.to_owned()))
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(dynamo_err("Query", table))?;
-            for item in page.items.unwrap_or_default() {
-                out.push(subscription(table, license, &item)?);
-            }
-            start = page.last_evaluated_key;
-            if start.is_none() {
-                return Ok(out);
-            }
-        }
+        let items = self
+            .client
+            .query()
+            .table_name(table)
+            .consistent_read(true)
+            .key_condition_expression("#l = :l")
+            .expression_attribute_names("#l", a::LICENSE_ARN)
+            .expression_attribute_values(":l", Av::S(license.to_owned()))
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .map_err(dynamo_err("Query", table))?;
+        items
+            .iter()
+            .map(|item| subscription(table, license, item))
+            .collect()
     }
 
     /// The consumer's rejections of `licenses` in `from..=to`, by group-hour and reason (only

@@ -392,39 +392,37 @@ impl DynamoDbSubscriberStore {
         condition: &str,
         values: HashMap<String, Av>,
     ) -> Result<Vec<(LicenseKey, HashMap<String, Av>)>> {
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .index_name(index)
-                .key_condition_expression(condition)
-                .set_expression_attribute_values(Some(values.clone()))
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| ddb_err("Query", &format!("{}/{index}", self.table), e))?;
-            for item in page.items() {
+        let table = format!("{}/{index}", self.table);
+        let items = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(index)
+            .key_condition_expression(condition)
+            .set_expression_attribute_values(Some(values))
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .map_err(|e| ddb_err("Query", &table, e))?;
+        items
+            .into_iter()
+            .map(|item| {
                 let get = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
                 let (Some(license_arn), Some(account)) =
                     (get(LICENSE_ARN), get(CUSTOMER_AWS_ACCOUNT_ID))
                 else {
                     return Err(read::malformed(&self.table, "index entry without its keys"));
                 };
-                out.push((
+                Ok((
                     LicenseKey {
                         license_arn,
                         customer_aws_account_id: account,
                     },
-                    item.clone(),
-                ));
-            }
-            start = page.last_evaluated_key;
-            if start.is_none() {
-                return Ok(out);
-            }
-        }
+                    item,
+                ))
+            })
+            .collect()
     }
 }

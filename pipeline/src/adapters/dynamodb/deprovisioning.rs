@@ -34,21 +34,22 @@ impl DynamoDbDeprovisioningIndex {
 #[async_trait]
 impl DeprovisioningIndex for DynamoDbDeprovisioningIndex {
     async fn active(&self) -> Result<Vec<Deprovisioning>> {
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .index_name(DEPROVISIONING_INDEX)
-                .key_condition_expression("deprovisioningPendingFlag = :f")
-                .expression_attribute_values(":f", s(DEPROVISIONING_PENDING_FLAG))
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| ddb_err("Query", &self.table, e))?;
-            for item in page.items() {
+        let items = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(DEPROVISIONING_INDEX)
+            .key_condition_expression("deprovisioningPendingFlag = :f")
+            .expression_attribute_values(":f", s(DEPROVISIONING_PENDING_FLAG))
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .map_err(|e| ddb_err("Query", &self.table, e))?;
+        items
+            .iter()
+            .map(|item| {
                 let get = |k: &str| item.get(k).and_then(|v| v.as_s().ok());
                 let (Some(l), Some(acct), Some(exp)) = (
                     get(a::LICENSE_ARN),
@@ -65,16 +66,12 @@ impl DeprovisioningIndex for DynamoDbDeprovisioningIndex {
                         malformed(&self.table, format!("bad deprovisioningExpiry {exp:?}"))
                     })?
                     .with_timezone(&Utc);
-                out.push(Deprovisioning {
+                Ok(Deprovisioning {
                     license_arn: l.clone(),
                     customer_aws_account_id: acct.clone(),
                     expiry,
-                });
-            }
-            start = page.last_evaluated_key;
-            if start.is_none() {
-                return Ok(out);
-            }
-        }
+                })
+            })
+            .collect()
     }
 }

@@ -83,29 +83,24 @@ impl WatermarkStore for DynamoDbWatermarkStore {
     }
 
     async fn shards(&self, stream: &str) -> Result<Vec<ShardWatermark>> {
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .consistent_read(true)
-                .key_condition_expression("#s = :s")
-                .expression_attribute_names("#s", WATERMARK_STREAM)
-                .expression_attribute_values(":s", s(stream))
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| ddb_err("Query", &self.table, e))?;
-            for item in page.items() {
-                out.push(watermark_from_item(&self.table, item)?);
-            }
-            start = page.last_evaluated_key;
-            if start.is_none() {
-                return Ok(out);
-            }
-        }
+        let items = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .consistent_read(true)
+            .key_condition_expression("#s = :s")
+            .expression_attribute_names("#s", WATERMARK_STREAM)
+            .expression_attribute_values(":s", s(stream))
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .map_err(|e| ddb_err("Query", &self.table, e))?;
+        items
+            .iter()
+            .map(|item| watermark_from_item(&self.table, item))
+            .collect()
     }
 }
 
