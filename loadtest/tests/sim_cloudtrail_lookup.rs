@@ -4,10 +4,9 @@
 //! reader running at the same moment is throttled — and must still read every call. Each test
 //! runs its own simulator on 127.0.0.1:0; no emulator stack.
 
-use aws_config::{BehaviorVersion, Region, retry::RetryConfig};
+use aws_config::{Region, retry::RetryConfig};
 use aws_credential_types::Credentials;
 use aws_sdk_marketplacemetering::types::UsageRecord;
-use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
 use aws_smithy_types::DateTime as SdkTime;
 use awsmp_loadtest::sim::{Catalog, SimConfig, spawn_on};
 use awsmp_pipeline::adapters::cloudtrail::CloudTrailMeteringTrail;
@@ -23,11 +22,7 @@ fn license(i: usize) -> String {
 }
 
 async fn sdk_config(url: &str) -> aws_config::SdkConfig {
-    let http = aws_smithy_http_client::Builder::new()
-        .tls_provider(Provider::Rustls(CryptoMode::Ring))
-        .build_https();
-    aws_config::defaults(BehaviorVersion::latest())
-        .http_client(http)
+    awsmp_pipeline::aws::config_loader()
         .region(Region::new("us-east-1"))
         .credentials_provider(Credentials::from_keys("awsmp-test", "awsmp-test", None))
         .endpoint_url(url)

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use aws_config::{BehaviorVersion, Region, retry::RetryConfig};
+use aws_config::{Region, retry::RetryConfig};
 use aws_credential_types::Credentials;
 use aws_sdk_marketplacemetering::Client;
 use aws_sdk_marketplacemetering::operation::batch_meter_usage::{
@@ -14,7 +14,6 @@ use aws_sdk_marketplacemetering::operation::batch_meter_usage::{
 use aws_sdk_marketplacemetering::types::{
     Tag, UsageAllocation, UsageRecord, UsageRecordResultStatus,
 };
-use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
 use aws_smithy_types::DateTime as SdkTime;
 use awsmp_loadtest::sim::{Catalog, SimConfig, SimError, SimHandle, spawn_on};
 use awsmp_pipeline::metering_client::metering_client;
@@ -60,11 +59,7 @@ struct Env {
 }
 
 async fn sdk_config(url: &str, retry: RetryConfig) -> aws_config::SdkConfig {
-    let http = aws_smithy_http_client::Builder::new()
-        .tls_provider(Provider::Rustls(CryptoMode::Ring))
-        .build_https();
-    aws_config::defaults(BehaviorVersion::latest())
-        .http_client(http)
+    awsmp_pipeline::aws::config_loader()
         .region(Region::new("us-east-1"))
         .credentials_provider(Credentials::from_keys("awsmp-test", "awsmp-test", None))
         .endpoint_url(url)

@@ -113,18 +113,12 @@ impl LocalEnv {
 
     /// SDK configuration pointed at these endpoints (without touching the process environment).
     pub async fn sdk_config(&self) -> aws_config::SdkConfig {
-        use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
-        let http = aws_smithy_http_client::Builder::new()
-            .tls_provider(Provider::Rustls(CryptoMode::Ring))
-            .build_https();
-        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .http_client(http)
-            .region(aws_config::Region::new(
-                self.vars
-                    .get("AWS_REGION")
-                    .cloned()
-                    .unwrap_or_else(|| LOCAL_REGION.into()),
-            ));
+        let mut loader = awsmp_pipeline::aws::config_loader().region(aws_config::Region::new(
+            self.vars
+                .get("AWS_REGION")
+                .cloned()
+                .unwrap_or_else(|| LOCAL_REGION.into()),
+        ));
         // Keys given (the local stack's dummies, or a session's): use exactly those. Otherwise
         // the SDK's default chain (a real deployment: profile, SSO, instance role…).
         if let (Some(id), Some(secret)) = (
