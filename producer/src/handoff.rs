@@ -12,9 +12,10 @@ use tokio::time::Instant;
 
 use crate::config::ProducerConfig;
 use crate::event::Event;
+use crate::event_id::IdGenerator;
+use crate::fold::{FoldTable, Folded};
 use crate::metrics::{Metrics, StatCounters};
 use crate::outcome::{FlushOutcome, Undelivered, UndeliveredCallback};
-use crate::wire::decode_payload;
 
 /// Bytes charged per user record on top of its payload and partition key: the bookkeeping the
 /// producer keeps for it while it is held.
@@ -45,6 +46,8 @@ pub(crate) struct Staging {
     first: Notify,
     /// The staged bytes crossed `trigger`.
     full: Notify,
+    /// The open window's sums (collapse): events are added there instead of pushed.
+    folds: FoldTable,
 }
 
 #[derive(Default)]
@@ -62,6 +65,7 @@ impl Staging {
             trigger,
             first: Notify::new(),
             full: Notify::new(),
+            folds: FoldTable::new(),
         }
     }
 
@@ -89,6 +93,31 @@ impl Staging {
             // the task can take.
             self.bytes.fetch_add(bytes, Ordering::SeqCst)
         };
+        self.wake(before, bytes);
+        Ok(())
+    }
+
+    /// Adds the validated `event` to its window's sum (collapse), charged `bytes`; gives it
+    /// back once the task has taken its last. `default_producer_id` is written for an event
+    /// without a producer id.
+    #[allow(clippy::result_large_err)]
+    pub fn fold(
+        &self,
+        event: Event,
+        default_producer_id: Option<&str>,
+        bytes: usize,
+        payload_len: usize,
+    ) -> Result<(), Event> {
+        let before = self
+            .folds
+            .add(event, default_producer_id, bytes, payload_len, &self.bytes)?;
+        self.wake(before, bytes);
+        Ok(())
+    }
+
+    /// Wakes the task when `bytes` staged onto `before` make the staging area non-empty or
+    /// cross the size trigger: at most twice per window, never per event.
+    fn wake(&self, before: usize, bytes: usize) {
         // A wake-up with nobody waiting is kept for the task's next wait.
         if before == 0 {
             self.first.notify_one();
@@ -96,7 +125,11 @@ impl Staging {
         if before < self.trigger && before + bytes >= self.trigger {
             self.full.notify_one();
         }
-        Ok(())
+    }
+
+    /// Takes the window's sums into `f`; with `seal`, refuses later adds.
+    pub fn take_folded(&self, seal: bool, f: impl FnMut(Folded)) {
+        self.folds.drain(seal, &self.bytes, f);
     }
 
     /// Takes everything staged, shard by shard, into `f`; with `seal`, refuses later pushes.
@@ -141,6 +174,8 @@ pub(crate) struct EngineParts<S, M> {
     pub on_undelivered: Option<UndeliveredCallback>,
     pub metrics: Metrics,
     pub stats: Arc<StatCounters>,
+    /// The instance's id generator: collapse names its sums when their window closes.
+    pub ids: Arc<IdGenerator>,
 }
 
 /// Bytes held against the buffer bound; released when dropped.
@@ -182,29 +217,11 @@ impl Drop for Reservation {
     }
 }
 
-/// A validated event on its way to the background task.
+/// A validated, encoded event on its way to the background task (no collapse).
 pub(crate) struct Incoming {
-    pub body: Body,
+    pub payload: Bytes,
     pub partition_key: String,
     pub hash: u128,
     pub enqueued_at: Instant,
     pub reservation: Reservation,
-}
-
-pub(crate) enum Body {
-    /// Encoded payload (no collapse).
-    Encoded(Bytes),
-    /// The event itself, kept for collapse.
-    Event { event: Event, payload_len: usize },
-}
-
-impl Incoming {
-    /// The event back, for a caller whose command could not be sent.
-    pub fn into_event(self) -> Option<Event> {
-        match self.body {
-            Body::Event { event, .. } => Some(event),
-            // Our own payload always decodes (tested property); `None` only on a bug.
-            Body::Encoded(p) => decode_payload(&p).ok(),
-        }
-    }
 }

@@ -25,7 +25,7 @@ pub fn partition_key(license_arn: &str, customer_aws_account_id: &str, dimension
         joined
     } else {
         let digest = Md5::digest(joined.as_bytes());
-        let mut s = String::with_capacity(34);
+        let mut s = String::with_capacity(DIGEST_KEY_LEN);
         s.push_str("g:");
         for b in digest.as_slice() {
             s.push_str(&format!("{b:02x}"));
@@ -33,6 +33,26 @@ pub fn partition_key(license_arn: &str, customer_aws_account_id: &str, dimension
         s
     }
 }
+
+/// The length of [`partition_key`]`(license_arn, customer_aws_account_id, dimension)`,
+/// without building it.
+pub fn partition_key_len(
+    license_arn: &str,
+    customer_aws_account_id: &str,
+    dimension: &str,
+) -> usize {
+    let parts = [license_arn, customer_aws_account_id, dimension];
+    let len = parts.iter().map(|p| p.len()).sum::<usize>() + 2;
+    let chars = || parts.iter().map(|p| p.chars().count()).sum::<usize>() + 2;
+    if len <= MAX_PARTITION_KEY_CHARS || chars() <= MAX_PARTITION_KEY_CHARS {
+        len
+    } else {
+        DIGEST_KEY_LEN
+    }
+}
+
+/// `g:` and 32 hex digits.
+const DIGEST_KEY_LEN: usize = 34;
 
 /// Kinesis's routing hash: MD5 of the partition key's UTF-8 bytes as a big-endian 128-bit integer.
 pub fn partition_hash(partition_key: &str) -> u128 {
@@ -144,6 +164,17 @@ mod tests {
         assert!(a.starts_with("g:") && a.len() == 34);
         assert_eq!(a, partition_key("arn", "123456789012", &long_dim));
         assert_ne!(a, partition_key("arn", "123456789013", &long_dim));
+        for (l, acct, d) in [
+            ("arn", "123456789012", long_dim.as_str()),
+            ("arn", "1", "é".repeat(127).as_str()),
+            ("arn", "1", "é".repeat(126).as_str()),
+            ("arn", "1", "reqs"),
+        ] {
+            assert_eq!(
+                partition_key_len(l, acct, d),
+                partition_key(l, acct, d).len()
+            );
+        }
     }
 
     #[test]

@@ -12,26 +12,34 @@ use crate::config::{ProducerConfig, RetryPolicy};
 use crate::engine;
 use crate::error::{ProducerError, ValidationError};
 use crate::event::{Event, truncate_to_millis};
-use crate::event_id::IdGenerator;
-use crate::handoff::{
-    Body, Command, EngineParts, Incoming, RECORD_OVERHEAD_BYTES, Reservation, Staging,
-};
+use crate::event_id::{GeneratedId, IdGenerator};
+use crate::handoff::{Command, EngineParts, Incoming, RECORD_OVERHEAD_BYTES, Reservation, Staging};
 use crate::limits::MAX_RECORD_BYTES;
 use crate::metrics::{Metrics, ProducerStats, StatCounters};
 use crate::outcome::{FlushOutcome, Undelivered, UndeliveredCallback};
-use crate::partition::{partition_hash, partition_key};
+use crate::partition::{partition_hash, partition_key, partition_key_len};
 use crate::shards::{KinesisShardMapSource, ShardMapSource};
 use crate::sink::{KinesisRecordSink, RecordSink};
-use crate::wire::{WireVersion, single_len};
+use crate::wire::{WireVersion, encode_single_as, single_len_as};
 
+/// A validated event on its way to the staging area, charged `cost` bytes.
 struct Prepared {
     event: Event,
-    /// The encoded payload (no collapse), or only its length (collapse encodes the sums).
-    payload: Option<Bytes>,
-    payload_len: usize,
-    partition_key: String,
-    hash: u128,
+    /// The id generated for it here (written into `event` only if the event goes back).
+    generated: Option<GeneratedId>,
+    route: Route,
     cost: usize,
+}
+
+enum Route {
+    /// No collapse: the encoded payload.
+    Encoded {
+        payload: Bytes,
+        partition_key: String,
+        hash: u128,
+    },
+    /// Collapse: added to its window's sum; `payload_len` bounds its encoded size.
+    Fold { payload_len: usize },
 }
 
 struct Shared {
@@ -43,7 +51,7 @@ struct Shared {
     metrics: Metrics,
     stats: Arc<StatCounters>,
     /// Generated event ids of this instance (its epoch and per-lane sequences).
-    ids: IdGenerator,
+    ids: Arc<IdGenerator>,
 }
 
 /// Buffers, packs and ships usage events to Kinesis from a background task. Cheap to clone;
@@ -83,7 +91,10 @@ impl Producer {
         } else {
             match self.shared.sem.acquire_many(cost).await {
                 Ok(permit) => permit.forget(),
-                Err(_) => return Err(ProducerError::Closed(Some(Box::new(p.event)))),
+                Err(_) => {
+                    let event = self.give_back(p.event, p.generated);
+                    return Err(ProducerError::Closed(Some(Box::new(event))));
+                }
             }
         }
         self.stage(p)
@@ -91,13 +102,92 @@ impl Producer {
 
     /// Leaves a prepared event (its bytes charged) for the background task.
     fn stage(&self, p: Prepared) -> Result<(), ProducerError> {
-        match self.shared.staging.push(self.incoming(p)) {
+        let Prepared {
+            event,
+            generated,
+            route,
+            cost,
+        } = p;
+        let staged = match route {
+            Route::Encoded {
+                payload,
+                partition_key,
+                hash,
+            } => {
+                let incoming = Incoming {
+                    payload,
+                    hash,
+                    partition_key,
+                    enqueued_at: Instant::now(),
+                    reservation: Reservation::new(self.shared.sem.clone(), cost),
+                };
+                match self.shared.staging.push(incoming) {
+                    Ok(()) => Ok(()),
+                    // The event's bytes are released with the refused reservation.
+                    Err(_) => Err((event, generated)),
+                }
+            }
+            Route::Fold { payload_len } => {
+                let default_producer_id = self.shared.config.producer_id.as_deref();
+                match self
+                    .shared
+                    .staging
+                    .fold(event, default_producer_id, cost, payload_len)
+                {
+                    Ok(()) => Ok(()),
+                    Err(event) => {
+                        self.shared.sem.add_permits(cost);
+                        Err((event, None))
+                    }
+                }
+            }
+        };
+        match staged {
             Ok(()) => {
                 self.accepted();
                 Ok(())
             }
             // The background task took its last events (shutdown); the event is ours to give back.
-            Err(incoming) => Err(ProducerError::Closed(incoming.into_event().map(Box::new))),
+            Err((event, generated)) => Err(ProducerError::Closed(Some(Box::new(
+                self.give_back(event, generated),
+            )))),
+        }
+    }
+
+    /// The producer id written for `event`: its own, else the configured default (borrowed:
+    /// an event is never given a copy of it unless it goes back to the caller).
+    fn producer_id_of<'a>(&'a self, event: &'a Event) -> Option<&'a str> {
+        event
+            .producer_id
+            .as_deref()
+            .or(self.shared.config.producer_id.as_deref())
+    }
+
+    /// `event` as the caller gets it back: its producer id filled in, and an id — the one
+    /// generated for it, or (collapse, which names events only when their window closes) a
+    /// new one — so a retry keeps it.
+    fn give_back(&self, mut event: Event, generated: Option<GeneratedId>) -> Event {
+        self.complete(&mut event, generated);
+        event
+    }
+
+    /// Fills in `event`'s producer id and id as [`Producer::give_back`] describes.
+    fn complete(&self, event: &mut Event, generated: Option<GeneratedId>) {
+        if event.producer_id.is_none() {
+            event.producer_id = self.shared.config.producer_id.clone();
+        }
+        let ids = &self.shared.ids;
+        match generated {
+            Some(id) => event.event_id = ids.render(id),
+            None if event.event_id.is_empty() => {
+                let pk = partition_key(
+                    &event.license_arn,
+                    &event.customer_aws_account_id,
+                    &event.dimension,
+                );
+                event.event_id = ids.render(ids.next_id(partition_hash(&pk)));
+            }
+            None => {}
         }
     }
 
@@ -109,10 +199,12 @@ impl Producer {
             Ok(permit) => permit,
             Err(tokio::sync::TryAcquireError::NoPermits) => {
                 self.shared.metrics.refused("Full");
-                return Err(ProducerError::Full(Box::new(p.event)));
+                let event = self.give_back(p.event, p.generated);
+                return Err(ProducerError::Full(Box::new(event)));
             }
             Err(tokio::sync::TryAcquireError::Closed) => {
-                return Err(ProducerError::Closed(Some(Box::new(p.event))));
+                let event = self.give_back(p.event, p.generated);
+                return Err(ProducerError::Closed(Some(Box::new(event))));
             }
         };
         permit.forget();
@@ -188,46 +280,38 @@ impl Producer {
 
     fn prepare(&self, mut event: Event) -> Result<Prepared, ProducerError> {
         if self.shared.closed.load(Ordering::Relaxed) {
+            let event = self.give_back(event, None);
             return Err(ProducerError::Closed(Some(Box::new(event))));
-        }
-        if event.producer_id.is_none() {
-            event.producer_id = self.shared.config.producer_id.clone();
         }
         event.timestamp = truncate_to_millis(event.timestamp);
         let invalid = |source: ValidationError, event: Event| {
             self.shared.metrics.refused(source.reason());
             ProducerError::Invalid {
                 source,
-                event: Box::new(event),
+                event: Box::new(self.give_back(event, None)),
             }
         };
         if let Err(e) = event.validate(true) {
             return Err(invalid(e, event));
         }
-        let pk = partition_key(
-            &event.license_arn,
-            &event.customer_aws_account_id,
-            &event.dimension,
-        );
-        let hash = partition_hash(&pk);
-        let mut generated = None;
-        if event.event_id.is_empty() {
-            // `p:{epoch}:{lane}:{seq}`: deduplicated by sequence, not by a claim per event.
-            let id = self.shared.ids.next_id(hash);
-            event.event_id = self.shared.ids.render(id);
-            generated = Some(id);
-        }
         let config = &self.shared.config;
-        // Collapse encodes the window's sums: a v2 event needs only its length here.
-        let (payload, payload_len) = match (config.collapse, config.wire_version) {
-            (true, WireVersion::V2) => (None, single_len(&event, generated)),
-            (collapse, version) => {
-                let payload = version.encode_bytes(&event, generated);
-                let len = payload.len();
-                ((!collapse).then_some(payload), len)
+        let (generated, route, pk_len) = match (config.collapse, config.wire_version) {
+            (true, version) => {
+                let payload_len = self.fold_payload_len(&mut event, version);
+                let pk_len = partition_key_len(
+                    &event.license_arn,
+                    &event.customer_aws_account_id,
+                    &event.dimension,
+                );
+                (None, Route::Fold { payload_len }, pk_len)
             }
+            (false, version) => self.encode_plain(&mut event, version),
         };
-        let size = payload_len + pk.len();
+        let payload_len = match &route {
+            Route::Encoded { payload, .. } => payload.len(),
+            Route::Fold { payload_len } => *payload_len,
+        };
+        let size = payload_len + pk_len;
         if size > MAX_RECORD_BYTES {
             let e = ValidationError::EventTooLarge {
                 bytes: size,
@@ -235,7 +319,7 @@ impl Producer {
             };
             return Err(invalid(e, event));
         }
-        let cost = Self::buffer_cost(payload_len, pk.len());
+        let cost = Self::buffer_cost(payload_len, pk_len);
         if cost > self.shared.config.max_buffered_bytes {
             let e = ValidationError::EventTooLarge {
                 bytes: cost,
@@ -245,28 +329,62 @@ impl Producer {
         }
         Ok(Prepared {
             event,
-            payload,
-            payload_len,
-            partition_key: pk,
-            hash,
+            generated,
+            route,
             cost,
         })
     }
 
-    fn incoming(&self, p: Prepared) -> Incoming {
-        let body = match p.payload {
-            Some(payload) => Body::Encoded(payload),
-            None => Body::Event {
-                payload_len: p.payload_len,
-                event: p.event,
-            },
+    /// No collapse: the event's id (generated if it has none), partition key and payload.
+    fn encode_plain(
+        &self,
+        event: &mut Event,
+        version: WireVersion,
+    ) -> (Option<GeneratedId>, Route, usize) {
+        let pk = partition_key(
+            &event.license_arn,
+            &event.customer_aws_account_id,
+            &event.dimension,
+        );
+        let hash = partition_hash(&pk);
+        // `p:{epoch}:{lane}:{seq}`: deduplicated by sequence, not by a claim per event.
+        let generated = event
+            .event_id
+            .is_empty()
+            .then(|| self.shared.ids.next_id(hash));
+        let payload = match version {
+            WireVersion::V2 => encode_single_as(event, self.producer_id_of(event), generated),
+            WireVersion::V1 => {
+                self.complete(event, generated);
+                version.encode_bytes(event, generated)
+            }
         };
-        Incoming {
-            body,
-            hash: p.hash,
-            partition_key: p.partition_key,
-            enqueued_at: Instant::now(),
-            reservation: Reservation::new(self.shared.sem.clone(), p.cost),
+        let pk_len = pk.len();
+        let route = Route::Encoded {
+            payload,
+            partition_key: pk,
+            hash,
+        };
+        (generated, route, pk_len)
+    }
+
+    /// What a collapsed event is charged for its payload before its window's sum is encoded:
+    /// its size with the longest id it can be given (v2 sizes it; v1, the JSON fallback,
+    /// encodes it with its producer id).
+    fn fold_payload_len(&self, event: &mut Event, version: WireVersion) -> usize {
+        let placeholder = event
+            .event_id
+            .is_empty()
+            .then(|| self.shared.ids.longest_id());
+        match version {
+            WireVersion::V2 => single_len_as(event, self.producer_id_of(event), placeholder),
+            WireVersion::V1 => {
+                if event.producer_id.is_none() {
+                    event.producer_id = self.shared.config.producer_id.clone();
+                }
+                let id_len = placeholder.map_or(0, |g| g.to_string().len());
+                version.encode(event).len() + id_len
+            }
         }
     }
 }
@@ -453,6 +571,7 @@ impl ProducerBuilder {
         let metrics = Metrics::new(&config.stream_name);
         let stats = Arc::new(StatCounters::default());
         let staging = Arc::new(Staging::new(engine::size_trigger(&config)));
+        let ids = Arc::new(IdGenerator::new());
         engine::spawn(
             &runtime,
             EngineParts {
@@ -465,6 +584,7 @@ impl ProducerBuilder {
                 on_undelivered: self.on_undelivered,
                 metrics: metrics.clone(),
                 stats: stats.clone(),
+                ids: ids.clone(),
             },
         );
         Ok(Producer {
@@ -476,7 +596,7 @@ impl ProducerBuilder {
                 closed: AtomicBool::new(false),
                 metrics,
                 stats,
-                ids: IdGenerator::new(),
+                ids,
             }),
         })
     }

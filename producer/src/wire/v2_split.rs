@@ -13,15 +13,25 @@ use crate::event_id::GeneratedId;
 /// The length of [`encode_single_bytes`]`(event, generated)` without encoding: what the
 /// producer charges a collapsed event for before the window's sums are encoded.
 pub fn single_len(event: &Event, generated: Option<GeneratedId>) -> usize {
-    let id = generated.or_else(|| {
-        GeneratedId::parse(&event.event_id).filter(|g| g.to_string() == event.event_id)
-    });
-    resolved_single_len(event, id)
+    single_len_as(event, event.producer_id.as_deref(), generated)
+}
+
+/// The length of [`super::encode_single_as`]`(event, producer_id, generated)`.
+pub fn single_len_as(
+    event: &Event,
+    producer_id: Option<&str>,
+    generated: Option<GeneratedId>,
+) -> usize {
+    resolved_single_len(event, producer_id, super::resolve_id(event, generated))
 }
 
 /// [`single_len`] with the id already resolved: `Some` exactly when it is written as a
 /// generated id.
-pub(super) fn resolved_single_len(event: &Event, id: Option<GeneratedId>) -> usize {
+pub(super) fn resolved_single_len(
+    event: &Event,
+    producer_id: Option<&str>,
+    id: Option<GeneratedId>,
+) -> usize {
     let varint = |v: u64| 1 + encoded_len_varint(v);
     let mut fields = varint(event.timestamp.timestamp_millis() as u64);
     if event.quantity != 0 {
@@ -47,7 +57,7 @@ pub(super) fn resolved_single_len(event: &Event, id: Option<GeneratedId>) -> usi
         }
         fields += bytes_field_len(m);
     }
-    HEADER_LEN + bytes_field_len(entry_len(event, id.map(|g| g.epoch))) + fields
+    HEADER_LEN + bytes_field_len(entry_len(event, producer_id, id.map(|g| g.epoch))) + fields
 }
 
 /// A v2 single split for an aggregate: its table entry and its event fields, both slices of
