@@ -149,21 +149,13 @@ pub fn encode_single_as(
     producer_id: Option<&str>,
     generated: Option<GeneratedId>,
 ) -> Bytes {
-    let id = resolve_id(event, generated);
+    let id = split::resolve_id(event, generated);
     // The exact size: a full buffer freezes into `Bytes` without another allocation.
     let len = split::resolved_single_len(event, producer_id, id);
     let mut out = BytesMut::with_capacity(len);
     write_single(&mut out, event, producer_id, id);
     debug_assert_eq!(out.len(), len, "single_len matches the encoding");
     out.freeze()
-}
-
-/// The id written as generated: `generated`, else the event's id when it is of the exact
-/// generated form (docs/row-contract.md, "Event ids": the one that reads back to the same
-/// string).
-fn resolve_id(event: &Event, generated: Option<GeneratedId>) -> Option<GeneratedId> {
-    generated
-        .or_else(|| GeneratedId::parse(&event.event_id).filter(|g| g.to_string() == event.event_id))
 }
 
 /// Appends the single of `event` (id resolved, `producer_id` the one written) to `out`.

@@ -22,7 +22,15 @@ pub fn single_len_as(
     producer_id: Option<&str>,
     generated: Option<GeneratedId>,
 ) -> usize {
-    resolved_single_len(event, producer_id, super::resolve_id(event, generated))
+    resolved_single_len(event, producer_id, resolve_id(event, generated))
+}
+
+/// The id written as generated: `generated`, else the event's id when it is of the exact
+/// generated form (docs/row-contract.md, "Event ids": the one that reads back to the same
+/// string).
+pub(super) fn resolve_id(event: &Event, generated: Option<GeneratedId>) -> Option<GeneratedId> {
+    generated
+        .or_else(|| GeneratedId::parse(&event.event_id).filter(|g| g.to_string() == event.event_id))
 }
 
 /// [`single_len`] with the id already resolved: `Some` exactly when it is written as a
