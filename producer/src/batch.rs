@@ -71,19 +71,22 @@ pub fn pack<M>(
         let mut current: Vec<UserRec<M>> = Vec::new();
         let mut builder = Builder::new(v2);
         for (u, split) in group.into_iter().zip(splits) {
-            let limit = max_aggregate_bytes.min(
-                MAX_RECORD_BYTES
-                    - current
-                        .first()
-                        .map_or(u.partition_key.len(), |f| f.partition_key.len()),
-            );
-            if !current.is_empty() && builder.len_with(&u, split.as_ref()) > limit {
+            let limit = |current: &[UserRec<M>]| {
+                max_aggregate_bytes.min(
+                    MAX_RECORD_BYTES
+                        - current
+                            .first()
+                            .map_or(u.partition_key.len(), |f| f.partition_key.len()),
+                )
+            };
+            if !builder.add_within(&u, split.as_ref(), limit(&current)) {
                 out.push(finish(
                     std::mem::take(&mut current),
                     std::mem::replace(&mut builder, Builder::new(v2)),
                 ));
+                let added = builder.add_within(&u, split.as_ref(), limit(&current));
+                debug_assert!(added, "an empty aggregate takes any user record");
             }
-            builder.add(&u, split);
             current.push(u);
         }
         if !current.is_empty() {
@@ -111,23 +114,25 @@ impl Builder {
         }
     }
 
-    /// `split`: the user record's entry and fields (every one of a v2 group has them).
-    fn len_with<M>(&self, u: &UserRec<M>, split: Option<&Split>) -> usize {
+    /// Adds `u` (`split`: its entry and fields; every one of a v2 group has them) if the
+    /// aggregate stays within `limit` bytes, or when it is empty; returns whether it did.
+    fn add_within<M>(&mut self, u: &UserRec<M>, split: Option<&Split>, limit: usize) -> bool {
         match (self, split) {
-            (Builder::V2(b), Some((entry, fields))) => {
-                b.encoded_len_with_split(&u.partition_key, &u.payload[entry.clone()], fields.len())
+            (Builder::V2(b), Some((entry, fields))) => b.add_split_within(
+                &u.partition_key,
+                &u.payload[entry.clone()],
+                &u.payload[fields.clone()],
+                limit,
+            ),
+            (Builder::V1(b), _) => {
+                if !b.is_empty()
+                    && b.encoded_len_with(&u.partition_key, None, u.payload.len()) > limit
+                {
+                    return false;
+                }
+                b.add(&u.partition_key, None, u.payload.clone());
+                true
             }
-            (Builder::V1(b), _) => b.encoded_len_with(&u.partition_key, None, u.payload.len()),
-            (Builder::V2(_), None) => unreachable!("every payload of a v2 group is a single"),
-        }
-    }
-
-    fn add<M>(&mut self, u: &UserRec<M>, split: Option<Split>) {
-        match (self, split) {
-            (Builder::V2(b), Some((entry, fields))) => {
-                b.add_split(&u.partition_key, &u.payload[entry], &u.payload[fields]);
-            }
-            (Builder::V1(b), _) => b.add(&u.partition_key, None, u.payload.clone()),
             (Builder::V2(_), None) => unreachable!("every payload of a v2 group is a single"),
         }
     }
