@@ -235,7 +235,12 @@ impl FoldTable {
                 let mut s = Self::lock(shard);
                 s.sealed |= seal;
                 s.index.clear();
-                let buckets = std::mem::take(&mut s.buckets);
+                if s.buckets.is_empty() {
+                    continue;
+                }
+                // The next window starts with room for as many sums: no regrowth per window.
+                let room = s.buckets.len();
+                let buckets = std::mem::replace(&mut s.buckets, Vec::with_capacity(room));
                 let taken: usize = buckets.iter().map(|b| b.bytes).sum();
                 staged.fetch_sub(taken, Ordering::SeqCst);
                 buckets

@@ -134,6 +134,11 @@ impl Staging {
 
     /// Takes everything staged, shard by shard, into `f`; with `seal`, refuses later pushes.
     pub fn take(&self, seal: bool, mut f: impl FnMut(Incoming)) {
+        // Nothing staged (a push not counted yet is taken next time: its count wakes the
+        // task): no lock taken, so a task woken for other reasons never meets record().
+        if !seal && self.bytes.load(Ordering::SeqCst) == 0 {
+            return;
+        }
         for shard in &self.shards {
             let items = {
                 let mut s = Self::lock(shard);

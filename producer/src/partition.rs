@@ -62,6 +62,75 @@ pub fn partition_hash(partition_key: &str) -> u128 {
     u128::from_be_bytes(b)
 }
 
+/// Groups remembered per thread by [`keyed_group`]; past this the memory is dropped and
+/// refilled (a bound on memory, not on correctness).
+const KEY_CACHE_GROUPS: usize = 16 * 1024;
+
+/// One group's partition key and hash, computed once.
+struct CachedKey {
+    fields_hash: u64,
+    license_arn: String,
+    customer_aws_account_id: String,
+    dimension: String,
+    partition_key: String,
+    hash: u128,
+}
+
+thread_local! {
+    static KEY_CACHE: std::cell::RefCell<hashbrown::HashTable<CachedKey>> =
+        const { std::cell::RefCell::new(hashbrown::HashTable::new()) };
+}
+
+/// Fixed seed: the cache's own lookups only.
+const KEY_CACHE_HASHER: foldhash::fast::FixedState =
+    foldhash::fast::FixedState::with_seed(0x706b_5f63_6163_6865);
+
+/// [`partition_key`] and its [`partition_hash`], remembered per thread for the groups it
+/// sees often, so a hot group costs one lookup instead of an MD5 per event.
+pub(crate) fn keyed_group(
+    license_arn: &str,
+    customer_aws_account_id: &str,
+    dimension: &str,
+) -> (String, u128) {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = KEY_CACHE_HASHER.build_hasher();
+    for part in [license_arn, customer_aws_account_id, dimension] {
+        h.write(part.as_bytes());
+        h.write_u8(0xff);
+    }
+    let fields_hash = h.finish();
+    KEY_CACHE.with_borrow_mut(|cache| {
+        let found = cache.find(fields_hash, |c| {
+            c.fields_hash == fields_hash
+                && c.license_arn == license_arn
+                && c.customer_aws_account_id == customer_aws_account_id
+                && c.dimension == dimension
+        });
+        if let Some(c) = found {
+            return (c.partition_key.clone(), c.hash);
+        }
+        let partition_key = partition_key(license_arn, customer_aws_account_id, dimension);
+        let hash = partition_hash(&partition_key);
+        if cache.len() >= KEY_CACHE_GROUPS {
+            cache.clear();
+        }
+        let out = (partition_key.clone(), hash);
+        cache.insert_unique(
+            fields_hash,
+            CachedKey {
+                fields_hash,
+                license_arn: license_arn.to_owned(),
+                customer_aws_account_id: customer_aws_account_id.to_owned(),
+                dimension: dimension.to_owned(),
+                partition_key,
+                hash,
+            },
+            |c| c.fields_hash,
+        );
+        out
+    })
+}
+
 /// One open shard and the hash keys it owns (inclusive bounds).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardRange {
@@ -174,6 +243,22 @@ mod tests {
                 partition_key_len(l, acct, d),
                 partition_key(l, acct, d).len()
             );
+        }
+    }
+
+    #[test]
+    fn cached_keys_are_the_keys() {
+        let long_dim = "d".repeat(300);
+        for _ in 0..2 {
+            for (l, acct, d) in [
+                ("arn", "123456789012", long_dim.as_str()),
+                ("arn", "1", "reqs"),
+                ("arn|1", "", "reqs"),
+                ("arn", "1|", "reqs"),
+            ] {
+                let pk = partition_key(l, acct, d);
+                assert_eq!(keyed_group(l, acct, d), (pk.clone(), partition_hash(&pk)));
+            }
         }
     }
 

@@ -11,7 +11,7 @@ use crate::error::{ProducerError, ValidationError};
 use crate::event::{Event, truncate_to_millis};
 use crate::event_id::GeneratedId;
 use crate::limits::MAX_RECORD_BYTES;
-use crate::partition::{partition_hash, partition_key, partition_key_len};
+use crate::partition::{keyed_group, partition_hash, partition_key, partition_key_len};
 use crate::wire::{WireVersion, encode_single_as, single_len_as};
 
 /// A validated event on its way to the staging area, charged `cost` bytes.
@@ -135,12 +135,11 @@ impl Producer {
         event: &mut Event,
         version: WireVersion,
     ) -> (Option<GeneratedId>, Route, usize) {
-        let pk = partition_key(
+        let (pk, hash) = keyed_group(
             &event.license_arn,
             &event.customer_aws_account_id,
             &event.dimension,
         );
-        let hash = partition_hash(&pk);
         // `p:{epoch}:{lane}:{seq}`: deduplicated by sequence, not by a claim per event.
         let generated = event
             .event_id

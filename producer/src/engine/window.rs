@@ -11,7 +11,7 @@ use crate::config::ProducerConfig;
 use crate::fold::Folded;
 use crate::handoff::{Incoming, RECORD_OVERHEAD_BYTES, Reservation};
 use crate::limits::MAX_BYTES_PER_PUT;
-use crate::partition::{partition_hash, partition_key};
+use crate::partition::keyed_group;
 use crate::shards::ShardMapSource;
 use crate::sink::RecordSink;
 use crate::wire::{WireVersion, encode_event, encode_single_bytes};
@@ -135,12 +135,11 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
             bytes,
         } = f;
         *self.outstanding.entry(self.epoch).or_default() += constituents;
-        let pk = partition_key(
+        let (pk, hash) = keyed_group(
             &event.license_arn,
             &event.customer_aws_account_id,
             &event.dimension,
         );
-        let hash = partition_hash(&pk);
         let idgen = &self.parts.ids;
         // The constituents without an id take consecutive sequences of their lane.
         let first = (generated > 0).then(|| idgen.reserve(hash, generated));
