@@ -81,7 +81,7 @@ impl Staging {
     // allocation per event.
     #[allow(clippy::result_large_err)]
     pub fn push(&self, incoming: Incoming) -> Result<(), Incoming> {
-        let bytes = incoming.reservation.bytes();
+        let bytes = incoming.bytes;
         let ix = (incoming.hash >> (128 - STAGING_SHARDS.trailing_zeros())) as usize;
         let before = {
             let mut s = Self::lock(&self.shards[ix]);
@@ -143,8 +143,13 @@ impl Staging {
             let items = {
                 let mut s = Self::lock(shard);
                 s.sealed |= seal;
-                let items = std::mem::take(&mut s.items);
-                let taken: usize = items.iter().map(|i| i.reservation.bytes()).sum();
+                if s.items.is_empty() {
+                    continue;
+                }
+                // Room for as many: the next pushes do not regrow (or move) the vector.
+                let room = s.items.len();
+                let items = std::mem::replace(&mut s.items, Vec::with_capacity(room));
+                let taken: usize = items.iter().map(|i| i.bytes).sum();
                 self.bytes.fetch_sub(taken, Ordering::SeqCst);
                 items
             };
@@ -195,22 +200,10 @@ impl Reservation {
         Reservation { sem, bytes }
     }
 
-    pub fn bytes(&self) -> usize {
-        self.bytes
-    }
-
     /// Takes over `other`'s bytes.
     pub fn merge(&mut self, mut other: Reservation) {
         self.bytes += other.bytes;
         other.bytes = 0;
-    }
-
-    /// Releases everything above `bytes`.
-    pub fn shrink_to(&mut self, bytes: usize) {
-        if bytes < self.bytes {
-            self.sem.add_permits(self.bytes - bytes);
-            self.bytes = bytes;
-        }
     }
 }
 
@@ -228,5 +221,6 @@ pub(crate) struct Incoming {
     pub partition_key: String,
     pub hash: u128,
     pub enqueued_at: Instant,
-    pub reservation: Reservation,
+    /// Buffer bytes acquired (and forgotten) for it: the task takes charge of them.
+    pub bytes: usize,
 }

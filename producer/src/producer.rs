@@ -17,7 +17,7 @@ use crate::engine;
 use crate::error::ProducerError;
 use crate::event::Event;
 use crate::event_id::IdGenerator;
-use crate::handoff::{Command, EngineParts, Incoming, RECORD_OVERHEAD_BYTES, Reservation, Staging};
+use crate::handoff::{Command, EngineParts, Incoming, RECORD_OVERHEAD_BYTES, Staging};
 use crate::metrics::{Metrics, ProducerStats, StatCounters};
 use crate::outcome::{FlushOutcome, Undelivered, UndeliveredCallback};
 use crate::shards::{KinesisShardMapSource, ShardMapSource};
@@ -100,12 +100,14 @@ impl Producer {
                     hash,
                     partition_key,
                     enqueued_at: Instant::now(),
-                    reservation: Reservation::new(self.shared.sem.clone(), cost),
+                    bytes: cost,
                 };
                 match self.shared.staging.push(incoming) {
                     Ok(()) => Ok(()),
-                    // The event's bytes are released with the refused reservation.
-                    Err(_) => Err((event, generated)),
+                    Err(_) => {
+                        self.shared.sem.add_permits(cost);
+                        Err((event, generated))
+                    }
                 }
             }
             Route::Fold { payload_len } => {

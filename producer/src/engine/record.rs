@@ -11,7 +11,8 @@ pub(super) struct UserMeta {
     pub enqueued_at: Instant,
     pub epoch: u64,
     pub constituents: u64,
-    pub reservation: Reservation,
+    /// Buffer bytes it was charged (released with its record's reservation).
+    pub bytes: usize,
 }
 
 /// What is kept per user record once packed (its bytes are charged to the record).

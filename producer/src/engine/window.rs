@@ -39,18 +39,18 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
             partition_key,
             hash,
             enqueued_at,
-            reservation,
+            bytes,
         } = incoming;
         *self.outstanding.entry(self.epoch).or_default() += 1;
         let meta = UserMeta {
             enqueued_at,
             epoch: self.epoch,
             constituents: 1,
-            reservation,
+            bytes,
         };
         let w = &mut self.window;
         w.opened_at.get_or_insert_with(Instant::now);
-        w.bytes += meta.reservation.bytes();
+        w.bytes += meta.bytes;
         w.plain.push(UserRec {
             payload,
             partition_key,
@@ -158,8 +158,12 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
                 bytes::Bytes::from(encode_event(&event))
             }
         };
-        let mut reservation = Reservation::new(self.parts.sem.clone(), bytes);
-        reservation.shrink_to(payload.len() + pk.len() + RECORD_OVERHEAD_BYTES);
+        // Charged per constituent; the sum needs only its own bytes.
+        let needed = payload.len() + pk.len() + RECORD_OVERHEAD_BYTES;
+        if bytes > needed {
+            self.parts.sem.add_permits(bytes - needed);
+        }
+        let bytes = bytes.min(needed);
         UserRec {
             payload,
             hash,
@@ -168,7 +172,7 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
                 enqueued_at,
                 epoch: self.epoch,
                 constituents,
-                reservation,
+                bytes,
             },
         }
     }
@@ -179,7 +183,7 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
             .next()
             .expect("a record holds at least one user record");
         let mut oldest = first.enqueued_at;
-        let mut reservation = first.reservation;
+        let mut bytes = first.bytes;
         let mut users = vec![UserAck {
             enqueued_at: first.enqueued_at,
             epoch: first.epoch,
@@ -187,13 +191,15 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         }];
         for u in metas {
             oldest = oldest.min(u.enqueued_at);
-            reservation.merge(u.reservation);
+            bytes += u.bytes;
             users.push(UserAck {
                 enqueued_at: u.enqueued_at,
                 epoch: u.epoch,
                 constituents: u.constituents,
             });
         }
+        // One reservation per record: the buffer bytes of every user record inside it.
+        let reservation = Reservation::new(self.parts.sem.clone(), bytes);
         KRecord {
             size: p.entry.billed_size(),
             entry: p.entry,
