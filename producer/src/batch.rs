@@ -8,6 +8,7 @@ use bytes::Bytes;
 use crate::limits::{MAX_BYTES_PER_PUT, MAX_RECORD_BYTES, MAX_RECORDS_PER_PUT};
 use crate::sink::PutEntry;
 use std::ops::Range;
+use std::sync::Arc;
 
 use crate::wire::v2::split_single_ranges;
 use crate::wire::{AggregateBuilder, AggregateV2Builder};
@@ -17,8 +18,8 @@ use crate::wire::{AggregateBuilder, AggregateV2Builder};
 pub struct UserRec<M> {
     /// The self-contained payload (v1 JSON or a v2 single).
     pub payload: Bytes,
-    /// Its group's partition key.
-    pub partition_key: String,
+    /// Its group's partition key (shared by the group's user records).
+    pub partition_key: Arc<str>,
     /// MD5 of the partition key as a 128-bit integer.
     pub hash: u128,
     /// Caller bookkeeping, kept in packing order.
@@ -50,7 +51,7 @@ pub fn pack<M>(
     }
     // Group by shard (or by partition key when the shard is unknown), keeping arrival order.
     let mut groups: Vec<Vec<UserRec<M>>> = Vec::new();
-    let mut by_shard: std::collections::HashMap<Result<usize, String>, usize> =
+    let mut by_shard: std::collections::HashMap<Result<usize, Arc<str>>, usize> =
         std::collections::HashMap::new();
     for u in users {
         let key = shard_of(u.hash).ok_or_else(|| u.partition_key.clone());
@@ -149,7 +150,7 @@ fn plain<M>(u: UserRec<M>) -> Packed<M> {
     Packed {
         entry: PutEntry {
             data: u.payload,
-            partition_key: u.partition_key,
+            partition_key: u.partition_key.to_string(),
             explicit_hash_key: None,
         },
         route_hash: u.hash,
@@ -170,7 +171,7 @@ fn finish<M>(mut users: Vec<UserRec<M>>, builder: Builder) -> Packed<M> {
     Packed {
         entry: PutEntry {
             data: builder.finish(),
-            partition_key: first_pk,
+            partition_key: first_pk.to_string(),
             explicit_hash_key: mixed.then(|| route_hash.to_string()),
         },
         route_hash,

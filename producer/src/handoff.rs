@@ -218,7 +218,7 @@ impl Drop for Reservation {
 /// A validated, encoded event on its way to the background task (no collapse).
 pub(crate) struct Incoming {
     pub payload: Bytes,
-    pub partition_key: String,
+    pub partition_key: std::sync::Arc<str>,
     pub hash: u128,
     pub enqueued_at: Instant,
     /// Buffer bytes acquired (and forgotten) for it: the task takes charge of them.

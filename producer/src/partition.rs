@@ -72,7 +72,7 @@ struct CachedKey {
     license_arn: String,
     customer_aws_account_id: String,
     dimension: String,
-    partition_key: String,
+    partition_key: std::sync::Arc<str>,
     hash: u128,
 }
 
@@ -91,7 +91,7 @@ pub(crate) fn keyed_group(
     license_arn: &str,
     customer_aws_account_id: &str,
     dimension: &str,
-) -> (String, u128) {
+) -> (std::sync::Arc<str>, u128) {
     use std::hash::{BuildHasher, Hasher};
     let mut h = KEY_CACHE_HASHER.build_hasher();
     for part in [license_arn, customer_aws_account_id, dimension] {
@@ -109,7 +109,8 @@ pub(crate) fn keyed_group(
         if let Some(c) = found {
             return (c.partition_key.clone(), c.hash);
         }
-        let partition_key = partition_key(license_arn, customer_aws_account_id, dimension);
+        let partition_key: std::sync::Arc<str> =
+            partition_key(license_arn, customer_aws_account_id, dimension).into();
         let hash = partition_hash(&partition_key);
         if cache.len() >= KEY_CACHE_GROUPS {
             cache.clear();
@@ -257,7 +258,7 @@ mod tests {
                 ("arn", "1|", "reqs"),
             ] {
                 let pk = partition_key(l, acct, d);
-                assert_eq!(keyed_group(l, acct, d), (pk.clone(), partition_hash(&pk)));
+                assert_eq!(keyed_group(l, acct, d), (pk.as_str().into(), partition_hash(&pk)));
             }
         }
     }

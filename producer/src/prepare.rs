@@ -27,7 +27,7 @@ pub(super) enum Route {
     /// No collapse: the encoded payload.
     Encoded {
         payload: Bytes,
-        partition_key: String,
+        partition_key: std::sync::Arc<str>,
         hash: u128,
     },
     /// Collapse: added to its window's sum; `payload_len` bounds its encoded size.
