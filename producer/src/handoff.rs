@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -33,6 +33,9 @@ pub(crate) enum Command {
 /// different groups rarely meet on a lock.
 const STAGING_SHARDS: usize = 16;
 
+/// A shard's payload buffer grows by at least this much at a time.
+const STAGING_BUFFER_BYTES: usize = 64 * 1024;
+
 /// Where `record()` leaves validated events for the background task: per-shard vectors
 /// behind short locks (a push, nothing else), and one wake-up for the task when the first
 /// bytes arrive and another when they pass the size trigger — not one per event.
@@ -52,7 +55,9 @@ pub(crate) struct Staging {
 
 #[derive(Default)]
 struct StagingShard {
-    items: Vec<Incoming>,
+    items: Vec<Staged>,
+    /// The staged events' payloads, back to back.
+    buffer: BytesMut,
     /// Set by the task's last take (shutdown): later pushes are refused.
     sealed: bool,
 }
@@ -76,25 +81,43 @@ impl Staging {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Leaves `incoming` for the task; gives it back once the task has taken its last.
-    // Refusal is rare (after shutdown) and boxing the hot path's value would cost an
-    // allocation per event.
-    #[allow(clippy::result_large_err)]
-    pub fn push(&self, incoming: Incoming) -> Result<(), Incoming> {
-        let bytes = incoming.bytes;
-        let ix = (incoming.hash >> (128 - STAGING_SHARDS.trailing_zeros())) as usize;
+    /// Leaves an encoded event for the task, charged `bytes`: `write` appends its payload,
+    /// `len` bytes, to the shard's buffer (one buffer per shard and window, not one per
+    /// event). False once the task has taken its last (nothing written).
+    pub fn push(
+        &self,
+        len: usize,
+        write: impl FnOnce(&mut BytesMut),
+        partition_key: Arc<str>,
+        hash: u128,
+        bytes: usize,
+    ) -> bool {
+        let ix = (hash >> (128 - STAGING_SHARDS.trailing_zeros())) as usize;
         let before = {
             let mut s = Self::lock(&self.shards[ix]);
             if s.sealed {
-                return Err(incoming);
+                return false;
             }
-            s.items.push(incoming);
+            let at = s.buffer.len();
+            if s.buffer.capacity() - at < len {
+                s.buffer.reserve(len.max(STAGING_BUFFER_BYTES));
+            }
+            write(&mut s.buffer);
+            debug_assert_eq!(s.buffer.len() - at, len, "the payload is as long as sized");
+            s.items.push(Staged {
+                at,
+                len,
+                partition_key,
+                hash,
+                enqueued_at: Instant::now(),
+                bytes,
+            });
             // Counted under the shard's lock: the count never runs ahead of or behind what
             // the task can take.
             self.bytes.fetch_add(bytes, Ordering::SeqCst)
         };
         self.wake(before, bytes);
-        Ok(())
+        true
     }
 
     /// Adds the validated `event` to its window's sum (collapse), charged `bytes`; gives it
@@ -140,7 +163,7 @@ impl Staging {
             return;
         }
         for shard in &self.shards {
-            let items = {
+            let (items, payloads) = {
                 let mut s = Self::lock(shard);
                 s.sealed |= seal;
                 if s.items.is_empty() {
@@ -151,9 +174,17 @@ impl Staging {
                 let items = std::mem::replace(&mut s.items, Vec::with_capacity(room));
                 let taken: usize = items.iter().map(|i| i.bytes).sum();
                 self.bytes.fetch_sub(taken, Ordering::SeqCst);
-                items
+                (items, s.buffer.split().freeze())
             };
-            items.into_iter().for_each(&mut f);
+            for i in items {
+                f(Incoming {
+                    payload: payloads.slice(i.at..i.at + i.len),
+                    partition_key: i.partition_key,
+                    hash: i.hash,
+                    enqueued_at: i.enqueued_at,
+                    bytes: i.bytes,
+                });
+            }
         }
     }
 
@@ -215,10 +246,20 @@ impl Drop for Reservation {
     }
 }
 
+/// A staged event: its payload is `buffer[at..at + len]` of its shard.
+struct Staged {
+    at: usize,
+    len: usize,
+    partition_key: Arc<str>,
+    hash: u128,
+    enqueued_at: Instant,
+    bytes: usize,
+}
+
 /// A validated, encoded event on its way to the background task (no collapse).
 pub(crate) struct Incoming {
     pub payload: Bytes,
-    pub partition_key: std::sync::Arc<str>,
+    pub partition_key: Arc<str>,
     pub hash: u128,
     pub enqueued_at: Instant,
     /// Buffer bytes acquired (and forgotten) for it: the task takes charge of them.

@@ -258,7 +258,10 @@ mod tests {
                 ("arn", "1|", "reqs"),
             ] {
                 let pk = partition_key(l, acct, d);
-                assert_eq!(keyed_group(l, acct, d), (pk.as_str().into(), partition_hash(&pk)));
+                assert_eq!(
+                    keyed_group(l, acct, d),
+                    (pk.as_str().into(), partition_hash(&pk))
+                );
             }
         }
     }

@@ -12,7 +12,7 @@ use crate::event::{Event, truncate_to_millis};
 use crate::event_id::GeneratedId;
 use crate::limits::MAX_RECORD_BYTES;
 use crate::partition::{keyed_group, partition_hash, partition_key, partition_key_len};
-use crate::wire::{WireVersion, encode_single_as, single_len_as};
+use crate::wire::{WireVersion, single_len_as};
 
 /// A validated event on its way to the staging area, charged `cost` bytes.
 pub(super) struct Prepared {
@@ -23,10 +23,25 @@ pub(super) struct Prepared {
     pub cost: usize,
 }
 
+/// A payload to write: v2 (sized, written straight into the staging buffer) or v1 JSON.
+pub(super) enum Payload {
+    V2 { len: usize },
+    Json(Bytes),
+}
+
+impl Payload {
+    pub fn len(&self) -> usize {
+        match self {
+            Payload::V2 { len } => *len,
+            Payload::Json(b) => b.len(),
+        }
+    }
+}
+
 pub(super) enum Route {
-    /// No collapse: the encoded payload.
+    /// No collapse: the payload, encoded when it is staged.
     Encoded {
-        payload: Bytes,
+        payload: Payload,
         partition_key: std::sync::Arc<str>,
         hash: u128,
     },
@@ -146,10 +161,12 @@ impl Producer {
             .is_empty()
             .then(|| self.shared.ids.next_id(hash));
         let payload = match version {
-            WireVersion::V2 => encode_single_as(event, self.producer_id_of(event), generated),
+            WireVersion::V2 => Payload::V2 {
+                len: single_len_as(event, self.producer_id_of(event), generated),
+            },
             WireVersion::V1 => {
                 self.complete(event, generated);
-                version.encode_bytes(event, generated)
+                Payload::Json(version.encode_bytes(event, generated))
             }
         };
         let pk_len = pk.len();

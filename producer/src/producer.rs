@@ -3,25 +3,27 @@
 #[path = "prepare.rs"]
 mod prepare;
 
-use prepare::{Prepared, Route};
+use prepare::{Payload, Prepared, Route};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use bytes::BytesMut;
+
 use tokio::sync::{Semaphore, mpsc, oneshot};
-use tokio::time::Instant;
 
 use crate::config::{ProducerConfig, RetryPolicy};
 use crate::engine;
 use crate::error::ProducerError;
 use crate::event::Event;
 use crate::event_id::IdGenerator;
-use crate::handoff::{Command, EngineParts, Incoming, RECORD_OVERHEAD_BYTES, Staging};
+use crate::handoff::{Command, EngineParts, RECORD_OVERHEAD_BYTES, Staging};
 use crate::metrics::{Metrics, ProducerStats, StatCounters};
 use crate::outcome::{FlushOutcome, Undelivered, UndeliveredCallback};
 use crate::shards::{KinesisShardMapSource, ShardMapSource};
 use crate::sink::{KinesisRecordSink, RecordSink};
+use crate::wire::encode_single_into;
 
 struct Shared {
     tx: mpsc::Sender<Command>,
@@ -95,19 +97,17 @@ impl Producer {
                 partition_key,
                 hash,
             } => {
-                let incoming = Incoming {
-                    payload,
-                    hash,
-                    partition_key,
-                    enqueued_at: Instant::now(),
-                    bytes: cost,
+                let producer_id = self.producer_id_of(&event);
+                let write = |buf: &mut BytesMut| match &payload {
+                    Payload::V2 { .. } => encode_single_into(buf, &event, producer_id, generated),
+                    Payload::Json(json) => buf.extend_from_slice(json),
                 };
-                match self.shared.staging.push(incoming) {
-                    Ok(()) => Ok(()),
-                    Err(_) => {
-                        self.shared.sem.add_permits(cost);
-                        Err((event, generated))
-                    }
+                let staging = &self.shared.staging;
+                if staging.push(payload.len(), write, partition_key, hash, cost) {
+                    Ok(())
+                } else {
+                    self.shared.sem.add_permits(cost);
+                    Err((event, generated))
                 }
             }
             Route::Fold { payload_len } => {

@@ -19,7 +19,8 @@ pub use kpl::{
     decode_aggregated, encode_aggregated, is_aggregated, pb,
 };
 pub use v2::{
-    decode_payload, encode_single, encode_single_as, encode_single_bytes, single_len, single_len_as,
+    decode_payload, encode_single, encode_single_bytes, encode_single_into, single_len,
+    single_len_as,
 };
 
 /// Which encoding the producer writes (docs/wire-format.md, "Choosing the version").

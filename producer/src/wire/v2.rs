@@ -31,7 +31,7 @@ use crate::event_id::GeneratedId;
 // Sizing and splitting a single without decoding it (the producer's packing path).
 #[path = "v2_split.rs"]
 mod split;
-pub use split::{single_len, single_len_as, split_single, split_single_ranges};
+pub use split::{encode_single_into, single_len, single_len_as, split_single, split_single_ranges};
 
 /// The version byte of a v2 user record.
 pub const V2: u8 = 0x02;
@@ -139,17 +139,10 @@ pub fn encode_single(event: &Event) -> Vec<u8> {
 /// [`encode_single`] into one buffer, as [`Bytes`]. `generated` is the event's id when the
 /// caller just generated it (its string is `generated`'s `Display`), saving the parse.
 pub fn encode_single_bytes(event: &Event, generated: Option<GeneratedId>) -> Bytes {
-    encode_single_as(event, event.producer_id.as_deref(), generated)
-}
-
-/// [`encode_single_bytes`] with `producer_id` written as the event's producer id (the
-/// producer's default for an event without one, borrowed instead of copied into the event).
-pub fn encode_single_as(
-    event: &Event,
-    producer_id: Option<&str>,
-    generated: Option<GeneratedId>,
-) -> Bytes {
-    let id = split::resolve_id(event, generated);
+    let (producer_id, id) = (
+        event.producer_id.as_deref(),
+        split::resolve_id(event, generated),
+    );
     // The exact size: a full buffer freezes into `Bytes` without another allocation.
     let len = split::resolved_single_len(event, producer_id, id);
     let mut out = BytesMut::with_capacity(len);
@@ -159,7 +152,7 @@ pub fn encode_single_as(
 }
 
 /// Appends the single of `event` (id resolved, `producer_id` the one written) to `out`.
-fn write_single(
+pub(super) fn write_single(
     out: &mut BytesMut,
     event: &Event,
     producer_id: Option<&str>,

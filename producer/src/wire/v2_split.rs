@@ -1,9 +1,10 @@
-//! Sizing a v2 single without encoding it, and splitting one into its table entry and event
-//! fields without decoding it: the producer's packing path (docs/wire-format.md).
+//! Sizing a v2 single without encoding it (and writing it into a caller's buffer), and
+//! splitting one into its table entry and event fields without decoding it: the producer's
+//! packing path (docs/wire-format.md).
 
 use std::ops::Range;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use prost::encoding::encoded_len_varint;
 
 use super::{HEADER_LEN, KIND_SINGLE, Reader, V2, WT_LEN, bytes_field_len, entry_len};
@@ -16,7 +17,7 @@ pub fn single_len(event: &Event, generated: Option<GeneratedId>) -> usize {
     single_len_as(event, event.producer_id.as_deref(), generated)
 }
 
-/// The length of [`super::encode_single_as`]`(event, producer_id, generated)`.
+/// The length of [`encode_single_into`]`(out, event, producer_id, generated)`.
 pub fn single_len_as(
     event: &Event,
     producer_id: Option<&str>,
@@ -31,6 +32,18 @@ pub fn single_len_as(
 pub(super) fn resolve_id(event: &Event, generated: Option<GeneratedId>) -> Option<GeneratedId> {
     generated
         .or_else(|| GeneratedId::parse(&event.event_id).filter(|g| g.to_string() == event.event_id))
+}
+
+/// [`super::encode_single_bytes`] appended to `out` (exactly [`single_len_as`] bytes), with
+/// `producer_id` written as the event's (the producer's default for an event without one,
+/// borrowed instead of copied into the event).
+pub fn encode_single_into(
+    out: &mut BytesMut,
+    event: &Event,
+    producer_id: Option<&str>,
+    generated: Option<GeneratedId>,
+) {
+    super::write_single(out, event, producer_id, resolve_id(event, generated));
 }
 
 /// [`single_len`] with the id already resolved: `Some` exactly when it is written as a
