@@ -105,6 +105,8 @@ struct Shard {
     index: HashTable<usize>,
     /// Every sum of the window, in the order opened.
     buckets: Vec<Bucket>,
+    /// The vector `buckets` was before the last drain, emptied: the next window's.
+    spare: Vec<Bucket>,
     /// Set by the task's last take (shutdown): later adds are refused.
     sealed: bool,
 }
@@ -231,22 +233,27 @@ impl FoldTable {
     /// their bytes out of `staged`; with `seal`, refuses later adds.
     pub fn drain(&self, seal: bool, staged: &AtomicUsize, mut f: impl FnMut(Folded)) {
         for shard in &self.shards {
-            let buckets = {
+            let mut buckets = {
                 let mut s = Self::lock(shard);
                 s.sealed |= seal;
                 s.index.clear();
                 if s.buckets.is_empty() {
                     continue;
                 }
-                // The next window starts with room for as many sums: no regrowth per window.
-                let room = s.buckets.len();
-                let buckets = std::mem::replace(&mut s.buckets, Vec::with_capacity(room));
+                // The next window's sums go into the vector emptied by the last drain:
+                // memory already touched, no regrowth, no fresh page per window.
+                let spare = std::mem::take(&mut s.spare);
+                let buckets = std::mem::replace(&mut s.buckets, spare);
                 let taken: usize = buckets.iter().map(|b| b.bytes).sum();
                 staged.fetch_sub(taken, Ordering::SeqCst);
                 buckets
             };
-            for b in buckets {
+            for b in buckets.drain(..) {
                 f(b.into_folded());
+            }
+            let mut s = Self::lock(shard);
+            if s.spare.capacity() < buckets.capacity() {
+                s.spare = buckets;
             }
         }
     }

@@ -56,6 +56,8 @@ pub(crate) struct Staging {
 #[derive(Default)]
 struct StagingShard {
     items: Vec<Staged>,
+    /// The vector `items` was before the last take, emptied: the next take's `items`.
+    spare: Vec<Staged>,
     /// The staged events' payloads, back to back.
     buffer: BytesMut,
     /// Set by the task's last take (shutdown): later pushes are refused.
@@ -163,20 +165,21 @@ impl Staging {
             return;
         }
         for shard in &self.shards {
-            let (items, payloads) = {
+            let (mut items, payloads) = {
                 let mut s = Self::lock(shard);
                 s.sealed |= seal;
                 if s.items.is_empty() {
                     continue;
                 }
-                // Room for as many: the next pushes do not regrow (or move) the vector.
-                let room = s.items.len();
-                let items = std::mem::replace(&mut s.items, Vec::with_capacity(room));
+                // Pushes go on into the vector emptied by the last take: memory already
+                // touched, so a push neither regrows a vector nor faults in a fresh page.
+                let spare = std::mem::take(&mut s.spare);
+                let items = std::mem::replace(&mut s.items, spare);
                 let taken: usize = items.iter().map(|i| i.bytes).sum();
                 self.bytes.fetch_sub(taken, Ordering::SeqCst);
                 (items, s.buffer.split().freeze())
             };
-            for i in items {
+            for i in items.drain(..) {
                 f(Incoming {
                     payload: payloads.slice(i.at..i.at + i.len),
                     partition_key: i.partition_key,
@@ -184,6 +187,10 @@ impl Staging {
                     enqueued_at: i.enqueued_at,
                     bytes: i.bytes,
                 });
+            }
+            let mut s = Self::lock(shard);
+            if s.spare.capacity() < items.capacity() {
+                s.spare = items;
             }
         }
     }
