@@ -8,6 +8,7 @@ use bytes::Bytes;
 use crate::limits::{MAX_BYTES_PER_PUT, MAX_RECORD_BYTES, MAX_RECORDS_PER_PUT};
 use crate::sink::PutEntry;
 use std::ops::Range;
+use std::sync::Arc;
 
 use crate::wire::v2::split_single_ranges;
 use crate::wire::{AggregateBuilder, AggregateV2Builder};
@@ -17,8 +18,8 @@ use crate::wire::{AggregateBuilder, AggregateV2Builder};
 pub struct UserRec<M> {
     /// The self-contained payload (v1 JSON or a v2 single).
     pub payload: Bytes,
-    /// Its group's partition key.
-    pub partition_key: String,
+    /// Its group's partition key (shared by the group's user records).
+    pub partition_key: Arc<str>,
     /// MD5 of the partition key as a 128-bit integer.
     pub hash: u128,
     /// Caller bookkeeping, kept in packing order.
@@ -50,7 +51,7 @@ pub fn pack<M>(
     }
     // Group by shard (or by partition key when the shard is unknown), keeping arrival order.
     let mut groups: Vec<Vec<UserRec<M>>> = Vec::new();
-    let mut by_shard: std::collections::HashMap<Result<usize, String>, usize> =
+    let mut by_shard: std::collections::HashMap<Result<usize, Arc<str>>, usize> =
         std::collections::HashMap::new();
     for u in users {
         let key = shard_of(u.hash).ok_or_else(|| u.partition_key.clone());
@@ -71,19 +72,22 @@ pub fn pack<M>(
         let mut current: Vec<UserRec<M>> = Vec::new();
         let mut builder = Builder::new(v2);
         for (u, split) in group.into_iter().zip(splits) {
-            let limit = max_aggregate_bytes.min(
-                MAX_RECORD_BYTES
-                    - current
-                        .first()
-                        .map_or(u.partition_key.len(), |f| f.partition_key.len()),
-            );
-            if !current.is_empty() && builder.len_with(&u, split.as_ref()) > limit {
+            let limit = |current: &[UserRec<M>]| {
+                max_aggregate_bytes.min(
+                    MAX_RECORD_BYTES
+                        - current
+                            .first()
+                            .map_or(u.partition_key.len(), |f| f.partition_key.len()),
+                )
+            };
+            if !builder.add_within(&u, split.as_ref(), limit(&current)) {
                 out.push(finish(
                     std::mem::take(&mut current),
                     std::mem::replace(&mut builder, Builder::new(v2)),
                 ));
+                let added = builder.add_within(&u, split.as_ref(), limit(&current));
+                debug_assert!(added, "an empty aggregate takes any user record");
             }
-            builder.add(&u, split);
             current.push(u);
         }
         if !current.is_empty() {
@@ -111,23 +115,25 @@ impl Builder {
         }
     }
 
-    /// `split`: the user record's entry and fields (every one of a v2 group has them).
-    fn len_with<M>(&self, u: &UserRec<M>, split: Option<&Split>) -> usize {
+    /// Adds `u` (`split`: its entry and fields; every one of a v2 group has them) if the
+    /// aggregate stays within `limit` bytes, or when it is empty; returns whether it did.
+    fn add_within<M>(&mut self, u: &UserRec<M>, split: Option<&Split>, limit: usize) -> bool {
         match (self, split) {
-            (Builder::V2(b), Some((entry, fields))) => {
-                b.encoded_len_with_split(&u.partition_key, &u.payload[entry.clone()], fields.len())
+            (Builder::V2(b), Some((entry, fields))) => b.add_split_within(
+                &u.partition_key,
+                &u.payload[entry.clone()],
+                &u.payload[fields.clone()],
+                limit,
+            ),
+            (Builder::V1(b), _) => {
+                if !b.is_empty()
+                    && b.encoded_len_with(&u.partition_key, None, u.payload.len()) > limit
+                {
+                    return false;
+                }
+                b.add(&u.partition_key, None, u.payload.clone());
+                true
             }
-            (Builder::V1(b), _) => b.encoded_len_with(&u.partition_key, None, u.payload.len()),
-            (Builder::V2(_), None) => unreachable!("every payload of a v2 group is a single"),
-        }
-    }
-
-    fn add<M>(&mut self, u: &UserRec<M>, split: Option<Split>) {
-        match (self, split) {
-            (Builder::V2(b), Some((entry, fields))) => {
-                b.add_split(&u.partition_key, &u.payload[entry], &u.payload[fields]);
-            }
-            (Builder::V1(b), _) => b.add(&u.partition_key, None, u.payload.clone()),
             (Builder::V2(_), None) => unreachable!("every payload of a v2 group is a single"),
         }
     }
@@ -144,7 +150,7 @@ fn plain<M>(u: UserRec<M>) -> Packed<M> {
     Packed {
         entry: PutEntry {
             data: u.payload,
-            partition_key: u.partition_key,
+            partition_key: u.partition_key.to_string(),
             explicit_hash_key: None,
         },
         route_hash: u.hash,
@@ -165,7 +171,7 @@ fn finish<M>(mut users: Vec<UserRec<M>>, builder: Builder) -> Packed<M> {
     Packed {
         entry: PutEntry {
             data: builder.finish(),
-            partition_key: first_pk,
+            partition_key: first_pk.to_string(),
             explicit_hash_key: mixed.then(|| route_hash.to_string()),
         },
         route_hash,

@@ -3,10 +3,16 @@
 //! allocation tag set.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
 
+use foldhash::fast::FixedState;
+use hashbrown::HashTable;
+use sha1::{Digest, Sha1};
 use uuid::Uuid;
 
-use crate::event::{Event, MAX_ALLOCATIONS_PER_RECORD, UsageAllocation};
+use crate::event::{
+    Event, MAX_ALLOCATIONS_PER_RECORD, MAX_TAGS_PER_ALLOCATION, Tag, UsageAllocation,
+};
 
 /// Namespace of collapsed event ids (UUID v5 over the sorted constituent ids).
 pub const COLLAPSE_ID_NAMESPACE: Uuid = Uuid::from_u128(0x6d1f_4a8e_2c57_4b0b_9a7e_52c4_1f3e_8d90);
@@ -33,13 +39,20 @@ struct Key {
     allocated: bool,
 }
 
-struct Bucket<M> {
+/// The running sum of one (group, second, producer, kind): the first event as a template,
+/// the summed quantity and the allocations merged by tag set. Shared by [`Collapser`] and
+/// the producer's per-shard window table (`crate::fold`), so both sum alike.
+pub(crate) struct Sum {
     template: Event,
     quantity: u64,
-    ids: Vec<String>,
     allocations: Vec<UsageAllocation>,
-    by_tag_set: Option<HashMap<Vec<(String, String)>, usize>>,
+    by_tag_set: Option<TagIndex>,
     approx_bytes: usize,
+}
+
+struct Bucket<M> {
+    sum: Sum,
+    ids: Vec<String>,
     meta: M,
 }
 
@@ -69,14 +82,58 @@ impl<M> Default for Collapser<M> {
     }
 }
 
-fn tag_set(a: &UsageAllocation) -> Vec<(String, String)> {
-    let mut t: Vec<(String, String)> = a
-        .tags
-        .iter()
-        .map(|t| (t.key.clone(), t.value.clone()))
-        .collect();
-    t.sort();
-    t
+/// Tag sets hashed once per set; the sets themselves are compared sorted, without copies.
+const TAG_HASHER: FixedState = FixedState::with_seed(0x7a67_5f73_6574_5f31);
+
+/// `tags` sorted, on the stack for the at most 5 tags of a validated allocation.
+fn with_sorted<R>(tags: &[Tag], f: impl FnOnce(&[&Tag]) -> R) -> R {
+    if tags.len() <= MAX_TAGS_PER_ALLOCATION && !tags.is_empty() {
+        let mut buf = [&tags[0]; MAX_TAGS_PER_ALLOCATION];
+        for (slot, t) in buf.iter_mut().zip(tags) {
+            *slot = t;
+        }
+        let sorted = &mut buf[..tags.len()];
+        sorted.sort_unstable();
+        f(sorted)
+    } else {
+        let mut v: Vec<&Tag> = tags.iter().collect();
+        v.sort_unstable();
+        f(&v)
+    }
+}
+
+fn tag_set_hash(tags: &[Tag]) -> u64 {
+    with_sorted(tags, |sorted| {
+        let mut h = TAG_HASHER.build_hasher();
+        for t in sorted {
+            h.write(t.key.as_bytes());
+            h.write_u8(0xff);
+            h.write(t.value.as_bytes());
+            h.write_u8(0xff);
+        }
+        h.write_usize(sorted.len());
+        h.finish()
+    })
+}
+
+fn same_tag_set(a: &[Tag], b: &[Tag]) -> bool {
+    a.len() == b.len() && with_sorted(a, |sa| with_sorted(b, |sb| sa == sb))
+}
+
+/// The merged allocations' positions by tag set (the sorted (key, value) pairs).
+#[derive(Default)]
+struct TagIndex {
+    table: HashTable<usize>,
+}
+
+impl TagIndex {
+    fn find(&self, merged: &[UsageAllocation], a: &UsageAllocation) -> Option<usize> {
+        self.table
+            .find(tag_set_hash(&a.tags), |&i| {
+                same_tag_set(&merged[i].tags, &a.tags)
+            })
+            .copied()
+    }
 }
 
 fn allocation_bytes(a: &UsageAllocation) -> usize {
@@ -106,7 +163,7 @@ impl<M: CollapseMeta> Collapser<M> {
 
     /// Adds a validated event. `partition_key` must be the event's group key and
     /// `payload_bytes` its encoded size.
-    pub fn add(&mut self, event: Event, partition_key: String, payload_bytes: usize, meta: M) {
+    pub fn add(&mut self, mut event: Event, partition_key: String, payload_bytes: usize, meta: M) {
         let key = Key {
             partition_key,
             second: event.timestamp.timestamp(),
@@ -117,12 +174,12 @@ impl<M: CollapseMeta> Collapser<M> {
             let b = &mut self.buckets[i];
             // The key holds the group's partition key, which is a digest for very long groups:
             // compare the group itself so a digest collision can never merge two groups.
-            if b.template.group() == event.group() && b.try_absorb(&event) {
-                b.ids.push(event.event_id);
+            if b.sum.template.group() == event.group() && b.sum.try_absorb(&event) {
+                b.ids.push(std::mem::take(&mut event.event_id));
                 b.meta.absorb(meta);
                 return;
             }
-            if b.template.group() != event.group() {
+            if b.sum.template.group() != event.group() {
                 self.push_bucket(event, payload_bytes, meta);
                 return;
             }
@@ -133,12 +190,8 @@ impl<M: CollapseMeta> Collapser<M> {
 
     fn push_bucket(&mut self, event: Event, payload_bytes: usize, meta: M) -> usize {
         self.buckets.push(Bucket {
-            quantity: event.quantity,
             ids: vec![event.event_id.clone()],
-            allocations: Vec::new(),
-            by_tag_set: None,
-            approx_bytes: payload_bytes,
-            template: event,
+            sum: Sum::new(event, payload_bytes),
             meta,
         });
         self.buckets.len() - 1
@@ -151,13 +204,9 @@ impl<M: CollapseMeta> Collapser<M> {
             .drain(..)
             .map(|b| {
                 let constituents = b.ids.len();
-                let mut event = b.template;
+                let mut event = b.sum.finish(constituents > 1);
                 if constituents > 1 {
                     event.event_id = collapsed_id(b.ids).to_string();
-                    event.quantity = b.quantity;
-                    if event.usage_allocations.is_some() {
-                        event.usage_allocations = Some(b.allocations);
-                    }
                 }
                 Collapsed {
                     event,
@@ -169,17 +218,56 @@ impl<M: CollapseMeta> Collapser<M> {
     }
 }
 
-impl<M> Bucket<M> {
+impl Sum {
+    /// A sum holding `event` alone, whose payload is `payload_bytes` long.
+    pub(crate) fn new(event: Event, payload_bytes: usize) -> Self {
+        Sum {
+            quantity: event.quantity,
+            allocations: Vec::new(),
+            by_tag_set: None,
+            approx_bytes: payload_bytes,
+            template: event,
+        }
+    }
+
+    /// The first event (its group, second, producer id and kind are the sum's).
+    pub(crate) fn template(&self) -> &Event {
+        &self.template
+    }
+
+    /// The first event's id, taken out (the sum keeps its other fields).
+    pub(crate) fn take_template_id(&mut self) -> String {
+        std::mem::take(&mut self.template.event_id)
+    }
+
+    /// Gives the first event its id back.
+    pub(crate) fn set_template_id(&mut self, id: String) {
+        self.template.event_id = id;
+    }
+
+    /// The summed event: the template itself when nothing was `merged` into it, else with
+    /// the summed quantity and allocations and the earliest timestamp.
+    pub(crate) fn finish(self, merged: bool) -> Event {
+        let mut event = self.template;
+        if merged {
+            event.quantity = self.quantity;
+            if event.usage_allocations.is_some() {
+                event.usage_allocations = Some(self.allocations);
+            }
+        }
+        event
+    }
+
     /// Merges `e`'s quantity, allocations and timestamp if the result stays within limits;
-    /// leaves the bucket untouched and returns false otherwise.
-    fn try_absorb(&mut self, e: &Event) -> bool {
+    /// leaves the sum untouched and returns false otherwise.
+    pub(crate) fn try_absorb(&mut self, e: &Event) -> bool {
         let Some(quantity) = self.quantity.checked_add(e.quantity) else {
             return false;
         };
         if let Some(new_allocs) = &e.usage_allocations {
             if self.by_tag_set.is_none() {
-                // Second event of the bucket: index the first one's allocations.
-                let mut index = HashMap::new();
+                // Second event of the sum: index the first one's allocations.
+                let mut index = TagIndex::default();
                 let mut merged: Vec<UsageAllocation> = Vec::new();
                 for a in self.template.usage_allocations.iter().flatten() {
                     merge_into(&mut merged, &mut index, a);
@@ -188,12 +276,14 @@ impl<M> Bucket<M> {
                 self.by_tag_set = Some(index);
             }
             let index = self.by_tag_set.as_ref().expect("indexed above");
-            let added: Vec<&UsageAllocation> = new_allocs
-                .iter()
-                .filter(|a| !index.contains_key(&tag_set(a)))
-                .collect();
-            let added_bytes: usize = added.iter().map(|a| allocation_bytes(a)).sum();
-            if self.allocations.len() + added.len() > MAX_ALLOCATIONS_PER_RECORD
+            let (mut added, mut added_bytes) = (0, 0);
+            for a in new_allocs {
+                if index.find(&self.allocations, a).is_none() {
+                    added += 1;
+                    added_bytes += allocation_bytes(a);
+                }
+            }
+            if self.allocations.len() + added > MAX_ALLOCATIONS_PER_RECORD
                 || self.approx_bytes + added_bytes > MAX_COLLAPSED_PAYLOAD_BYTES
             {
                 return false;
@@ -212,18 +302,18 @@ impl<M> Bucket<M> {
     }
 }
 
-fn merge_into(
-    merged: &mut Vec<UsageAllocation>,
-    index: &mut HashMap<Vec<(String, String)>, usize>,
-    a: &UsageAllocation,
-) {
-    match index.get(&tag_set(a)) {
-        // Allocations sum to their event's quantity, and the bucket quantity did not
+fn merge_into(merged: &mut Vec<UsageAllocation>, index: &mut TagIndex, a: &UsageAllocation) {
+    match index.find(merged, a) {
+        // Allocations sum to their event's quantity, and the sum's quantity did not
         // overflow, so neither can any one tag set's sum.
-        Some(&i) => merged[i].allocated_usage_quantity += a.allocated_usage_quantity,
+        Some(i) => merged[i].allocated_usage_quantity += a.allocated_usage_quantity,
         None => {
-            index.insert(tag_set(a), merged.len());
+            let hash = tag_set_hash(&a.tags);
+            let i = merged.len();
             merged.push(a.clone());
+            index
+                .table
+                .insert_unique(hash, i, |&j| tag_set_hash(&merged[j].tags));
         }
     }
 }
@@ -237,4 +327,81 @@ pub fn collapsed_id(mut ids: Vec<String>) -> Uuid {
         buf.extend_from_slice(id.as_bytes());
     }
     Uuid::new_v5(&COLLAPSE_ID_NAMESPACE, &buf)
+}
+
+/// SHA-1 input is handed over in chunks of this size (a bucket may stand for millions of
+/// generated ids).
+const ID_CHUNK_BYTES: usize = 64 * 1024;
+
+/// [`collapsed_id`] of the caller's `ids` and the generated ids `{prefix}{lane}:{seq}` for
+/// each `seq` in `seqs` (`prefix` = `p:{epoch}:`, docs/row-contract.md, "Event ids") — the
+/// same UUID, without a string per generated id: within one digit count the ids' string order
+/// is their numeric order, so the sorted list is a merge of a few runs.
+pub(crate) fn collapsed_id_with_generated(
+    prefix: &str,
+    lane: u8,
+    seqs: std::ops::Range<u64>,
+    ids: Vec<String>,
+) -> Uuid {
+    if !ids.is_empty() {
+        // A window mixing the caller's ids and generated ones (rare): the definition itself.
+        let mut all = ids;
+        all.extend(seqs.map(|s| format!("{prefix}{lane}:{s}")));
+        return collapsed_id(all);
+    }
+    let head = format!("{prefix}{lane}:");
+    let mut sha = Sha1::new();
+    sha.update(COLLAPSE_ID_NAMESPACE.as_bytes());
+    let mut buf = Vec::with_capacity(ID_CHUNK_BYTES + 64);
+    for_each_in_string_order(seqs, |digits| {
+        buf.extend_from_slice(&((head.len() + digits.len()) as u32).to_be_bytes());
+        buf.extend_from_slice(head.as_bytes());
+        buf.extend_from_slice(digits);
+        if buf.len() >= ID_CHUNK_BYTES {
+            sha.update(&buf);
+            buf.clear();
+        }
+    });
+    sha.update(&buf);
+    let digest = sha.finalize();
+    let mut first = [0u8; 16];
+    first.copy_from_slice(&digest[..16]);
+    // What `Uuid::new_v5` does with its SHA-1: the first 16 bytes, version and variant set.
+    uuid::Builder::from_sha1_bytes(first).into_uuid()
+}
+
+/// Calls `f` with the decimal digits of every number of `range`, in string order.
+fn for_each_in_string_order(range: std::ops::Range<u64>, mut f: impl FnMut(&[u8])) {
+    // Runs of one digit count each: [1, 10), [10, 100), …
+    let mut runs: Vec<std::ops::Range<u64>> = Vec::new();
+    let mut start = range.start;
+    while start < range.end {
+        let end = 10u64
+            .checked_pow(start.checked_ilog10().map_or(1, |d| d + 1))
+            .map_or(range.end, |p| p.min(range.end));
+        runs.push(start..end);
+        start = end;
+    }
+    let mut bufs: Vec<itoa::Buffer> = runs.iter().map(|_| itoa::Buffer::new()).collect();
+    if let [run] = &runs[..] {
+        for n in run.clone() {
+            f(bufs[0].format(n).as_bytes());
+        }
+        return;
+    }
+    loop {
+        let mut best: Option<(usize, &[u8])> = None;
+        for (i, (run, buf)) in runs.iter().zip(bufs.iter_mut()).enumerate() {
+            if run.is_empty() {
+                continue;
+            }
+            let s = buf.format(run.start).as_bytes();
+            if best.is_none_or(|(_, b)| s < b) {
+                best = Some((i, s));
+            }
+        }
+        let Some((i, s)) = best else { return };
+        f(s);
+        runs[i].start += 1;
+    }
 }

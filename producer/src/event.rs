@@ -234,6 +234,10 @@ pub(crate) fn validate_timestamp(ts: &DateTime<Utc>) -> Result<(), ValidationErr
 /// Drops sub-millisecond digits (the payload carries milliseconds; the second is unchanged).
 pub(crate) fn truncate_to_millis(ts: DateTime<Utc>) -> DateTime<Utc> {
     let nanos = ts.nanosecond();
+    if nanos.is_multiple_of(1_000_000) {
+        // Already whole milliseconds (the common case): nothing to drop.
+        return ts;
+    }
     ts.with_nanosecond(nanos - nanos % 1_000_000).unwrap_or(ts)
 }
 

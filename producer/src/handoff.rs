@@ -6,15 +6,16 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::config::ProducerConfig;
 use crate::event::Event;
+use crate::event_id::IdGenerator;
+use crate::fold::{FoldTable, Folded};
 use crate::metrics::{Metrics, StatCounters};
 use crate::outcome::{FlushOutcome, Undelivered, UndeliveredCallback};
-use crate::wire::decode_payload;
 
 /// Bytes charged per user record on top of its payload and partition key: the bookkeeping the
 /// producer keeps for it while it is held.
@@ -32,6 +33,9 @@ pub(crate) enum Command {
 /// different groups rarely meet on a lock.
 const STAGING_SHARDS: usize = 16;
 
+/// A shard's payload buffer grows by at least this much at a time.
+const STAGING_BUFFER_BYTES: usize = 64 * 1024;
+
 /// Where `record()` leaves validated events for the background task: per-shard vectors
 /// behind short locks (a push, nothing else), and one wake-up for the task when the first
 /// bytes arrive and another when they pass the size trigger — not one per event.
@@ -45,11 +49,17 @@ pub(crate) struct Staging {
     first: Notify,
     /// The staged bytes crossed `trigger`.
     full: Notify,
+    /// The open window's sums (collapse): events are added there instead of pushed.
+    folds: FoldTable,
 }
 
 #[derive(Default)]
 struct StagingShard {
-    items: Vec<Incoming>,
+    items: Vec<Staged>,
+    /// The vector `items` was before the last take, emptied: the next take's `items`.
+    spare: Vec<Staged>,
+    /// The staged events' payloads, back to back.
+    buffer: BytesMut,
     /// Set by the task's last take (shutdown): later pushes are refused.
     sealed: bool,
 }
@@ -62,6 +72,7 @@ impl Staging {
             trigger,
             first: Notify::new(),
             full: Notify::new(),
+            folds: FoldTable::new(),
         }
     }
 
@@ -72,23 +83,66 @@ impl Staging {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Leaves `incoming` for the task; gives it back once the task has taken its last.
-    // Refusal is rare (after shutdown) and boxing the hot path's value would cost an
-    // allocation per event.
-    #[allow(clippy::result_large_err)]
-    pub fn push(&self, incoming: Incoming) -> Result<(), Incoming> {
-        let bytes = incoming.reservation.bytes();
-        let ix = (incoming.hash >> (128 - STAGING_SHARDS.trailing_zeros())) as usize;
+    /// Leaves an encoded event for the task, charged `bytes`: `write` appends its payload,
+    /// `len` bytes, to the shard's buffer (one buffer per shard and window, not one per
+    /// event). False once the task has taken its last (nothing written).
+    pub fn push(
+        &self,
+        len: usize,
+        write: impl FnOnce(&mut BytesMut),
+        partition_key: Arc<str>,
+        hash: u128,
+        bytes: usize,
+    ) -> bool {
+        let ix = (hash >> (128 - STAGING_SHARDS.trailing_zeros())) as usize;
         let before = {
             let mut s = Self::lock(&self.shards[ix]);
             if s.sealed {
-                return Err(incoming);
+                return false;
             }
-            s.items.push(incoming);
+            let at = s.buffer.len();
+            if s.buffer.capacity() - at < len {
+                s.buffer.reserve(len.max(STAGING_BUFFER_BYTES));
+            }
+            write(&mut s.buffer);
+            debug_assert_eq!(s.buffer.len() - at, len, "the payload is as long as sized");
+            s.items.push(Staged {
+                at,
+                len,
+                partition_key,
+                hash,
+                enqueued_at: Instant::now(),
+                bytes,
+            });
             // Counted under the shard's lock: the count never runs ahead of or behind what
             // the task can take.
             self.bytes.fetch_add(bytes, Ordering::SeqCst)
         };
+        self.wake(before, bytes);
+        true
+    }
+
+    /// Adds the validated `event` to its window's sum (collapse), charged `bytes`; gives it
+    /// back once the task has taken its last. `default_producer_id` is written for an event
+    /// without a producer id.
+    #[allow(clippy::result_large_err)]
+    pub fn fold(
+        &self,
+        event: Event,
+        default_producer_id: Option<&str>,
+        bytes: usize,
+        payload_len: usize,
+    ) -> Result<(), Event> {
+        let before = self
+            .folds
+            .add(event, default_producer_id, bytes, payload_len, &self.bytes)?;
+        self.wake(before, bytes);
+        Ok(())
+    }
+
+    /// Wakes the task when `bytes` staged onto `before` make the staging area non-empty or
+    /// cross the size trigger: at most twice per window, never per event.
+    fn wake(&self, before: usize, bytes: usize) {
         // A wake-up with nobody waiting is kept for the task's next wait.
         if before == 0 {
             self.first.notify_one();
@@ -96,21 +150,48 @@ impl Staging {
         if before < self.trigger && before + bytes >= self.trigger {
             self.full.notify_one();
         }
-        Ok(())
+    }
+
+    /// Takes the window's sums into `f`; with `seal`, refuses later adds.
+    pub fn take_folded(&self, seal: bool, f: impl FnMut(Folded)) {
+        self.folds.drain(seal, &self.bytes, f);
     }
 
     /// Takes everything staged, shard by shard, into `f`; with `seal`, refuses later pushes.
     pub fn take(&self, seal: bool, mut f: impl FnMut(Incoming)) {
+        // Nothing staged (a push not counted yet is taken next time: its count wakes the
+        // task): no lock taken, so a task woken for other reasons never meets record().
+        if !seal && self.bytes.load(Ordering::SeqCst) == 0 {
+            return;
+        }
         for shard in &self.shards {
-            let items = {
+            let (mut items, payloads) = {
                 let mut s = Self::lock(shard);
                 s.sealed |= seal;
-                let items = std::mem::take(&mut s.items);
-                let taken: usize = items.iter().map(|i| i.reservation.bytes()).sum();
+                if s.items.is_empty() {
+                    continue;
+                }
+                // Pushes go on into the vector emptied by the last take: memory already
+                // touched, so a push neither regrows a vector nor faults in a fresh page.
+                let spare = std::mem::take(&mut s.spare);
+                let items = std::mem::replace(&mut s.items, spare);
+                let taken: usize = items.iter().map(|i| i.bytes).sum();
                 self.bytes.fetch_sub(taken, Ordering::SeqCst);
-                items
+                (items, s.buffer.split().freeze())
             };
-            items.into_iter().for_each(&mut f);
+            for i in items.drain(..) {
+                f(Incoming {
+                    payload: payloads.slice(i.at..i.at + i.len),
+                    partition_key: i.partition_key,
+                    hash: i.hash,
+                    enqueued_at: i.enqueued_at,
+                    bytes: i.bytes,
+                });
+            }
+            let mut s = Self::lock(shard);
+            if s.spare.capacity() < items.capacity() {
+                s.spare = items;
+            }
         }
     }
 
@@ -141,6 +222,8 @@ pub(crate) struct EngineParts<S, M> {
     pub on_undelivered: Option<UndeliveredCallback>,
     pub metrics: Metrics,
     pub stats: Arc<StatCounters>,
+    /// The instance's id generator: collapse names its sums when their window closes.
+    pub ids: Arc<IdGenerator>,
 }
 
 /// Bytes held against the buffer bound; released when dropped.
@@ -155,22 +238,10 @@ impl Reservation {
         Reservation { sem, bytes }
     }
 
-    pub fn bytes(&self) -> usize {
-        self.bytes
-    }
-
     /// Takes over `other`'s bytes.
     pub fn merge(&mut self, mut other: Reservation) {
         self.bytes += other.bytes;
         other.bytes = 0;
-    }
-
-    /// Releases everything above `bytes`.
-    pub fn shrink_to(&mut self, bytes: usize) {
-        if bytes < self.bytes {
-            self.sem.add_permits(self.bytes - bytes);
-            self.bytes = bytes;
-        }
     }
 }
 
@@ -182,29 +253,22 @@ impl Drop for Reservation {
     }
 }
 
-/// A validated event on its way to the background task.
+/// A staged event: its payload is `buffer[at..at + len]` of its shard.
+struct Staged {
+    at: usize,
+    len: usize,
+    partition_key: Arc<str>,
+    hash: u128,
+    enqueued_at: Instant,
+    bytes: usize,
+}
+
+/// A validated, encoded event on its way to the background task (no collapse).
 pub(crate) struct Incoming {
-    pub body: Body,
-    pub partition_key: String,
+    pub payload: Bytes,
+    pub partition_key: Arc<str>,
     pub hash: u128,
     pub enqueued_at: Instant,
-    pub reservation: Reservation,
-}
-
-pub(crate) enum Body {
-    /// Encoded payload (no collapse).
-    Encoded(Bytes),
-    /// The event itself, kept for collapse.
-    Event { event: Event, payload_len: usize },
-}
-
-impl Incoming {
-    /// The event back, for a caller whose command could not be sent.
-    pub fn into_event(self) -> Option<Event> {
-        match self.body {
-            Body::Event { event, .. } => Some(event),
-            // Our own payload always decodes (tested property); `None` only on a bug.
-            Body::Encoded(p) => decode_payload(&p).ok(),
-        }
-    }
+    /// Buffer bytes acquired (and forgotten) for it: the task takes charge of them.
+    pub bytes: usize,
 }

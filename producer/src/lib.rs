@@ -9,6 +9,7 @@ mod engine;
 pub mod error;
 pub mod event;
 pub mod event_id;
+mod fold;
 mod handoff;
 pub mod limits;
 pub mod metrics;

@@ -25,7 +25,7 @@ pub fn partition_key(license_arn: &str, customer_aws_account_id: &str, dimension
         joined
     } else {
         let digest = Md5::digest(joined.as_bytes());
-        let mut s = String::with_capacity(34);
+        let mut s = String::with_capacity(DIGEST_KEY_LEN);
         s.push_str("g:");
         for b in digest.as_slice() {
             s.push_str(&format!("{b:02x}"));
@@ -34,12 +34,102 @@ pub fn partition_key(license_arn: &str, customer_aws_account_id: &str, dimension
     }
 }
 
+/// The length of [`partition_key`]`(license_arn, customer_aws_account_id, dimension)`,
+/// without building it.
+pub fn partition_key_len(
+    license_arn: &str,
+    customer_aws_account_id: &str,
+    dimension: &str,
+) -> usize {
+    let parts = [license_arn, customer_aws_account_id, dimension];
+    let len = parts.iter().map(|p| p.len()).sum::<usize>() + 2;
+    let chars = || parts.iter().map(|p| p.chars().count()).sum::<usize>() + 2;
+    if len <= MAX_PARTITION_KEY_CHARS || chars() <= MAX_PARTITION_KEY_CHARS {
+        len
+    } else {
+        DIGEST_KEY_LEN
+    }
+}
+
+/// `g:` and 32 hex digits.
+const DIGEST_KEY_LEN: usize = 34;
+
 /// Kinesis's routing hash: MD5 of the partition key's UTF-8 bytes as a big-endian 128-bit integer.
 pub fn partition_hash(partition_key: &str) -> u128 {
     let digest = Md5::digest(partition_key.as_bytes());
     let mut b = [0u8; 16];
     b.copy_from_slice(digest.as_slice());
     u128::from_be_bytes(b)
+}
+
+/// Groups remembered per thread by [`keyed_group`]; past this the memory is dropped and
+/// refilled (a bound on memory, not on correctness).
+const KEY_CACHE_GROUPS: usize = 16 * 1024;
+
+/// One group's partition key and hash, computed once.
+struct CachedKey {
+    fields_hash: u64,
+    license_arn: String,
+    customer_aws_account_id: String,
+    dimension: String,
+    partition_key: std::sync::Arc<str>,
+    hash: u128,
+}
+
+thread_local! {
+    static KEY_CACHE: std::cell::RefCell<hashbrown::HashTable<CachedKey>> =
+        const { std::cell::RefCell::new(hashbrown::HashTable::new()) };
+}
+
+/// Fixed seed: the cache's own lookups only.
+const KEY_CACHE_HASHER: foldhash::fast::FixedState =
+    foldhash::fast::FixedState::with_seed(0x706b_5f63_6163_6865);
+
+/// [`partition_key`] and its [`partition_hash`], remembered per thread for the groups it
+/// sees often, so a hot group costs one lookup instead of an MD5 per event.
+pub(crate) fn keyed_group(
+    license_arn: &str,
+    customer_aws_account_id: &str,
+    dimension: &str,
+) -> (std::sync::Arc<str>, u128) {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = KEY_CACHE_HASHER.build_hasher();
+    for part in [license_arn, customer_aws_account_id, dimension] {
+        h.write(part.as_bytes());
+        h.write_u8(0xff);
+    }
+    let fields_hash = h.finish();
+    KEY_CACHE.with_borrow_mut(|cache| {
+        let found = cache.find(fields_hash, |c| {
+            c.fields_hash == fields_hash
+                && c.license_arn == license_arn
+                && c.customer_aws_account_id == customer_aws_account_id
+                && c.dimension == dimension
+        });
+        if let Some(c) = found {
+            return (c.partition_key.clone(), c.hash);
+        }
+        let partition_key: std::sync::Arc<str> =
+            partition_key(license_arn, customer_aws_account_id, dimension).into();
+        let hash = partition_hash(&partition_key);
+        if cache.len() >= KEY_CACHE_GROUPS {
+            cache.clear();
+        }
+        let out = (partition_key.clone(), hash);
+        cache.insert_unique(
+            fields_hash,
+            CachedKey {
+                fields_hash,
+                license_arn: license_arn.to_owned(),
+                customer_aws_account_id: customer_aws_account_id.to_owned(),
+                dimension: dimension.to_owned(),
+                partition_key,
+                hash,
+            },
+            |c| c.fields_hash,
+        );
+        out
+    })
 }
 
 /// One open shard and the hash keys it owns (inclusive bounds).
@@ -144,6 +234,36 @@ mod tests {
         assert!(a.starts_with("g:") && a.len() == 34);
         assert_eq!(a, partition_key("arn", "123456789012", &long_dim));
         assert_ne!(a, partition_key("arn", "123456789013", &long_dim));
+        for (l, acct, d) in [
+            ("arn", "123456789012", long_dim.as_str()),
+            ("arn", "1", "é".repeat(127).as_str()),
+            ("arn", "1", "é".repeat(126).as_str()),
+            ("arn", "1", "reqs"),
+        ] {
+            assert_eq!(
+                partition_key_len(l, acct, d),
+                partition_key(l, acct, d).len()
+            );
+        }
+    }
+
+    #[test]
+    fn cached_keys_are_the_keys() {
+        let long_dim = "d".repeat(300);
+        for _ in 0..2 {
+            for (l, acct, d) in [
+                ("arn", "123456789012", long_dim.as_str()),
+                ("arn", "1", "reqs"),
+                ("arn|1", "", "reqs"),
+                ("arn", "1|", "reqs"),
+            ] {
+                let pk = partition_key(l, acct, d);
+                assert_eq!(
+                    keyed_group(l, acct, d),
+                    (pk.as_str().into(), partition_hash(&pk))
+                );
+            }
+        }
     }
 
     #[test]

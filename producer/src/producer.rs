@@ -1,38 +1,29 @@
 //! The producer handle: `record()`, `try_record()`, `flush()`, `shutdown()`, and its builder.
 
+#[path = "prepare.rs"]
+mod prepare;
+
+use prepare::{Payload, Prepared, Route};
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::BytesMut;
+
 use tokio::sync::{Semaphore, mpsc, oneshot};
-use tokio::time::Instant;
 
 use crate::config::{ProducerConfig, RetryPolicy};
 use crate::engine;
-use crate::error::{ProducerError, ValidationError};
-use crate::event::{Event, truncate_to_millis};
+use crate::error::ProducerError;
+use crate::event::Event;
 use crate::event_id::IdGenerator;
-use crate::handoff::{
-    Body, Command, EngineParts, Incoming, RECORD_OVERHEAD_BYTES, Reservation, Staging,
-};
-use crate::limits::MAX_RECORD_BYTES;
+use crate::handoff::{Command, EngineParts, RECORD_OVERHEAD_BYTES, Staging};
 use crate::metrics::{Metrics, ProducerStats, StatCounters};
 use crate::outcome::{FlushOutcome, Undelivered, UndeliveredCallback};
-use crate::partition::{partition_hash, partition_key};
 use crate::shards::{KinesisShardMapSource, ShardMapSource};
 use crate::sink::{KinesisRecordSink, RecordSink};
-use crate::wire::{WireVersion, single_len};
-
-struct Prepared {
-    event: Event,
-    /// The encoded payload (no collapse), or only its length (collapse encodes the sums).
-    payload: Option<Bytes>,
-    payload_len: usize,
-    partition_key: String,
-    hash: u128,
-    cost: usize,
-}
+use crate::wire::encode_single_into;
 
 struct Shared {
     tx: mpsc::Sender<Command>,
@@ -43,7 +34,7 @@ struct Shared {
     metrics: Metrics,
     stats: Arc<StatCounters>,
     /// Generated event ids of this instance (its epoch and per-lane sequences).
-    ids: IdGenerator,
+    ids: Arc<IdGenerator>,
 }
 
 /// Buffers, packs and ships usage events to Kinesis from a background task. Cheap to clone;
@@ -83,7 +74,10 @@ impl Producer {
         } else {
             match self.shared.sem.acquire_many(cost).await {
                 Ok(permit) => permit.forget(),
-                Err(_) => return Err(ProducerError::Closed(Some(Box::new(p.event)))),
+                Err(_) => {
+                    let event = self.give_back(p.event, p.generated);
+                    return Err(ProducerError::Closed(Some(Box::new(event))));
+                }
             }
         }
         self.stage(p)
@@ -91,13 +85,55 @@ impl Producer {
 
     /// Leaves a prepared event (its bytes charged) for the background task.
     fn stage(&self, p: Prepared) -> Result<(), ProducerError> {
-        match self.shared.staging.push(self.incoming(p)) {
+        let Prepared {
+            event,
+            generated,
+            route,
+            cost,
+        } = p;
+        let staged = match route {
+            Route::Encoded {
+                payload,
+                partition_key,
+                hash,
+            } => {
+                let producer_id = self.producer_id_of(&event);
+                let write = |buf: &mut BytesMut| match &payload {
+                    Payload::V2 { .. } => encode_single_into(buf, &event, producer_id, generated),
+                    Payload::Json(json) => buf.extend_from_slice(json),
+                };
+                let staging = &self.shared.staging;
+                if staging.push(payload.len(), write, partition_key, hash, cost) {
+                    Ok(())
+                } else {
+                    self.shared.sem.add_permits(cost);
+                    Err((event, generated))
+                }
+            }
+            Route::Fold { payload_len } => {
+                let default_producer_id = self.shared.config.producer_id.as_deref();
+                match self
+                    .shared
+                    .staging
+                    .fold(event, default_producer_id, cost, payload_len)
+                {
+                    Ok(()) => Ok(()),
+                    Err(event) => {
+                        self.shared.sem.add_permits(cost);
+                        Err((event, None))
+                    }
+                }
+            }
+        };
+        match staged {
             Ok(()) => {
                 self.accepted();
                 Ok(())
             }
             // The background task took its last events (shutdown); the event is ours to give back.
-            Err(incoming) => Err(ProducerError::Closed(incoming.into_event().map(Box::new))),
+            Err((event, generated)) => Err(ProducerError::Closed(Some(Box::new(
+                self.give_back(event, generated),
+            )))),
         }
     }
 
@@ -109,10 +145,12 @@ impl Producer {
             Ok(permit) => permit,
             Err(tokio::sync::TryAcquireError::NoPermits) => {
                 self.shared.metrics.refused("Full");
-                return Err(ProducerError::Full(Box::new(p.event)));
+                let event = self.give_back(p.event, p.generated);
+                return Err(ProducerError::Full(Box::new(event)));
             }
             Err(tokio::sync::TryAcquireError::Closed) => {
-                return Err(ProducerError::Closed(Some(Box::new(p.event))));
+                let event = self.give_back(p.event, p.generated);
+                return Err(ProducerError::Closed(Some(Box::new(event))));
             }
         };
         permit.forget();
@@ -184,90 +222,6 @@ impl Producer {
     fn accepted(&self) {
         self.shared.metrics.events_recorded.increment(1);
         StatCounters::add(&self.shared.stats.events_recorded, 1);
-    }
-
-    fn prepare(&self, mut event: Event) -> Result<Prepared, ProducerError> {
-        if self.shared.closed.load(Ordering::Relaxed) {
-            return Err(ProducerError::Closed(Some(Box::new(event))));
-        }
-        if event.producer_id.is_none() {
-            event.producer_id = self.shared.config.producer_id.clone();
-        }
-        event.timestamp = truncate_to_millis(event.timestamp);
-        let invalid = |source: ValidationError, event: Event| {
-            self.shared.metrics.refused(source.reason());
-            ProducerError::Invalid {
-                source,
-                event: Box::new(event),
-            }
-        };
-        if let Err(e) = event.validate(true) {
-            return Err(invalid(e, event));
-        }
-        let pk = partition_key(
-            &event.license_arn,
-            &event.customer_aws_account_id,
-            &event.dimension,
-        );
-        let hash = partition_hash(&pk);
-        let mut generated = None;
-        if event.event_id.is_empty() {
-            // `p:{epoch}:{lane}:{seq}`: deduplicated by sequence, not by a claim per event.
-            let id = self.shared.ids.next_id(hash);
-            event.event_id = self.shared.ids.render(id);
-            generated = Some(id);
-        }
-        let config = &self.shared.config;
-        // Collapse encodes the window's sums: a v2 event needs only its length here.
-        let (payload, payload_len) = match (config.collapse, config.wire_version) {
-            (true, WireVersion::V2) => (None, single_len(&event, generated)),
-            (collapse, version) => {
-                let payload = version.encode_bytes(&event, generated);
-                let len = payload.len();
-                ((!collapse).then_some(payload), len)
-            }
-        };
-        let size = payload_len + pk.len();
-        if size > MAX_RECORD_BYTES {
-            let e = ValidationError::EventTooLarge {
-                bytes: size,
-                limit: MAX_RECORD_BYTES,
-            };
-            return Err(invalid(e, event));
-        }
-        let cost = Self::buffer_cost(payload_len, pk.len());
-        if cost > self.shared.config.max_buffered_bytes {
-            let e = ValidationError::EventTooLarge {
-                bytes: cost,
-                limit: self.shared.config.max_buffered_bytes,
-            };
-            return Err(invalid(e, event));
-        }
-        Ok(Prepared {
-            event,
-            payload,
-            payload_len,
-            partition_key: pk,
-            hash,
-            cost,
-        })
-    }
-
-    fn incoming(&self, p: Prepared) -> Incoming {
-        let body = match p.payload {
-            Some(payload) => Body::Encoded(payload),
-            None => Body::Event {
-                payload_len: p.payload_len,
-                event: p.event,
-            },
-        };
-        Incoming {
-            body,
-            hash: p.hash,
-            partition_key: p.partition_key,
-            enqueued_at: Instant::now(),
-            reservation: Reservation::new(self.shared.sem.clone(), p.cost),
-        }
     }
 }
 
@@ -453,6 +407,7 @@ impl ProducerBuilder {
         let metrics = Metrics::new(&config.stream_name);
         let stats = Arc::new(StatCounters::default());
         let staging = Arc::new(Staging::new(engine::size_trigger(&config)));
+        let ids = Arc::new(IdGenerator::new());
         engine::spawn(
             &runtime,
             EngineParts {
@@ -465,6 +420,7 @@ impl ProducerBuilder {
                 on_undelivered: self.on_undelivered,
                 metrics: metrics.clone(),
                 stats: stats.clone(),
+                ids: ids.clone(),
             },
         );
         Ok(Producer {
@@ -476,7 +432,7 @@ impl ProducerBuilder {
                 closed: AtomicBool::new(false),
                 metrics,
                 stats,
-                ids: IdGenerator::new(),
+                ids,
             }),
         })
     }

@@ -195,7 +195,7 @@ fn pack_writes_v2_aggregates_routed_like_v1_and_a_lone_event_plain() {
             UserRec {
                 payload: Bytes::from(encode_single(e)),
                 hash: partition_hash(&pk),
-                partition_key: pk,
+                partition_key: pk.into(),
                 meta: i,
             }
         })
@@ -253,7 +253,7 @@ fn at_300_groups_an_event_costs_at_most_a_third_of_a_json_record() {
             UserRec {
                 payload: Bytes::from(encode_single(e)),
                 hash: 0,
-                partition_key: pk,
+                partition_key: pk.into(),
                 meta: (),
             }
         })

@@ -305,6 +305,9 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
     fn take_staged(&mut self, seal: bool) {
         let staging = self.parts.staging.clone();
         staging.take(seal, |incoming| self.stage(incoming));
+        if self.parts.config.collapse {
+            self.watch_folded(seal);
+        }
     }
 
     fn update_gauges(&self) {

@@ -2,7 +2,6 @@
 
 use tokio::time::Instant;
 
-use crate::collapse::CollapseMeta;
 use crate::handoff::Reservation;
 use crate::outcome::UndeliveredReason;
 use crate::sink::PutEntry;
@@ -12,15 +11,8 @@ pub(super) struct UserMeta {
     pub enqueued_at: Instant,
     pub epoch: u64,
     pub constituents: u64,
-    pub reservation: Reservation,
-}
-
-impl CollapseMeta for UserMeta {
-    fn absorb(&mut self, other: Self) {
-        self.enqueued_at = self.enqueued_at.min(other.enqueued_at);
-        self.constituents += other.constituents;
-        self.reservation.merge(other.reservation);
-    }
+    /// Buffer bytes it was charged (released with its record's reservation).
+    pub bytes: usize,
 }
 
 /// What is kept per user record once packed (its bytes are charged to the record).

@@ -6,13 +6,15 @@ use tokio::time::Instant;
 use super::Engine;
 use super::record::{KRecord, UserAck, UserMeta};
 use crate::batch::{Packed, UserRec, pack};
-use crate::collapse::Collapser;
+use crate::collapse::collapsed_id_with_generated;
 use crate::config::ProducerConfig;
-use crate::handoff::{Body, Incoming, RECORD_OVERHEAD_BYTES};
+use crate::fold::Folded;
+use crate::handoff::{Incoming, RECORD_OVERHEAD_BYTES, Reservation};
 use crate::limits::MAX_BYTES_PER_PUT;
-use crate::partition::{partition_hash, partition_key};
+use crate::partition::keyed_group;
 use crate::shards::ShardMapSource;
 use crate::sink::RecordSink;
+use crate::wire::{WireVersion, encode_event, encode_single_bytes};
 
 /// Size trigger: a window worth a few full PutRecords calls, or a quarter of the buffer, goes
 /// out without waiting for the linger.
@@ -26,41 +28,59 @@ pub(super) struct Window {
     pub opened_at: Option<Instant>,
     bytes: usize,
     plain: Vec<UserRec<UserMeta>>,
-    collapser: Collapser<UserMeta>,
+    /// Sums taken by the last take (shutdown) before the window closes.
+    pub folded: Vec<Folded>,
 }
 
 impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
     pub(super) fn stage(&mut self, incoming: Incoming) {
         let Incoming {
-            body,
+            payload,
             partition_key,
             hash,
             enqueued_at,
-            reservation,
+            bytes,
         } = incoming;
         *self.outstanding.entry(self.epoch).or_default() += 1;
         let meta = UserMeta {
             enqueued_at,
             epoch: self.epoch,
             constituents: 1,
-            reservation,
+            bytes,
         };
         let w = &mut self.window;
         w.opened_at.get_or_insert_with(Instant::now);
-        w.bytes += meta.reservation.bytes();
-        match body {
-            Body::Encoded(payload) => w.plain.push(UserRec {
-                payload,
-                partition_key,
-                hash,
-                meta,
-            }),
-            Body::Event { event, payload_len } => {
-                w.collapser.add(event, partition_key, payload_len, meta);
-            }
-        }
+        w.bytes += meta.bytes;
+        w.plain.push(UserRec {
+            payload,
+            partition_key,
+            hash,
+            meta,
+        });
         if self.window.bytes >= size_trigger(&self.parts.config) {
             self.close_window();
+        }
+    }
+
+    /// Collapse: the window holds the sums in the staging area; it opens with their first
+    /// bytes and closes early once they pass the size trigger. With `seal` (shutdown), the
+    /// sums are taken now and later adds are refused.
+    pub(super) fn watch_folded(&mut self, seal: bool) {
+        let staging = self.parts.staging.clone();
+        if seal {
+            let folded = &mut self.window.folded;
+            staging.take_folded(true, |f| folded.push(f));
+            if !self.window.folded.is_empty() {
+                self.window.opened_at.get_or_insert_with(Instant::now);
+            }
+            return;
+        }
+        let staged = staging.bytes();
+        if staged > 0 {
+            self.window.opened_at.get_or_insert_with(Instant::now);
+            if staged >= size_trigger(&self.parts.config) {
+                self.close_window();
+            }
         }
     }
 
@@ -69,25 +89,19 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
             return;
         }
         let mut window = std::mem::take(&mut self.window);
+        let mut folded = std::mem::take(&mut window.folded);
+        if self.parts.config.collapse {
+            self.parts
+                .staging
+                .clone()
+                .take_folded(false, |f| folded.push(f));
+        }
         let mut users = std::mem::take(&mut window.plain);
         let mut collapsed_away = 0u64;
-        for c in window.collapser.drain() {
-            let payload = bytes::Bytes::from(self.parts.config.wire_version.encode(&c.event));
-            let pk = partition_key(
-                &c.event.license_arn,
-                &c.event.customer_aws_account_id,
-                &c.event.dimension,
-            );
-            let mut meta = c.meta;
-            collapsed_away += meta.constituents - 1;
-            meta.reservation
-                .shrink_to(payload.len() + pk.len() + RECORD_OVERHEAD_BYTES);
-            users.push(UserRec {
-                payload,
-                hash: partition_hash(&pk),
-                partition_key: pk,
-                meta,
-            });
+        for f in folded {
+            let u = self.encode_folded(f);
+            collapsed_away += u.meta.constituents - 1;
+            users.push(u);
         }
         if collapsed_away > 0 {
             self.parts
@@ -108,13 +122,68 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         }
     }
 
+    /// Names one sum of the window (docs/row-contract.md, "Collapse": a lone event keeps its
+    /// id, generated now if it had none; a sum of several is the UUID v5 of its constituents'
+    /// ids) and encodes it, releasing the bytes its constituents were charged beyond it.
+    fn encode_folded(&mut self, f: Folded) -> UserRec<UserMeta> {
+        let constituents = f.constituents();
+        let Folded {
+            mut event,
+            ids,
+            generated,
+            enqueued_at,
+            bytes,
+        } = f;
+        *self.outstanding.entry(self.epoch).or_default() += constituents;
+        let (pk, hash) = keyed_group(
+            &event.license_arn,
+            &event.customer_aws_account_id,
+            &event.dimension,
+        );
+        let idgen = &self.parts.ids;
+        // The constituents without an id take consecutive sequences of their lane.
+        let first = (generated > 0).then(|| idgen.reserve(hash, generated));
+        let lone = first.filter(|_| constituents == 1);
+        if constituents > 1 {
+            let (lane, seqs) = first.map_or((0, 0..0), |g| (g.lane, g.seq..g.seq + generated));
+            event.event_id =
+                collapsed_id_with_generated(idgen.prefix(), lane, seqs, ids).to_string();
+        }
+        let payload = match self.parts.config.wire_version {
+            WireVersion::V2 => encode_single_bytes(&event, lone),
+            WireVersion::V1 => {
+                if let Some(id) = lone {
+                    event.event_id = idgen.render(id);
+                }
+                bytes::Bytes::from(encode_event(&event))
+            }
+        };
+        // Charged per constituent; the sum needs only its own bytes.
+        let needed = payload.len() + pk.len() + RECORD_OVERHEAD_BYTES;
+        if bytes > needed {
+            self.parts.sem.add_permits(bytes - needed);
+        }
+        let bytes = bytes.min(needed);
+        UserRec {
+            payload,
+            hash,
+            partition_key: pk,
+            meta: UserMeta {
+                enqueued_at,
+                epoch: self.epoch,
+                constituents,
+                bytes,
+            },
+        }
+    }
+
     fn new_record(&self, p: Packed<UserMeta>) -> KRecord {
         let mut metas = p.users.into_iter();
         let first = metas
             .next()
             .expect("a record holds at least one user record");
         let mut oldest = first.enqueued_at;
-        let mut reservation = first.reservation;
+        let mut bytes = first.bytes;
         let mut users = vec![UserAck {
             enqueued_at: first.enqueued_at,
             epoch: first.epoch,
@@ -122,13 +191,15 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         }];
         for u in metas {
             oldest = oldest.min(u.enqueued_at);
-            reservation.merge(u.reservation);
+            bytes += u.bytes;
             users.push(UserAck {
                 enqueued_at: u.enqueued_at,
                 epoch: u.epoch,
                 constituents: u.constituents,
             });
         }
+        // One reservation per record: the buffer bytes of every user record inside it.
+        let reservation = Reservation::new(self.parts.sem.clone(), bytes);
         KRecord {
             size: p.entry.billed_size(),
             entry: p.entry,

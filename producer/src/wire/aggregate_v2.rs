@@ -3,33 +3,43 @@
 //! record does, and the KPL writes each key once per aggregate: when the key names the group,
 //! the entry leaves the group out, so one producer's entries are one table entry.
 
-use std::collections::HashMap;
+use std::hash::BuildHasher;
 
-use bytes::Bytes;
-use prost::encoding::encoded_len_varint;
+use bytes::{BufMut, Bytes, BytesMut};
+use foldhash::fast::FixedState;
+use hashbrown::HashTable;
+use md5::{Digest, Md5};
+use prost::encoding::{encode_varint, encoded_len_varint};
 
-use super::kpl::AGGREGATE_OVERHEAD;
-use super::kpl::{encode_message, pb};
+use super::kpl::{AGGREGATE_OVERHEAD, KPL_MAGIC};
 use super::v2::{
-    HEADER_LEN, encode_ref, encode_table, ref_len, split_single_ranges, table_entry_len,
+    HEADER_LEN, KIND_REF, V2, encode_table, ref_len, split_single_ranges, table_entry_len,
 };
 
-/// Builds one v2 aggregate, tracking its exact encoded size as events are added.
+/// Builds one v2 aggregate, tracking its exact encoded size as events are added. The refs'
+/// KPL records are written as they come, into one buffer (no allocation per event); the
+/// aggregate's bytes are what `prost` writes for the same `AggregatedRecord` (tested).
 #[derive(Debug, Default)]
 pub struct AggregateV2Builder {
     /// Partition keys in KPL table order (the table's user record uses the first).
     pks: Vec<String>,
-    pk_lookup: HashMap<String, u64>,
+    pk_lookup: HashTable<u64>,
     /// Bytes of the KPL key table.
     pk_table_len: usize,
     entries: Vec<Bytes>,
-    lookup: HashMap<Bytes, u64>,
+    lookup: HashTable<u64>,
     /// Bytes of the v2 table's message (after its header).
     table_len: usize,
-    /// `(partition key index, ref)` per event.
-    refs: Vec<(u64, Bytes)>,
-    /// Bytes the refs take in the KPL body.
-    refs_body_len: usize,
+    /// The refs' KPL `Record`s (field 3 of the `AggregatedRecord`), encoded.
+    refs_body: Vec<u8>,
+    refs: usize,
+}
+
+/// Fixed seed: lookups only, nothing hashed is written.
+const HASHER: FixedState = FixedState::with_seed(0x6167_6772_6567_5f32);
+
+fn hash_of(bytes: &[u8]) -> u64 {
+    HASHER.hash_one(bytes)
 }
 
 /// Bytes a KPL `Record` (partition key index `pk_ix`, no explicit hash key, `data_len` data
@@ -43,6 +53,40 @@ fn field_len(len: usize) -> usize {
     1 + encoded_len_varint(len as u64) + len
 }
 
+/// Protobuf keys of the KPL messages (field number << 3 | wire type).
+const KEY_PK_TABLE: u8 = 1 << 3 | 2;
+const KEY_RECORDS: u8 = 3 << 3 | 2;
+const KEY_PK_INDEX: u8 = 1 << 3;
+const KEY_DATA: u8 = 3 << 3 | 2;
+/// The v2 ref's `entry_index` field (2, varint).
+const KEY_ENTRY_INDEX: u8 = 2 << 3;
+
+/// Appends a KPL `Record` (partition key index `pk_ix`, data `head` then `data`).
+fn put_kpl_record(out: &mut impl BufMut, pk_ix: u64, head: &[u8], data: &[u8]) {
+    let data_len = head.len() + data.len();
+    out.put_u8(KEY_RECORDS);
+    encode_varint(
+        (1 + encoded_len_varint(pk_ix) + field_len(data_len)) as u64,
+        out,
+    );
+    out.put_u8(KEY_PK_INDEX);
+    encode_varint(pk_ix, out);
+    out.put_u8(KEY_DATA);
+    encode_varint(data_len as u64, out);
+    out.put_slice(head);
+    out.put_slice(data);
+}
+
+/// Where `(pk_ix, entry_ix)` stand for an event about to be added, and what it adds.
+struct Placed {
+    pk: Option<u64>,
+    entry: Option<u64>,
+    pk_ix: u64,
+    entry_ix: u64,
+    pk_hash: u64,
+    entry_hash: u64,
+}
+
 impl AggregateV2Builder {
     /// An empty aggregate.
     pub fn new() -> Self {
@@ -51,12 +95,12 @@ impl AggregateV2Builder {
 
     /// Events added.
     pub fn len(&self) -> usize {
-        self.refs.len()
+        self.refs
     }
 
     /// True when no event was added.
     pub fn is_empty(&self) -> bool {
-        self.refs.is_empty()
+        self.refs == 0
     }
 
     fn total(&self, pk_table_len: usize, table_len: usize, refs_body_len: usize) -> usize {
@@ -71,7 +115,7 @@ impl AggregateV2Builder {
         if self.is_empty() {
             return 0;
         }
-        self.total(self.pk_table_len, self.table_len, self.refs_body_len)
+        self.total(self.pk_table_len, self.table_len, self.refs_body.len())
     }
 
     /// Encoded size of the whole aggregate if the v2 single `single` (partition key
@@ -79,6 +123,47 @@ impl AggregateV2Builder {
     pub fn encoded_len_with(&self, partition_key: &str, single: &Bytes) -> Option<usize> {
         let (entry, fields) = split_single_ranges(single, partition_key)?;
         Some(self.encoded_len_with_split(partition_key, &single[entry], fields.len()))
+    }
+
+    fn place(&self, partition_key: &str, entry: &[u8]) -> Placed {
+        let pk_hash = hash_of(partition_key.as_bytes());
+        let entry_hash = hash_of(entry);
+        let pk = self
+            .pk_lookup
+            .find(pk_hash, |&i| self.pks[i as usize] == partition_key)
+            .copied();
+        let found = self
+            .lookup
+            .find(entry_hash, |&i| self.entries[i as usize][..] == *entry)
+            .copied();
+        Placed {
+            pk,
+            entry: found,
+            pk_ix: pk.unwrap_or(self.pks.len() as u64),
+            entry_ix: found.unwrap_or(self.entries.len() as u64),
+            pk_hash,
+            entry_hash,
+        }
+    }
+
+    fn len_placed(
+        &self,
+        at: &Placed,
+        partition_key: &str,
+        entry: &[u8],
+        fields_len: usize,
+    ) -> usize {
+        let table_len = match at.entry {
+            Some(_) => self.table_len,
+            None => self.table_len + table_entry_len(entry.len()),
+        };
+        let pk_table_len = match at.pk {
+            Some(_) => self.pk_table_len,
+            None => self.pk_table_len + field_len(partition_key.len()),
+        };
+        let refs =
+            self.refs_body.len() + kpl_record_len(at.pk_ix, ref_len(at.entry_ix, fields_len));
+        self.total(pk_table_len, table_len, refs)
     }
 
     /// [`AggregateV2Builder::encoded_len_with`] for a single already split by
@@ -89,22 +174,8 @@ impl AggregateV2Builder {
         entry: &[u8],
         fields_len: usize,
     ) -> usize {
-        let (ix, table_len) = match self.lookup.get(entry) {
-            Some(ix) => (*ix, self.table_len),
-            None => (
-                self.entries.len() as u64,
-                self.table_len + table_entry_len(entry.len()),
-            ),
-        };
-        let (pk_ix, pk_table_len) = match self.pk_lookup.get(partition_key) {
-            Some(i) => (*i, self.pk_table_len),
-            None => (
-                self.pks.len() as u64,
-                self.pk_table_len + field_len(partition_key.len()),
-            ),
-        };
-        let refs = self.refs_body_len + kpl_record_len(pk_ix, ref_len(ix, fields_len));
-        self.total(pk_table_len, table_len, refs)
+        let at = self.place(partition_key, entry);
+        self.len_placed(&at, partition_key, entry, fields_len)
     }
 
     /// Adds the v2 single `single`; false (nothing added) when it is not one.
@@ -119,57 +190,143 @@ impl AggregateV2Builder {
     /// [`AggregateV2Builder::add`] for a single already split by [`split_single_ranges`]:
     /// the entry is copied only when it is new to the table.
     pub fn add_split(&mut self, partition_key: &str, entry: &[u8], fields: &[u8]) {
-        let pk_ix = match self.pk_lookup.get(partition_key) {
-            Some(i) => *i,
-            None => {
-                let i = self.pks.len() as u64;
-                self.pk_table_len += field_len(partition_key.len());
-                self.pk_lookup.insert(partition_key.to_owned(), i);
-                self.pks.push(partition_key.to_owned());
-                i
-            }
-        };
-        let ix = match self.lookup.get(entry) {
-            Some(ix) => *ix,
-            None => {
-                let ix = self.entries.len() as u64;
-                let entry = Bytes::copy_from_slice(entry);
-                self.table_len += table_entry_len(entry.len());
-                self.lookup.insert(entry.clone(), ix);
-                self.entries.push(entry);
-                ix
-            }
-        };
-        let r = encode_ref(ix, fields);
-        self.refs_body_len += kpl_record_len(pk_ix, r.len());
-        self.refs.push((pk_ix, r));
+        let at = self.place(partition_key, entry);
+        self.add_placed(&at, partition_key, entry, fields);
     }
 
-    /// Encodes magic + protobuf body (table, then the refs) + MD5 trailer.
+    /// Adds the split single if the aggregate then stays within `limit` bytes, or when it is
+    /// empty (one event always fits a record); returns whether it was added.
+    pub fn add_split_within(
+        &mut self,
+        partition_key: &str,
+        entry: &[u8],
+        fields: &[u8],
+        limit: usize,
+    ) -> bool {
+        let at = self.place(partition_key, entry);
+        if !self.is_empty() && self.len_placed(&at, partition_key, entry, fields.len()) > limit {
+            return false;
+        }
+        self.add_placed(&at, partition_key, entry, fields);
+        true
+    }
+
+    fn add_placed(&mut self, at: &Placed, partition_key: &str, entry: &[u8], fields: &[u8]) {
+        if at.pk.is_none() {
+            self.pk_table_len += field_len(partition_key.len());
+            let pks = &self.pks;
+            self.pk_lookup.insert_unique(at.pk_hash, at.pk_ix, |&i| {
+                hash_of(pks[i as usize].as_bytes())
+            });
+            self.pks.push(partition_key.to_owned());
+        }
+        if at.entry.is_none() {
+            self.table_len += table_entry_len(entry.len());
+            let entries = &self.entries;
+            self.lookup.insert_unique(at.entry_hash, at.entry_ix, |&i| {
+                hash_of(&entries[i as usize])
+            });
+            self.entries.push(Bytes::copy_from_slice(entry));
+        }
+        // The ref: version and kind, the entry index unless 0 (protobuf's default), fields.
+        let mut head = [0u8; 2 + 1 + 10];
+        head[..2].copy_from_slice(&[V2, KIND_REF]);
+        let mut n = 2;
+        if at.entry_ix != 0 {
+            let cap = head.len() - 2;
+            let mut rest = &mut head[2..];
+            rest.put_u8(KEY_ENTRY_INDEX);
+            encode_varint(at.entry_ix, &mut rest);
+            n = 2 + cap - rest.len();
+        }
+        debug_assert_eq!(n + fields.len(), ref_len(at.entry_ix, fields.len()));
+        put_kpl_record(&mut self.refs_body, at.pk_ix, &head[..n], fields);
+        self.refs += 1;
+    }
+
+    /// Encodes magic + protobuf body (the key table, the table, then the refs) + MD5 trailer.
     pub fn finish(self) -> Bytes {
         let expected = self.encoded_len();
         // The table's user record carries the first partition key (index 0); every ref keeps
         // the index it was given, so the KPL key table is `pks` as it stands.
-        let table = pb::Record {
+        let table = encode_table(self.entries.iter().map(|e| &e[..]));
+        let mut out = BytesMut::with_capacity(expected);
+        out.put_slice(&KPL_MAGIC);
+        for pk in &self.pks {
+            out.put_u8(KEY_PK_TABLE);
+            encode_varint(pk.len() as u64, &mut out);
+            out.put_slice(pk.as_bytes());
+        }
+        put_kpl_record(&mut out, 0, &[], &table);
+        out.put_slice(&self.refs_body);
+        let digest = Md5::digest(&out[KPL_MAGIC.len()..]);
+        out.put_slice(digest.as_slice());
+        debug_assert_eq!(out.len(), expected, "v2 size tracking matches");
+        out.freeze()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::kpl::{encode_message, pb};
+    use crate::wire::v2::{encode_ref, split_single};
+    use crate::{Event, wire::encode_single};
+    use chrono::{TimeZone, Utc};
+
+    /// The hand-written encoding is byte for byte what `prost` writes for the same message.
+    #[test]
+    fn the_aggregate_is_prosts_encoding() {
+        let t = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
+        let mut b = AggregateV2Builder::new();
+        let mut refs = Vec::new();
+        let mut pks: Vec<String> = Vec::new();
+        let mut entries: Vec<Bytes> = Vec::new();
+        for i in 0..300u64 {
+            let g = i % 7;
+            let arn = format!("arn:aws:license-manager::123456789012:license:l-{g:032x}");
+            let mut e = Event::new(&arn, "123456789012", "reqs", i * 1_000, t)
+                .with_event_id(format!("id-{i}"));
+            if i % 3 == 0 {
+                e = e.with_producer_id(format!("p{}", i % 2));
+            }
+            // Every fourth event names its group by another key: the entry keeps the group.
+            let pk = if i % 4 == 0 {
+                format!("k{g}")
+            } else {
+                format!("{arn}|123456789012|reqs")
+            };
+            let single = Bytes::from(encode_single(&e));
+            assert!(b.add(&pk, &single));
+            let (entry, fields) = split_single(&single, &pk).unwrap();
+            let pk_ix = pks.iter().position(|p| *p == pk).unwrap_or_else(|| {
+                pks.push(pk.clone());
+                pks.len() - 1
+            });
+            let ix = entries.iter().position(|x| *x == entry).unwrap_or_else(|| {
+                entries.push(entry.clone());
+                entries.len() - 1
+            });
+            refs.push(pb::Record {
+                partition_key_index: pk_ix as u64,
+                explicit_hash_key_index: None,
+                data: encode_ref(ix as u64, &fields),
+                tags: Vec::new(),
+            });
+        }
+        let mut records = vec![pb::Record {
             partition_key_index: 0,
             explicit_hash_key_index: None,
-            data: encode_table(self.entries.iter().map(|e| &e[..])),
+            data: encode_table(entries.iter().map(|e| &e[..])),
             tags: Vec::new(),
-        };
-        let mut records = Vec::with_capacity(self.refs.len() + 1);
-        records.push(table);
-        records.extend(self.refs.into_iter().map(|(pk_ix, data)| pb::Record {
-            partition_key_index: pk_ix,
-            explicit_hash_key_index: None,
-            data,
-            tags: Vec::new(),
-        }));
-        let out = encode_message(pb::AggregatedRecord {
-            partition_key_table: self.pks,
+        }];
+        records.extend(refs);
+        let want = encode_message(pb::AggregatedRecord {
+            partition_key_table: pks,
             explicit_hash_key_table: Vec::new(),
             records,
         });
-        debug_assert_eq!(out.len(), expected, "v2 size tracking matches");
-        out
+        assert_eq!(b.encoded_len(), want.len());
+        assert_eq!(b.finish(), want);
     }
 }

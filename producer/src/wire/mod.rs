@@ -18,7 +18,10 @@ pub use kpl::{
     AGGREGATE_OVERHEAD, AggregateBuilder, KPL_MAGIC, MD5_LEN, UserRecord, deaggregate,
     decode_aggregated, encode_aggregated, is_aggregated, pb,
 };
-pub use v2::{decode_payload, encode_single, encode_single_bytes, single_len};
+pub use v2::{
+    decode_payload, encode_single, encode_single_bytes, encode_single_into, single_len,
+    single_len_as,
+};
 
 /// Which encoding the producer writes (docs/wire-format.md, "Choosing the version").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

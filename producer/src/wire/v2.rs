@@ -31,7 +31,7 @@ use crate::event_id::GeneratedId;
 // Sizing and splitting a single without decoding it (the producer's packing path).
 #[path = "v2_split.rs"]
 mod split;
-pub use split::{single_len, split_single, split_single_ranges};
+pub use split::{encode_single_into, single_len, single_len_as, split_single, split_single_ranges};
 
 /// The version byte of a v2 user record.
 pub const V2: u8 = 0x02;
@@ -76,23 +76,22 @@ fn bytes_field_len(len: usize) -> usize {
 }
 
 /// Bytes of an event's entry (what [`put_entry`] writes inside its field).
-fn entry_len(event: &Event, epoch: Option<u128>) -> usize {
+/// `producer_id` is the one written: the event's, or the producer's default for an event
+/// without one.
+fn entry_len(event: &Event, producer_id: Option<&str>, epoch: Option<u128>) -> usize {
     bytes_field_len(event.license_arn.len())
         + bytes_field_len(event.customer_aws_account_id.len())
         + bytes_field_len(event.dimension.len())
-        + event
-            .producer_id
-            .as_ref()
-            .map_or(0, |p| bytes_field_len(p.len()))
+        + producer_id.map_or(0, |p| bytes_field_len(p.len()))
         + epoch.map_or(0, |_| bytes_field_len(16))
 }
 
 /// Writes the entry's fields (the group, the producer id, the epoch of a generated id).
-fn put_entry(e: &mut BytesMut, event: &Event, epoch: Option<u128>) {
+fn put_entry(e: &mut BytesMut, event: &Event, producer_id: Option<&str>, epoch: Option<u128>) {
     put_bytes(e, 1, event.license_arn.as_bytes());
     put_bytes(e, 2, event.customer_aws_account_id.as_bytes());
     put_bytes(e, 3, event.dimension.as_bytes());
-    if let Some(p) = &event.producer_id {
+    if let Some(p) = producer_id {
         put_bytes(e, 4, p.as_bytes());
     }
     if let Some(epoch) = epoch {
@@ -140,23 +139,32 @@ pub fn encode_single(event: &Event) -> Vec<u8> {
 /// [`encode_single`] into one buffer, as [`Bytes`]. `generated` is the event's id when the
 /// caller just generated it (its string is `generated`'s `Display`), saving the parse.
 pub fn encode_single_bytes(event: &Event, generated: Option<GeneratedId>) -> Bytes {
-    // Only the exact form counts as generated (docs/row-contract.md, "Event ids"): it is the
-    // one that reads back to the same string.
-    let id = generated.or_else(|| {
-        GeneratedId::parse(&event.event_id).filter(|g| g.to_string() == event.event_id)
-    });
-    let epoch = id.map(|g| g.epoch);
-    let entry = entry_len(event, epoch);
+    let (producer_id, id) = (
+        event.producer_id.as_deref(),
+        split::resolve_id(event, generated),
+    );
     // The exact size: a full buffer freezes into `Bytes` without another allocation.
-    let len = split::resolved_single_len(event, id);
+    let len = split::resolved_single_len(event, producer_id, id);
     let mut out = BytesMut::with_capacity(len);
-    out.put_slice(&[V2, KIND_SINGLE]);
-    key(&mut out, 1, WT_LEN);
-    encode_varint(entry as u64, &mut out);
-    put_entry(&mut out, event, epoch);
-    event_fields(&mut out, event, id);
+    write_single(&mut out, event, producer_id, id);
     debug_assert_eq!(out.len(), len, "single_len matches the encoding");
     out.freeze()
+}
+
+/// Appends the single of `event` (id resolved, `producer_id` the one written) to `out`.
+pub(super) fn write_single(
+    out: &mut BytesMut,
+    event: &Event,
+    producer_id: Option<&str>,
+    id: Option<GeneratedId>,
+) {
+    let epoch = id.map(|g| g.epoch);
+    let entry = entry_len(event, producer_id, epoch);
+    out.put_slice(&[V2, KIND_SINGLE]);
+    key(out, 1, WT_LEN);
+    encode_varint(entry as u64, out);
+    put_entry(out, event, producer_id, epoch);
+    event_fields(out, event, id);
 }
 
 /// Bytes of the ref (kind `0x02`) for an event whose entry has index `entry_index` (index 0,

@@ -1,9 +1,10 @@
-//! Sizing a v2 single without encoding it, and splitting one into its table entry and event
-//! fields without decoding it: the producer's packing path (docs/wire-format.md).
+//! Sizing a v2 single without encoding it (and writing it into a caller's buffer), and
+//! splitting one into its table entry and event fields without decoding it: the producer's
+//! packing path (docs/wire-format.md).
 
 use std::ops::Range;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use prost::encoding::encoded_len_varint;
 
 use super::{HEADER_LEN, KIND_SINGLE, Reader, V2, WT_LEN, bytes_field_len, entry_len};
@@ -13,15 +14,45 @@ use crate::event_id::GeneratedId;
 /// The length of [`encode_single_bytes`]`(event, generated)` without encoding: what the
 /// producer charges a collapsed event for before the window's sums are encoded.
 pub fn single_len(event: &Event, generated: Option<GeneratedId>) -> usize {
-    let id = generated.or_else(|| {
-        GeneratedId::parse(&event.event_id).filter(|g| g.to_string() == event.event_id)
-    });
-    resolved_single_len(event, id)
+    single_len_as(event, event.producer_id.as_deref(), generated)
+}
+
+/// The length of [`encode_single_into`]`(out, event, producer_id, generated)`.
+pub fn single_len_as(
+    event: &Event,
+    producer_id: Option<&str>,
+    generated: Option<GeneratedId>,
+) -> usize {
+    resolved_single_len(event, producer_id, resolve_id(event, generated))
+}
+
+/// The id written as generated: `generated`, else the event's id when it is of the exact
+/// generated form (docs/row-contract.md, "Event ids": the one that reads back to the same
+/// string).
+pub(super) fn resolve_id(event: &Event, generated: Option<GeneratedId>) -> Option<GeneratedId> {
+    generated
+        .or_else(|| GeneratedId::parse(&event.event_id).filter(|g| g.to_string() == event.event_id))
+}
+
+/// [`super::encode_single_bytes`] appended to `out` (exactly [`single_len_as`] bytes), with
+/// `producer_id` written as the event's (the producer's default for an event without one,
+/// borrowed instead of copied into the event).
+pub fn encode_single_into(
+    out: &mut BytesMut,
+    event: &Event,
+    producer_id: Option<&str>,
+    generated: Option<GeneratedId>,
+) {
+    super::write_single(out, event, producer_id, resolve_id(event, generated));
 }
 
 /// [`single_len`] with the id already resolved: `Some` exactly when it is written as a
 /// generated id.
-pub(super) fn resolved_single_len(event: &Event, id: Option<GeneratedId>) -> usize {
+pub(super) fn resolved_single_len(
+    event: &Event,
+    producer_id: Option<&str>,
+    id: Option<GeneratedId>,
+) -> usize {
     let varint = |v: u64| 1 + encoded_len_varint(v);
     let mut fields = varint(event.timestamp.timestamp_millis() as u64);
     if event.quantity != 0 {
@@ -47,7 +78,7 @@ pub(super) fn resolved_single_len(event: &Event, id: Option<GeneratedId>) -> usi
         }
         fields += bytes_field_len(m);
     }
-    HEADER_LEN + bytes_field_len(entry_len(event, id.map(|g| g.epoch))) + fields
+    HEADER_LEN + bytes_field_len(entry_len(event, producer_id, id.map(|g| g.epoch))) + fields
 }
 
 /// A v2 single split for an aggregate: its table entry and its event fields, both slices of

@@ -1,0 +1,288 @@
+//! The collapse path of `record()` (docs/row-contract.md, "Collapse"): each event is added at
+//! once to its window's sum in a sharded table, found by a hash of its group, UTC second,
+//! producer id and kind, comparing the borrowed fields — no partition-key string, no id, no
+//! encoding per event. The window's sums get their ids, partition keys and encoding when the
+//! window closes (`engine::window`). They are [`crate::collapse::Collapser`]'s sums: both add
+//! through [`Sum`], and the tests below check the two agree.
+
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use foldhash::fast::FixedState;
+use hashbrown::HashTable;
+use tokio::time::Instant;
+
+use crate::collapse::Sum;
+use crate::event::Event;
+
+/// Table shards: a power of two, picked by the group's hash, so one group's sums stay in one
+/// shard (in the order they were opened) and callers recording different groups rarely meet
+/// on a lock.
+const FOLD_SHARDS: usize = 16;
+
+/// Fixed seed: a sum's place depends on its key only.
+const KEY_HASHER: FixedState = FixedState::with_seed(0x666f_6c64_5f6b_6579);
+
+/// What a sum is found by, borrowed from the event being recorded.
+#[derive(Clone, Copy)]
+pub(crate) struct FoldKey<'a> {
+    pub event: &'a Event,
+    /// The producer id written: the event's, else the producer's default.
+    pub producer_id: Option<&'a str>,
+    second: i64,
+    group_hash: u64,
+    hash: u64,
+}
+
+impl<'a> FoldKey<'a> {
+    pub fn new(event: &'a Event, producer_id: Option<&'a str>) -> Self {
+        let mut g = KEY_HASHER.build_hasher();
+        for part in [
+            &event.license_arn,
+            &event.customer_aws_account_id,
+            &event.dimension,
+        ] {
+            g.write(part.as_bytes());
+            g.write_u8(0xff);
+        }
+        let group_hash = g.finish();
+        let second = event.timestamp.timestamp();
+        let mut h = KEY_HASHER.build_hasher();
+        h.write_u64(group_hash);
+        h.write_i64(second);
+        match producer_id {
+            Some(p) => {
+                h.write_u8(1);
+                h.write(p.as_bytes());
+            }
+            None => h.write_u8(0),
+        }
+        h.write_u8(u8::from(event.usage_allocations.is_some()));
+        FoldKey {
+            event,
+            producer_id,
+            second,
+            group_hash,
+            hash: h.finish(),
+        }
+    }
+
+    fn shard(&self) -> usize {
+        (self.group_hash >> (64 - FOLD_SHARDS.trailing_zeros())) as usize
+    }
+
+    fn matches(&self, b: &Bucket) -> bool {
+        let t = b.sum.template();
+        b.hash == self.hash
+            && b.second == self.second
+            && t.license_arn == self.event.license_arn
+            && t.customer_aws_account_id == self.event.customer_aws_account_id
+            && t.dimension == self.event.dimension
+            && t.producer_id.as_deref() == self.producer_id
+            && t.usage_allocations.is_some() == self.event.usage_allocations.is_some()
+    }
+}
+
+struct Bucket {
+    hash: u64,
+    second: i64,
+    /// The template carries the producer id written; its own id is in `ids` or `generated`.
+    sum: Sum,
+    /// The caller-supplied ids of the constituents.
+    ids: Vec<String>,
+    /// Constituents recorded without an id (theirs are generated when the window closes).
+    generated: u64,
+    /// When the first constituent was recorded (the earliest).
+    enqueued_at: Instant,
+    /// Buffer bytes the constituents were charged.
+    bytes: usize,
+}
+
+#[derive(Default)]
+struct Shard {
+    /// The open sum of each key, as an index into `buckets`.
+    index: HashTable<usize>,
+    /// Every sum of the window, in the order opened.
+    buckets: Vec<Bucket>,
+    /// The vector `buckets` was before the last drain, emptied: the next window's.
+    spare: Vec<Bucket>,
+    /// Set by the task's last take (shutdown): later adds are refused.
+    sealed: bool,
+}
+
+/// One sum of a closed window.
+pub(crate) struct Folded {
+    /// The summed event (its producer id filled in). A lone constituent's own id when the
+    /// caller gave one; empty otherwise (named by the caller of [`FoldTable::drain`]).
+    pub event: Event,
+    /// The caller-supplied ids of the constituents (empty for a lone constituent, whose id
+    /// is `event`'s).
+    pub ids: Vec<String>,
+    /// Constituents recorded without an id.
+    pub generated: u64,
+    pub enqueued_at: Instant,
+    pub bytes: usize,
+}
+
+impl Folded {
+    /// How many recorded events the sum stands for.
+    pub fn constituents(&self) -> u64 {
+        if self.ids.is_empty() && self.generated == 0 {
+            1
+        } else {
+            self.ids.len() as u64 + self.generated
+        }
+    }
+}
+
+/// The open window's sums, sharded.
+pub(crate) struct FoldTable {
+    shards: [Mutex<Shard>; FOLD_SHARDS],
+}
+
+impl FoldTable {
+    pub fn new() -> Self {
+        FoldTable {
+            shards: std::array::from_fn(|_| Mutex::default()),
+        }
+    }
+
+    fn lock(shard: &Mutex<Shard>) -> std::sync::MutexGuard<'_, Shard> {
+        // No add panics half-way; a poisoned shard's data is whole.
+        shard
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Adds the validated `event` (written with `default_producer_id` when it has no
+    /// producer id of its own), charged `bytes`, whose payload is about `payload_len` bytes;
+    /// counts `bytes` into `staged` under the shard's lock and returns the count before.
+    /// Gives the event back once the table is sealed. The event is dropped (when its sum
+    /// absorbed it) after the lock is released.
+    // Refusal is rare (after shutdown); boxing would cost an allocation per event.
+    #[allow(clippy::result_large_err)]
+    pub fn add(
+        &self,
+        mut event: Event,
+        default_producer_id: Option<&str>,
+        bytes: usize,
+        payload_len: usize,
+        staged: &AtomicUsize,
+    ) -> Result<usize, Event> {
+        let producer_id = event.producer_id.as_deref().or(default_producer_id);
+        let key = FoldKey::new(&event, producer_id);
+        let (hash, second, ix) = (key.hash, key.second, key.shard());
+        let mut s = Self::lock(&self.shards[ix]);
+        if s.sealed {
+            drop(s);
+            return Err(event);
+        }
+        let Shard { index, buckets, .. } = &mut *s;
+        let open = index.find_mut(hash, |&i| key.matches(&buckets[i]));
+        let absorbed = match &open {
+            Some(i) => buckets[**i].sum.try_absorb(&event),
+            None => false,
+        };
+        let before = staged.fetch_add(bytes, Ordering::SeqCst);
+        if absorbed {
+            let b = &mut buckets[*open.expect("found above")];
+            b.bytes += bytes;
+            if event.event_id.is_empty() {
+                b.generated += 1;
+            } else {
+                b.ids.push(std::mem::take(&mut event.event_id));
+            }
+            drop(s);
+            // The event's strings are freed outside the lock.
+            drop(event);
+            return Ok(before);
+        }
+        // A new key, or its sum is full (a quantity overflow, the allocation limits): a new
+        // sum, which later events of the key join.
+        let new = buckets.len();
+        match open {
+            Some(i) => *i = new,
+            None => {
+                index.insert_unique(hash, new, |&i| buckets[i].hash);
+            }
+        }
+        if event.producer_id.is_none() {
+            event.producer_id = default_producer_id.map(str::to_owned);
+        }
+        let mut sum = Sum::new(event, payload_len);
+        let id = sum.take_template_id();
+        let (ids, generated) = if id.is_empty() {
+            (Vec::new(), 1)
+        } else {
+            (vec![id], 0)
+        };
+        buckets.push(Bucket {
+            hash,
+            second,
+            sum,
+            ids,
+            generated,
+            enqueued_at: Instant::now(),
+            bytes,
+        });
+        Ok(before)
+    }
+
+    /// Takes every sum, shard by shard, into `f` (a shard's in the order opened), counting
+    /// their bytes out of `staged`; with `seal`, refuses later adds.
+    pub fn drain(&self, seal: bool, staged: &AtomicUsize, mut f: impl FnMut(Folded)) {
+        for shard in &self.shards {
+            let mut buckets = {
+                let mut s = Self::lock(shard);
+                s.sealed |= seal;
+                s.index.clear();
+                if s.buckets.is_empty() {
+                    continue;
+                }
+                // The next window's sums go into the vector emptied by the last drain:
+                // memory already touched, no regrowth, no fresh page per window.
+                let spare = std::mem::take(&mut s.spare);
+                let buckets = std::mem::replace(&mut s.buckets, spare);
+                let taken: usize = buckets.iter().map(|b| b.bytes).sum();
+                staged.fetch_sub(taken, Ordering::SeqCst);
+                buckets
+            };
+            for b in buckets.drain(..) {
+                f(b.into_folded());
+            }
+            let mut s = Self::lock(shard);
+            if s.spare.capacity() < buckets.capacity() {
+                s.spare = buckets;
+            }
+        }
+    }
+}
+
+impl Bucket {
+    fn into_folded(self) -> Folded {
+        let Bucket {
+            mut sum,
+            mut ids,
+            generated,
+            enqueued_at,
+            bytes,
+            ..
+        } = self;
+        let constituents = ids.len() as u64 + generated;
+        if constituents == 1 && ids.len() == 1 {
+            sum.set_template_id(ids.pop().expect("one id"));
+        }
+        Folded {
+            event: sum.finish(constituents > 1),
+            ids,
+            generated,
+            enqueued_at,
+            bytes,
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "fold_tests.rs"]
+mod tests;

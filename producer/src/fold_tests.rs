@@ -1,0 +1,170 @@
+//! The window table sums exactly as [`Collapser`] does, and names sums of generated ids as
+//! [`collapsed_id`] would.
+
+use std::sync::atomic::AtomicUsize;
+
+use chrono::{TimeZone, Utc};
+use proptest::prelude::*;
+
+use super::*;
+use crate::collapse::{Collapser, collapsed_id, collapsed_id_with_generated};
+use crate::event::{Tag, UsageAllocation};
+use crate::partition::partition_key;
+
+fn event(g: usize, ms: i64, q: u64, id: Option<String>) -> Event {
+    let e = Event::new(
+        format!("arn:aws:license-manager::123456789012:license:l-{g:032x}"),
+        "123456789012",
+        ["requests", "seats"][g % 2],
+        q,
+        Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap() + chrono::Duration::milliseconds(ms),
+    );
+    match id {
+        Some(id) => e.with_event_id(id),
+        None => e,
+    }
+}
+
+/// A comparable view of one output: group, second, producer, quantity, timestamp,
+/// allocations, constituents, id.
+type View = (String, i64, Option<String>, u64, i64, String, u64, String);
+
+fn view(e: &Event, constituents: u64) -> View {
+    (
+        e.dimension.clone() + &e.license_arn,
+        e.timestamp.timestamp(),
+        e.producer_id.clone(),
+        e.quantity,
+        e.timestamp.timestamp_millis(),
+        format!("{:?}", e.usage_allocations),
+        constituents,
+        e.event_id.clone(),
+    )
+}
+
+proptest! {
+    /// Same events in, same sums out (quantities, allocations by tag set, earliest
+    /// timestamps, producer ids, ids), whatever the mix of groups, seconds, kinds and
+    /// producers, including sums that fill up on quantity overflow.
+    #[test]
+    fn the_table_sums_as_the_collapser(
+        raw in prop::collection::vec((0usize..5, 0i64..2_500, 0u64..1_000, 0usize..4, any::<bool>()), 1..300),
+        huge in any::<bool>(),
+    ) {
+        let table = FoldTable::new();
+        let staged = AtomicUsize::new(0);
+        let mut reference: Collapser<()> = Collapser::new();
+        for (i, (g, ms, q, kind, own_producer)) in raw.into_iter().enumerate() {
+            let q = if huge && i % 7 == 0 { u64::MAX - q } else { q };
+            let mut e = event(g, ms, q, Some(format!("id-{i}")));
+            if kind >= 2 {
+                let a = q / 2;
+                let tags = vec![Tag::new("team", format!("t{}", kind % 2)), Tag::new("env", "prod")];
+                let mut rev = tags.clone();
+                rev.reverse();
+                e = e.with_allocations(vec![
+                    UsageAllocation::new(a, if i % 2 == 0 { tags } else { rev }),
+                    UsageAllocation::new(q - a, vec![Tag::new("team", "other")]),
+                ]);
+            }
+            if own_producer {
+                e = e.with_producer_id("own");
+            }
+            prop_assert!(table.add(e.clone(), Some("default"), 100, 50, &staged).is_ok());
+            if e.producer_id.is_none() {
+                e.producer_id = Some("default".into());
+            }
+            let pk = partition_key(&e.license_arn, &e.customer_aws_account_id, &e.dimension);
+            reference.add(e, pk, 50, ());
+        }
+        let mut folded = Vec::new();
+        table.drain(false, &staged, |f| folded.push(f));
+        let mut got = Vec::new();
+        for mut f in folded {
+            let n = f.constituents();
+            prop_assert_eq!(f.generated, 0);
+            if n > 1 {
+                f.event.event_id = collapsed_id(std::mem::take(&mut f.ids)).to_string();
+            }
+            got.push(view(&f.event, n));
+        }
+        prop_assert_eq!(staged.load(Ordering::SeqCst), 0, "every byte taken");
+        let mut want: Vec<View> = reference
+            .drain()
+            .iter()
+            .map(|c| view(&c.event, c.constituents as u64))
+            .collect();
+        got.sort();
+        want.sort();
+        prop_assert_eq!(got, want);
+    }
+
+    /// A sum of generated ids is named as the sorted strings would name it, across digit
+    /// counts and mixed with the caller's ids.
+    #[test]
+    fn generated_names_are_the_collapsed_id(
+        start in prop_oneof![1u64..200, 990u64..1_010, 99_990u64..100_010, Just(u64::MAX - 40)],
+        n in 0u64..40,
+        lane in 0u8..16,
+        caller in prop::collection::vec("[a-z:0-9p]{1,12}", 0..3),
+    ) {
+        let prefix = format!("p:{:032x}:", 0xfeed_u128);
+        let seqs = start..start.saturating_add(n);
+        let mut all: Vec<String> = seqs.clone().map(|s| format!("{prefix}{lane}:{s}")).collect();
+        all.extend(caller.iter().cloned());
+        prop_assert_eq!(
+            collapsed_id_with_generated(&prefix, lane, seqs, caller),
+            collapsed_id(all)
+        );
+    }
+}
+
+#[test]
+fn sums_without_ids_count_their_constituents_and_a_sealed_table_refuses() {
+    let table = FoldTable::new();
+    let staged = AtomicUsize::new(0);
+    for i in 0..5 {
+        assert!(
+            table
+                .add(event(1, i, 2, None), None, 10, 5, &staged)
+                .is_ok()
+        );
+    }
+    table
+        .add(event(2, 0, 3, None), None, 10, 5, &staged)
+        .unwrap();
+    table
+        .add(event(3, 0, 4, Some("mine".into())), None, 10, 5, &staged)
+        .unwrap();
+    let mut out = Vec::new();
+    table.drain(true, &staged, |f| out.push(f));
+    out.sort_by_key(|f| f.event.quantity);
+    let seen: Vec<(u64, u64, u64, &str, usize)> = out
+        .iter()
+        .map(|f| {
+            (
+                f.event.quantity,
+                f.constituents(),
+                f.generated,
+                f.event.event_id.as_str(),
+                f.bytes,
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![(3, 1, 1, "", 10), (4, 1, 0, "mine", 10), (10, 5, 5, "", 50)]
+    );
+    assert_eq!(staged.load(Ordering::SeqCst), 0);
+    let back = table.add(event(1, 0, 1, None), None, 10, 5, &staged);
+    assert_eq!(
+        back.unwrap_err().quantity,
+        1,
+        "sealed: the event comes back"
+    );
+    assert_eq!(
+        staged.load(Ordering::SeqCst),
+        0,
+        "a refused event is not counted"
+    );
+}

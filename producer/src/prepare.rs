@@ -1,0 +1,200 @@
+//! `record()`'s first step: validating an event and preparing it for the staging area —
+//! encoded (no collapse) or sized for its window's sum (collapse) — and completing an event
+//! that goes back to the caller.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+
+use super::Producer;
+use crate::error::{ProducerError, ValidationError};
+use crate::event::{Event, truncate_to_millis};
+use crate::event_id::GeneratedId;
+use crate::limits::MAX_RECORD_BYTES;
+use crate::partition::{keyed_group, partition_hash, partition_key, partition_key_len};
+use crate::wire::{WireVersion, single_len_as};
+
+/// A validated event on its way to the staging area, charged `cost` bytes.
+pub(super) struct Prepared {
+    pub event: Event,
+    /// The id generated for it here (written into `event` only if the event goes back).
+    pub generated: Option<GeneratedId>,
+    pub route: Route,
+    pub cost: usize,
+}
+
+/// A payload to write: v2 (sized, written straight into the staging buffer) or v1 JSON.
+pub(super) enum Payload {
+    V2 { len: usize },
+    Json(Bytes),
+}
+
+impl Payload {
+    pub fn len(&self) -> usize {
+        match self {
+            Payload::V2 { len } => *len,
+            Payload::Json(b) => b.len(),
+        }
+    }
+}
+
+pub(super) enum Route {
+    /// No collapse: the payload, encoded when it is staged.
+    Encoded {
+        payload: Payload,
+        partition_key: std::sync::Arc<str>,
+        hash: u128,
+    },
+    /// Collapse: added to its window's sum; `payload_len` bounds its encoded size.
+    Fold { payload_len: usize },
+}
+
+impl Producer {
+    /// The producer id written for `event`: its own, else the configured default (borrowed:
+    /// an event is never given a copy of it unless it goes back to the caller).
+    pub(super) fn producer_id_of<'a>(&'a self, event: &'a Event) -> Option<&'a str> {
+        event
+            .producer_id
+            .as_deref()
+            .or(self.shared.config.producer_id.as_deref())
+    }
+
+    /// `event` as the caller gets it back: its producer id filled in, and an id — the one
+    /// generated for it, or (collapse, which names events only when their window closes) a
+    /// new one — so a retry keeps it.
+    pub(super) fn give_back(&self, mut event: Event, generated: Option<GeneratedId>) -> Event {
+        self.complete(&mut event, generated);
+        event
+    }
+
+    /// Fills in `event`'s producer id and id as [`Producer::give_back`] describes.
+    fn complete(&self, event: &mut Event, generated: Option<GeneratedId>) {
+        if event.producer_id.is_none() {
+            event.producer_id = self.shared.config.producer_id.clone();
+        }
+        let ids = &self.shared.ids;
+        match generated {
+            Some(id) => event.event_id = ids.render(id),
+            None if event.event_id.is_empty() => {
+                let pk = partition_key(
+                    &event.license_arn,
+                    &event.customer_aws_account_id,
+                    &event.dimension,
+                );
+                event.event_id = ids.render(ids.next_id(partition_hash(&pk)));
+            }
+            None => {}
+        }
+    }
+
+    pub(super) fn prepare(&self, mut event: Event) -> Result<Prepared, ProducerError> {
+        if self.shared.closed.load(Ordering::Relaxed) {
+            let event = self.give_back(event, None);
+            return Err(ProducerError::Closed(Some(Box::new(event))));
+        }
+        event.timestamp = truncate_to_millis(event.timestamp);
+        let invalid = |source: ValidationError, event: Event| {
+            self.shared.metrics.refused(source.reason());
+            ProducerError::Invalid {
+                source,
+                event: Box::new(self.give_back(event, None)),
+            }
+        };
+        if let Err(e) = event.validate(true) {
+            return Err(invalid(e, event));
+        }
+        let config = &self.shared.config;
+        let (generated, route, pk_len) = match (config.collapse, config.wire_version) {
+            (true, version) => {
+                let payload_len = self.fold_payload_len(&mut event, version);
+                let pk_len = partition_key_len(
+                    &event.license_arn,
+                    &event.customer_aws_account_id,
+                    &event.dimension,
+                );
+                (None, Route::Fold { payload_len }, pk_len)
+            }
+            (false, version) => self.encode_plain(&mut event, version),
+        };
+        let payload_len = match &route {
+            Route::Encoded { payload, .. } => payload.len(),
+            Route::Fold { payload_len } => *payload_len,
+        };
+        let size = payload_len + pk_len;
+        if size > MAX_RECORD_BYTES {
+            let e = ValidationError::EventTooLarge {
+                bytes: size,
+                limit: MAX_RECORD_BYTES,
+            };
+            return Err(invalid(e, event));
+        }
+        let cost = Self::buffer_cost(payload_len, pk_len);
+        if cost > self.shared.config.max_buffered_bytes {
+            let e = ValidationError::EventTooLarge {
+                bytes: cost,
+                limit: self.shared.config.max_buffered_bytes,
+            };
+            return Err(invalid(e, event));
+        }
+        Ok(Prepared {
+            event,
+            generated,
+            route,
+            cost,
+        })
+    }
+
+    /// No collapse: the event's id (generated if it has none), partition key and payload.
+    fn encode_plain(
+        &self,
+        event: &mut Event,
+        version: WireVersion,
+    ) -> (Option<GeneratedId>, Route, usize) {
+        let (pk, hash) = keyed_group(
+            &event.license_arn,
+            &event.customer_aws_account_id,
+            &event.dimension,
+        );
+        // `p:{epoch}:{lane}:{seq}`: deduplicated by sequence, not by a claim per event.
+        let generated = event
+            .event_id
+            .is_empty()
+            .then(|| self.shared.ids.next_id(hash));
+        let payload = match version {
+            WireVersion::V2 => Payload::V2 {
+                len: single_len_as(event, self.producer_id_of(event), generated),
+            },
+            WireVersion::V1 => {
+                self.complete(event, generated);
+                Payload::Json(version.encode_bytes(event, generated))
+            }
+        };
+        let pk_len = pk.len();
+        let route = Route::Encoded {
+            payload,
+            partition_key: pk,
+            hash,
+        };
+        (generated, route, pk_len)
+    }
+
+    /// What a collapsed event is charged for its payload before its window's sum is encoded:
+    /// its size with the longest id it can be given (v2 sizes it; v1, the JSON fallback,
+    /// encodes it with its producer id).
+    fn fold_payload_len(&self, event: &mut Event, version: WireVersion) -> usize {
+        let placeholder = event
+            .event_id
+            .is_empty()
+            .then(|| self.shared.ids.longest_id());
+        match version {
+            WireVersion::V2 => single_len_as(event, self.producer_id_of(event), placeholder),
+            WireVersion::V1 => {
+                if event.producer_id.is_none() {
+                    event.producer_id = self.shared.config.producer_id.clone();
+                }
+                let id_len = placeholder.map_or(0, |g| g.to_string().len());
+                version.encode(event).len() + id_len
+            }
+        }
+    }
+}
