@@ -170,7 +170,8 @@ fn md5_trailers(c: &mut Criterion, records: &[StreamRecord]) {
     g.finish();
 }
 
-fn benches(c: &mut Criterion) {
+/// `decode_verify_fold/…` and `md5_trailers/…`.
+fn decode_benches(c: &mut Criterion) {
     let policy = VerifyPolicy::default();
     let events = (EVENTS_PER_RECORD * RECORDS_PER_BATCH) as u64;
     let mut md5_records = Vec::new();
@@ -206,7 +207,11 @@ fn benches(c: &mut Criterion) {
     }
     g.finish();
     md5_trailers(c, &md5_records);
+}
 
+fn benches(c: &mut Criterion) {
+    decode_benches(c);
+    let events = (EVENTS_PER_RECORD * RECORDS_PER_BATCH) as u64;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
