@@ -1,10 +1,15 @@
 //! Consumer throughput: decode + verify + fold (events/s per core) of v2 and v1 batches at
-//! 1,000 groups (`decode_verify_fold/v2_1000_groups`, `…/v1_1000_groups`; beside each, `…_general_path`:
-//! the same batch through the owned general path every record took before the hot path), the whole handler
+//! 1,000 groups (`decode_verify_fold/v2_1000_groups`, `…/v1_1000_groups`, the fold's rows built;
+//! beside each, `…_general_path`: the same batch through the owned general path every record
+//! took before the hot path), the whole handler
 //! over in-memory stores, and write amplification (UpdateItems per 1,000 events) and dedup
 //! cost (dedup-table writes per 1,000 events, for generated and for caller-supplied ids),
 //! printed once per cardinality. Figure file (`target/awsmp-bench/<id>.json`):
 //! `consumer-write-amplification`, rows written per distinct (group, second) of a batch.
+//!
+//! `md5_trailers/…`: the MD5 trailers of the v2 batch's aggregates, one at a time (`md-5`) and
+//! side by side in SIMD lanes (`md5-many`, what the handler does); `…_md5_one_at_a_time` beside
+//! each decode figure is the same decode with the former one-at-a-time trailer check.
 //!
 //! `cargo bench -p awsmp-consumer --bench fold`
 
@@ -16,7 +21,10 @@ use awsmp_consumer::Settings;
 use awsmp_consumer::adapters::memory::MemoryStores;
 use awsmp_consumer::domain::fold::BatchFold;
 use awsmp_consumer::domain::intern::Interner;
-use awsmp_consumer::domain::record::{StreamRecord, decode_general, decode_record_in};
+use awsmp_consumer::domain::record::{
+    DecodedRecord, StreamRecord, decode_general, decode_record_in, decode_records,
+};
+use awsmp_consumer::domain::trailer::{body_and_trailer, trailers_match};
 use awsmp_consumer::domain::verify::VerifyPolicy;
 use awsmp_consumer::handler::{kinesis_record, stream_record};
 use awsmp_pipeline::domain::clock::FixedClock;
@@ -27,6 +35,7 @@ use awsmp_producer::wire::{AggregateV2Builder, WireVersion, encode_aggregated};
 use bytes::Bytes;
 use chrono::{Duration, TimeZone, Utc};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use md5::{Digest, Md5};
 
 const EVENTS_PER_RECORD: usize = 50;
 const RECORDS_PER_BATCH: usize = 100;
@@ -102,35 +111,70 @@ fn batch_with(
         .collect()
 }
 
-/// Decode, verify and fold one batch as the handler does (one interner per batch), through
-/// the hot path, or (`general`) through the general path every record took before it.
-fn decode_verify_fold_with(
-    records: &[StreamRecord],
-    policy: &VerifyPolicy,
-    general: bool,
-) -> usize {
-    let mut fold = BatchFold::new();
+/// How a bench decodes a batch.
+#[derive(Clone, Copy)]
+enum Path {
+    /// As the handler does: the trailers checked together, then the hot path.
+    Batch,
+    /// The hot path record by record, each trailer hashed on its own (`md-5`).
+    OneAtATime,
+    /// The general (owned) path every record took before the hot path.
+    General,
+}
+
+/// Decode, verify and fold one batch (one interner per batch) into its rows.
+fn decode_verify_fold_with(records: &[StreamRecord], policy: &VerifyPolicy, path: Path) -> usize {
     let mut names = Interner::new();
-    for (i, r) in records.iter().enumerate() {
-        let decoded = if general {
-            decode_general(r, policy, &mut names)
-        } else {
-            decode_record_in(r, policy, &mut names)
-        };
-        for (sub, ev) in decoded.events {
+    let decoded: Vec<DecodedRecord> = match path {
+        Path::Batch => decode_records(&records.iter().collect::<Vec<_>>(), policy, &mut names),
+        Path::OneAtATime => records
+            .iter()
+            .map(|r| decode_record_in(r, policy, &mut names))
+            .collect(),
+        Path::General => records
+            .iter()
+            .map(|r| decode_general(r, policy, &mut names))
+            .collect(),
+    };
+    let mut fold = BatchFold::for_events(decoded.iter().map(|d| d.events.len()).sum());
+    for (i, d) in decoded.into_iter().enumerate() {
+        for (sub, ev) in d.events {
             fold.add(i as u32, sub, ev);
         }
     }
-    fold.len()
+    fold.into_rows().len()
 }
 
 fn decode_verify_fold(records: &[StreamRecord], policy: &VerifyPolicy) -> usize {
-    decode_verify_fold_with(records, policy, false)
+    decode_verify_fold_with(records, policy, Path::Batch)
 }
 
-fn benches(c: &mut Criterion) {
+/// The MD5 trailers of one batch of aggregates: one at a time (`md-5`) and side by side
+/// (`md5-many`, what the handler does).
+fn md5_trailers(c: &mut Criterion, records: &[StreamRecord]) {
+    let data: Vec<&[u8]> = records.iter().map(|r| &r.data[..]).collect();
+    let mut g = c.benchmark_group("md5_trailers");
+    g.throughput(Throughput::Bytes(data.iter().map(|d| d.len() as u64).sum()));
+    g.bench_function("md5_one_at_a_time", |b| {
+        b.iter(|| {
+            data.iter()
+                .filter(|d| {
+                    body_and_trailer(d).is_some_and(|(body, t)| Md5::digest(body).as_slice() == t)
+                })
+                .count()
+        })
+    });
+    g.bench_function("md5_many_side_by_side", |b| {
+        b.iter(|| trailers_match(&data).into_iter().filter(|ok| *ok).count())
+    });
+    g.finish();
+}
+
+/// `decode_verify_fold/…` and `md5_trailers/…`.
+fn decode_benches(c: &mut Criterion) {
     let policy = VerifyPolicy::default();
     let events = (EVENTS_PER_RECORD * RECORDS_PER_BATCH) as u64;
+    let mut md5_records = Vec::new();
     let mut g = c.benchmark_group("decode_verify_fold");
     g.throughput(Throughput::Elements(events));
     for (name, version) in [
@@ -149,13 +193,25 @@ fn benches(c: &mut Criterion) {
         g.bench_function(name, |b| {
             b.iter(|| black_box(decode_verify_fold(&records, &policy)))
         });
+        // The same batch, each aggregate's trailer hashed on its own (`md-5`).
+        g.bench_function(format!("{name}_md5_one_at_a_time"), |b| {
+            b.iter(|| black_box(decode_verify_fold_with(&records, &policy, Path::OneAtATime)))
+        });
         // The same batch through the general (owned) path: the decode before the hot path.
         g.bench_function(format!("{name}_general_path"), |b| {
-            b.iter(|| black_box(decode_verify_fold_with(&records, &policy, true)))
+            b.iter(|| black_box(decode_verify_fold_with(&records, &policy, Path::General)))
         });
+        if version == WireVersion::V2 {
+            md5_records = records;
+        }
     }
     g.finish();
+    md5_trailers(c, &md5_records);
+}
 
+fn benches(c: &mut Criterion) {
+    decode_benches(c);
+    let events = (EVENTS_PER_RECORD * RECORDS_PER_BATCH) as u64;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

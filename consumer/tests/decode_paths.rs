@@ -2,13 +2,16 @@
 //! general path (owned events, `decode_events`) decode every record alike: on arbitrary
 //! events (valid or not, v1 and v2, plain and aggregated, with and without allocations),
 //! under every timestamp policy and an allowlist, on corrupted records and on arbitrary
-//! bytes. The hot path answers for every plain record of valid events, and never panics.
+//! bytes. The hot path answers for every plain record of valid events, and never panics. The
+//! handler's batch decode (`decode_records`: the trailers checked together) answers alike.
 
 use std::collections::HashSet;
 
 use awsmp_consumer::domain::fast::decode_plain;
 use awsmp_consumer::domain::intern::Interner;
-use awsmp_consumer::domain::record::{StreamRecord, decode_general, decode_record_in};
+use awsmp_consumer::domain::record::{
+    StreamRecord, decode_general, decode_record_in, decode_records,
+};
 use awsmp_consumer::domain::seq::SeqNum;
 use awsmp_consumer::domain::verify::{TimestampPolicy, VerifyPolicy};
 use awsmp_producer::event_id::GeneratedId;
@@ -63,6 +66,9 @@ fn same_on(data: &[u8]) {
         let general = decode_general(&r, &policy, &mut Interner::new());
         let chosen = decode_record_in(&r, &policy, &mut Interner::new());
         assert_eq!(chosen, general, "{:?} on {:02x?}", policy.timestamp, data);
+        // The handler's way: the batch's trailers checked together, then each record.
+        let batch = decode_records(&[&r, &r], &policy, &mut Interner::new());
+        assert_eq!(batch, vec![general.clone(), general.clone()]);
         if let Some(fast) = decode_plain(&r, &policy, &mut Interner::new()) {
             assert_eq!(fast, general);
         }
@@ -198,6 +204,37 @@ fn the_hot_path_answers_for_plain_records_of_valid_events() {
         assert_eq!(fast.events.len(), n, "form {form}");
         assert!(fast.refused.is_empty());
     }
+}
+
+#[test]
+fn a_batch_of_good_and_corrupt_aggregates_decodes_as_each_record_alone() {
+    let records: Vec<StreamRecord> = (0..24u64)
+        .map(|k| {
+            let events: Vec<Event> = (0..(1 + k % 7))
+                .map(|i| event(k * 10 + i, u8::from(k % 5 == 4), 10, i + 1, false))
+                .collect();
+            let mut data = encode(&events, 2 + (k % 2) as u8);
+            if k % 3 == 2 {
+                let at = data.len() / 2;
+                data[at] ^= 0x20;
+            }
+            record(data)
+        })
+        .collect();
+    let policy = VerifyPolicy::default();
+    let refs: Vec<&StreamRecord> = records.iter().collect();
+    let batch = decode_records(&refs, &policy, &mut Interner::new());
+    let alone: Vec<_> = records
+        .iter()
+        .map(|r| decode_general(r, &policy, &mut Interner::new()))
+        .collect();
+    assert_eq!(batch, alone);
+    assert!(
+        batch
+            .iter()
+            .any(|d| d.refused.iter().any(|r| r.reason == "Md5Mismatch"))
+    );
+    assert!(batch.iter().filter(|d| d.refused.is_empty()).count() > 8);
 }
 
 #[test]

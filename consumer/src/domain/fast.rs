@@ -5,32 +5,53 @@
 //! and turned into [`Accepted`] events with no allocation per event (a generated id is kept as
 //! its numbers; the group and the producer id are interned per batch).
 //!
+//! What the events of an aggregate share is resolved once per aggregate, not once per event
+//! ([`Shared`]): the group a partition key names (interned by the key's index in the KPL
+//! table), the group and the producer id of each v2 table entry. Under the default timestamp
+//! policy (arrival time, no allowlist) an event's checks are integer comparisons on its
+//! fields: no calendar arithmetic per event.
+//!
 //! It answers only for the plain case: anything it does not read exactly as the general path
 //! would (an unknown or repeated protobuf field, a KPL tag, an escaped JSON string, VMT
 //! allocations, any refusal) is `None`, and the general path decodes the record. So what it
 //! returns is, by construction, what the general path returns (the property test in
 //! `consumer/tests/decode_paths.rs` checks it on arbitrary records).
 
+use std::sync::Arc;
+
+use awsmp_pipeline::contract::limits::MAX_USAGE_QUANTITY;
 use awsmp_producer::event::MAX_EVENT_ID_BYTES;
 use awsmp_producer::event_id::GeneratedId;
 use awsmp_producer::wire::v2::{
     EntryAt, EntryV2, EventV2, GroupV2, IdV2, KIND_TABLE, RecordV2, V2, decode_v2, is_binary,
 };
-use awsmp_producer::wire::{AGGREGATE_OVERHEAD, KPL_MAGIC, MD5_LEN, PAYLOAD_VERSION};
-use chrono::{DateTime, Datelike, Duration, Timelike, Utc};
+use awsmp_producer::wire::{KPL_MAGIC, MD5_LEN, PAYLOAD_VERSION};
+use chrono::{DateTime, Datelike, Duration, NaiveDate, Timelike, Utc};
 use md5::{Digest, Md5};
 use prost::encoding::{WireType, decode_key, decode_varint};
 use serde::Deserialize;
 
 use super::accepted::{Accepted, EventId};
-use super::intern::Interner;
+use super::intern::{Group, Interner};
 use super::record::{DecodedRecord, StreamRecord};
-use super::verify::{VerifyPolicy, billing_time_of};
+use super::trailer::body_and_trailer;
+use super::verify::{TimestampPolicy, VerifyPolicy, billing_time_of};
 
-/// One user record, borrowed: its partition key (`None` for a plain record) and data.
+/// Epoch milliseconds of 10000-01-01T00:00:00Z: a v2 timestamp is in years 1970–9999 (what
+/// `Event::validate` admits) exactly when it lies in `0..YEAR_10000_MS`.
+const YEAR_10000_MS: i64 = 253_402_300_800_000;
+
+/// One user record, borrowed: the index of its partition key in the aggregate's table (`None`
+/// for a plain record) and its data.
 struct User<'a> {
-    pk: Option<&'a str>,
+    pk: Option<usize>,
     data: &'a [u8],
+}
+
+/// A record's user records and the KPL partition key table they index.
+struct Users<'a> {
+    pks: Vec<&'a str>,
+    users: Vec<User<'a>>,
 }
 
 /// A length-delimited field of `buf`.
@@ -60,50 +81,42 @@ fn kpl_record(mut buf: &[u8]) -> Option<(u64, Option<u64>, &[u8])> {
     Some((pk?, ehk, data?))
 }
 
-/// The user records of a KPL aggregate, borrowed from `data` (MD5 verified), or `None`.
-fn kpl_users(data: &[u8]) -> Option<Vec<User<'_>>> {
-    if data.len() < AGGREGATE_OVERHEAD {
-        return None;
-    }
-    let (body, digest) = data[KPL_MAGIC.len()..].split_at(data.len() - AGGREGATE_OVERHEAD);
-    if Md5::digest(body).as_slice() != digest {
-        return None;
-    }
+/// The user records of a KPL aggregate's `body` (its trailer already checked), borrowed, or
+/// `None`.
+fn kpl_users(mut body: &[u8]) -> Option<Users<'_>> {
     let mut pks: Vec<&str> = Vec::new();
     let mut ehks = 0usize;
-    let mut records: Vec<(u64, Option<u64>, &[u8])> = Vec::new();
-    let mut buf = body;
-    while !buf.is_empty() {
-        let (tag, wt) = decode_key(&mut buf).ok()?;
+    let mut users: Vec<User<'_>> = Vec::new();
+    // Both tables may follow the records: the indexes are checked once the body is read.
+    let (mut top_pk, mut top_ehk) = (0usize, None);
+    while !body.is_empty() {
+        let (tag, wt) = decode_key(&mut body).ok()?;
         if wt != WireType::LengthDelimited {
             return None;
         }
-        let field = take(&mut buf)?;
+        let field = take(&mut body)?;
         match tag {
             1 => pks.push(std::str::from_utf8(field).ok()?),
             2 => {
                 std::str::from_utf8(field).ok()?;
                 ehks += 1;
             }
-            3 => records.push(kpl_record(field)?),
+            3 => {
+                let (pk, ehk, data) = kpl_record(field)?;
+                let pk = usize::try_from(pk).ok()?;
+                top_pk = top_pk.max(pk);
+                if let Some(e) = ehk {
+                    top_ehk = top_ehk.max(Some(usize::try_from(e).ok()?));
+                }
+                users.push(User { pk: Some(pk), data });
+            }
             _ => return None,
         }
     }
-    if records.is_empty() {
+    if users.is_empty() || top_pk >= pks.len() || top_ehk.is_some_and(|e| e >= ehks) {
         return None;
     }
-    records
-        .into_iter()
-        .map(|(pk, ehk, data)| {
-            let pk = pks.get(usize::try_from(pk).ok()?)?;
-            if let Some(e) = ehk
-                && usize::try_from(e).ok()? >= ehks
-            {
-                return None;
-            }
-            Some(User { pk: Some(pk), data })
-        })
-        .collect()
+    Some(Users { pks, users })
 }
 
 /// A v1 payload's fields, borrowed (a string with an escape does not borrow: the general path).
@@ -126,31 +139,81 @@ struct V1<'a> {
     usage_allocations: Option<serde::de::IgnoredAny>,
 }
 
-/// An event's fields once decoded, before verification.
+/// An event's client time: a v2 event's epoch milliseconds, or the instant a v1 payload
+/// spells (kept as parsed: a leap second has no epoch-millisecond form of its own).
+#[derive(Clone, Copy)]
+enum ClientTime {
+    Millis(i64),
+    Parsed(DateTime<Utc>),
+}
+
+/// An event's fields once decoded, before verification, its group and producer id resolved.
 struct Fields<'a> {
-    group: GroupV2<'a>,
+    group: Group,
     event_id: EventId,
     quantity: u64,
-    timestamp: DateTime<Utc>,
+    time: ClientTime,
     producer_id: Option<&'a str>,
+    producer: Option<Arc<str>>,
 }
 
 impl Fields<'_> {
-    /// What `Event::validate` checks of an event without allocations, but for its group.
+    /// What `Event::validate` checks of an event (its group's checks are the interned name's,
+    /// `GroupName::is_valid`, made once per group).
     fn valid(&self) -> bool {
         let id_ok = match &self.event_id {
             EventId::Generated(_) => true,
             EventId::Supplied(s) => !s.is_empty() && s.len() <= MAX_EVENT_ID_BYTES,
         };
-        // The group's own checks are the interned name's (`GroupName::is_valid`).
-        id_ok
-            && (1970..=9999).contains(&self.timestamp.year())
-            && self.producer_id.is_none_or(|p| !p.is_empty())
+        let year_ok = match self.time {
+            ClientTime::Millis(ms) => (0..YEAR_10000_MS).contains(&ms),
+            ClientTime::Parsed(t) => (1970..=9999).contains(&t.year()),
+        };
+        id_ok && year_ok && self.group.is_valid() && self.producer_id.is_none_or(|p| !p.is_empty())
     }
+}
+
+/// The spelling the producer writes (`format_timestamp`: `YYYY-MM-DDTHH:MM:SS.mmmZ`) read
+/// without chrono's general RFC 3339 parser; `None` for any other spelling (and for a leap
+/// second), which [`v1_timestamp`] leaves to chrono.
+fn canonical_timestamp(s: &str) -> Option<DateTime<Utc>> {
+    let b: &[u8; 24] = s.as_bytes().try_into().ok()?;
+    let punctuation = [
+        (4, b'-'),
+        (7, b'-'),
+        (10, b'T'),
+        (13, b':'),
+        (16, b':'),
+        (19, b'.'),
+    ];
+    if b[23] != b'Z' || punctuation.iter().any(|&(i, c)| b[i] != c) {
+        return None;
+    }
+    let number = |from: usize, to: usize| {
+        b[from..to].iter().try_fold(0u32, |n, &c| {
+            c.is_ascii_digit().then(|| n * 10 + u32::from(c - b'0'))
+        })
+    };
+    let (hour, minute, second) = (number(11, 13)?, number(14, 16)?, number(17, 19)?);
+    if second > 59 {
+        return None;
+    }
+    let date = NaiveDate::from_ymd_opt(
+        i32::try_from(number(0, 4)?).ok()?,
+        number(5, 7)?,
+        number(8, 10)?,
+    )?;
+    Some(
+        date.and_hms_milli_opt(hour, minute, second, number(20, 23)?)?
+            .and_utc(),
+    )
 }
 
 /// RFC 3339 with a zero offset, sub-millisecond digits dropped (as the v1 decoder reads it).
 fn v1_timestamp(s: &str) -> Option<DateTime<Utc>> {
+    if let Some(t) = canonical_timestamp(s) {
+        return Some(t);
+    }
     let parsed = DateTime::parse_from_rfc3339(s).ok()?;
     if parsed.offset().local_minus_utc() != 0 {
         return None;
@@ -160,31 +223,97 @@ fn v1_timestamp(s: &str) -> Option<DateTime<Utc>> {
     Some(ts.with_nanosecond(nanos - nanos % 1_000_000).unwrap_or(ts))
 }
 
-fn v1_fields(data: &[u8]) -> Option<Fields<'_>> {
-    let p: V1<'_> = serde_json::from_slice(data).ok()?;
+fn v1_fields<'a>(data: &'a [u8], interner: &mut Interner) -> Option<Fields<'a>> {
+    let p: V1<'a> = serde_json::from_slice(data).ok()?;
     if p.v != PAYLOAD_VERSION || p.usage_allocations.is_some() {
         return None;
     }
     Some(Fields {
-        group: GroupV2 {
-            license_arn: p.license_arn,
-            customer_aws_account_id: p.customer_aws_account_id,
-            dimension: p.dimension,
-        },
+        group: interner.group(p.license_arn, p.customer_aws_account_id, p.dimension),
         event_id: EventId::parse(p.event_id),
         quantity: p.quantity,
-        timestamp: v1_timestamp(p.timestamp)?,
+        time: ClientTime::Parsed(v1_timestamp(p.timestamp)?),
         producer_id: p.producer_id,
+        producer: p.producer_id.map(|id| interner.producer(id)),
     })
 }
 
-/// A v2 event with its entry (`entries`: the aggregate's table, if it has one).
+/// What the events of one record share, resolved the first time an event needs it: the v2
+/// table, the group each partition key names, each table entry's group and producer id.
+struct Shared<'a> {
+    pks: Vec<&'a str>,
+    table: Option<Vec<EntryV2<'a>>>,
+    pk_groups: Vec<Option<Group>>,
+    entry_groups: Vec<Option<Group>>,
+    entry_producers: Vec<Option<Arc<str>>>,
+}
+
+impl<'a> Shared<'a> {
+    fn new(pks: Vec<&'a str>, table: Option<Vec<EntryV2<'a>>>) -> Self {
+        let entries = table.as_ref().map_or(0, Vec::len);
+        Self {
+            pk_groups: vec![None; pks.len()],
+            entry_groups: vec![None; entries],
+            entry_producers: vec![None; entries],
+            pks,
+            table,
+        }
+    }
+
+    /// The group partition key `pk` names.
+    fn pk_group(&mut self, pk: usize, interner: &mut Interner) -> Option<Group> {
+        if let Some(g) = &self.pk_groups[pk] {
+            return Some(g.clone());
+        }
+        let group = interner.group_named_by_key(self.pks[pk])?;
+        self.pk_groups[pk] = Some(group.clone());
+        Some(group)
+    }
+
+    /// The group and the interned producer id of table entry `ix`, for a user record of
+    /// partition key `pk`.
+    fn entry(
+        &mut self,
+        ix: usize,
+        pk: Option<usize>,
+        interner: &mut Interner,
+    ) -> Option<(EntryV2<'a>, Group, Option<Arc<str>>)> {
+        let entry = *self.table.as_ref()?.get(ix)?;
+        let group = match entry.group {
+            Some(g) => match &self.entry_groups[ix] {
+                Some(known) => known.clone(),
+                None => {
+                    let group = intern(g, interner);
+                    self.entry_groups[ix] = Some(group.clone());
+                    group
+                }
+            },
+            None => self.pk_group(pk?, interner)?,
+        };
+        let producer = match (entry.producer_id, &self.entry_producers[ix]) {
+            (None, _) => None,
+            (Some(_), Some(known)) => Some(known.clone()),
+            (Some(p), None) => {
+                let p = interner.producer(p);
+                self.entry_producers[ix] = Some(p.clone());
+                Some(p)
+            }
+        };
+        Some((entry, group, producer))
+    }
+}
+
+fn intern(g: GroupV2<'_>, interner: &mut Interner) -> Group {
+    interner.group(g.license_arn, g.customer_aws_account_id, g.dimension)
+}
+
+/// A v2 event of user record `user`.
 fn v2_fields<'a>(
-    data: &'a [u8],
-    pk: Option<&'a str>,
-    entries: Option<&[EntryV2<'a>]>,
+    user: &User<'a>,
+    shared: &mut Shared<'a>,
+    interner: &mut Interner,
 ) -> Option<Fields<'a>> {
-    let RecordV2::Event(e) = decode_v2(data).ok()? else {
+    let RecordV2::Event(e) = decode_v2(user.data).ok()? else {
         return None;
     };
     let EventV2 {
@@ -197,14 +326,15 @@ fn v2_fields<'a>(
     if e.has_allocations() {
         return None;
     }
-    let (entry, pk) = match entry {
+    let (entry, group, producer) = match entry {
         // A single's entry names its group itself.
-        EntryAt::Inline(entry) => (entry, None),
-        EntryAt::Index(ix) => (*entries?.get(usize::try_from(ix).ok()?)?, pk),
+        EntryAt::Inline(entry) => {
+            let group = intern(entry.group?, interner);
+            let producer = entry.producer_id.map(|p| interner.producer(p));
+            (entry, group, producer)
+        }
+        EntryAt::Index(ix) => shared.entry(usize::try_from(ix).ok()?, user.pk, interner)?,
     };
-    let group = entry
-        .group
-        .or_else(|| pk.and_then(GroupV2::from_partition_key))?;
     let event_id = match id {
         IdV2::Supplied(s) => EventId::parse(s),
         IdV2::Generated { lane, seq } => EventId::generated(GeneratedId {
@@ -217,23 +347,109 @@ fn v2_fields<'a>(
         group,
         event_id,
         quantity,
-        timestamp: DateTime::from_timestamp_millis(timestamp_ms)?,
+        time: ClientTime::Millis(timestamp_ms),
         producer_id: entry.producer_id,
+        producer,
     })
 }
 
-/// The record decoded on the hot path, or `None`: the general path decides.
+/// The checks of [`billing_time_of`] for the events of one record, and the skew they show.
+struct Verifier<'p> {
+    policy: &'p VerifyPolicy,
+    arrival: DateTime<Utc>,
+    arrival_second: i64,
+    /// Arrival time, no allowlist: the billing second is the arrival's for any event within
+    /// the quantity bound.
+    by_arrival: bool,
+    largest: Option<Duration>,
+    millis: Option<(i64, i64)>,
+}
+
+impl<'p> Verifier<'p> {
+    fn new(policy: &'p VerifyPolicy, arrival: DateTime<Utc>) -> Self {
+        Self {
+            policy,
+            arrival,
+            arrival_second: arrival.timestamp(),
+            by_arrival: policy.timestamp == TimestampPolicy::Arrival
+                && policy.allowed_producers.is_none(),
+            largest: None,
+            millis: None,
+        }
+    }
+
+    /// The billing second of `f`, or `None` when it is refused.
+    fn billing_second(&mut self, f: &Fields<'_>) -> Option<i64> {
+        let timestamp = match f.time {
+            ClientTime::Millis(ms) => {
+                // The largest skew is at the earliest or the latest client time.
+                let (lo, hi) = self.millis.unwrap_or((ms, ms));
+                self.millis = Some((lo.min(ms), hi.max(ms)));
+                if self.by_arrival {
+                    return (f.quantity <= MAX_USAGE_QUANTITY).then_some(self.arrival_second);
+                }
+                DateTime::from_timestamp_millis(ms)?
+            }
+            ClientTime::Parsed(t) => {
+                self.largest = self.largest.max(Some((t - self.arrival).abs()));
+                t
+            }
+        };
+        billing_time_of(
+            f.producer_id,
+            f.quantity,
+            timestamp,
+            self.arrival,
+            self.policy,
+        )
+        .ok()
+        .map(|b| b.timestamp())
+    }
+
+    /// The largest distance between an event's client time and the arrival time.
+    fn largest_skew(&self) -> Option<Duration> {
+        let skew = |ms: i64| DateTime::from_timestamp_millis(ms).map(|t| (t - self.arrival).abs());
+        let (lo, hi) = match self.millis {
+            Some((lo, hi)) => (skew(lo), skew(hi)),
+            None => (None, None),
+        };
+        self.largest.max(lo).max(hi)
+    }
+}
+
+/// The record decoded on the hot path, or `None`: the general path decides. Checks an
+/// aggregate's MD5 trailer itself.
 pub fn decode_plain(
     record: &StreamRecord,
     policy: &VerifyPolicy,
     interner: &mut Interner,
 ) -> Option<DecodedRecord> {
     let data = &record.data[..];
+    let trailer_ok = data.starts_with(&KPL_MAGIC)
+        && body_and_trailer(data).is_some_and(|(b, t)| Md5::digest(b).as_slice() == t);
+    decode_plain_checked(record, policy, interner, trailer_ok)
+}
+
+/// [`decode_plain`] of a record whose MD5 trailer, if it is an aggregate, was already checked:
+/// `trailer_ok` says whether it matched (a mismatch is the general path's to refuse).
+pub fn decode_plain_checked(
+    record: &StreamRecord,
+    policy: &VerifyPolicy,
+    interner: &mut Interner,
+    trailer_ok: bool,
+) -> Option<DecodedRecord> {
+    let data = &record.data[..];
     let aggregated = data.starts_with(&KPL_MAGIC);
-    let users = if aggregated {
-        kpl_users(data)?
+    let Users { pks, users } = if aggregated {
+        if !trailer_ok {
+            return None;
+        }
+        kpl_users(body_and_trailer(data)?.0)?
     } else {
-        vec![User { pk: None, data }]
+        Users {
+            pks: Vec::new(),
+            users: vec![User { pk: None, data }],
+        }
     };
     // A v2 aggregate's first user record is its table.
     let table: Option<Vec<EntryV2<'_>>> = match users.first() {
@@ -245,61 +461,107 @@ pub fn decode_plain(
         }
         _ => None,
     };
-    let mut events = Vec::with_capacity(users.len());
-    let mut largest: Option<Duration> = None;
-    let mut plain_id = None;
-    for (i, u) in users.iter().enumerate() {
-        if i == 0 && table.is_some() {
-            continue;
-        }
+    let first_event = usize::from(table.is_some());
+    let mut shared = Shared::new(pks, table);
+    let mut verifier = Verifier::new(policy, record.arrival);
+    let mut events = Vec::with_capacity(users.len() - first_event);
+    for (i, u) in users.iter().enumerate().skip(first_event) {
         let f = if is_binary(u.data) {
-            v2_fields(u.data, u.pk, table.as_deref())?
+            v2_fields(u, &mut shared, interner)?
         } else {
-            v1_fields(u.data)?
+            v1_fields(u.data, interner)?
         };
         if !f.valid() {
             return None;
         }
-        let skew = (f.timestamp - record.arrival).abs();
-        largest = largest.max(Some(skew));
-        let billing = billing_time_of(
-            f.producer_id,
-            f.quantity,
-            f.timestamp,
-            record.arrival,
-            policy,
-        )
-        .ok()?;
-        let group = interner.group(
-            f.group.license_arn,
-            f.group.customer_aws_account_id,
-            f.group.dimension,
-        );
-        if !group.is_valid() {
-            return None;
-        }
-        if !aggregated {
-            plain_id = Some(format!("evt:{}", f.event_id));
-        }
+        let second = verifier.billing_second(&f)?;
         let accepted = Accepted {
-            group,
-            second: billing.timestamp(),
+            group: f.group,
+            second,
             quantity: f.quantity,
             allocations: None,
             event_id: f.event_id,
-            producer_id: f.producer_id.map(|p| interner.producer(p)),
+            producer_id: f.producer,
         };
         events.push((u32::try_from(i).unwrap_or(u32::MAX), accepted));
     }
     let dedup_key = if aggregated {
         format!("kpl:{}", hex::encode(&data[data.len() - MD5_LEN..]))
     } else {
-        plain_id?
+        format!("evt:{}", events.first()?.1.event_id)
     };
     Some(DecodedRecord {
         dedup_key,
         events,
         refused: Vec::new(),
-        largest_client_skew: largest,
+        largest_client_skew: verifier.largest_skew(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// What chrono's RFC 3339 parser makes of `s`, sub-milliseconds dropped.
+    fn by_chrono(s: &str) -> Option<DateTime<Utc>> {
+        let parsed = DateTime::parse_from_rfc3339(s).ok()?;
+        if parsed.offset().local_minus_utc() != 0 {
+            return None;
+        }
+        let ts = parsed.with_timezone(&Utc);
+        let nanos = ts.nanosecond();
+        Some(ts.with_nanosecond(nanos - nanos % 1_000_000).unwrap_or(ts))
+    }
+
+    proptest! {
+        /// The canonical reader agrees with chrono wherever it answers, and `v1_timestamp`
+        /// everywhere: on the producer's spelling of any instant, and on near misses of it
+        /// (each field's digits anything, one byte anything).
+        #[test]
+        fn the_canonical_reader_agrees_with_chrono(
+            ms in -1_000_000_000_000i64..260_000_000_000_000,
+            fields in prop::collection::vec(0u32..100, 6),
+            poke in prop::option::of((0usize..24, any::<u8>())),
+        ) {
+            let t = DateTime::from_timestamp_millis(ms).unwrap();
+            let mut spelled = awsmp_producer::wire::format_timestamp(&t);
+            prop_assert_eq!(v1_timestamp(&spelled), by_chrono(&spelled));
+            if spelled.len() == 24 {
+                prop_assert_eq!(canonical_timestamp(&spelled), Some(t));
+                let [mo, d, h, mi, s, y] = fields[..] else { unreachable!() };
+                spelled = format!(
+                    "{:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{:03}Z",
+                    1900 + y * 2, y * 7
+                );
+            }
+            let mut bytes = spelled.into_bytes();
+            if let Some((at, b)) = poke && at < bytes.len() {
+                bytes[at] = b;
+            }
+            if let Ok(s) = String::from_utf8(bytes) {
+                if let Some(fast) = canonical_timestamp(&s) {
+                    prop_assert_eq!(Some(fast), by_chrono(&s), "{}", s);
+                }
+                prop_assert_eq!(v1_timestamp(&s), by_chrono(&s), "{}", s);
+            }
+        }
+    }
+
+    #[test]
+    fn leap_seconds_and_other_spellings_are_chronos() {
+        for s in [
+            "2016-12-31T23:59:60.500Z",
+            "2026-11-30T12:00:00Z",
+            "2026-11-30T12:00:00.1234Z",
+            "2026-11-30T12:00:00.123+00:00",
+            "2026-02-29T12:00:00.123Z",
+            "2024-02-29T12:00:00.123Z",
+            "2026-11-30t12:00:00.123z",
+        ] {
+            assert_eq!(v1_timestamp(s), by_chrono(s), "{s}");
+        }
+        assert!(canonical_timestamp("2016-12-31T23:59:60.500Z").is_none());
+        assert!(v1_timestamp("2016-12-31T23:59:60.500Z").is_some());
+    }
 }

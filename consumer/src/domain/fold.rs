@@ -28,6 +28,7 @@
 //! ```
 
 use std::collections::BTreeMap;
+use std::ops::Deref;
 use std::sync::Arc;
 
 use awsmp_pipeline::domain::keys::{GroupKey, HourBucket, RowKey, format_usage_timestamp};
@@ -36,20 +37,24 @@ use chrono::{DateTime, TimeZone, Utc};
 use hashbrown::HashTable;
 
 use super::accepted::Accepted;
-use super::intern::Group;
+use super::intern::{Group, GroupName};
 use super::verify::Kind;
 
-/// One usage row: (license, account, dimension, UTC second).
+/// One usage row: (license, account, dimension, UTC second). The group's name is the batch's
+/// interned one (no copy per row); its fields read through the row id (`id.license_arn`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RowId {
-    /// License ARN.
-    pub license_arn: String,
-    /// Account id.
-    pub customer_aws_account_id: String,
-    /// Dimension.
-    pub dimension: String,
+    /// License ARN, account id, dimension.
+    pub group: Group,
     /// Epoch second.
     pub second: i64,
+}
+
+impl Deref for RowId {
+    type Target = GroupName;
+    fn deref(&self) -> &GroupName {
+        &self.group
+    }
 }
 
 impl RowId {
@@ -172,9 +177,12 @@ impl RowContribution {
 #[derive(Debug, Default)]
 pub struct BatchFold {
     index: HashTable<usize>,
-    keys: Vec<(Group, i64)>,
     rows: Vec<RowContribution>,
 }
+
+/// The most rows [`BatchFold::for_events`] reserves room for (about 3 MB); a batch with more
+/// rows grows its table as it goes.
+pub const MAX_PRESIZED_ROWS: usize = 1 << 16;
 
 /// The hash of row (`group`, `second`).
 fn row_hash(group: &Group, second: i64) -> u64 {
@@ -188,6 +196,16 @@ impl BatchFold {
         Self::default()
     }
 
+    /// An empty fold sized for a batch of `events` events: room for as many rows (at most
+    /// [`MAX_PRESIZED_ROWS`]), so the fold of a usual batch never grows its table.
+    pub fn for_events(events: usize) -> Self {
+        let rows = events.min(MAX_PRESIZED_ROWS);
+        Self {
+            index: HashTable::with_capacity(rows),
+            rows: Vec::with_capacity(rows),
+        }
+    }
+
     /// Add event `ev` found at position `sub` of record `record`. Records must be added in
     /// batch order.
     pub fn add(&mut self, record: u32, sub: u32, ev: Accepted) {
@@ -199,27 +217,23 @@ impl BatchFold {
             ..
         } = ev;
         let hash = row_hash(&group, second);
-        let keys = &self.keys;
+        let rows = &self.rows;
         let same = |ix: &usize| {
-            let (g, s) = &keys[*ix];
-            *s == second && (Arc::ptr_eq(g, &group) || **g == *group)
+            let id = &rows[*ix].id;
+            id.second == second && (Arc::ptr_eq(&id.group, &group) || *id.group == *group)
         };
         let ix = match self.index.find(hash, same) {
             Some(ix) => *ix,
             None => {
                 let ix = self.rows.len();
-                self.index
-                    .insert_unique(hash, ix, |i| row_hash(&keys[*i].0, keys[*i].1));
+                self.index.insert_unique(hash, ix, |i| {
+                    let id = &rows[*i].id;
+                    row_hash(&id.group, id.second)
+                });
                 self.rows.push(RowContribution {
-                    id: RowId {
-                        license_arn: group.license_arn.clone(),
-                        customer_aws_account_id: group.customer_aws_account_id.clone(),
-                        dimension: group.dimension.clone(),
-                        second,
-                    },
+                    id: RowId { group, second },
                     parts: Vec::new(),
                 });
-                self.keys.push((group, second));
                 ix
             }
         };

@@ -7,6 +7,7 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use awsmp_producer::event::{validate_account_id, validate_license_arn};
+use awsmp_producer::wire::v2::GroupV2;
 use foldhash::fast::FixedState;
 use hashbrown::HashTable;
 
@@ -75,6 +76,21 @@ impl GroupName {
     }
 }
 
+impl GroupName {
+    /// `pk` is `licenseArn|account|dimension` of this name. For a name a key was split into
+    /// (no `|` in the license ARN or the account), that is exactly: the key splits into it.
+    fn named_by(&self, pk: &str) -> bool {
+        let (l, a) = (self.license_arn.len(), self.customer_aws_account_id.len());
+        let pk = pk.as_bytes();
+        pk.len() == l + a + self.dimension.len() + 2
+            && pk[l] == b'|'
+            && pk[l + a + 1] == b'|'
+            && &pk[..l] == self.license_arn.as_bytes()
+            && &pk[l + 1..l + 1 + a] == self.customer_aws_account_id.as_bytes()
+            && &pk[l + a + 2..] == self.dimension.as_bytes()
+    }
+}
+
 impl Hash for GroupName {
     fn hash<H: Hasher>(&self, state: &mut H) {
         state.write_u64(self.hash);
@@ -95,6 +111,9 @@ pub fn group_hash(license_arn: &str, customer_aws_account_id: &str, dimension: &
 #[derive(Debug, Default)]
 pub struct Interner {
     groups: HashTable<Group>,
+    /// The groups partition keys named (`licenseArn|account|dimension`), by the key's hash:
+    /// a key seen before costs one hash and one comparison, no split.
+    keyed: HashTable<(u64, Group)>,
     producers: Vec<Arc<str>>,
 }
 
@@ -132,6 +151,24 @@ impl Interner {
             })
             .get()
             .clone()
+    }
+
+    /// The interned group partition key `pk` names (`licenseArn|account|dimension`, as
+    /// [`GroupV2::from_partition_key`] reads it); `None` for a key that names none.
+    pub fn group_named_by_key(&mut self, pk: &str) -> Option<Group> {
+        let hash = FixedState::with_seed(0).hash_one(pk);
+        if let Some((_, g)) = self.keyed.find(hash, |(h, g)| *h == hash && g.named_by(pk)) {
+            return Some(g.clone());
+        }
+        let named = GroupV2::from_partition_key(pk)?;
+        let group = self.group(
+            named.license_arn,
+            named.customer_aws_account_id,
+            named.dimension,
+        );
+        self.keyed
+            .insert_unique(hash, (hash, group.clone()), |(h, _)| *h);
+        Some(group)
     }
 
     /// The interned producer id `p`.
@@ -181,6 +218,31 @@ mod tests {
         assert!(a.group(arn, "210987654321", "api").is_valid());
         assert!(!a.group(arn, "21098765432", "api").is_valid());
         assert!(!a.group(arn, "210987654321", "").is_valid());
+    }
+
+    #[test]
+    fn a_partition_key_names_the_group_it_splits_into() {
+        let mut i = Interner::new();
+        let g = i.group_named_by_key("l|a|d|e").unwrap();
+        assert_eq!(*g, GroupName::new("l", "a", "d|e"));
+        assert!(Arc::ptr_eq(&g, &i.group_named_by_key("l|a|d|e").unwrap()));
+        assert!(Arc::ptr_eq(&g, &i.group("l", "a", "d|e")));
+        // Same bytes, other boundaries: other groups, never the cached one.
+        assert_eq!(
+            *i.group_named_by_key("l|a|d").unwrap(),
+            GroupName::new("l", "a", "d")
+        );
+        assert_eq!(
+            *i.group_named_by_key("la||d|e").unwrap(),
+            GroupName::new("la", "", "d|e")
+        );
+        assert!(i.group_named_by_key("no-separator").is_none());
+        assert!(i.group_named_by_key("one|separator").is_none());
+        // A group interned by its fields with a `|` inside is not what the key names.
+        let odd = i.group("l|a", "d", "e");
+        let named = i.group_named_by_key("l|a|d|e").unwrap();
+        assert!(!Arc::ptr_eq(&odd, &named));
+        assert_eq!(named.license_arn, "l");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! | [`seq`] | Kinesis sequence numbers in a form that sorts numerically, and lanes (shard + partition key) |
 //! | [`record`] | one stream record: deaggregate, decode, verify, its dedup key |
 //! | [`fast`] | the record hot path: a decode borrowing from the record's bytes, no allocation per event |
+//! | [`trailer`] | the MD5 trailers of a batch's aggregates, checked side by side in SIMD lanes |
 //! | [`intern`] | group names and producer ids interned per batch |
 //! | [`accepted`] | an accepted event as the hot path keeps it (interned group, id as numbers) |
 //! | [`verify`] | timestamp authority, producer allowlist, quantity bounds |
@@ -22,4 +23,5 @@ pub mod intern;
 pub mod record;
 pub mod row;
 pub mod seq;
+pub mod trailer;
 pub mod verify;

@@ -117,6 +117,27 @@ pub fn decode_record_in(
         .unwrap_or_else(|| decode_general(record, policy, interner))
 }
 
+/// Every record of a batch decoded as [`decode_record_in`] decodes it, one `interner` for the
+/// batch: the aggregates' MD5 trailers are checked together first
+/// ([`super::trailer::trailers_match`], several aggregates per SIMD pass), then each record
+/// takes the hot path or the general one.
+pub fn decode_records(
+    records: &[&StreamRecord],
+    policy: &VerifyPolicy,
+    interner: &mut Interner,
+) -> Vec<DecodedRecord> {
+    let data: Vec<&[u8]> = records.iter().map(|r| &r.data[..]).collect();
+    let trailers = super::trailer::trailers_match(&data);
+    records
+        .iter()
+        .zip(trailers)
+        .map(|(r, trailer_ok)| {
+            super::fast::decode_plain_checked(r, policy, interner, trailer_ok)
+                .unwrap_or_else(|| decode_general(r, policy, interner))
+        })
+        .collect()
+}
+
 /// The general path: [`decode_events`], owned events, a refusal for each that fails.
 pub fn decode_general(
     record: &StreamRecord,

@@ -1,6 +1,6 @@
 //! Step 1: every delivered record parsed ([`stream_record`]) and decoded and verified
-//! ([`decode_record_in`]), one [`Slot`] per record, in delivery order, the batch's group names
-//! interned once ([`Interner`]).
+//! ([`decode_records`]: the aggregates' MD5 trailers checked together), one [`Slot`] per record,
+//! in delivery order, the batch's group names interned once ([`Interner`]).
 
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use awsmp_pipeline::contract::stream::HEARTBEAT_MARKER;
@@ -8,7 +8,7 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 
 use crate::domain::intern::Interner;
-use crate::domain::record::{DecodedRecord, StreamRecord, decode_record_in};
+use crate::domain::record::{DecodedRecord, StreamRecord, decode_records};
 use crate::domain::seq::SeqNum;
 use crate::domain::verify::VerifyPolicy;
 
@@ -27,19 +27,25 @@ pub(super) struct Slot {
 
 /// One [`Slot`] per delivered record.
 pub(super) fn decode_slots(event: &KinesisEvent, verify: &VerifyPolicy) -> Vec<Slot> {
-    let mut interner = Interner::new();
+    let records: Vec<Result<StreamRecord, String>> =
+        event.records.iter().map(stream_record).collect();
+    // A heartbeat marker is no usage: no claim, no refusal, no row; only its arrival counts,
+    // for the shard's watermark.
+    let usage: Vec<&StreamRecord> = records
+        .iter()
+        .filter_map(|r| r.as_ref().ok())
+        .filter(|rec| rec.data != HEARTBEAT_MARKER)
+        .collect();
+    let mut decoded = decode_records(&usage, verify, &mut Interner::new()).into_iter();
     event
         .records
         .iter()
-        .map(|r| {
-            let record = stream_record(r);
-            // A heartbeat marker is no usage: no claim, no refusal, no row; only its arrival
-            // counts, for the shard's watermark.
-            let decoded = record
-                .as_ref()
-                .ok()
-                .filter(|rec| rec.data != HEARTBEAT_MARKER)
-                .map(|rec| decode_record_in(rec, verify, &mut interner));
+        .zip(records)
+        .map(|(r, record)| {
+            let decoded = match &record {
+                Ok(rec) if rec.data != HEARTBEAT_MARKER => decoded.next(),
+                _ => None,
+            };
             Slot {
                 item_id: r.kinesis.sequence_number.clone(),
                 record,

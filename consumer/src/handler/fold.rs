@@ -25,7 +25,13 @@ pub(super) struct Folded {
 impl Consumer {
     /// Fold the accepted events before `cut` (the decoded records are taken out of their slots).
     pub(super) fn fold(&self, batch: &mut Batch<'_>, cut: usize) -> Folded {
-        let mut fold = BatchFold::new();
+        let events = batch.slots[..cut.min(batch.slots.len())]
+            .iter()
+            .filter(|s| !s.duplicate)
+            .filter_map(|s| s.decoded.as_ref())
+            .map(|d| d.events.len())
+            .sum();
+        let mut fold = BatchFold::for_events(events);
         let mut metas: Vec<RecordMeta> = Vec::with_capacity(cut);
         let mut per_producer: BTreeMap<String, u64> = BTreeMap::new();
         let mut archived = Vec::new();
