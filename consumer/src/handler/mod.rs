@@ -6,8 +6,9 @@
 //! 1. `decode.rs`: parse, decode and verify every record (pure).
 //! 2. `claim.rs`: claim each record's dedup key; a claim that cannot be made is the batch's
 //!    *cut* — that record and every later one is left for the retry.
-//! 3. `refuse.rs`: record refused events (idempotent puts keyed by stream position).
-//! 4. `fold.rs`: fold the accepted events per (group, second).
+//! 3. `fold.rs`: fold the accepted events per (group, second).
+//! 4. `refuse.rs`: record refused events (idempotent puts keyed by stream position), at the
+//!    same time as step 5 — neither depends on the other.
 //! 5. `rows.rs`: look up which group-hours are finalized; per row decide, record late /
 //!    rejected parts, then one conditional write.
 //! 6. `watermark.rs`: publish the shard's ingest watermark — the highest arrival time of the
@@ -30,7 +31,7 @@ mod watermark;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
@@ -153,6 +154,29 @@ pub struct BatchReport {
     pub largest_client_skew_seconds: Option<i64>,
     /// Events written to the billing archive.
     pub archived_events: u64,
+    /// Wall time of each step (what the load run's report takes apart).
+    pub phases: PhaseTimes,
+}
+
+/// Wall time of each step of one invocation, in the order they run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PhaseTimes {
+    /// Decode and verify (pure).
+    pub decode: Duration,
+    /// Record, id and lane claims.
+    pub claims: Duration,
+    /// Recording the refused events.
+    pub refusals: Duration,
+    /// The per-(group, second) fold (pure).
+    pub fold: Duration,
+    /// The finalized-group lookup.
+    pub finalized: Duration,
+    /// The row writes (their reads and row-level rejections included).
+    pub rows: Duration,
+    /// The billing archive.
+    pub archive: Duration,
+    /// The ingest watermark.
+    pub watermark: Duration,
 }
 
 /// One invocation's working state, handed from step to step.
@@ -184,6 +208,7 @@ impl Consumer {
 
     /// Handle one batch and say what happened.
     pub async fn process(&self, event: KinesisEvent) -> (KinesisEventResponse, BatchReport) {
+        let started = Instant::now();
         let slots = decode::decode_slots(&event, &self.settings.verify);
         let mut batch = Batch {
             event: &event,
@@ -198,12 +223,27 @@ impl Consumer {
             },
             slots,
         };
+        let mut lap = Lap(started);
+        batch.report.phases.decode = lap.next();
         let cut = self.claim_dedup_keys(&mut batch).await;
-        self.record_refusals(&mut batch, cut).await;
+        batch.report.phases.claims = lap.next();
+        let refusals = self.refusals(&batch, cut);
         let folded = self.fold(&mut batch, cut);
-        self.write_rows(&mut batch, &folded).await;
+        batch.report.phases.fold = lap.next();
+        // The refusals and the rows are independent: recorded at once, both before the
+        // archive and the watermark.
+        let ((refused, refusing), ()) = futures::join!(
+            self.put_refusals(&refusals),
+            self.write_rows(&mut batch, &folded)
+        );
+        self.apply_refusals(&mut batch, &refusals, refused);
+        batch.report.phases.refusals = refusing;
+        // `write_rows` timed its finalized lookup; the rest of the lap is the row writes.
+        batch.report.phases.rows = lap.next().saturating_sub(batch.report.phases.finalized);
         self.archive_applied(&mut batch, folded.archived).await;
+        batch.report.phases.archive = lap.next();
         self.publish_watermark(&batch).await;
+        batch.report.phases.watermark = lap.next();
         self.respond(batch)
     }
 
@@ -224,6 +264,17 @@ impl Consumer {
     /// The usage-row TTL for the row of second `t` (`None`: no `ttl` attribute).
     fn usage_ttl(&self, t: DateTime<Utc>) -> Option<i64> {
         ttl_days_after(t, self.settings.usage_ttl_days)
+    }
+}
+
+/// A stopwatch read lap by lap.
+struct Lap(Instant);
+
+impl Lap {
+    /// The time since the last lap (or the start), starting the next.
+    fn next(&mut self) -> Duration {
+        let now = Instant::now();
+        now.duration_since(std::mem::replace(&mut self.0, now))
     }
 }
 

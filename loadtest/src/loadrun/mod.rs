@@ -19,6 +19,7 @@ mod fence;
 mod inject;
 mod local_target;
 mod meter;
+mod phases;
 mod progress;
 mod sim_admin;
 mod sites;
