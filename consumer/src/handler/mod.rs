@@ -55,6 +55,12 @@ pub const MAX_INLINE_REJECTED_BYTES: usize = 8 * 1024;
 /// writer moved the row first) before the row is failed and the batch retried. Not a backoff:
 /// a round that loses the race re-reads at once.
 pub const MAX_ROW_CAS_ROUNDS: u32 = 8;
+/// Store calls of one step in flight at once (`AWSMP_CONSUMER_CONCURRENCY`). Our bound: enough
+/// to hide a round trip behind fifteen others within a batch of a few hundred rows, few enough
+/// that one invocation's throttled burst stays small; more does not help against the local
+/// DynamoDB emulator, which answers one request at a time (docs/benchmarks.md, "event → usage
+/// row on the local stack").
+pub const DEFAULT_STORE_CONCURRENCY: usize = 16;
 /// Retries of one store call on a retryable error: 5 calls in all, full-jitter delays from
 /// 25 ms doubling up to 2 s (about 0.4 s at most in all, well inside a Lambda invocation).
 pub const STORE_RETRY: RetryPolicy =
@@ -71,7 +77,7 @@ pub struct Settings {
     pub usage_ttl_days: u32,
     /// Rejected-events TTL in days (0 = keep).
     pub rejected_ttl_days: u32,
-    /// Concurrent store calls.
+    /// Store calls of one step in flight at once ([`DEFAULT_STORE_CONCURRENCY`]).
     pub concurrency: usize,
     /// Row limits.
     pub limits: RowLimits,
@@ -86,7 +92,7 @@ impl Default for Settings {
             dedup_ttl: chrono::Duration::hours(48),
             usage_ttl_days: 365,
             rejected_ttl_days: 400,
-            concurrency: 16,
+            concurrency: DEFAULT_STORE_CONCURRENCY,
             limits: RowLimits::default(),
             store_retry: STORE_RETRY,
         }

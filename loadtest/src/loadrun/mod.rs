@@ -15,6 +15,7 @@ mod collect;
 mod consume;
 mod counters;
 mod deployment;
+mod emulator_cpu;
 mod fence;
 mod inject;
 mod local_target;

@@ -2,6 +2,7 @@
 //! ([`awsmp_consumer::PhaseTimes`]) and its size (events, rows, `UpdateItem` calls), so the
 //! report's "invocation" row says from the run's own figures which step bounds it.
 
+use super::emulator_cpu::EmulatorCpu;
 use super::timings::histogram;
 use awsmp_consumer::{BatchReport, PhaseTimes};
 use std::fmt::Write as _;
@@ -75,7 +76,11 @@ impl Invocations {
     /// What bounds the invocation, from the run's figures: each step's p50 / p99 per
     /// invocation and the invocation's size; the step with the largest p99 is named. `None`
     /// when no invocation was observed.
-    pub(super) fn bound(&self, concurrency: usize) -> Option<String> {
+    pub(super) fn bound(
+        &self,
+        concurrency: usize,
+        emulator: Option<EmulatorCpu>,
+    ) -> Option<String> {
         if self.events.is_empty() {
             return None;
         }
@@ -103,8 +108,11 @@ impl Invocations {
         if let Some((name, _)) = longest {
             let _ = write!(
                 text,
-                "; the longest: {name}, each store call a round trip to the local DynamoDB (one Node process shared with the pipeline's ticks)"
+                "; the longest: {name}, each store call a round trip to the local DynamoDB (one Node process answering one request at a time, shared with the pipeline's ticks)"
             );
+        }
+        if let Some(cpu) = emulator {
+            let _ = write!(text, "; {}", cpu.describe());
         }
         Some(text)
     }
@@ -117,7 +125,7 @@ mod tests {
     #[test]
     fn the_longest_step_is_named_and_steps_that_did_not_run_are_left_out() {
         let mut inv = Invocations::default();
-        assert_eq!(inv.bound(16), None);
+        assert_eq!(inv.bound(16, None), None);
         // GIVEN invocations whose rows take longest and which archive nothing
         for i in 1..=10_u64 {
             let report = BatchReport {
@@ -136,7 +144,7 @@ mod tests {
             inv.observe(&report);
         }
         // WHEN the bound is written
-        let text = inv.bound(16).expect("observed");
+        let text = inv.bound(16, None).expect("observed");
         // THEN it gives the sizes, the steps that ran, and names the longest
         assert!(text.contains("500 / 1000 events"), "{text}");
         assert!(text.contains("at most 16 store calls"), "{text}");

@@ -4,6 +4,7 @@
 //! stream (the producer), stream → invocation (the event source mapping), the invocation
 //! (the consumer's reads and writes).
 
+use super::emulator_cpu::EmulatorCpu;
 use super::phases::Invocations;
 use crate::conservation::GroupHour;
 use crate::report::{Percentiles, RunReport, StageBound};
@@ -32,6 +33,8 @@ pub(super) struct Timings {
     pub(super) invocations: Invocations,
     /// The consumer's concurrent store calls (`Settings::concurrency`), for the report.
     pub(super) store_concurrency: usize,
+    /// How busy the DynamoDB emulator was while consuming (local runs).
+    pub(super) emulator: Option<EmulatorCpu>,
 }
 
 impl Default for Timings {
@@ -45,6 +48,7 @@ impl Default for Timings {
             seen: HashSet::new(),
             invocations: Invocations::default(),
             store_concurrency: 0,
+            emulator: None,
         }
     }
 }
@@ -124,7 +128,7 @@ fn stages(t: &Timings) -> [(&'static str, &hdrhistogram::Histogram<u64>, String)
         (
             "invocation",
             &t.invocation,
-            t.invocations.bound(t.store_concurrency).unwrap_or_else(|| {
+            t.invocations.bound(t.store_concurrency, t.emulator).unwrap_or_else(|| {
                 "the consumer: its steps one after another (claims, refusals, the finalized lookup, one UpdateItem per (group, second) row, the watermark), each store call a DynamoDB round trip".into()
             }),
         ),
