@@ -4,18 +4,22 @@
 //!
 //! [`Consumer::process`] is the sequence of its steps, one module each:
 //! 1. `decode.rs`: parse, decode and verify every record (pure).
-//! 2. `claim.rs`: claim each record's dedup key; a claim that cannot be made is the batch's
-//!    *cut* — that record and every later one is left for the retry.
+//! 2. `claim.rs`: claim each record's dedup key, then the event ids and the lanes (those two
+//!    at once); a claim that cannot be made is the batch's *cut* — that record and every later
+//!    one is left for the retry.
 //! 3. `fold.rs`: fold the accepted events per (group, second).
 //! 4. `refuse.rs`: record refused events (idempotent puts keyed by stream position), at the
 //!    same time as step 5 — neither depends on the other.
 //! 5. `rows.rs`: look up which group-hours are finalized; per row decide, record late /
 //!    rejected parts, then one conditional write.
-//! 6. `watermark.rs`: publish the shard's ingest watermark — the highest arrival time of the
-//!    records before the first failure — for the discoverer's fence.
-//! 7. `archive.rs`: with a billing archive, write the applied events of the records before the
+//! 6. `archive.rs`: with a billing archive, write the applied events of the records before the
 //!    first failure (`crate::archive`); a failed write fails the batch from its first record.
+//! 7. `watermark.rs`: publish the shard's ingest watermark — the highest arrival time of the
+//!    records before the first failure — for the discoverer's fence, once the rows are durable.
 //! 8. `respond.rs`: report the lowest failed record as the batch item failure.
+//!
+//! Within a step, independent store calls run concurrently, at most [`Settings::concurrency`]
+//! ([`DEFAULT_STORE_CONCURRENCY`]) at once; [`BatchReport::phases`] times each step.
 //!
 //! Every store call is retried under [`Settings::store_retry`] ([`STORE_RETRY`]).
 
