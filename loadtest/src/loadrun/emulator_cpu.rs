@@ -17,7 +17,7 @@ pub(super) struct CpuWatch {
 
 /// What a measurement found.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct EmulatorCpu {
+pub(super) struct ProcessCpu {
     /// Cores the emulator was on, on average (1.0 = one core all the time).
     pub(super) cores: f64,
     /// The machine's one-minute load average at the end.
@@ -59,10 +59,10 @@ impl CpuWatch {
     }
 
     /// The emulator's average CPU since the start.
-    pub(super) fn stop(self) -> Option<EmulatorCpu> {
+    pub(super) fn stop(self) -> Option<ProcessCpu> {
         let wall = self.started.elapsed().as_secs_f64();
         let on_cpu = on_cpu_ns(self.pid)?.saturating_sub(self.on_cpu_ns) as f64 / 1e9;
-        (wall > 0.0).then(|| EmulatorCpu {
+        (wall > 0.0).then(|| ProcessCpu {
             cores: on_cpu / wall,
             load_average: load_average().unwrap_or(0.0),
             cpus: std::thread::available_parallelism().map_or(1, usize::from),
@@ -70,7 +70,7 @@ impl CpuWatch {
     }
 }
 
-impl EmulatorCpu {
+impl ProcessCpu {
     /// One clause for the report.
     pub(super) fn describe(&self) -> String {
         format!(

@@ -204,11 +204,14 @@ impl RunTarget for LocalTarget {
     /// schedules tick on their own task, as in AWS.
     async fn consume(&self, ctx: &RunContext<'_>) -> Result<ConsumeOutcome> {
         let consuming = async {
-            let watch = self.dynamodb_pid.and_then(CpuWatch::start);
+            let emulator = self.dynamodb_pid.and_then(CpuWatch::start);
+            let this = CpuWatch::start(std::process::id());
             let out = super::consume::consume(ctx, &self.env, &self.stream, &self.checkpoint).await;
             ctx.consumption_done.store(true, Ordering::SeqCst);
-            let cpu = watch.and_then(CpuWatch::stop);
-            ctx.timings.lock().expect("poisoned").emulator = cpu;
+            let mut t = ctx.timings.lock().expect("poisoned");
+            t.emulator = emulator.and_then(CpuWatch::stop);
+            t.this_process = this.and_then(CpuWatch::stop);
+            drop(t);
             out
         };
         if ctx.spec.overlap.sequential {

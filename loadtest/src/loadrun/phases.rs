@@ -2,7 +2,7 @@
 //! ([`awsmp_consumer::PhaseTimes`]) and its size (events, rows, `UpdateItem` calls), so the
 //! report's "invocation" row says from the run's own figures which step bounds it.
 
-use super::emulator_cpu::EmulatorCpu;
+use super::emulator_cpu::ProcessCpu;
 use super::timings::histogram;
 use awsmp_consumer::{BatchReport, PhaseTimes};
 use std::fmt::Write as _;
@@ -79,7 +79,8 @@ impl Invocations {
     pub(super) fn bound(
         &self,
         concurrency: usize,
-        emulator: Option<EmulatorCpu>,
+        emulator: Option<ProcessCpu>,
+        this_process: Option<ProcessCpu>,
     ) -> Option<String> {
         if self.events.is_empty() {
             return None;
@@ -114,6 +115,14 @@ impl Invocations {
         if let Some(cpu) = emulator {
             let _ = write!(text, "; {}", cpu.describe());
         }
+        if let Some(cpu) = this_process {
+            // The other end of every store call: the SDK client, the producers and the mapping.
+            let _ = write!(
+                text,
+                "; the load test's own process (producers, mapping, consumer, pipeline ticks) used {:.0} % of one CPU",
+                cpu.cores * 100.0
+            );
+        }
         Some(text)
     }
 }
@@ -125,7 +134,7 @@ mod tests {
     #[test]
     fn the_longest_step_is_named_and_steps_that_did_not_run_are_left_out() {
         let mut inv = Invocations::default();
-        assert_eq!(inv.bound(16, None), None);
+        assert_eq!(inv.bound(16, None, None), None);
         // GIVEN invocations whose rows take longest and which archive nothing
         for i in 1..=10_u64 {
             let report = BatchReport {
@@ -144,7 +153,7 @@ mod tests {
             inv.observe(&report);
         }
         // WHEN the bound is written
-        let text = inv.bound(16, None).expect("observed");
+        let text = inv.bound(16, None, None).expect("observed");
         // THEN it gives the sizes, the steps that ran, and names the longest
         assert!(text.contains("500 / 1000 events"), "{text}");
         assert!(text.contains("at most 16 store calls"), "{text}");

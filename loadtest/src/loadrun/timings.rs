@@ -4,7 +4,7 @@
 //! stream (the producer), stream → invocation (the event source mapping), the invocation
 //! (the consumer's reads and writes).
 
-use super::emulator_cpu::EmulatorCpu;
+use super::emulator_cpu::ProcessCpu;
 use super::phases::Invocations;
 use crate::conservation::GroupHour;
 use crate::report::{Percentiles, RunReport, StageBound};
@@ -34,7 +34,9 @@ pub(super) struct Timings {
     /// The consumer's concurrent store calls (`Settings::concurrency`), for the report.
     pub(super) store_concurrency: usize,
     /// How busy the DynamoDB emulator was while consuming (local runs).
-    pub(super) emulator: Option<EmulatorCpu>,
+    pub(super) emulator: Option<ProcessCpu>,
+    /// How busy this process (producers, mapping, consumer, pipeline ticks) was meanwhile.
+    pub(super) this_process: Option<ProcessCpu>,
 }
 
 impl Default for Timings {
@@ -49,6 +51,7 @@ impl Default for Timings {
             invocations: Invocations::default(),
             store_concurrency: 0,
             emulator: None,
+            this_process: None,
         }
     }
 }
@@ -128,7 +131,7 @@ fn stages(t: &Timings) -> [(&'static str, &hdrhistogram::Histogram<u64>, String)
         (
             "invocation",
             &t.invocation,
-            t.invocations.bound(t.store_concurrency, t.emulator).unwrap_or_else(|| {
+            t.invocations.bound(t.store_concurrency, t.emulator, t.this_process).unwrap_or_else(|| {
                 "the consumer: its steps one after another (claims, refusals, the finalized lookup, one UpdateItem per (group, second) row, the watermark), each store call a DynamoDB round trip".into()
             }),
         ),
