@@ -101,7 +101,11 @@ impl Config {
                     .filter(|p| !p.is_empty())
                     .collect::<HashSet<_>>()
             });
-        let concurrency = number("AWSMP_CONSUMER_CONCURRENCY", 16)?.max(1) as usize;
+        let concurrency = number(
+            "AWSMP_CONSUMER_CONCURRENCY",
+            crate::handler::DEFAULT_STORE_CONCURRENCY as u32,
+        )?
+        .max(1) as usize;
         Ok(Self {
             usage_table: required("AWSMP_USAGE_TABLE")?,
             aggregated_table: required("AWSMP_AGGREGATED_USAGE_TABLE")?,

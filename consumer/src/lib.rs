@@ -14,4 +14,4 @@ pub mod ports;
 
 pub use config::Config;
 pub use error::{ConsumerError, Result};
-pub use handler::{BatchReport, Consumer, Settings};
+pub use handler::{BatchReport, Consumer, PhaseTimes, Settings};

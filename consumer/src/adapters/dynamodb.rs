@@ -26,6 +26,10 @@ use crate::ports::{FinalizedGroups, RejectedEvent, RejectedEventStore, UsageRowW
 pub const MAX_BATCH_GET_KEYS: usize = 100;
 /// Rounds of `UnprocessedKeys` before the lookup fails (and the batch is retried by Lambda).
 const MAX_UNPROCESSED_ROUNDS: u32 = 8;
+/// `BatchGetItem` chunks of one finalized lookup in flight at once. Our bound: a batch of a
+/// few thousand events touches a few hundred group-hours, a handful of chunks, and four keep
+/// one lookup to a quarter of the handler's default 16 concurrent store calls.
+pub const MAX_CONCURRENT_LOOKUP_CHUNKS: usize = 4;
 
 pub use super::dedup_table::{DynamoDbDedupStore, claim_outcome, dedup_attrs};
 
@@ -444,11 +448,19 @@ impl DynamoDbFinalizedGroups {
 #[async_trait]
 impl FinalizedGroups for DynamoDbFinalizedGroups {
     async fn finalized(&self, groups: &[GroupKey]) -> Result<HashSet<GroupKey>> {
-        let mut found = HashSet::new();
-        for chunk in groups.chunks(MAX_BATCH_GET_KEYS) {
-            self.finalized_chunk(chunk, &mut found).await?;
-        }
-        Ok(found)
+        use futures::{StreamExt, TryStreamExt};
+        // Owned chunks: a closure over borrowed ones is not `Send` through `async_trait`.
+        let chunks = groups.chunks(MAX_BATCH_GET_KEYS).map(<[GroupKey]>::to_vec);
+        let chunks: Vec<HashSet<GroupKey>> = futures::stream::iter(chunks)
+            .map(|chunk: Vec<GroupKey>| async move {
+                let mut found = HashSet::new();
+                self.finalized_chunk(&chunk, &mut found).await?;
+                Ok::<_, ConsumerError>(found)
+            })
+            .buffer_unordered(MAX_CONCURRENT_LOOKUP_CHUNKS)
+            .try_collect()
+            .await?;
+        Ok(chunks.into_iter().flatten().collect())
     }
 }
 

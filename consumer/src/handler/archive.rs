@@ -1,4 +1,4 @@
-//! Step 7: the billing archive (`crate::archive`). The applied events of the records before
+//! Step 6: the billing archive (`crate::archive`). The applied events of the records before
 //! the batch's first failure go to the archive after their rows are written; if the write
 //! fails, the batch fails from its first archived record, and the replay — its rows already
 //! hold it, so nothing is added twice — writes the archive again.

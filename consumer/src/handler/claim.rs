@@ -48,52 +48,37 @@ impl Consumer {
         let cut = batch.failed.unwrap_or(batch.slots.len());
         let plan = self.event_claims(batch, cut);
         let mut dups: Vec<EventRef> = plan.in_batch_dups.clone();
-        let id_hits = self.claim_ids(batch, plan.ids, &mut dups).await + plan.in_batch_dups.len();
-        let seq_hits = self.claim_lanes(batch, plan.lanes, &mut dups).await;
+        // Id claims and lane claims touch different items and neither decides the other, so
+        // they run at once (each bounded by `Settings::concurrency`).
+        let (ids, lanes) = futures::join!(
+            self.claim_ids(plan.ids),
+            self.claim_lanes(plan.lanes, batch.now)
+        );
+        let id_hits = apply_id_claims(batch, ids, &mut dups) + plan.in_batch_dups.len();
+        let seq_hits = apply_lane_claims(batch, lanes, &mut dups);
         drop_events(batch, dups);
         let cut = batch.failed.unwrap_or(batch.slots.len());
         self.report_hits(batch, record_hits, id_hits as u64, seq_hits);
         cut
     }
 
-    /// Claim every lane's sequences; push the duplicates onto `dups`. The number of duplicates.
+    /// Claim every lane's sequences: per lane, its key, one verdict per claim (or the error)
+    /// and the claiming events.
     async fn claim_lanes(
         &self,
-        batch: &mut Batch<'_>,
         lanes: BTreeMap<String, Vec<(EventRef, String, u64)>>,
-        dups: &mut Vec<EventRef>,
-    ) -> u64 {
-        let now = batch.now;
-        let results: Vec<(String, Result<Vec<Verdict>>, Vec<EventRef>)> =
-            futures::stream::iter(lanes)
-                .map(|(key, claims)| async move {
-                    let refs = claims.iter().map(|c| c.0).collect();
-                    let pairs = claims.into_iter().map(|(_, o, s)| (o, s)).collect();
-                    let verdicts = self.claim_lane(&key, pairs, now).await;
-                    (key, verdicts, refs)
-                })
-                .buffered(self.settings.concurrency)
-                .collect()
-                .await;
-        let mut hits = 0;
-        for (key, verdicts, refs) in results {
-            match verdicts {
-                Ok(v) => {
-                    for (r, v) in refs.into_iter().zip(v) {
-                        if v == Verdict::Duplicate {
-                            hits += 1;
-                            dups.push(r);
-                        }
-                    }
-                }
-                Err(e) => {
-                    let first = refs.iter().map(|r| r.0).min().unwrap_or(0);
-                    tracing::warn!(error = %ErrorChain(&e), lane = %key, "lane claim failed; the batch resumes from its first record");
-                    batch.fail_at(first);
-                }
-            }
-        }
-        hits
+        now: DateTime<Utc>,
+    ) -> Vec<LaneResult> {
+        futures::stream::iter(lanes)
+            .map(|(key, claims)| async move {
+                let refs = claims.iter().map(|c| c.0).collect();
+                let pairs = claims.into_iter().map(|(_, o, s)| (o, s)).collect();
+                let verdicts = self.claim_lane(&key, pairs, now).await;
+                (key, verdicts, refs)
+            })
+            .buffer_unordered(self.settings.concurrency)
+            .collect()
+            .await
     }
 
     fn report_hits(&self, batch: &mut Batch<'_>, records: u64, ids: u64, seqs: u64) {
@@ -210,35 +195,16 @@ impl Consumer {
         plan
     }
 
-    /// Make the per-id claims; push the duplicates onto `dups`. The number of duplicates.
+    /// Make the per-id claims: each event with its outcome.
     async fn claim_ids(
         &self,
-        batch: &mut Batch<'_>,
         ids: Vec<(EventRef, DedupClaim)>,
-        dups: &mut Vec<EventRef>,
-    ) -> usize {
-        let claims: Vec<(EventRef, Result<ClaimOutcome>)> = futures::stream::iter(ids)
+    ) -> Vec<(EventRef, Result<ClaimOutcome>)> {
+        futures::stream::iter(ids)
             .map(|(r, c)| async move { (r, self.with_retry(|| self.dedup.claim(&c)).await) })
-            .buffered(self.settings.concurrency)
+            .buffer_unordered(self.settings.concurrency)
             .collect()
-            .await;
-        let mut hits = 0;
-        for (r, outcome) in claims {
-            match outcome {
-                Ok(ClaimOutcome::Duplicate)
-                    if !crate::mutants::active(crate::mutants::Mutant::DedupIgnoresEventIds) =>
-                {
-                    hits += 1;
-                    dups.push(r);
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(error = %ErrorChain(&e), seq = %batch.slots[r.0].item_id, "event id claim failed; the batch resumes from this record");
-                    batch.fail_at(r.0);
-                }
-            }
-        }
-        hits
+            .await
     }
 
     /// Claim `(owner, seq)` pairs on lane `key` by compare-and-set; one verdict each.
@@ -282,6 +248,63 @@ impl Consumer {
             lane: key.to_owned(),
         })
     }
+}
+
+/// One lane's claim: its key, a verdict per claim (or the error) and the claiming events.
+type LaneResult = (String, Result<Vec<Verdict>>, Vec<EventRef>);
+
+/// Mark the failed id claims' records and push the duplicates onto `dups`. The number of
+/// duplicates.
+fn apply_id_claims(
+    batch: &mut Batch<'_>,
+    claims: Vec<(EventRef, Result<ClaimOutcome>)>,
+    dups: &mut Vec<EventRef>,
+) -> usize {
+    let mut hits = 0;
+    for (r, outcome) in claims {
+        match outcome {
+            Ok(ClaimOutcome::Duplicate)
+                if !crate::mutants::active(crate::mutants::Mutant::DedupIgnoresEventIds) =>
+            {
+                hits += 1;
+                dups.push(r);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %ErrorChain(&e), seq = %batch.slots[r.0].item_id, "event id claim failed; the batch resumes from this record");
+                batch.fail_at(r.0);
+            }
+        }
+    }
+    hits
+}
+
+/// Mark the records of failed lanes and push the duplicates onto `dups`. The number of
+/// duplicates.
+fn apply_lane_claims(
+    batch: &mut Batch<'_>,
+    lanes: Vec<LaneResult>,
+    dups: &mut Vec<EventRef>,
+) -> u64 {
+    let mut hits = 0;
+    for (key, verdicts, refs) in lanes {
+        match verdicts {
+            Ok(v) => {
+                for (r, v) in refs.into_iter().zip(v) {
+                    if v == Verdict::Duplicate {
+                        hits += 1;
+                        dups.push(r);
+                    }
+                }
+            }
+            Err(e) => {
+                let first = refs.iter().map(|r| r.0).min().unwrap_or(0);
+                tracing::warn!(error = %ErrorChain(&e), lane = %key, "lane claim failed; the batch resumes from its first record");
+                batch.fail_at(first);
+            }
+        }
+    }
+    hits
 }
 
 /// Drop the duplicate events from their records (a record left empty folds nothing).

@@ -4,17 +4,22 @@
 //!
 //! [`Consumer::process`] is the sequence of its steps, one module each:
 //! 1. `decode.rs`: parse, decode and verify every record (pure).
-//! 2. `claim.rs`: claim each record's dedup key; a claim that cannot be made is the batch's
-//!    *cut* — that record and every later one is left for the retry.
-//! 3. `refuse.rs`: record refused events (idempotent puts keyed by stream position).
-//! 4. `fold.rs`: fold the accepted events per (group, second).
+//! 2. `claim.rs`: claim each record's dedup key, then the event ids and the lanes (those two
+//!    at once); a claim that cannot be made is the batch's *cut* — that record and every later
+//!    one is left for the retry.
+//! 3. `fold.rs`: fold the accepted events per (group, second).
+//! 4. `refuse.rs`: record refused events (idempotent puts keyed by stream position), at the
+//!    same time as step 5 — neither depends on the other.
 //! 5. `rows.rs`: look up which group-hours are finalized; per row decide, record late /
 //!    rejected parts, then one conditional write.
-//! 6. `watermark.rs`: publish the shard's ingest watermark — the highest arrival time of the
-//!    records before the first failure — for the discoverer's fence.
-//! 7. `archive.rs`: with a billing archive, write the applied events of the records before the
+//! 6. `archive.rs`: with a billing archive, write the applied events of the records before the
 //!    first failure (`crate::archive`); a failed write fails the batch from its first record.
+//! 7. `watermark.rs`: publish the shard's ingest watermark — the highest arrival time of the
+//!    records before the first failure — for the discoverer's fence, once the rows are durable.
 //! 8. `respond.rs`: report the lowest failed record as the batch item failure.
+//!
+//! Within a step, independent store calls run concurrently, at most [`Settings::concurrency`]
+//! ([`DEFAULT_STORE_CONCURRENCY`]) at once; [`BatchReport::phases`] times each step.
 //!
 //! Every store call is retried under [`Settings::store_retry`] ([`STORE_RETRY`]).
 
@@ -30,7 +35,7 @@ mod watermark;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
@@ -54,6 +59,12 @@ pub const MAX_INLINE_REJECTED_BYTES: usize = 8 * 1024;
 /// writer moved the row first) before the row is failed and the batch retried. Not a backoff:
 /// a round that loses the race re-reads at once.
 pub const MAX_ROW_CAS_ROUNDS: u32 = 8;
+/// Store calls of one step in flight at once (`AWSMP_CONSUMER_CONCURRENCY`). Our bound: enough
+/// to hide a round trip behind fifteen others within a batch of a few hundred rows, few enough
+/// that one invocation's throttled burst stays small; more does not help against the local
+/// DynamoDB emulator, which answers one request at a time (docs/benchmarks.md, "event → usage
+/// row on the local stack").
+pub const DEFAULT_STORE_CONCURRENCY: usize = 16;
 /// Retries of one store call on a retryable error: 5 calls in all, full-jitter delays from
 /// 25 ms doubling up to 2 s (about 0.4 s at most in all, well inside a Lambda invocation).
 pub const STORE_RETRY: RetryPolicy =
@@ -70,7 +81,7 @@ pub struct Settings {
     pub usage_ttl_days: u32,
     /// Rejected-events TTL in days (0 = keep).
     pub rejected_ttl_days: u32,
-    /// Concurrent store calls.
+    /// Store calls of one step in flight at once ([`DEFAULT_STORE_CONCURRENCY`]).
     pub concurrency: usize,
     /// Row limits.
     pub limits: RowLimits,
@@ -85,7 +96,7 @@ impl Default for Settings {
             dedup_ttl: chrono::Duration::hours(48),
             usage_ttl_days: 365,
             rejected_ttl_days: 400,
-            concurrency: 16,
+            concurrency: DEFAULT_STORE_CONCURRENCY,
             limits: RowLimits::default(),
             store_retry: STORE_RETRY,
         }
@@ -153,6 +164,29 @@ pub struct BatchReport {
     pub largest_client_skew_seconds: Option<i64>,
     /// Events written to the billing archive.
     pub archived_events: u64,
+    /// Wall time of each step (what the load run's report takes apart).
+    pub phases: PhaseTimes,
+}
+
+/// Wall time of each step of one invocation, in the order they run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PhaseTimes {
+    /// Decode and verify (pure).
+    pub decode: Duration,
+    /// Record, id and lane claims.
+    pub claims: Duration,
+    /// Recording the refused events.
+    pub refusals: Duration,
+    /// The per-(group, second) fold (pure).
+    pub fold: Duration,
+    /// The finalized-group lookup.
+    pub finalized: Duration,
+    /// The row writes (their reads and row-level rejections included).
+    pub rows: Duration,
+    /// The billing archive.
+    pub archive: Duration,
+    /// The ingest watermark.
+    pub watermark: Duration,
 }
 
 /// One invocation's working state, handed from step to step.
@@ -184,6 +218,7 @@ impl Consumer {
 
     /// Handle one batch and say what happened.
     pub async fn process(&self, event: KinesisEvent) -> (KinesisEventResponse, BatchReport) {
+        let started = Instant::now();
         let slots = decode::decode_slots(&event, &self.settings.verify);
         let mut batch = Batch {
             event: &event,
@@ -198,12 +233,27 @@ impl Consumer {
             },
             slots,
         };
+        let mut lap = Lap(started);
+        batch.report.phases.decode = lap.next();
         let cut = self.claim_dedup_keys(&mut batch).await;
-        self.record_refusals(&mut batch, cut).await;
+        batch.report.phases.claims = lap.next();
+        let refusals = self.refusals(&batch, cut);
         let folded = self.fold(&mut batch, cut);
-        self.write_rows(&mut batch, &folded).await;
+        batch.report.phases.fold = lap.next();
+        // The refusals and the rows are independent: recorded at once, both before the
+        // archive and the watermark.
+        let ((refused, refusing), ()) = futures::join!(
+            self.put_refusals(&refusals),
+            self.write_rows(&mut batch, &folded)
+        );
+        self.apply_refusals(&mut batch, &refusals, refused);
+        batch.report.phases.refusals = refusing;
+        // `write_rows` timed its finalized lookup; the rest of the lap is the row writes.
+        batch.report.phases.rows = lap.next().saturating_sub(batch.report.phases.finalized);
         self.archive_applied(&mut batch, folded.archived).await;
+        batch.report.phases.archive = lap.next();
         self.publish_watermark(&batch).await;
+        batch.report.phases.watermark = lap.next();
         self.respond(batch)
     }
 
@@ -224,6 +274,17 @@ impl Consumer {
     /// The usage-row TTL for the row of second `t` (`None`: no `ttl` attribute).
     fn usage_ttl(&self, t: DateTime<Utc>) -> Option<i64> {
         ttl_days_after(t, self.settings.usage_ttl_days)
+    }
+}
+
+/// A stopwatch read lap by lap.
+struct Lap(Instant);
+
+impl Lap {
+    /// The time since the last lap (or the start), starting the next.
+    fn next(&mut self) -> Duration {
+        let now = Instant::now();
+        now.duration_since(std::mem::replace(&mut self.0, now))
     }
 }
 

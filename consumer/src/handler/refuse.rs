@@ -1,6 +1,8 @@
 //! Step 3: record the refused events of the records before the cut — malformed stream
 //! records and the user records decode or verification refused — as rejected events
-//! (idempotent puts keyed by stream position), with an `EventRejected` metric each.
+//! (idempotent puts keyed by stream position), with an `EventRejected` metric each. The puts
+//! run beside the row writes (`mod.rs`): neither decides the other, and a failed put fails its
+//! record either way, before the watermark is published.
 
 use aws_lambda_events::event::kinesis::KinesisEventRecord;
 use awsmp_pipeline::contract::{metrics, reasons};
@@ -8,6 +10,7 @@ use awsmp_pipeline::emf::Metric;
 use base64::Engine;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
+use std::time::{Duration, Instant};
 
 use super::decode::stream_name;
 use super::{Batch, Consumer, MAX_INLINE_REJECTED_BYTES};
@@ -16,24 +19,39 @@ use crate::error::{ErrorChain, Result};
 use crate::ports::RejectedEvent;
 
 impl Consumer {
-    /// Record every refusal before `cut`; a record whose refusal cannot be recorded fails.
-    pub(super) async fn record_refusals(&self, batch: &mut Batch<'_>, cut: usize) {
-        let refusals = self.refusals(batch, cut);
-        for (_, r) in &refusals {
-            *batch.report.rejected.entry(r.reason.clone()).or_default() += 1;
-        }
-        let results: Vec<(usize, Result<()>)> = futures::stream::iter(&refusals)
+    /// Record `refusals` (idempotent puts, at most `Settings::concurrency` at once): each
+    /// record index with its outcome, and how long it took.
+    pub(super) async fn put_refusals(
+        &self,
+        refusals: &[(usize, RejectedEvent)],
+    ) -> (Vec<(usize, Result<()>)>, Duration) {
+        let started = Instant::now();
+        let results = futures::stream::iter(refusals)
             .map(|(i, r)| async move { (*i, self.with_retry(|| self.rejected.put(r)).await) })
             .buffer_unordered(self.settings.concurrency)
             .collect()
             .await;
+        (results, started.elapsed())
+    }
+
+    /// Count the refusals and emit their metrics; a record whose refusal could not be
+    /// recorded fails.
+    pub(super) fn apply_refusals(
+        &self,
+        batch: &mut Batch<'_>,
+        refusals: &[(usize, RejectedEvent)],
+        results: Vec<(usize, Result<()>)>,
+    ) {
+        for (_, r) in refusals {
+            *batch.report.rejected.entry(r.reason.clone()).or_default() += 1;
+        }
         for (i, res) in results {
             if let Err(e) = res {
                 tracing::warn!(error = %ErrorChain(&e), "recording a rejected event failed; the batch resumes from its record");
                 batch.fail_at(i);
             }
         }
-        for (_, r) in &refusals {
+        for (_, r) in refusals {
             self.metrics.emit(
                 Metric::count(metrics::EVENT_REJECTED).with(metrics::REASON, r.reason.clone()),
             );
@@ -41,7 +59,7 @@ impl Consumer {
     }
 
     /// The rejected events of the records before `cut`, with their record's index.
-    fn refusals(&self, batch: &Batch<'_>, cut: usize) -> Vec<(usize, RejectedEvent)> {
+    pub(super) fn refusals(&self, batch: &Batch<'_>, cut: usize) -> Vec<(usize, RejectedEvent)> {
         let mut refusals = Vec::new();
         for (i, s) in batch.slots[..cut].iter().enumerate() {
             if s.duplicate {

@@ -1,4 +1,4 @@
-//! Step 6: the batch's metrics, and the partial batch response: the lowest failed record is
+//! Step 8: the batch's metrics, and the partial batch response: the lowest failed record is
 //! the one batch item failure — Lambda resumes there, and the rows' watermarks skip what this
 //! invocation already applied
 //! (<https://docs.aws.amazon.com/lambda/latest/dg/services-kinesis-batchfailurereporting.html>).

@@ -40,11 +40,13 @@ impl Consumer {
             .collect::<HashSet<_>>()
             .into_iter()
             .collect();
+        let lookup = std::time::Instant::now();
         let finalized = if groups.is_empty() {
             Ok(HashSet::new())
         } else {
             self.with_retry(|| self.finalized.finalized(&groups)).await
         };
+        batch.report.phases.finalized = lookup.elapsed();
         let finalized = match finalized {
             Ok(finalized) => finalized,
             Err(e) => {

@@ -1,4 +1,4 @@
-//! Step 6: the shard's ingest watermark. Once the batch's row writes succeeded, the highest
+//! Step 7: the shard's ingest watermark. Once the batch's row writes succeeded, the highest
 //! `approximateArrivalTimestamp` among the records before the first failure is published,
 //! conditionally (never backwards), so the discoverer aggregates an hour only after every
 //! shard was applied past it (docs/guarantees.md, "Ingest watermark"). The watermark is keyed

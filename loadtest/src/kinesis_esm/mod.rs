@@ -45,6 +45,7 @@
 
 mod checkpoints;
 mod deliver;
+mod follow;
 mod lanes;
 
 pub use checkpoints::StreamIdentity;
@@ -63,6 +64,9 @@ use aws_lambda_events::event::streams::KinesisEventResponse;
 use aws_sdk_kinesis::types::ShardIteratorType;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
+
+/// Says whether the records a followed stream will ever carry are all on it.
+type Finished<'a> = dyn Fn() -> bool + Sync + 'a;
 
 /// Largest batch Lambda accepts for a Kinesis mapping (`BatchSize`: 1–10,000).
 pub const MAX_BATCH_SIZE: usize = 10_000;
@@ -278,7 +282,7 @@ impl KinesisEsm {
         let cell = std::cell::RefCell::new(handler);
         // Shards run one at a time here, so the handler is never borrowed twice.
         let shared = |e: KinesisEvent| (cell.borrow_mut())(e);
-        self.run(&shared, false).await
+        self.run(&shared, false, None).await
     }
 
     /// Like [`KinesisEsm::drain`], with the shards of one generation drained concurrently
@@ -289,10 +293,18 @@ impl KinesisEsm {
         Fut: Future<Output = std::result::Result<KinesisEventResponse, E>>,
         E: std::fmt::Display,
     {
-        self.run(&handler, true).await
+        self.run(&handler, true, None).await
     }
 
-    async fn run<F, Fut, E>(&self, handler: &F, concurrent: bool) -> Result<EsmReport>
+    /// Drain the shards of each generation (concurrently when `concurrent`); with `finished`,
+    /// each shard keeps polling as Lambda's poller does until `finished()` holds
+    /// ([`KinesisEsm::follow`]).
+    async fn run<F, Fut, E>(
+        &self,
+        handler: &F,
+        concurrent: bool,
+        finished: Option<&Finished<'_>>,
+    ) -> Result<EsmReport>
     where
         F: Fn(KinesisEvent) -> Fut,
         Fut: Future<Output = std::result::Result<KinesisEventResponse, E>>,
@@ -319,13 +331,13 @@ impl KinesisEsm {
                     futures::future::try_join_all(
                         ready
                             .iter()
-                            .map(|(shard, _)| self.drain_shard(shard, handler)),
+                            .map(|(shard, _)| self.drain_shard(shard, handler, finished)),
                     )
                     .await?,
                 );
             } else {
                 for (shard, _) in &ready {
-                    reports.push(self.drain_shard(shard, handler).await?);
+                    reports.push(self.drain_shard(shard, handler, finished).await?);
                 }
             }
         }
@@ -337,7 +349,14 @@ impl KinesisEsm {
         Ok(report)
     }
 
-    async fn drain_shard<F, Fut, E>(&self, shard: &str, handler: &F) -> Result<EsmReport>
+    /// Deliver one shard's records until it is caught up (with `finished`: until it is caught
+    /// up after `finished()` held, polling a caught-up shard every [`SHARD_POLL_INTERVAL`]).
+    async fn drain_shard<F, Fut, E>(
+        &self,
+        shard: &str,
+        handler: &F,
+        finished: Option<&Finished<'_>>,
+    ) -> Result<EsmReport>
     where
         F: Fn(KinesisEvent) -> Fut,
         Fut: Future<Output = std::result::Result<KinesisEventResponse, E>>,
@@ -359,15 +378,28 @@ impl KinesisEsm {
             anyhow::Ok(())
         };
         loop {
+            // Read before the poll: a poll that finds the shard caught up after production
+            // finished has seen everything.
+            let done_before = finished.is_none_or(|f| f());
+            let polled = Instant::now();
             self.fill(shard, &mut reader).await?;
             if reader.buffer.is_empty() {
-                return Ok(report);
+                if done_before || reader.iterator.is_none() {
+                    return Ok(report);
+                }
+                tokio::time::sleep(SHARD_POLL_INTERVAL.saturating_sub(polled.elapsed())).await;
+                reader.caught_up = false;
+                continue;
             }
             // Every record read goes out in this round, over the shard's lanes.
             let round: Vec<KinesisEventRecord> = reader.buffer.drain(..).collect();
             let done =
                 deliver_round(&self.stream_arn, &round, &self.options, handler, &on_batch).await?;
             report.add(done);
+            if finished.is_some() {
+                // What arrived during the round is read at once, as Lambda's poller does.
+                reader.caught_up = false;
+            }
         }
     }
 

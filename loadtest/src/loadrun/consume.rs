@@ -104,7 +104,12 @@ impl Consumers {
         RunCounters::add(&counters.rows_written, batch.row_writes);
         RunCounters::add(&counters.update_items, batch.update_items);
         if response.batch_item_failures.is_empty() {
-            observe_batch(&event, timings, invoked, Utc::now());
+            let finished = Utc::now();
+            let mut t = timings.lock().expect("poisoned");
+            t.invocations.observe(&batch);
+            t.store_concurrency = self.consumer.settings.concurrency;
+            drop(t);
+            observe_batch(&event, timings, invoked, finished);
         }
         Ok(response)
     }
@@ -152,6 +157,9 @@ pub(super) async fn consume(
     .await?;
     let mut totals: BTreeMap<String, u64> = BTreeMap::new();
     let kinesis = env.kinesis().await?;
+    if !consumers.crash {
+        follow(ctx, &mut esm, &consumers, (&kinesis, stream), &mut totals).await?;
+    }
     let mut last_beat: Option<Instant> = None;
     loop {
         let production_finished = ctx.production_done.load(Ordering::SeqCst);
@@ -167,7 +175,8 @@ pub(super) async fn consume(
         let polled = Instant::now();
         let handle = |event: KinesisEvent| consumers.handle(event, &ctx.counters, &ctx.timings);
         // Lambda runs one batch per shard at a time, the shards concurrently; injected crashes
-        // share one fault switch, so batches that may crash go one after another.
+        // share one fault switch, so batches that may crash go one after another. After a
+        // followed run this drains what is left (a shard a reshard opened meanwhile).
         let report = if consumers.crash {
             esm.drain(handle).await?
         } else {
@@ -186,6 +195,56 @@ pub(super) async fn consume(
             tokio::time::sleep(SHARD_POLL_INTERVAL.saturating_sub(polled.elapsed())).await;
         }
     }
+}
+
+/// While the producers run: Lambda's poller, each shard on its own
+/// ([`KinesisEsm::follow`]), beside the heartbeat, until production is done and every shard
+/// has caught up after it.
+async fn follow(
+    ctx: &RunContext<'_>,
+    esm: &mut KinesisEsm,
+    consumers: &Consumers,
+    (kinesis, stream): (&aws_sdk_kinesis::Client, &str),
+    totals: &mut BTreeMap<String, u64>,
+) -> Result<()> {
+    let marks = consumers.consumer.watermarks.as_deref();
+    let handle = |event: KinesisEvent| consumers.handle(event, &ctx.counters, &ctx.timings);
+    let finished = || ctx.production_done.load(Ordering::SeqCst);
+    let deadline = tokio::time::Instant::from_std(ctx.deadline);
+    let (report, beats) = tokio::time::timeout_at(deadline, async {
+        futures::join!(
+            esm.follow(handle, finished),
+            heartbeats(ctx, kinesis, stream, marks)
+        )
+    })
+    .await
+    .map_err(|_| anyhow::anyhow!("the consumer did not catch up before the timeout"))?;
+    let report = report?;
+    beats?;
+    add_esm_counts(totals, &report);
+    ensure_no_discards(&report)
+}
+
+/// The heartbeat's schedule, compressed: while the producers run, every open shard gets a
+/// marker each second, so an idle shard's watermark keeps up (docs/guarantees.md).
+async fn heartbeats(
+    ctx: &RunContext<'_>,
+    kinesis: &aws_sdk_kinesis::Client,
+    stream: &str,
+    marks: Option<&dyn awsmp_pipeline::ports::WatermarkStore>,
+) -> Result<()> {
+    let Some(marks) = marks else {
+        return Ok(());
+    };
+    while !ctx.production_done.load(Ordering::SeqCst) {
+        let beat = Instant::now();
+        awsmp_consumer::heartbeat::scheduled(kinesis, stream, Some(marks)).await?;
+        let next = beat + HEARTBEAT_EVERY;
+        while Instant::now() < next && !ctx.production_done.load(Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+    Ok(())
 }
 
 /// A load run must lose nothing to the failure queue.

@@ -4,6 +4,7 @@
 //! and the simulator's ledger as the billing record.
 
 use super::collect::Scope;
+use super::emulator_cpu::CpuWatch;
 use super::fence::RunWatermarks;
 use super::meter::Stack;
 use super::sim_admin::{SimAdmin, ledger_group_hour};
@@ -33,6 +34,8 @@ pub(super) struct LocalTarget {
     watermarks: Option<Arc<RunWatermarks>>,
     /// The last license carries the injected bad inputs.
     injects: bool,
+    /// The stack's DynamoDB emulator, whose CPU the report gives (`None`: not measured).
+    dynamodb_pid: Option<u32>,
 }
 
 impl LocalTarget {
@@ -81,7 +84,9 @@ impl LocalTarget {
             stream: format!("awsmp-loadtest-{nonce:08x}"),
             reset: true,
         };
-        Self::on_site(env, spec, site).await
+        let mut target = Self::on_site(env, spec, site).await?;
+        target.dynamodb_pid = local::service_pid(paths, "dynamodb");
+        Ok(target)
     }
 
     /// The run's share on one site of the stack, whose simulator already has the run's
@@ -130,6 +135,7 @@ impl LocalTarget {
             licenses,
             sim,
             checkpoint,
+            dynamodb_pid: None,
         })
     }
 }
@@ -198,8 +204,14 @@ impl RunTarget for LocalTarget {
     /// schedules tick on their own task, as in AWS.
     async fn consume(&self, ctx: &RunContext<'_>) -> Result<ConsumeOutcome> {
         let consuming = async {
+            let emulator = self.dynamodb_pid.and_then(CpuWatch::start);
+            let this = CpuWatch::start(std::process::id());
             let out = super::consume::consume(ctx, &self.env, &self.stream, &self.checkpoint).await;
             ctx.consumption_done.store(true, Ordering::SeqCst);
+            let mut t = ctx.timings.lock().expect("poisoned");
+            t.emulator = emulator.and_then(CpuWatch::stop);
+            t.this_process = this.and_then(CpuWatch::stop);
+            drop(t);
             out
         };
         if ctx.spec.overlap.sequential {

@@ -4,6 +4,8 @@
 //! stream (the producer), stream → invocation (the event source mapping), the invocation
 //! (the consumer's reads and writes).
 
+use super::emulator_cpu::ProcessCpu;
+use super::phases::Invocations;
 use crate::conservation::GroupHour;
 use crate::report::{Percentiles, RunReport, StageBound};
 use aws_lambda_events::kinesis::KinesisEvent;
@@ -27,6 +29,14 @@ pub(super) struct Timings {
     events_by_hour: BTreeMap<GroupHour, Vec<i64>>,
     /// Event ids already timed: duplicates on the stream (lost responses) count once.
     seen: HashSet<String>,
+    /// The consumer's invocations, step by step.
+    pub(super) invocations: Invocations,
+    /// The consumer's concurrent store calls (`Settings::concurrency`), for the report.
+    pub(super) store_concurrency: usize,
+    /// How busy the DynamoDB emulator was while consuming (local runs).
+    pub(super) emulator: Option<ProcessCpu>,
+    /// How busy this process (producers, mapping, consumer, pipeline ticks) was meanwhile.
+    pub(super) this_process: Option<ProcessCpu>,
 }
 
 impl Default for Timings {
@@ -38,6 +48,10 @@ impl Default for Timings {
             invocation: histogram(),
             events_by_hour: BTreeMap::new(),
             seen: HashSet::new(),
+            invocations: Invocations::default(),
+            store_concurrency: 0,
+            emulator: None,
+            this_process: None,
         }
     }
 }
@@ -109,7 +123,7 @@ fn stages(t: &Timings) -> [(&'static str, &hdrhistogram::Histogram<u64>, String)
             "stream → invocation",
             &t.stream_to_invoke,
             format!(
-                "the event source mapping: one batch per shard at a time, so a record waits for the invocation before its own, plus the poll of a caught-up shard (every {} ms, Lambda's base rate) and the batching window ({} ms)",
+                "the event source mapping: one batch per shard at a time, so a record waits for its shard's invocation in progress (the invocation row) before its own, plus the poll of a caught-up shard (every {} ms, Lambda's base rate) and the batching window ({} ms)",
                 crate::kinesis_esm::SHARD_POLL_INTERVAL.as_millis(),
                 super::consume::BATCHING_WINDOW.as_millis()
             ),
@@ -117,7 +131,9 @@ fn stages(t: &Timings) -> [(&'static str, &hdrhistogram::Histogram<u64>, String)
         (
             "invocation",
             &t.invocation,
-            "the consumer: its store calls in sequence (record claims, id and lane claims, one UpdateItem per (group, second) row, the watermark), each a DynamoDB round trip".into(),
+            t.invocations.bound(t.store_concurrency, t.emulator, t.this_process).unwrap_or_else(|| {
+                "the consumer: its steps one after another (claims, refusals, the finalized lookup, one UpdateItem per (group, second) row, the watermark), each store call a DynamoDB round trip".into()
+            }),
         ),
         (
             "event → row",

@@ -115,6 +115,15 @@ impl State {
     }
 }
 
+/// The process id of the stack's running `service` (one of [`SERVICES`]), if it runs.
+pub fn service_pid(paths: &Paths, service: &str) -> Option<u32> {
+    let state = State::load(paths).ok()??;
+    state
+        .service(service)
+        .filter(|s| procs::is_alive(s))
+        .map(|s| s.pid)
+}
+
 /// Options for [`up`].
 #[derive(Debug, Clone, Default)]
 pub struct UpOptions {
