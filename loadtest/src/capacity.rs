@@ -54,13 +54,17 @@ pub struct Assumptions {
 }
 
 impl Default for Assumptions {
-    /// The figures measured before issue 16's consumer and wire format (its table): 348 bytes
-    /// an event and 280 k events a second a core; 10 events a second a group; 30 groups a
-    /// license; a 278-byte row (a load run's); the template's 1,024 MB consumer.
+    /// The figures measured with the default wire format, v2 (docs/wire-format.md, "v2
+    /// aggregates"; docs/benchmarks.md): 26 bytes an event on the stream at 300 groups without
+    /// collapse, and 1.58 M events a second a core through the consumer's decode + verify +
+    /// fold (a loaded 2-core machine: an idle core does more, so the plan errs towards more
+    /// cores);
+    /// 10 events a second a group; 30 groups a license; a 278-byte row (a load run's); the
+    /// template's 1,024 MB consumer.
     fn default() -> Self {
         Self {
-            bytes_per_event: 348.0,
-            consumer_events_per_core_second: 280_000.0,
+            bytes_per_event: 26.0,
+            consumer_events_per_core_second: 1_580_000.0,
             events_per_group_second: 10.0,
             groups_per_license: 30,
             row_bytes: 278,
@@ -373,9 +377,19 @@ mod tests {
         assert_eq!(units::item_bytes(&row), Assumptions::default().row_bytes);
     }
 
+    /// The figures of the v1 wire format and the consumer before its hot path: 348 bytes an
+    /// event, 280 k events a second a core. The hand computations below use them.
+    fn v1_json() -> Assumptions {
+        Assumptions {
+            bytes_per_event: 348.0,
+            consumer_events_per_core_second: 280_000.0,
+            ..Assumptions::default()
+        }
+    }
+
     #[test]
     fn ten_thousand_events_a_second_by_hand() {
-        let p = plan(10_000.0, &Assumptions::default());
+        let p = plan(10_000.0, &v1_json());
         // 3.48 MB/s over 1 MiB/s shards → 4 shards; 68 aggregates/s is far below 1,000/s.
         assert_eq!(p.shards, 4);
         assert_eq!(p.groups, 1_000);
@@ -392,7 +406,7 @@ mod tests {
 
     #[test]
     fn the_binding_limit_moves_with_the_rate() {
-        let a = Assumptions::default();
+        let a = v1_json();
         // 1 M events/s: 100 k groups write 100 k units/s against the table's 40 k.
         let p = plan(1_000_000.0, &a);
         assert_eq!(p.binding().limit, "usage-table write units per second");
@@ -415,6 +429,22 @@ mod tests {
             plan(10_000_000.0, &busy).binding().limit,
             "Kinesis shards per account"
         );
+    }
+
+    #[test]
+    fn the_v2_wire_format_keeps_ten_million_events_within_the_shard_quota() {
+        // 26 bytes an event: 260 MB/s over 1 MiB/s shards → 248 shards of the 500 default,
+        // where v1's 348 bytes needed 3,319; the consumer needs 10 M / 1.58 M ≈ 6.3 cores.
+        let p = plan(10_000_000.0, &Assumptions::default());
+        assert_eq!(p.shards, 248);
+        let shards = p
+            .loads
+            .iter()
+            .find(|l| l.limit == "Kinesis shards per account")
+            .unwrap();
+        assert!(shards.utilization() < 1.0, "{shards:?}");
+        assert!(plan(10_000_000.0, &v1_json()).shards > 3_000);
+        assert!((p.consumer_cores - 10_000_000.0 / 1_580_000.0).abs() < 0.01);
     }
 
     #[test]
