@@ -211,9 +211,11 @@ fn canonical_timestamp(s: &str) -> Option<DateTime<Utc>> {
 
 /// RFC 3339 with a zero offset, sub-millisecond digits dropped (as the v1 decoder reads it).
 fn v1_timestamp(s: &str) -> Option<DateTime<Utc>> {
-    if let Some(t) = canonical_timestamp(s) {
-        return Some(t);
-    }
+    canonical_timestamp(s).or_else(|| by_chrono(s))
+}
+
+/// What chrono's RFC 3339 parser makes of `s`: a zero offset only, sub-milliseconds dropped.
+fn by_chrono(s: &str) -> Option<DateTime<Utc>> {
     let parsed = DateTime::parse_from_rfc3339(s).ok()?;
     if parsed.offset().local_minus_utc() != 0 {
         return None;
@@ -502,17 +504,6 @@ pub fn decode_plain_checked(
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
-    /// What chrono's RFC 3339 parser makes of `s`, sub-milliseconds dropped.
-    fn by_chrono(s: &str) -> Option<DateTime<Utc>> {
-        let parsed = DateTime::parse_from_rfc3339(s).ok()?;
-        if parsed.offset().local_minus_utc() != 0 {
-            return None;
-        }
-        let ts = parsed.with_timezone(&Utc);
-        let nanos = ts.nanosecond();
-        Some(ts.with_nanosecond(nanos - nanos % 1_000_000).unwrap_or(ts))
-    }
 
     proptest! {
         /// The canonical reader agrees with chrono wherever it answers, and `v1_timestamp`

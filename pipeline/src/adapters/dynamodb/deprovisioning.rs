@@ -1,7 +1,7 @@
 //! The subscribers table's deprovisioning index.
 
 use super::convert::s;
-use super::errors::{ddb_err, malformed};
+use super::errors::{malformed, query_all};
 use crate::contract::attrs as a;
 use crate::error::Result;
 use crate::ports::{Deprovisioning, DeprovisioningIndex};
@@ -34,19 +34,14 @@ impl DynamoDbDeprovisioningIndex {
 #[async_trait]
 impl DeprovisioningIndex for DynamoDbDeprovisioningIndex {
     async fn active(&self) -> Result<Vec<Deprovisioning>> {
-        let items = self
+        let query = self
             .client
             .query()
             .table_name(&self.table)
             .index_name(DEPROVISIONING_INDEX)
             .key_condition_expression("deprovisioningPendingFlag = :f")
-            .expression_attribute_values(":f", s(DEPROVISIONING_PENDING_FLAG))
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await
-            .map_err(|e| ddb_err("Query", &self.table, e))?;
+            .expression_attribute_values(":f", s(DEPROVISIONING_PENDING_FLAG));
+        let items = query_all(query, &self.table).await?;
         items
             .iter()
             .map(|item| {

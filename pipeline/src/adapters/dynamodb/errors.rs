@@ -3,6 +3,8 @@
 
 use crate::error::PipelineError;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::types::AttributeValue;
+use std::collections::HashMap;
 
 /// True when `e` is DynamoDB's `ConditionalCheckFailedException` (an expected outcome of a
 /// conditional write, never an error to retry).
@@ -54,4 +56,18 @@ pub(super) fn malformed(table: &str, detail: impl Into<String>) -> PipelineError
         table: table.to_owned(),
         detail: detail.into(),
     }
+}
+
+/// Every item `query` finds in `table`, page by page (the SDK's paginator).
+pub(super) async fn query_all(
+    query: aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
+    table: &str,
+) -> Result<Vec<HashMap<String, AttributeValue>>, PipelineError> {
+    query
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .map_err(|e| ddb_err("Query", table, e))
 }

@@ -5,7 +5,7 @@
 //! `Query` on its partition: no `Scan`.
 
 use super::convert::{n, s};
-use super::errors::{ddb_err, is_conditional_failure, malformed};
+use super::errors::{ddb_err, is_conditional_failure, malformed, query_all};
 use crate::error::Result;
 use crate::ports::{ShardWatermark, WatermarkStore};
 use async_trait::async_trait;
@@ -83,20 +83,15 @@ impl WatermarkStore for DynamoDbWatermarkStore {
     }
 
     async fn shards(&self, stream: &str) -> Result<Vec<ShardWatermark>> {
-        let items = self
+        let query = self
             .client
             .query()
             .table_name(&self.table)
             .consistent_read(true)
             .key_condition_expression("#s = :s")
             .expression_attribute_names("#s", WATERMARK_STREAM)
-            .expression_attribute_values(":s", s(stream))
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await
-            .map_err(|e| ddb_err("Query", &self.table, e))?;
+            .expression_attribute_values(":s", s(stream));
+        let items = query_all(query, &self.table).await?;
         items
             .iter()
             .map(|item| watermark_from_item(&self.table, item))
