@@ -182,17 +182,17 @@ impl Producer {
     /// its size with the longest id it can be given (v2 sizes it; v1, the JSON fallback,
     /// encodes it with its producer id).
     fn fold_payload_len(&self, event: &mut Event, version: WireVersion) -> usize {
-        let placeholder = event
+        let longest_id = event
             .event_id
             .is_empty()
             .then(|| self.shared.ids.longest_id());
         match version {
-            WireVersion::V2 => single_len_as(event, self.producer_id_of(event), placeholder),
+            WireVersion::V2 => single_len_as(event, self.producer_id_of(event), longest_id),
             WireVersion::V1 => {
                 if event.producer_id.is_none() {
                     event.producer_id = self.shared.config.producer_id.clone();
                 }
-                let id_len = placeholder.map_or(0, |g| g.to_string().len());
+                let id_len = longest_id.map_or(0, |g| g.to_string().len());
                 version.encode(event).len() + id_len
             }
         }
