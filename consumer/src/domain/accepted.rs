@@ -88,11 +88,7 @@ pub struct Accepted {
 impl Accepted {
     /// Allocated, unallocated, or `None` for zero quantity.
     pub fn kind(&self) -> Option<Kind> {
-        match (self.quantity, &self.allocations) {
-            (0, _) => None,
-            (_, Some(_)) => Some(Kind::Allocated),
-            (_, None) => Some(Kind::Unallocated),
-        }
+        Kind::of(self.quantity, self.allocations.is_some())
     }
 
     /// The owned form.

@@ -81,6 +81,17 @@ pub enum Kind {
     Unallocated,
 }
 
+impl Kind {
+    /// The kind of an event of `quantity`, with or without allocations; `None` for zero.
+    pub fn of(quantity: u64, allocated: bool) -> Option<Self> {
+        match (quantity, allocated) {
+            (0, _) => None,
+            (_, true) => Some(Self::Allocated),
+            (_, false) => Some(Self::Unallocated),
+        }
+    }
+}
+
 /// An event that passed every check, reduced to what its row needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifiedEvent {
@@ -106,11 +117,7 @@ pub struct VerifiedEvent {
 impl VerifiedEvent {
     /// Allocated, unallocated, or `None` for zero quantity.
     pub fn kind(&self) -> Option<Kind> {
-        match (self.quantity, &self.allocations) {
-            (0, _) => None,
-            (_, Some(_)) => Some(Kind::Allocated),
-            (_, None) => Some(Kind::Unallocated),
-        }
+        Kind::of(self.quantity, self.allocations.is_some())
     }
 }
 
