@@ -54,7 +54,13 @@ pub fn row_from_item(item: &HashMap<String, Av>) -> RawUsageRow {
 /// An SDK item the caller owns in domain form: [`row_from_item`] without copying a name or a
 /// value (what the aggregator's group read does with each page it receives).
 pub fn row_from_owned_item(item: HashMap<String, Av>) -> RawUsageRow {
-    item.into_iter().map(|(k, v)| (k, into_domain(v))).collect()
+    // Inserted one by one: the names are distinct, so this is `collect` without its buffer and
+    // sort.
+    let mut row = RawUsageRow::new();
+    for (k, v) in item {
+        row.insert(k, into_domain(v));
+    }
+    row
 }
 
 pub(super) fn s(v: impl Into<String>) -> Av {
