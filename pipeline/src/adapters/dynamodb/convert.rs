@@ -17,6 +17,20 @@ pub fn to_domain(av: &Av) -> AttrValue {
     }
 }
 
+/// Convert an SDK attribute value the caller owns to the domain's, moving its strings instead
+/// of copying them ([`to_domain`] on an owned value, without an allocation per string).
+pub fn into_domain(av: Av) -> AttrValue {
+    match av {
+        Av::S(s) => AttrValue::S(s),
+        Av::N(n) => AttrValue::N(n),
+        Av::Bool(b) => AttrValue::Bool(b),
+        Av::Null(_) => AttrValue::Null,
+        Av::L(l) => AttrValue::L(l.into_iter().map(into_domain).collect()),
+        Av::M(m) => AttrValue::M(m.into_iter().map(|(k, v)| (k, into_domain(v))).collect()),
+        _ => AttrValue::Other,
+    }
+}
+
 /// Convert a domain attribute value to the SDK's. `Other` has no faithful SDK form and
 /// becomes NULL; the pipeline never writes it.
 pub fn to_sdk(v: &AttrValue) -> Av {
@@ -35,6 +49,18 @@ pub fn row_from_item(item: &HashMap<String, Av>) -> RawUsageRow {
     item.iter()
         .map(|(k, v)| (k.clone(), to_domain(v)))
         .collect()
+}
+
+/// An SDK item the caller owns in domain form: [`row_from_item`] without copying a name or a
+/// value (what the aggregator's group read does with each page it receives).
+pub fn row_from_owned_item(item: HashMap<String, Av>) -> RawUsageRow {
+    // Inserted one by one: the names are distinct, so this is `collect` without its buffer and
+    // sort.
+    let mut row = RawUsageRow::new();
+    for (k, v) in item {
+        row.insert(k, into_domain(v));
+    }
+    row
 }
 
 pub(super) fn s(v: impl Into<String>) -> Av {
@@ -65,5 +91,13 @@ mod tests {
         ]));
         assert_eq!(to_domain(&to_sdk(&v)), v);
         assert_eq!(to_domain(&Av::Ss(vec!["a".into()])), AttrValue::Other);
+        assert_eq!(into_domain(to_sdk(&v)), v);
+        assert_eq!(into_domain(Av::Ss(vec!["a".into()])), AttrValue::Other);
+        let item: HashMap<String, Av> = [
+            ("k".to_owned(), to_sdk(&v)),
+            ("n".to_owned(), Av::N("7".into())),
+        ]
+        .into();
+        assert_eq!(row_from_owned_item(item.clone()), row_from_item(&item));
     }
 }

@@ -25,7 +25,7 @@ mod watermark;
 pub use aggregated::{
     DynamoDbAggregatedStore, aggregated_from_item, aggregated_to_item, is_billed,
 };
-pub use convert::{row_from_item, to_domain, to_sdk};
+pub use convert::{into_domain, row_from_item, row_from_owned_item, to_domain, to_sdk};
 pub use deprovisioning::{
     DEPROVISIONING_INDEX, DEPROVISIONING_PENDING_FLAG, DynamoDbDeprovisioningIndex,
 };

@@ -1,6 +1,6 @@
 //! The raw usage table.
 
-use super::convert::{row_from_item, s};
+use super::convert::{row_from_item, row_from_owned_item, s};
 use super::errors::{ddb_err, is_conditional_failure, malformed};
 use super::folded::FoldedStamp;
 use super::pending::query_pending_index;
@@ -76,8 +76,10 @@ impl DynamoDbUsageStore {
                     .send()
                     .await
                     .map_err(|e| ddb_err("Query", &table, e))?;
+                // The page is ours: its names and values move into the rows, uncopied.
+                let items = page.items.unwrap_or_default();
                 Ok(Page {
-                    items: page.items().iter().map(row_from_item).collect(),
+                    items: items.into_iter().map(row_from_owned_item).collect(),
                     next: page.last_evaluated_key,
                 })
             })

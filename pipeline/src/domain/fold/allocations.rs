@@ -227,7 +227,7 @@ fn tag_field<'r>(
                     format!("allocation {i} tag {j} {name} has {length} characters, at most {max}"),
                 );
                 None
-            } else if !matches_tag_pattern(s) {
+            } else if !tag_pattern_matches(s) {
                 worst.note_as(
                     InvalidTagCharacters,
                     format!("allocation {i} tag {j} {name} {s:?} has a character outside the Tag pattern"),
@@ -245,6 +245,25 @@ fn tag_field<'r>(
             None
         }
     }
+}
+
+/// [`matches_tag_pattern`] without the regex on an ASCII string: the documented pattern is one
+/// character class repeated (`^[…]+$`), so an ASCII string matches exactly when it is non-empty
+/// and each of its bytes does on its own — which the table holds, read from the pattern itself
+/// once. Anything else asks the pattern.
+fn tag_pattern_matches(s: &str) -> bool {
+    static ASCII_CLASS: std::sync::LazyLock<[bool; 128]> = std::sync::LazyLock::new(|| {
+        let mut class = [false; 128];
+        for (b, slot) in (0u8..).zip(class.iter_mut()) {
+            *slot = matches_tag_pattern(char::from(b).encode_utf8(&mut [0; 4]));
+        }
+        class
+    });
+    if !s.is_ascii() {
+        return matches_tag_pattern(s);
+    }
+    let class = &*ASCII_CLASS;
+    !s.is_empty() && s.bytes().all(|b| class[usize::from(b)])
 }
 
 /// The group's allocations merged per distinct tag set; memory stays O(distinct tag sets),
@@ -332,4 +351,33 @@ pub(super) fn decode_tag_set(mut bytes: &[u8]) -> Vec<Tag> {
         tags.push(Tag { key, value });
     }
     tags
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The byte table answers as the documented pattern does, on any string.
+        #[test]
+        fn the_tag_pattern_table_is_the_pattern(s in prop_oneof![
+            "[ -~]{0,12}",
+            "[ -~\\n\\t\\u{80}-\\u{10ffff}]{0,6}",
+            any::<String>(),
+        ]) {
+            prop_assert_eq!(tag_pattern_matches(&s), matches_tag_pattern(&s));
+        }
+    }
+
+    #[test]
+    fn the_tag_pattern_table_agrees_on_every_ascii_character() {
+        for b in 0u8..128 {
+            let one = char::from(b).to_string();
+            assert_eq!(tag_pattern_matches(&one), matches_tag_pattern(&one), "{b}");
+            let two = format!("a{one}");
+            assert_eq!(tag_pattern_matches(&two), matches_tag_pattern(&two), "{b}");
+        }
+        assert!(!tag_pattern_matches(""));
+    }
 }

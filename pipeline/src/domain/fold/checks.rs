@@ -81,6 +81,26 @@ impl RowChecks {
         }
     }
 
+    /// Whether the partition is a product code (`Some(true)`) or a license ARN
+    /// (`Some(false)`); `None` for a partition key that is neither.
+    pub(super) fn is_legacy(&self) -> Option<bool> {
+        match self.kind {
+            PartitionKind::Legacy => Some(true),
+            PartitionKind::ConcurrentAgreements => Some(false),
+            PartitionKind::Invalid => None,
+        }
+    }
+
+    /// The hour's bucket is inside the billable window at `now`.
+    pub(super) fn bucket_billable(&self) -> bool {
+        self.bucket_billable
+    }
+
+    /// Whole seconds from the hour's start to `now`, floored.
+    pub(super) fn now_second(&self) -> i64 {
+        self.now_second
+    }
+
     /// The row-level checks, in reason order, up to (not including) the group-level ones.
     pub(super) fn check<'r>(
         &self,

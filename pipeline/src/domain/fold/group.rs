@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use super::RowView;
 use super::allocations::TagSetMerge;
 use super::checks::{RowChecks, RowFacts};
+use super::conforming::Conforming;
 use super::membership::{MemberPrefix, Membership, membership};
 use super::overflow::{Overflow, split_at_api_maximum};
 use super::seconds::{SecondQuantities, SecondSet};
@@ -146,6 +147,8 @@ pub struct GroupFold {
     group: GroupKey,
     prefix: MemberPrefix,
     checks: RowChecks,
+    /// The fast path's facts of the group (`None`: every row takes the general path).
+    conforming: Option<Conforming>,
     finalize_zero: bool,
 
     row_count: u32,
@@ -164,9 +167,12 @@ impl GroupFold {
     /// Start folding `group` as of `now`. The zero-quantity edge and the billable window are
     /// evaluated once, at `now`.
     pub fn new(group: GroupKey, now: DateTime<Utc>, cfg: &TimeConfig) -> Self {
+        let prefix = MemberPrefix::of(&group);
+        let checks = RowChecks::new(&group, now, cfg);
         Self {
-            prefix: MemberPrefix::of(&group),
-            checks: RowChecks::new(&group, now, cfg),
+            conforming: Conforming::of(&group, &prefix, &checks),
+            prefix,
+            checks,
             finalize_zero: is_zero_finalize_edge(group.hour, now, cfg),
             group,
             row_count: 0,
@@ -198,7 +204,45 @@ impl GroupFold {
     /// than counted twice.
     pub fn push(&mut self, row: &RawUsageRow) -> Result<Pushed, DomainError> {
         let view = RowView::of(row);
-        match membership(&self.group, &self.prefix, &view) {
+        let conforming = self.conforming.as_ref().and_then(|c| c.row(&view));
+        match conforming {
+            Some((sort_key, second, quantity)) => self.count_conforming(sort_key, second, quantity),
+            None => self.push_general(&view),
+        }
+    }
+
+    /// A row the fast path recognised: counted as the general path counts a row with no finding.
+    fn count_conforming(
+        &mut self,
+        sort_key: &str,
+        second: u32,
+        quantity: u64,
+    ) -> Result<Pushed, DomainError> {
+        if !self.seconds.insert(second) {
+            return Err(DomainError::DuplicateRow(sort_key.to_owned()));
+        }
+        self.row_count += 1;
+        self.quantities.set(second, quantity);
+        self.total = self.total.saturating_add(quantity);
+        if quantity > 0 {
+            self.nonzero_unallocated += 1;
+        }
+        Ok(Pushed::Counted)
+    }
+
+    /// [`Self::push`] without the fast path: what every row took before it, and what the fast
+    /// path is compared with.
+    #[cfg(test)]
+    pub(super) fn push_without_fast_path(
+        &mut self,
+        row: &RawUsageRow,
+    ) -> Result<Pushed, DomainError> {
+        self.push_general(&RowView::of(row))
+    }
+
+    /// The general path: membership, then every check in reason order.
+    fn push_general(&mut self, view: &RowView<'_>) -> Result<Pushed, DomainError> {
+        match membership(&self.group, &self.prefix, view) {
             Membership::NotPending => Ok(Pushed::NotPending),
             Membership::Foreign => Ok(Pushed::Foreign),
             Membership::Unkeyed => {
@@ -234,7 +278,7 @@ impl GroupFold {
                     None => self.remember_irregular(sort_key)?,
                 }
                 self.row_count += 1;
-                let checked = self.checks.check(&self.group, &view, &segments, second);
+                let checked = self.checks.check(&self.group, view, &segments, second);
                 match checked {
                     Ok(facts) => {
                         if let Some(second) = second {

@@ -35,6 +35,16 @@ impl MemberPrefix {
             plain_account: !group.customer_aws_account_id.contains('#'),
         }
     }
+
+    /// `account#dimension#YYYY-MM-DDTHH`.
+    pub(super) fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The account has no `#`.
+    pub(super) fn plain_account(&self) -> bool {
+        self.plain_account
+    }
 }
 
 pub(super) fn membership<'r>(

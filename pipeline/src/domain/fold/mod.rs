@@ -19,6 +19,7 @@
 //! |---|---|
 //! | `group` | [`GroupFold`]: membership, sums, the group-level checks, the [`FoldOutcome`] |
 //! | `checks` | the row-level guardrails, in reason order |
+//! | `conforming` | the fast path: a row exactly as the writer contract makes it, counted by comparisons against facts of the group evaluated once |
 //! | `allocations` | reading a row's `usageAllocations`; the merge per distinct tag set |
 //! | `overflow` | [`split_at_api_maximum`]: bill the API maximum, keep the remainder (and its allocations) |
 //! | `revisit` | [`classify_revisit`]: a lost cleanup or late usage, once the record exists |
@@ -46,6 +47,7 @@
 
 mod allocations;
 mod checks;
+mod conforming;
 mod group;
 mod membership;
 mod overflow;
@@ -53,6 +55,8 @@ mod revisit;
 mod seconds;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_equivalence;
 
 pub use group::{AggregatedRecord, FoldOutcome, GroupFold, GroupRows, Pushed, Rejection};
 pub use overflow::{Overflow, Split, split_at_api_maximum};
@@ -111,7 +115,7 @@ impl<'r> RowView<'r> {
                 ALLOCATIONS => (attrs::USAGE_ALLOCATIONS, &mut v.allocations),
                 _ => continue,
             };
-            if name == wanted {
+            if conforming::same_bytes(name.as_bytes(), wanted.as_bytes()) {
                 *slot = Some(value);
             }
         }
