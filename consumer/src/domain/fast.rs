@@ -48,10 +48,20 @@ struct User<'a> {
     data: &'a [u8],
 }
 
-/// A record's user records and the KPL partition key table they index.
-struct Users<'a> {
-    pks: Vec<&'a str>,
+/// What the hot path keeps from one record to the next of a batch: buffers cleared for each
+/// record, so once they have grown a record costs no allocation for its user records, its
+/// partition keys or what its events share.
+#[derive(Default)]
+pub struct Scratch<'a> {
     users: Vec<User<'a>>,
+    shared: Shared<'a>,
+}
+
+impl Scratch<'_> {
+    /// Empty buffers.
+    pub fn new() -> Self {
+        Self::default()
+    }
 }
 
 /// A length-delimited field of `buf`.
@@ -81,12 +91,14 @@ fn kpl_record(mut buf: &[u8]) -> Option<(u64, Option<u64>, &[u8])> {
     Some((pk?, ehk, data?))
 }
 
-/// The user records of a KPL aggregate's `body` (its trailer already checked), borrowed, or
-/// `None`.
-fn kpl_users(mut body: &[u8]) -> Option<Users<'_>> {
-    let mut pks: Vec<&str> = Vec::new();
+/// The user records of a KPL aggregate's `body` (its trailer already checked), borrowed, into
+/// `users` and the partition key table into `pks`; `None` when the hot path does not read it.
+fn kpl_users<'a>(
+    mut body: &'a [u8],
+    pks: &mut Vec<&'a str>,
+    users: &mut Vec<User<'a>>,
+) -> Option<()> {
     let mut ehks = 0usize;
-    let mut users: Vec<User<'_>> = Vec::new();
     // Both tables may follow the records: the indexes are checked once the body is read.
     let (mut top_pk, mut top_ehk) = (0usize, None);
     while !body.is_empty() {
@@ -116,7 +128,7 @@ fn kpl_users(mut body: &[u8]) -> Option<Users<'_>> {
     if users.is_empty() || top_pk >= pks.len() || top_ehk.is_some_and(|e| e >= ehks) {
         return None;
     }
-    Some(Users { pks, users })
+    Some(())
 }
 
 /// A v1 payload's fields, borrowed (a string with an escape does not borrow: the general path).
@@ -242,6 +254,7 @@ fn v1_fields<'a>(data: &'a [u8], interner: &mut Interner) -> Option<Fields<'a>> 
 
 /// What the events of one record share, resolved the first time an event needs it: the v2
 /// table, the group each partition key names, each table entry's group and producer id.
+#[derive(Default)]
 struct Shared<'a> {
     pks: Vec<&'a str>,
     table: Option<Vec<EntryV2<'a>>>,
@@ -251,15 +264,16 @@ struct Shared<'a> {
 }
 
 impl<'a> Shared<'a> {
-    fn new(pks: Vec<&'a str>, table: Option<Vec<EntryV2<'a>>>) -> Self {
+    /// Ready for a record whose partition keys are `self.pks` and whose v2 table is `table`.
+    fn reset(&mut self, table: Option<Vec<EntryV2<'a>>>) {
         let entries = table.as_ref().map_or(0, Vec::len);
-        Self {
-            pk_groups: vec![None; pks.len()],
-            entry_groups: vec![None; entries],
-            entry_producers: vec![None; entries],
-            pks,
-            table,
-        }
+        self.pk_groups.clear();
+        self.pk_groups.resize(self.pks.len(), None);
+        self.entry_groups.clear();
+        self.entry_groups.resize(entries, None);
+        self.entry_producers.clear();
+        self.entry_producers.resize(entries, None);
+        self.table = table;
     }
 
     /// The group partition key `pk` names.
@@ -440,19 +454,31 @@ pub fn decode_plain_checked(
     interner: &mut Interner,
     trailer_ok: bool,
 ) -> Option<DecodedRecord> {
+    decode_plain_in(record, policy, interner, trailer_ok, &mut Scratch::new())
+}
+
+/// [`decode_plain_checked`] with the batch's `scratch` buffers (the records of one batch
+/// share them).
+pub fn decode_plain_in<'a>(
+    record: &'a StreamRecord,
+    policy: &VerifyPolicy,
+    interner: &mut Interner,
+    trailer_ok: bool,
+    scratch: &mut Scratch<'a>,
+) -> Option<DecodedRecord> {
     let data = &record.data[..];
     let aggregated = data.starts_with(&KPL_MAGIC);
-    let Users { pks, users } = if aggregated {
+    let Scratch { users, shared } = scratch;
+    users.clear();
+    shared.pks.clear();
+    if aggregated {
         if !trailer_ok {
             return None;
         }
-        kpl_users(body_and_trailer(data)?.0)?
+        kpl_users(body_and_trailer(data)?.0, &mut shared.pks, users)?;
     } else {
-        Users {
-            pks: Vec::new(),
-            users: vec![User { pk: None, data }],
-        }
-    };
+        users.push(User { pk: None, data });
+    }
     // A v2 aggregate's first user record is its table.
     let table: Option<Vec<EntryV2<'_>>> = match users.first() {
         Some(u) if aggregated && u.data.starts_with(&[V2, KIND_TABLE]) => {
@@ -464,12 +490,12 @@ pub fn decode_plain_checked(
         _ => None,
     };
     let first_event = usize::from(table.is_some());
-    let mut shared = Shared::new(pks, table);
+    shared.reset(table);
     let mut verifier = Verifier::new(policy, record.arrival);
     let mut events = Vec::with_capacity(users.len() - first_event);
     for (i, u) in users.iter().enumerate().skip(first_event) {
         let f = if is_binary(u.data) {
-            v2_fields(u, &mut shared, interner)?
+            v2_fields(u, shared, interner)?
         } else {
             v1_fields(u.data, interner)?
         };

@@ -113,7 +113,87 @@ pub struct Part {
     /// Kind of the first non-zero event (decides which kind wins on a fresh row).
     pub first_kind: Option<Kind>,
     /// Positions (sub-sequence numbers) of the events in the record.
-    pub subs: Vec<u32>,
+    pub subs: Subs,
+}
+
+/// A part's sub-sequence numbers, in the order its events were added: a run of consecutive
+/// numbers is kept as its start and length (no allocation: one event, or a record whose events
+/// of one row are adjacent); any other list spills into a `Vec` the first time it breaks the run.
+#[derive(Debug, Clone, Eq)]
+pub enum Subs {
+    /// `start, start + 1, …, start + len - 1`.
+    Run {
+        /// The first number.
+        start: u32,
+        /// How many.
+        len: u32,
+    },
+    /// Any other list.
+    List(Vec<u32>),
+}
+
+impl Default for Subs {
+    fn default() -> Self {
+        Self::Run { start: 0, len: 0 }
+    }
+}
+
+impl Subs {
+    /// Append `sub`.
+    pub fn push(&mut self, sub: u32) {
+        match self {
+            Self::Run {
+                len: len @ 0,
+                start,
+            } => {
+                *start = sub;
+                *len = 1;
+            }
+            Self::Run { start, len } if start.checked_add(*len) == Some(sub) => *len += 1,
+            Self::Run { start, len } => {
+                let (start, len) = (*start, *len);
+                let mut list: Vec<u32> = (0..len).map(|k| start + k).collect();
+                list.push(sub);
+                *self = Self::List(list);
+            }
+            Self::List(list) => list.push(sub),
+        }
+    }
+
+    /// How many numbers.
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Run { len, .. } => *len as usize,
+            Self::List(list) => list.len(),
+        }
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The numbers in order.
+    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        let (start, run, list) = match self {
+            Self::Run { start, len } => (*start, *len, &[][..]),
+            Self::List(list) => (0, 0, &list[..]),
+        };
+        // `start + k` < `start + len`, which `push` kept within u32.
+        (0..run).map(move |k| start + k).chain(list.iter().copied())
+    }
+
+    /// The numbers as a list.
+    pub fn to_vec(&self) -> Vec<u32> {
+        self.iter().collect()
+    }
+}
+
+/// Equal when they list the same numbers, however each keeps them.
+impl PartialEq for Subs {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
 }
 
 impl Part {
@@ -174,10 +254,25 @@ impl RowContribution {
 /// the batch writes each row once (write amplification 1). Keyed by the interned group and
 /// the second: a lookup hashes two integers (the group's hash is computed when it is
 /// interned) and compares pointers, never the strings, unless two interners made the names.
+/// The parts are kept in one batch-wide list while folding (a row points at its latest), and
+/// each row's list is allocated once, at its exact length, by [`BatchFold::into_rows`].
 #[derive(Debug, Default)]
 pub struct BatchFold {
-    index: HashTable<usize>,
-    rows: Vec<RowContribution>,
+    index: HashTable<u32>,
+    rows: Vec<Row>,
+    /// Every part, in the order they were opened, with its row's index.
+    parts: Vec<(u32, Part)>,
+}
+
+/// A row while folding.
+#[derive(Debug)]
+struct Row {
+    id: RowId,
+    hash: u64,
+    /// Index in [`BatchFold::parts`] of its latest part.
+    last: u32,
+    /// How many parts it has.
+    parts: u32,
 }
 
 /// The most rows [`BatchFold::for_events`] reserves room for (about 3 MB); a batch with more
@@ -190,19 +285,25 @@ fn row_hash(group: &Group, second: i64) -> u64 {
     group.hash64() ^ (second as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
+/// A row or part index: a batch holds far fewer than 2^32 events (Lambda's 6 MB payload).
+fn index(n: usize) -> u32 {
+    u32::try_from(n).expect("fewer than 2^32 rows and parts in one batch")
+}
+
 impl BatchFold {
     /// An empty fold.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// An empty fold sized for a batch of `events` events: room for as many rows (at most
-    /// [`MAX_PRESIZED_ROWS`]), so the fold of a usual batch never grows its table.
+    /// An empty fold sized for a batch of `events` events: room for as many rows and parts
+    /// (at most [`MAX_PRESIZED_ROWS`]), so the fold of a usual batch never grows its tables.
     pub fn for_events(events: usize) -> Self {
         let rows = events.min(MAX_PRESIZED_ROWS);
         Self {
             index: HashTable::with_capacity(rows),
             rows: Vec::with_capacity(rows),
+            parts: Vec::with_capacity(rows),
         }
     }
 
@@ -218,37 +319,43 @@ impl BatchFold {
         } = ev;
         let hash = row_hash(&group, second);
         let rows = &self.rows;
-        let same = |ix: &usize| {
-            let id = &rows[*ix].id;
-            id.second == second && (Arc::ptr_eq(&id.group, &group) || *id.group == *group)
+        let same = |ix: &u32| {
+            let row = &rows[*ix as usize];
+            row.hash == hash
+                && row.id.second == second
+                && (Arc::ptr_eq(&row.id.group, &group) || *row.id.group == *group)
         };
-        let ix = match self.index.find(hash, same) {
-            Some(ix) => *ix,
+        let (ix, open) = match self.index.find(hash, same) {
+            Some(ix) => {
+                let ix = *ix as usize;
+                let last = self.rows[ix].last as usize;
+                (ix, self.parts[last].1.record != record)
+            }
             None => {
                 let ix = self.rows.len();
-                self.index.insert_unique(hash, ix, |i| {
-                    let id = &rows[*i].id;
-                    row_hash(&id.group, id.second)
-                });
-                self.rows.push(RowContribution {
+                self.index
+                    .insert_unique(hash, index(ix), |i| rows[*i as usize].hash);
+                self.rows.push(Row {
                     id: RowId { group, second },
-                    parts: Vec::new(),
+                    hash,
+                    last: 0,
+                    parts: 0,
                 });
-                ix
+                (ix, true)
             }
         };
-        let parts = &mut self.rows[ix].parts;
-        match parts.last_mut() {
-            Some(p) if p.record == record => p.add(sub, quantity, allocations),
-            _ => {
-                let mut p = Part {
-                    record,
-                    ..Part::default()
-                };
-                p.add(sub, quantity, allocations);
-                parts.push(p);
-            }
+        if open {
+            let row = &mut self.rows[ix];
+            row.last = index(self.parts.len());
+            row.parts += 1;
+            let part = Part {
+                record,
+                ..Part::default()
+            };
+            self.parts.push((index(ix), part));
         }
+        let last = self.rows[ix].last as usize;
+        self.parts[last].1.add(sub, quantity, allocations);
     }
 
     /// Distinct rows so far.
@@ -261,8 +368,53 @@ impl BatchFold {
         self.rows.is_empty()
     }
 
-    /// The rows, in first-seen order.
+    /// The rows, in first-seen order, each with its parts in record order.
     pub fn into_rows(self) -> Vec<RowContribution> {
-        self.rows
+        let mut out: Vec<RowContribution> = self
+            .rows
+            .into_iter()
+            .map(|r| RowContribution {
+                id: r.id,
+                parts: Vec::with_capacity(r.parts as usize),
+            })
+            .collect();
+        // Opened in batch order, so each row's parts arrive in record order.
+        for (row, part) in self.parts {
+            out[row as usize].parts.push(part);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn subs(of: &[u32]) -> Subs {
+        let mut s = Subs::default();
+        for &n in of {
+            s.push(n);
+        }
+        s
+    }
+
+    #[test]
+    fn consecutive_sub_sequence_numbers_stay_a_run_and_any_other_list_is_kept_as_given() {
+        assert!(subs(&[]).is_empty());
+        assert_eq!(subs(&[7]), Subs::Run { start: 7, len: 1 });
+        assert_eq!(subs(&[3, 4, 5]), Subs::Run { start: 3, len: 3 });
+        for list in [&[3, 4, 9][..], &[0, 0], &[5, 4], &[2, 3, 4, 1, 2]] {
+            let s = subs(list);
+            assert!(matches!(s, Subs::List(_)), "{list:?}");
+            assert_eq!(s.to_vec(), list);
+            assert_eq!(s.len(), list.len());
+        }
+        // Equal when they list the same numbers, however each keeps them.
+        assert_eq!(subs(&[1, 2]), Subs::List(vec![1, 2]));
+        assert_ne!(subs(&[1, 2]), Subs::List(vec![1, 3]));
+        assert_ne!(subs(&[1, 2]), subs(&[1]));
+        let top = subs(&[u32::MAX]);
+        assert_eq!(top.to_vec(), [u32::MAX]);
+        assert_eq!(subs(&[u32::MAX, 0]).to_vec(), [u32::MAX, 0]);
     }
 }

@@ -128,11 +128,12 @@ pub fn decode_records(
 ) -> Vec<DecodedRecord> {
     let data: Vec<&[u8]> = records.iter().map(|r| &r.data[..]).collect();
     let trailers = super::trailer::trailers_match(&data);
+    let mut scratch = super::fast::Scratch::new();
     records
         .iter()
         .zip(trailers)
         .map(|(r, trailer_ok)| {
-            super::fast::decode_plain_checked(r, policy, interner, trailer_ok)
+            super::fast::decode_plain_in(r, policy, interner, trailer_ok, &mut scratch)
                 .unwrap_or_else(|| decode_general(r, policy, interner))
         })
         .collect()

@@ -199,7 +199,7 @@ impl Consumer {
             stream,
             shard_id: shard,
             sequence_number: meta.seq.decimal().to_owned(),
-            sub_sequence_numbers: part.subs.clone(),
+            sub_sequence_numbers: part.subs.to_vec(),
             partition_key: rec.map(|r| r.partition_key.clone()).unwrap_or_default(),
             arrival: rec.map_or(now, |r| r.arrival),
             data_base64: None,
