@@ -5,6 +5,8 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 
+use chrono::{DateTime, Utc};
+
 use foldhash::fast::FixedState;
 use hashbrown::HashTable;
 use sha1::{Digest, Sha1};
@@ -297,6 +299,19 @@ impl Sum {
         self.quantity = quantity;
         if e.timestamp < self.template.timestamp {
             self.template.timestamp = e.timestamp;
+        }
+        true
+    }
+
+    /// [`Sum::try_absorb`] of an event without allocations: `quantity` at `timestamp`.
+    pub(crate) fn try_absorb_plain(&mut self, quantity: u64, timestamp: DateTime<Utc>) -> bool {
+        debug_assert!(self.template.usage_allocations.is_none());
+        let Some(sum) = self.quantity.checked_add(quantity) else {
+            return false;
+        };
+        self.quantity = sum;
+        if timestamp < self.template.timestamp {
+            self.template.timestamp = timestamp;
         }
         true
     }

@@ -7,13 +7,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
+use chrono::{DateTime, Utc};
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::config::ProducerConfig;
 use crate::event::Event;
 use crate::event_id::IdGenerator;
-use crate::fold::{FoldTable, Folded};
+use crate::fold::{Absorbed, FoldKey, FoldTable, Folded};
 use crate::metrics::{Metrics, StatCounters};
 use crate::outcome::{FlushOutcome, Undelivered, UndeliveredCallback};
 
@@ -138,6 +139,12 @@ impl Staging {
             .add(event, default_producer_id, bytes, payload_len, &self.bytes)?;
         self.wake(before, bytes);
         Ok(())
+    }
+
+    /// Adds an event without id or allocations to its open sum at no charge
+    /// ([`FoldTable::absorb`]).
+    pub fn absorb(&self, key: &FoldKey<'_>, quantity: u64, timestamp: DateTime<Utc>) -> Absorbed {
+        self.folds.absorb(key, quantity, timestamp)
     }
 
     /// Wakes the task when `bytes` staged onto `before` make the staging area non-empty or

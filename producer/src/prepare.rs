@@ -8,7 +8,7 @@ use bytes::Bytes;
 
 use super::Producer;
 use crate::error::{ProducerError, ValidationError};
-use crate::event::{Event, truncate_to_millis};
+use crate::event::{Event, truncate_to_millis, validate_allocations, validate_timestamp};
 use crate::event_id::GeneratedId;
 use crate::limits::MAX_RECORD_BYTES;
 use crate::partition::{keyed_group, partition_hash, partition_key, partition_key_len};
@@ -36,6 +36,16 @@ impl Payload {
             Payload::Json(b) => b.len(),
         }
     }
+}
+
+/// How much of an event [`Producer::prepare`] checks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Check {
+    /// Every rule (an event from the caller).
+    Whole,
+    /// Its timestamp and allocations only: a bound group handle's event, whose group was
+    /// checked once when the handle was made and which has no id or producer id of its own.
+    Usage,
 }
 
 pub(super) enum Route {
@@ -87,7 +97,11 @@ impl Producer {
         }
     }
 
-    pub(super) fn prepare(&self, mut event: Event) -> Result<Prepared, ProducerError> {
+    pub(super) fn prepare(
+        &self,
+        mut event: Event,
+        check: Check,
+    ) -> Result<Prepared, ProducerError> {
         if self.shared.closed.load(Ordering::Relaxed) {
             let event = self.give_back(event, None);
             return Err(ProducerError::Closed(Some(Box::new(event))));
@@ -100,7 +114,14 @@ impl Producer {
                 event: Box::new(self.give_back(event, None)),
             }
         };
-        if let Err(e) = event.validate(true) {
+        let checked = match check {
+            Check::Whole => event.validate(true),
+            Check::Usage => validate_timestamp(&event.timestamp).and_then(|()| {
+                let allocations = event.usage_allocations.as_deref();
+                allocations.map_or(Ok(()), |a| validate_allocations(a, event.quantity))
+            }),
+        };
+        if let Err(e) = checked {
             return Err(invalid(e, event));
         }
         let config = &self.shared.config;
@@ -128,7 +149,13 @@ impl Producer {
             };
             return Err(invalid(e, event));
         }
-        let cost = Self::buffer_cost(payload_len, pk_len);
+        // A sum can outgrow its first constituent by its quantity's digits: charged for the
+        // longest quantity, the sums never hold more than their reservations.
+        let slack = match &route {
+            Route::Fold { .. } => quantity_slack(event.quantity, config.wire_version),
+            Route::Encoded { .. } => 0,
+        };
+        let cost = Self::buffer_cost(payload_len + slack, pk_len);
         if cost > self.shared.config.max_buffered_bytes {
             let e = ValidationError::EventTooLarge {
                 bytes: cost,
@@ -195,6 +222,24 @@ impl Producer {
                 let id_len = longest_id.map_or(0, |g| g.to_string().len());
                 version.encode(event).len() + id_len
             }
+        }
+    }
+}
+
+/// Bytes a sum's quantity can take beyond `quantity`'s own: the longest `u64` against it (a
+/// v2 varint field, or v1 decimal digits).
+pub(super) fn quantity_slack(quantity: u64, version: WireVersion) -> usize {
+    match version {
+        WireVersion::V2 => {
+            let own = if quantity == 0 {
+                0
+            } else {
+                1 + prost::encoding::encoded_len_varint(quantity)
+            };
+            1 + prost::encoding::encoded_len_varint(u64::MAX) - own
+        }
+        WireVersion::V1 => {
+            itoa::Buffer::new().format(u64::MAX).len() - itoa::Buffer::new().format(quantity).len()
         }
     }
 }
