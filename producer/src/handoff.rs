@@ -61,6 +61,10 @@ struct StagingShard {
     spare: Vec<Staged>,
     /// The staged events' payloads, back to back.
     buffer: BytesMut,
+    /// The staged events' partition keys, a run of one key's events sharing one entry: a
+    /// push of the key just pushed takes no reference (no count passed between the caller's
+    /// core and the task's per event).
+    keys: Vec<Arc<str>>,
     /// Set by the task's last take (shutdown): later pushes are refused.
     sealed: bool,
 }
@@ -91,7 +95,7 @@ impl Staging {
         &self,
         len: usize,
         write: impl FnOnce(&mut BytesMut),
-        partition_key: Arc<str>,
+        partition_key: &Arc<str>,
         hash: u128,
         bytes: usize,
     ) -> bool {
@@ -107,10 +111,14 @@ impl Staging {
             }
             write(&mut s.buffer);
             debug_assert_eq!(s.buffer.len() - at, len, "the payload is as long as sized");
+            if !s.keys.last().is_some_and(|k| Arc::ptr_eq(k, partition_key)) {
+                s.keys.push(partition_key.clone());
+            }
+            let key = s.keys.len() - 1;
             s.items.push(Staged {
                 at,
                 len,
-                partition_key,
+                key,
                 hash,
                 enqueued_at: Instant::now(),
                 bytes,
@@ -172,7 +180,7 @@ impl Staging {
             return;
         }
         for shard in &self.shards {
-            let (mut items, payloads) = {
+            let (mut items, payloads, keys) = {
                 let mut s = Self::lock(shard);
                 s.sealed |= seal;
                 if s.items.is_empty() {
@@ -184,12 +192,13 @@ impl Staging {
                 let items = std::mem::replace(&mut s.items, spare);
                 let taken: usize = items.iter().map(|i| i.bytes).sum();
                 self.bytes.fetch_sub(taken, Ordering::SeqCst);
-                (items, s.buffer.split().freeze())
+                let keys = std::mem::take(&mut s.keys);
+                (items, s.buffer.split().freeze(), keys)
             };
             for i in items.drain(..) {
                 f(Incoming {
                     payload: payloads.slice(i.at..i.at + i.len),
-                    partition_key: i.partition_key,
+                    partition_key: keys[i.key].clone(),
                     hash: i.hash,
                     enqueued_at: i.enqueued_at,
                     bytes: i.bytes,
@@ -260,11 +269,12 @@ impl Drop for Reservation {
     }
 }
 
-/// A staged event: its payload is `buffer[at..at + len]` of its shard.
+/// A staged event: its payload is `buffer[at..at + len]` of its shard, its partition key
+/// `keys[key]`.
 struct Staged {
     at: usize,
     len: usize,
-    partition_key: Arc<str>,
+    key: usize,
     hash: u128,
     enqueued_at: Instant,
     bytes: usize,

@@ -336,7 +336,7 @@ impl Meter {
             put_generated_single(buf, &b.head, usage.quantity, enc.millis, enc.id);
         };
         let staging = &p.shared.staging;
-        if staging.push(enc.len, write, b.partition_key.clone(), b.hash, enc.cost) {
+        if staging.push(enc.len, write, &b.partition_key, b.hash, enc.cost) {
             p.accepted();
             Ok(())
         } else {

@@ -172,7 +172,7 @@ impl Producer {
                     Payload::Json(json) => buf.extend_from_slice(json),
                 };
                 let staging = &self.shared.staging;
-                if staging.push(payload.len(), write, partition_key, hash, cost) {
+                if staging.push(payload.len(), write, &partition_key, hash, cost) {
                     Ok(())
                 } else {
                     self.shared.sem.add_permits(cost);
