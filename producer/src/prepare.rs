@@ -11,7 +11,9 @@ use crate::error::{ProducerError, ValidationError};
 use crate::event::{Event, truncate_to_millis, validate_allocations, validate_timestamp};
 use crate::event_id::GeneratedId;
 use crate::limits::MAX_RECORD_BYTES;
-use crate::partition::{keyed_group, partition_hash, partition_key, partition_key_len};
+use crate::partition::{
+    checked_group, keyed_group, partition_hash, partition_key, partition_key_len,
+};
 use crate::wire::{WireVersion, single_len_as};
 
 /// A validated event on its way to the staging area, charged `cost` bytes.
@@ -37,6 +39,9 @@ impl Payload {
         }
     }
 }
+
+/// A group's partition key and its hash.
+type Keyed = (std::sync::Arc<str>, u128);
 
 /// How much of an event [`Producer::prepare`] checks.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -114,28 +119,27 @@ impl Producer {
                 event: Box::new(self.give_back(event, None)),
             }
         };
-        let checked = match check {
-            Check::Whole => event.validate(true),
-            Check::Usage => validate_timestamp(&event.timestamp).and_then(|()| {
-                let allocations = event.usage_allocations.as_deref();
-                allocations.map_or(Ok(()), |a| validate_allocations(a, event.quantity))
-            }),
+        let keyed = match Self::check(&event, check) {
+            Ok(keyed) => keyed,
+            Err(e) => return Err(invalid(e, event)),
         };
-        if let Err(e) = checked {
-            return Err(invalid(e, event));
-        }
         let config = &self.shared.config;
         let (generated, route, pk_len) = match (config.collapse, config.wire_version) {
             (true, version) => {
                 let payload_len = self.fold_payload_len(&mut event, version);
-                let pk_len = partition_key_len(
-                    &event.license_arn,
-                    &event.customer_aws_account_id,
-                    &event.dimension,
+                let pk_len = keyed.as_ref().map_or_else(
+                    || {
+                        partition_key_len(
+                            &event.license_arn,
+                            &event.customer_aws_account_id,
+                            &event.dimension,
+                        )
+                    },
+                    |(pk, _)| pk.len(),
                 );
                 (None, Route::Fold { payload_len }, pk_len)
             }
-            (false, version) => self.encode_plain(&mut event, version),
+            (false, version) => self.encode_plain(&mut event, version, keyed),
         };
         let payload_len = match &route {
             Route::Encoded { payload, .. } => payload.len(),
@@ -171,17 +175,42 @@ impl Producer {
         })
     }
 
+    /// Checks `event` as `check` says; a whole check returns its group's partition key and
+    /// hash, from the per-thread cache of groups already checked (a hot group is checked
+    /// once per thread, not once per event).
+    fn check(event: &Event, check: Check) -> Result<Option<Keyed>, ValidationError> {
+        match check {
+            Check::Whole => {
+                let mut keyed = None;
+                event.validate_with(true, |e| {
+                    keyed = Some(checked_group(e.group())?);
+                    Ok(())
+                })?;
+                Ok(keyed)
+            }
+            Check::Usage => {
+                validate_timestamp(&event.timestamp)?;
+                let allocations = event.usage_allocations.as_deref();
+                allocations.map_or(Ok(()), |a| validate_allocations(a, event.quantity))?;
+                Ok(None)
+            }
+        }
+    }
+
     /// No collapse: the event's id (generated if it has none), partition key and payload.
     fn encode_plain(
         &self,
         event: &mut Event,
         version: WireVersion,
+        keyed: Option<Keyed>,
     ) -> (Option<GeneratedId>, Route, usize) {
-        let (pk, hash) = keyed_group(
-            &event.license_arn,
-            &event.customer_aws_account_id,
-            &event.dimension,
-        );
+        let (pk, hash) = keyed.unwrap_or_else(|| {
+            keyed_group(
+                &event.license_arn,
+                &event.customer_aws_account_id,
+                &event.dimension,
+            )
+        });
         // `p:{epoch}:{lane}:{seq}`: deduplicated by sequence, not by a claim per event.
         let generated = event
             .event_id
