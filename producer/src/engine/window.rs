@@ -33,6 +33,7 @@ pub(super) struct Window {
 }
 
 impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
+    /// Stages one event of a take; the take counts it outstanding ([`Engine::take_staged`]).
     pub(super) fn stage(&mut self, incoming: Incoming) {
         let Incoming {
             payload,
@@ -41,7 +42,6 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
             enqueued_at,
             bytes,
         } = incoming;
-        *self.outstanding.entry(self.epoch).or_default() += 1;
         let meta = UserMeta {
             enqueued_at,
             epoch: self.epoch,
