@@ -239,7 +239,7 @@ pub fn validate_account_id(id: &str) -> Result<(), ValidationError> {
 /// The v1 payload writes `YYYY-MM-DDTHH:MM:SS.mmmZ`; years outside 1970–9999 cannot be
 /// written that way (or are nonsense for metering).
 pub(crate) fn validate_timestamp(ts: &DateTime<Utc>) -> Result<(), ValidationError> {
-    let y = ts.year();
+    let y = ts.naive_utc().year();
     if !(1970..=9999).contains(&y) {
         return Err(ValidationError::MalformedTimestamp(format!(
             "year {y} outside 1970-9999"
@@ -250,7 +250,8 @@ pub(crate) fn validate_timestamp(ts: &DateTime<Utc>) -> Result<(), ValidationErr
 
 /// Drops sub-millisecond digits (the payload carries milliseconds; the second is unchanged).
 pub(crate) fn truncate_to_millis(ts: DateTime<Utc>) -> DateTime<Utc> {
-    let nanos = ts.nanosecond();
+    // UTC: the naive UTC time is the local one (no offset to apply, as `nanosecond()` would).
+    let nanos = ts.naive_utc().nanosecond();
     if nanos.is_multiple_of(1_000_000) {
         // Already whole milliseconds (the common case): nothing to drop.
         return ts;

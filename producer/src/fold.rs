@@ -6,8 +6,8 @@
 //! through [`Sum`], and the tests below check the two agree.
 
 use std::hash::{BuildHasher, Hasher};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use foldhash::fast::FixedState;
@@ -64,6 +64,9 @@ impl GroupHash {
 #[derive(Clone, Copy)]
 pub(crate) struct FoldKey<'a> {
     group: GroupRef<'a>,
+    /// The group's partition key as its caller holds it (a meter's, or the per-thread key
+    /// cache's): a sum opened with the same one is of this group, without comparing strings.
+    origin: Option<&'a Arc<str>>,
     /// The producer id written: the event's, else the producer's default.
     producer_id: Option<&'a str>,
     allocated: bool,
@@ -86,6 +89,12 @@ impl<'a> FoldKey<'a> {
         )
     }
 
+    /// This key, with the group's partition key as its caller holds it.
+    pub fn from(mut self, origin: Option<&'a Arc<str>>) -> Self {
+        self.origin = origin;
+        self
+    }
+
     /// The key of `group`'s sum of UTC second `second`, `pre` hashed from `group` and
     /// `producer_id`.
     pub fn with(
@@ -102,6 +111,7 @@ impl<'a> FoldKey<'a> {
         h.write_u8(u8::from(allocated));
         FoldKey {
             group,
+            origin: None,
             producer_id,
             allocated,
             second,
@@ -116,11 +126,17 @@ impl<'a> FoldKey<'a> {
 
     fn matches(&self, b: &Bucket) -> bool {
         let t = b.sum.template();
+        // The bucket holds its origin, so one still pointing there is the same key's.
+        let same_origin = match (self.origin, &b.keyed) {
+            (Some(k), Some((o, _))) => Arc::ptr_eq(k, o),
+            _ => false,
+        };
         b.hash == self.hash
             && b.second == self.second
-            && t.license_arn == self.group.license_arn
-            && t.customer_aws_account_id == self.group.customer_aws_account_id
-            && t.dimension == self.group.dimension
+            && (same_origin
+                || (t.license_arn == self.group.license_arn
+                    && t.customer_aws_account_id == self.group.customer_aws_account_id
+                    && t.dimension == self.group.dimension))
             && t.producer_id.as_deref() == self.producer_id
             && t.usage_allocations.is_some() == self.allocated
     }
@@ -140,6 +156,8 @@ pub(crate) enum Absorbed {
 struct Bucket {
     hash: u64,
     second: i64,
+    /// The group's partition key and its hash, when the event that opened it came with them.
+    keyed: Option<(Arc<str>, u128)>,
     /// The template carries the producer id written; its own id is in `ids` or `generated`.
     sum: Sum,
     /// The caller-supplied ids of the constituents.
@@ -166,6 +184,8 @@ struct Shard {
 
 /// One sum of a closed window.
 pub(crate) struct Folded {
+    /// The sum's partition key and its hash, when known (else computed from the event).
+    pub keyed: Option<(Arc<str>, u128)>,
     /// The summed event (its producer id filled in). A lone constituent's own id when the
     /// caller gave one; empty otherwise (named by the caller of [`FoldTable::drain`]).
     pub event: Event,
@@ -249,9 +269,10 @@ impl FoldTable {
         bytes: usize,
         payload_len: usize,
         staged: &AtomicUsize,
+        keyed: Option<(Arc<str>, u128)>,
     ) -> Result<usize, Event> {
         let producer_id = event.producer_id.as_deref().or(default_producer_id);
-        let key = FoldKey::new(&event, producer_id);
+        let key = FoldKey::new(&event, producer_id).from(keyed.as_ref().map(|k| &k.0));
         let (hash, second, ix) = (key.hash, key.second, key.shard());
         let mut s = Self::lock(&self.shards[ix]);
         if s.sealed {
@@ -300,6 +321,7 @@ impl FoldTable {
         buckets.push(Bucket {
             hash,
             second,
+            keyed,
             sum,
             ids,
             generated,
@@ -342,6 +364,7 @@ impl FoldTable {
 impl Bucket {
     fn into_folded(self) -> Folded {
         let Bucket {
+            keyed,
             mut sum,
             mut ids,
             generated,
@@ -354,6 +377,7 @@ impl Bucket {
             sum.set_template_id(ids.pop().expect("one id"));
         }
         Folded {
+            keyed,
             event: sum.finish(constituents > 1),
             ids,
             generated,

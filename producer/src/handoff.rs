@@ -133,7 +133,7 @@ impl Staging {
 
     /// Adds the validated `event` to its window's sum (collapse), charged `bytes`; gives it
     /// back once the task has taken its last. `default_producer_id` is written for an event
-    /// without a producer id.
+    /// without a producer id; `keyed` is its group's partition key and hash when known.
     #[allow(clippy::result_large_err)]
     pub fn fold(
         &self,
@@ -141,10 +141,17 @@ impl Staging {
         default_producer_id: Option<&str>,
         bytes: usize,
         payload_len: usize,
+        keyed: Option<(Arc<str>, u128)>,
     ) -> Result<(), Event> {
-        let before = self
-            .folds
-            .add(event, default_producer_id, bytes, payload_len, &self.bytes)?;
+        let folds = &self.folds;
+        let before = folds.add(
+            event,
+            default_producer_id,
+            bytes,
+            payload_len,
+            &self.bytes,
+            keyed,
+        )?;
         self.wake(before, bytes);
         Ok(())
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use super::Producer;
-use super::prepare::{Check, Prepared};
+use super::prepare::{Check, Prepared, Route};
 use crate::error::{ProducerError, ValidationError};
 use crate::event::{
     Event, GroupRef, UsageAllocation, truncate_to_millis, validate_account_id,
@@ -297,7 +297,8 @@ impl Meter {
             p.shared.config.producer_id.as_deref(),
             usage.timestamp.timestamp(),
             false,
-        );
+        )
+        .from(Some(&b.partition_key));
         match p
             .shared
             .staging
@@ -307,7 +308,15 @@ impl Meter {
                 p.accepted();
                 Ok(None)
             }
-            Absorbed::No => p.prepare(self.event(usage), Check::Usage).map(Some),
+            Absorbed::No => {
+                let mut prepared = p.prepare(self.event(usage), Check::Usage)?;
+                // The sum it opens keeps the meter's key: its events are found by it, and
+                // the window's close needs no key lookup.
+                if let Route::Fold { keyed, .. } = &mut prepared.route {
+                    *keyed = Some((b.partition_key.clone(), b.hash));
+                }
+                Ok(Some(prepared))
+            }
             Absorbed::Sealed => Err(ProducerError::Closed(Some(Box::new(
                 p.give_back(self.event(usage), None),
             )))),

@@ -41,7 +41,7 @@ impl Payload {
 }
 
 /// A group's partition key and its hash.
-type Keyed = (std::sync::Arc<str>, u128);
+pub(super) type Keyed = (std::sync::Arc<str>, u128);
 
 /// How much of an event [`Producer::prepare`] checks.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -60,8 +60,12 @@ pub(super) enum Route {
         partition_key: std::sync::Arc<str>,
         hash: u128,
     },
-    /// Collapse: added to its window's sum; `payload_len` bounds its encoded size.
-    Fold { payload_len: usize },
+    /// Collapse: added to its window's sum; `payload_len` bounds its encoded size; `keyed`
+    /// is its group's partition key and hash when known.
+    Fold {
+        payload_len: usize,
+        keyed: Option<Keyed>,
+    },
 }
 
 impl Producer {
@@ -137,13 +141,13 @@ impl Producer {
                     },
                     |(pk, _)| pk.len(),
                 );
-                (None, Route::Fold { payload_len }, pk_len)
+                (None, Route::Fold { payload_len, keyed }, pk_len)
             }
             (false, version) => self.encode_plain(&mut event, version, keyed),
         };
         let payload_len = match &route {
             Route::Encoded { payload, .. } => payload.len(),
-            Route::Fold { payload_len } => *payload_len,
+            Route::Fold { payload_len, .. } => *payload_len,
         };
         let size = payload_len + pk_len;
         if size > MAX_RECORD_BYTES {

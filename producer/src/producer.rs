@@ -84,14 +84,15 @@ impl Producer {
     /// charge (it adds nothing the sum holds); `Some` gives back one that needs a charge.
     fn absorb(&self, p: Prepared) -> Result<Option<Prepared>, ProducerError> {
         let e = &p.event;
-        if !matches!(p.route, Route::Fold { .. })
-            || !e.event_id.is_empty()
-            || e.usage_allocations.is_some()
-        {
+        let Route::Fold { keyed, .. } = &p.route else {
+            return Ok(Some(p));
+        };
+        if !e.event_id.is_empty() || e.usage_allocations.is_some() {
             return Ok(Some(p));
         }
         let absorbed = {
-            let key = FoldKey::new(e, self.producer_id_of(e));
+            let origin = keyed.as_ref().map(|k| &k.0);
+            let key = FoldKey::new(e, self.producer_id_of(e)).from(origin);
             self.shared.staging.absorb(&key, e.quantity, e.timestamp)
         };
         match absorbed {
@@ -179,12 +180,12 @@ impl Producer {
                     Err((event, generated))
                 }
             }
-            Route::Fold { payload_len } => {
+            Route::Fold { payload_len, keyed } => {
                 let default_producer_id = self.shared.config.producer_id.as_deref();
                 match self
                     .shared
                     .staging
-                    .fold(event, default_producer_id, cost, payload_len)
+                    .fold(event, default_producer_id, cost, payload_len, keyed)
                 {
                     Ok(()) => Ok(()),
                     Err(event) => {
