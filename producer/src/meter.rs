@@ -188,20 +188,50 @@ impl Meter {
         quantity: u64,
     ) -> Result<(), ProducerError> {
         super::cooperate().await;
+        match self.record_now(timestamp, quantity)? {
+            None => Ok(()),
+            Some(waiting) => waiting.await,
+        }
+    }
+
+    /// Everything [`Meter::record`] does without waiting; `Some` is the wait for buffer
+    /// space. Synchronous, so the caller's future keeps none of its locals.
+    fn record_now(
+        &self,
+        timestamp: DateTime<Utc>,
+        quantity: u64,
+    ) -> Result<Option<super::Waiting<'_>>, ProducerError> {
         let p = &self.bound.producer;
         let usage = self.check(timestamp, quantity)?;
-        if p.shared.config.collapse {
-            return match self.absorb(&usage)? {
-                Some(prepared) => p.charge_and_stage(prepared).await,
-                None => Ok(()),
+        let prepared = if p.shared.config.collapse {
+            match self.absorb(&usage)? {
+                Some(prepared) => prepared,
+                None => return Ok(None),
+            }
+        } else if p.shared.config.wire_version == WireVersion::V1 {
+            p.prepare(self.event(&usage), Check::Usage)?
+        } else {
+            let enc = self.encode(&usage);
+            return match p.shared.sem.try_acquire_many(enc.cost as u32) {
+                Ok(permit) => {
+                    permit.forget();
+                    self.stage(&usage, &enc).map(|()| None)
+                }
+                Err(_) => Ok(Some(self.wait_then_stage(usage, enc))),
             };
-        }
-        if p.shared.config.wire_version == WireVersion::V1 {
-            let prepared = p.prepare(self.event(&usage), Check::Usage)?;
-            return p.charge_and_stage(prepared).await;
-        }
-        let enc = self.encode(&usage);
-        match p.charge(enc.cost).await {
+        };
+        Ok(p.stage_now(prepared)?
+            .map(|prepared| p.wait_and_stage(prepared)))
+    }
+
+    /// [`Meter::charge_then_stage`], boxed outside the caller's future.
+    fn wait_then_stage(&self, usage: Usage, enc: Encoded) -> super::Waiting<'_> {
+        Box::pin(self.charge_then_stage(usage, enc))
+    }
+
+    /// Waits for `enc`'s buffer space, then stages it.
+    async fn charge_then_stage(&self, usage: Usage, enc: Encoded) -> Result<(), ProducerError> {
+        match self.bound.producer.charge(enc.cost).await {
             Ok(()) => self.stage(&usage, &enc),
             Err(()) => Err(ProducerError::Closed(Some(self.give_back(&usage, enc.id)))),
         }

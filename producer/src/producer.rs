@@ -29,6 +29,9 @@ use crate::shards::{KinesisShardMapSource, ShardMapSource};
 use crate::sink::{KinesisRecordSink, RecordSink};
 use crate::wire::encode_single_into;
 
+/// A call waiting for buffer space.
+type Waiting<'a> = std::pin::Pin<Box<dyn Future<Output = Result<(), ProducerError>> + Send + 'a>>;
+
 /// One unit of the task's cooperative budget per call: a caller recording in a tight loop
 /// still yields (about every 128 calls) so the background task and other tasks get to run.
 async fn cooperate() {
@@ -73,10 +76,42 @@ impl Producer {
     /// is full (back-pressure). Errors give the event back.
     pub async fn record(&self, event: Event) -> Result<(), ProducerError> {
         cooperate().await;
-        let p = self.prepare(event, Check::Whole)?;
-        match self.absorb(p)? {
-            Some(p) => self.charge_and_stage(p).await,
+        match self.record_now(event)? {
             None => Ok(()),
+            Some(waiting) => waiting.await,
+        }
+    }
+
+    /// Everything [`Producer::record`] does without waiting; `Some` is the wait for buffer
+    /// space. Synchronous, so the caller's future keeps none of its locals.
+    fn record_now(&self, event: Event) -> Result<Option<Waiting<'_>>, ProducerError> {
+        let p = self.prepare(event, Check::Whole)?;
+        let Some(p) = self.absorb(p)? else {
+            return Ok(None);
+        };
+        Ok(self.stage_now(p)?.map(|p| self.wait_and_stage(p)))
+    }
+
+    /// [`Producer::charge_and_stage`], boxed (made outside the caller's future, so that only
+    /// the box is kept in it).
+    fn wait_and_stage(&self, p: Prepared) -> Waiting<'_> {
+        Box::pin(self.charge_and_stage(p))
+    }
+
+    /// Charges and stages `p` if there is buffer space now; `Some` gives it back to wait for
+    /// space. The wait is boxed by the callers: its state (the semaphore's queue entry, the
+    /// event) stays off the common path's future, which is then a few words to set up.
+    fn stage_now(&self, p: Prepared) -> Result<Option<Prepared>, ProducerError> {
+        match self.shared.sem.try_acquire_many(p.cost as u32) {
+            Ok(permit) => {
+                permit.forget();
+                self.stage(p).map(|()| None)
+            }
+            Err(tokio::sync::TryAcquireError::NoPermits) => Ok(Some(p)),
+            Err(tokio::sync::TryAcquireError::Closed) => {
+                let event = self.give_back(p.event, p.generated);
+                Err(ProducerError::Closed(Some(Box::new(event))))
+            }
         }
     }
 
