@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 use chrono::{DateTime, Utc};
+use hashbrown::HashTable;
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -61,12 +62,37 @@ struct StagingShard {
     spare: Vec<Staged>,
     /// The staged events' payloads, back to back.
     buffer: BytesMut,
-    /// The staged events' partition keys, a run of one key's events sharing one entry: a
-    /// push of the key just pushed takes no reference (no count passed between the caller's
-    /// core and the task's per event).
+    /// The staged events' partition keys, one entry per key (by pointer) and take: a push of
+    /// a key already there takes no reference, so no reference count passes between the
+    /// caller's core and the task's per event.
     keys: Vec<Arc<str>>,
+    /// `keys`' positions by the key's address.
+    key_index: HashTable<usize>,
     /// Set by the task's last take (shutdown): later pushes are refused.
     sealed: bool,
+}
+
+/// The hash of a staged key: its address (keys are told apart by pointer).
+fn key_hash(key: &Arc<str>) -> u64 {
+    // Fibonacci hashing spreads the (aligned) addresses over the table's top bits.
+    (Arc::as_ptr(key).cast::<u8>() as usize as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+impl StagingShard {
+    /// The position of `key` in `keys`, added if it is not there yet.
+    fn key_of(&mut self, key: &Arc<str>) -> usize {
+        let StagingShard {
+            keys, key_index, ..
+        } = self;
+        let h = key_hash(key);
+        if let Some(&i) = key_index.find(h, |&i| Arc::ptr_eq(&keys[i], key)) {
+            return i;
+        }
+        let i = keys.len();
+        keys.push(key.clone());
+        key_index.insert_unique(h, i, |&j| key_hash(&keys[j]));
+        i
+    }
 }
 
 impl Staging {
@@ -111,10 +137,7 @@ impl Staging {
             }
             write(&mut s.buffer);
             debug_assert_eq!(s.buffer.len() - at, len, "the payload is as long as sized");
-            if !s.keys.last().is_some_and(|k| Arc::ptr_eq(k, partition_key)) {
-                s.keys.push(partition_key.clone());
-            }
-            let key = s.keys.len() - 1;
+            let key = s.key_of(partition_key);
             s.items.push(Staged {
                 at,
                 len,
@@ -200,6 +223,7 @@ impl Staging {
                 let taken: usize = items.iter().map(|i| i.bytes).sum();
                 self.bytes.fetch_sub(taken, Ordering::SeqCst);
                 let keys = std::mem::take(&mut s.keys);
+                s.key_index.clear();
                 (items, s.buffer.split().freeze(), keys)
             };
             for i in items.drain(..) {
