@@ -127,7 +127,7 @@ impl Producer {
         pk_len: usize,
     ) -> Result<(), ValidationError> {
         let longest = self.shared.ids.longest_id();
-        let latest = DateTime::<Utc>::MAX_UTC.with_timezone(&Utc);
+        let latest = DateTime::<Utc>::MAX_UTC;
         let latest_millis = chrono::NaiveDate::from_ymd_opt(9999, 12, 31)
             .and_then(|d| d.and_hms_milli_opt(23, 59, 59, 999))
             .map_or(latest.timestamp_millis(), |t| {
