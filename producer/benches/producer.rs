@@ -1,9 +1,10 @@
 //! Producer benchmarks (against an in-memory sink that acknowledges at once):
 //! - `record/collapse`, `record/no_collapse` (v2, the default), `record/no_collapse_v1`:
-//!   `record()` throughput in events/s up to delivery;
+//!   `Producer::record(Event)` throughput in events/s up to delivery; `record/collapse_meter`,
+//!   `record/no_collapse_meter`: the same usage through bound group handles (`Meter::record`);
 //! - `encode/…`: v1 and v2 payload encoding and KPL aggregation throughput;
 //! - figure files (`target/awsmp-bench/<id>.json`): `producer-record-latency-p50`, `-p99` and `-p999`
-//!   (8 tasks recording at once, hdrhistogram), `wire-bytes-per-event-v2-300-groups` and
+//!   (8 tasks recording at once, hdrhistogram; `producer-meter-record-latency-*` for meters), `wire-bytes-per-event-v2-300-groups` and
 //!   `wire-bytes-per-event-v1-json` (300 groups, no collapse); also printed.
 
 use std::time::{Duration, Instant};
@@ -11,10 +12,10 @@ use std::time::{Duration, Instant};
 use awsmp_producer::partition::{ShardMap, partition_key};
 use awsmp_producer::wire::{AggregateBuilder, WireVersion, encode_event, encode_single};
 use awsmp_producer::{
-    Event, MemoryRecordSink, Producer, StaticShardMapSource, Tag, UsageAllocation,
+    Event, MemoryRecordSink, Meter, Producer, StaticShardMapSource, Tag, UsageAllocation,
 };
 use bytes::Bytes;
-use chrono::{TimeZone, Utc};
+use chrono::{DateTime, TimeZone, Utc};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use hdrhistogram::Histogram;
 use rand::rngs::StdRng;
@@ -77,9 +78,45 @@ fn start_v(sink: MemoryRecordSink, collapse: bool, version: WireVersion) -> Prod
         .unwrap()
 }
 
+/// What one call records: an owned [`Event`] through `Producer::record`, or (group index,
+/// timestamp, quantity) through the group's [`Meter`].
+type MeterCall = (usize, DateTime<Utc>, u64);
+
+/// The same usage as `events` for meters: each event's group index (by its partition key),
+/// timestamp and quantity; the groups' keys in index order. Events with allocations have no
+/// meter form (`Meter::record` takes none): their group's meter records the same quantity.
+fn meter_calls(events: &[Event]) -> (Vec<[String; 3]>, Vec<MeterCall>) {
+    let mut groups: Vec<[String; 3]> = Vec::new();
+    let mut index: std::collections::HashMap<String, usize> = Default::default();
+    let calls = events
+        .iter()
+        .map(|e| {
+            let pk = partition_key(&e.license_arn, &e.customer_aws_account_id, &e.dimension);
+            let g = *index.entry(pk).or_insert_with(|| {
+                groups.push([
+                    e.license_arn.clone(),
+                    e.customer_aws_account_id.clone(),
+                    e.dimension.clone(),
+                ]);
+                groups.len() - 1
+            });
+            (g, e.timestamp, e.quantity)
+        })
+        .collect();
+    (groups, calls)
+}
+
+fn meters(p: &Producer, groups: &[[String; 3]]) -> Vec<Meter> {
+    groups
+        .iter()
+        .map(|[l, a, d]| p.meter(l.as_str(), a.as_str(), d.as_str()).unwrap())
+        .collect()
+}
+
 fn record_throughput(c: &mut Criterion) {
     let rt = runtime();
     let batch = events(50_000, 5, 1);
+    let (groups, calls) = meter_calls(&batch);
     let mut g = c.benchmark_group("record");
     g.throughput(Throughput::Elements(batch.len() as u64));
     g.sample_size(10);
@@ -106,6 +143,32 @@ fn record_throughput(c: &mut Criterion) {
                             p.record(e).await.unwrap();
                         }
                         // Count delivery too: throughput is what reaches the sink.
+                        p.flush().await.unwrap();
+                        took += started.elapsed();
+                    }
+                    p.shutdown().await.unwrap();
+                    took
+                })
+            })
+        });
+    }
+    // The same usage through bound group handles (one meter per group, made once, as a
+    // seller's hot loop keeps them), to delivery as above.
+    for (name, collapse) in [("no_collapse_meter", false), ("collapse_meter", true)] {
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                rt.block_on(async {
+                    let p = start(
+                        MemoryRecordSink::discarding(ShardMap::uniform(SHARDS)),
+                        collapse,
+                    );
+                    let meters = meters(&p, &groups);
+                    let mut took = Duration::ZERO;
+                    for _ in 0..iters {
+                        let started = Instant::now();
+                        for &(g, ts, q) in &calls {
+                            meters[g].record(ts, q).await.unwrap();
+                        }
                         p.flush().await.unwrap();
                         took += started.elapsed();
                     }
@@ -183,51 +246,111 @@ fn write_figure(figure: &str, value: f64, unit: &str, detail: &str) {
 /// Tasks recording at once for the latency figures.
 const CONTENDING_TASKS: usize = 8;
 
-/// Per-call `record()` latency percentiles with 8 tasks recording at once.
+/// Per-call `record()` latency percentiles with 8 tasks recording at once, for both APIs:
+/// `Producer::record(Event)` (`producer-record-latency-*`) and `Meter::record`
+/// (`producer-meter-record-latency-*`), no collapse, v2. A call is timed from before it to its
+/// return, yields included: a call that spends the task's last unit of cooperative budget
+/// waits its turn again (about one call in 128), and that wait is in the percentiles.
 fn latency(_c: &mut Criterion) {
     let rt = runtime();
     let evs = events(200_000, 20, 3);
-    let hist = rt.block_on(async {
-        let p = start(
-            MemoryRecordSink::discarding(ShardMap::uniform(SHARDS)),
-            false,
-        );
-        let per_task = evs.len() / CONTENDING_TASKS;
-        let tasks: Vec<_> = (0..CONTENDING_TASKS)
-            .map(|t| {
-                // Each task's events are built before it starts timing its calls.
-                let (p, mine) = (p.clone(), evs[t * per_task..(t + 1) * per_task].to_vec());
-                tokio::spawn(async move {
-                    let mut hist = Histogram::<u64>::new(3).unwrap();
-                    for e in mine {
-                        let started = Instant::now();
-                        p.record(e).await.unwrap();
-                        hist.record(started.elapsed().as_nanos() as u64).unwrap();
-                    }
-                    hist
-                })
-            })
-            .collect();
-        let mut all = Histogram::<u64>::new(3).unwrap();
-        for t in tasks {
-            all.add(t.await.unwrap()).unwrap();
-        }
-        p.shutdown().await.unwrap();
-        all
-    });
-    let detail = format!(
-        "{CONTENDING_TASKS} tasks on 2 worker threads, {} record() calls, no collapse, v2; p99.9 {} ns, max {} ns",
-        hist.len(),
-        hist.value_at_quantile(0.999),
-        hist.max()
-    );
-    for (id, q) in [
-        ("producer-record-latency-p50", 0.50),
-        ("producer-record-latency-p99", 0.99),
-        ("producer-record-latency-p999", 0.999),
+    let (groups, calls) = meter_calls(&evs);
+    let event_hist = rt.block_on(event_latency(&evs));
+    let meter_hist = rt.block_on(meter_latency(&groups, &calls));
+    for (api, prefix, hist) in [
+        (
+            "Producer::record(Event)",
+            "producer-record-latency",
+            &event_hist,
+        ),
+        (
+            "Meter::record",
+            "producer-meter-record-latency",
+            &meter_hist,
+        ),
     ] {
-        write_figure(id, hist.value_at_quantile(q) as f64, "ns", &detail);
+        let detail = format!(
+            "{api}: {CONTENDING_TASKS} tasks on 2 worker threads, {} calls, no collapse, v2, yields included; p99.9 {} ns, max {} ns",
+            hist.len(),
+            hist.value_at_quantile(0.999),
+            hist.max()
+        );
+        for (suffix, q) in [("p50", 0.50), ("p99", 0.99), ("p999", 0.999)] {
+            write_figure(
+                &format!("{prefix}-{suffix}"),
+                hist.value_at_quantile(q) as f64,
+                "ns",
+                &detail,
+            );
+        }
     }
+}
+
+/// `Producer::record(Event)` latencies: 8 tasks, each recording its share of `evs`.
+async fn event_latency(evs: &[Event]) -> Histogram<u64> {
+    let p = start(
+        MemoryRecordSink::discarding(ShardMap::uniform(SHARDS)),
+        false,
+    );
+    let per_task = evs.len() / CONTENDING_TASKS;
+    let tasks: Vec<_> = (0..CONTENDING_TASKS)
+        .map(|t| {
+            // Each task's events are built before it starts timing its calls.
+            let (p, mine) = (p.clone(), evs[t * per_task..(t + 1) * per_task].to_vec());
+            tokio::spawn(async move {
+                let mut hist = Histogram::<u64>::new(3).unwrap();
+                for e in mine {
+                    let started = Instant::now();
+                    p.record(e).await.unwrap();
+                    hist.record(started.elapsed().as_nanos() as u64).unwrap();
+                }
+                hist
+            })
+        })
+        .collect();
+    let all = merged(tasks).await;
+    p.shutdown().await.unwrap();
+    all
+}
+
+/// `Meter::record` latencies: 8 tasks sharing the groups' meters, each recording its share
+/// of `calls`.
+async fn meter_latency(groups: &[[String; 3]], calls: &[MeterCall]) -> Histogram<u64> {
+    let p = start(
+        MemoryRecordSink::discarding(ShardMap::uniform(SHARDS)),
+        false,
+    );
+    let meters = std::sync::Arc::new(meters(&p, groups));
+    let per_task = calls.len() / CONTENDING_TASKS;
+    let tasks: Vec<_> = (0..CONTENDING_TASKS)
+        .map(|t| {
+            let (meters, mine) = (
+                meters.clone(),
+                calls[t * per_task..(t + 1) * per_task].to_vec(),
+            );
+            tokio::spawn(async move {
+                let mut hist = Histogram::<u64>::new(3).unwrap();
+                for (g, ts, q) in mine {
+                    let started = Instant::now();
+                    meters[g].record(ts, q).await.unwrap();
+                    hist.record(started.elapsed().as_nanos() as u64).unwrap();
+                }
+                hist
+            })
+        })
+        .collect();
+    let all = merged(tasks).await;
+    drop(meters);
+    p.shutdown().await.unwrap();
+    all
+}
+
+async fn merged(tasks: Vec<tokio::task::JoinHandle<Histogram<u64>>>) -> Histogram<u64> {
+    let mut all = Histogram::<u64>::new(3).unwrap();
+    for t in tasks {
+        all.add(t.await.unwrap()).unwrap();
+    }
+    all
 }
 
 /// `n` events spread evenly over `groups` groups (ids left for `record()` to generate).

@@ -51,8 +51,11 @@ pub fn pack<M>(
     }
     // Group by shard (or by partition key when the shard is unknown), keeping arrival order.
     let mut groups: Vec<Vec<UserRec<M>>> = Vec::new();
-    let mut by_shard: std::collections::HashMap<Result<usize, Arc<str>>, usize> =
-        std::collections::HashMap::new();
+    let mut by_shard: hashbrown::HashMap<
+        Result<usize, Arc<str>>,
+        usize,
+        foldhash::fast::RandomState,
+    > = hashbrown::HashMap::default();
     for u in users {
         let key = shard_of(u.hash).ok_or_else(|| u.partition_key.clone());
         let gi = *by_shard.entry(key).or_insert_with(|| {

@@ -5,6 +5,8 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 
+use chrono::{DateTime, Utc};
+
 use foldhash::fast::FixedState;
 use hashbrown::HashTable;
 use sha1::{Digest, Sha1};
@@ -300,6 +302,19 @@ impl Sum {
         }
         true
     }
+
+    /// [`Sum::try_absorb`] of an event without allocations: `quantity` at `timestamp`.
+    pub(crate) fn try_absorb_plain(&mut self, quantity: u64, timestamp: DateTime<Utc>) -> bool {
+        debug_assert!(self.template.usage_allocations.is_none());
+        let Some(sum) = self.quantity.checked_add(quantity) else {
+            return false;
+        };
+        self.quantity = sum;
+        if timestamp < self.template.timestamp {
+            self.template.timestamp = timestamp;
+        }
+        true
+    }
 }
 
 fn merge_into(merged: &mut Vec<UsageAllocation>, index: &mut TagIndex, a: &UsageAllocation) {
@@ -352,7 +367,12 @@ pub(crate) fn collapsed_id_with_generated(
     let head = format!("{prefix}{lane}:");
     let mut sha = Sha1::new();
     sha.update(COLLAPSE_ID_NAMESPACE.as_bytes());
-    let mut buf = Vec::with_capacity(ID_CHUNK_BYTES + 64);
+    // Sized for the ids (length, head, at most 20 digits each), up to one chunk: a small
+    // sum does not take (and free) a chunk-sized buffer.
+    let per_id = 4 + head.len() + 20;
+    let ids_bytes =
+        usize::try_from(seqs.end - seqs.start).map_or(usize::MAX, |n| n.saturating_mul(per_id));
+    let mut buf = Vec::with_capacity(ids_bytes.min(ID_CHUNK_BYTES + 64));
     for_each_in_string_order(seqs, |digits| {
         buf.extend_from_slice(&((head.len() + digits.len()) as u32).to_be_bytes());
         buf.extend_from_slice(head.as_bytes());

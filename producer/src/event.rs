@@ -132,12 +132,18 @@ impl Event {
     /// Checks every rule of the v1 event (docs/row-contract.md, "Event payload v1"). An empty `event_id` is accepted here only
     /// when `allow_missing_id` (the producer fills it in); the wire decoder never allows it.
     pub fn validate(&self, allow_missing_id: bool) -> Result<(), ValidationError> {
+        self.validate_with(allow_missing_id, |e| validate_group(e.group()))
+    }
+
+    /// [`Event::validate`] with the group (license ARN, account id, dimension) checked by
+    /// `group` — in the same order, so the same rule refuses the same event.
+    pub(crate) fn validate_with(
+        &self,
+        allow_missing_id: bool,
+        group: impl FnOnce(&Event) -> Result<(), ValidationError>,
+    ) -> Result<(), ValidationError> {
         validate_event_id(&self.event_id, allow_missing_id)?;
-        validate_license_arn(&self.license_arn)?;
-        validate_account_id(&self.customer_aws_account_id)?;
-        if self.dimension.is_empty() {
-            return Err(ValidationError::EmptyDimension);
-        }
+        group(self)?;
         validate_timestamp(&self.timestamp)?;
         if let Some(p) = &self.producer_id
             && p.is_empty()
@@ -149,6 +155,17 @@ impl Event {
         }
         Ok(())
     }
+}
+
+/// The group's rules: a license ARN of its shape, a 12-digit account id, a non-empty
+/// dimension.
+pub(crate) fn validate_group(group: GroupRef<'_>) -> Result<(), ValidationError> {
+    validate_license_arn(group.license_arn)?;
+    validate_account_id(group.customer_aws_account_id)?;
+    if group.dimension.is_empty() {
+        return Err(ValidationError::EmptyDimension);
+    }
+    Ok(())
 }
 
 /// Borrowed view of a group key.
@@ -222,7 +239,7 @@ pub fn validate_account_id(id: &str) -> Result<(), ValidationError> {
 /// The v1 payload writes `YYYY-MM-DDTHH:MM:SS.mmmZ`; years outside 1970–9999 cannot be
 /// written that way (or are nonsense for metering).
 pub(crate) fn validate_timestamp(ts: &DateTime<Utc>) -> Result<(), ValidationError> {
-    let y = ts.year();
+    let y = ts.naive_utc().year();
     if !(1970..=9999).contains(&y) {
         return Err(ValidationError::MalformedTimestamp(format!(
             "year {y} outside 1970-9999"
@@ -233,7 +250,8 @@ pub(crate) fn validate_timestamp(ts: &DateTime<Utc>) -> Result<(), ValidationErr
 
 /// Drops sub-millisecond digits (the payload carries milliseconds; the second is unchanged).
 pub(crate) fn truncate_to_millis(ts: DateTime<Utc>) -> DateTime<Utc> {
-    let nanos = ts.nanosecond();
+    // UTC: the naive UTC time is the local one (no offset to apply, as `nanosecond()` would).
+    let nanos = ts.naive_utc().nanosecond();
     if nanos.is_multiple_of(1_000_000) {
         // Already whole milliseconds (the common case): nothing to drop.
         return ts;

@@ -6,15 +6,16 @@
 //! through [`Sum`], and the tests below check the two agree.
 
 use std::hash::{BuildHasher, Hasher};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
+use chrono::{DateTime, Utc};
 use foldhash::fast::FixedState;
 use hashbrown::HashTable;
 use tokio::time::Instant;
 
 use crate::collapse::Sum;
-use crate::event::Event;
+use crate::event::{Event, GroupRef};
 
 /// Table shards: a power of two, picked by the group's hash, so one group's sums stay in one
 /// shard (in the order they were opened) and callers recording different groups rarely meet
@@ -24,12 +25,51 @@ const FOLD_SHARDS: usize = 16;
 /// Fixed seed: a sum's place depends on its key only.
 const KEY_HASHER: FixedState = FixedState::with_seed(0x666f_6c64_5f6b_6579);
 
-/// What a sum is found by, borrowed from the event being recorded.
+/// What a group (with the producer id it is written with) contributes to its sums' keys,
+/// hashed once: a bound group handle ([`crate::Meter`]) keeps it, so an event of its group
+/// hashes only its second.
+#[derive(Clone, Copy)]
+pub(crate) struct GroupHash {
+    group: u64,
+    producer: u64,
+}
+
+impl GroupHash {
+    pub fn new(group: GroupRef<'_>, producer_id: Option<&str>) -> Self {
+        let mut g = KEY_HASHER.build_hasher();
+        for part in [
+            group.license_arn,
+            group.customer_aws_account_id,
+            group.dimension,
+        ] {
+            g.write(part.as_bytes());
+            g.write_u8(0xff);
+        }
+        let mut p = KEY_HASHER.build_hasher();
+        match producer_id {
+            Some(id) => {
+                p.write_u8(1);
+                p.write(id.as_bytes());
+            }
+            None => p.write_u8(0),
+        }
+        GroupHash {
+            group: g.finish(),
+            producer: p.finish(),
+        }
+    }
+}
+
+/// What a sum is found by, borrowed from the event being recorded (or the bound handle).
 #[derive(Clone, Copy)]
 pub(crate) struct FoldKey<'a> {
-    pub event: &'a Event,
+    group: GroupRef<'a>,
+    /// The group's partition key as its caller holds it (a meter's, or the per-thread key
+    /// cache's): a sum opened with the same one is of this group, without comparing strings.
+    origin: Option<&'a Arc<str>>,
     /// The producer id written: the event's, else the producer's default.
-    pub producer_id: Option<&'a str>,
+    producer_id: Option<&'a str>,
+    allocated: bool,
     second: i64,
     group_hash: u64,
     hash: u64,
@@ -37,33 +77,45 @@ pub(crate) struct FoldKey<'a> {
 
 impl<'a> FoldKey<'a> {
     pub fn new(event: &'a Event, producer_id: Option<&'a str>) -> Self {
-        let mut g = KEY_HASHER.build_hasher();
-        for part in [
-            &event.license_arn,
-            &event.customer_aws_account_id,
-            &event.dimension,
-        ] {
-            g.write(part.as_bytes());
-            g.write_u8(0xff);
-        }
-        let group_hash = g.finish();
-        let second = event.timestamp.timestamp();
-        let mut h = KEY_HASHER.build_hasher();
-        h.write_u64(group_hash);
-        h.write_i64(second);
-        match producer_id {
-            Some(p) => {
-                h.write_u8(1);
-                h.write(p.as_bytes());
-            }
-            None => h.write_u8(0),
-        }
-        h.write_u8(u8::from(event.usage_allocations.is_some()));
-        FoldKey {
-            event,
+        let group = event.group();
+        let pre = GroupHash::new(group, producer_id);
+        let allocated = event.usage_allocations.is_some();
+        Self::with(
+            pre,
+            group,
             producer_id,
+            event.timestamp.timestamp(),
+            allocated,
+        )
+    }
+
+    /// This key, with the group's partition key as its caller holds it.
+    pub fn from(mut self, origin: Option<&'a Arc<str>>) -> Self {
+        self.origin = origin;
+        self
+    }
+
+    /// The key of `group`'s sum of UTC second `second`, `pre` hashed from `group` and
+    /// `producer_id`.
+    pub fn with(
+        pre: GroupHash,
+        group: GroupRef<'a>,
+        producer_id: Option<&'a str>,
+        second: i64,
+        allocated: bool,
+    ) -> Self {
+        let mut h = KEY_HASHER.build_hasher();
+        h.write_u64(pre.group);
+        h.write_u64(pre.producer);
+        h.write_i64(second);
+        h.write_u8(u8::from(allocated));
+        FoldKey {
+            group,
+            origin: None,
+            producer_id,
+            allocated,
             second,
-            group_hash,
+            group_hash: pre.group,
             hash: h.finish(),
         }
     }
@@ -74,19 +126,38 @@ impl<'a> FoldKey<'a> {
 
     fn matches(&self, b: &Bucket) -> bool {
         let t = b.sum.template();
+        // The bucket holds its origin, so one still pointing there is the same key's.
+        let same_origin = match (self.origin, &b.keyed) {
+            (Some(k), Some((o, _))) => Arc::ptr_eq(k, o),
+            _ => false,
+        };
         b.hash == self.hash
             && b.second == self.second
-            && t.license_arn == self.event.license_arn
-            && t.customer_aws_account_id == self.event.customer_aws_account_id
-            && t.dimension == self.event.dimension
+            && (same_origin
+                || (t.license_arn == self.group.license_arn
+                    && t.customer_aws_account_id == self.group.customer_aws_account_id
+                    && t.dimension == self.group.dimension))
             && t.producer_id.as_deref() == self.producer_id
-            && t.usage_allocations.is_some() == self.event.usage_allocations.is_some()
+            && t.usage_allocations.is_some() == self.allocated
     }
+}
+
+/// What [`FoldTable::absorb`] did with an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Absorbed {
+    /// Added to its open sum, at no charge (the sum needs no more bytes).
+    Yes,
+    /// No open sum takes it: it is charged and added as a new one ([`FoldTable::add`]).
+    No,
+    /// The table is sealed (shutdown).
+    Sealed,
 }
 
 struct Bucket {
     hash: u64,
     second: i64,
+    /// The group's partition key and its hash, when the event that opened it came with them.
+    keyed: Option<(Arc<str>, u128)>,
     /// The template carries the producer id written; its own id is in `ids` or `generated`.
     sum: Sum,
     /// The caller-supplied ids of the constituents.
@@ -113,6 +184,8 @@ struct Shard {
 
 /// One sum of a closed window.
 pub(crate) struct Folded {
+    /// The sum's partition key and its hash, when known (else computed from the event).
+    pub keyed: Option<(Arc<str>, u128)>,
     /// The summed event (its producer id filled in). A lone constituent's own id when the
     /// caller gave one; empty otherwise (named by the caller of [`FoldTable::drain`]).
     pub event: Event,
@@ -155,6 +228,33 @@ impl FoldTable {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Adds one event of `key`'s group and second with no id of its own and no allocations
+    /// — `quantity` at `timestamp` — to its open sum, if there is one that stays within its
+    /// limits. Such an event adds nothing the sum must hold (its id is generated when the
+    /// window closes, as one step of its lane), so it is not charged: no buffer bytes, no
+    /// staged-byte count, no wake-up.
+    pub fn absorb(&self, key: &FoldKey<'_>, quantity: u64, timestamp: DateTime<Utc>) -> Absorbed {
+        debug_assert!(
+            !key.allocated,
+            "only events without allocations are absorbed free"
+        );
+        let mut s = Self::lock(&self.shards[key.shard()]);
+        if s.sealed {
+            return Absorbed::Sealed;
+        }
+        let Shard { index, buckets, .. } = &mut *s;
+        let Some(&i) = index.find(key.hash, |&i| key.matches(&buckets[i])) else {
+            return Absorbed::No;
+        };
+        let b = &mut buckets[i];
+        if b.sum.try_absorb_plain(quantity, timestamp) {
+            b.generated += 1;
+            Absorbed::Yes
+        } else {
+            Absorbed::No
+        }
+    }
+
     /// Adds the validated `event` (written with `default_producer_id` when it has no
     /// producer id of its own), charged `bytes`, whose payload is about `payload_len` bytes;
     /// counts `bytes` into `staged` under the shard's lock and returns the count before.
@@ -169,9 +269,10 @@ impl FoldTable {
         bytes: usize,
         payload_len: usize,
         staged: &AtomicUsize,
+        keyed: Option<(Arc<str>, u128)>,
     ) -> Result<usize, Event> {
         let producer_id = event.producer_id.as_deref().or(default_producer_id);
-        let key = FoldKey::new(&event, producer_id);
+        let key = FoldKey::new(&event, producer_id).from(keyed.as_ref().map(|k| &k.0));
         let (hash, second, ix) = (key.hash, key.second, key.shard());
         let mut s = Self::lock(&self.shards[ix]);
         if s.sealed {
@@ -220,6 +321,7 @@ impl FoldTable {
         buckets.push(Bucket {
             hash,
             second,
+            keyed,
             sum,
             ids,
             generated,
@@ -262,6 +364,7 @@ impl FoldTable {
 impl Bucket {
     fn into_folded(self) -> Folded {
         let Bucket {
+            keyed,
             mut sum,
             mut ids,
             generated,
@@ -274,6 +377,7 @@ impl Bucket {
             sum.set_template_id(ids.pop().expect("one id"));
         }
         Folded {
+            keyed,
             event: sum.finish(constituents > 1),
             ids,
             generated,

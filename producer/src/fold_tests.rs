@@ -70,7 +70,11 @@ proptest! {
             if own_producer {
                 e = e.with_producer_id("own");
             }
-            prop_assert!(table.add(e.clone(), Some("default"), 100, 50, &staged).is_ok());
+            // Some events come with their group's cached key (found by it), some without.
+            let keyed = (i % 3 != 0).then(|| {
+                crate::partition::keyed_group(&e.license_arn, &e.customer_aws_account_id, &e.dimension)
+            });
+            prop_assert!(table.add(e.clone(), Some("default"), 100, 50, &staged, keyed).is_ok());
             if e.producer_id.is_none() {
                 e.producer_id = Some("default".into());
             }
@@ -126,15 +130,22 @@ fn sums_without_ids_count_their_constituents_and_a_sealed_table_refuses() {
     for i in 0..5 {
         assert!(
             table
-                .add(event(1, i, 2, None), None, 10, 5, &staged)
+                .add(event(1, i, 2, None), None, 10, 5, &staged, None)
                 .is_ok()
         );
     }
     table
-        .add(event(2, 0, 3, None), None, 10, 5, &staged)
+        .add(event(2, 0, 3, None), None, 10, 5, &staged, None)
         .unwrap();
     table
-        .add(event(3, 0, 4, Some("mine".into())), None, 10, 5, &staged)
+        .add(
+            event(3, 0, 4, Some("mine".into())),
+            None,
+            10,
+            5,
+            &staged,
+            None,
+        )
         .unwrap();
     let mut out = Vec::new();
     table.drain(true, &staged, |f| out.push(f));
@@ -156,7 +167,7 @@ fn sums_without_ids_count_their_constituents_and_a_sealed_table_refuses() {
         vec![(3, 1, 1, "", 10), (4, 1, 0, "mine", 10), (10, 5, 5, "", 50)]
     );
     assert_eq!(staged.load(Ordering::SeqCst), 0);
-    let back = table.add(event(1, 0, 1, None), None, 10, 5, &staged);
+    let back = table.add(event(1, 0, 1, None), None, 10, 5, &staged, None);
     assert_eq!(
         back.unwrap_err().quantity,
         1,

@@ -7,13 +7,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
+use chrono::{DateTime, Utc};
+use hashbrown::HashTable;
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::config::ProducerConfig;
 use crate::event::Event;
 use crate::event_id::IdGenerator;
-use crate::fold::{FoldTable, Folded};
+use crate::fold::{Absorbed, FoldKey, FoldTable, Folded};
 use crate::metrics::{Metrics, StatCounters};
 use crate::outcome::{FlushOutcome, Undelivered, UndeliveredCallback};
 
@@ -60,8 +62,37 @@ struct StagingShard {
     spare: Vec<Staged>,
     /// The staged events' payloads, back to back.
     buffer: BytesMut,
+    /// The staged events' partition keys, one entry per key (by pointer) and take: a push of
+    /// a key already there takes no reference, so no reference count passes between the
+    /// caller's core and the task's per event.
+    keys: Vec<Arc<str>>,
+    /// `keys`' positions by the key's address.
+    key_index: HashTable<usize>,
     /// Set by the task's last take (shutdown): later pushes are refused.
     sealed: bool,
+}
+
+/// The hash of a staged key: its address (keys are told apart by pointer).
+fn key_hash(key: &Arc<str>) -> u64 {
+    // Fibonacci hashing spreads the (aligned) addresses over the table's top bits.
+    (Arc::as_ptr(key).cast::<u8>() as usize as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+impl StagingShard {
+    /// The position of `key` in `keys`, added if it is not there yet.
+    fn key_of(&mut self, key: &Arc<str>) -> usize {
+        let StagingShard {
+            keys, key_index, ..
+        } = self;
+        let h = key_hash(key);
+        if let Some(&i) = key_index.find(h, |&i| Arc::ptr_eq(&keys[i], key)) {
+            return i;
+        }
+        let i = keys.len();
+        keys.push(key.clone());
+        key_index.insert_unique(h, i, |&j| key_hash(&keys[j]));
+        i
+    }
 }
 
 impl Staging {
@@ -90,7 +121,7 @@ impl Staging {
         &self,
         len: usize,
         write: impl FnOnce(&mut BytesMut),
-        partition_key: Arc<str>,
+        partition_key: &Arc<str>,
         hash: u128,
         bytes: usize,
     ) -> bool {
@@ -106,10 +137,11 @@ impl Staging {
             }
             write(&mut s.buffer);
             debug_assert_eq!(s.buffer.len() - at, len, "the payload is as long as sized");
+            let key = s.key_of(partition_key);
             s.items.push(Staged {
                 at,
                 len,
-                partition_key,
+                key,
                 hash,
                 enqueued_at: Instant::now(),
                 bytes,
@@ -124,7 +156,7 @@ impl Staging {
 
     /// Adds the validated `event` to its window's sum (collapse), charged `bytes`; gives it
     /// back once the task has taken its last. `default_producer_id` is written for an event
-    /// without a producer id.
+    /// without a producer id; `keyed` is its group's partition key and hash when known.
     #[allow(clippy::result_large_err)]
     pub fn fold(
         &self,
@@ -132,12 +164,25 @@ impl Staging {
         default_producer_id: Option<&str>,
         bytes: usize,
         payload_len: usize,
+        keyed: Option<(Arc<str>, u128)>,
     ) -> Result<(), Event> {
-        let before = self
-            .folds
-            .add(event, default_producer_id, bytes, payload_len, &self.bytes)?;
+        let folds = &self.folds;
+        let before = folds.add(
+            event,
+            default_producer_id,
+            bytes,
+            payload_len,
+            &self.bytes,
+            keyed,
+        )?;
         self.wake(before, bytes);
         Ok(())
+    }
+
+    /// Adds an event without id or allocations to its open sum at no charge
+    /// ([`FoldTable::absorb`]).
+    pub fn absorb(&self, key: &FoldKey<'_>, quantity: u64, timestamp: DateTime<Utc>) -> Absorbed {
+        self.folds.absorb(key, quantity, timestamp)
     }
 
     /// Wakes the task when `bytes` staged onto `before` make the staging area non-empty or
@@ -165,7 +210,7 @@ impl Staging {
             return;
         }
         for shard in &self.shards {
-            let (mut items, payloads) = {
+            let (mut items, payloads, keys) = {
                 let mut s = Self::lock(shard);
                 s.sealed |= seal;
                 if s.items.is_empty() {
@@ -177,12 +222,14 @@ impl Staging {
                 let items = std::mem::replace(&mut s.items, spare);
                 let taken: usize = items.iter().map(|i| i.bytes).sum();
                 self.bytes.fetch_sub(taken, Ordering::SeqCst);
-                (items, s.buffer.split().freeze())
+                let keys = std::mem::take(&mut s.keys);
+                s.key_index.clear();
+                (items, s.buffer.split().freeze(), keys)
             };
             for i in items.drain(..) {
                 f(Incoming {
                     payload: payloads.slice(i.at..i.at + i.len),
-                    partition_key: i.partition_key,
+                    partition_key: keys[i.key].clone(),
                     hash: i.hash,
                     enqueued_at: i.enqueued_at,
                     bytes: i.bytes,
@@ -253,11 +300,12 @@ impl Drop for Reservation {
     }
 }
 
-/// A staged event: its payload is `buffer[at..at + len]` of its shard.
+/// A staged event: its payload is `buffer[at..at + len]` of its shard, its partition key
+/// `keys[key]`.
 struct Staged {
     at: usize,
     len: usize,
-    partition_key: Arc<str>,
+    key: usize,
     hash: u128,
     enqueued_at: Instant,
     bytes: usize,

@@ -26,7 +26,7 @@ pub use event::{Event, Tag, UsageAllocation};
 pub use handoff::RECORD_OVERHEAD_BYTES;
 pub use metrics::ProducerStats;
 pub use outcome::{FlushOutcome, Undelivered, UndeliveredCallback, UndeliveredReason};
-pub use producer::{Producer, ProducerBuilder};
+pub use producer::{Meter, Producer, ProducerBuilder};
 pub use shards::{KinesisShardMapSource, ShardMapSource, StaticShardMapSource};
 pub use sink::{
     EntryOutcome, FaultConfig, FaultInjectingRecordSink, KinesisRecordSink, MemoryRecordSink,

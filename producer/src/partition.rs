@@ -2,6 +2,9 @@
 
 use md5::{Digest, Md5};
 
+use crate::error::ValidationError;
+use crate::event::GroupRef;
+
 /// Longest Kinesis partition key, in Unicode code points (Kinesis API `PartitionKey`: 1–256).
 pub const MAX_PARTITION_KEY_CHARS: usize = 256;
 
@@ -85,13 +88,42 @@ thread_local! {
 const KEY_CACHE_HASHER: foldhash::fast::FixedState =
     foldhash::fast::FixedState::with_seed(0x706b_5f63_6163_6865);
 
-/// [`partition_key`] and its [`partition_hash`], remembered per thread for the groups it
-/// sees often, so a hot group costs one lookup instead of an MD5 per event.
+/// [`partition_key`] and its [`partition_hash`] of a valid group, remembered per thread for
+/// the groups it sees often, so a hot group costs one lookup instead of an MD5 per event.
+/// Called only for groups that passed [`crate::event::validate_group`], so the cache holds
+/// only valid groups: [`checked_group`] relies on it.
 pub(crate) fn keyed_group(
     license_arn: &str,
     customer_aws_account_id: &str,
     dimension: &str,
 ) -> (std::sync::Arc<str>, u128) {
+    let group = GroupRef {
+        license_arn,
+        customer_aws_account_id,
+        dimension,
+    };
+    cached_group(group, || Ok(())).expect("no check to fail")
+}
+
+/// [`keyed_group`] of a group checked by [`crate::event::validate_group`]: a group found in
+/// this thread's cache passed the check before (every entry did), so a hot group is checked
+/// once per thread, not once per event.
+pub(crate) fn checked_group(
+    group: GroupRef<'_>,
+) -> Result<(std::sync::Arc<str>, u128), ValidationError> {
+    cached_group(group, || crate::event::validate_group(group))
+}
+
+/// The cache's lookup; `check` runs before a group is added.
+fn cached_group(
+    group: GroupRef<'_>,
+    check: impl FnOnce() -> Result<(), ValidationError>,
+) -> Result<(std::sync::Arc<str>, u128), ValidationError> {
+    let GroupRef {
+        license_arn,
+        customer_aws_account_id,
+        dimension,
+    } = group;
     use std::hash::{BuildHasher, Hasher};
     let mut h = KEY_CACHE_HASHER.build_hasher();
     for part in [license_arn, customer_aws_account_id, dimension] {
@@ -107,8 +139,9 @@ pub(crate) fn keyed_group(
                 && c.dimension == dimension
         });
         if let Some(c) = found {
-            return (c.partition_key.clone(), c.hash);
+            return Ok((c.partition_key.clone(), c.hash));
         }
+        check()?;
         let partition_key: std::sync::Arc<str> =
             partition_key(license_arn, customer_aws_account_id, dimension).into();
         let hash = partition_hash(&partition_key);
@@ -128,7 +161,7 @@ pub(crate) fn keyed_group(
             },
             |c| c.fields_hash,
         );
-        out
+        Ok(out)
     })
 }
 
@@ -263,6 +296,31 @@ mod tests {
                     (pk.as_str().into(), partition_hash(&pk))
                 );
             }
+        }
+    }
+
+    #[test]
+    fn only_checked_groups_are_cached() {
+        let arn =
+            "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef";
+        let g = |l, a, d| GroupRef {
+            license_arn: l,
+            customer_aws_account_id: a,
+            dimension: d,
+        };
+        for _ in 0..2 {
+            for (bad, reason) in [
+                (g("prod-x", "123456789012", "reqs"), "InvalidLicenseArn"),
+                (g(arn, "1234", "reqs"), "InvalidAccountId"),
+                (g(arn, "123456789012", ""), "EmptyDimension"),
+            ] {
+                assert_eq!(checked_group(bad).unwrap_err().reason(), reason);
+            }
+            let pk = partition_key(arn, "123456789012", "reqs");
+            assert_eq!(
+                checked_group(g(arn, "123456789012", "reqs")).unwrap(),
+                (pk.as_str().into(), partition_hash(&pk))
+            );
         }
     }
 

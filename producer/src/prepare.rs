@@ -8,10 +8,12 @@ use bytes::Bytes;
 
 use super::Producer;
 use crate::error::{ProducerError, ValidationError};
-use crate::event::{Event, truncate_to_millis};
+use crate::event::{Event, truncate_to_millis, validate_allocations, validate_timestamp};
 use crate::event_id::GeneratedId;
 use crate::limits::MAX_RECORD_BYTES;
-use crate::partition::{keyed_group, partition_hash, partition_key, partition_key_len};
+use crate::partition::{
+    checked_group, keyed_group, partition_hash, partition_key, partition_key_len,
+};
 use crate::wire::{WireVersion, single_len_as};
 
 /// A validated event on its way to the staging area, charged `cost` bytes.
@@ -38,6 +40,19 @@ impl Payload {
     }
 }
 
+/// A group's partition key and its hash.
+pub(super) type Keyed = (std::sync::Arc<str>, u128);
+
+/// How much of an event [`Producer::prepare`] checks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Check {
+    /// Every rule (an event from the caller).
+    Whole,
+    /// Its timestamp and allocations only: a bound group handle's event, whose group was
+    /// checked once when the handle was made and which has no id or producer id of its own.
+    Usage,
+}
+
 pub(super) enum Route {
     /// No collapse: the payload, encoded when it is staged.
     Encoded {
@@ -45,8 +60,12 @@ pub(super) enum Route {
         partition_key: std::sync::Arc<str>,
         hash: u128,
     },
-    /// Collapse: added to its window's sum; `payload_len` bounds its encoded size.
-    Fold { payload_len: usize },
+    /// Collapse: added to its window's sum; `payload_len` bounds its encoded size; `keyed`
+    /// is its group's partition key and hash when known.
+    Fold {
+        payload_len: usize,
+        keyed: Option<Keyed>,
+    },
 }
 
 impl Producer {
@@ -87,7 +106,11 @@ impl Producer {
         }
     }
 
-    pub(super) fn prepare(&self, mut event: Event) -> Result<Prepared, ProducerError> {
+    pub(super) fn prepare(
+        &self,
+        mut event: Event,
+        check: Check,
+    ) -> Result<Prepared, ProducerError> {
         if self.shared.closed.load(Ordering::Relaxed) {
             let event = self.give_back(event, None);
             return Err(ProducerError::Closed(Some(Box::new(event))));
@@ -100,25 +123,31 @@ impl Producer {
                 event: Box::new(self.give_back(event, None)),
             }
         };
-        if let Err(e) = event.validate(true) {
-            return Err(invalid(e, event));
-        }
+        let keyed = match Self::check(&event, check) {
+            Ok(keyed) => keyed,
+            Err(e) => return Err(invalid(e, event)),
+        };
         let config = &self.shared.config;
         let (generated, route, pk_len) = match (config.collapse, config.wire_version) {
             (true, version) => {
                 let payload_len = self.fold_payload_len(&mut event, version);
-                let pk_len = partition_key_len(
-                    &event.license_arn,
-                    &event.customer_aws_account_id,
-                    &event.dimension,
+                let pk_len = keyed.as_ref().map_or_else(
+                    || {
+                        partition_key_len(
+                            &event.license_arn,
+                            &event.customer_aws_account_id,
+                            &event.dimension,
+                        )
+                    },
+                    |(pk, _)| pk.len(),
                 );
-                (None, Route::Fold { payload_len }, pk_len)
+                (None, Route::Fold { payload_len, keyed }, pk_len)
             }
-            (false, version) => self.encode_plain(&mut event, version),
+            (false, version) => self.encode_plain(&mut event, version, keyed),
         };
         let payload_len = match &route {
             Route::Encoded { payload, .. } => payload.len(),
-            Route::Fold { payload_len } => *payload_len,
+            Route::Fold { payload_len, .. } => *payload_len,
         };
         let size = payload_len + pk_len;
         if size > MAX_RECORD_BYTES {
@@ -128,7 +157,13 @@ impl Producer {
             };
             return Err(invalid(e, event));
         }
-        let cost = Self::buffer_cost(payload_len, pk_len);
+        // A sum can outgrow its first constituent by its quantity's digits: charged for the
+        // longest quantity, the sums never hold more than their reservations.
+        let slack = match &route {
+            Route::Fold { .. } => quantity_slack(event.quantity, config.wire_version),
+            Route::Encoded { .. } => 0,
+        };
+        let cost = Self::buffer_cost(payload_len + slack, pk_len);
         if cost > self.shared.config.max_buffered_bytes {
             let e = ValidationError::EventTooLarge {
                 bytes: cost,
@@ -144,17 +179,42 @@ impl Producer {
         })
     }
 
+    /// Checks `event` as `check` says; a whole check returns its group's partition key and
+    /// hash, from the per-thread cache of groups already checked (a hot group is checked
+    /// once per thread, not once per event).
+    fn check(event: &Event, check: Check) -> Result<Option<Keyed>, ValidationError> {
+        match check {
+            Check::Whole => {
+                let mut keyed = None;
+                event.validate_with(true, |e| {
+                    keyed = Some(checked_group(e.group())?);
+                    Ok(())
+                })?;
+                Ok(keyed)
+            }
+            Check::Usage => {
+                validate_timestamp(&event.timestamp)?;
+                let allocations = event.usage_allocations.as_deref();
+                allocations.map_or(Ok(()), |a| validate_allocations(a, event.quantity))?;
+                Ok(None)
+            }
+        }
+    }
+
     /// No collapse: the event's id (generated if it has none), partition key and payload.
     fn encode_plain(
         &self,
         event: &mut Event,
         version: WireVersion,
+        keyed: Option<Keyed>,
     ) -> (Option<GeneratedId>, Route, usize) {
-        let (pk, hash) = keyed_group(
-            &event.license_arn,
-            &event.customer_aws_account_id,
-            &event.dimension,
-        );
+        let (pk, hash) = keyed.unwrap_or_else(|| {
+            keyed_group(
+                &event.license_arn,
+                &event.customer_aws_account_id,
+                &event.dimension,
+            )
+        });
         // `p:{epoch}:{lane}:{seq}`: deduplicated by sequence, not by a claim per event.
         let generated = event
             .event_id
@@ -195,6 +255,24 @@ impl Producer {
                 let id_len = longest_id.map_or(0, |g| g.to_string().len());
                 version.encode(event).len() + id_len
             }
+        }
+    }
+}
+
+/// Bytes a sum's quantity can take beyond `quantity`'s own: the longest `u64` against it (a
+/// v2 varint field, or v1 decimal digits).
+pub(super) fn quantity_slack(quantity: u64, version: WireVersion) -> usize {
+    match version {
+        WireVersion::V2 => {
+            let own = if quantity == 0 {
+                0
+            } else {
+                1 + prost::encoding::encoded_len_varint(quantity)
+            };
+            1 + prost::encoding::encoded_len_varint(u64::MAX) - own
+        }
+        WireVersion::V1 => {
+            itoa::Buffer::new().format(u64::MAX).len() - itoa::Buffer::new().format(quantity).len()
         }
     }
 }

@@ -1,9 +1,12 @@
 //! The producer handle: `record()`, `try_record()`, `flush()`, `shutdown()`, and its builder.
 
+#[path = "meter.rs"]
+mod meter;
 #[path = "prepare.rs"]
 mod prepare;
 
-use prepare::{Payload, Prepared, Route};
+pub use meter::Meter;
+use prepare::{Check, Payload, Prepared, Route};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,12 +21,22 @@ use crate::engine;
 use crate::error::ProducerError;
 use crate::event::Event;
 use crate::event_id::IdGenerator;
+use crate::fold::{Absorbed, FoldKey};
 use crate::handoff::{Command, EngineParts, RECORD_OVERHEAD_BYTES, Staging};
 use crate::metrics::{Metrics, ProducerStats, StatCounters};
 use crate::outcome::{FlushOutcome, Undelivered, UndeliveredCallback};
 use crate::shards::{KinesisShardMapSource, ShardMapSource};
 use crate::sink::{KinesisRecordSink, RecordSink};
 use crate::wire::encode_single_into;
+
+/// A call waiting for buffer space.
+type Waiting<'a> = std::pin::Pin<Box<dyn Future<Output = Result<(), ProducerError>> + Send + 'a>>;
+
+/// One unit of the task's cooperative budget per call: a caller recording in a tight loop
+/// still yields (about every 128 calls) so the background task and other tasks get to run.
+async fn cooperate() {
+    tokio::task::consume_budget().await;
+}
 
 struct Shared {
     tx: mpsc::Sender<Command>,
@@ -62,25 +75,117 @@ impl Producer {
     /// Validates `event`, gives it an id if it has none, and buffers it. Waits while the buffer
     /// is full (back-pressure). Errors give the event back.
     pub async fn record(&self, event: Event) -> Result<(), ProducerError> {
-        // One unit of the task's cooperative budget per call: a caller recording in a tight
-        // loop still yields (about every 128 calls) so the background task gets to run.
-        tokio::task::consume_budget().await;
-        let p = self.prepare(event)?;
-        // Past that point the fast path neither waits nor yields: buffer space is taken
-        // without awaiting when there is some, and staging is a push under a short lock.
-        let cost = p.cost as u32;
-        if let Ok(permit) = self.shared.sem.try_acquire_many(cost) {
-            permit.forget();
-        } else {
-            match self.shared.sem.acquire_many(cost).await {
-                Ok(permit) => permit.forget(),
-                Err(_) => {
-                    let event = self.give_back(p.event, p.generated);
-                    return Err(ProducerError::Closed(Some(Box::new(event))));
-                }
+        cooperate().await;
+        match self.record_now(event)? {
+            None => Ok(()),
+            Some(waiting) => waiting.await,
+        }
+    }
+
+    /// Everything [`Producer::record`] does without waiting; `Some` is the wait for buffer
+    /// space. Synchronous, so the caller's future keeps none of its locals.
+    fn record_now(&self, event: Event) -> Result<Option<Waiting<'_>>, ProducerError> {
+        let p = self.prepare(event, Check::Whole)?;
+        let Some(p) = self.absorb(p)? else {
+            return Ok(None);
+        };
+        Ok(self.stage_now(p)?.map(|p| self.wait_and_stage(p)))
+    }
+
+    /// [`Producer::charge_and_stage`], boxed (made outside the caller's future, so that only
+    /// the box is kept in it).
+    fn wait_and_stage(&self, p: Prepared) -> Waiting<'_> {
+        Box::pin(self.charge_and_stage(p))
+    }
+
+    /// Charges and stages `p` if there is buffer space now; `Some` gives it back to wait for
+    /// space. The wait is boxed by the callers: its state (the semaphore's queue entry, the
+    /// event) stays off the common path's future, which is then a few words to set up.
+    fn stage_now(&self, p: Prepared) -> Result<Option<Prepared>, ProducerError> {
+        match self.shared.sem.try_acquire_many(p.cost as u32) {
+            Ok(permit) => {
+                permit.forget();
+                self.stage(p).map(|()| None)
+            }
+            Err(tokio::sync::TryAcquireError::NoPermits) => Ok(Some(p)),
+            Err(tokio::sync::TryAcquireError::Closed) => {
+                let event = self.give_back(p.event, p.generated);
+                Err(ProducerError::Closed(Some(Box::new(event))))
             }
         }
-        self.stage(p)
+    }
+
+    /// Collapse: an event with no id of its own and no allocations joins its open sum at no
+    /// charge (it adds nothing the sum holds); `Some` gives back one that needs a charge.
+    fn absorb(&self, p: Prepared) -> Result<Option<Prepared>, ProducerError> {
+        let e = &p.event;
+        let Route::Fold { keyed, .. } = &p.route else {
+            return Ok(Some(p));
+        };
+        if !e.event_id.is_empty() || e.usage_allocations.is_some() {
+            return Ok(Some(p));
+        }
+        let absorbed = {
+            let origin = keyed.as_ref().map(|k| &k.0);
+            let key = FoldKey::new(e, self.producer_id_of(e)).from(origin);
+            self.shared.staging.absorb(&key, e.quantity, e.timestamp)
+        };
+        match absorbed {
+            Absorbed::Yes => {
+                self.accepted();
+                Ok(None)
+            }
+            Absorbed::No => Ok(Some(p)),
+            Absorbed::Sealed => {
+                let event = self.give_back(p.event, None);
+                Err(ProducerError::Closed(Some(Box::new(event))))
+            }
+        }
+    }
+
+    /// Charges a prepared event, waiting for buffer space, and stages it.
+    async fn charge_and_stage(&self, p: Prepared) -> Result<(), ProducerError> {
+        match self.charge(p.cost).await {
+            Ok(()) => self.stage(p),
+            Err(()) => {
+                let event = self.give_back(p.event, p.generated);
+                Err(ProducerError::Closed(Some(Box::new(event))))
+            }
+        }
+    }
+
+    /// Takes `cost` bytes of buffer space, waiting while there are none; `Err` once closed.
+    /// The fast path neither waits nor yields: space is taken without awaiting when there is
+    /// some.
+    async fn charge(&self, cost: usize) -> Result<(), ()> {
+        let cost = cost as u32;
+        if let Ok(permit) = self.shared.sem.try_acquire_many(cost) {
+            permit.forget();
+            return Ok(());
+        }
+        match self.shared.sem.acquire_many(cost).await {
+            Ok(permit) => {
+                permit.forget();
+                Ok(())
+            }
+            Err(_) => Err(()),
+        }
+    }
+
+    /// Takes `cost` bytes of buffer space if there are some now (`Full` counted as refused).
+    fn try_charge(&self, cost: usize) -> Result<(), tokio::sync::TryAcquireError> {
+        match self.shared.sem.try_acquire_many(cost as u32) {
+            Ok(permit) => {
+                permit.forget();
+                Ok(())
+            }
+            Err(e) => {
+                if e == tokio::sync::TryAcquireError::NoPermits {
+                    self.shared.metrics.refused("Full");
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Leaves a prepared event (its bytes charged) for the background task.
@@ -103,19 +208,19 @@ impl Producer {
                     Payload::Json(json) => buf.extend_from_slice(json),
                 };
                 let staging = &self.shared.staging;
-                if staging.push(payload.len(), write, partition_key, hash, cost) {
+                if staging.push(payload.len(), write, &partition_key, hash, cost) {
                     Ok(())
                 } else {
                     self.shared.sem.add_permits(cost);
                     Err((event, generated))
                 }
             }
-            Route::Fold { payload_len } => {
+            Route::Fold { payload_len, keyed } => {
                 let default_producer_id = self.shared.config.producer_id.as_deref();
                 match self
                     .shared
                     .staging
-                    .fold(event, default_producer_id, cost, payload_len)
+                    .fold(event, default_producer_id, cost, payload_len, keyed)
                 {
                     Ok(()) => Ok(()),
                     Err(event) => {
@@ -140,21 +245,25 @@ impl Producer {
     /// Like [`Producer::record`] but never waits: a full buffer is [`ProducerError::Full`]
     /// (with the event, id assigned, so a retry keeps the same id).
     pub fn try_record(&self, event: Event) -> Result<(), ProducerError> {
-        let p = self.prepare(event)?;
-        let permit = match self.shared.sem.try_acquire_many(p.cost as u32) {
-            Ok(permit) => permit,
-            Err(tokio::sync::TryAcquireError::NoPermits) => {
-                self.shared.metrics.refused("Full");
-                let event = self.give_back(p.event, p.generated);
-                return Err(ProducerError::Full(Box::new(event)));
+        let p = self.prepare(event, Check::Whole)?;
+        match self.absorb(p)? {
+            Some(p) => self.try_charge_and_stage(p),
+            None => Ok(()),
+        }
+    }
+
+    /// Charges a prepared event if there is space now, and stages it.
+    fn try_charge_and_stage(&self, p: Prepared) -> Result<(), ProducerError> {
+        match self.try_charge(p.cost) {
+            Ok(()) => self.stage(p),
+            Err(e) => {
+                let event = Box::new(self.give_back(p.event, p.generated));
+                Err(match e {
+                    tokio::sync::TryAcquireError::NoPermits => ProducerError::Full(event),
+                    tokio::sync::TryAcquireError::Closed => ProducerError::Closed(Some(event)),
+                })
             }
-            Err(tokio::sync::TryAcquireError::Closed) => {
-                let event = self.give_back(p.event, p.generated);
-                return Err(ProducerError::Closed(Some(Box::new(event))));
-            }
-        };
-        permit.forget();
-        self.stage(p)
+        }
     }
 
     /// Sends everything buffered now (ignoring linger) and waits until every event recorded
@@ -221,13 +330,16 @@ impl Producer {
 
     fn accepted(&self) {
         self.shared.metrics.events_recorded.increment(1);
-        StatCounters::add(&self.shared.stats.events_recorded, 1);
+        self.shared.stats.events_recorded.add(1);
     }
 }
 
 /// Builds a [`Producer`].
 pub struct ProducerBuilder {
     config: ProducerConfig,
+    /// The epoch of generated ids (random unless a test fixes it, to compare two runs).
+    #[cfg(test)]
+    epoch: Option<u128>,
     on_undelivered: Option<UndeliveredCallback>,
     sdk_config: Option<aws_config::SdkConfig>,
 }
@@ -242,6 +354,8 @@ impl ProducerBuilder {
     pub fn from_config(config: ProducerConfig) -> Self {
         ProducerBuilder {
             config,
+            #[cfg(test)]
+            epoch: None,
             on_undelivered: None,
             sdk_config: None,
         }
@@ -344,6 +458,13 @@ impl ProducerBuilder {
         self
     }
 
+    /// Fixes the epoch of generated ids (tests comparing two producers' bytes).
+    #[cfg(test)]
+    pub(crate) fn id_epoch(mut self, epoch: u128) -> Self {
+        self.epoch = Some(epoch);
+        self
+    }
+
     /// Delivers undelivered events to `callback` as soon as they are known.
     pub fn on_undelivered(
         mut self,
@@ -407,6 +528,12 @@ impl ProducerBuilder {
         let metrics = Metrics::new(&config.stream_name);
         let stats = Arc::new(StatCounters::default());
         let staging = Arc::new(Staging::new(engine::size_trigger(&config)));
+        #[cfg(test)]
+        let ids = Arc::new(
+            self.epoch
+                .map_or_else(IdGenerator::new, IdGenerator::with_epoch),
+        );
+        #[cfg(not(test))]
         let ids = Arc::new(IdGenerator::new());
         engine::spawn(
             &runtime,

@@ -304,7 +304,15 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
     /// Stages what `record()` left in the staging area (sealing it with `seal`).
     fn take_staged(&mut self, seal: bool) {
         let staging = self.parts.staging.clone();
-        staging.take(seal, |incoming| self.stage(incoming));
+        // Counted outstanding once per take, not per event: nothing is acknowledged meanwhile.
+        let mut taken = 0u64;
+        staging.take(seal, |incoming| {
+            taken += 1;
+            self.stage(incoming);
+        });
+        if taken > 0 {
+            *self.outstanding.entry(self.epoch).or_default() += taken;
+        }
         if self.parts.config.collapse {
             self.watch_folded(seal);
         }

@@ -33,6 +33,7 @@ pub(super) struct Window {
 }
 
 impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
+    /// Stages one event of a take; the take counts it outstanding ([`Engine::take_staged`]).
     pub(super) fn stage(&mut self, incoming: Incoming) {
         let Incoming {
             payload,
@@ -41,7 +42,6 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
             enqueued_at,
             bytes,
         } = incoming;
-        *self.outstanding.entry(self.epoch).or_default() += 1;
         let meta = UserMeta {
             enqueued_at,
             epoch: self.epoch,
@@ -128,6 +128,7 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
     fn encode_folded(&mut self, f: Folded) -> UserRec<UserMeta> {
         let constituents = f.constituents();
         let Folded {
+            keyed,
             mut event,
             ids,
             generated,
@@ -135,11 +136,13 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
             bytes,
         } = f;
         *self.outstanding.entry(self.epoch).or_default() += constituents;
-        let (pk, hash) = keyed_group(
-            &event.license_arn,
-            &event.customer_aws_account_id,
-            &event.dimension,
-        );
+        let (pk, hash) = keyed.unwrap_or_else(|| {
+            keyed_group(
+                &event.license_arn,
+                &event.customer_aws_account_id,
+                &event.dimension,
+            )
+        });
         let idgen = &self.parts.ids;
         // The constituents without an id take consecutive sequences of their lane.
         let first = (generated > 0).then(|| idgen.reserve(hash, generated));

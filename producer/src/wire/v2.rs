@@ -32,6 +32,7 @@ use crate::event_id::GeneratedId;
 #[path = "v2_split.rs"]
 mod split;
 pub use split::{encode_single_into, single_len, single_len_as, split_single, split_single_ranges};
+pub(crate) use split::{generated_single_len, put_generated_single, single_head};
 
 /// The version byte of a v2 user record.
 pub const V2: u8 = 0x02;
@@ -75,60 +76,6 @@ fn bytes_field_len(len: usize) -> usize {
     1 + encoded_len_varint(len as u64) + len
 }
 
-/// Bytes of an event's entry (what [`put_entry`] writes inside its field).
-/// `producer_id` is the one written: the event's, or the producer's default for an event
-/// without one.
-fn entry_len(event: &Event, producer_id: Option<&str>, epoch: Option<u128>) -> usize {
-    bytes_field_len(event.license_arn.len())
-        + bytes_field_len(event.customer_aws_account_id.len())
-        + bytes_field_len(event.dimension.len())
-        + producer_id.map_or(0, |p| bytes_field_len(p.len()))
-        + epoch.map_or(0, |_| bytes_field_len(16))
-}
-
-/// Writes the entry's fields (the group, the producer id, the epoch of a generated id).
-fn put_entry(e: &mut BytesMut, event: &Event, producer_id: Option<&str>, epoch: Option<u128>) {
-    put_bytes(e, 1, event.license_arn.as_bytes());
-    put_bytes(e, 2, event.customer_aws_account_id.as_bytes());
-    put_bytes(e, 3, event.dimension.as_bytes());
-    if let Some(p) = producer_id {
-        put_bytes(e, 4, p.as_bytes());
-    }
-    if let Some(epoch) = epoch {
-        put_bytes(e, 5, &epoch.to_be_bytes());
-    }
-}
-
-fn event_fields(out: &mut BytesMut, event: &Event, id: Option<GeneratedId>) {
-    if event.quantity != 0 {
-        put_varint(out, 3, event.quantity);
-    }
-    // Two's complement for a (never validated) negative instant, as protobuf int64 does.
-    put_varint(out, 4, event.timestamp.timestamp_millis() as u64);
-    match id {
-        Some(id) => {
-            if id.lane != 0 {
-                put_varint(out, 5, u64::from(id.lane));
-            }
-            put_varint(out, 6, id.seq);
-        }
-        None => put_bytes(out, 7, event.event_id.as_bytes()),
-    }
-    for a in event.usage_allocations.iter().flatten() {
-        let mut m = BytesMut::new();
-        if a.allocated_usage_quantity != 0 {
-            put_varint(&mut m, 1, a.allocated_usage_quantity);
-        }
-        for t in &a.tags {
-            let mut tm = BytesMut::new();
-            put_bytes(&mut tm, 1, t.key.as_bytes());
-            put_bytes(&mut tm, 2, t.value.as_bytes());
-            put_bytes(&mut m, 2, &tm);
-        }
-        put_bytes(out, 8, &m);
-    }
-}
-
 /// Encodes `event` as a v2 single (kind `0x01`). The event should have passed
 /// [`Event::validate`]; the producer guarantees that before it encodes. A generated id is
 /// written as its lane and sequence with the epoch in the entry; any other id as its string.
@@ -146,25 +93,9 @@ pub fn encode_single_bytes(event: &Event, generated: Option<GeneratedId>) -> Byt
     // The exact size: a full buffer freezes into `Bytes` without another allocation.
     let len = split::resolved_single_len(event, producer_id, id);
     let mut out = BytesMut::with_capacity(len);
-    write_single(&mut out, event, producer_id, id);
+    split::write_single(&mut out, event, producer_id, id);
     debug_assert_eq!(out.len(), len, "single_len matches the encoding");
     out.freeze()
-}
-
-/// Appends the single of `event` (id resolved, `producer_id` the one written) to `out`.
-pub(super) fn write_single(
-    out: &mut BytesMut,
-    event: &Event,
-    producer_id: Option<&str>,
-    id: Option<GeneratedId>,
-) {
-    let epoch = id.map(|g| g.epoch);
-    let entry = entry_len(event, producer_id, epoch);
-    out.put_slice(&[V2, KIND_SINGLE]);
-    key(out, 1, WT_LEN);
-    encode_varint(entry as u64, out);
-    put_entry(out, event, producer_id, epoch);
-    event_fields(out, event, id);
 }
 
 /// Bytes of the ref (kind `0x02`) for an event whose entry has index `entry_index` (index 0,

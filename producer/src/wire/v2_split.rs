@@ -1,4 +1,4 @@
-//! Sizing a v2 single without encoding it (and writing it into a caller's buffer), and
+//! Writing a v2 single (the entry and event fields), sizing one without encoding it, and
 //! splitting one into its table entry and event fields without decoding it: the producer's
 //! packing path (docs/wire-format.md).
 
@@ -7,8 +7,13 @@ use std::ops::Range;
 use bytes::{Bytes, BytesMut};
 use prost::encoding::encoded_len_varint;
 
-use super::{HEADER_LEN, KIND_SINGLE, Reader, V2, WT_LEN, bytes_field_len, entry_len};
-use crate::event::Event;
+use bytes::BufMut;
+use prost::encoding::encode_varint;
+
+use super::{
+    HEADER_LEN, KIND_SINGLE, Reader, V2, WT_LEN, bytes_field_len, key, put_bytes, put_varint,
+};
+use crate::event::{Event, GroupRef};
 use crate::event_id::GeneratedId;
 
 /// The length of [`encode_single_bytes`]`(event, generated)` without encoding: what the
@@ -43,7 +48,7 @@ pub fn encode_single_into(
     producer_id: Option<&str>,
     generated: Option<GeneratedId>,
 ) {
-    super::write_single(out, event, producer_id, resolve_id(event, generated));
+    write_single(out, event, producer_id, resolve_id(event, generated));
 }
 
 /// [`single_len`] with the id already resolved: `Some` exactly when it is written as a
@@ -78,7 +83,53 @@ pub(super) fn resolved_single_len(
         }
         fields += bytes_field_len(m);
     }
-    HEADER_LEN + bytes_field_len(entry_len(event, producer_id, id.map(|g| g.epoch))) + fields
+    HEADER_LEN
+        + bytes_field_len(entry_len(event.group(), producer_id, id.map(|g| g.epoch)))
+        + fields
+}
+
+/// The bytes every v2 single of `group` starts with when written with `producer_id` and a
+/// generated id of `epoch` (its header and entry): what a bound group handle
+/// ([`crate::Meter`]) encodes once, then [`put_generated_single`] writes per event.
+pub(crate) fn single_head(
+    group: GroupRef<'_>,
+    producer_id: Option<&str>,
+    epoch: u128,
+) -> Box<[u8]> {
+    let mut out =
+        BytesMut::with_capacity(HEADER_LEN + 2 + entry_len(group, producer_id, Some(epoch)));
+    put_head(&mut out, group, producer_id, Some(epoch));
+    out.to_vec().into_boxed_slice()
+}
+
+/// The length of [`put_generated_single`]`(out, head, quantity, millis, id)`.
+pub(crate) fn generated_single_len(
+    head: &[u8],
+    quantity: u64,
+    millis: i64,
+    id: GeneratedId,
+) -> usize {
+    let varint = |v: u64| 1 + encoded_len_varint(v);
+    let quantity = if quantity == 0 { 0 } else { varint(quantity) };
+    let lane = if id.lane == 0 {
+        0
+    } else {
+        varint(u64::from(id.lane))
+    };
+    head.len() + quantity + varint(millis as u64) + lane + varint(id.seq)
+}
+
+/// Appends the single of an event without allocations, with generated id `id`, whose head
+/// ([`single_head`]) is `head`: the bytes [`encode_single_into`] writes for that event.
+pub(crate) fn put_generated_single(
+    out: &mut BytesMut,
+    head: &[u8],
+    quantity: u64,
+    millis: i64,
+    id: GeneratedId,
+) {
+    out.extend_from_slice(head);
+    put_generated_fields(out, quantity, millis, id);
 }
 
 /// A v2 single split for an aggregate: its table entry and its event fields, both slices of
@@ -131,4 +182,100 @@ fn names_group(pk: &[u8], [license, account, dimension]: [&[u8]; 3]) -> bool {
         && pk[license.len() + 1..].starts_with(account)
         && pk[license.len() + 1 + account.len()] == b'|'
         && pk.ends_with(dimension)
+}
+
+/// Bytes of an event's entry (what [`put_entry`] writes inside its field).
+/// `producer_id` is the one written: the event's, or the producer's default for an event
+/// without one.
+fn entry_len(group: GroupRef<'_>, producer_id: Option<&str>, epoch: Option<u128>) -> usize {
+    bytes_field_len(group.license_arn.len())
+        + bytes_field_len(group.customer_aws_account_id.len())
+        + bytes_field_len(group.dimension.len())
+        + producer_id.map_or(0, |p| bytes_field_len(p.len()))
+        + epoch.map_or(0, |_| bytes_field_len(16))
+}
+
+/// Writes the entry's fields (the group, the producer id, the epoch of a generated id).
+fn put_entry(
+    e: &mut BytesMut,
+    group: GroupRef<'_>,
+    producer_id: Option<&str>,
+    epoch: Option<u128>,
+) {
+    put_bytes(e, 1, group.license_arn.as_bytes());
+    put_bytes(e, 2, group.customer_aws_account_id.as_bytes());
+    put_bytes(e, 3, group.dimension.as_bytes());
+    if let Some(p) = producer_id {
+        put_bytes(e, 4, p.as_bytes());
+    }
+    if let Some(epoch) = epoch {
+        put_bytes(e, 5, &epoch.to_be_bytes());
+    }
+}
+
+/// The event fields of an event with a generated id, before any allocation: quantity,
+/// timestamp (epoch milliseconds), lane, sequence. Shared by [`write_single`] and the bound
+/// group handle's payload (`split::put_head`), so both write the same bytes.
+fn put_generated_fields(out: &mut BytesMut, quantity: u64, millis: i64, id: GeneratedId) {
+    if quantity != 0 {
+        put_varint(out, 3, quantity);
+    }
+    // Two's complement for a (never validated) negative instant, as protobuf int64 does.
+    put_varint(out, 4, millis as u64);
+    if id.lane != 0 {
+        put_varint(out, 5, u64::from(id.lane));
+    }
+    put_varint(out, 6, id.seq);
+}
+
+fn event_fields(out: &mut BytesMut, event: &Event, id: Option<GeneratedId>) {
+    let millis = event.timestamp.timestamp_millis();
+    match id {
+        Some(id) => put_generated_fields(out, event.quantity, millis, id),
+        None => {
+            if event.quantity != 0 {
+                put_varint(out, 3, event.quantity);
+            }
+            put_varint(out, 4, millis as u64);
+            put_bytes(out, 7, event.event_id.as_bytes());
+        }
+    }
+    for a in event.usage_allocations.iter().flatten() {
+        let mut m = BytesMut::new();
+        if a.allocated_usage_quantity != 0 {
+            put_varint(&mut m, 1, a.allocated_usage_quantity);
+        }
+        for t in &a.tags {
+            let mut tm = BytesMut::new();
+            put_bytes(&mut tm, 1, t.key.as_bytes());
+            put_bytes(&mut tm, 2, t.value.as_bytes());
+            put_bytes(&mut m, 2, &tm);
+        }
+        put_bytes(out, 8, &m);
+    }
+}
+
+/// Appends the single of `event` (id resolved, `producer_id` the one written) to `out`.
+pub(super) fn write_single(
+    out: &mut BytesMut,
+    event: &Event,
+    producer_id: Option<&str>,
+    id: Option<GeneratedId>,
+) {
+    put_head(out, event.group(), producer_id, id.map(|g| g.epoch));
+    event_fields(out, event, id);
+}
+
+/// A single's bytes before its event fields: the header and the entry field.
+fn put_head(
+    out: &mut BytesMut,
+    group: GroupRef<'_>,
+    producer_id: Option<&str>,
+    epoch: Option<u128>,
+) {
+    let entry = entry_len(group, producer_id, epoch);
+    out.put_slice(&[V2, KIND_SINGLE]);
+    key(out, 1, WT_LEN);
+    encode_varint(entry as u64, out);
+    put_entry(out, group, producer_id, epoch);
 }

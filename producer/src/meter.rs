@@ -1,0 +1,415 @@
+//! Bound group handles ([`Meter`]): one group validated, keyed and hashed once, then
+//! `record(timestamp, quantity)` per event with no string to validate, hash, copy or free
+//! (producer/README.md, "Bound group handles").
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use super::Producer;
+use super::prepare::{Check, Prepared, Route};
+use crate::error::{ProducerError, ValidationError};
+use crate::event::{
+    Event, GroupRef, UsageAllocation, truncate_to_millis, validate_account_id,
+    validate_license_arn, validate_timestamp,
+};
+use crate::event_id::GeneratedId;
+use crate::fold::{Absorbed, FoldKey, GroupHash};
+use crate::limits::MAX_RECORD_BYTES;
+use crate::partition::{partition_hash, partition_key};
+use crate::wire::v2::{generated_single_len, put_generated_single, single_head};
+use crate::wire::{WireVersion, encode_event};
+
+/// A [`Producer`] bound to one group (license ARN, customer account, dimension), for a hot
+/// loop that records the same group again and again — what `metrics`' `Counter` handles or
+/// OpenTelemetry's bound instruments are to a metric name.
+///
+/// [`Producer::meter`] checks the group once and keeps everything an event of it needs: its
+/// partition key and MD5 hash (its shard and id lane), the collapse table's hash of it and
+/// (v2) the encoded head of its payloads. [`Meter::record`] then takes a timestamp and a
+/// quantity: with collapse it adds them to the open (group, second) sum (no buffer charge,
+/// no allocation when the sum is open); without collapse it takes the lane's next sequence
+/// and writes the v2 payload into the staging buffer. The records, ids, bytes, retries,
+/// ordering, back-pressure and metrics are those of [`Producer::record`] for the same
+/// events (an event of the meter has no id of its own — one is generated — and the
+/// producer's default producer id).
+///
+/// Cheap to clone (one reference count); `Send + Sync`, so one meter can be shared by
+/// tasks. It holds a producer handle: like any handle, drop it (or call
+/// [`Producer::shutdown`]) for the producer to finish.
+///
+/// ```
+/// # async fn demo(producer: awsmp_producer::Producer) -> Result<(), Box<dyn std::error::Error>> {
+/// let arn = "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef";
+/// let requests = producer.meter(arn, "210987654321", "requests")?;
+/// for _ in 0..1_000 {
+///     requests.record(chrono::Utc::now(), 1).await?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Meter {
+    bound: Arc<Bound>,
+}
+
+impl std::fmt::Debug for Meter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Meter")
+            .field("partition_key", &self.bound.partition_key)
+            .finish()
+    }
+}
+
+/// What a meter computed once.
+struct Bound {
+    producer: Producer,
+    license_arn: String,
+    customer_aws_account_id: String,
+    dimension: String,
+    partition_key: Arc<str>,
+    hash: u128,
+    fold: GroupHash,
+    /// v2: the bytes every payload of the group starts with (header, entry with the group,
+    /// producer id and id epoch).
+    head: Box<[u8]>,
+}
+
+impl Producer {
+    /// A [`Meter`] for one group: validated here (license ARN, account id, non-empty
+    /// dimension, and that its largest event fits a record and the buffer), so that its
+    /// `record()` checks only the timestamp.
+    pub fn meter(
+        &self,
+        license_arn: impl Into<String>,
+        customer_aws_account_id: impl Into<String>,
+        dimension: impl Into<String>,
+    ) -> Result<Meter, ValidationError> {
+        let (license_arn, customer_aws_account_id, dimension) = (
+            license_arn.into(),
+            customer_aws_account_id.into(),
+            dimension.into(),
+        );
+        validate_license_arn(&license_arn)?;
+        validate_account_id(&customer_aws_account_id)?;
+        if dimension.is_empty() {
+            return Err(ValidationError::EmptyDimension);
+        }
+        let group = GroupRef {
+            license_arn: &license_arn,
+            customer_aws_account_id: &customer_aws_account_id,
+            dimension: &dimension,
+        };
+        let producer_id = self.shared.config.producer_id.as_deref();
+        let pk = partition_key(&license_arn, &customer_aws_account_id, &dimension);
+        let ids = &self.shared.ids;
+        let head = single_head(group, producer_id, ids.longest_id().epoch);
+        self.check_largest(group, &head, pk.len())?;
+        Ok(Meter {
+            bound: Arc::new(Bound {
+                hash: partition_hash(&pk),
+                partition_key: pk.into(),
+                fold: GroupHash::new(group, producer_id),
+                head,
+                producer: self.clone(),
+                license_arn,
+                customer_aws_account_id,
+                dimension,
+            }),
+        })
+    }
+
+    /// Refuses a group whose largest event (longest quantity, latest timestamp, longest id)
+    /// would not fit a Kinesis record or the buffer: `record()` then never has to check.
+    fn check_largest(
+        &self,
+        group: GroupRef<'_>,
+        head: &[u8],
+        pk_len: usize,
+    ) -> Result<(), ValidationError> {
+        let longest = self.shared.ids.longest_id();
+        let latest = DateTime::<Utc>::MAX_UTC;
+        let latest_millis = chrono::NaiveDate::from_ymd_opt(9999, 12, 31)
+            .and_then(|d| d.and_hms_milli_opt(23, 59, 59, 999))
+            .map_or(latest.timestamp_millis(), |t| {
+                t.and_utc().timestamp_millis()
+            });
+        let payload = match self.shared.config.wire_version {
+            WireVersion::V2 => generated_single_len(head, u64::MAX, latest_millis, longest),
+            WireVersion::V1 => {
+                let mut e = Event::new(
+                    group.license_arn,
+                    group.customer_aws_account_id,
+                    group.dimension,
+                    u64::MAX,
+                    DateTime::from_timestamp_millis(latest_millis).unwrap_or(latest),
+                )
+                .with_event_id(longest.to_string());
+                e.producer_id = self.shared.config.producer_id.clone();
+                encode_event(&e).len()
+            }
+        };
+        let size = payload + pk_len;
+        if size > MAX_RECORD_BYTES {
+            return Err(ValidationError::EventTooLarge {
+                bytes: size,
+                limit: MAX_RECORD_BYTES,
+            });
+        }
+        let cost = Self::buffer_cost(payload, pk_len);
+        let limit = self.shared.config.max_buffered_bytes;
+        if cost > limit {
+            return Err(ValidationError::EventTooLarge { bytes: cost, limit });
+        }
+        Ok(())
+    }
+}
+
+/// A meter's event past its checks: its timestamp in whole milliseconds.
+struct Usage {
+    timestamp: DateTime<Utc>,
+    quantity: u64,
+}
+
+/// The v2 payload of a meter's event without collapse, its id taken.
+struct Encoded {
+    id: GeneratedId,
+    millis: i64,
+    len: usize,
+    cost: usize,
+}
+
+impl Meter {
+    /// Records `quantity` units of the group at `timestamp` (millisecond precision, as
+    /// [`Producer::record`]). Waits while the buffer is full; errors give the event back as
+    /// an [`Event`] (with its generated id when it has one), to retry with either API.
+    pub async fn record(
+        &self,
+        timestamp: DateTime<Utc>,
+        quantity: u64,
+    ) -> Result<(), ProducerError> {
+        super::cooperate().await;
+        match self.record_now(timestamp, quantity)? {
+            None => Ok(()),
+            Some(waiting) => waiting.await,
+        }
+    }
+
+    /// Everything [`Meter::record`] does without waiting; `Some` is the wait for buffer
+    /// space. Synchronous, so the caller's future keeps none of its locals.
+    fn record_now(
+        &self,
+        timestamp: DateTime<Utc>,
+        quantity: u64,
+    ) -> Result<Option<super::Waiting<'_>>, ProducerError> {
+        let p = &self.bound.producer;
+        let usage = self.check(timestamp, quantity)?;
+        let prepared = if p.shared.config.collapse {
+            match self.absorb(&usage)? {
+                Some(prepared) => prepared,
+                None => return Ok(None),
+            }
+        } else if p.shared.config.wire_version == WireVersion::V1 {
+            p.prepare(self.event(&usage), Check::Usage)?
+        } else {
+            let enc = self.encode(&usage);
+            return match p.shared.sem.try_acquire_many(enc.cost as u32) {
+                Ok(permit) => {
+                    permit.forget();
+                    self.stage(&usage, &enc).map(|()| None)
+                }
+                Err(_) => Ok(Some(self.wait_then_stage(usage, enc))),
+            };
+        };
+        Ok(p.stage_now(prepared)?
+            .map(|prepared| p.wait_and_stage(prepared)))
+    }
+
+    /// [`Meter::charge_then_stage`], boxed outside the caller's future.
+    fn wait_then_stage(&self, usage: Usage, enc: Encoded) -> super::Waiting<'_> {
+        Box::pin(self.charge_then_stage(usage, enc))
+    }
+
+    /// Waits for `enc`'s buffer space, then stages it.
+    async fn charge_then_stage(&self, usage: Usage, enc: Encoded) -> Result<(), ProducerError> {
+        match self.bound.producer.charge(enc.cost).await {
+            Ok(()) => self.stage(&usage, &enc),
+            Err(()) => Err(ProducerError::Closed(Some(self.give_back(&usage, enc.id)))),
+        }
+    }
+
+    /// Like [`Meter::record`] but never waits: a full buffer is [`ProducerError::Full`], as
+    /// [`Producer::try_record`].
+    pub fn try_record(&self, timestamp: DateTime<Utc>, quantity: u64) -> Result<(), ProducerError> {
+        let p = &self.bound.producer;
+        let usage = self.check(timestamp, quantity)?;
+        if p.shared.config.collapse {
+            return match self.absorb(&usage)? {
+                Some(prepared) => p.try_charge_and_stage(prepared),
+                None => Ok(()),
+            };
+        }
+        if p.shared.config.wire_version == WireVersion::V1 {
+            let prepared = p.prepare(self.event(&usage), Check::Usage)?;
+            return p.try_charge_and_stage(prepared);
+        }
+        let enc = self.encode(&usage);
+        match p.try_charge(enc.cost) {
+            Ok(()) => self.stage(&usage, &enc),
+            Err(e) => {
+                let event = self.give_back(&usage, enc.id);
+                Err(match e {
+                    tokio::sync::TryAcquireError::NoPermits => ProducerError::Full(event),
+                    tokio::sync::TryAcquireError::Closed => ProducerError::Closed(Some(event)),
+                })
+            }
+        }
+    }
+
+    /// Records an event of the group with a usage allocation breakdown (checked as
+    /// [`Producer::record`] checks it). Builds an [`Event`]: it saves the group's checks,
+    /// not the event's allocations.
+    pub async fn record_allocated(
+        &self,
+        timestamp: DateTime<Utc>,
+        quantity: u64,
+        allocations: Vec<UsageAllocation>,
+    ) -> Result<(), ProducerError> {
+        super::cooperate().await;
+        let p = &self.bound.producer;
+        let usage = self.check(timestamp, quantity)?;
+        let event = self.event(&usage).with_allocations(allocations);
+        let prepared = p.prepare(event, Check::Usage)?;
+        p.charge_and_stage(prepared).await
+    }
+
+    /// The group's partition key (`licenseArn|customerAWSAccountId|dimension`, see
+    /// [`crate::partition::partition_key`]).
+    pub fn partition_key(&self) -> &str {
+        &self.bound.partition_key
+    }
+
+    /// The producer this meter records into.
+    pub fn producer(&self) -> &Producer {
+        &self.bound.producer
+    }
+
+    /// Refuses the event once the producer is closed or when its timestamp is invalid, as
+    /// [`Producer::record`] does (the same error, reason and metric).
+    fn check(&self, timestamp: DateTime<Utc>, quantity: u64) -> Result<Usage, ProducerError> {
+        let p = &self.bound.producer;
+        let usage = Usage {
+            timestamp: truncate_to_millis(timestamp),
+            quantity,
+        };
+        if p.shared.closed.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(ProducerError::Closed(Some(Box::new(
+                p.give_back(self.event(&usage), None),
+            ))));
+        }
+        if let Err(source) = validate_timestamp(&usage.timestamp) {
+            p.shared.metrics.refused(source.reason());
+            return Err(ProducerError::Invalid {
+                source,
+                event: Box::new(p.give_back(self.event(&usage), None)),
+            });
+        }
+        Ok(usage)
+    }
+
+    /// Collapse: adds the event to its open sum at no charge, or prepares it (charged, as
+    /// [`Producer::record`] prepares it) to open a new one.
+    fn absorb(&self, usage: &Usage) -> Result<Option<Prepared>, ProducerError> {
+        let b = &*self.bound;
+        let p = &b.producer;
+        let key = FoldKey::with(
+            b.fold,
+            self.group(),
+            p.shared.config.producer_id.as_deref(),
+            usage.timestamp.timestamp(),
+            false,
+        )
+        .from(Some(&b.partition_key));
+        match p
+            .shared
+            .staging
+            .absorb(&key, usage.quantity, usage.timestamp)
+        {
+            Absorbed::Yes => {
+                p.accepted();
+                Ok(None)
+            }
+            Absorbed::No => {
+                let mut prepared = p.prepare(self.event(usage), Check::Usage)?;
+                // The sum it opens keeps the meter's key: its events are found by it, and
+                // the window's close needs no key lookup.
+                if let Route::Fold { keyed, .. } = &mut prepared.route {
+                    *keyed = Some((b.partition_key.clone(), b.hash));
+                }
+                Ok(Some(prepared))
+            }
+            Absorbed::Sealed => Err(ProducerError::Closed(Some(Box::new(
+                p.give_back(self.event(usage), None),
+            )))),
+        }
+    }
+
+    /// No collapse, v2: the event's id (its lane's next sequence) and payload size.
+    fn encode(&self, usage: &Usage) -> Encoded {
+        let b = &*self.bound;
+        let id = b.producer.shared.ids.next_id(b.hash);
+        let millis = usage.timestamp.timestamp_millis();
+        let len = generated_single_len(&b.head, usage.quantity, millis, id);
+        Encoded {
+            id,
+            millis,
+            len,
+            cost: Producer::buffer_cost(len, b.partition_key.len()),
+        }
+    }
+
+    /// Writes the charged payload into the staging buffer.
+    fn stage(&self, usage: &Usage, enc: &Encoded) -> Result<(), ProducerError> {
+        let b = &*self.bound;
+        let p = &b.producer;
+        let write = |buf: &mut bytes::BytesMut| {
+            put_generated_single(buf, &b.head, usage.quantity, enc.millis, enc.id);
+        };
+        let staging = &p.shared.staging;
+        if staging.push(enc.len, write, &b.partition_key, b.hash, enc.cost) {
+            p.accepted();
+            Ok(())
+        } else {
+            p.shared.sem.add_permits(enc.cost);
+            Err(ProducerError::Closed(Some(self.give_back(usage, enc.id))))
+        }
+    }
+
+    fn group(&self) -> GroupRef<'_> {
+        let b = &*self.bound;
+        GroupRef {
+            license_arn: &b.license_arn,
+            customer_aws_account_id: &b.customer_aws_account_id,
+            dimension: &b.dimension,
+        }
+    }
+
+    /// The event as [`Producer::record`] would have been given it.
+    fn event(&self, usage: &Usage) -> Event {
+        let b = &*self.bound;
+        Event::new(
+            b.license_arn.as_str(),
+            b.customer_aws_account_id.as_str(),
+            b.dimension.as_str(),
+            usage.quantity,
+            usage.timestamp,
+        )
+    }
+
+    fn give_back(&self, usage: &Usage, id: GeneratedId) -> Box<Event> {
+        Box::new(self.bound.producer.give_back(self.event(usage), Some(id)))
+    }
+}
+
+#[cfg(test)]
+#[path = "meter_tests.rs"]
+mod tests;

@@ -1,0 +1,245 @@
+//! A meter records exactly what `Producer::record` records for the same usage: the same
+//! records byte for byte (same ids: both producers get one epoch), the same counters, the
+//! same back-pressure and refusals.
+
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+use proptest::prelude::*;
+
+use crate::partition::ShardMap;
+use crate::sink::StoredRecord;
+use crate::wire::WireVersion;
+use crate::{
+    Event, MemoryRecordSink, Producer, ProducerError, ProducerStats, StaticShardMapSource,
+};
+
+const EPOCH: u128 = 0x0123_4567_89ab_cdef_0123_4567_89ab_cdef;
+
+fn arn(g: usize) -> String {
+    format!("arn:aws:license-manager::123456789012:license:l-{g:032x}")
+}
+
+fn group(g: usize) -> (String, String, String) {
+    (
+        arn(g),
+        format!("{:012}", 100_000_000_000u64 + g as u64),
+        ["requests", "seats", "gb-hours"][g % 3].to_owned(),
+    )
+}
+
+/// One producer's settings in a comparison.
+#[derive(Debug, Clone, Copy)]
+struct Setup {
+    collapse: bool,
+    version: WireVersion,
+    aggregation: bool,
+    producer_id: bool,
+}
+
+fn producer(sink: &MemoryRecordSink, s: Setup, max_buffered: usize) -> Producer {
+    let mut b = Producer::builder("s")
+        .collapse(s.collapse)
+        .wire_version(s.version)
+        .aggregation(s.aggregation)
+        .linger(Duration::from_millis(50))
+        .max_buffered_bytes(max_buffered)
+        .jitter_seed(7)
+        .id_epoch(EPOCH);
+    if s.producer_id {
+        b = b.producer_id("svc");
+    }
+    b.start_with(
+        sink.clone(),
+        StaticShardMapSource::new(ShardMap::uniform(3)),
+    )
+    .unwrap()
+}
+
+type Usage = (usize, i64, u64);
+
+/// What reached the sink and what the producer counted.
+type Run = (Vec<StoredRecord>, ProducerStats);
+
+fn run(s: Setup, usage: &[Usage], meters: bool) -> Run {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let sink = MemoryRecordSink::new(ShardMap::uniform(3));
+        let p = producer(&sink, s, 16 * 1024 * 1024);
+        let bound: Vec<_> = (0..5)
+            .map(|g| {
+                let (l, a, d) = group(g);
+                p.meter(l, a, d).unwrap()
+            })
+            .collect();
+        let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
+        for (i, &(g, ms, q)) in usage.iter().enumerate() {
+            let ts = t0 + chrono::Duration::milliseconds(ms);
+            if meters {
+                bound[g].record(ts, q).await.unwrap();
+            } else {
+                let (l, a, d) = group(g);
+                p.record(Event::new(l, a, d, q, ts)).await.unwrap();
+            }
+            // Windows close in between (linger), as a caller's pace would have them.
+            if i % 97 == 96 {
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+        }
+        assert!(p.shutdown().await.unwrap().is_complete());
+        (sink.records(), p.stats())
+    })
+}
+
+fn setup() -> impl Strategy<Value = Setup> {
+    (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
+        |(collapse, v1, aggregation, producer_id)| Setup {
+            collapse,
+            version: if v1 { WireVersion::V1 } else { WireVersion::V2 },
+            aggregation,
+            producer_id,
+        },
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
+
+    /// The same usage through `Producer::record(Event)` and through meters: identical
+    /// records (data, partition keys, explicit hash keys, shards, in order) and counters —
+    /// with and without collapse, v1 and v2, aggregated or not, including sums that fill up
+    /// on quantity overflow.
+    #[test]
+    fn a_meter_records_what_record_records(
+        s in setup(),
+        raw in prop::collection::vec((0usize..5, 0i64..3_000, 0u64..1_000), 1..400),
+        huge in any::<bool>(),
+    ) {
+        let usage: Vec<Usage> = raw
+            .into_iter()
+            .enumerate()
+            .map(|(i, (g, ms, q))| (g, ms, if huge && i % 5 == 0 { u64::MAX - q } else { q }))
+            .collect();
+        let (events, event_stats) = run(s, &usage, false);
+        let (metered, meter_stats) = run(s, &usage, true);
+        prop_assert_eq!(events.len(), metered.len());
+        for (a, b) in events.iter().zip(&metered) {
+            prop_assert_eq!(&a.entry, &b.entry);
+            prop_assert_eq!(&a.shard_id, &b.shard_id);
+        }
+        prop_assert_eq!(event_stats, meter_stats);
+        let sent: u128 = usage.iter().map(|u| u128::from(u.2)).sum();
+        let got: u128 = metered
+            .iter()
+            .flat_map(|r| crate::wire::decode_events(&r.entry.data).unwrap())
+            .map(|u| u128::from(u.event.unwrap().quantity))
+            .sum();
+        prop_assert_eq!(sent, got, "every unit delivered");
+    }
+}
+
+/// Fills a paused sink's buffer with `try_record` through one API; the count accepted, the
+/// event `Full` gives back, and what `record()` then does.
+async fn fill(s: Setup, meters: bool) -> (usize, Event, bool) {
+    let sink = MemoryRecordSink::new(ShardMap::uniform(3));
+    sink.pause();
+    let p = producer(&sink, s, 64 * 1024);
+    let (l, a, d) = group(1);
+    let m = p.meter(l.clone(), a.clone(), d.clone()).unwrap();
+    let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
+    for i in 0..100_000usize {
+        // A new second every event under collapse: each opens a sum, charged.
+        let ts = t0 + chrono::Duration::seconds(i as i64);
+        let r = if meters {
+            m.try_record(ts, 3)
+        } else {
+            p.try_record(Event::new(l.clone(), a.clone(), d.clone(), 3, ts))
+        };
+        match r {
+            Ok(()) => {}
+            Err(ProducerError::Full(event)) => {
+                let waited = if meters {
+                    tokio::time::timeout(Duration::from_secs(5), m.record(event.timestamp, 3)).await
+                } else {
+                    tokio::time::timeout(Duration::from_secs(5), p.record((*event).clone())).await
+                };
+                return (i, *event, waited.is_err());
+            }
+            Err(e) => panic!("{e}"),
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("the buffer never filled");
+}
+
+#[tokio::test(start_paused = true)]
+async fn back_pressure_is_the_same() {
+    for collapse in [false, true] {
+        for version in [WireVersion::V2, WireVersion::V1] {
+            let s = Setup {
+                collapse,
+                version,
+                aggregation: true,
+                producer_id: true,
+            };
+            let (n, full, waited) = fill(s, false).await;
+            let (m, metered_full, metered_waited) = fill(s, true).await;
+            assert_eq!(n, m, "{s:?}: as many accepted before Full");
+            assert_eq!(full, metered_full, "{s:?}: Full gives back the same event");
+            assert_eq!(waited, metered_waited, "{s:?}: record() waits alike");
+            // Without collapse nothing is released until the sink acknowledges; a closing
+            // window releases what its sums were charged beyond their encoding.
+            assert!(collapse || waited, "{s:?}: record() waits while full");
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_meter_is_refused_what_record_is_refused() {
+    let sink = MemoryRecordSink::new(ShardMap::uniform(3));
+    let s = Setup {
+        collapse: false,
+        version: WireVersion::V2,
+        aggregation: true,
+        producer_id: false,
+    };
+    let p = producer(&sink, s, 1024 * 1024);
+    let (l, a, d) = group(0);
+    assert_eq!(
+        p.meter("prod-abc", a.clone(), d.clone())
+            .unwrap_err()
+            .reason(),
+        "InvalidLicenseArn"
+    );
+    assert_eq!(
+        p.meter(l.clone(), "12", d.clone()).unwrap_err().reason(),
+        "InvalidAccountId"
+    );
+    assert_eq!(
+        p.meter(l.clone(), a.clone(), "").unwrap_err().reason(),
+        "EmptyDimension"
+    );
+    assert_eq!(
+        p.meter(l.clone(), a.clone(), "d".repeat(2 * 1024 * 1024))
+            .unwrap_err()
+            .reason(),
+        "EventTooLarge"
+    );
+    let m = p.meter(l, a, d).unwrap();
+    let ancient = Utc.with_ymd_and_hms(1969, 12, 31, 23, 59, 59).unwrap();
+    let err = m.record(ancient, 1).await.unwrap_err();
+    let ProducerError::Invalid { source, event } = err else {
+        panic!("refused as invalid");
+    };
+    assert_eq!(source.reason(), "MalformedTimestamp");
+    assert_eq!(event.quantity, 1);
+    assert!(!event.event_id.is_empty(), "given back with an id");
+    p.shutdown().await.unwrap();
+    let late = m.record(Utc::now(), 2).await.unwrap_err();
+    assert!(matches!(late, ProducerError::Closed(Some(_))), "{late}");
+    assert_eq!(p.stats().events_recorded, 0);
+}
