@@ -53,7 +53,8 @@ enum Change {
     Set(AttrValue),
 }
 
-const NAMES: [&str; 9] = [
+/// The attributes a usage row of the writer contract holds (docs/row-contract.md).
+pub(super) const NAMES: [&str; 9] = [
     attrs::METERING_PENDING,
     attrs::LICENSE_ARN,
     attrs::USAGE_SORT_KEY,
