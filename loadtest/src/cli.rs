@@ -114,6 +114,12 @@ struct Common {
     /// The local event source mapping's `ParallelizationFactor` (1–10).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=10))]
     parallelization_factor: u64,
+    /// The local event source mapping's batching window, in milliseconds: how long it gathers
+    /// a batch, as `MaximumBatchingWindowInSeconds` does (default: the deployment's
+    /// `ConsumerBatchWindowSeconds`, 1 s). Rows are one per (group, second) of a batch, so a
+    /// longer window carries more events a row; the latency goal is 2 s plus this window.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=300_000))]
+    batching_window_ms: u64,
     /// `local` (default): the local stack, started if needed. `deployment`: a real deployment
     /// named by the environment (`AWSMP_USAGE_STREAM`, the `AWSMP_*_TABLE` names, region,
     /// credentials, optional `AWS_ENDPOINT_URL_<SERVICE>`), with `--licenses`.
@@ -195,6 +201,7 @@ impl Common {
                 consumer_lag: chrono::Duration::seconds(self.consumer_lag as i64),
                 deprovision: self.deprovision,
                 parallelization_factor: self.parallelization_factor as usize,
+                batching_window: std::time::Duration::from_millis(self.batching_window_ms),
             },
             bad_inputs,
             progress: !self.quiet && !self.json,

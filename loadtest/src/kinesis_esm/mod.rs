@@ -79,6 +79,11 @@ pub const MAX_GET_RECORDS: i32 = 10_000;
 /// read again as soon as its batch is done.
 pub const SHARD_POLL_INTERVAL: Duration = Duration::from_secs(1);
 
+/// Pause between reads of a caught-up shard while a batching window gathers: Kinesis serves
+/// five `GetRecords` calls a second per shard
+/// (<https://docs.aws.amazon.com/streams/latest/dev/service-sizes-and-limits.html>).
+pub const GATHER_POLL_INTERVAL: Duration = Duration::from_millis(200);
+
 /// Longest pause between retries of a failing batch.
 pub const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(5);
 
@@ -87,8 +92,10 @@ pub const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(5);
 pub struct EsmOptions {
     /// `BatchSize` (default 100).
     pub batch_size: usize,
-    /// `MaximumBatchingWindowInSeconds`: how long to gather a batch while the shard still has
-    /// records (default 1 s). A caught-up shard delivers at once (waiting would only slow a tick).
+    /// `MaximumBatchingWindowInSeconds`: how long to gather a batch (default 1 s). While
+    /// following a stream ([`KinesisEsm::follow`]), a batch that has records keeps reading a
+    /// caught-up shard until the window passes or the batch is full, as Lambda does; a drain
+    /// delivers a caught-up shard at once (it only empties the stream).
     pub batching_window: Duration,
     /// `MaximumRetryAttempts` (default 10; `None` = retry until it succeeds).
     pub max_retry_attempts: Option<u32>,
@@ -382,7 +389,7 @@ impl KinesisEsm {
             // finished has seen everything.
             let done_before = finished.is_none_or(|f| f());
             let polled = Instant::now();
-            self.fill(shard, &mut reader).await?;
+            self.fill(shard, &mut reader, finished.is_some()).await?;
             if reader.buffer.is_empty() {
                 if done_before || reader.iterator.is_none() {
                     return Ok(report);
@@ -445,11 +452,24 @@ impl KinesisEsm {
     }
 
     /// Fill the reader's buffer: until a batch is full, the shard is caught up, or the
-    /// batching window has passed.
-    async fn fill(&self, shard: &str, reader: &mut ShardReader) -> Result<()> {
+    /// batching window has passed. With `gather` (following a stream), a buffer that holds
+    /// records keeps reading a caught-up shard every [`GATHER_POLL_INTERVAL`] until the window
+    /// passes, as Lambda's batching window does
+    /// (<https://docs.aws.amazon.com/lambda/latest/dg/with-kinesis.html>).
+    async fn fill(&self, shard: &str, reader: &mut ShardReader, gather: bool) -> Result<()> {
         let window_start = Instant::now();
+        let window = self.options.batching_window;
         let round = self.options.batch_size * self.options.parallelization_factor;
-        while reader.buffer.len() < round && !reader.caught_up {
+        while reader.buffer.len() < round {
+            if reader.caught_up {
+                let left = window.saturating_sub(window_start.elapsed());
+                let gathering = gather && !reader.buffer.is_empty() && reader.iterator.is_some();
+                if !gathering || left.is_zero() {
+                    break;
+                }
+                tokio::time::sleep(GATHER_POLL_INTERVAL.min(left)).await;
+                reader.caught_up = false;
+            }
             let Some(it) = reader.iterator.take() else {
                 reader.caught_up = true; // closed shard, fully read
                 break;
@@ -473,7 +493,7 @@ impl KinesisEsm {
             if got == 0 && out.millis_behind_latest().unwrap_or(0) == 0 {
                 reader.caught_up = true;
             }
-            if window_start.elapsed() >= self.options.batching_window && !reader.buffer.is_empty() {
+            if window_start.elapsed() >= window && !reader.buffer.is_empty() {
                 break;
             }
         }

@@ -22,9 +22,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The mapping's `MaximumBatchingWindowInSeconds` in a load run.
-pub(super) const BATCHING_WINDOW: Duration = Duration::from_millis(200);
-
 /// Real time between heartbeat markers while the producers run.
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 
@@ -128,7 +125,7 @@ pub(super) async fn consume(
 ) -> Result<ConsumeOutcome> {
     let options = EsmOptions {
         batch_size: 500,
-        batching_window: BATCHING_WINDOW,
+        batching_window: ctx.spec.overlap.batching_window,
         // Retry until it succeeds: a load run must not discard data to the failure queue.
         max_retry_attempts: None,
         bisect_on_error: true,
@@ -139,6 +136,7 @@ pub(super) async fn consume(
         )),
         ..EsmOptions::default()
     };
+    ctx.timings.lock().expect("poisoned").batching_window = options.batching_window;
     let mut esm = KinesisEsm::new(
         env.kinesis().await?,
         stream,

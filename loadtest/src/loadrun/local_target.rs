@@ -240,7 +240,7 @@ impl RunTarget for LocalTarget {
         // The latency goal is "p99 ≤ 2 s plus the batching window": the report says which.
         settings.insert(
             "batchingWindowMs".to_owned(),
-            super::consume::BATCHING_WINDOW.as_millis().to_string(),
+            ctx.spec.overlap.batching_window.as_millis().to_string(),
         );
         super::meter::meter(ctx, &self.stack(), scope, report, settings).await
     }

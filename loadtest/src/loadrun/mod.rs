@@ -114,6 +114,9 @@ pub struct Overlap {
     pub deprovision: bool,
     /// The local event source mapping's `ParallelizationFactor`.
     pub parallelization_factor: usize,
+    /// The local event source mapping's `MaximumBatchingWindowInSeconds` (zero: deliver what
+    /// a poll read at once).
+    pub batching_window: Duration,
 }
 
 /// What every phase of a run shares.

@@ -33,6 +33,8 @@ pub(super) struct Timings {
     pub(super) invocations: Invocations,
     /// The consumer's concurrent store calls (`Settings::concurrency`), for the report.
     pub(super) store_concurrency: usize,
+    /// The mapping's batching window, for the report.
+    pub(super) batching_window: std::time::Duration,
     /// How busy the DynamoDB emulator was while consuming (local runs).
     pub(super) emulator: Option<ProcessCpu>,
     /// How busy this process (producers, mapping, consumer, pipeline ticks) was meanwhile.
@@ -50,6 +52,7 @@ impl Default for Timings {
             seen: HashSet::new(),
             invocations: Invocations::default(),
             store_concurrency: 0,
+            batching_window: std::time::Duration::ZERO,
             emulator: None,
             this_process: None,
         }
@@ -125,7 +128,7 @@ fn stages(t: &Timings) -> [(&'static str, &hdrhistogram::Histogram<u64>, String)
             format!(
                 "the event source mapping: one batch per shard at a time, so a record waits for its shard's invocation in progress (the invocation row) before its own, plus the poll of a caught-up shard (every {} ms, Lambda's base rate) and the batching window ({} ms)",
                 crate::kinesis_esm::SHARD_POLL_INTERVAL.as_millis(),
-                super::consume::BATCHING_WINDOW.as_millis()
+                t.batching_window.as_millis()
             ),
         ),
         (
