@@ -60,37 +60,14 @@ fn key(out: &mut BytesMut, field: u32, wire_type: u8) {
     encode_varint(u64::from(field << 3 | u32::from(wire_type)), out);
 }
 
-/// The longest key and varint: a `u32` key (5 bytes) and a `u64` (10).
-const KEY_VARINT_MAX: usize = 15;
-
-/// Writes `v` as a protobuf varint at the start of `buf`; returns its length.
-fn varint_into(buf: &mut [u8], mut v: u64) -> usize {
-    let mut i = 0;
-    while v >= 0x80 {
-        buf[i] = (v as u8) | 0x80;
-        v >>= 7;
-        i += 1;
-    }
-    buf[i] = v as u8;
-    i + 1
-}
-
-/// Appends field `field`'s key and the varint `v`. Both are written on the stack and appended
-/// at once — one capacity check, where `encode_varint` into the buffer checks per byte; the
-/// bytes are the same (the wire tests decode them with `prost`).
-fn put_key_varint(out: &mut BytesMut, field: u32, wire_type: u8, v: u64) {
-    let mut buf = [0u8; KEY_VARINT_MAX];
-    let n = varint_into(&mut buf, u64::from(field << 3 | u32::from(wire_type)));
-    let n = n + varint_into(&mut buf[n..], v);
-    out.extend_from_slice(&buf[..n]);
-}
-
 fn put_varint(out: &mut BytesMut, field: u32, v: u64) {
-    put_key_varint(out, field, WT_VARINT, v);
+    key(out, field, WT_VARINT);
+    encode_varint(v, out);
 }
 
 fn put_bytes(out: &mut BytesMut, field: u32, v: &[u8]) {
-    put_key_varint(out, field, WT_LEN, v.len() as u64);
+    key(out, field, WT_LEN);
+    encode_varint(v.len() as u64, out);
     out.put_slice(v);
 }
 
@@ -543,27 +520,5 @@ pub fn decode_payload(data: &[u8]) -> Result<Event, DecodeError> {
         RecordV2::Table(_) => Err(DecodeError::V2(V2Error::Malformed(
             "a table outside an aggregate".into(),
         ))),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use proptest::prelude::*;
-
-    use super::*;
-
-    proptest! {
-        /// The stack-written key and varint are the bytes `prost` writes.
-        #[test]
-        fn key_and_varint_are_prosts(field in 1u32..(1 << 29), wt in 0u8..6, v in any::<u64>(), small in 0u64..300) {
-            for v in [v, small, u64::MAX, 0] {
-                let mut ours = BytesMut::new();
-                put_key_varint(&mut ours, field, wt, v);
-                let mut theirs = BytesMut::new();
-                key(&mut theirs, field, wt);
-                encode_varint(v, &mut theirs);
-                prop_assert_eq!(&ours[..], &theirs[..]);
-            }
-        }
     }
 }
