@@ -303,6 +303,21 @@ impl Sum {
         true
     }
 
+    /// The summed quantity.
+    pub(crate) fn quantity(&self) -> u64 {
+        self.quantity
+    }
+
+    /// Takes what events without allocations made of the sum elsewhere (a bound group
+    /// handle's slot, `crate::fold`): its whole `quantity`, and `earliest` if it is earlier.
+    pub(crate) fn set_plain(&mut self, quantity: u64, earliest: DateTime<Utc>) {
+        debug_assert!(self.template.usage_allocations.is_none());
+        self.quantity = quantity;
+        if earliest < self.template.timestamp {
+            self.template.timestamp = earliest;
+        }
+    }
+
     /// [`Sum::try_absorb`] of an event without allocations: `quantity` at `timestamp`.
     pub(crate) fn try_absorb_plain(&mut self, quantity: u64, timestamp: DateTime<Utc>) -> bool {
         debug_assert!(self.template.usage_allocations.is_none());
@@ -364,7 +379,9 @@ pub(crate) fn collapsed_id_with_generated(
         all.extend(seqs.map(|s| format!("{prefix}{lane}:{s}")));
         return collapsed_id(all);
     }
-    let head = format!("{prefix}{lane}:");
+    let mut lane_digits = itoa::Buffer::new();
+    let lane_digits = lane_digits.format(lane).as_bytes();
+    let head = [prefix.as_bytes(), lane_digits, b":"].concat();
     let mut sha = Sha1::new();
     sha.update(COLLAPSE_ID_NAMESPACE.as_bytes());
     // Sized for the ids (length, head, at most 20 digits each), up to one chunk: a small
@@ -375,7 +392,7 @@ pub(crate) fn collapsed_id_with_generated(
     let mut buf = Vec::with_capacity(ids_bytes.min(ID_CHUNK_BYTES + 64));
     for_each_in_string_order(seqs, |digits| {
         buf.extend_from_slice(&((head.len() + digits.len()) as u32).to_be_bytes());
-        buf.extend_from_slice(head.as_bytes());
+        buf.extend_from_slice(&head);
         buf.extend_from_slice(digits);
         if buf.len() >= ID_CHUNK_BYTES {
             sha.update(&buf);

@@ -153,6 +153,95 @@ pub(crate) enum Absorbed {
     Sealed,
 }
 
+/// A bound group handle's hold on its group's open sum ([`crate::Meter`], collapse): once
+/// attached to the sum of a second, the handle's later events of that second are added here
+/// under the handle's own lock — no key hash, no shard lock, no table lookup. The sum's
+/// quantity, plain constituents and earliest timestamp then live in the slot; whoever next
+/// touches the sum under its shard's lock (another event of its key, the window's drain)
+/// takes them back into it first and detaches the slot ([`detach`]). Locks are taken shard
+/// first, slot second; the handle's fast path takes the slot's alone.
+#[derive(Default)]
+pub(crate) struct FoldSlot(Mutex<SlotState>);
+
+#[derive(Default)]
+struct SlotState {
+    /// Attached to `buckets[ix]` of its group's shard, the open sum of UTC second `second`.
+    live: bool,
+    ix: usize,
+    second: i64,
+    /// The attached sum's whole quantity.
+    quantity: u64,
+    /// Constituents without id or allocations added here since it was attached.
+    generated: u64,
+    /// The earliest timestamp added here (the sum's own when attached).
+    earliest: DateTime<Utc>,
+}
+
+impl FoldSlot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SlotState> {
+        // No add panics half-way; a poisoned slot's data is whole.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Adds an event without id or allocations — `quantity` at `timestamp`, of UTC second
+    /// `second` — to the attached sum when that is `second`'s and the quantity fits: what
+    /// [`FoldTable::absorb`] would do with it. False leaves everything as it was.
+    pub fn try_add(&self, second: i64, quantity: u64, timestamp: DateTime<Utc>) -> bool {
+        let mut s = self.lock();
+        if !s.live || s.second != second {
+            return false;
+        }
+        let Some(sum) = s.quantity.checked_add(quantity) else {
+            return false;
+        };
+        s.quantity = sum;
+        s.generated += 1;
+        if timestamp < s.earliest {
+            s.earliest = timestamp;
+        }
+        true
+    }
+}
+
+/// Takes the slot attached to `buckets[i]` (if any) back into the bucket and detaches it.
+/// Called under the shard's lock.
+fn detach(buckets: &mut [Bucket], i: usize) {
+    let b = &mut buckets[i];
+    let Some(slot) = b.slot.take() else { return };
+    let mut s = slot.lock();
+    debug_assert!(s.live && s.ix == i, "an attached slot points at its bucket");
+    b.sum.set_plain(s.quantity, s.earliest);
+    b.generated += s.generated;
+    s.live = false;
+    s.generated = 0;
+}
+
+/// Attaches `slot` to `buckets[i]` (of `second`), detaching it from the bucket it was
+/// attached to and `buckets[i]` from its own slot first. Called under the shard's lock.
+fn attach(buckets: &mut [Bucket], i: usize, slot: &Arc<FoldSlot>, second: i64) {
+    let was = {
+        let s = slot.lock();
+        s.live.then_some(s.ix)
+    };
+    if let Some(j) = was {
+        detach(buckets, j);
+    }
+    detach(buckets, i);
+    let b = &mut buckets[i];
+    let mut s = slot.lock();
+    *s = SlotState {
+        live: true,
+        ix: i,
+        second,
+        quantity: b.sum.quantity(),
+        generated: 0,
+        earliest: b.sum.template().timestamp,
+    };
+    b.slot = Some(slot.clone());
+}
+
 struct Bucket {
     hash: u64,
     second: i64,
@@ -168,6 +257,8 @@ struct Bucket {
     enqueued_at: Instant,
     /// Buffer bytes the constituents were charged.
     bytes: usize,
+    /// The bound group handle's slot attached to it, holding its plain constituents.
+    slot: Option<Arc<FoldSlot>>,
 }
 
 #[derive(Default)]
@@ -233,7 +324,17 @@ impl FoldTable {
     /// limits. Such an event adds nothing the sum must hold (its id is generated when the
     /// window closes, as one step of its lane), so it is not charged: no buffer bytes, no
     /// staged-byte count, no wake-up.
-    pub fn absorb(&self, key: &FoldKey<'_>, quantity: u64, timestamp: DateTime<Utc>) -> Absorbed {
+    ///
+    /// With `slot` (a bound group handle's, of `key`'s group), the sum that took the event
+    /// gets the slot attached: the handle's next events of that second go there
+    /// ([`FoldSlot::try_add`]).
+    pub fn absorb(
+        &self,
+        key: &FoldKey<'_>,
+        quantity: u64,
+        timestamp: DateTime<Utc>,
+        slot: Option<&Arc<FoldSlot>>,
+    ) -> Absorbed {
         debug_assert!(
             !key.allocated,
             "only events without allocations are absorbed free"
@@ -246,13 +347,16 @@ impl FoldTable {
         let Some(&i) = index.find(key.hash, |&i| key.matches(&buckets[i])) else {
             return Absorbed::No;
         };
+        detach(buckets, i);
         let b = &mut buckets[i];
-        if b.sum.try_absorb_plain(quantity, timestamp) {
-            b.generated += 1;
-            Absorbed::Yes
-        } else {
-            Absorbed::No
+        if !b.sum.try_absorb_plain(quantity, timestamp) {
+            return Absorbed::No;
         }
+        b.generated += 1;
+        if let Some(slot) = slot {
+            attach(buckets, i, slot, key.second);
+        }
+        Absorbed::Yes
     }
 
     /// Adds the validated `event` (written with `default_producer_id` when it has no
@@ -282,7 +386,12 @@ impl FoldTable {
         let Shard { index, buckets, .. } = &mut *s;
         let open = index.find_mut(hash, |&i| key.matches(&buckets[i]));
         let absorbed = match &open {
-            Some(i) => buckets[**i].sum.try_absorb(&event),
+            Some(i) => {
+                // The sum's whole quantity first, and no slot left on a sum this may
+                // replace as its key's open one.
+                detach(buckets, **i);
+                buckets[**i].sum.try_absorb(&event)
+            }
             None => false,
         };
         let before = staged.fetch_add(bytes, Ordering::SeqCst);
@@ -327,6 +436,7 @@ impl FoldTable {
             generated,
             enqueued_at: Instant::now(),
             bytes,
+            slot: None,
         });
         Ok(before)
     }
@@ -341,6 +451,11 @@ impl FoldTable {
                 s.index.clear();
                 if s.buckets.is_empty() {
                     continue;
+                }
+                // Every slot's events back into their sums: a handle's later event finds
+                // its slot detached and opens the next window's sum.
+                for i in 0..s.buckets.len() {
+                    detach(&mut s.buckets, i);
                 }
                 // The next window's sums go into the vector emptied by the last drain:
                 // memory already touched, no regrowth, no fresh page per window.

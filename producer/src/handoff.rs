@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use crate::config::ProducerConfig;
 use crate::event::Event;
 use crate::event_id::IdGenerator;
-use crate::fold::{Absorbed, FoldKey, FoldTable, Folded};
+use crate::fold::{Absorbed, FoldKey, FoldSlot, FoldTable, Folded};
 use crate::metrics::{Metrics, StatCounters};
 use crate::outcome::{FlushOutcome, Undelivered, UndeliveredCallback};
 
@@ -179,10 +179,16 @@ impl Staging {
         Ok(())
     }
 
-    /// Adds an event without id or allocations to its open sum at no charge
-    /// ([`FoldTable::absorb`]).
-    pub fn absorb(&self, key: &FoldKey<'_>, quantity: u64, timestamp: DateTime<Utc>) -> Absorbed {
-        self.folds.absorb(key, quantity, timestamp)
+    /// Adds an event without id or allocations to its open sum at no charge, attaching
+    /// `slot` to it when given ([`FoldTable::absorb`]).
+    pub fn absorb(
+        &self,
+        key: &FoldKey<'_>,
+        quantity: u64,
+        timestamp: DateTime<Utc>,
+        slot: Option<&Arc<FoldSlot>>,
+    ) -> Absorbed {
+        self.folds.absorb(key, quantity, timestamp, slot)
     }
 
     /// Wakes the task when `bytes` staged onto `before` make the staging area non-empty or

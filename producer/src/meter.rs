@@ -14,7 +14,7 @@ use crate::event::{
     validate_license_arn, validate_timestamp,
 };
 use crate::event_id::GeneratedId;
-use crate::fold::{Absorbed, FoldKey, GroupHash};
+use crate::fold::{Absorbed, FoldKey, FoldSlot, GroupHash};
 use crate::limits::MAX_RECORD_BYTES;
 use crate::partition::{partition_hash, partition_key};
 use crate::wire::v2::{generated_single_len, put_generated_single, single_head};
@@ -72,6 +72,8 @@ struct Bound {
     /// v2: the bytes every payload of the group starts with (header, entry with the group,
     /// producer id and id epoch).
     head: Box<[u8]>,
+    /// Collapse: its hold on the group's open sum, where most of its events are added.
+    slot: Arc<FoldSlot>,
 }
 
 impl Producer {
@@ -110,6 +112,7 @@ impl Producer {
                 partition_key: pk.into(),
                 fold: GroupHash::new(group, producer_id),
                 head,
+                slot: Arc::default(),
                 producer: self.clone(),
                 license_arn,
                 customer_aws_account_id,
@@ -321,19 +324,22 @@ impl Meter {
     fn absorb(&self, usage: &Usage) -> Result<Option<Prepared>, ProducerError> {
         let b = &*self.bound;
         let p = &b.producer;
+        let second = usage.timestamp.timestamp();
+        // The common call: the open sum this handle holds takes it, under its lock alone.
+        if b.slot.try_add(second, usage.quantity, usage.timestamp) {
+            p.accepted();
+            return Ok(None);
+        }
         let key = FoldKey::with(
             b.fold,
             self.group(),
             p.shared.config.producer_id.as_deref(),
-            usage.timestamp.timestamp(),
+            second,
             false,
         )
         .from(Some(&b.partition_key));
-        match p
-            .shared
-            .staging
-            .absorb(&key, usage.quantity, usage.timestamp)
-        {
+        let staging = &p.shared.staging;
+        match staging.absorb(&key, usage.quantity, usage.timestamp, Some(&b.slot)) {
             Absorbed::Yes => {
                 p.accepted();
                 Ok(None)

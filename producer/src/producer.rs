@@ -128,7 +128,9 @@ impl Producer {
         let absorbed = {
             let origin = keyed.as_ref().map(|k| &k.0);
             let key = FoldKey::new(e, self.producer_id_of(e)).from(origin);
-            self.shared.staging.absorb(&key, e.quantity, e.timestamp)
+            self.shared
+                .staging
+                .absorb(&key, e.quantity, e.timestamp, None)
         };
         match absorbed {
             Absorbed::Yes => {

@@ -149,8 +149,10 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         let lone = first.filter(|_| constituents == 1);
         if constituents > 1 {
             let (lane, seqs) = first.map_or((0, 0..0), |g| (g.lane, g.seq..g.seq + generated));
-            event.event_id =
-                collapsed_id_with_generated(idgen.prefix(), lane, seqs, ids).to_string();
+            let id = collapsed_id_with_generated(idgen.prefix(), lane, seqs, ids);
+            // The hyphenated form `to_string` writes, without the formatting machinery.
+            let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+            event.event_id = id.hyphenated().encode_lower(&mut text).to_owned();
         }
         let payload = match self.parts.config.wire_version {
             WireVersion::V2 => encode_single_bytes(&event, lone),
