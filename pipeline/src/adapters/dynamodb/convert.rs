@@ -1,5 +1,6 @@
 //! SDK `AttributeValue` ↔ the domain's [`AttrValue`].
 
+use crate::domain::fold::{AttrRef, RowShape, UsageRow};
 use crate::domain::row::{AttrValue, RawUsageRow};
 use aws_sdk_dynamodb::types::AttributeValue as Av;
 use std::collections::HashMap;
@@ -61,6 +62,29 @@ pub fn row_from_owned_item(item: HashMap<String, Av>) -> RawUsageRow {
         row.insert(k, into_domain(v));
     }
     row
+}
+
+/// A look at an SDK value as the row shape reads it.
+fn attr_ref(av: &Av) -> AttrRef<'_> {
+    match av {
+        Av::S(s) => AttrRef::S(s),
+        Av::N(n) => AttrRef::N(n),
+        Av::Null(_) => AttrRef::Null,
+        _ => AttrRef::Other,
+    }
+}
+
+/// An SDK item of `shape`'s group (its pending-rows query) as the aggregator's fold takes it:
+/// compacted to its second and quantity when it is a row exactly as the writer contract makes
+/// it (its strings compared in place, its quantity parsed in place, nothing kept), else
+/// [`row_from_owned_item`].
+pub fn usage_row_from_owned_item(shape: Option<&RowShape>, item: HashMap<String, Av>) -> UsageRow {
+    let compact =
+        shape.and_then(|s| s.compact(item.iter().map(|(k, v)| (k.as_str(), attr_ref(v)))));
+    match compact {
+        Some(c) => UsageRow::Compact(c),
+        None => UsageRow::Raw(row_from_owned_item(item)),
+    }
 }
 
 pub(super) fn s(v: impl Into<String>) -> Av {
