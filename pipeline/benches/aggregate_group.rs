@@ -200,7 +200,7 @@ fn aggregate_group(c: &mut Criterion) {
                 let mut fold = GroupFold::new(group.clone(), now, &cfg);
                 store
                     .read_pending_rows(&group, &mut |row| {
-                        fold.push(&row).expect("no duplicate rows");
+                        fold.push_row(&row).expect("no duplicate rows");
                     })
                     .await
                     .expect("read the group");

@@ -2,8 +2,9 @@
 //! over `aws-sdk-*` live in [`crate::adapters`]; handlers only see these traits.
 
 use crate::contract::status::{AggregatedStatus, RawStatus};
+use crate::domain::fold::UsageRow;
 use crate::domain::keys::{GroupKey, HourBucket, RowKey};
-use crate::domain::row::{Allocation, RawUsageRow};
+use crate::domain::row::Allocation;
 use crate::error::Result;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -119,11 +120,13 @@ pub trait UsageStore: Send + Sync {
         bucket: HourBucket,
         license: Option<&str>,
     ) -> Result<Vec<GroupKey>>;
-    /// Every still-pending row of `group` (targeted `begins_with` read), page by page.
+    /// Every still-pending row of `group` (targeted `begins_with` read), page by page; a row
+    /// exactly as the writer contract makes it may be handed compacted ([`UsageRow::Compact`],
+    /// of [`RowShape::of`](crate::domain::fold::RowShape::of) `group`).
     async fn read_pending_rows(
         &self,
         group: &GroupKey,
-        each: &mut (dyn FnMut(RawUsageRow) + Send),
+        each: &mut (dyn FnMut(UsageRow) + Send),
     ) -> Result<()>;
     /// Finalize one row: remove `meteringPending` and, with a status, stamp it. Idempotent;
     /// never creates a row that does not exist. Returns false when the row is gone.

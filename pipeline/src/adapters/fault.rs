@@ -31,9 +31,9 @@
 
 use crate::contract::status::RawStatus;
 use crate::domain::batch::{CallKind, SubmitRecord};
+use crate::domain::fold::UsageRow;
 use crate::domain::keys::{GroupKey, HourBucket, RowKey};
 use crate::domain::results::ApiResponse;
-use crate::domain::row::RawUsageRow;
 use crate::error::{PipelineError, Result};
 use crate::ports::{
     AggregatedItem, AggregatedStore, Deprovisioning, DeprovisioningIndex, ExpiredRow,
@@ -369,7 +369,7 @@ impl<T: UsageStore> UsageStore for Faulty<T> {
     async fn read_pending_rows(
         &self,
         group: &GroupKey,
-        each: &mut (dyn FnMut(RawUsageRow) + Send),
+        each: &mut (dyn FnMut(UsageRow) + Send),
     ) -> Result<()> {
         // Rows are handed over only once the call is past its fault: a throttled read yields
         // nothing, a lost response yields the rows and then the error (as a page read and

@@ -11,10 +11,9 @@ use crate::contract::status::{RawStatus, aggregated_reason};
 use crate::domain::DomainError;
 use crate::domain::fold::{
     AggregatedRecord, FoldOutcome, GroupFold, Rejection, RevisitRow, SecondQuantities, SecondSet,
-    classify_revisit, folded_second,
+    UsageRow, classify_revisit, folded_second,
 };
 use crate::domain::keys::{GroupKey, Identity, RowKey};
-use crate::domain::row::RawUsageRow;
 use crate::emf::Metric;
 use crate::error::{PipelineError, Result};
 use crate::ports::{AggregatedItem, FoldedFinalize};
@@ -85,9 +84,9 @@ async fn fold_pending_rows(
     let mut fold = GroupFold::new(group.clone(), now, &svc.config.time);
     let mut fold_error: Option<DomainError> = None;
     svc.usage
-        .read_pending_rows(group, &mut |row: RawUsageRow| {
+        .read_pending_rows(group, &mut |row: UsageRow| {
             if fold_error.is_none()
-                && let Err(e) = fold.push(&row)
+                && let Err(e) = fold.push_row(&row)
             {
                 fold_error = Some(e);
             }
@@ -199,7 +198,7 @@ async fn revisit(
     let usage = svc.usage.as_ref();
     usage
         .read_pending_rows(group, &mut |row| {
-            rows.push(classify_revisit(group, &stored, &row))
+            rows.push(classify_revisit(group, &stored, &row.into_raw(group)))
         })
         .await?;
     let committed_reason = aggregated_reason(existing.quantity, existing.row_count);

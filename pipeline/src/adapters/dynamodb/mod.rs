@@ -25,7 +25,9 @@ mod watermark;
 pub use aggregated::{
     DynamoDbAggregatedStore, aggregated_from_item, aggregated_to_item, is_billed,
 };
-pub use convert::{into_domain, row_from_item, row_from_owned_item, to_domain, to_sdk};
+pub use convert::{
+    into_domain, row_from_item, row_from_owned_item, to_domain, to_sdk, usage_row_from_owned_item,
+};
 pub use deprovisioning::{
     DEPROVISIONING_INDEX, DEPROVISIONING_PENDING_FLAG, DynamoDbDeprovisioningIndex,
 };

@@ -1,14 +1,15 @@
 //! The raw usage table.
 
-use super::convert::{row_from_item, row_from_owned_item, s};
+use super::convert::{row_from_item, s, usage_row_from_owned_item};
 use super::errors::{ddb_err, is_conditional_failure, malformed};
 use super::folded::FoldedStamp;
 use super::pending::query_pending_index;
 use crate::adapters::pages::{Page, prefetched};
 use crate::contract::attrs as a;
 use crate::contract::status::RawStatus;
+use crate::domain::fold::{RowShape, UsageRow};
 use crate::domain::keys::{GroupKey, HourBucket, RowKey, split_usage_sort_key};
-use crate::domain::row::{RawUsageRow, parse_non_negative_integer};
+use crate::domain::row::parse_non_negative_integer;
 use crate::error::Result;
 use crate::ports::{ExpiredRow, FoldedFinalize, UsageStore};
 use async_trait::async_trait;
@@ -53,9 +54,10 @@ impl DynamoDbUsageStore {
     fn pending_rows_pager(
         &self,
         group: &GroupKey,
-    ) -> impl FnMut(Option<Key>) -> BoxFuture<'static, Result<Page<RawUsageRow, Key>>> + use<> {
+    ) -> impl FnMut(Option<Key>) -> BoxFuture<'static, Result<Page<UsageRow, Key>>> + use<> {
         let (client, table) = (self.client.clone(), self.table.clone());
         let license = group.license_arn.clone();
+        let shape = RowShape::of(group);
         // Without the trailing ':' so hour-truncated and other malformed timestamps of this
         // hour are read too, and rejected with a reason instead of sitting pending.
         let prefix = group.usage_prefix().trim_end_matches(':').to_owned();
@@ -70,16 +72,18 @@ impl DynamoDbUsageStore {
                 .expression_attribute_values(":prefix", s(&prefix))
                 .consistent_read(true)
                 .set_exclusive_start_key(start);
-            let table = table.clone();
+            let (table, shape) = (table.clone(), shape.clone());
             Box::pin(async move {
                 let page = request
                     .send()
                     .await
                     .map_err(|e| ddb_err("Query", &table, e))?;
-                // The page is ours: its names and values move into the rows, uncopied.
+                // The page is ours: a conforming item is compacted (nothing kept), any other
+                // moves its names and values into a row, uncopied.
                 let items = page.items.unwrap_or_default();
+                let row = |item| usage_row_from_owned_item(shape.as_ref(), item);
                 Ok(Page {
-                    items: items.into_iter().map(row_from_owned_item).collect(),
+                    items: items.into_iter().map(row).collect(),
                     next: page.last_evaluated_key,
                 })
             })
@@ -96,7 +100,7 @@ impl DynamoDbUsageStore {
     async fn read_malformed_key_rows(
         &self,
         group: &GroupKey,
-        each: &mut (dyn FnMut(RawUsageRow) + Send),
+        each: &mut (dyn FnMut(UsageRow) + Send),
     ) -> Result<()> {
         let mut start = None;
         loop {
@@ -143,7 +147,7 @@ impl DynamoDbUsageStore {
                     .await
                     .map_err(|e| ddb_err("GetItem", &self.table, e))?;
                 if let Some(row) = full.item.filter(|r| r.contains_key(a::METERING_PENDING)) {
-                    each(row_from_item(&row));
+                    each(UsageRow::Raw(row_from_item(&row)));
                 }
             }
             start = page.last_evaluated_key;
@@ -196,7 +200,7 @@ impl UsageStore for DynamoDbUsageStore {
     async fn read_pending_rows(
         &self,
         group: &GroupKey,
-        each: &mut (dyn FnMut(RawUsageRow) + Send),
+        each: &mut (dyn FnMut(UsageRow) + Send),
     ) -> Result<()> {
         // Page N+1 is fetched (and converted) while page N is folded: the same query, the
         // same pages, only the wait overlaps (pipeline/src/adapters/pages.rs).

@@ -5,7 +5,7 @@ use super::{DEFAULT_PAGE_SIZE, Faults, lock};
 use crate::contract::attrs as a;
 use crate::contract::reasons::LATE_USAGE;
 use crate::contract::status::RawStatus;
-use crate::domain::fold::late_difference;
+use crate::domain::fold::{RowShape, UsageRow, late_difference};
 use crate::domain::keys::{GroupKey, HourBucket, RowKey, split_usage_sort_key};
 use crate::domain::row::{AttrValue, RawUsageRow, parse_non_negative_integer};
 use crate::error::Result;
@@ -283,7 +283,7 @@ impl UsageStore for MemoryUsageStore {
     async fn read_pending_rows(
         &self,
         group: &GroupKey,
-        each: &mut (dyn FnMut(RawUsageRow) + Send),
+        each: &mut (dyn FnMut(UsageRow) + Send),
     ) -> Result<()> {
         self.faults.dynamodb("read_pending_rows", &self.table)?;
         // The same prefix as the DynamoDB adapter: without the trailing ':', so malformed
@@ -295,7 +295,11 @@ impl UsageStore for MemoryUsageStore {
             .filter(|(_, r)| r.contains_key(a::METERING_PENDING))
             .map(|(_, r)| r.clone())
             .collect();
-        by_prefix.into_iter().for_each(&mut *each);
+        // Conforming rows compacted, as the DynamoDB adapter hands them.
+        let shape = RowShape::of(group);
+        for row in by_prefix {
+            each(RowShape::usage_row(shape.as_ref(), row));
+        }
         // Rows whose key does not split but whose attributes name this group: found through
         // the index, as the DynamoDB adapter finds them.
         let attr = |r: &RawUsageRow, k: &str| r.get(k).and_then(AttrValue::as_s).map(str::to_owned);
@@ -311,7 +315,7 @@ impl UsageStore for MemoryUsageStore {
             }
             let current = row_key(&indexed).and_then(|k| self.row(&k));
             if let Some(row) = current.filter(|r| r.contains_key(a::METERING_PENDING)) {
-                each(row);
+                each(UsageRow::Raw(row));
             }
         }
         Ok(())

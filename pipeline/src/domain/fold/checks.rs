@@ -60,6 +60,17 @@ impl PartitionKind {
     }
 }
 
+/// Whether rows of the partition `partition_key` name their customer by `customerIdentifier`
+/// (a product code, `Some(true)`) or `customerAWSAccountId` (a license ARN, `Some(false)`);
+/// `None` for a partition key that is neither.
+pub(super) fn partition_is_legacy(partition_key: &str) -> Option<bool> {
+    match PartitionKind::of(partition_key) {
+        PartitionKind::Legacy => Some(true),
+        PartitionKind::ConcurrentAgreements => Some(false),
+        PartitionKind::Invalid => None,
+    }
+}
+
 /// What the row checks know about the group, evaluated once at `now`.
 #[derive(Debug)]
 pub(super) struct RowChecks {

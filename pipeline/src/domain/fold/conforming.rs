@@ -80,6 +80,13 @@ impl Conforming {
         (quantity <= MAX_USAGE_QUANTITY).then_some((sort_key, second, quantity))
     }
 
+    /// A compact row of the group (`super::compact`), which holds the group's strings, a
+    /// canonical quantity and no allocations by construction: taken when its second is not
+    /// after `now` and its quantity within the maximum, as [`Self::row`] decides.
+    pub(super) fn takes(&self, second: u32, quantity: u64) -> bool {
+        i64::from(second) <= self.now_second && quantity <= MAX_USAGE_QUANTITY
+    }
+
     /// The second of `prefix:MM:SS`, as the general path reads it.
     fn second_of(&self, sort_key: &str) -> Option<u32> {
         let k = sort_key.as_bytes();

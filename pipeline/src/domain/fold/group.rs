@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use super::RowView;
 use super::allocations::TagSetMerge;
 use super::checks::{RowChecks, RowFacts};
+use super::compact::{CompactRow, UsageRow};
 use super::conforming::Conforming;
 use super::membership::{MemberPrefix, Membership, membership};
 use super::overflow::{Overflow, split_at_api_maximum};
@@ -211,6 +212,31 @@ impl GroupFold {
         }
     }
 
+    /// Fold one row as a store hands it: [`Self::push`] for a row as read; a compact row is
+    /// counted by the fast path when it takes it, and otherwise folded as the row it stands
+    /// for (with the same result). A compact row must come from the group being folded.
+    pub fn push_row(&mut self, row: &UsageRow) -> Result<Pushed, DomainError> {
+        match row {
+            UsageRow::Raw(raw) => self.push(raw),
+            UsageRow::Compact(c) => self.push_compact(c),
+        }
+    }
+
+    fn push_compact(&mut self, row: &CompactRow) -> Result<Pushed, DomainError> {
+        let fast = self
+            .conforming
+            .as_ref()
+            .is_some_and(|c| c.takes(row.second, row.quantity));
+        if !fast {
+            return self.push(&row.to_raw(&self.group));
+        }
+        if !self.count_second(row.second, row.quantity) {
+            let sort_key = self.group.usage_sort_key_at(row.second);
+            return Err(DomainError::DuplicateRow(sort_key));
+        }
+        Ok(Pushed::Counted)
+    }
+
     /// A row the fast path recognised: counted as the general path counts a row with no finding.
     fn count_conforming(
         &mut self,
@@ -218,8 +244,17 @@ impl GroupFold {
         second: u32,
         quantity: u64,
     ) -> Result<Pushed, DomainError> {
-        if !self.seconds.insert(second) {
+        if !self.count_second(second, quantity) {
             return Err(DomainError::DuplicateRow(sort_key.to_owned()));
+        }
+        Ok(Pushed::Counted)
+    }
+
+    /// Count a conforming row's second and quantity; false (nothing counted) for a second
+    /// already seen.
+    fn count_second(&mut self, second: u32, quantity: u64) -> bool {
+        if !self.seconds.insert(second) {
+            return false;
         }
         self.row_count += 1;
         self.quantities.set(second, quantity);
@@ -227,7 +262,7 @@ impl GroupFold {
         if quantity > 0 {
             self.nonzero_unallocated += 1;
         }
-        Ok(Pushed::Counted)
+        true
     }
 
     /// [`Self::push`] without the fast path: what every row took before it, and what the fast

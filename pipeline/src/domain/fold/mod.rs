@@ -19,6 +19,7 @@
 //! |---|---|
 //! | `group` | [`GroupFold`]: membership, sums, the group-level checks, the [`FoldOutcome`] |
 //! | `checks` | the row-level guardrails, in reason order |
+//! | `compact` | [`UsageRow`]: a row as a store hands it, a conforming one compacted by the adapter to its second and quantity ([`RowShape`]) |
 //! | `conforming` | the fast path: a row exactly as the writer contract makes it, counted by comparisons against facts of the group evaluated once |
 //! | `allocations` | reading a row's `usageAllocations`; the merge per distinct tag set |
 //! | `overflow` | [`split_at_api_maximum`]: bill the API maximum, keep the remainder (and its allocations) |
@@ -47,6 +48,7 @@
 
 mod allocations;
 mod checks;
+mod compact;
 mod conforming;
 mod group;
 mod membership;
@@ -58,6 +60,7 @@ mod tests;
 #[cfg(test)]
 mod tests_equivalence;
 
+pub use compact::{AttrRef, CompactRow, RowShape, UsageRow};
 pub use group::{AggregatedRecord, FoldOutcome, GroupFold, GroupRows, Pushed, Rejection};
 pub use overflow::{Overflow, Split, split_at_api_maximum};
 pub use revisit::{LateRow, RevisitRow, classify_revisit, folded_second, late_difference};
