@@ -195,7 +195,7 @@ impl<T: UsageStore> UsageStore for Faulty<T> {
     async fn read_pending_rows(
         &self,
         group: &GroupKey,
-        each: &mut (dyn FnMut(RawUsageRow) + Send),
+        each: &mut (dyn FnMut(awsmp_pipeline::domain::fold::UsageRow) + Send),
     ) -> PResult<()> {
         let key = group.to_string();
         let call = self.inner.read_pending_rows(group, each);
