@@ -94,9 +94,9 @@ impl Accepted {
     /// The owned form.
     pub fn to_verified(&self) -> VerifiedEvent {
         VerifiedEvent {
-            license_arn: self.group.license_arn.clone(),
-            customer_aws_account_id: self.group.customer_aws_account_id.clone(),
-            dimension: self.group.dimension.clone(),
+            license_arn: self.group.license_arn().to_owned(),
+            customer_aws_account_id: self.group.customer_aws_account_id().to_owned(),
+            dimension: self.group.dimension().to_owned(),
             second: self.second,
             quantity: self.quantity,
             allocations: self.allocations.clone(),

@@ -41,7 +41,7 @@ use super::intern::{Group, GroupName};
 use super::verify::Kind;
 
 /// One usage row: (license, account, dimension, UTC second). The group's name is the batch's
-/// interned one (no copy per row); its fields read through the row id (`id.license_arn`).
+/// interned one (no copy per row); its fields read through the row id (`id.license_arn()`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RowId {
     /// License ARN, account id, dimension.
@@ -78,9 +78,9 @@ impl RowId {
     /// The group-hour the row belongs to.
     pub fn group(&self) -> GroupKey {
         GroupKey::new(
-            &self.license_arn,
-            &self.customer_aws_account_id,
-            &self.dimension,
+            self.license_arn(),
+            self.customer_aws_account_id(),
+            self.dimension(),
             self.hour(),
         )
     }
@@ -88,11 +88,11 @@ impl RowId {
     /// The row's primary key.
     pub fn key(&self) -> RowKey {
         RowKey {
-            license_arn: self.license_arn.clone(),
+            license_arn: self.license_arn().to_owned(),
             sort_key: format!(
                 "{}#{}#{}",
-                self.customer_aws_account_id,
-                self.dimension,
+                self.customer_aws_account_id(),
+                self.dimension(),
                 self.timestamp()
             ),
         }

@@ -11,15 +11,17 @@ use awsmp_producer::wire::v2::GroupV2;
 use foldhash::fast::FixedState;
 use hashbrown::HashTable;
 
-/// A group's name: license ARN, buyer account id, dimension, and their hash.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+/// A group's name: license ARN, buyer account id, dimension, and their hash. The three are
+/// kept in one string, `licenseArn|account|dimension` (a partition key's spelling), with the
+/// lengths of the first two: a new group of a batch costs one allocation for its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupName {
-    /// License ARN (the row's partition key).
-    pub license_arn: String,
-    /// Buyer account id.
-    pub customer_aws_account_id: String,
-    /// Dimension.
-    pub dimension: String,
+    /// `licenseArn|account|dimension`.
+    text: Box<str>,
+    /// Length of the license ARN.
+    license_len: u32,
+    /// Length of the account id.
+    account_len: u32,
     /// [`group_hash`] of the three: equal names have equal hashes, whichever interner made them.
     hash: u64,
     /// The three pass the event's checks (license ARN, 12-digit account id, non-empty
@@ -47,15 +49,40 @@ impl GroupName {
         customer_aws_account_id: &str,
         dimension: &str,
     ) -> Self {
+        let mut text = String::with_capacity(
+            license_arn.len() + customer_aws_account_id.len() + dimension.len() + 2,
+        );
+        text.push_str(license_arn);
+        text.push('|');
+        text.push_str(customer_aws_account_id);
+        text.push('|');
+        text.push_str(dimension);
+        let len = |s: &str| u32::try_from(s.len()).expect("a group name field under 4 GiB");
         Self {
             hash,
             valid: validate_license_arn(license_arn).is_ok()
                 && validate_account_id(customer_aws_account_id).is_ok()
                 && !dimension.is_empty(),
-            license_arn: license_arn.to_owned(),
-            customer_aws_account_id: customer_aws_account_id.to_owned(),
-            dimension: dimension.to_owned(),
+            license_len: len(license_arn),
+            account_len: len(customer_aws_account_id),
+            text: text.into_boxed_str(),
         }
+    }
+
+    /// License ARN (the row's partition key).
+    pub fn license_arn(&self) -> &str {
+        &self.text[..self.license_len as usize]
+    }
+
+    /// Buyer account id.
+    pub fn customer_aws_account_id(&self) -> &str {
+        let from = self.license_len as usize + 1;
+        &self.text[from..from + self.account_len as usize]
+    }
+
+    /// Dimension.
+    pub fn dimension(&self) -> &str {
+        &self.text[self.license_len as usize + self.account_len as usize + 2..]
     }
 
     /// The name passes the event's checks of its group (`Event::validate`: license ARN,
@@ -69,25 +96,42 @@ impl GroupName {
         self.hash
     }
 
-    fn is(&self, license_arn: &str, customer_aws_account_id: &str, dimension: &str) -> bool {
-        self.license_arn == license_arn
-            && self.customer_aws_account_id == customer_aws_account_id
-            && self.dimension == dimension
+    /// The three fields.
+    fn fields(&self) -> (&str, &str, &str) {
+        (
+            self.license_arn(),
+            self.customer_aws_account_id(),
+            self.dimension(),
+        )
     }
-}
 
-impl GroupName {
+    fn is(&self, license_arn: &str, customer_aws_account_id: &str, dimension: &str) -> bool {
+        self.license_len as usize == license_arn.len()
+            && self.account_len as usize == customer_aws_account_id.len()
+            && self.fields() == (license_arn, customer_aws_account_id, dimension)
+    }
+
     /// `pk` is `licenseArn|account|dimension` of this name. For a name a key was split into
     /// (no `|` in the license ARN or the account), that is exactly: the key splits into it.
     fn named_by(&self, pk: &str) -> bool {
-        let (l, a) = (self.license_arn.len(), self.customer_aws_account_id.len());
-        let pk = pk.as_bytes();
-        pk.len() == l + a + self.dimension.len() + 2
-            && pk[l] == b'|'
-            && pk[l + a + 1] == b'|'
-            && &pk[..l] == self.license_arn.as_bytes()
-            && &pk[l + 1..l + 1 + a] == self.customer_aws_account_id.as_bytes()
-            && &pk[l + a + 2..] == self.dimension.as_bytes()
+        // The text is that spelling, separators at the fields' boundaries.
+        *self.text == *pk
+    }
+}
+
+/// By license ARN, then account id, then dimension.
+impl Ord for GroupName {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.fields()
+            .cmp(&other.fields())
+            .then_with(|| self.hash.cmp(&other.hash))
+            .then_with(|| self.valid.cmp(&other.valid))
+    }
+}
+
+impl PartialOrd for GroupName {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
     }
 }
 
@@ -242,7 +286,37 @@ mod tests {
         let odd = i.group("l|a", "d", "e");
         let named = i.group_named_by_key("l|a|d|e").unwrap();
         assert!(!Arc::ptr_eq(&odd, &named));
-        assert_eq!(named.license_arn, "l");
+        assert_eq!(named.license_arn(), "l");
+    }
+
+    #[test]
+    fn one_text_keeps_the_three_fields_their_equality_and_their_order() {
+        let names = [
+            ("a", "b|c", "d"),
+            ("a|b", "c", "d"),
+            ("a", "b", "c|d"),
+            ("a", "", "b"),
+            ("", "a", "b"),
+            ("a", "b", ""),
+            ("l", "a", "d"),
+            ("l", "a", "e"),
+        ];
+        for x in names {
+            let gx = GroupName::new(x.0, x.1, x.2);
+            assert_eq!(
+                (
+                    gx.license_arn(),
+                    gx.customer_aws_account_id(),
+                    gx.dimension()
+                ),
+                x
+            );
+            for y in names {
+                let gy = GroupName::new(y.0, y.1, y.2);
+                assert_eq!(gx == gy, x == y, "{x:?} {y:?}");
+                assert_eq!(gx.cmp(&gy), x.cmp(&y), "{x:?} {y:?}");
+            }
+        }
     }
 
     #[test]

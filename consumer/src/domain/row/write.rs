@@ -194,8 +194,8 @@ pub fn row_write(
 ) -> RowWrite {
     RowWrite {
         key: id.key(),
-        customer_aws_account_id: id.customer_aws_account_id.clone(),
-        dimension: id.dimension.clone(),
+        customer_aws_account_id: id.customer_aws_account_id().to_owned(),
+        dimension: id.dimension().to_owned(),
         timestamp: id.timestamp(),
         metering_pending: id.hour().to_string(),
         ttl,
