@@ -7,13 +7,15 @@
 //! Run: `awsmp-local up && set -a && . .awsmp-local/env && set +a &&
 //! cargo test -p awsmp-loadtest --test esm_batching_window -- --include-ignored`
 
+mod common;
+
 use anyhow::{Context, Result};
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use aws_lambda_events::kinesis::KinesisEvent;
 use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::StreamStatus;
 use awsmp_loadtest::kinesis_esm::{EsmOptions, KinesisEsm};
 use awsmp_loadtest::local::LocalEnv;
+use common::streams::fresh_stream;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -22,39 +24,12 @@ use std::time::Duration;
 const RECORDS: usize = 12;
 const WRITE_EVERY: Duration = Duration::from_millis(250);
 
-async fn new_stream(kinesis: &aws_sdk_kinesis::Client) -> Result<String> {
-    let stream = format!(
-        "awsmp-window-{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..8]
-    );
-    kinesis
-        .create_stream()
-        .stream_name(&stream)
-        .shard_count(1)
-        .send()
-        .await?;
-    for _ in 0..100 {
-        let s = kinesis
-            .describe_stream_summary()
-            .stream_name(&stream)
-            .send()
-            .await?;
-        if s.stream_description_summary()
-            .is_some_and(|d| d.stream_status() == &StreamStatus::Active)
-        {
-            return Ok(stream);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    anyhow::bail!("{stream} did not become ACTIVE")
-}
-
 /// Follow a fresh one-shard stream with `window` while [`RECORDS`] records are written
 /// [`WRITE_EVERY`] apart; the sizes of the batches the function was invoked with.
 async fn batches_while_writing(window: Duration) -> Result<Vec<usize>> {
     let env = LocalEnv::from_process();
     let kinesis = env.kinesis().await?;
-    let stream = new_stream(&kinesis).await?;
+    let stream = fresh_stream(&kinesis, "window", 1).await?;
     let dir = tempfile::tempdir()?;
     let options = EsmOptions {
         batching_window: window,

@@ -7,16 +7,18 @@
 //! Run: `awsmp-local up && set -a && . .awsmp-local/env && set +a &&
 //! cargo test -p awsmp-loadtest --test reshard_fence -- --include-ignored`
 
+mod common;
+
 use anyhow::{Context, Result, ensure};
 use aws_lambda_events::kinesis::KinesisEvent;
 use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::StreamStatus;
 use awsmp_consumer::Consumer;
 use awsmp_loadtest::kinesis_esm::{EsmOptions, KinesisEsm};
 use awsmp_loadtest::local::{LocalEnv, demo_account, demo_license_arn};
 use awsmp_pipeline::handlers::discoverer::Fence;
 use awsmp_pipeline::ports::{ShardWatermark, WatermarkStore};
 use chrono::{DateTime, Duration, SecondsFormat, Utc};
+use common::streams::{fresh_stream, wait_active};
 use std::sync::Arc;
 
 /// The starting hash key of the second half of the hash key range (2^127).
@@ -60,23 +62,6 @@ async fn watermarks(store: &dyn WatermarkStore, stream: &str) -> Result<Vec<Shar
     Ok(shards)
 }
 
-async fn wait_active(kinesis: &aws_sdk_kinesis::Client, stream: &str) -> Result<()> {
-    for _ in 0..100 {
-        let s = kinesis
-            .describe_stream_summary()
-            .stream_name(stream)
-            .send()
-            .await?;
-        if s.stream_description_summary()
-            .is_some_and(|d| d.stream_status() == &StreamStatus::Active)
-        {
-            return Ok(());
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    anyhow::bail!("{stream} did not become ACTIVE")
-}
-
 /// One heartbeat schedule (markers, then drained parents retired) and a drain of the stream.
 async fn beat_and_consume(
     kinesis: &aws_sdk_kinesis::Client,
@@ -107,17 +92,7 @@ async fn a_split_shard_is_drained_and_the_fence_keeps_moving() -> Result<()> {
         .watermarks
         .clone()
         .context("AWSMP_INGEST_WATERMARK_TABLE must be set")?;
-    let stream = format!(
-        "awsmp-reshard-{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..8]
-    );
-    kinesis
-        .create_stream()
-        .stream_name(&stream)
-        .shard_count(1)
-        .send()
-        .await?;
-    wait_active(&kinesis, &stream).await?;
+    let stream = fresh_stream(&kinesis, "reshard", 1).await?;
     let dir = tempfile::tempdir()?;
     let mut esm = KinesisEsm::new(
         kinesis.clone(),
@@ -193,17 +168,7 @@ async fn a_shard_whose_records_were_never_applied_holds_the_fence() -> Result<()
         .watermarks
         .clone()
         .context("AWSMP_INGEST_WATERMARK_TABLE must be set")?;
-    let stream = format!(
-        "awsmp-unseen-{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..8]
-    );
-    kinesis
-        .create_stream()
-        .stream_name(&stream)
-        .shard_count(2)
-        .send()
-        .await?;
-    wait_active(&kinesis, &stream).await?;
+    let stream = fresh_stream(&kinesis, "unseen", 2).await?;
     // GIVEN usage in both shards, none of it consumed yet, and another stream in the table
     // whose shard of the same id has published
     produce(&kinesis, &stream, 10).await?;

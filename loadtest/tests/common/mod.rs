@@ -9,6 +9,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 pub mod multi_stack;
+pub mod streams;
 
 use anyhow::{Context, Result, bail, ensure};
 use async_trait::async_trait;
