@@ -235,17 +235,7 @@ impl RowShape {
 
     /// The second of `prefix:MM:SS`.
     fn second_of(&self, sort_key: &str) -> Option<u32> {
-        let k = sort_key.as_bytes();
-        let p = self.prefix.len();
-        if k.len() != p + 6 || !same_bytes(&k[..p], self.prefix.as_bytes()) {
-            return None;
-        }
-        let [b':', m1, m2, b':', s1, s2] = k[p..] else {
-            return None;
-        };
-        let digit = |c: u8| c.is_ascii_digit().then(|| u32::from(c - b'0'));
-        let (minute, second) = (digit(m1)? * 10 + digit(m2)?, digit(s1)? * 10 + digit(s2)?);
-        (minute <= 59 && second <= 59).then_some(minute * 60 + second)
+        super::conforming::second_of(&self.prefix, sort_key)
     }
 }
 

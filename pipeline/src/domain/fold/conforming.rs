@@ -89,17 +89,7 @@ impl Conforming {
 
     /// The second of `prefix:MM:SS`, as the general path reads it.
     fn second_of(&self, sort_key: &str) -> Option<u32> {
-        let k = sort_key.as_bytes();
-        let p = self.prefix.len();
-        if k.len() != p + 6 || !same_bytes(&k[..p], self.prefix.as_bytes()) {
-            return None;
-        }
-        let [b':', m1, m2, b':', s1, s2] = k[p..] else {
-            return None;
-        };
-        let digit = |c: u8| c.is_ascii_digit().then(|| u32::from(c - b'0'));
-        let (minute, second) = (digit(m1)? * 10 + digit(m2)?, digit(s1)? * 10 + digit(s2)?);
-        (minute <= 59 && second <= 59).then_some(minute * 60 + second)
+        second_of(&self.prefix, sort_key)
     }
 }
 
@@ -133,6 +123,22 @@ pub(super) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     // The last eight bytes, overlapping the words already compared.
     diff |= word(a, n - 8) ^ word(b, n - 8);
     diff == 0
+}
+
+/// The second of `prefix:MM:SS` (a usage row's sort key in the group of `prefix`), as the
+/// general path reads it; `None` for any other key.
+pub(super) fn second_of(prefix: &str, sort_key: &str) -> Option<u32> {
+    let k = sort_key.as_bytes();
+    let p = prefix.len();
+    if k.len() != p + 6 || !same_bytes(&k[..p], prefix.as_bytes()) {
+        return None;
+    }
+    let [b':', m1, m2, b':', s1, s2] = k[p..] else {
+        return None;
+    };
+    let digit = |c: u8| c.is_ascii_digit().then(|| u32::from(c - b'0'));
+    let (minute, second) = (digit(m1)? * 10 + digit(m2)?, digit(s1)? * 10 + digit(s2)?);
+    (minute <= 59 && second <= 59).then_some(minute * 60 + second)
 }
 
 #[cfg(test)]
