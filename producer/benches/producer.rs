@@ -113,6 +113,21 @@ fn meters(p: &Producer, groups: &[[String; 3]]) -> Vec<Meter> {
         .collect()
 }
 
+/// Events a dense collapse iteration records.
+const DENSE_EVENTS: usize = 500_000;
+
+/// The collapse goal's own density: `n` events of [`events`]' groups and skew, timestamped
+/// as a caller recording at 10 M events/s stamps them (100 ns apart), all inside one second
+/// of event time — about 500 events a (group, second) sum at 1,000 groups.
+fn dense_events(n: usize, seed: u64) -> Vec<Event> {
+    let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
+    let mut evs = events(n, 1, seed);
+    for (i, e) in evs.iter_mut().enumerate() {
+        e.timestamp = t0 + chrono::Duration::nanoseconds(i as i64 * 100);
+    }
+    evs
+}
+
 fn record_throughput(c: &mut Criterion) {
     let rt = runtime();
     let batch = events(50_000, 5, 1);
@@ -126,59 +141,99 @@ fn record_throughput(c: &mut Criterion) {
         ("no_collapse_v1", false, WireVersion::V1),
     ] {
         g.bench_function(name, |b| {
-            b.iter_custom(|iters| {
-                rt.block_on(async {
-                    let p = start_v(
-                        MemoryRecordSink::discarding(ShardMap::uniform(SHARDS)),
-                        collapse,
-                        version,
-                    );
-                    let mut took = Duration::ZERO;
-                    for _ in 0..iters {
-                        // The caller's events exist before record() is called: built outside
-                        // the timed region, moved in (record() consumes them).
-                        let events = batch.clone();
-                        let started = Instant::now();
-                        for e in events {
-                            p.record(e).await.unwrap();
-                        }
-                        // Count delivery too: throughput is what reaches the sink.
-                        p.flush().await.unwrap();
-                        took += started.elapsed();
-                    }
-                    p.shutdown().await.unwrap();
-                    took
-                })
-            })
+            event_iterations(b, &rt, &batch, collapse, version)
         });
     }
     // The same usage through bound group handles (one meter per group, made once, as a
     // seller's hot loop keeps them), to delivery as above.
     for (name, collapse) in [("no_collapse_meter", false), ("collapse_meter", true)] {
         g.bench_function(name, |b| {
-            b.iter_custom(|iters| {
-                rt.block_on(async {
-                    let p = start(
-                        MemoryRecordSink::discarding(ShardMap::uniform(SHARDS)),
-                        collapse,
-                    );
-                    let meters = meters(&p, &groups);
-                    let mut took = Duration::ZERO;
-                    for _ in 0..iters {
-                        let started = Instant::now();
-                        for &(g, ts, q) in &calls {
-                            meters[g].record(ts, q).await.unwrap();
-                        }
-                        p.flush().await.unwrap();
-                        took += started.elapsed();
-                    }
-                    p.shutdown().await.unwrap();
-                    took
-                })
-            })
+            meter_iterations(b, &rt, &groups, &calls, collapse)
         });
     }
     g.finish();
+    dense_collapse(c, &rt);
+}
+
+/// `record/collapse_dense` and `record/collapse_dense_meter`: collapse at the density of its
+/// goal ([`dense_events`]), through `Producer::record(Event)` and through meters, to delivery.
+fn dense_collapse(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
+    let batch = dense_events(DENSE_EVENTS, 4);
+    let (groups, calls) = meter_calls(&batch);
+    let mut g = c.benchmark_group("record");
+    g.throughput(Throughput::Elements(batch.len() as u64));
+    g.sample_size(10);
+    g.bench_function("collapse_dense", |b| {
+        event_iterations(b, rt, &batch, true, WireVersion::V2)
+    });
+    g.bench_function("collapse_dense_meter", |b| {
+        meter_iterations(b, rt, &groups, &calls, true)
+    });
+    g.finish();
+}
+
+/// Iterations of `batch` through `Producer::record(Event)`, to delivery.
+fn event_iterations(
+    b: &mut criterion::Bencher<'_>,
+    rt: &tokio::runtime::Runtime,
+    batch: &[Event],
+    collapse: bool,
+    version: WireVersion,
+) {
+    b.iter_custom(|iters| {
+        rt.block_on(async {
+            let p = start_v(
+                MemoryRecordSink::discarding(ShardMap::uniform(SHARDS)),
+                collapse,
+                version,
+            );
+            let mut took = Duration::ZERO;
+            for _ in 0..iters {
+                // The caller's events exist before record() is called: built outside the
+                // timed region, moved in (record() consumes them).
+                let events = batch.to_vec();
+                let started = Instant::now();
+                for e in events {
+                    p.record(e).await.unwrap();
+                }
+                // Count delivery too: throughput is what reaches the sink.
+                p.flush().await.unwrap();
+                took += started.elapsed();
+            }
+            p.shutdown().await.unwrap();
+            took
+        })
+    })
+}
+
+/// Iterations of `calls` through one meter per group, to delivery.
+fn meter_iterations(
+    b: &mut criterion::Bencher<'_>,
+    rt: &tokio::runtime::Runtime,
+    groups: &[[String; 3]],
+    calls: &[MeterCall],
+    collapse: bool,
+) {
+    b.iter_custom(|iters| {
+        rt.block_on(async {
+            let p = start(
+                MemoryRecordSink::discarding(ShardMap::uniform(SHARDS)),
+                collapse,
+            );
+            let meters = meters(&p, groups);
+            let mut took = Duration::ZERO;
+            for _ in 0..iters {
+                let started = Instant::now();
+                for &(g, ts, q) in calls {
+                    meters[g].record(ts, q).await.unwrap();
+                }
+                p.flush().await.unwrap();
+                took += started.elapsed();
+            }
+            p.shutdown().await.unwrap();
+            took
+        })
+    })
 }
 
 fn encode_throughput(c: &mut Criterion) {

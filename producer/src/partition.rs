@@ -77,6 +77,23 @@ struct CachedKey {
     dimension: String,
     partition_key: std::sync::Arc<str>,
     hash: u128,
+    /// The group's v2 single head for the last producer id and epoch asked for.
+    head: Option<CachedHead>,
+}
+
+/// A group's v2 single head ([`crate::wire::v2::single_head`]) for one producer id and epoch.
+struct CachedHead {
+    epoch: u128,
+    producer_id: Option<Box<str>>,
+    head: std::sync::Arc<[u8]>,
+}
+
+/// What the per-thread cache knows of a valid group: its partition key, the key's hash and,
+/// when asked for, its v2 single head.
+pub(crate) struct CheckedGroup {
+    pub partition_key: std::sync::Arc<str>,
+    pub hash: u128,
+    pub head: Option<std::sync::Arc<[u8]>>,
 }
 
 thread_local! {
@@ -102,23 +119,27 @@ pub(crate) fn keyed_group(
         customer_aws_account_id,
         dimension,
     };
-    cached_group(group, || Ok(())).expect("no check to fail")
+    let c = cached_group(group, || Ok(()), None).expect("no check to fail");
+    (c.partition_key, c.hash)
 }
 
 /// [`keyed_group`] of a group checked by [`crate::event::validate_group`]: a group found in
 /// this thread's cache passed the check before (every entry did), so a hot group is checked
-/// once per thread, not once per event.
+/// once per thread, not once per event. With `head_for` (a producer id and an epoch), also
+/// the group's v2 single head for them, encoded once per thread while they stay the same.
 pub(crate) fn checked_group(
     group: GroupRef<'_>,
-) -> Result<(std::sync::Arc<str>, u128), ValidationError> {
-    cached_group(group, || crate::event::validate_group(group))
+    head_for: Option<(Option<&str>, u128)>,
+) -> Result<CheckedGroup, ValidationError> {
+    cached_group(group, || crate::event::validate_group(group), head_for)
 }
 
 /// The cache's lookup; `check` runs before a group is added.
 fn cached_group(
     group: GroupRef<'_>,
     check: impl FnOnce() -> Result<(), ValidationError>,
-) -> Result<(std::sync::Arc<str>, u128), ValidationError> {
+    head_for: Option<(Option<&str>, u128)>,
+) -> Result<CheckedGroup, ValidationError> {
     let GroupRef {
         license_arn,
         customer_aws_account_id,
@@ -132,37 +153,65 @@ fn cached_group(
     }
     let fields_hash = h.finish();
     KEY_CACHE.with_borrow_mut(|cache| {
-        let found = cache.find(fields_hash, |c| {
+        let found = cache.find_mut(fields_hash, |c| {
             c.fields_hash == fields_hash
                 && c.license_arn == license_arn
                 && c.customer_aws_account_id == customer_aws_account_id
                 && c.dimension == dimension
         });
-        if let Some(c) = found {
-            return Ok((c.partition_key.clone(), c.hash));
-        }
-        check()?;
-        let partition_key: std::sync::Arc<str> =
-            partition_key(license_arn, customer_aws_account_id, dimension).into();
-        let hash = partition_hash(&partition_key);
-        if cache.len() >= KEY_CACHE_GROUPS {
-            cache.clear();
-        }
-        let out = (partition_key.clone(), hash);
-        cache.insert_unique(
-            fields_hash,
-            CachedKey {
-                fields_hash,
-                license_arn: license_arn.to_owned(),
-                customer_aws_account_id: customer_aws_account_id.to_owned(),
-                dimension: dimension.to_owned(),
-                partition_key,
-                hash,
-            },
-            |c| c.fields_hash,
-        );
-        Ok(out)
+        let c = match found {
+            Some(c) => c,
+            None => {
+                check()?;
+                let partition_key: std::sync::Arc<str> =
+                    partition_key(license_arn, customer_aws_account_id, dimension).into();
+                let hash = partition_hash(&partition_key);
+                if cache.len() >= KEY_CACHE_GROUPS {
+                    cache.clear();
+                }
+                let entry = CachedKey {
+                    fields_hash,
+                    license_arn: license_arn.to_owned(),
+                    customer_aws_account_id: customer_aws_account_id.to_owned(),
+                    dimension: dimension.to_owned(),
+                    partition_key,
+                    hash,
+                    head: None,
+                };
+                cache
+                    .insert_unique(fields_hash, entry, |c| c.fields_hash)
+                    .into_mut()
+            }
+        };
+        let head = head_for.map(|(producer_id, epoch)| head_of(c, group, producer_id, epoch));
+        Ok(CheckedGroup {
+            partition_key: c.partition_key.clone(),
+            hash: c.hash,
+            head,
+        })
     })
+}
+
+/// `c`'s head for `producer_id` and `epoch`, encoded now unless it is the one kept.
+fn head_of(
+    c: &mut CachedKey,
+    group: GroupRef<'_>,
+    producer_id: Option<&str>,
+    epoch: u128,
+) -> std::sync::Arc<[u8]> {
+    match &c.head {
+        Some(h) if h.epoch == epoch && h.producer_id.as_deref() == producer_id => h.head.clone(),
+        _ => {
+            let head: std::sync::Arc<[u8]> =
+                crate::wire::v2::single_head(group, producer_id, epoch).into();
+            c.head = Some(CachedHead {
+                epoch,
+                producer_id: producer_id.map(Into::into),
+                head: head.clone(),
+            });
+            head
+        }
+    }
 }
 
 /// One open shard and the hash keys it owns (inclusive bounds).
@@ -314,13 +363,48 @@ mod tests {
                 (g(arn, "1234", "reqs"), "InvalidAccountId"),
                 (g(arn, "123456789012", ""), "EmptyDimension"),
             ] {
-                assert_eq!(checked_group(bad).unwrap_err().reason(), reason);
+                let refused = checked_group(bad, Some((None, 1))).err().map(|e| e.reason());
+                assert_eq!(refused, Some(reason));
             }
             let pk = partition_key(arn, "123456789012", "reqs");
+            let c = checked_group(g(arn, "123456789012", "reqs"), None).unwrap();
             assert_eq!(
-                checked_group(g(arn, "123456789012", "reqs")).unwrap(),
-                (pk.as_str().into(), partition_hash(&pk))
+                (c.partition_key, c.hash, c.head),
+                (pk.as_str().into(), partition_hash(&pk), None)
             );
+        }
+    }
+
+    #[test]
+    fn a_groups_head_is_its_producer_ids_and_epochs() {
+        let arn =
+            "arn:aws:license-manager::123456789012:license:l-fedcba9876543210fedcba9876543210";
+        let group = GroupRef {
+            license_arn: arn,
+            customer_aws_account_id: "123456789012",
+            dimension: "gb",
+        };
+        let head = |producer_id, epoch| {
+            checked_group(group, Some((producer_id, epoch)))
+                .unwrap()
+                .head
+                .unwrap()
+        };
+        let first = head(Some("svc-a"), 7);
+        assert_eq!(
+            &first[..],
+            &crate::wire::v2::single_head(group, Some("svc-a"), 7)[..]
+        );
+        // Asked again for the same producer id and epoch: the head kept, not a new one.
+        assert!(std::sync::Arc::ptr_eq(&first, &head(Some("svc-a"), 7)));
+        // Another producer id or epoch is encoded for itself.
+        for (producer_id, epoch) in [(Some("svc-b"), 7), (None, 7), (Some("svc-a"), 8)] {
+            let other = head(producer_id, epoch);
+            assert_eq!(
+                &other[..],
+                &crate::wire::v2::single_head(group, producer_id, epoch)[..]
+            );
+            assert_ne!(&other[..], &first[..]);
         }
     }
 

@@ -2,6 +2,7 @@
 //! encoded (no collapse) or sized for its window's sum (collapse) — and completing an event
 //! that goes back to the caller.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
@@ -12,8 +13,9 @@ use crate::event::{Event, truncate_to_millis, validate_allocations, validate_tim
 use crate::event_id::GeneratedId;
 use crate::limits::MAX_RECORD_BYTES;
 use crate::partition::{
-    checked_group, keyed_group, partition_hash, partition_key, partition_key_len,
+    CheckedGroup, checked_group, keyed_group, partition_hash, partition_key, partition_key_len,
 };
+use crate::wire::v2::generated_single_len;
 use crate::wire::{WireVersion, single_len_as};
 
 /// A validated event on its way to the staging area, charged `cost` bytes.
@@ -25,23 +27,26 @@ pub(super) struct Prepared {
     pub cost: usize,
 }
 
-/// A payload to write: v2 (sized, written straight into the staging buffer) or v1 JSON.
+/// A payload to write: v2 (sized, written straight into the staging buffer: from the event,
+/// or from its group's cached head when its id is generated and it has no allocations) or
+/// v1 JSON.
 pub(super) enum Payload {
     V2 { len: usize },
+    V2Head { len: usize, head: Arc<[u8]> },
     Json(Bytes),
 }
 
 impl Payload {
     pub fn len(&self) -> usize {
         match self {
-            Payload::V2 { len } => *len,
+            Payload::V2 { len } | Payload::V2Head { len, .. } => *len,
             Payload::Json(b) => b.len(),
         }
     }
 }
 
 /// A group's partition key and its hash.
-pub(super) type Keyed = (std::sync::Arc<str>, u128);
+pub(super) type Keyed = (Arc<str>, u128);
 
 /// How much of an event [`Producer::prepare`] checks.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -123,13 +128,14 @@ impl Producer {
                 event: Box::new(self.give_back(event, None)),
             }
         };
-        let keyed = match Self::check(&event, check) {
-            Ok(keyed) => keyed,
+        let checked = match self.check(&event, check) {
+            Ok(checked) => checked,
             Err(e) => return Err(invalid(e, event)),
         };
         let config = &self.shared.config;
         let (generated, route, pk_len) = match (config.collapse, config.wire_version) {
             (true, version) => {
+                let keyed = checked.map(|c| (c.partition_key, c.hash));
                 let payload_len = self.fold_payload_len(&mut event, version);
                 let pk_len = keyed.as_ref().map_or_else(
                     || {
@@ -143,7 +149,7 @@ impl Producer {
                 );
                 (None, Route::Fold { payload_len, keyed }, pk_len)
             }
-            (false, version) => self.encode_plain(&mut event, version, keyed),
+            (false, version) => self.encode_plain(&mut event, version, checked),
         };
         let payload_len = match &route {
             Route::Encoded { payload, .. } => payload.len(),
@@ -181,16 +187,18 @@ impl Producer {
 
     /// Checks `event` as `check` says; a whole check returns its group's partition key and
     /// hash, from the per-thread cache of groups already checked (a hot group is checked
-    /// once per thread, not once per event).
-    fn check(event: &Event, check: Check) -> Result<Option<Keyed>, ValidationError> {
+    /// once per thread, not once per event), and the group's v2 head when the event will be
+    /// written from it ([`Producer::head_for`]).
+    fn check(&self, event: &Event, check: Check) -> Result<Option<CheckedGroup>, ValidationError> {
         match check {
             Check::Whole => {
-                let mut keyed = None;
+                let mut checked = None;
+                let head_for = self.head_for(event);
                 event.validate_with(true, |e| {
-                    keyed = Some(checked_group(e.group())?);
+                    checked = Some(checked_group(e.group(), head_for)?);
                     Ok(())
                 })?;
-                Ok(keyed)
+                Ok(checked)
             }
             Check::Usage => {
                 validate_timestamp(&event.timestamp)?;
@@ -201,30 +209,61 @@ impl Producer {
         }
     }
 
+    /// The producer id and epoch whose v2 head `event`'s group is to be written from: an
+    /// event written without collapse, in v2, with a generated id (none of its own), no
+    /// allocations and no producer id of its own (the configured default's; one head per
+    /// group and thread is kept).
+    fn head_for(&self, event: &Event) -> Option<(Option<&str>, u128)> {
+        let config = &self.shared.config;
+        let plain = event.event_id.is_empty()
+            && event.usage_allocations.is_none()
+            && event.producer_id.is_none();
+        (plain && !config.collapse && config.wire_version == WireVersion::V2).then(|| {
+            (
+                config.producer_id.as_deref(),
+                self.shared.ids.longest_id().epoch,
+            )
+        })
+    }
+
     /// No collapse: the event's id (generated if it has none), partition key and payload.
     fn encode_plain(
         &self,
         event: &mut Event,
         version: WireVersion,
-        keyed: Option<Keyed>,
+        checked: Option<CheckedGroup>,
     ) -> (Option<GeneratedId>, Route, usize) {
-        let (pk, hash) = keyed.unwrap_or_else(|| {
-            keyed_group(
+        let CheckedGroup {
+            partition_key: pk,
+            hash,
+            head,
+        } = checked.unwrap_or_else(|| {
+            let (partition_key, hash) = keyed_group(
                 &event.license_arn,
                 &event.customer_aws_account_id,
                 &event.dimension,
-            )
+            );
+            CheckedGroup {
+                partition_key,
+                hash,
+                head: None,
+            }
         });
         // `p:{epoch}:{lane}:{seq}`: deduplicated by sequence, not by a claim per event.
         let generated = event
             .event_id
             .is_empty()
             .then(|| self.shared.ids.next_id(hash));
-        let payload = match version {
-            WireVersion::V2 => Payload::V2 {
+        let millis = event.timestamp.timestamp_millis();
+        let payload = match (version, head, generated) {
+            (WireVersion::V2, Some(head), Some(id)) => Payload::V2Head {
+                len: generated_single_len(&head, event.quantity, millis, id),
+                head,
+            },
+            (WireVersion::V2, ..) => Payload::V2 {
                 len: single_len_as(event, self.producer_id_of(event), generated),
             },
-            WireVersion::V1 => {
+            (WireVersion::V1, ..) => {
                 self.complete(event, generated);
                 Payload::Json(version.encode_bytes(event, generated))
             }

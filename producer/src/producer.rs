@@ -28,6 +28,7 @@ use crate::outcome::{FlushOutcome, Undelivered, UndeliveredCallback};
 use crate::shards::{KinesisShardMapSource, ShardMapSource};
 use crate::sink::{KinesisRecordSink, RecordSink};
 use crate::wire::encode_single_into;
+use crate::wire::v2::put_generated_single;
 
 /// A call waiting for buffer space.
 type Waiting<'a> = std::pin::Pin<Box<dyn Future<Output = Result<(), ProducerError>> + Send + 'a>>;
@@ -207,6 +208,11 @@ impl Producer {
                 let producer_id = self.producer_id_of(&event);
                 let write = |buf: &mut BytesMut| match &payload {
                     Payload::V2 { .. } => encode_single_into(buf, &event, producer_id, generated),
+                    Payload::V2Head { head, .. } => {
+                        let id = generated.expect("a head is used for generated ids only");
+                        let millis = event.timestamp.timestamp_millis();
+                        put_generated_single(buf, head, event.quantity, millis, id);
+                    }
                     Payload::Json(json) => buf.extend_from_slice(json),
                 };
                 let staging = &self.shared.staging;
