@@ -250,13 +250,17 @@ pub(crate) fn validate_timestamp(ts: &DateTime<Utc>) -> Result<(), ValidationErr
 
 /// Drops sub-millisecond digits (the payload carries milliseconds; the second is unchanged).
 pub(crate) fn truncate_to_millis(ts: DateTime<Utc>) -> DateTime<Utc> {
-    // UTC: the naive UTC time is the local one (no offset to apply, as `nanosecond()` would).
-    let nanos = ts.naive_utc().nanosecond();
+    // UTC: the naive UTC time is the local one (no offset to apply, as `nanosecond()` would),
+    // so the naive time is truncated and read back as UTC, with no time zone arithmetic.
+    let naive = ts.naive_utc();
+    let nanos = naive.nanosecond();
     if nanos.is_multiple_of(1_000_000) {
-        // Already whole milliseconds (the common case): nothing to drop.
+        // Already whole milliseconds: nothing to drop.
         return ts;
     }
-    ts.with_nanosecond(nanos - nanos % 1_000_000).unwrap_or(ts)
+    naive
+        .with_nanosecond(nanos - nanos % 1_000_000)
+        .map_or(ts, |n| n.and_utc())
 }
 
 /// 1–2,500 allocations, each with 1–5 tags of non-empty key and value, summing to `quantity`.
@@ -451,5 +455,13 @@ mod tests {
         let t = truncate_to_millis(ts);
         assert_eq!(t.timestamp(), 1_700_000_000);
         assert_eq!(t.timestamp_subsec_nanos(), 123_000_000);
+        // A leap second keeps its second and its run past 999 ms.
+        let leap = Utc.timestamp_opt(1_483_228_799, 1_500_123_456).unwrap();
+        let t = truncate_to_millis(leap);
+        assert_eq!(
+            (t.timestamp(), t.timestamp_subsec_nanos()),
+            (1_483_228_799, 1_500_000_000)
+        );
+        assert_eq!(truncate_to_millis(t), t);
     }
 }

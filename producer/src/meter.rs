@@ -167,11 +167,16 @@ impl Producer {
     }
 }
 
-/// A meter's event past its checks: its timestamp in whole milliseconds.
+/// A meter's event past its checks: its timestamp in whole milliseconds, and its UTC second.
 struct Usage {
     timestamp: DateTime<Utc>,
+    second: i64,
     quantity: u64,
 }
+
+/// Epoch seconds of 10000-01-01T00:00:00Z: a timestamp is in years 1970–9999 (what
+/// `validate_timestamp` admits) exactly when its second lies in `0..YEAR_10000_SECONDS`.
+const YEAR_10000_SECONDS: i64 = 253_402_300_800;
 
 /// The v2 payload of a meter's event without collapse, its id taken.
 struct Encoded {
@@ -297,26 +302,45 @@ impl Meter {
     }
 
     /// Refuses the event once the producer is closed or when its timestamp is invalid, as
-    /// [`Producer::record`] does (the same error, reason and metric).
+    /// [`Producer::record`] does (the same error, reason and metric). The accepted call's
+    /// checks are a flag and an integer range; the refusal is built out of line.
+    #[inline]
     fn check(&self, timestamp: DateTime<Utc>, quantity: u64) -> Result<Usage, ProducerError> {
         let p = &self.bound.producer;
+        let timestamp = truncate_to_millis(timestamp);
+        let second = timestamp.timestamp();
+        // `validate_timestamp`'s years 1970–9999, as the second they start and end at.
+        let in_range = (0..YEAR_10000_SECONDS).contains(&second);
+        if !in_range || p.shared.closed.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(self.refuse(timestamp, quantity));
+        }
+        Ok(Usage {
+            timestamp,
+            second,
+            quantity,
+        })
+    }
+
+    /// Why [`Meter::check`] refused the event.
+    #[cold]
+    #[inline(never)]
+    fn refuse(&self, timestamp: DateTime<Utc>, quantity: u64) -> ProducerError {
+        let p = &self.bound.producer;
         let usage = Usage {
-            timestamp: truncate_to_millis(timestamp),
+            timestamp,
+            second: timestamp.timestamp(),
             quantity,
         };
         if p.shared.closed.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(ProducerError::Closed(Some(Box::new(
-                p.give_back(self.event(&usage), None),
-            ))));
+            return ProducerError::Closed(Some(Box::new(p.give_back(self.event(&usage), None))));
         }
-        if let Err(source) = validate_timestamp(&usage.timestamp) {
-            p.shared.metrics.refused(source.reason());
-            return Err(ProducerError::Invalid {
-                source,
-                event: Box::new(p.give_back(self.event(&usage), None)),
-            });
+        let source = validate_timestamp(&usage.timestamp)
+            .expect_err("a timestamp out of range fails validation");
+        p.shared.metrics.refused(source.reason());
+        ProducerError::Invalid {
+            source,
+            event: Box::new(p.give_back(self.event(&usage), None)),
         }
-        Ok(usage)
     }
 
     /// Collapse: adds the event to its open sum at no charge, or prepares it (charged, as
@@ -324,7 +348,7 @@ impl Meter {
     fn absorb(&self, usage: &Usage) -> Result<Option<Prepared>, ProducerError> {
         let b = &*self.bound;
         let p = &b.producer;
-        let second = usage.timestamp.timestamp();
+        let second = usage.second;
         // The common call: the open sum this handle holds takes it, under its lock alone.
         if b.slot.try_add(second, usage.quantity, usage.timestamp) {
             p.accepted();

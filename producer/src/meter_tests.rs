@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use chrono::{TimeZone, Utc};
+use chrono::{TimeZone, Timelike, Utc};
 use proptest::prelude::*;
 
 use crate::partition::ShardMap;
@@ -229,17 +229,32 @@ async fn a_meter_is_refused_what_record_is_refused() {
             .reason(),
         "EventTooLarge"
     );
-    let m = p.meter(l, a, d).unwrap();
-    let ancient = Utc.with_ymd_and_hms(1969, 12, 31, 23, 59, 59).unwrap();
-    let err = m.record(ancient, 1).await.unwrap_err();
-    let ProducerError::Invalid { source, event } = err else {
-        panic!("refused as invalid");
+    let m = p.meter(l.clone(), a.clone(), d.clone()).unwrap();
+    let at = |y, mo, day, h, mi, sec, nanos| {
+        let t = Utc.with_ymd_and_hms(y, mo, day, h, mi, sec).unwrap();
+        t.with_nanosecond(nanos).unwrap()
     };
-    assert_eq!(source.reason(), "MalformedTimestamp");
-    assert_eq!(event.quantity, 1);
-    assert!(!event.event_id.is_empty(), "given back with an id");
+    // Either side of the years 1970–9999, to the nanosecond, as `Producer::record` draws it.
+    let edges = [
+        (at(1969, 12, 31, 23, 59, 59, 999_999_999), false),
+        (at(1970, 1, 1, 0, 0, 0, 0), true),
+        (at(9999, 12, 31, 23, 59, 59, 999_999_999), true),
+        (at(10000, 1, 1, 0, 0, 0, 0), false),
+    ];
+    for (t, valid) in edges {
+        let by_meter = m.record(t, 1).await;
+        let by_record = p.record(Event::new(&l, &a, &d, 1, t)).await;
+        assert_eq!(by_meter.is_ok(), valid, "{t}");
+        assert_eq!(by_record.is_ok(), valid, "{t}");
+        let Err(ProducerError::Invalid { source, event }) = by_meter else {
+            continue;
+        };
+        assert_eq!(source.reason(), "MalformedTimestamp");
+        assert_eq!(event.quantity, 1);
+        assert!(!event.event_id.is_empty(), "given back with an id");
+    }
     p.shutdown().await.unwrap();
     let late = m.record(Utc::now(), 2).await.unwrap_err();
     assert!(matches!(late, ProducerError::Closed(Some(_))), "{late}");
-    assert_eq!(p.stats().events_recorded, 0);
+    assert_eq!(p.stats().events_recorded, 4);
 }

@@ -363,7 +363,9 @@ mod tests {
                 (g(arn, "1234", "reqs"), "InvalidAccountId"),
                 (g(arn, "123456789012", ""), "EmptyDimension"),
             ] {
-                let refused = checked_group(bad, Some((None, 1))).err().map(|e| e.reason());
+                let refused = checked_group(bad, Some((None, 1)))
+                    .err()
+                    .map(|e| e.reason());
                 assert_eq!(refused, Some(reason));
             }
             let pk = partition_key(arn, "123456789012", "reqs");

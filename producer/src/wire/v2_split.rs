@@ -11,7 +11,8 @@ use bytes::BufMut;
 use prost::encoding::encode_varint;
 
 use super::{
-    HEADER_LEN, KIND_SINGLE, Reader, V2, WT_LEN, bytes_field_len, key, put_bytes, put_varint,
+    HEADER_LEN, KIND_SINGLE, Reader, V2, WT_LEN, WT_VARINT, bytes_field_len, key, put_bytes,
+    put_varint,
 };
 use crate::event::{Event, GroupRef};
 use crate::event_id::GeneratedId;
@@ -217,15 +218,52 @@ fn put_entry(
 /// timestamp (epoch milliseconds), lane, sequence. Shared by [`write_single`] and the bound
 /// group handle's payload (`split::put_head`), so both write the same bytes.
 fn put_generated_fields(out: &mut BytesMut, quantity: u64, millis: i64, id: GeneratedId) {
+    let mut fields = VarintFields::default();
     if quantity != 0 {
-        put_varint(out, 3, quantity);
+        fields.put(3, quantity);
     }
     // Two's complement for a (never validated) negative instant, as protobuf int64 does.
-    put_varint(out, 4, millis as u64);
+    fields.put(4, millis as u64);
     if id.lane != 0 {
-        put_varint(out, 5, u64::from(id.lane));
+        fields.put(5, u64::from(id.lane));
     }
-    put_varint(out, 6, id.seq);
+    fields.put(6, id.seq);
+    out.extend_from_slice(&fields.buf[..fields.len]);
+}
+
+/// Up to four varint fields (of numbers below 16) written on the stack, for one append: what
+/// `put_varint` writes for each, without a capacity check per byte.
+struct VarintFields {
+    buf: [u8; 4 * (1 + MAX_VARINT_LEN)],
+    len: usize,
+}
+
+/// Bytes of the longest varint (a `u64`).
+const MAX_VARINT_LEN: usize = 10;
+
+impl Default for VarintFields {
+    fn default() -> Self {
+        Self {
+            buf: [0; 4 * (1 + MAX_VARINT_LEN)],
+            len: 0,
+        }
+    }
+}
+
+impl VarintFields {
+    /// Field `field` (< 16) of varint `v`; at most four per value.
+    fn put(&mut self, field: u8, mut v: u64) {
+        debug_assert!(field < 16 && self.len + 1 + MAX_VARINT_LEN <= self.buf.len());
+        self.buf[self.len] = field << 3 | WT_VARINT;
+        self.len += 1;
+        while v >= 0x80 {
+            self.buf[self.len] = v as u8 | 0x80;
+            v >>= 7;
+            self.len += 1;
+        }
+        self.buf[self.len] = v as u8;
+        self.len += 1;
+    }
 }
 
 fn event_fields(out: &mut BytesMut, event: &Event, id: Option<GeneratedId>) {
@@ -309,6 +347,27 @@ mod tests {
             put_generated_single(&mut got, &head, quantity, millis, id);
             prop_assert_eq!(&got[..], &want[..]);
             prop_assert_eq!(generated_single_len(&head, quantity, millis, id), want.len());
+        }
+
+        /// The stack-written fields are what `prost`'s varint writer writes, field by field.
+        #[test]
+        fn generated_fields_are_protobuf_varints(
+            quantity in prop_oneof![Just(0u64), any::<u64>()],
+            millis in any::<i64>(),
+            (epoch, lane, seq) in (any::<u128>(), any::<u8>(), any::<u64>()),
+        ) {
+            let mut want = BytesMut::new();
+            if quantity != 0 {
+                put_varint(&mut want, 3, quantity);
+            }
+            put_varint(&mut want, 4, millis as u64);
+            if lane != 0 {
+                put_varint(&mut want, 5, u64::from(lane));
+            }
+            put_varint(&mut want, 6, seq);
+            let mut got = BytesMut::new();
+            put_generated_fields(&mut got, quantity, millis, GeneratedId { epoch, lane, seq });
+            prop_assert_eq!(&got[..], &want[..]);
         }
     }
 }
