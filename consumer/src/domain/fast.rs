@@ -32,7 +32,7 @@ use prost::encoding::{WireType, decode_key, decode_varint};
 use serde::Deserialize;
 
 use super::accepted::{Accepted, EventId};
-use super::intern::{Group, Interner};
+use super::intern::{Group, Interner, text_hash};
 use super::record::{DecodedRecord, StreamRecord};
 use super::trailer::body_and_trailer;
 use super::verify::{TimestampPolicy, VerifyPolicy, billing_time_of};
@@ -91,11 +91,31 @@ fn kpl_record(mut buf: &[u8]) -> Option<(u64, Option<u64>, &[u8])> {
     Some((pk?, ehk, data?))
 }
 
+/// One partition key of an aggregate's table: the group the batch already knows it names
+/// (looked up by its bytes, which then need no UTF-8 check), or its text and hash.
+#[derive(Clone)]
+enum Pk<'a> {
+    Named(Group),
+    Text(&'a str, u64),
+}
+
+impl<'a> Pk<'a> {
+    /// Key `bytes`; `None` when they are not UTF-8.
+    fn of(bytes: &'a [u8], interner: &Interner) -> Option<Self> {
+        let hash = text_hash(bytes);
+        if let Some(g) = interner.known_key(bytes, hash) {
+            return Some(Self::Named(g.clone()));
+        }
+        Some(Self::Text(std::str::from_utf8(bytes).ok()?, hash))
+    }
+}
+
 /// The user records of a KPL aggregate's `body` (its trailer already checked), borrowed, into
 /// `users` and the partition key table into `pks`; `None` when the hot path does not read it.
 fn kpl_users<'a>(
     mut body: &'a [u8],
-    pks: &mut Vec<&'a str>,
+    interner: &Interner,
+    pks: &mut Vec<Pk<'a>>,
     users: &mut Vec<User<'a>>,
 ) -> Option<()> {
     let mut ehks = 0usize;
@@ -108,7 +128,7 @@ fn kpl_users<'a>(
         }
         let field = take(&mut body)?;
         match tag {
-            1 => pks.push(std::str::from_utf8(field).ok()?),
+            1 => pks.push(Pk::of(field, interner)?),
             2 => {
                 std::str::from_utf8(field).ok()?;
                 ehks += 1;
@@ -256,9 +276,8 @@ fn v1_fields<'a>(data: &'a [u8], interner: &mut Interner) -> Option<Fields<'a>> 
 /// table, the group each partition key names, each table entry's group and producer id.
 #[derive(Default)]
 struct Shared<'a> {
-    pks: Vec<&'a str>,
+    pks: Vec<Pk<'a>>,
     table: Option<Vec<EntryV2<'a>>>,
-    pk_groups: Vec<Option<Group>>,
     entry_groups: Vec<Option<Group>>,
     entry_producers: Vec<Option<Arc<str>>>,
 }
@@ -267,8 +286,6 @@ impl<'a> Shared<'a> {
     /// Ready for a record whose partition keys are `self.pks` and whose v2 table is `table`.
     fn reset(&mut self, table: Option<Vec<EntryV2<'a>>>) {
         let entries = table.as_ref().map_or(0, Vec::len);
-        self.pk_groups.clear();
-        self.pk_groups.resize(self.pks.len(), None);
         self.entry_groups.clear();
         self.entry_groups.resize(entries, None);
         self.entry_producers.clear();
@@ -278,11 +295,12 @@ impl<'a> Shared<'a> {
 
     /// The group partition key `pk` names.
     fn pk_group(&mut self, pk: usize, interner: &mut Interner) -> Option<Group> {
-        if let Some(g) = &self.pk_groups[pk] {
-            return Some(g.clone());
-        }
-        let group = interner.group_named_by_key(self.pks[pk])?;
-        self.pk_groups[pk] = Some(group.clone());
+        let (text, hash) = match &self.pks[pk] {
+            Pk::Named(g) => return Some(g.clone()),
+            Pk::Text(text, hash) => (*text, *hash),
+        };
+        let group = interner.group_named_by_hashed_key(text, hash)?;
+        self.pks[pk] = Pk::Named(group.clone());
         Some(group)
     }
 
@@ -475,7 +493,7 @@ pub fn decode_plain_in<'a>(
         if !trailer_ok {
             return None;
         }
-        kpl_users(body_and_trailer(data)?.0, &mut shared.pks, users)?;
+        kpl_users(body_and_trailer(data)?.0, interner, &mut shared.pks, users)?;
     } else {
         users.push(User { pk: None, data });
     }
