@@ -28,7 +28,7 @@ use awsmp_producer::wire::v2::{
 use awsmp_producer::wire::{KPL_MAGIC, MD5_LEN, PAYLOAD_VERSION};
 use chrono::{DateTime, Datelike, Duration, NaiveDate, Timelike, Utc};
 use md5::{Digest, Md5};
-use prost::encoding::{WireType, decode_key, decode_varint};
+use prost::encoding::decode_varint;
 use serde::Deserialize;
 
 use super::accepted::{Accepted, EventId};
@@ -64,9 +64,31 @@ impl Scratch<'_> {
     }
 }
 
+/// A varint of `buf`, as `prost`'s `decode_varint` reads it (which it is, past one byte).
+#[inline]
+fn varint(buf: &mut &[u8]) -> Option<u64> {
+    match buf.split_first() {
+        Some((&b, rest)) if b < 0x80 => {
+            *buf = rest;
+            Some(u64::from(b))
+        }
+        _ => decode_varint(buf).ok(),
+    }
+}
+
+/// A protobuf key: field number `field`, wire type `wire_type`.
+const fn key(field: u64, wire_type: u64) -> u64 {
+    field << 3 | wire_type
+}
+
+/// Wire type varint.
+const VARINT: u64 = 0;
+/// Wire type length-delimited.
+const LEN: u64 = 2;
+
 /// A length-delimited field of `buf`.
 fn take<'a>(buf: &mut &'a [u8]) -> Option<&'a [u8]> {
-    let len = usize::try_from(decode_varint(buf).ok()?).ok()?;
+    let len = usize::try_from(varint(buf)?).ok()?;
     if len > buf.len() {
         return None;
     }
@@ -80,11 +102,11 @@ fn take<'a>(buf: &mut &'a [u8]) -> Option<&'a [u8]> {
 fn kpl_record(mut buf: &[u8]) -> Option<(u64, Option<u64>, &[u8])> {
     let (mut pk, mut ehk, mut data) = (None, None, None);
     while !buf.is_empty() {
-        let (tag, wt) = decode_key(&mut buf).ok()?;
-        match (tag, wt) {
-            (1, WireType::Varint) if pk.is_none() => pk = Some(decode_varint(&mut buf).ok()?),
-            (2, WireType::Varint) if ehk.is_none() => ehk = Some(decode_varint(&mut buf).ok()?),
-            (3, WireType::LengthDelimited) if data.is_none() => data = Some(take(&mut buf)?),
+        // Any key but these three (whatever `prost` would make of it) is the general path's.
+        match varint(&mut buf)? {
+            k if k == key(1, VARINT) && pk.is_none() => pk = Some(varint(&mut buf)?),
+            k if k == key(2, VARINT) && ehk.is_none() => ehk = Some(varint(&mut buf)?),
+            k if k == key(3, LEN) && data.is_none() => data = Some(take(&mut buf)?),
             _ => return None,
         }
     }
@@ -122,12 +144,12 @@ fn kpl_users<'a>(
     // Both tables may follow the records: the indexes are checked once the body is read.
     let (mut top_pk, mut top_ehk) = (0usize, None);
     while !body.is_empty() {
-        let (tag, wt) = decode_key(&mut body).ok()?;
-        if wt != WireType::LengthDelimited {
+        let k = varint(&mut body)?;
+        if k & 7 != LEN {
             return None;
         }
         let field = take(&mut body)?;
-        match tag {
+        match k >> 3 {
             1 => pks.push(Pk::of(field, interner)?),
             2 => {
                 std::str::from_utf8(field).ok()?;

@@ -6,7 +6,7 @@
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 
-use awsmp_producer::event::{validate_account_id, validate_license_arn};
+use awsmp_producer::event::validate_account_id;
 use awsmp_producer::wire::v2::GroupV2;
 use foldhash::fast::FixedState;
 use hashbrown::HashTable;
@@ -56,6 +56,39 @@ fn spell(text: &mut String, license_arn: &str, customer_aws_account_id: &str, di
     text.push_str(dimension);
 }
 
+/// `validate_license_arn(arn).is_ok()` (`arn:<partition>:license-manager::<12
+/// digits>:license:l-<32 lowercase hex>`), read byte by byte at the form's fixed offsets
+/// (the producer's check splits and strips through string searches: several times slower,
+/// once per group of a batch). `tests::the_license_arn_check_is_the_producers` compares them.
+pub fn license_arn_ok(arn: &str) -> bool {
+    const MIDDLE: &[u8] = b"license-manager::";
+    const TAIL: &[u8] = b":license:l-";
+    let Some(rest) = arn.as_bytes().strip_prefix(b"arn:") else {
+        return false;
+    };
+    // The partition runs to the first `:`, so it is the longest run of its characters.
+    let partition = rest
+        .iter()
+        .take_while(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || **b == b'-')
+        .count();
+    let Some((b':', rest)) = rest[partition..].split_first() else {
+        return false;
+    };
+    let digits = |s: &[u8]| s.iter().all(u8::is_ascii_digit);
+    let hex = |s: &[u8]| {
+        s.iter()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+    };
+    let account = MIDDLE.len();
+    let id = account + 12 + TAIL.len();
+    partition > 0
+        && rest.len() == id + 32
+        && rest.starts_with(MIDDLE)
+        && digits(&rest[account..account + 12])
+        && rest[account + 12..id] == *TAIL
+        && hex(&rest[id..])
+}
+
 /// A field's length as the name keeps it.
 fn field_len(s: &str) -> u32 {
     u32::try_from(s.len()).expect("a group name field under 4 GiB")
@@ -83,7 +116,7 @@ impl GroupName {
         let dimension = &text[license_len + account_len + 2..];
         Self {
             hash,
-            valid: validate_license_arn(license_arn).is_ok()
+            valid: license_arn_ok(license_arn)
                 && validate_account_id(account).is_ok()
                 && !dimension.is_empty(),
             keyed: !license_arn.contains('|') && !account.contains('|'),
@@ -341,6 +374,50 @@ mod tests {
                 assert_eq!(gx == gy, x == y, "{x:?} {y:?}");
                 assert_eq!(gx.cmp(&gy), x.cmp(&y), "{x:?} {y:?}");
             }
+        }
+    }
+
+    proptest::proptest! {
+        /// The byte-by-byte license ARN check says what the producer's says: on valid ARNs of
+        /// any partition, each with one byte changed, cut or added anywhere, and on anything.
+        #[test]
+        fn the_license_arn_check_is_the_producers(
+            partition in "[a-z0-9-]{0,12}",
+            account in "[0-9]{10,13}",
+            id in "[0-9a-fA-F]{31,33}",
+            poke in proptest::option::of((0usize..100, 0u8..128)),
+            cut in proptest::option::of(0usize..100),
+            any in ".{0,90}",
+        ) {
+            let arn = format!("arn:{partition}:license-manager::{account}:license:l-{id}");
+            let mut bytes = arn.clone().into_bytes();
+            if let Some((at, b)) = poke && at < bytes.len() {
+                bytes[at] = b;
+            }
+            if let Some(at) = cut && at < bytes.len() {
+                bytes.remove(at);
+            }
+            let poked = String::from_utf8(bytes).unwrap();
+            for s in [&arn, &poked, &any, &format!("{arn}:"), &format!("{arn}{any}")] {
+                let producers = awsmp_producer::event::validate_license_arn(s).is_ok();
+                proptest::prop_assert_eq!(license_arn_ok(s), producers, "{}", s);
+            }
+        }
+    }
+
+    #[test]
+    fn license_arns_of_other_partitions_and_near_misses() {
+        let ok = "arn:aws-us-gov:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef";
+        assert!(license_arn_ok(ok));
+        for bad in [
+            "arn::license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef",
+            "arn:aws:license-manager::12345678901:license:l-0123456789abcdef0123456789abcdef",
+            "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdeF",
+            "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcde",
+            "arn:Aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef",
+        ] {
+            assert!(!license_arn_ok(bad), "{bad}");
+            assert!(awsmp_producer::event::validate_license_arn(bad).is_err());
         }
     }
 
