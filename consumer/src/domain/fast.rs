@@ -28,11 +28,11 @@ use awsmp_producer::wire::v2::{
 use awsmp_producer::wire::{KPL_MAGIC, MD5_LEN, PAYLOAD_VERSION};
 use chrono::{DateTime, Datelike, Duration, NaiveDate, Timelike, Utc};
 use md5::{Digest, Md5};
-use prost::encoding::{WireType, decode_key, decode_varint};
+use prost::encoding::decode_varint;
 use serde::Deserialize;
 
 use super::accepted::{Accepted, EventId};
-use super::intern::{Group, Interner};
+use super::intern::{Group, Interner, text_hash};
 use super::record::{DecodedRecord, StreamRecord};
 use super::trailer::body_and_trailer;
 use super::verify::{TimestampPolicy, VerifyPolicy, billing_time_of};
@@ -64,9 +64,31 @@ impl Scratch<'_> {
     }
 }
 
+/// A varint of `buf`, as `prost`'s `decode_varint` reads it (which it is, past one byte).
+#[inline]
+fn varint(buf: &mut &[u8]) -> Option<u64> {
+    match buf.split_first() {
+        Some((&b, rest)) if b < 0x80 => {
+            *buf = rest;
+            Some(u64::from(b))
+        }
+        _ => decode_varint(buf).ok(),
+    }
+}
+
+/// A protobuf key: field number `field`, wire type `wire_type`.
+const fn key(field: u64, wire_type: u64) -> u64 {
+    field << 3 | wire_type
+}
+
+/// Wire type varint.
+const VARINT: u64 = 0;
+/// Wire type length-delimited.
+const LEN: u64 = 2;
+
 /// A length-delimited field of `buf`.
 fn take<'a>(buf: &mut &'a [u8]) -> Option<&'a [u8]> {
-    let len = usize::try_from(decode_varint(buf).ok()?).ok()?;
+    let len = usize::try_from(varint(buf)?).ok()?;
     if len > buf.len() {
         return None;
     }
@@ -80,35 +102,55 @@ fn take<'a>(buf: &mut &'a [u8]) -> Option<&'a [u8]> {
 fn kpl_record(mut buf: &[u8]) -> Option<(u64, Option<u64>, &[u8])> {
     let (mut pk, mut ehk, mut data) = (None, None, None);
     while !buf.is_empty() {
-        let (tag, wt) = decode_key(&mut buf).ok()?;
-        match (tag, wt) {
-            (1, WireType::Varint) if pk.is_none() => pk = Some(decode_varint(&mut buf).ok()?),
-            (2, WireType::Varint) if ehk.is_none() => ehk = Some(decode_varint(&mut buf).ok()?),
-            (3, WireType::LengthDelimited) if data.is_none() => data = Some(take(&mut buf)?),
+        // Any key but these three (whatever `prost` would make of it) is the general path's.
+        match varint(&mut buf)? {
+            k if k == key(1, VARINT) && pk.is_none() => pk = Some(varint(&mut buf)?),
+            k if k == key(2, VARINT) && ehk.is_none() => ehk = Some(varint(&mut buf)?),
+            k if k == key(3, LEN) && data.is_none() => data = Some(take(&mut buf)?),
             _ => return None,
         }
     }
     Some((pk?, ehk, data?))
 }
 
+/// One partition key of an aggregate's table: the group the batch already knows it names
+/// (looked up by its bytes, which then need no UTF-8 check), or its text and hash.
+#[derive(Clone)]
+enum Pk<'a> {
+    Named(Group),
+    Text(&'a str, u64),
+}
+
+impl<'a> Pk<'a> {
+    /// Key `bytes`; `None` when they are not UTF-8.
+    fn of(bytes: &'a [u8], interner: &Interner) -> Option<Self> {
+        let hash = text_hash(bytes);
+        if let Some(g) = interner.known_key(bytes, hash) {
+            return Some(Self::Named(g.clone()));
+        }
+        Some(Self::Text(std::str::from_utf8(bytes).ok()?, hash))
+    }
+}
+
 /// The user records of a KPL aggregate's `body` (its trailer already checked), borrowed, into
 /// `users` and the partition key table into `pks`; `None` when the hot path does not read it.
 fn kpl_users<'a>(
     mut body: &'a [u8],
-    pks: &mut Vec<&'a str>,
+    interner: &Interner,
+    pks: &mut Vec<Pk<'a>>,
     users: &mut Vec<User<'a>>,
 ) -> Option<()> {
     let mut ehks = 0usize;
     // Both tables may follow the records: the indexes are checked once the body is read.
     let (mut top_pk, mut top_ehk) = (0usize, None);
     while !body.is_empty() {
-        let (tag, wt) = decode_key(&mut body).ok()?;
-        if wt != WireType::LengthDelimited {
+        let k = varint(&mut body)?;
+        if k & 7 != LEN {
             return None;
         }
         let field = take(&mut body)?;
-        match tag {
-            1 => pks.push(std::str::from_utf8(field).ok()?),
+        match k >> 3 {
+            1 => pks.push(Pk::of(field, interner)?),
             2 => {
                 std::str::from_utf8(field).ok()?;
                 ehks += 1;
@@ -256,9 +298,8 @@ fn v1_fields<'a>(data: &'a [u8], interner: &mut Interner) -> Option<Fields<'a>> 
 /// table, the group each partition key names, each table entry's group and producer id.
 #[derive(Default)]
 struct Shared<'a> {
-    pks: Vec<&'a str>,
+    pks: Vec<Pk<'a>>,
     table: Option<Vec<EntryV2<'a>>>,
-    pk_groups: Vec<Option<Group>>,
     entry_groups: Vec<Option<Group>>,
     entry_producers: Vec<Option<Arc<str>>>,
 }
@@ -267,8 +308,6 @@ impl<'a> Shared<'a> {
     /// Ready for a record whose partition keys are `self.pks` and whose v2 table is `table`.
     fn reset(&mut self, table: Option<Vec<EntryV2<'a>>>) {
         let entries = table.as_ref().map_or(0, Vec::len);
-        self.pk_groups.clear();
-        self.pk_groups.resize(self.pks.len(), None);
         self.entry_groups.clear();
         self.entry_groups.resize(entries, None);
         self.entry_producers.clear();
@@ -278,11 +317,12 @@ impl<'a> Shared<'a> {
 
     /// The group partition key `pk` names.
     fn pk_group(&mut self, pk: usize, interner: &mut Interner) -> Option<Group> {
-        if let Some(g) = &self.pk_groups[pk] {
-            return Some(g.clone());
-        }
-        let group = interner.group_named_by_key(self.pks[pk])?;
-        self.pk_groups[pk] = Some(group.clone());
+        let (text, hash) = match &self.pks[pk] {
+            Pk::Named(g) => return Some(g.clone()),
+            Pk::Text(text, hash) => (*text, *hash),
+        };
+        let group = interner.group_named_by_hashed_key(text, hash)?;
+        self.pks[pk] = Pk::Named(group.clone());
         Some(group)
     }
 
@@ -475,7 +515,7 @@ pub fn decode_plain_in<'a>(
         if !trailer_ok {
             return None;
         }
-        kpl_users(body_and_trailer(data)?.0, &mut shared.pks, users)?;
+        kpl_users(body_and_trailer(data)?.0, interner, &mut shared.pks, users)?;
     } else {
         users.push(User { pk: None, data });
     }

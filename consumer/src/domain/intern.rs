@@ -6,7 +6,7 @@
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 
-use awsmp_producer::event::{validate_account_id, validate_license_arn};
+use awsmp_producer::event::validate_account_id;
 use awsmp_producer::wire::v2::GroupV2;
 use foldhash::fast::FixedState;
 use hashbrown::HashTable;
@@ -22,50 +22,107 @@ pub struct GroupName {
     license_len: u32,
     /// Length of the account id.
     account_len: u32,
-    /// [`group_hash`] of the three: equal names have equal hashes, whichever interner made them.
+    /// [`group_hash`] of the three (the hash of the text): equal names have equal hashes,
+    /// whichever interner made them, and a partition key's hash is its group's.
     hash: u64,
     /// The three pass the event's checks (license ARN, 12-digit account id, non-empty
     /// dimension): checked once per group, not once per event.
     valid: bool,
+    /// Neither the license ARN nor the account id holds a `|`: the text is a partition key
+    /// that names exactly this group (`GroupV2::from_partition_key` splits it into the three).
+    keyed: bool,
 }
 
 /// An interned group name.
 pub type Group = Arc<GroupName>;
 
+/// The hash of a name's text (`licenseArn|account|dimension`), or of a partition key's bytes:
+/// foldhash with a fixed seed, so it is the same in every interner and every process (never
+/// persisted, only compared in memory).
+pub fn text_hash(text: &[u8]) -> u64 {
+    let mut h = FixedState::with_seed(0).build_hasher();
+    h.write(text);
+    h.finish()
+}
+
+/// `licenseArn|account|dimension` into `text` (cleared first).
+fn spell(text: &mut String, license_arn: &str, customer_aws_account_id: &str, dimension: &str) {
+    text.clear();
+    text.reserve(license_arn.len() + customer_aws_account_id.len() + dimension.len() + 2);
+    text.push_str(license_arn);
+    text.push('|');
+    text.push_str(customer_aws_account_id);
+    text.push('|');
+    text.push_str(dimension);
+}
+
+/// `validate_license_arn(arn).is_ok()` (`arn:<partition>:license-manager::<12
+/// digits>:license:l-<32 lowercase hex>`), read byte by byte at the form's fixed offsets
+/// (the producer's check splits and strips through string searches: several times slower,
+/// once per group of a batch). `tests::the_license_arn_check_is_the_producers` compares them.
+pub fn license_arn_ok(arn: &str) -> bool {
+    const MIDDLE: &[u8] = b"license-manager::";
+    const TAIL: &[u8] = b":license:l-";
+    let Some(rest) = arn.as_bytes().strip_prefix(b"arn:") else {
+        return false;
+    };
+    // The partition runs to the first `:`, so it is the longest run of its characters.
+    let partition = rest
+        .iter()
+        .take_while(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || **b == b'-')
+        .count();
+    let Some((b':', rest)) = rest[partition..].split_first() else {
+        return false;
+    };
+    let digits = |s: &[u8]| s.iter().all(u8::is_ascii_digit);
+    let hex = |s: &[u8]| {
+        s.iter()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+    };
+    let account = MIDDLE.len();
+    let id = account + 12 + TAIL.len();
+    partition > 0
+        && rest.len() == id + 32
+        && rest.starts_with(MIDDLE)
+        && digits(&rest[account..account + 12])
+        && rest[account + 12..id] == *TAIL
+        && hex(&rest[id..])
+}
+
+/// A field's length as the name keeps it.
+fn field_len(s: &str) -> u32 {
+    u32::try_from(s.len()).expect("a group name field under 4 GiB")
+}
+
 impl GroupName {
     /// The name of (`license_arn`, `customer_aws_account_id`, `dimension`).
     pub fn new(license_arn: &str, customer_aws_account_id: &str, dimension: &str) -> Self {
-        Self::with_hash(
-            group_hash(license_arn, customer_aws_account_id, dimension),
-            license_arn,
-            customer_aws_account_id,
-            dimension,
+        let mut text = String::new();
+        spell(&mut text, license_arn, customer_aws_account_id, dimension);
+        let hash = text_hash(text.as_bytes());
+        Self::of_text(
+            hash,
+            text.into_boxed_str(),
+            license_arn.len(),
+            customer_aws_account_id.len(),
         )
     }
 
-    fn with_hash(
-        hash: u64,
-        license_arn: &str,
-        customer_aws_account_id: &str,
-        dimension: &str,
-    ) -> Self {
-        let mut text = String::with_capacity(
-            license_arn.len() + customer_aws_account_id.len() + dimension.len() + 2,
-        );
-        text.push_str(license_arn);
-        text.push('|');
-        text.push_str(customer_aws_account_id);
-        text.push('|');
-        text.push_str(dimension);
-        let len = |s: &str| u32::try_from(s.len()).expect("a group name field under 4 GiB");
+    /// The name whose text is `text` (`licenseArn|account|dimension`, the first two fields
+    /// `license_len` and `account_len` bytes long), `hash` its [`text_hash`].
+    fn of_text(hash: u64, text: Box<str>, license_len: usize, account_len: usize) -> Self {
+        let license_arn = &text[..license_len];
+        let account = &text[license_len + 1..license_len + 1 + account_len];
+        let dimension = &text[license_len + account_len + 2..];
         Self {
             hash,
-            valid: validate_license_arn(license_arn).is_ok()
-                && validate_account_id(customer_aws_account_id).is_ok()
+            valid: license_arn_ok(license_arn)
+                && validate_account_id(account).is_ok()
                 && !dimension.is_empty(),
-            license_len: len(license_arn),
-            account_len: len(customer_aws_account_id),
-            text: text.into_boxed_str(),
+            keyed: !license_arn.contains('|') && !account.contains('|'),
+            license_len: field_len(license_arn),
+            account_len: field_len(account),
+            text,
         }
     }
 
@@ -105,17 +162,17 @@ impl GroupName {
         )
     }
 
-    fn is(&self, license_arn: &str, customer_aws_account_id: &str, dimension: &str) -> bool {
-        self.license_len as usize == license_arn.len()
-            && self.account_len as usize == customer_aws_account_id.len()
-            && self.fields() == (license_arn, customer_aws_account_id, dimension)
+    /// `text` (its first two fields `license_len` and `account_len` bytes long) is this name.
+    fn is(&self, text: &str, license_len: usize, account_len: usize) -> bool {
+        self.license_len as usize == license_len
+            && self.account_len as usize == account_len
+            && *self.text == *text
     }
 
-    /// `pk` is `licenseArn|account|dimension` of this name. For a name a key was split into
-    /// (no `|` in the license ARN or the account), that is exactly: the key splits into it.
-    fn named_by(&self, pk: &str) -> bool {
-        // The text is that spelling, separators at the fields' boundaries.
-        *self.text == *pk
+    /// Partition key `pk` names this group: `pk` splits into exactly its three fields (for a
+    /// name without a `|` in the license ARN or the account, that is: its text is `pk`).
+    fn named_by(&self, pk: &[u8]) -> bool {
+        self.keyed && self.text.as_bytes() == pk
     }
 }
 
@@ -126,6 +183,7 @@ impl Ord for GroupName {
             .cmp(&other.fields())
             .then_with(|| self.hash.cmp(&other.hash))
             .then_with(|| self.valid.cmp(&other.valid))
+            .then_with(|| self.keyed.cmp(&other.keyed))
     }
 }
 
@@ -141,23 +199,22 @@ impl Hash for GroupName {
     }
 }
 
-/// The hash of a group name: foldhash with a fixed seed, so it is the same in every interner
-/// and every process (never persisted, only compared in memory).
+/// The hash of a group name: [`text_hash`] of `licenseArn|account|dimension`.
 pub fn group_hash(license_arn: &str, customer_aws_account_id: &str, dimension: &str) -> u64 {
-    let mut h = FixedState::with_seed(0).build_hasher();
-    license_arn.hash(&mut h);
-    customer_aws_account_id.hash(&mut h);
-    dimension.hash(&mut h);
-    h.finish()
+    let mut text = String::new();
+    spell(&mut text, license_arn, customer_aws_account_id, dimension);
+    text_hash(text.as_bytes())
 }
 
 /// One batch's interned group names and producer ids.
 #[derive(Debug, Default)]
 pub struct Interner {
+    /// Every group, by its hash: a name's and the partition key naming it are one hash, so a
+    /// key seen before costs one hash and one comparison of its bytes (no split, no UTF-8
+    /// check: bytes equal to a name's text are that text).
     groups: HashTable<Group>,
-    /// The groups partition keys named (`licenseArn|account|dimension`), by the key's hash:
-    /// a key seen before costs one hash and one comparison, no split.
-    keyed: HashTable<(u64, Group)>,
+    /// Where [`Interner::group`] spells a name before it looks it up.
+    text: String,
     producers: Vec<Arc<str>>,
 }
 
@@ -178,40 +235,41 @@ impl Interner {
         customer_aws_account_id: &str,
         dimension: &str,
     ) -> Group {
-        let hash = group_hash(license_arn, customer_aws_account_id, dimension);
-        let entry = self.groups.entry(
-            hash,
-            |g| g.hash == hash && g.is(license_arn, customer_aws_account_id, dimension),
-            |g| g.hash,
-        );
-        entry
-            .or_insert_with(|| {
-                Arc::new(GroupName::with_hash(
-                    hash,
-                    license_arn,
-                    customer_aws_account_id,
-                    dimension,
-                ))
-            })
+        let Self { groups, text, .. } = self;
+        spell(text, license_arn, customer_aws_account_id, dimension);
+        let (l, a) = (license_arn.len(), customer_aws_account_id.len());
+        let hash = text_hash(text.as_bytes());
+        groups
+            .entry(hash, |g| g.hash == hash && g.is(text, l, a), |g| g.hash)
+            .or_insert_with(|| Arc::new(GroupName::of_text(hash, text.as_str().into(), l, a)))
             .get()
             .clone()
+    }
+
+    /// The interned group partition key `pk` names, if the batch has seen it (by name or by
+    /// key); `hash` is `pk`'s [`text_hash`]. `pk` need not be UTF-8: bytes that are a known
+    /// name's text are.
+    pub fn known_key(&self, pk: &[u8], hash: u64) -> Option<&Group> {
+        self.groups.find(hash, |g| g.hash == hash && g.named_by(pk))
     }
 
     /// The interned group partition key `pk` names (`licenseArn|account|dimension`, as
     /// [`GroupV2::from_partition_key`] reads it); `None` for a key that names none.
     pub fn group_named_by_key(&mut self, pk: &str) -> Option<Group> {
-        let hash = FixedState::with_seed(0).hash_one(pk);
-        if let Some((_, g)) = self.keyed.find(hash, |(h, g)| *h == hash && g.named_by(pk)) {
+        self.group_named_by_hashed_key(pk, text_hash(pk.as_bytes()))
+    }
+
+    /// [`Interner::group_named_by_key`], `hash` being `pk`'s [`text_hash`].
+    pub fn group_named_by_hashed_key(&mut self, pk: &str, hash: u64) -> Option<Group> {
+        if let Some(g) = self.known_key(pk.as_bytes(), hash) {
             return Some(g.clone());
         }
         let named = GroupV2::from_partition_key(pk)?;
-        let group = self.group(
-            named.license_arn,
-            named.customer_aws_account_id,
-            named.dimension,
-        );
-        self.keyed
-            .insert_unique(hash, (hash, group.clone()), |(h, _)| *h);
+        // Not known by key, so not known at all: a group of these fields is spelled `pk`
+        // and has no `|` in its first two fields.
+        let (l, a) = (named.license_arn.len(), named.customer_aws_account_id.len());
+        let group = Arc::new(GroupName::of_text(hash, pk.into(), l, a));
+        self.groups.insert_unique(hash, group.clone(), |g| g.hash);
         Some(group)
     }
 
@@ -316,6 +374,50 @@ mod tests {
                 assert_eq!(gx == gy, x == y, "{x:?} {y:?}");
                 assert_eq!(gx.cmp(&gy), x.cmp(&y), "{x:?} {y:?}");
             }
+        }
+    }
+
+    proptest::proptest! {
+        /// The byte-by-byte license ARN check says what the producer's says: on valid ARNs of
+        /// any partition, each with one byte changed, cut or added anywhere, and on anything.
+        #[test]
+        fn the_license_arn_check_is_the_producers(
+            partition in "[a-z0-9-]{0,12}",
+            account in "[0-9]{10,13}",
+            id in "[0-9a-fA-F]{31,33}",
+            poke in proptest::option::of((0usize..100, 0u8..128)),
+            cut in proptest::option::of(0usize..100),
+            any in ".{0,90}",
+        ) {
+            let arn = format!("arn:{partition}:license-manager::{account}:license:l-{id}");
+            let mut bytes = arn.clone().into_bytes();
+            if let Some((at, b)) = poke && at < bytes.len() {
+                bytes[at] = b;
+            }
+            if let Some(at) = cut && at < bytes.len() {
+                bytes.remove(at);
+            }
+            let poked = String::from_utf8(bytes).unwrap();
+            for s in [&arn, &poked, &any, &format!("{arn}:"), &format!("{arn}{any}")] {
+                let producers = awsmp_producer::event::validate_license_arn(s).is_ok();
+                proptest::prop_assert_eq!(license_arn_ok(s), producers, "{}", s);
+            }
+        }
+    }
+
+    #[test]
+    fn license_arns_of_other_partitions_and_near_misses() {
+        let ok = "arn:aws-us-gov:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef";
+        assert!(license_arn_ok(ok));
+        for bad in [
+            "arn::license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef",
+            "arn:aws:license-manager::12345678901:license:l-0123456789abcdef0123456789abcdef",
+            "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdeF",
+            "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcde",
+            "arn:Aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef",
+        ] {
+            assert!(!license_arn_ok(bad), "{bad}");
+            assert!(awsmp_producer::event::validate_license_arn(bad).is_err());
         }
     }
 

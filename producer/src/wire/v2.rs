@@ -146,16 +146,28 @@ impl<'a> Reader<'a> {
         Self { buf, at: 0 }
     }
 
+    #[inline]
     fn done(&self) -> bool {
         self.at >= self.buf.len()
     }
 
+    /// A varint: one byte (field keys, small numbers) read inline, longer ones by
+    /// [`Reader::long_varint`].
+    #[inline]
     fn varint(&mut self) -> Result<u64, V2Error> {
+        match self.buf.get(self.at) {
+            Some(&b) if b < 0x80 => {
+                self.at += 1;
+                Ok(u64::from(b))
+            }
+            _ => self.long_varint(),
+        }
+    }
+
+    fn long_varint(&mut self) -> Result<u64, V2Error> {
+        let rest = self.buf.get(self.at..).unwrap_or_default();
         let mut v = 0u64;
-        for i in 0..MAX_VARINT_LEN {
-            let Some(&b) = self.buf.get(self.at + i) else {
-                return Err(V2Error::Truncated("a varint runs past the end".into()));
-            };
+        for (i, &b) in rest.iter().take(MAX_VARINT_LEN).enumerate() {
             if i == MAX_VARINT_LEN - 1 && b > 1 {
                 return Err(V2Error::BadVarint("a varint overflows 64 bits".into()));
             }
@@ -165,10 +177,12 @@ impl<'a> Reader<'a> {
                 return Ok(v);
             }
         }
-        Err(V2Error::BadVarint("a varint longer than 10 bytes".into()))
+        // The tenth byte ends a varint or fails above: only a varint cut short gets here.
+        Err(V2Error::Truncated("a varint runs past the end".into()))
     }
 
     /// The next `(field, wire type)`.
+    #[inline]
     fn key(&mut self) -> Result<(u64, u8), V2Error> {
         let k = self.varint()?;
         Ok((k >> 3, (k & 7) as u8))
