@@ -7,7 +7,9 @@ mod common;
 use awsmp_producer::batch::{UserRec, pack};
 use awsmp_producer::event_id::GeneratedId;
 use awsmp_producer::partition::{ShardMap, partition_hash, partition_key};
-use awsmp_producer::wire::v2::{EventV2, RecordV2, decode_v2, is_binary};
+use awsmp_producer::wire::v2::{
+    EventV2, IdV2, KIND_REF, RecordV2, V2, decode_ref_in_order, decode_v2, is_binary,
+};
 use awsmp_producer::wire::{
     AggregateBuilder, AggregateV2Builder, deaggregate, decode_events, decode_payload, encode_event,
     encode_single,
@@ -89,6 +91,65 @@ proptest! {
         prop_assert_eq!(decoded(&agg), events.clone());
         // The same events encode to the same bytes (a retry re-sends what was sent).
         prop_assert_eq!(v2_aggregate(&events).0, agg);
+    }
+
+    /// The straight-line reader of refs answers what `decode_v2` answers wherever it answers:
+    /// on every ref the producer writes for an event of a generated id without allocations
+    /// (where it must answer), and on refs of arbitrary varint and length-delimited fields
+    /// in any order, repeated or missing, values of any size, cut anywhere.
+    #[test]
+    fn the_in_order_reader_answers_as_decode_v2(
+        raw in prop::collection::vec((0usize..40, 0i64..7_200_000, 0u64..3_000_000_000, any::<u64>(), any::<bool>()), 1..40),
+        present in prop::collection::vec(prop::bool::weighted(0.8), 5),
+        values in prop::collection::vec(prop_oneof![3 => 0u64..300, 1 => any::<u64>()], 5),
+        extra in prop::option::weighted(0.25, (0usize..6, 0u32..9, any::<bool>(), any::<u64>())),
+        swap in prop::option::weighted(0.25, (0usize..5, 0usize..5)),
+        cut in prop::option::weighted(0.25, 0usize..60),
+    ) {
+        let events: Vec<Event> = raw.iter().map(|&(g, ms, q, id, a)| event(g, ms, q % 2_147_483_648, id % 1_000_000, a)).collect();
+        let (agg, _) = v2_aggregate(&events);
+        let users = deaggregate(&agg).unwrap();
+        for (u, e) in users[1..].iter().zip(&events) {
+            let fast = decode_ref_in_order(&u.data);
+            let plain = e.usage_allocations.is_none() && matches!(
+                decode_v2(&u.data), Ok(RecordV2::Event(EventV2 { id: IdV2::Generated { .. }, .. }))
+            );
+            prop_assert_eq!(fast.is_some(), plain, "{:?}", e);
+            if let Some(fast) = fast {
+                prop_assert_eq!(RecordV2::Event(fast), decode_v2(&u.data).unwrap());
+            }
+        }
+        // Fields 2–6 in order, some left out, then one field of any kind put anywhere, two
+        // swapped, the bytes cut.
+        let mut fields: Vec<(u32, bool, u64)> = (0..5)
+            .filter(|&i| present[i])
+            .map(|i| (i as u32 + 2, true, values[i]))
+            .collect();
+        if let Some((at, field, varint, v)) = extra {
+            fields.insert(at.min(fields.len()), (field, varint, v));
+        }
+        if let Some((a, b)) = swap && a < fields.len() && b < fields.len() {
+            fields.swap(a, b);
+        }
+        let mut data = vec![V2, KIND_REF];
+        for (field, varint, v) in fields {
+            use prost::encoding::{WireType, encode_key, encode_varint};
+            let wire_type = if varint { WireType::Varint } else { WireType::LengthDelimited };
+            encode_key(field.max(1), wire_type, &mut data);
+            if varint {
+                encode_varint(v, &mut data);
+            } else {
+                let len = (v % 9) as usize;
+                encode_varint(len as u64, &mut data);
+                data.extend_from_slice(&v.to_le_bytes()[..len.min(8)]);
+            }
+        }
+        if let Some(at) = cut {
+            data.truncate(at.max(2));
+        }
+        if let Some(fast) = decode_ref_in_order(&data) {
+            prop_assert_eq!(Some(RecordV2::Event(fast)), decode_v2(&data).ok(), "{:02x?}", data);
+        }
     }
 
     /// No input panics a decoder; whatever is refused has a reason.

@@ -273,6 +273,7 @@ fn consumer_over(
         archive: None,
         metrics: MetricsSink::capture("kinesis-consumer"),
         clock,
+        names: awsmp_consumer::domain::intern::NameCache::new(),
     }
 }
 

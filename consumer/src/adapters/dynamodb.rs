@@ -490,5 +490,6 @@ pub fn consumer_from_config(config: &crate::Config, client: Client) -> crate::Co
             "kinesis-consumer",
         ),
         clock: Arc::new(awsmp_pipeline::domain::clock::SystemClock),
+        names: crate::domain::intern::NameCache::new(),
     }
 }

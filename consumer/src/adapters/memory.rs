@@ -315,6 +315,7 @@ impl MemoryStores {
             archive: None,
             metrics: awsmp_pipeline::emf::MetricsSink::capture("kinesis-consumer"),
             clock,
+            names: crate::domain::intern::NameCache::new(),
         }
     }
 }

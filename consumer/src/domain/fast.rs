@@ -23,7 +23,8 @@ use awsmp_pipeline::contract::limits::MAX_USAGE_QUANTITY;
 use awsmp_producer::event::MAX_EVENT_ID_BYTES;
 use awsmp_producer::event_id::GeneratedId;
 use awsmp_producer::wire::v2::{
-    EntryAt, EntryV2, EventV2, GroupV2, IdV2, KIND_TABLE, RecordV2, V2, decode_v2, is_binary,
+    EntryAt, EntryV2, EventV2, GroupV2, IdV2, KIND_TABLE, RecordV2, V2, decode_ref_in_order,
+    decode_v2, is_binary,
 };
 use awsmp_producer::wire::{KPL_MAGIC, MD5_LEN, PAYLOAD_VERSION};
 use chrono::{DateTime, Datelike, Duration, NaiveDate, Timelike, Utc};
@@ -65,7 +66,7 @@ impl Scratch<'_> {
 }
 
 /// A varint of `buf`, as `prost`'s `decode_varint` reads it (which it is, past one byte).
-#[inline]
+#[inline(always)]
 fn varint(buf: &mut &[u8]) -> Option<u64> {
     match buf.split_first() {
         Some((&b, rest)) if b < 0x80 => {
@@ -369,8 +370,13 @@ fn v2_fields<'a>(
     shared: &mut Shared<'a>,
     interner: &mut Interner,
 ) -> Option<Fields<'a>> {
-    let RecordV2::Event(e) = decode_v2(user.data).ok()? else {
-        return None;
+    // An aggregate's refs, as the producer writes them, take the straight-line reader.
+    let e = match decode_ref_in_order(user.data) {
+        Some(e) => e,
+        None => match decode_v2(user.data).ok()? {
+            RecordV2::Event(e) => e,
+            RecordV2::Table(_) => return None,
+        },
     };
     let EventV2 {
         entry,

@@ -4,7 +4,7 @@
 //! from the record's bytes and the fold hashes a precomputed `u64` instead of three strings.
 
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use awsmp_producer::event::validate_account_id;
 use awsmp_producer::wire::v2::GroupV2;
@@ -291,6 +291,52 @@ impl Interner {
     }
 }
 
+/// The most groups a [`NameCache`] keeps from one batch to the next (about 16 MB of names at
+/// the longest license ARNs); past it, the next batch starts from an empty interner. Our
+/// bound: far above the groups one shard's consumer sees in a day of usual traffic.
+pub const MAX_CACHED_GROUPS: usize = 1 << 16;
+
+/// The interned names of the batches one warm instance has decoded, kept for the next: a
+/// shard's batches name the same groups again and again, so in the steady state a batch
+/// interns no group (no split, no check, no allocation) and every partition key it reads is
+/// one hash and one comparison of its bytes. Names are immutable and interned by their text,
+/// so a name from an earlier batch is the name this batch would have made. Clones share one
+/// cache; batches decoding at once each get an interner (the cache's, or an empty one).
+#[derive(Debug, Clone, Default)]
+pub struct NameCache(Arc<Mutex<Option<Interner>>>);
+
+impl NameCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The interner for one batch: the cached one, or an empty one while another batch holds
+    /// it.
+    pub fn take(&self) -> Interner {
+        self.lock().take().unwrap_or_default()
+    }
+
+    /// Keep `interner` for the next batch; one grown past [`MAX_CACHED_GROUPS`] is dropped.
+    pub fn give_back(&self, interner: Interner) {
+        if interner.groups() <= MAX_CACHED_GROUPS {
+            *self.lock() = Some(interner);
+        }
+    }
+
+    /// Groups cached now.
+    pub fn groups(&self) -> usize {
+        self.lock().as_ref().map_or(0, Interner::groups)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Interner>> {
+        // A panic while the lock was held left either the interner or nothing: both usable.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -419,6 +465,35 @@ mod tests {
             assert!(!license_arn_ok(bad), "{bad}");
             assert!(awsmp_producer::event::validate_license_arn(bad).is_err());
         }
+    }
+
+    #[test]
+    fn a_name_cache_keeps_a_batchs_names_for_the_next_and_drops_an_overgrown_one() {
+        let cache = NameCache::new();
+        let mut first = cache.take();
+        let g = first.group("l", "a", "d");
+        // A batch decoding meanwhile gets an interner of its own.
+        let mut meanwhile = cache.take();
+        assert_eq!(meanwhile.groups(), 0);
+        meanwhile.group("x", "y", "z");
+        cache.give_back(first);
+        assert_eq!(cache.groups(), 1);
+        let mut second = cache.take();
+        assert!(Arc::ptr_eq(&g, &second.group("l", "a", "d")));
+        assert!(Arc::ptr_eq(
+            &g,
+            &second.group_named_by_key("l|a|d").unwrap()
+        ));
+        for i in 0..=MAX_CACHED_GROUPS {
+            second.group("l", "a", &i.to_string());
+        }
+        cache.give_back(second);
+        assert_eq!(cache.groups(), 0);
+        assert!(!Arc::ptr_eq(&g, &cache.take().group("l", "a", "d")));
+        // A clone shares the cache.
+        let clone = cache.clone();
+        clone.give_back(meanwhile);
+        assert_eq!(cache.groups(), 1);
     }
 
     #[test]

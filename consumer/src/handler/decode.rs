@@ -1,6 +1,7 @@
 //! Step 1: every delivered record parsed ([`stream_record`]) and decoded and verified
 //! ([`decode_records`]: the aggregates' MD5 trailers checked together), one [`Slot`] per record,
-//! in delivery order, the batch's group names interned once ([`Interner`]).
+//! in delivery order, the batch's group names interned once ([`Interner`], kept for the next
+//! batch by the consumer's `NameCache`).
 
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use awsmp_pipeline::contract::stream::HEARTBEAT_MARKER;
@@ -25,8 +26,12 @@ pub(super) struct Slot {
     pub(super) duplicate: bool,
 }
 
-/// One [`Slot`] per delivered record.
-pub(super) fn decode_slots(event: &KinesisEvent, verify: &VerifyPolicy) -> Vec<Slot> {
+/// One [`Slot`] per delivered record, names interned in `names` (the instance's cached ones).
+pub(super) fn decode_slots(
+    event: &KinesisEvent,
+    verify: &VerifyPolicy,
+    names: &mut Interner,
+) -> Vec<Slot> {
     let records: Vec<Result<StreamRecord, String>> =
         event.records.iter().map(stream_record).collect();
     // A heartbeat marker is no usage: no claim, no refusal, no row; only its arrival counts,
@@ -36,7 +41,7 @@ pub(super) fn decode_slots(event: &KinesisEvent, verify: &VerifyPolicy) -> Vec<S
         .filter_map(|r| r.as_ref().ok())
         .filter(|rec| rec.data != HEARTBEAT_MARKER)
         .collect();
-    let mut decoded = decode_records(&usage, verify, &mut Interner::new()).into_iter();
+    let mut decoded = decode_records(&usage, verify, names).into_iter();
     event
         .records
         .iter()

@@ -44,6 +44,7 @@ use awsmp_pipeline::emf::MetricsSink;
 use awsmp_retry::RetryPolicy;
 use chrono::{DateTime, Utc};
 
+use crate::domain::intern::NameCache;
 use crate::domain::row::RowLimits;
 use crate::domain::verify::VerifyPolicy;
 use crate::error::Result;
@@ -124,6 +125,8 @@ pub struct Consumer {
     pub metrics: MetricsSink,
     /// The clock (audit stamps, claim expiry).
     pub clock: Arc<dyn Clock>,
+    /// Group names kept from one batch to the next ([`NameCache`]; `NameCache::new()`).
+    pub names: NameCache,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -219,7 +222,9 @@ impl Consumer {
     /// Handle one batch and say what happened.
     pub async fn process(&self, event: KinesisEvent) -> (KinesisEventResponse, BatchReport) {
         let started = Instant::now();
-        let slots = decode::decode_slots(&event, &self.settings.verify);
+        let mut names = self.names.take();
+        let slots = decode::decode_slots(&event, &self.settings.verify, &mut names);
+        self.names.give_back(names);
         let mut batch = Batch {
             event: &event,
             now: self.clock.now(),
