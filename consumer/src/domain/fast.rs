@@ -33,7 +33,7 @@ use prost::encoding::decode_varint;
 use serde::Deserialize;
 
 use super::accepted::{Accepted, EventId};
-use super::intern::{Group, Interner, text_hash};
+use super::intern::{Group, GroupIx, Interner, text_hash};
 use super::record::{DecodedRecord, StreamRecord};
 use super::trailer::body_and_trailer;
 use super::verify::{TimestampPolicy, VerifyPolicy, billing_time_of};
@@ -118,7 +118,7 @@ fn kpl_record(mut buf: &[u8]) -> Option<(u64, Option<u64>, &[u8])> {
 /// (looked up by its bytes, which then need no UTF-8 check), or its text and hash.
 #[derive(Clone)]
 enum Pk<'a> {
-    Named(Group),
+    Named(GroupIx),
     Text(&'a str, u64),
 }
 
@@ -126,8 +126,8 @@ impl<'a> Pk<'a> {
     /// Key `bytes`; `None` when they are not UTF-8.
     fn of(bytes: &'a [u8], interner: &Interner) -> Option<Self> {
         let hash = text_hash(bytes);
-        if let Some(g) = interner.known_key(bytes, hash) {
-            return Some(Self::Named(g.clone()));
+        if let Some(ix) = interner.known_key(bytes, hash) {
+            return Some(Self::Named(ix));
         }
         Some(Self::Text(std::str::from_utf8(bytes).ok()?, hash))
     }
@@ -301,7 +301,7 @@ fn v1_fields<'a>(data: &'a [u8], interner: &mut Interner) -> Option<Fields<'a>> 
 struct Shared<'a> {
     pks: Vec<Pk<'a>>,
     table: Option<Vec<EntryV2<'a>>>,
-    entry_groups: Vec<Option<Group>>,
+    entry_groups: Vec<Option<GroupIx>>,
     entry_producers: Vec<Option<Arc<str>>>,
 }
 
@@ -317,14 +317,14 @@ impl<'a> Shared<'a> {
     }
 
     /// The group partition key `pk` names.
-    fn pk_group(&mut self, pk: usize, interner: &mut Interner) -> Option<Group> {
-        let (text, hash) = match &self.pks[pk] {
-            Pk::Named(g) => return Some(g.clone()),
-            Pk::Text(text, hash) => (*text, *hash),
+    fn pk_group(&mut self, pk: usize, interner: &mut Interner) -> Option<GroupIx> {
+        let (text, hash) = match self.pks[pk] {
+            Pk::Named(ix) => return Some(ix),
+            Pk::Text(text, hash) => (text, hash),
         };
-        let group = interner.group_named_by_hashed_key(text, hash)?;
-        self.pks[pk] = Pk::Named(group.clone());
-        Some(group)
+        let ix = interner.group_named_by_hashed_key(text, hash)?;
+        self.pks[pk] = Pk::Named(ix);
+        Some(ix)
     }
 
     /// The group and the interned producer id of table entry `ix`, for a user record of
@@ -337,16 +337,17 @@ impl<'a> Shared<'a> {
     ) -> Option<(EntryV2<'a>, Group, Option<Arc<str>>)> {
         let entry = *self.table.as_ref()?.get(ix)?;
         let group = match entry.group {
-            Some(g) => match &self.entry_groups[ix] {
-                Some(known) => known.clone(),
+            Some(g) => match self.entry_groups[ix] {
+                Some(known) => known,
                 None => {
                     let group = intern(g, interner);
-                    self.entry_groups[ix] = Some(group.clone());
+                    self.entry_groups[ix] = Some(group);
                     group
                 }
             },
             None => self.pk_group(pk?, interner)?,
         };
+        let group = interner.name(group).clone();
         let producer = match (entry.producer_id, &self.entry_producers[ix]) {
             (None, _) => None,
             (Some(_), Some(known)) => Some(known.clone()),
@@ -360,8 +361,8 @@ impl<'a> Shared<'a> {
     }
 }
 
-fn intern(g: GroupV2<'_>, interner: &mut Interner) -> Group {
-    interner.group(g.license_arn, g.customer_aws_account_id, g.dimension)
+fn intern(g: GroupV2<'_>, interner: &mut Interner) -> GroupIx {
+    interner.group_ix(g.license_arn, g.customer_aws_account_id, g.dimension)
 }
 
 /// A v2 event of user record `user`.
@@ -391,7 +392,8 @@ fn v2_fields<'a>(
     let (entry, group, producer) = match entry {
         // A single's entry names its group itself.
         EntryAt::Inline(entry) => {
-            let group = intern(entry.group?, interner);
+            let ix = intern(entry.group?, interner);
+            let group = interner.name(ix).clone();
             let producer = entry.producer_id.map(|p| interner.producer(p));
             (entry, group, producer)
         }

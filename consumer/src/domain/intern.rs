@@ -209,14 +209,20 @@ pub fn group_hash(license_arn: &str, customer_aws_account_id: &str, dimension: &
 /// One batch's interned group names and producer ids.
 #[derive(Debug, Default)]
 pub struct Interner {
-    /// Every group, by its hash: a name's and the partition key naming it are one hash, so a
-    /// key seen before costs one hash and one comparison of its bytes (no split, no UTF-8
-    /// check: bytes equal to a name's text are that text).
-    groups: HashTable<Group>,
+    /// Every group, by its hash (an index into `names`): a name's and the partition key naming
+    /// it are one hash, so a key seen before costs one hash and one comparison of its bytes
+    /// (no split, no UTF-8 check: bytes equal to a name's text are that text).
+    groups: HashTable<GroupIx>,
+    /// The groups in the order they were interned.
+    names: Vec<Group>,
     /// Where [`Interner::group`] spells a name before it looks it up.
     text: String,
     producers: Vec<Arc<str>>,
 }
+
+/// A group's place in its [`Interner`] ([`Interner::name`]): what the hot path keeps while it
+/// reads a record, so only an accepted event holds a reference to the name.
+pub type GroupIx = u32;
 
 /// Producer ids are few per batch (usually one): a short list beats hashing.
 const MAX_LISTED_PRODUCERS: usize = 64;
@@ -235,42 +241,86 @@ impl Interner {
         customer_aws_account_id: &str,
         dimension: &str,
     ) -> Group {
-        let Self { groups, text, .. } = self;
+        let ix = self.group_ix(license_arn, customer_aws_account_id, dimension);
+        self.name(ix).clone()
+    }
+
+    /// [`Interner::group`]'s place.
+    pub fn group_ix(
+        &mut self,
+        license_arn: &str,
+        customer_aws_account_id: &str,
+        dimension: &str,
+    ) -> GroupIx {
+        let Self {
+            groups,
+            names,
+            text,
+            ..
+        } = self;
         spell(text, license_arn, customer_aws_account_id, dimension);
         let (l, a) = (license_arn.len(), customer_aws_account_id.len());
         let hash = text_hash(text.as_bytes());
-        groups
-            .entry(hash, |g| g.hash == hash && g.is(text, l, a), |g| g.hash)
-            .or_insert_with(|| Arc::new(GroupName::of_text(hash, text.as_str().into(), l, a)))
-            .get()
-            .clone()
+        let same = |ix: &GroupIx| {
+            let g = &names[*ix as usize];
+            g.hash == hash && g.is(text, l, a)
+        };
+        if let Some(ix) = groups.find(hash, same) {
+            return *ix;
+        }
+        let name = GroupName::of_text(hash, text.as_str().into(), l, a);
+        Self::insert(groups, names, hash, name)
     }
 
-    /// The interned group partition key `pk` names, if the batch has seen it (by name or by
-    /// key); `hash` is `pk`'s [`text_hash`]. `pk` need not be UTF-8: bytes that are a known
+    /// Adds `name` (not interned yet), of hash `hash`.
+    fn insert(
+        groups: &mut HashTable<GroupIx>,
+        names: &mut Vec<Group>,
+        hash: u64,
+        name: GroupName,
+    ) -> GroupIx {
+        let ix = GroupIx::try_from(names.len()).expect("fewer than 2^32 groups interned");
+        names.push(Arc::new(name));
+        groups.insert_unique(hash, ix, |i| names[*i as usize].hash);
+        ix
+    }
+
+    /// The group at `ix` (from this interner).
+    pub fn name(&self, ix: GroupIx) -> &Group {
+        &self.names[ix as usize]
+    }
+
+    /// The place of the group partition key `pk` names, if the batch has seen it (by name or
+    /// by key); `hash` is `pk`'s [`text_hash`]. `pk` need not be UTF-8: bytes that are a known
     /// name's text are.
-    pub fn known_key(&self, pk: &[u8], hash: u64) -> Option<&Group> {
-        self.groups.find(hash, |g| g.hash == hash && g.named_by(pk))
+    pub fn known_key(&self, pk: &[u8], hash: u64) -> Option<GroupIx> {
+        let names = &self.names;
+        self.groups
+            .find(hash, |ix| {
+                let g = &names[*ix as usize];
+                g.hash == hash && g.named_by(pk)
+            })
+            .copied()
     }
 
     /// The interned group partition key `pk` names (`licenseArn|account|dimension`, as
     /// [`GroupV2::from_partition_key`] reads it); `None` for a key that names none.
     pub fn group_named_by_key(&mut self, pk: &str) -> Option<Group> {
-        self.group_named_by_hashed_key(pk, text_hash(pk.as_bytes()))
+        let ix = self.group_named_by_hashed_key(pk, text_hash(pk.as_bytes()))?;
+        Some(self.name(ix).clone())
     }
 
-    /// [`Interner::group_named_by_key`], `hash` being `pk`'s [`text_hash`].
-    pub fn group_named_by_hashed_key(&mut self, pk: &str, hash: u64) -> Option<Group> {
-        if let Some(g) = self.known_key(pk.as_bytes(), hash) {
-            return Some(g.clone());
+    /// [`Interner::group_named_by_key`]'s place, `hash` being `pk`'s [`text_hash`].
+    pub fn group_named_by_hashed_key(&mut self, pk: &str, hash: u64) -> Option<GroupIx> {
+        if let Some(ix) = self.known_key(pk.as_bytes(), hash) {
+            return Some(ix);
         }
         let named = GroupV2::from_partition_key(pk)?;
         // Not known by key, so not known at all: a group of these fields is spelled `pk`
         // and has no `|` in its first two fields.
         let (l, a) = (named.license_arn.len(), named.customer_aws_account_id.len());
-        let group = Arc::new(GroupName::of_text(hash, pk.into(), l, a));
-        self.groups.insert_unique(hash, group.clone(), |g| g.hash);
-        Some(group)
+        let name = GroupName::of_text(hash, pk.into(), l, a);
+        Some(Self::insert(&mut self.groups, &mut self.names, hash, name))
     }
 
     /// The interned producer id `p`.
@@ -287,7 +337,7 @@ impl Interner {
 
     /// Distinct groups interned so far.
     pub fn groups(&self) -> usize {
-        self.groups.len()
+        self.names.len()
     }
 }
 

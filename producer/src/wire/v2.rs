@@ -446,26 +446,13 @@ pub fn decode_ref_in_order(data: &[u8]) -> Option<EventV2<'_>> {
     let [V2, KIND_REF, body @ ..] = data else {
         return None;
     };
-    let mut r = Reader::new(body);
-    let mut key = Some(r.varint().ok()?);
-    // Field `field`'s value when it is the next one; the key after it read ahead.
-    let mut next = |field: u8| -> Option<Option<u64>> {
-        if key != Some(u64::from(field << 3 | WT_VARINT)) {
-            return Some(None);
-        }
-        let v = r.varint().ok()?;
-        key = if r.done() {
-            None
-        } else {
-            Some(r.varint().ok()?)
-        };
-        Some(Some(v))
-    };
-    let entry = next(2)?.unwrap_or(0);
-    let quantity = next(3)?.unwrap_or(0);
-    let timestamp = next(4)??;
-    let lane = next(5)?.unwrap_or(0);
-    let seq = next(6)??;
+    let mut buf = body;
+    let mut key = Some(in_order_varint(&mut buf)?);
+    let entry = in_order_field(&mut buf, &mut key, 2)?.unwrap_or(0);
+    let quantity = in_order_field(&mut buf, &mut key, 3)?.unwrap_or(0);
+    let timestamp = in_order_field(&mut buf, &mut key, 4)??;
+    let lane = in_order_field(&mut buf, &mut key, 5)?.unwrap_or(0);
+    let seq = in_order_field(&mut buf, &mut key, 6)??;
     // Anything after the sequence (an id string, allocations, a field out of order) is
     // `decode_v2`'s to read.
     if key.is_some() || seq == 0 {
@@ -482,6 +469,36 @@ pub fn decode_ref_in_order(data: &[u8]) -> Option<EventV2<'_>> {
         allocations: None,
         body,
     })
+}
+
+/// A varint of `buf` as [`Reader::varint`] reads it (`prost`'s unrolled reader past one byte);
+/// `None` for a varint [`Reader::varint`] refuses.
+#[inline(always)]
+fn in_order_varint(buf: &mut &[u8]) -> Option<u64> {
+    match buf.split_first() {
+        Some((&b, rest)) if b < 0x80 => {
+            *buf = rest;
+            Some(u64::from(b))
+        }
+        _ => prost::encoding::decode_varint(buf).ok(),
+    }
+}
+
+/// For [`decode_ref_in_order`]: varint field `field`'s value when `key` is its key (then the
+/// next key, or `None` at the end, read into `key`); `Some(None)` when it is not; `None` for
+/// a varint that does not read.
+#[inline(always)]
+fn in_order_field(buf: &mut &[u8], key: &mut Option<u64>, field: u8) -> Option<Option<u64>> {
+    if *key != Some(u64::from(field << 3 | WT_VARINT)) {
+        return Some(None);
+    }
+    let v = in_order_varint(buf)?;
+    *key = if buf.is_empty() {
+        None
+    } else {
+        Some(in_order_varint(buf)?)
+    };
+    Some(Some(v))
 }
 
 impl EventV2<'_> {
