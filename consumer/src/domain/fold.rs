@@ -106,8 +106,9 @@ pub struct Part {
     pub record: u32,
     /// Sum of non-zero unallocated events.
     pub unallocated: u64,
-    /// Allocated events merged by tag set.
-    pub allocated: BTreeMap<Vec<Tag>, u64>,
+    /// Allocated events merged by tag set; `None` until the part's first allocated event (an
+    /// unallocated part, the usual one, has no map to drop).
+    pub allocated: Option<BTreeMap<Vec<Tag>, u64>>,
     /// Sum of allocated events.
     pub allocated_total: u64,
     /// Kind of the first non-zero event (decides which kind wins on a fresh row).
@@ -202,6 +203,11 @@ impl Part {
         self.unallocated + self.allocated_total
     }
 
+    /// The allocated quantities by tag set (none for an unallocated part).
+    pub fn allocations(&self) -> impl Iterator<Item = (&Vec<Tag>, &u64)> {
+        self.allocated.iter().flatten()
+    }
+
     fn add(&mut self, sub: u32, quantity: u64, allocations: Option<BTreeMap<Vec<Tag>, u64>>) {
         self.subs.push(sub);
         if self.first_kind.is_none() && quantity > 0 {
@@ -215,8 +221,9 @@ impl Part {
         match allocations {
             Some(allocs) => {
                 self.allocated_total += quantity;
+                let merged = self.allocated.get_or_insert_default();
                 for (tags, q) in allocs {
-                    *self.allocated.entry(tags).or_default() += q;
+                    *merged.entry(tags).or_default() += q;
                 }
             }
             None => self.unallocated += quantity,

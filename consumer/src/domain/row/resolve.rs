@@ -178,7 +178,7 @@ fn optimistic(
     if kinds.first() == Some(&Kind::Allocated) {
         let mut merged: BTreeMap<Vec<Tag>, u64> = BTreeMap::new();
         for p in &row.parts {
-            for (t, q) in &p.allocated {
+            for (t, q) in p.allocations() {
                 *merged.entry(t.clone()).or_default() += q;
             }
         }
@@ -322,7 +322,7 @@ impl RowAccumulator {
                 }),
                 None => {
                     if k == Kind::Allocated {
-                        for (t, a) in &p.allocated {
+                        for (t, a) in p.allocations() {
                             *self.merged.entry(t.clone()).or_default() += a;
                         }
                     }
@@ -345,9 +345,8 @@ impl RowAccumulator {
         }
         if k == Kind::Allocated {
             let new_sets = p
-                .allocated
-                .keys()
-                .filter(|t| !self.merged.contains_key(*t))
+                .allocations()
+                .filter(|(t, _)| !self.merged.contains_key(*t))
                 .count();
             if self.merged.len() + new_sets > limits.max_allocations {
                 return Some(reasons::TOO_MANY_ALLOCATIONS);
