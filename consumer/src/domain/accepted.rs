@@ -31,6 +31,7 @@ impl EventId {
 
     /// A generated id as the v2 wire writes it; an id [`GeneratedId::parse`] would not read
     /// back (a lane out of range) is kept as its string, as the v1 path would see it.
+    #[inline]
     pub fn generated(id: GeneratedId) -> Self {
         // `Display` writes the epoch as 32 lowercase hex digits and the numbers in canonical
         // decimal, so `parse` reads the string back exactly when these two hold.

@@ -334,9 +334,10 @@ impl<'a> Shared<'a> {
         ix: usize,
         pk: Option<usize>,
         interner: &mut Interner,
-    ) -> Option<(EntryV2<'a>, Group, Option<Arc<str>>)> {
-        let entry = *self.table.as_ref()?.get(ix)?;
-        let group = match entry.group {
+    ) -> Option<(Entry<'a>, Group, Option<Arc<str>>)> {
+        let table_entry = self.table.as_ref()?.get(ix)?;
+        let entry = Entry::of(table_entry);
+        let group = match table_entry.group {
             Some(g) => match self.entry_groups[ix] {
                 Some(known) => known,
                 None => {
@@ -372,12 +373,25 @@ fn v2_fields<'a>(
     interner: &mut Interner,
 ) -> Option<Fields<'a>> {
     // An aggregate's refs, as the producer writes them, take the straight-line reader.
-    let e = match decode_ref_in_order(user.data) {
-        Some(e) => e,
-        None => match decode_v2(user.data).ok()? {
-            RecordV2::Event(e) => e,
-            RecordV2::Table(_) => return None,
-        },
+    if let Some(r) = decode_ref_in_order(user.data) {
+        let ix = usize::try_from(r.entry_index).ok()?;
+        let (entry, group, producer) = shared.entry(ix, user.pk, interner)?;
+        let id = GeneratedId {
+            epoch: entry.epoch?,
+            lane: r.lane,
+            seq: r.seq,
+        };
+        return Some(Fields {
+            group,
+            event_id: EventId::generated(id),
+            quantity: r.quantity,
+            time: ClientTime::Millis(r.timestamp_ms),
+            producer_id: entry.producer_id,
+            producer,
+        });
+    }
+    let RecordV2::Event(e) = decode_v2(user.data).ok()? else {
+        return None;
     };
     let EventV2 {
         entry,
@@ -395,7 +409,7 @@ fn v2_fields<'a>(
             let ix = intern(entry.group?, interner);
             let group = interner.name(ix).clone();
             let producer = entry.producer_id.map(|p| interner.producer(p));
-            (entry, group, producer)
+            (Entry::of(&entry), group, producer)
         }
         EntryAt::Index(ix) => shared.entry(usize::try_from(ix).ok()?, user.pk, interner)?,
     };
@@ -415,6 +429,23 @@ fn v2_fields<'a>(
         producer_id: entry.producer_id,
         producer,
     })
+}
+
+/// What an event needs of its table entry besides the group: the epoch of its generated id
+/// and its producer id.
+#[derive(Clone, Copy)]
+struct Entry<'a> {
+    epoch: Option<u128>,
+    producer_id: Option<&'a str>,
+}
+
+impl<'a> Entry<'a> {
+    fn of(e: &EntryV2<'a>) -> Self {
+        Self {
+            epoch: e.epoch,
+            producer_id: e.producer_id,
+        }
+    }
 }
 
 /// The checks of [`billing_time_of`] for the events of one record, and the skew they show.

@@ -33,7 +33,7 @@ use crate::event_id::GeneratedId;
 mod in_order;
 #[path = "v2_split.rs"]
 mod split;
-pub use in_order::decode_ref_in_order;
+pub use in_order::{RefV2, decode_ref_in_order};
 pub use split::{encode_single_into, single_len, single_len_as, split_single, split_single_ranges};
 pub(crate) use split::{generated_single_len, put_generated_single, single_head};
 

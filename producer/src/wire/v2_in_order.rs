@@ -3,18 +3,52 @@
 
 use super::{EntryAt, EventV2, IdV2, KIND_REF, V2, WT_VARINT};
 
+/// A ref as [`decode_ref_in_order`] reads it: its numbers, nothing borrowed (what the consumer's
+/// hot path copies per event is these 40 bytes, not an [`EventV2`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefV2 {
+    /// Index of its entry in the aggregate's table.
+    pub entry_index: u64,
+    /// Quantity.
+    pub quantity: u64,
+    /// Client time, epoch milliseconds.
+    pub timestamp_ms: i64,
+    /// Lane of its generated id.
+    pub lane: u8,
+    /// Sequence of its generated id (≥ 1).
+    pub seq: u64,
+}
+
+impl RefV2 {
+    /// The event as [`decode_v2`](super::decode_v2) reads it from `data`, the record this ref
+    /// was read from.
+    pub fn to_event(self, data: &[u8]) -> EventV2<'_> {
+        EventV2 {
+            entry: EntryAt::Index(self.entry_index),
+            quantity: self.quantity,
+            timestamp_ms: self.timestamp_ms,
+            id: IdV2::Generated {
+                lane: self.lane,
+                seq: self.seq,
+            },
+            allocations: None,
+            body: data.get(super::HEADER_LEN..).unwrap_or_default(),
+        }
+    }
+}
+
 /// A ref (kind `0x02`) with a generated id and no allocations, its fields in the order the
 /// producer writes them (entry index, quantity, timestamp, lane, sequence; each at most once,
 /// an absent entry index, quantity or lane being protobuf's default 0), read as straight-line
 /// code: one comparison of each key with the field expected next, where [`decode_v2`](super::decode_v2) matches
 /// every key against every field. `None` for any other record, which `decode_v2` reads or
-/// refuses; where it answers, it answers what `decode_v2` does (the property test
+/// refuses; where it answers, it answers what `decode_v2` does ([`RefV2::to_event`]; the property test
 /// `the_in_order_reader_answers_as_decode_v2` in `producer/tests/wire_v2.rs`).
-pub fn decode_ref_in_order(data: &[u8]) -> Option<EventV2<'_>> {
+pub fn decode_ref_in_order(data: &[u8]) -> Option<RefV2> {
     let [V2, KIND_REF, body @ ..] = data else {
         return None;
     };
-    let mut buf = body;
+    let mut buf: &[u8] = body;
     let entry = in_order_field(&mut buf, 2)?.unwrap_or(0);
     let quantity = in_order_field(&mut buf, 3)?.unwrap_or(0);
     let timestamp = in_order_field(&mut buf, 4)??;
@@ -25,16 +59,12 @@ pub fn decode_ref_in_order(data: &[u8]) -> Option<EventV2<'_>> {
     if !buf.is_empty() || seq == 0 {
         return None;
     }
-    Some(EventV2 {
-        entry: EntryAt::Index(entry),
+    Some(RefV2 {
+        entry_index: entry,
         quantity,
         timestamp_ms: timestamp as i64,
-        id: IdV2::Generated {
-            lane: u8::try_from(lane).ok()?,
-            seq,
-        },
-        allocations: None,
-        body,
+        lane: u8::try_from(lane).ok()?,
+        seq,
     })
 }
 
@@ -54,7 +84,8 @@ fn in_order_field(buf: &mut &[u8], field: u8) -> Option<Option<u64>> {
 
 /// A varint of `buf` as `Reader::varint` reads it; `None` for a varint it refuses. One byte is
 /// read inline; a varint of up to 8 bytes (up to 2^56, a timestamp or a sequence) from one
-/// 64-bit load, its 7-bit groups gathered in three steps; a longer one by `prost`'s reader.
+/// 64-bit load, its 7-bit groups gathered in three steps, or byte by byte from a buffer of
+/// fewer than 8 bytes (the last field of a record); a longer one by `prost`'s reader.
 /// `tests::the_word_reader_is_prosts` compares them.
 #[inline(always)]
 fn in_order_varint(buf: &mut &[u8]) -> Option<u64> {
@@ -63,11 +94,27 @@ fn in_order_varint(buf: &mut &[u8]) -> Option<u64> {
             *buf = rest;
             Some(u64::from(b))
         }
+        _ if buf.len() < 8 => short_varint(buf),
         _ => match word_varint(buf) {
             Some(v) => Some(v),
             None => prost::encoding::decode_varint(buf).ok(),
         },
     }
+}
+
+/// A varint of a buffer of fewer than 8 bytes, byte by byte (so it cannot overflow); `None`
+/// when it runs past the end.
+#[inline(always)]
+fn short_varint(buf: &mut &[u8]) -> Option<u64> {
+    let mut v = 0u64;
+    for (i, &b) in buf.iter().enumerate() {
+        v |= u64::from(b & 0x7f) << (7 * i);
+        if b < 0x80 {
+            *buf = &buf[i + 1..];
+            return Some(v);
+        }
+    }
+    None
 }
 
 /// A varint of at most 8 bytes at the start of `buf` (which holds 8 or more), read from one
