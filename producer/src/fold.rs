@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use crate::collapse::Sum;
 use crate::event::{Event, GroupRef};
+use crate::metrics::StatCounters;
 
 /// Table shards: a power of two, picked by the group's hash, so one group's sums stay in one
 /// shard (in the order they were opened) and callers recording different groups rarely meet
@@ -160,6 +161,9 @@ pub(crate) enum Absorbed {
 /// touches the sum under its shard's lock (another event of its key, the window's drain)
 /// takes them back into it first and detaches the slot ([`detach`]). Locks are taken shard
 /// first, slot second; the handle's fast path takes the slot's alone.
+///
+/// The events added here are counted as recorded ([`Counted`]) when the slot is detached,
+/// not one by one: [`FoldTable::recorded`] adds those of the attached slots to the count.
 #[derive(Default)]
 pub(crate) struct FoldSlot(Mutex<SlotState>);
 
@@ -171,7 +175,8 @@ struct SlotState {
     second: i64,
     /// The attached sum's whole quantity.
     quantity: u64,
-    /// Constituents without id or allocations added here since it was attached.
+    /// Constituents without id or allocations added here since it was attached: events
+    /// accepted and not counted yet ([`Counted`]).
     generated: u64,
     /// The earliest timestamp added here (the sum's own when attached).
     earliest: DateTime<Utc>,
@@ -205,30 +210,58 @@ impl FoldSlot {
     }
 }
 
-/// Takes the slot attached to `buckets[i]` (if any) back into the bucket and detaches it.
-/// Called under the shard's lock.
-fn detach(buckets: &mut [Bucket], i: usize) {
+/// Where the events a slot took are counted as recorded: the `metrics` counter and the
+/// producer's own ([`crate::Producer::stats`]), as `Producer::accepted` counts an event.
+#[derive(Clone)]
+pub(crate) struct Counted {
+    pub metric: metrics::Counter,
+    pub stats: Arc<StatCounters>,
+}
+
+impl Default for Counted {
+    /// Counters nobody reads (tests of the table alone).
+    fn default() -> Self {
+        Counted {
+            metric: metrics::Counter::noop(),
+            stats: Arc::default(),
+        }
+    }
+}
+
+impl Counted {
+    fn add(&self, n: u64) {
+        if n > 0 {
+            self.metric.increment(n);
+            self.stats.events_recorded.add(n);
+        }
+    }
+}
+
+/// Takes the slot attached to `buckets[i]` (if any) back into the bucket, counts the events
+/// it took as recorded and detaches it. Called under the shard's lock.
+fn detach(buckets: &mut [Bucket], i: usize, counted: &Counted) {
     let b = &mut buckets[i];
     let Some(slot) = b.slot.take() else { return };
     let mut s = slot.lock();
     debug_assert!(s.live && s.ix == i, "an attached slot points at its bucket");
     b.sum.set_plain(s.quantity, s.earliest);
     b.generated += s.generated;
+    counted.add(s.generated);
     s.live = false;
     s.generated = 0;
 }
 
 /// Attaches `slot` to `buckets[i]` (of `second`), detaching it from the bucket it was
 /// attached to and `buckets[i]` from its own slot first. Called under the shard's lock.
-fn attach(buckets: &mut [Bucket], i: usize, slot: &Arc<FoldSlot>, second: i64) {
+fn attach(buckets: &mut [Bucket], i: usize, slot: &Arc<FoldSlot>, second: i64, counted: &Counted) {
     let was = {
         let s = slot.lock();
         s.live.then_some(s.ix)
     };
     if let Some(j) = was {
-        detach(buckets, j);
+        detach(buckets, j, counted);
     }
-    detach(buckets, i);
+    detach(buckets, i, counted);
     let b = &mut buckets[i];
     let mut s = slot.lock();
     *s = SlotState {
@@ -303,13 +336,30 @@ impl Folded {
 /// The open window's sums, sharded.
 pub(crate) struct FoldTable {
     shards: [Mutex<Shard>; FOLD_SHARDS],
+    /// Where the events its slots took are counted when they are detached.
+    counted: Counted,
 }
 
 impl FoldTable {
-    pub fn new() -> Self {
+    pub fn new(counted: Counted) -> Self {
         FoldTable {
             shards: std::array::from_fn(|_| Mutex::default()),
+            counted,
         }
+    }
+
+    /// Events recorded: the producer's count, with the events the attached slots took and
+    /// have not counted yet. Exact: every shard's lock is held (taken in order) while both
+    /// are read, so no slot is detached — and its events counted — in between.
+    pub fn recorded(&self) -> u64 {
+        let shards: Vec<_> = self.shards.iter().map(Self::lock).collect();
+        let held: u64 = shards
+            .iter()
+            .flat_map(|s| s.buckets.iter())
+            .filter_map(|b| b.slot.as_ref())
+            .map(|slot| slot.lock().generated)
+            .sum();
+        self.counted.stats.events_recorded.get() + held
     }
 
     fn lock(shard: &Mutex<Shard>) -> std::sync::MutexGuard<'_, Shard> {
@@ -347,14 +397,14 @@ impl FoldTable {
         let Some(&i) = index.find(key.hash, |&i| key.matches(&buckets[i])) else {
             return Absorbed::No;
         };
-        detach(buckets, i);
+        detach(buckets, i, &self.counted);
         let b = &mut buckets[i];
         if !b.sum.try_absorb_plain(quantity, timestamp) {
             return Absorbed::No;
         }
         b.generated += 1;
         if let Some(slot) = slot {
-            attach(buckets, i, slot, key.second);
+            attach(buckets, i, slot, key.second, &self.counted);
         }
         Absorbed::Yes
     }
@@ -389,7 +439,7 @@ impl FoldTable {
             Some(i) => {
                 // The sum's whole quantity first, and no slot left on a sum this may
                 // replace as its key's open one.
-                detach(buckets, **i);
+                detach(buckets, **i, &self.counted);
                 buckets[**i].sum.try_absorb(&event)
             }
             None => false,
@@ -455,7 +505,7 @@ impl FoldTable {
                 // Every slot's events back into their sums: a handle's later event finds
                 // its slot detached and opens the next window's sum.
                 for i in 0..s.buckets.len() {
-                    detach(&mut s.buckets, i);
+                    detach(&mut s.buckets, i, &self.counted);
                 }
                 // The next window's sums go into the vector emptied by the last drain:
                 // memory already touched, no regrowth, no fresh page per window.

@@ -51,7 +51,7 @@ proptest! {
         raw in prop::collection::vec((0usize..5, 0i64..2_500, 0u64..1_000, 0usize..4, any::<bool>()), 1..300),
         huge in any::<bool>(),
     ) {
-        let table = FoldTable::new();
+        let table = FoldTable::new(Counted::default());
         let staged = AtomicUsize::new(0);
         let mut reference: Collapser<()> = Collapser::new();
         for (i, (g, ms, q, kind, own_producer)) in raw.into_iter().enumerate() {
@@ -130,7 +130,7 @@ type Step = (usize, usize, i64, u64, u8);
 /// Runs `steps` against a table, with bound handles' slots (two per group) or without; what
 /// each drain gives: the sums in order, with their constituents' bookkeeping.
 fn run_steps(steps: &[Step], huge: bool, with_slots: bool) -> Vec<Vec<(View, u64, usize, usize)>> {
-    let table = FoldTable::new();
+    let table = FoldTable::new(Counted::default());
     let staged = AtomicUsize::new(0);
     let slots: Vec<Arc<FoldSlot>> = (0..6).map(|_| Arc::default()).collect();
     let mut drains = Vec::new();
@@ -185,7 +185,7 @@ proptest! {
 
 #[test]
 fn sums_without_ids_count_their_constituents_and_a_sealed_table_refuses() {
-    let table = FoldTable::new();
+    let table = FoldTable::new(Counted::default());
     let staged = AtomicUsize::new(0);
     for i in 0..5 {
         assert!(

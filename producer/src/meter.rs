@@ -349,9 +349,9 @@ impl Meter {
         let b = &*self.bound;
         let p = &b.producer;
         let second = usage.second;
-        // The common call: the open sum this handle holds takes it, under its lock alone.
+        // The common call: the open sum this handle holds takes it, under its lock alone,
+        // and counts it as recorded when the slot is detached (`fold::detach`).
         if b.slot.try_add(second, usage.quantity, usage.timestamp) {
-            p.accepted();
             return Ok(None);
         }
         let key = FoldKey::with(
