@@ -123,6 +123,27 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+
+    /// Large sums of generated ids (several SHA-1 input chunks, within one digit count or
+    /// across one) are named as the sorted strings would name them.
+    #[test]
+    fn many_generated_names_are_the_collapsed_id(
+        start in prop_oneof![0u64..20, 9_000u64..10_000, 1_000_000u64..1_001_000],
+        n in 0u64..6_000,
+        lane in 0u8..16,
+    ) {
+        let prefix = format!("p:{:032x}:", 0xbeef_u128);
+        let seqs = start..start + n;
+        let all: Vec<String> = seqs.clone().map(|s| format!("{prefix}{lane}:{s}")).collect();
+        prop_assert_eq!(
+            collapsed_id_with_generated(&prefix, lane, seqs, Vec::new()),
+            collapsed_id(all)
+        );
+    }
+}
+
 /// One step of [`slots_change_nothing`]: an event of group `g` at `ms` — plain (through
 /// slot `slot` when one is used), or with an id — or a drain of the window.
 type Step = (usize, usize, i64, u64, u8);
