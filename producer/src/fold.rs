@@ -9,13 +9,13 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Timelike, Utc};
 use foldhash::fast::FixedState;
 use hashbrown::HashTable;
 use tokio::time::Instant;
 
 use crate::collapse::Sum;
-use crate::event::{Event, GroupRef};
+use crate::event::{Event, GroupRef, truncate_to_millis};
 use crate::metrics::StatCounters;
 
 /// Table shards: a power of two, picked by the group's hash, so one group's sums stay in one
@@ -169,10 +169,12 @@ pub(crate) struct FoldSlot(Mutex<SlotState>);
 
 #[derive(Default)]
 struct SlotState {
-    /// Attached to `buckets[ix]` of its group's shard, the open sum of UTC second `second`.
+    /// Attached to `buckets[ix]` of its group's shard, the open sum of the UTC second that
+    /// starts at `secs` seconds past midnight of `date`.
     live: bool,
     ix: usize,
-    second: i64,
+    date: NaiveDate,
+    secs: u32,
     /// The attached sum's whole quantity.
     quantity: u64,
     /// Constituents without id or allocations added here since it was attached: events
@@ -190,12 +192,22 @@ impl FoldSlot {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Adds an event without id or allocations — `quantity` at `timestamp`, of UTC second
-    /// `second` — to the attached sum when that is `second`'s and the quantity fits: what
-    /// [`FoldTable::absorb`] would do with it. False leaves everything as it was.
-    pub fn try_add(&self, second: i64, quantity: u64, timestamp: DateTime<Utc>) -> bool {
+    /// Adds an event without id or allocations — `quantity` at `timestamp` — to the attached
+    /// sum when that is of `timestamp`'s UTC second and the quantity fits: what
+    /// [`FoldTable::absorb`] would do with the event, its timestamp truncated to whole
+    /// milliseconds. False leaves everything as it was.
+    ///
+    /// The second is compared as the naive UTC date and seconds past midnight (a leap second
+    /// is its minute's last second, as `timestamp()` counts it), so no epoch second is
+    /// computed; a timestamp of an attached sum's second is in the range a meter checks, as
+    /// the event that opened the sum was. The earliest timestamp, in whole milliseconds, is
+    /// passed by `timestamp` exactly when it is passed by its truncation, so `timestamp` is
+    /// truncated only when it is the new earliest.
+    pub fn try_add(&self, timestamp: DateTime<Utc>, quantity: u64) -> bool {
+        let naive = timestamp.naive_utc();
+        let (date, secs) = (naive.date(), naive.time().num_seconds_from_midnight());
         let mut s = self.lock();
-        if !s.live || s.second != second {
+        if !s.live || s.date != date || s.secs != secs {
             return false;
         }
         let Some(sum) = s.quantity.checked_add(quantity) else {
@@ -204,10 +216,17 @@ impl FoldSlot {
         s.quantity = sum;
         s.generated += 1;
         if timestamp < s.earliest {
-            s.earliest = timestamp;
+            s.earliest = truncate_to_millis(timestamp);
         }
         true
     }
+}
+
+/// UTC second `second` as the naive date and seconds past midnight [`FoldSlot::try_add`]
+/// compares (`None` out of `chrono`'s range: never for a validated timestamp).
+fn date_and_secs(second: i64) -> Option<(NaiveDate, u32)> {
+    let t = DateTime::from_timestamp(second, 0)?.naive_utc();
+    Some((t.date(), t.time().num_seconds_from_midnight()))
 }
 
 /// Where the events a slot took are counted as recorded: the `metrics` counter and the
@@ -262,12 +281,17 @@ fn attach(buckets: &mut [Bucket], i: usize, slot: &Arc<FoldSlot>, second: i64, c
         detach(buckets, j, counted);
     }
     detach(buckets, i, counted);
+    // A second out of range (never validated) leaves the slot detached.
+    let Some((date, secs)) = date_and_secs(second) else {
+        return;
+    };
     let b = &mut buckets[i];
     let mut s = slot.lock();
     *s = SlotState {
         live: true,
         ix: i,
-        second,
+        date,
+        secs,
         quantity: b.sum.quantity(),
         generated: 0,
         earliest: b.sum.template().timestamp,

@@ -173,8 +173,10 @@ fn run_steps(steps: &[Step], huge: bool, with_slots: bool) -> Vec<Vec<(View, u64
         let e = event(g, ms, q, id.clone());
         if id.is_none() {
             let slot = (with_slots && which < 2).then(|| &slots[g * 2 + which]);
-            let (second, ts) = (e.timestamp.timestamp(), e.timestamp);
-            if slot.is_some_and(|s| s.try_add(second, q, ts)) {
+            let ts = e.timestamp;
+            // The slot takes the caller's timestamp as given: within its millisecond.
+            let given = ts + chrono::Duration::nanoseconds((i as i64 * 7_919) % 1_000_000);
+            if slot.is_some_and(|s| s.try_add(given, q)) {
                 continue;
             }
             let key = FoldKey::new(&e, Some("default"));
@@ -259,4 +261,47 @@ fn sums_without_ids_count_their_constituents_and_a_sealed_table_refuses() {
         0,
         "a refused event is not counted"
     );
+}
+
+/// A slot takes the events of its sum's UTC second only — a leap second among them, as
+/// `timestamp()` counts it — and keeps the earliest in whole milliseconds.
+#[test]
+fn a_slot_takes_its_second_and_truncates_the_earliest() {
+    let table = FoldTable::new(Counted::default());
+    let staged = AtomicUsize::new(0);
+    let slot: Arc<FoldSlot> = Arc::default();
+    let day = chrono::NaiveDate::from_ymd_opt(2016, 12, 31).unwrap();
+    let at = |h, m, s, nanos| day.and_hms_nano_opt(h, m, s, nanos).unwrap().and_utc();
+    let mut e = event(0, 0, 5, None);
+    e.timestamp = at(23, 59, 59, 800_000_000);
+    let key = FoldKey::new(&e, Some("default"));
+    assert!(
+        table
+            .add(e.clone(), Some("default"), 10, 5, &staged, None)
+            .is_ok()
+    );
+    assert_eq!(
+        table.absorb(&key, 1, e.timestamp, Some(&slot)),
+        Absorbed::Yes
+    );
+    // The leap second 23:59:60 is second 23:59:59's, as `timestamp()` has it.
+    let leap = at(23, 59, 59, 1_250_000_000);
+    assert_eq!(leap.timestamp(), e.timestamp.timestamp());
+    assert!(slot.try_add(leap, 2));
+    assert!(slot.try_add(at(23, 59, 59, 123_456_789), 3));
+    assert!(
+        !slot.try_add(at(23, 59, 58, 999_999_999), 4),
+        "the second before"
+    );
+    assert!(
+        !slot.try_add(at(0, 0, 0, 0) + chrono::Duration::days(1), 4),
+        "the next day"
+    );
+    assert!(!slot.try_add(at(23, 59, 59, 0), u64::MAX), "overflow");
+    let mut sums = Vec::new();
+    table.drain(false, &staged, |f| sums.push(f));
+    assert_eq!(sums.len(), 1);
+    assert_eq!(sums[0].event.quantity, 11);
+    assert_eq!(sums[0].generated, 4);
+    assert_eq!(sums[0].event.timestamp, at(23, 59, 59, 123_000_000));
 }

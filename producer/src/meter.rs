@@ -210,6 +210,9 @@ impl Meter {
         quantity: u64,
     ) -> Result<Option<super::Waiting<'_>>, ProducerError> {
         let p = &self.bound.producer;
+        if self.add_to_slot(timestamp, quantity) {
+            return Ok(None);
+        }
         let usage = self.check(timestamp, quantity)?;
         let prepared = if p.shared.config.collapse {
             match self.absorb(&usage)? {
@@ -249,6 +252,9 @@ impl Meter {
     /// [`Producer::try_record`].
     pub fn try_record(&self, timestamp: DateTime<Utc>, quantity: u64) -> Result<(), ProducerError> {
         let p = &self.bound.producer;
+        if self.add_to_slot(timestamp, quantity) {
+            return Ok(());
+        }
         let usage = self.check(timestamp, quantity)?;
         if p.shared.config.collapse {
             return match self.absorb(&usage)? {
@@ -343,17 +349,25 @@ impl Meter {
         }
     }
 
+    /// Collapse, the common call: the open sum this handle holds takes the event, under the
+    /// slot's lock alone, with no check but the producer's flag (the sum's second was
+    /// checked when the sum was opened) and no counter (the slot's events are counted when
+    /// it is detached, `fold::detach`).
+    #[inline]
+    fn add_to_slot(&self, timestamp: DateTime<Utc>, quantity: u64) -> bool {
+        let b = &*self.bound;
+        let shared = &b.producer.shared;
+        shared.config.collapse
+            && !shared.closed.load(std::sync::atomic::Ordering::Relaxed)
+            && b.slot.try_add(timestamp, quantity)
+    }
+
     /// Collapse: adds the event to its open sum at no charge, or prepares it (charged, as
     /// [`Producer::record`] prepares it) to open a new one.
     fn absorb(&self, usage: &Usage) -> Result<Option<Prepared>, ProducerError> {
         let b = &*self.bound;
         let p = &b.producer;
         let second = usage.second;
-        // The common call: the open sum this handle holds takes it, under its lock alone,
-        // and counts it as recorded when the slot is detached (`fold::detach`).
-        if b.slot.try_add(second, usage.quantity, usage.timestamp) {
-            return Ok(None);
-        }
         let key = FoldKey::with(
             b.fold,
             self.group(),
