@@ -195,7 +195,7 @@ impl Meter {
         timestamp: DateTime<Utc>,
         quantity: u64,
     ) -> Result<(), ProducerError> {
-        super::cooperate().await;
+        super::cooperate_meter().await;
         match self.record_now(timestamp, quantity)? {
             None => Ok(()),
             Some(waiting) => waiting.await,
