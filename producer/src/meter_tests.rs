@@ -334,3 +334,38 @@ proptest! {
         });
     }
 }
+
+/// A tight loop of meter calls still yields (its budget spent every fourth call): a task
+/// spawned on the same single-threaded runtime runs before the loop ends.
+#[tokio::test]
+async fn a_tight_meter_loop_yields() {
+    for collapse in [false, true] {
+        let sink = MemoryRecordSink::new(ShardMap::uniform(3));
+        let s = Setup {
+            collapse,
+            version: WireVersion::V2,
+            aggregation: true,
+            producer_id: false,
+        };
+        let p = producer(&sink, s, 16 * 1024 * 1024);
+        let (l, a, d) = group(0);
+        let m = p.meter(l, a, d).unwrap();
+        let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let other = ran.clone();
+        tokio::spawn(async move { other.store(true, std::sync::atomic::Ordering::SeqCst) });
+        let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
+        let mut yielded_at = None;
+        for i in 0..2_000 {
+            m.record(t0, 1).await.unwrap();
+            if yielded_at.is_none() && ran.load(std::sync::atomic::Ordering::SeqCst) {
+                yielded_at = Some(i);
+            }
+        }
+        assert!(
+            yielded_at.is_some(),
+            "collapse {collapse}: the loop never yielded"
+        );
+        p.shutdown().await.unwrap();
+        assert_eq!(p.stats().events_recorded, 2_000);
+    }
+}
