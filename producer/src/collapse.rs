@@ -384,6 +384,73 @@ pub(crate) fn collapsed_id_with_generated(
     let head = [prefix.as_bytes(), lane_digits, b":"].concat();
     let mut sha = Sha1::new();
     sha.update(COLLAPSE_ID_NAMESPACE.as_bytes());
+    if let Some(run) = one_digit_count(&seqs) {
+        hash_run(&mut sha, &head, run);
+    } else {
+        hash_merged(&mut sha, &head, seqs);
+    }
+    let digest = sha.finalize();
+    let mut first = [0u8; 16];
+    first.copy_from_slice(&digest[..16]);
+    // What `Uuid::new_v5` does with its SHA-1: the first 16 bytes, version and variant set.
+    uuid::Builder::from_sha1_bytes(first).into_uuid()
+}
+
+/// `seqs` when all its numbers have one decimal digit count (their string order is then
+/// their numeric order): the common sum, whose sequences cross no power of ten.
+fn one_digit_count(seqs: &std::ops::Range<u64>) -> Option<std::ops::Range<u64>> {
+    let digits = |n: u64| n.checked_ilog10().unwrap_or(0);
+    match seqs.end.checked_sub(1) {
+        Some(last) if seqs.start <= last && digits(seqs.start) == digits(last) => {
+            Some(seqs.clone())
+        }
+        _ => None,
+    }
+}
+
+/// Hands SHA-1 the entries (length, `head`, digits) of the ids `{head}{n}` for each `n` of
+/// `run`, whose numbers have one digit count, in numeric (= string) order. A chunk of
+/// entries is laid out once — their lengths and heads are all alike — and only the digits
+/// are written per id, counted up in decimal rather than formatted.
+fn hash_run(sha: &mut Sha1, head: &[u8], run: std::ops::Range<u64>) {
+    let mut first = itoa::Buffer::new();
+    let mut digits = first.format(run.start).as_bytes().to_vec();
+    let id_len = head.len() + digits.len();
+    let entry_len = 4 + id_len;
+    let ids = usize::try_from(run.end - run.start).unwrap_or(usize::MAX);
+    let per_chunk = (ID_CHUNK_BYTES / entry_len).clamp(1, ids);
+    let mut entry = Vec::with_capacity(entry_len);
+    entry.extend_from_slice(&(id_len as u32).to_be_bytes());
+    entry.extend_from_slice(head);
+    entry.extend_from_slice(&digits);
+    let mut buf = entry.repeat(per_chunk);
+    let mut left = ids;
+    while left > 0 {
+        let n = left.min(per_chunk);
+        for e in buf.chunks_exact_mut(entry_len).take(n) {
+            e[4 + head.len()..].copy_from_slice(&digits);
+            count_up(&mut digits);
+        }
+        sha.update(&buf[..n * entry_len]);
+        left -= n;
+    }
+}
+
+/// Adds one to the decimal number `digits` in place (a carry out of the first digit is
+/// dropped: the caller stops before its run's numbers gain a digit).
+fn count_up(digits: &mut [u8]) {
+    for d in digits.iter_mut().rev() {
+        if *d == b'9' {
+            *d = b'0';
+        } else {
+            *d += 1;
+            return;
+        }
+    }
+}
+
+/// [`hash_run`] for sequences of several digit counts: their ids merged into string order.
+fn hash_merged(sha: &mut Sha1, head: &[u8], seqs: std::ops::Range<u64>) {
     // Sized for the ids (length, head, at most 20 digits each), up to one chunk: a small
     // sum does not take (and free) a chunk-sized buffer.
     let per_id = 4 + head.len() + 20;
@@ -392,7 +459,7 @@ pub(crate) fn collapsed_id_with_generated(
     let mut buf = Vec::with_capacity(ids_bytes.min(ID_CHUNK_BYTES + 64));
     for_each_in_string_order(seqs, |digits| {
         buf.extend_from_slice(&((head.len() + digits.len()) as u32).to_be_bytes());
-        buf.extend_from_slice(&head);
+        buf.extend_from_slice(head);
         buf.extend_from_slice(digits);
         if buf.len() >= ID_CHUNK_BYTES {
             sha.update(&buf);
@@ -400,11 +467,6 @@ pub(crate) fn collapsed_id_with_generated(
         }
     });
     sha.update(&buf);
-    let digest = sha.finalize();
-    let mut first = [0u8; 16];
-    first.copy_from_slice(&digest[..16]);
-    // What `Uuid::new_v5` does with its SHA-1: the first 16 bytes, version and variant set.
-    uuid::Builder::from_sha1_bytes(first).into_uuid()
 }
 
 /// Calls `f` with the decimal digits of every number of `range`, in string order.

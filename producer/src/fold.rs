@@ -9,13 +9,14 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Timelike, Utc};
 use foldhash::fast::FixedState;
 use hashbrown::HashTable;
 use tokio::time::Instant;
 
 use crate::collapse::Sum;
-use crate::event::{Event, GroupRef};
+use crate::event::{Event, GroupRef, truncate_to_millis};
+use crate::metrics::StatCounters;
 
 /// Table shards: a power of two, picked by the group's hash, so one group's sums stay in one
 /// shard (in the order they were opened) and callers recording different groups rarely meet
@@ -160,18 +161,24 @@ pub(crate) enum Absorbed {
 /// touches the sum under its shard's lock (another event of its key, the window's drain)
 /// takes them back into it first and detaches the slot ([`detach`]). Locks are taken shard
 /// first, slot second; the handle's fast path takes the slot's alone.
+///
+/// The events added here are counted as recorded ([`Counted`]) when the slot is detached,
+/// not one by one: [`FoldTable::recorded`] adds those of the attached slots to the count.
 #[derive(Default)]
 pub(crate) struct FoldSlot(Mutex<SlotState>);
 
 #[derive(Default)]
 struct SlotState {
-    /// Attached to `buckets[ix]` of its group's shard, the open sum of UTC second `second`.
+    /// Attached to `buckets[ix]` of its group's shard, the open sum of the UTC second that
+    /// starts at `secs` seconds past midnight of `date`.
     live: bool,
     ix: usize,
-    second: i64,
+    date: NaiveDate,
+    secs: u32,
     /// The attached sum's whole quantity.
     quantity: u64,
-    /// Constituents without id or allocations added here since it was attached.
+    /// Constituents without id or allocations added here since it was attached: events
+    /// accepted and not counted yet ([`Counted`]).
     generated: u64,
     /// The earliest timestamp added here (the sum's own when attached).
     earliest: DateTime<Utc>,
@@ -185,12 +192,22 @@ impl FoldSlot {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Adds an event without id or allocations — `quantity` at `timestamp`, of UTC second
-    /// `second` — to the attached sum when that is `second`'s and the quantity fits: what
-    /// [`FoldTable::absorb`] would do with it. False leaves everything as it was.
-    pub fn try_add(&self, second: i64, quantity: u64, timestamp: DateTime<Utc>) -> bool {
+    /// Adds an event without id or allocations — `quantity` at `timestamp` — to the attached
+    /// sum when that is of `timestamp`'s UTC second and the quantity fits: what
+    /// [`FoldTable::absorb`] would do with the event, its timestamp truncated to whole
+    /// milliseconds. False leaves everything as it was.
+    ///
+    /// The second is compared as the naive UTC date and seconds past midnight (a leap second
+    /// is its minute's last second, as `timestamp()` counts it), so no epoch second is
+    /// computed; a timestamp of an attached sum's second is in the range a meter checks, as
+    /// the event that opened the sum was. The earliest timestamp, in whole milliseconds, is
+    /// passed by `timestamp` exactly when it is passed by its truncation, so `timestamp` is
+    /// truncated only when it is the new earliest.
+    pub fn try_add(&self, timestamp: DateTime<Utc>, quantity: u64) -> bool {
+        let naive = timestamp.naive_utc();
+        let (date, secs) = (naive.date(), naive.time().num_seconds_from_midnight());
         let mut s = self.lock();
-        if !s.live || s.second != second {
+        if !s.live || s.date != date || s.secs != secs {
             return false;
         }
         let Some(sum) = s.quantity.checked_add(quantity) else {
@@ -199,42 +216,82 @@ impl FoldSlot {
         s.quantity = sum;
         s.generated += 1;
         if timestamp < s.earliest {
-            s.earliest = timestamp;
+            s.earliest = truncate_to_millis(timestamp);
         }
         true
     }
 }
 
-/// Takes the slot attached to `buckets[i]` (if any) back into the bucket and detaches it.
-/// Called under the shard's lock.
-fn detach(buckets: &mut [Bucket], i: usize) {
+/// UTC second `second` as the naive date and seconds past midnight [`FoldSlot::try_add`]
+/// compares (`None` out of `chrono`'s range: never for a validated timestamp).
+fn date_and_secs(second: i64) -> Option<(NaiveDate, u32)> {
+    let t = DateTime::from_timestamp(second, 0)?.naive_utc();
+    Some((t.date(), t.time().num_seconds_from_midnight()))
+}
+
+/// Where the events a slot took are counted as recorded: the `metrics` counter and the
+/// producer's own ([`crate::Producer::stats`]), as `Producer::accepted` counts an event.
+#[derive(Clone)]
+pub(crate) struct Counted {
+    pub metric: metrics::Counter,
+    pub stats: Arc<StatCounters>,
+}
+
+impl Default for Counted {
+    /// Counters nobody reads (tests of the table alone).
+    fn default() -> Self {
+        Counted {
+            metric: metrics::Counter::noop(),
+            stats: Arc::default(),
+        }
+    }
+}
+
+impl Counted {
+    fn add(&self, n: u64) {
+        if n > 0 {
+            self.metric.increment(n);
+            self.stats.events_recorded.add(n);
+        }
+    }
+}
+
+/// Takes the slot attached to `buckets[i]` (if any) back into the bucket, counts the events
+/// it took as recorded and detaches it. Called under the shard's lock.
+fn detach(buckets: &mut [Bucket], i: usize, counted: &Counted) {
     let b = &mut buckets[i];
     let Some(slot) = b.slot.take() else { return };
     let mut s = slot.lock();
     debug_assert!(s.live && s.ix == i, "an attached slot points at its bucket");
     b.sum.set_plain(s.quantity, s.earliest);
     b.generated += s.generated;
+    counted.add(s.generated);
     s.live = false;
     s.generated = 0;
 }
 
 /// Attaches `slot` to `buckets[i]` (of `second`), detaching it from the bucket it was
 /// attached to and `buckets[i]` from its own slot first. Called under the shard's lock.
-fn attach(buckets: &mut [Bucket], i: usize, slot: &Arc<FoldSlot>, second: i64) {
+fn attach(buckets: &mut [Bucket], i: usize, slot: &Arc<FoldSlot>, second: i64, counted: &Counted) {
     let was = {
         let s = slot.lock();
         s.live.then_some(s.ix)
     };
     if let Some(j) = was {
-        detach(buckets, j);
+        detach(buckets, j, counted);
     }
-    detach(buckets, i);
+    detach(buckets, i, counted);
+    // A second out of range (never validated) leaves the slot detached.
+    let Some((date, secs)) = date_and_secs(second) else {
+        return;
+    };
     let b = &mut buckets[i];
     let mut s = slot.lock();
     *s = SlotState {
         live: true,
         ix: i,
-        second,
+        date,
+        secs,
         quantity: b.sum.quantity(),
         generated: 0,
         earliest: b.sum.template().timestamp,
@@ -303,13 +360,30 @@ impl Folded {
 /// The open window's sums, sharded.
 pub(crate) struct FoldTable {
     shards: [Mutex<Shard>; FOLD_SHARDS],
+    /// Where the events its slots took are counted when they are detached.
+    counted: Counted,
 }
 
 impl FoldTable {
-    pub fn new() -> Self {
+    pub fn new(counted: Counted) -> Self {
         FoldTable {
             shards: std::array::from_fn(|_| Mutex::default()),
+            counted,
         }
+    }
+
+    /// Events recorded: the producer's count, with the events the attached slots took and
+    /// have not counted yet. Exact: every shard's lock is held (taken in order) while both
+    /// are read, so no slot is detached — and its events counted — in between.
+    pub fn recorded(&self) -> u64 {
+        let shards: Vec<_> = self.shards.iter().map(Self::lock).collect();
+        let held: u64 = shards
+            .iter()
+            .flat_map(|s| s.buckets.iter())
+            .filter_map(|b| b.slot.as_ref())
+            .map(|slot| slot.lock().generated)
+            .sum();
+        self.counted.stats.events_recorded.get() + held
     }
 
     fn lock(shard: &Mutex<Shard>) -> std::sync::MutexGuard<'_, Shard> {
@@ -347,14 +421,14 @@ impl FoldTable {
         let Some(&i) = index.find(key.hash, |&i| key.matches(&buckets[i])) else {
             return Absorbed::No;
         };
-        detach(buckets, i);
+        detach(buckets, i, &self.counted);
         let b = &mut buckets[i];
         if !b.sum.try_absorb_plain(quantity, timestamp) {
             return Absorbed::No;
         }
         b.generated += 1;
         if let Some(slot) = slot {
-            attach(buckets, i, slot, key.second);
+            attach(buckets, i, slot, key.second, &self.counted);
         }
         Absorbed::Yes
     }
@@ -389,7 +463,7 @@ impl FoldTable {
             Some(i) => {
                 // The sum's whole quantity first, and no slot left on a sum this may
                 // replace as its key's open one.
-                detach(buckets, **i);
+                detach(buckets, **i, &self.counted);
                 buckets[**i].sum.try_absorb(&event)
             }
             None => false,
@@ -455,7 +529,7 @@ impl FoldTable {
                 // Every slot's events back into their sums: a handle's later event finds
                 // its slot detached and opens the next window's sum.
                 for i in 0..s.buckets.len() {
-                    detach(&mut s.buckets, i);
+                    detach(&mut s.buckets, i, &self.counted);
                 }
                 // The next window's sums go into the vector emptied by the last drain:
                 // memory already touched, no regrowth, no fresh page per window.

@@ -51,7 +51,7 @@ proptest! {
         raw in prop::collection::vec((0usize..5, 0i64..2_500, 0u64..1_000, 0usize..4, any::<bool>()), 1..300),
         huge in any::<bool>(),
     ) {
-        let table = FoldTable::new();
+        let table = FoldTable::new(Counted::default());
         let staged = AtomicUsize::new(0);
         let mut reference: Collapser<()> = Collapser::new();
         for (i, (g, ms, q, kind, own_producer)) in raw.into_iter().enumerate() {
@@ -123,6 +123,27 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+
+    /// Large sums of generated ids (several SHA-1 input chunks, within one digit count or
+    /// across one) are named as the sorted strings would name them.
+    #[test]
+    fn many_generated_names_are_the_collapsed_id(
+        start in prop_oneof![0u64..20, 9_000u64..10_000, 1_000_000u64..1_001_000],
+        n in 0u64..6_000,
+        lane in 0u8..16,
+    ) {
+        let prefix = format!("p:{:032x}:", 0xbeef_u128);
+        let seqs = start..start + n;
+        let all: Vec<String> = seqs.clone().map(|s| format!("{prefix}{lane}:{s}")).collect();
+        prop_assert_eq!(
+            collapsed_id_with_generated(&prefix, lane, seqs, Vec::new()),
+            collapsed_id(all)
+        );
+    }
+}
+
 /// One step of [`slots_change_nothing`]: an event of group `g` at `ms` — plain (through
 /// slot `slot` when one is used), or with an id — or a drain of the window.
 type Step = (usize, usize, i64, u64, u8);
@@ -130,7 +151,7 @@ type Step = (usize, usize, i64, u64, u8);
 /// Runs `steps` against a table, with bound handles' slots (two per group) or without; what
 /// each drain gives: the sums in order, with their constituents' bookkeeping.
 fn run_steps(steps: &[Step], huge: bool, with_slots: bool) -> Vec<Vec<(View, u64, usize, usize)>> {
-    let table = FoldTable::new();
+    let table = FoldTable::new(Counted::default());
     let staged = AtomicUsize::new(0);
     let slots: Vec<Arc<FoldSlot>> = (0..6).map(|_| Arc::default()).collect();
     let mut drains = Vec::new();
@@ -152,8 +173,10 @@ fn run_steps(steps: &[Step], huge: bool, with_slots: bool) -> Vec<Vec<(View, u64
         let e = event(g, ms, q, id.clone());
         if id.is_none() {
             let slot = (with_slots && which < 2).then(|| &slots[g * 2 + which]);
-            let (second, ts) = (e.timestamp.timestamp(), e.timestamp);
-            if slot.is_some_and(|s| s.try_add(second, q, ts)) {
+            let ts = e.timestamp;
+            // The slot takes the caller's timestamp as given: within its millisecond.
+            let given = ts + chrono::Duration::nanoseconds((i as i64 * 7_919) % 1_000_000);
+            if slot.is_some_and(|s| s.try_add(given, q)) {
                 continue;
             }
             let key = FoldKey::new(&e, Some("default"));
@@ -185,7 +208,7 @@ proptest! {
 
 #[test]
 fn sums_without_ids_count_their_constituents_and_a_sealed_table_refuses() {
-    let table = FoldTable::new();
+    let table = FoldTable::new(Counted::default());
     let staged = AtomicUsize::new(0);
     for i in 0..5 {
         assert!(
@@ -238,4 +261,47 @@ fn sums_without_ids_count_their_constituents_and_a_sealed_table_refuses() {
         0,
         "a refused event is not counted"
     );
+}
+
+/// A slot takes the events of its sum's UTC second only — a leap second among them, as
+/// `timestamp()` counts it — and keeps the earliest in whole milliseconds.
+#[test]
+fn a_slot_takes_its_second_and_truncates_the_earliest() {
+    let table = FoldTable::new(Counted::default());
+    let staged = AtomicUsize::new(0);
+    let slot: Arc<FoldSlot> = Arc::default();
+    let day = chrono::NaiveDate::from_ymd_opt(2016, 12, 31).unwrap();
+    let at = |h, m, s, nanos| day.and_hms_nano_opt(h, m, s, nanos).unwrap().and_utc();
+    let mut e = event(0, 0, 5, None);
+    e.timestamp = at(23, 59, 59, 800_000_000);
+    let key = FoldKey::new(&e, Some("default"));
+    assert!(
+        table
+            .add(e.clone(), Some("default"), 10, 5, &staged, None)
+            .is_ok()
+    );
+    assert_eq!(
+        table.absorb(&key, 1, e.timestamp, Some(&slot)),
+        Absorbed::Yes
+    );
+    // The leap second 23:59:60 is second 23:59:59's, as `timestamp()` has it.
+    let leap = at(23, 59, 59, 1_250_000_000);
+    assert_eq!(leap.timestamp(), e.timestamp.timestamp());
+    assert!(slot.try_add(leap, 2));
+    assert!(slot.try_add(at(23, 59, 59, 123_456_789), 3));
+    assert!(
+        !slot.try_add(at(23, 59, 58, 999_999_999), 4),
+        "the second before"
+    );
+    assert!(
+        !slot.try_add(at(0, 0, 0, 0) + chrono::Duration::days(1), 4),
+        "the next day"
+    );
+    assert!(!slot.try_add(at(23, 59, 59, 0), u64::MAX), "overflow");
+    let mut sums = Vec::new();
+    table.drain(false, &staged, |f| sums.push(f));
+    assert_eq!(sums.len(), 1);
+    assert_eq!(sums[0].event.quantity, 11);
+    assert_eq!(sums[0].generated, 4);
+    assert_eq!(sums[0].event.timestamp, at(23, 59, 59, 123_000_000));
 }

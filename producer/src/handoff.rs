@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use crate::config::ProducerConfig;
 use crate::event::Event;
 use crate::event_id::IdGenerator;
-use crate::fold::{Absorbed, FoldKey, FoldSlot, FoldTable, Folded};
+use crate::fold::{Absorbed, Counted, FoldKey, FoldSlot, FoldTable, Folded};
 use crate::metrics::{Metrics, StatCounters};
 use crate::outcome::{FlushOutcome, Undelivered, UndeliveredCallback};
 
@@ -96,14 +96,16 @@ impl StagingShard {
 }
 
 impl Staging {
-    pub fn new(trigger: usize) -> Self {
+    /// An empty staging area: the task is woken when `trigger` bytes are staged; the events
+    /// a bound handle's slot takes are counted into `counted` ([`FoldTable::new`]).
+    pub fn new(trigger: usize, counted: Counted) -> Self {
         Staging {
             shards: std::array::from_fn(|_| Mutex::default()),
             bytes: AtomicUsize::new(0),
             trigger,
             first: Notify::new(),
             full: Notify::new(),
-            folds: FoldTable::new(),
+            folds: FoldTable::new(counted),
         }
     }
 
@@ -201,6 +203,11 @@ impl Staging {
         if before < self.trigger && before + bytes >= self.trigger {
             self.full.notify_one();
         }
+    }
+
+    /// Events recorded, with those the bound handles' slots hold ([`FoldTable::recorded`]).
+    pub fn recorded(&self) -> u64 {
+        self.folds.recorded()
     }
 
     /// Takes the window's sums into `f`; with `seal`, refuses later adds.

@@ -258,3 +258,114 @@ async fn a_meter_is_refused_what_record_is_refused() {
     assert!(matches!(late, ProducerError::Closed(Some(_))), "{late}");
     assert_eq!(p.stats().events_recorded, 4);
 }
+
+/// What `metrics`' counter `names::EVENTS_RECORDED` was added since the last snapshot of a
+/// local recorder (its snapshots take the counters' values).
+fn recorded_metric(snapshotter: &metrics_util::debugging::Snapshotter) -> u64 {
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(k, ..)| k.key().name() == crate::metrics::names::EVENTS_RECORDED)
+        .map(|(.., v)| match v {
+            metrics_util::debugging::DebugValue::Counter(c) => c,
+            _ => 0,
+        })
+        .sum()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, .. ProptestConfig::default() })]
+
+    /// With collapse, a meter's events added to an open sum are counted when the sum's slot
+    /// is detached, not one by one: `stats()` still counts every accepted event after every
+    /// call, and the `metrics` counter has them all once `flush()` (or `shutdown()`) returns.
+    #[test]
+    fn recorded_counts_are_exact_with_slots(
+        raw in prop::collection::vec((0usize..3, 0i64..2_500, 0u64..1_000, any::<bool>()), 1..300),
+        flush_every in 1usize..120,
+    ) {
+        let recorder = metrics_util::debugging::DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        metrics::with_local_recorder(&recorder, || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let sink = MemoryRecordSink::new(ShardMap::uniform(3));
+                let s = Setup {
+                    collapse: true,
+                    version: WireVersion::V2,
+                    aggregation: true,
+                    producer_id: false,
+                };
+                let p = producer(&sink, s, 16 * 1024 * 1024);
+                let bound: Vec<_> = (0..3)
+                    .map(|g| {
+                        let (l, a, d) = group(g);
+                        p.meter(l, a, d).unwrap()
+                    })
+                    .collect();
+                let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
+                let mut metric = 0;
+                for (i, &(g, ms, q, by_meter)) in raw.iter().enumerate() {
+                    let ts = t0 + chrono::Duration::milliseconds(ms);
+                    if by_meter {
+                        bound[g].record(ts, q).await.unwrap();
+                    } else {
+                        let (l, a, d) = group(g);
+                        p.record(Event::new(l, a, d, q, ts)).await.unwrap();
+                    }
+                    assert_eq!(p.stats().events_recorded, i as u64 + 1);
+                    if i % flush_every == flush_every - 1 {
+                        p.flush().await.unwrap();
+                        metric += recorded_metric(&snapshotter);
+                        assert_eq!(metric, i as u64 + 1);
+                    }
+                }
+                assert!(p.shutdown().await.unwrap().is_complete());
+                let n = raw.len() as u64;
+                assert_eq!(p.stats().events_recorded, n);
+                assert_eq!(metric + recorded_metric(&snapshotter), n);
+                assert_eq!(p.stats().events_acked, n);
+            });
+        });
+    }
+}
+
+/// A tight loop of meter calls still yields (its budget spent every fourth call): a task
+/// spawned on the same single-threaded runtime runs before the loop ends.
+#[tokio::test]
+async fn a_tight_meter_loop_yields() {
+    for collapse in [false, true] {
+        let sink = MemoryRecordSink::new(ShardMap::uniform(3));
+        let s = Setup {
+            collapse,
+            version: WireVersion::V2,
+            aggregation: true,
+            producer_id: false,
+        };
+        let p = producer(&sink, s, 16 * 1024 * 1024);
+        let (l, a, d) = group(0);
+        let m = p.meter(l, a, d).unwrap();
+        let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let other = ran.clone();
+        tokio::spawn(async move { other.store(true, std::sync::atomic::Ordering::SeqCst) });
+        let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
+        let mut yielded_at = None;
+        for i in 0..2_000 {
+            m.record(t0, 1).await.unwrap();
+            if yielded_at.is_none() && ran.load(std::sync::atomic::Ordering::SeqCst) {
+                yielded_at = Some(i);
+            }
+        }
+        assert!(
+            yielded_at.is_some(),
+            "collapse {collapse}: the loop never yielded"
+        );
+        p.shutdown().await.unwrap();
+        assert_eq!(p.stats().events_recorded, 2_000);
+    }
+}

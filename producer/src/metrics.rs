@@ -7,7 +7,10 @@ use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 
 /// Metric names, all prefixed `awsmp_producer_` and labelled `stream`.
 pub mod names {
-    /// Events accepted by `record()`/`try_record()`.
+    /// Events accepted by `record()`/`try_record()`. Under collapse, the events a meter adds
+    /// to the open sum it holds are added here together, when the sum is next touched by
+    /// another event or its window closes — at the latest when `flush()` or `shutdown()`
+    /// returns; `Producer::stats` counts them at once.
     pub const EVENTS_RECORDED: &str = "awsmp_producer_events_recorded_total";
     /// Events refused by `record()` (label `reason`).
     pub const EVENTS_REFUSED: &str = "awsmp_producer_events_refused_total";

@@ -21,7 +21,7 @@ use crate::engine;
 use crate::error::ProducerError;
 use crate::event::Event;
 use crate::event_id::IdGenerator;
-use crate::fold::{Absorbed, FoldKey};
+use crate::fold::{Absorbed, Counted, FoldKey};
 use crate::handoff::{Command, EngineParts, RECORD_OVERHEAD_BYTES, Staging};
 use crate::metrics::{Metrics, ProducerStats, StatCounters};
 use crate::outcome::{FlushOutcome, Undelivered, UndeliveredCallback};
@@ -326,9 +326,12 @@ impl Producer {
         &self.shared.config
     }
 
-    /// Counters since start.
+    /// Counters since start. `events_recorded` counts every accepted event, those a meter
+    /// added to an open sum included.
     pub fn stats(&self) -> ProducerStats {
-        self.shared.stats.snapshot()
+        let mut stats = self.shared.stats.snapshot();
+        stats.events_recorded = self.shared.staging.recorded();
+        stats
     }
 
     /// What a validated event costs against the buffer bound.
@@ -535,7 +538,11 @@ impl ProducerBuilder {
         let (tx, rx) = mpsc::channel(config.command_capacity);
         let metrics = Metrics::new(&config.stream_name);
         let stats = Arc::new(StatCounters::default());
-        let staging = Arc::new(Staging::new(engine::size_trigger(&config)));
+        let counted = Counted {
+            metric: metrics.events_recorded.clone(),
+            stats: stats.clone(),
+        };
+        let staging = Arc::new(Staging::new(engine::size_trigger(&config), counted));
         #[cfg(test)]
         let ids = Arc::new(
             self.epoch
