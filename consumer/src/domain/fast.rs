@@ -26,17 +26,20 @@ use awsmp_producer::wire::v2::{
     EntryAt, EntryV2, EventV2, GroupV2, IdV2, KIND_TABLE, RecordV2, V2, decode_ref_in_order,
     decode_v2, is_binary,
 };
-use awsmp_producer::wire::{KPL_MAGIC, MD5_LEN, PAYLOAD_VERSION};
-use chrono::{DateTime, Datelike, Duration, NaiveDate, Timelike, Utc};
+use awsmp_producer::wire::{KPL_MAGIC, MD5_LEN};
+use chrono::{DateTime, Datelike, Duration, Utc};
 use md5::{Digest, Md5};
 use prost::encoding::decode_varint;
-use serde::Deserialize;
 
 use super::accepted::{Accepted, EventId};
 use super::intern::{Group, GroupIx, Interner, text_hash};
 use super::record::{DecodedRecord, StreamRecord};
 use super::trailer::body_and_trailer;
 use super::verify::{TimestampPolicy, VerifyPolicy, billing_time_of};
+
+#[path = "fast_v1.rs"]
+mod v1;
+use v1::v1_fields;
 
 /// Epoch milliseconds of 10000-01-01T00:00:00Z: a v2 timestamp is in years 1970–9999 (what
 /// `Event::validate` admits) exactly when it lies in `0..YEAR_10000_MS`.
@@ -174,26 +177,6 @@ fn kpl_users<'a>(
     Some(())
 }
 
-/// A v1 payload's fields, borrowed (a string with an escape does not borrow: the general path).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct V1<'a> {
-    v: u64,
-    #[serde(rename = "eventId")]
-    event_id: &'a str,
-    #[serde(rename = "licenseArn")]
-    license_arn: &'a str,
-    #[serde(rename = "customerAWSAccountId")]
-    customer_aws_account_id: &'a str,
-    dimension: &'a str,
-    quantity: u64,
-    timestamp: &'a str,
-    #[serde(rename = "producerId", default)]
-    producer_id: Option<&'a str>,
-    #[serde(rename = "usageAllocations", default)]
-    usage_allocations: Option<serde::de::IgnoredAny>,
-}
-
 /// An event's client time: a v2 event's epoch milliseconds, or the instant a v1 payload
 /// spells (kept as parsed: a leap second has no epoch-millisecond form of its own).
 #[derive(Clone, Copy)]
@@ -226,73 +209,6 @@ impl Fields<'_> {
         };
         id_ok && year_ok && self.group.is_valid() && self.producer_id.is_none_or(|p| !p.is_empty())
     }
-}
-
-/// The spelling the producer writes (`format_timestamp`: `YYYY-MM-DDTHH:MM:SS.mmmZ`) read
-/// without chrono's general RFC 3339 parser; `None` for any other spelling (and for a leap
-/// second), which [`v1_timestamp`] leaves to chrono.
-fn canonical_timestamp(s: &str) -> Option<DateTime<Utc>> {
-    let b: &[u8; 24] = s.as_bytes().try_into().ok()?;
-    let punctuation = [
-        (4, b'-'),
-        (7, b'-'),
-        (10, b'T'),
-        (13, b':'),
-        (16, b':'),
-        (19, b'.'),
-    ];
-    if b[23] != b'Z' || punctuation.iter().any(|&(i, c)| b[i] != c) {
-        return None;
-    }
-    let number = |from: usize, to: usize| {
-        b[from..to].iter().try_fold(0u32, |n, &c| {
-            c.is_ascii_digit().then(|| n * 10 + u32::from(c - b'0'))
-        })
-    };
-    let (hour, minute, second) = (number(11, 13)?, number(14, 16)?, number(17, 19)?);
-    if second > 59 {
-        return None;
-    }
-    let date = NaiveDate::from_ymd_opt(
-        i32::try_from(number(0, 4)?).ok()?,
-        number(5, 7)?,
-        number(8, 10)?,
-    )?;
-    Some(
-        date.and_hms_milli_opt(hour, minute, second, number(20, 23)?)?
-            .and_utc(),
-    )
-}
-
-/// RFC 3339 with a zero offset, sub-millisecond digits dropped (as the v1 decoder reads it).
-fn v1_timestamp(s: &str) -> Option<DateTime<Utc>> {
-    canonical_timestamp(s).or_else(|| by_chrono(s))
-}
-
-/// What chrono's RFC 3339 parser makes of `s`: a zero offset only, sub-milliseconds dropped.
-fn by_chrono(s: &str) -> Option<DateTime<Utc>> {
-    let parsed = DateTime::parse_from_rfc3339(s).ok()?;
-    if parsed.offset().local_minus_utc() != 0 {
-        return None;
-    }
-    let ts = parsed.with_timezone(&Utc);
-    let nanos = ts.nanosecond();
-    Some(ts.with_nanosecond(nanos - nanos % 1_000_000).unwrap_or(ts))
-}
-
-fn v1_fields<'a>(data: &'a [u8], interner: &mut Interner) -> Option<Fields<'a>> {
-    let p: V1<'a> = serde_json::from_slice(data).ok()?;
-    if p.v != PAYLOAD_VERSION || p.usage_allocations.is_some() {
-        return None;
-    }
-    Some(Fields {
-        group: interner.group(p.license_arn, p.customer_aws_account_id, p.dimension),
-        event_id: EventId::parse(p.event_id),
-        quantity: p.quantity,
-        time: ClientTime::Parsed(v1_timestamp(p.timestamp)?),
-        producer_id: p.producer_id,
-        producer: p.producer_id.map(|id| interner.producer(id)),
-    })
 }
 
 /// What the events of one record share, resolved the first time an event needs it: the v2
@@ -603,61 +519,4 @@ pub fn decode_plain_in<'a>(
         refused: Vec::new(),
         largest_client_skew: verifier.largest_skew(),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    proptest! {
-        /// The canonical reader agrees with chrono wherever it answers, and `v1_timestamp`
-        /// everywhere: on the producer's spelling of any instant, and on near misses of it
-        /// (each field's digits anything, one byte anything).
-        #[test]
-        fn the_canonical_reader_agrees_with_chrono(
-            ms in -1_000_000_000_000i64..260_000_000_000_000,
-            fields in prop::collection::vec(0u32..100, 6),
-            poke in prop::option::of((0usize..24, any::<u8>())),
-        ) {
-            let t = DateTime::from_timestamp_millis(ms).unwrap();
-            let mut spelled = awsmp_producer::wire::format_timestamp(&t);
-            prop_assert_eq!(v1_timestamp(&spelled), by_chrono(&spelled));
-            if spelled.len() == 24 {
-                prop_assert_eq!(canonical_timestamp(&spelled), Some(t));
-                let [mo, d, h, mi, s, y] = fields[..] else { unreachable!() };
-                spelled = format!(
-                    "{:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{:03}Z",
-                    1900 + y * 2, y * 7
-                );
-            }
-            let mut bytes = spelled.into_bytes();
-            if let Some((at, b)) = poke && at < bytes.len() {
-                bytes[at] = b;
-            }
-            if let Ok(s) = String::from_utf8(bytes) {
-                if let Some(fast) = canonical_timestamp(&s) {
-                    prop_assert_eq!(Some(fast), by_chrono(&s), "{}", s);
-                }
-                prop_assert_eq!(v1_timestamp(&s), by_chrono(&s), "{}", s);
-            }
-        }
-    }
-
-    #[test]
-    fn leap_seconds_and_other_spellings_are_chronos() {
-        for s in [
-            "2016-12-31T23:59:60.500Z",
-            "2026-11-30T12:00:00Z",
-            "2026-11-30T12:00:00.1234Z",
-            "2026-11-30T12:00:00.123+00:00",
-            "2026-02-29T12:00:00.123Z",
-            "2024-02-29T12:00:00.123Z",
-            "2026-11-30t12:00:00.123z",
-        ] {
-            assert_eq!(v1_timestamp(s), by_chrono(s), "{s}");
-        }
-        assert!(canonical_timestamp("2016-12-31T23:59:60.500Z").is_none());
-        assert!(v1_timestamp("2016-12-31T23:59:60.500Z").is_some());
-    }
 }
