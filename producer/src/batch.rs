@@ -18,6 +18,10 @@ use crate::wire::{AggregateBuilder, AggregateV2Builder};
 pub struct UserRec<M> {
     /// The self-contained payload (v1 JSON or a v2 single).
     pub payload: Bytes,
+    /// Where a v2 single `payload` splits, when its writer knew: `(entry, fields)` such that
+    /// [`split_single_ranges`]`(payload, partition_key)` is `(entry..fields, fields..len)`;
+    /// packing then takes it as is instead of reading the single. `None`: read when packed.
+    pub split: Option<(u32, u32)>,
     /// Its group's partition key (shared by the group's user records).
     pub partition_key: Arc<str>,
     /// MD5 of the partition key as a 128-bit integer.
@@ -67,13 +71,12 @@ pub fn pack<M>(
     let mut out = Vec::new();
     for group in groups {
         // Each v2 single is split once: its entry and event fields, sized and then added.
-        let splits: Vec<Option<Split>> = group
-            .iter()
-            .map(|u| split_single_ranges(&u.payload, &u.partition_key))
-            .collect();
+        let splits: Vec<Option<Split>> = group.iter().map(split_of).collect();
         let v2 = splits.iter().all(Option::is_some);
-        let mut current: Vec<UserRec<M>> = Vec::new();
+        let mut current: Vec<UserRec<M>> = Vec::with_capacity(group.len());
         let mut builder = Builder::new(v2);
+        // Users not yet in a finished aggregate: the next one's capacity.
+        let mut group_len = group.len();
         for (u, split) in group.into_iter().zip(splits) {
             let limit = |current: &[UserRec<M>]| {
                 max_aggregate_bytes.min(
@@ -84,8 +87,10 @@ pub fn pack<M>(
                 )
             };
             if !builder.add_within(&u, split.as_ref(), limit(&current)) {
+                let rest = group_len - current.len();
+                group_len = rest;
                 out.push(finish(
-                    std::mem::take(&mut current),
+                    std::mem::replace(&mut current, Vec::with_capacity(rest)),
                     std::mem::replace(&mut builder, Builder::new(v2)),
                 ));
                 let added = builder.add_within(&u, split.as_ref(), limit(&current));
@@ -102,6 +107,23 @@ pub fn pack<M>(
 
 /// A v2 single's entry and event fields, as ranges of its payload.
 type Split = (Range<usize>, Range<usize>);
+
+/// `u`'s split: the one its writer gave ([`UserRec::split`]), else read from its payload.
+fn split_of<M>(u: &UserRec<M>) -> Option<Split> {
+    match u.split {
+        Some((entry, fields)) if entry <= fields && fields as usize <= u.payload.len() => {
+            let (entry, fields) = (entry as usize, fields as usize);
+            let split = (entry..fields, fields..u.payload.len());
+            debug_assert_eq!(
+                Some(&split),
+                split_single_ranges(&u.payload, &u.partition_key).as_ref(),
+                "a given split is the single's own"
+            );
+            Some(split)
+        }
+        _ => split_single_ranges(&u.payload, &u.partition_key),
+    }
+}
 
 /// The aggregate being filled: v1 user records as they are, or v2 singles as table + refs.
 enum Builder {
@@ -170,7 +192,9 @@ fn finish<M>(mut users: Vec<UserRec<M>>, builder: Builder) -> Packed<M> {
     // The first user record's hash lies in the shard every user record here maps to; without
     // the explicit key, Kinesis would route by the first partition key, which is the same
     // shard only while our shard map is current. Same-key aggregates need no explicit key.
-    let mixed = users.iter().any(|u| u.partition_key != first_pk);
+    let mixed = users
+        .iter()
+        .any(|u| !Arc::ptr_eq(&u.partition_key, &first_pk) && u.partition_key != first_pk);
     Packed {
         entry: PutEntry {
             data: builder.finish(),

@@ -118,11 +118,14 @@ impl Staging {
 
     /// Leaves an encoded event for the task, charged `bytes`: `write` appends its payload,
     /// `len` bytes, to the shard's buffer (one buffer per shard and window, not one per
-    /// event). False once the task has taken its last (nothing written).
+    /// event); `split` is where the payload, a v2 single, splits for an aggregate when known
+    /// ([`crate::batch::UserRec::split`]). False once the task has taken its last (nothing
+    /// written).
     pub fn push(
         &self,
         len: usize,
         write: impl FnOnce(&mut BytesMut),
+        split: Option<(u32, u32)>,
         partition_key: &Arc<str>,
         hash: u128,
         bytes: usize,
@@ -143,6 +146,7 @@ impl Staging {
             s.items.push(Staged {
                 at,
                 len,
+                split,
                 key,
                 hash,
                 enqueued_at: Instant::now(),
@@ -242,6 +246,7 @@ impl Staging {
             for i in items.drain(..) {
                 f(Incoming {
                     payload: payloads.slice(i.at..i.at + i.len),
+                    split: i.split,
                     partition_key: keys[i.key].clone(),
                     hash: i.hash,
                     enqueued_at: i.enqueued_at,
@@ -318,6 +323,7 @@ impl Drop for Reservation {
 struct Staged {
     at: usize,
     len: usize,
+    split: Option<(u32, u32)>,
     key: usize,
     hash: u128,
     enqueued_at: Instant,
@@ -327,6 +333,8 @@ struct Staged {
 /// A validated, encoded event on its way to the background task (no collapse).
 pub(crate) struct Incoming {
     pub payload: Bytes,
+    /// Where the payload splits for an aggregate, when known ([`crate::batch::UserRec::split`]).
+    pub split: Option<(u32, u32)>,
     pub partition_key: Arc<str>,
     pub hash: u128,
     pub enqueued_at: Instant,

@@ -255,6 +255,7 @@ fn pack_writes_v2_aggregates_routed_like_v1_and_a_lone_event_plain() {
             let pk = partition_key(&e.license_arn, &e.customer_aws_account_id, &e.dimension);
             UserRec {
                 payload: Bytes::from(encode_single(e)),
+                split: None,
                 hash: partition_hash(&pk),
                 partition_key: pk.into(),
                 meta: i,
@@ -281,6 +282,7 @@ fn pack_writes_v2_aggregates_routed_like_v1_and_a_lone_event_plain() {
     let lone = pack(
         vec![UserRec {
             payload: Bytes::from(encode_single(&events[0])),
+            split: None,
             hash: 0,
             partition_key: "k".into(),
             meta: 0,
@@ -313,6 +315,7 @@ fn at_300_groups_an_event_costs_at_most_a_third_of_a_json_record() {
             let pk = partition_key(&e.license_arn, &e.customer_aws_account_id, &e.dimension);
             UserRec {
                 payload: Bytes::from(encode_single(e)),
+                split: None,
                 hash: 0,
                 partition_key: pk.into(),
                 meta: (),
