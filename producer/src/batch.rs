@@ -53,28 +53,17 @@ pub fn pack<M>(
     if !aggregation {
         return users.into_iter().map(plain).collect();
     }
-    // Group by shard (or by partition key when the shard is unknown), keeping arrival order.
-    let mut groups: Vec<Vec<UserRec<M>>> = Vec::new();
-    let mut by_shard: hashbrown::HashMap<
-        Result<usize, Arc<str>>,
-        usize,
-        foldhash::fast::RandomState,
-    > = hashbrown::HashMap::default();
-    for u in users {
-        let key = shard_of(u.hash).ok_or_else(|| u.partition_key.clone());
-        let gi = *by_shard.entry(key).or_insert_with(|| {
-            groups.push(Vec::new());
-            groups.len() - 1
-        });
-        groups[gi].push(u);
-    }
+    let groups = by_shard(users, shard_of);
     let mut out = Vec::new();
     for group in groups {
         // Each v2 single is split once: its entry and event fields, sized and then added.
         let splits: Vec<Option<Split>> = group.iter().map(split_of).collect();
         let v2 = splits.iter().all(Option::is_some);
         let mut current: Vec<UserRec<M>> = Vec::with_capacity(group.len());
-        let mut builder = Builder::new(v2);
+        // The refs' bytes still to pack (about): what the next aggregate reserves.
+        let mut refs_left: usize = splits.iter().flatten().map(ref_bytes).sum();
+        let capacity = |left: usize| left.min(max_aggregate_bytes);
+        let mut builder = Builder::new(v2, capacity(refs_left));
         // Users not yet in a finished aggregate: the next one's capacity.
         let mut group_len = group.len();
         for (u, split) in group.into_iter().zip(splits) {
@@ -91,11 +80,12 @@ pub fn pack<M>(
                 group_len = rest;
                 out.push(finish(
                     std::mem::replace(&mut current, Vec::with_capacity(rest)),
-                    std::mem::replace(&mut builder, Builder::new(v2)),
+                    std::mem::replace(&mut builder, Builder::new(v2, capacity(refs_left))),
                 ));
                 let added = builder.add_within(&u, split.as_ref(), limit(&current));
                 debug_assert!(added, "an empty aggregate takes any user record");
             }
+            refs_left -= split.as_ref().map_or(0, ref_bytes);
             current.push(u);
         }
         if !current.is_empty() {
@@ -105,8 +95,42 @@ pub fn pack<M>(
     out
 }
 
+/// `users` grouped by shard (or by partition key when the shard is unknown), keeping arrival
+/// order; each group's vector sized once, from a first pass that counts its users.
+fn by_shard<M>(
+    users: Vec<UserRec<M>>,
+    shard_of: impl Fn(u128) -> Option<usize>,
+) -> Vec<Vec<UserRec<M>>> {
+    let mut index: hashbrown::HashMap<Result<usize, Arc<str>>, usize, foldhash::fast::RandomState> =
+        hashbrown::HashMap::default();
+    let mut counts: Vec<usize> = Vec::new();
+    let of: Vec<usize> = users
+        .iter()
+        .map(|u| {
+            let key = shard_of(u.hash).ok_or_else(|| u.partition_key.clone());
+            let gi = *index.entry(key).or_insert_with(|| {
+                counts.push(0);
+                counts.len() - 1
+            });
+            counts[gi] += 1;
+            gi
+        })
+        .collect();
+    let mut groups: Vec<Vec<UserRec<M>>> = counts.into_iter().map(Vec::with_capacity).collect();
+    for (u, gi) in users.into_iter().zip(of) {
+        groups[gi].push(u);
+    }
+    groups
+}
+
 /// A v2 single's entry and event fields, as ranges of its payload.
 type Split = (Range<usize>, Range<usize>);
+
+/// About what a split single's ref takes in an aggregate: its event fields and the bytes
+/// around them (the KPL record's keys and lengths, the ref's header and entry index).
+fn ref_bytes((_, fields): &Split) -> usize {
+    fields.len() + 10
+}
 
 /// `u`'s split: the one its writer gave ([`UserRec::split`]), else read from its payload.
 fn split_of<M>(u: &UserRec<M>) -> Option<Split> {
@@ -132,9 +156,10 @@ enum Builder {
 }
 
 impl Builder {
-    fn new(v2: bool) -> Self {
+    /// An empty aggregate; a v2 one reserves `refs_capacity` bytes for its refs.
+    fn new(v2: bool, refs_capacity: usize) -> Self {
         if v2 {
-            Builder::V2(AggregateV2Builder::new())
+            Builder::V2(AggregateV2Builder::with_refs_capacity(refs_capacity))
         } else {
             Builder::V1(AggregateBuilder::new())
         }

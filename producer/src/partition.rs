@@ -322,6 +322,44 @@ impl ShardMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// A single written from its group's cached head splits for an aggregate exactly where
+        /// the head says ([`crate::batch::UserRec::split`]): what `split_single_ranges` reads
+        /// from the whole single, under the group's own partition key and under another key.
+        #[test]
+        fn a_single_from_its_head_splits_where_the_head_says(
+            license in "arn:aws:license-manager::[0-9]{12}:license:l-[0-9a-f|]{0,32}",
+            account in "[0-9]{12}",
+            dimension in "[a-z|-]{1,20}",
+            producer_id in prop::option::of("[a-z0-9-]{0,12}"),
+            quantity in prop_oneof![Just(0u64), any::<u64>()],
+            millis in 0i64..260_000_000_000_000,
+            (epoch, lane, seq) in (any::<u128>(), 0u8..64, any::<u64>()),
+            other_key in any::<bool>(),
+        ) {
+            use crate::wire::v2::{put_generated_single, single_head, split_single_ranges};
+            let group = GroupRef {
+                license_arn: &license,
+                customer_aws_account_id: &account,
+                dimension: &dimension,
+            };
+            let pk = if other_key {
+                "another-key".to_owned()
+            } else {
+                partition_key(&license, &account, &dimension)
+            };
+            let head = single_head(group, producer_id.as_deref(), epoch);
+            let id = crate::event_id::GeneratedId { epoch, lane, seq };
+            let mut single = bytes::BytesMut::new();
+            put_generated_single(&mut single, &head, quantity, millis, id);
+            let entry = head_entry_start(&head, &pk);
+            prop_assert!(entry.is_some());
+            let given = entry.map(|e| (e..head.len(), head.len()..single.len()));
+            prop_assert_eq!(given, split_single_ranges(&single, &pk));
+        }
+    }
 
     #[test]
     fn partition_key_is_the_group_and_stable() {
