@@ -18,6 +18,10 @@ use crate::wire::{AggregateBuilder, AggregateV2Builder};
 pub struct UserRec<M> {
     /// The self-contained payload (v1 JSON or a v2 single).
     pub payload: Bytes,
+    /// Where a v2 single `payload` splits, when its writer knew: `(entry, fields)` such that
+    /// [`split_single_ranges`]`(payload, partition_key)` is `(entry..fields, fields..len)`;
+    /// packing then takes it as is instead of reading the single. `None`: read when packed.
+    pub split: Option<(u32, u32)>,
     /// Its group's partition key (shared by the group's user records).
     pub partition_key: Arc<str>,
     /// MD5 of the partition key as a 128-bit integer.
@@ -49,31 +53,19 @@ pub fn pack<M>(
     if !aggregation {
         return users.into_iter().map(plain).collect();
     }
-    // Group by shard (or by partition key when the shard is unknown), keeping arrival order.
-    let mut groups: Vec<Vec<UserRec<M>>> = Vec::new();
-    let mut by_shard: hashbrown::HashMap<
-        Result<usize, Arc<str>>,
-        usize,
-        foldhash::fast::RandomState,
-    > = hashbrown::HashMap::default();
-    for u in users {
-        let key = shard_of(u.hash).ok_or_else(|| u.partition_key.clone());
-        let gi = *by_shard.entry(key).or_insert_with(|| {
-            groups.push(Vec::new());
-            groups.len() - 1
-        });
-        groups[gi].push(u);
-    }
+    let groups = by_shard(users, shard_of);
     let mut out = Vec::new();
     for group in groups {
         // Each v2 single is split once: its entry and event fields, sized and then added.
-        let splits: Vec<Option<Split>> = group
-            .iter()
-            .map(|u| split_single_ranges(&u.payload, &u.partition_key))
-            .collect();
+        let splits: Vec<Option<Split>> = group.iter().map(split_of).collect();
         let v2 = splits.iter().all(Option::is_some);
-        let mut current: Vec<UserRec<M>> = Vec::new();
-        let mut builder = Builder::new(v2);
+        let mut current: Vec<UserRec<M>> = Vec::with_capacity(group.len());
+        // The refs' bytes still to pack (about): what the next aggregate reserves.
+        let mut refs_left: usize = splits.iter().flatten().map(ref_bytes).sum();
+        let capacity = |left: usize| left.min(max_aggregate_bytes);
+        let mut builder = Builder::new(v2, capacity(refs_left));
+        // Users not yet in a finished aggregate: the next one's capacity.
+        let mut group_len = group.len();
         for (u, split) in group.into_iter().zip(splits) {
             let limit = |current: &[UserRec<M>]| {
                 max_aggregate_bytes.min(
@@ -84,13 +76,16 @@ pub fn pack<M>(
                 )
             };
             if !builder.add_within(&u, split.as_ref(), limit(&current)) {
+                let rest = group_len - current.len();
+                group_len = rest;
                 out.push(finish(
-                    std::mem::take(&mut current),
-                    std::mem::replace(&mut builder, Builder::new(v2)),
+                    std::mem::replace(&mut current, Vec::with_capacity(rest)),
+                    std::mem::replace(&mut builder, Builder::new(v2, capacity(refs_left))),
                 ));
                 let added = builder.add_within(&u, split.as_ref(), limit(&current));
                 debug_assert!(added, "an empty aggregate takes any user record");
             }
+            refs_left -= split.as_ref().map_or(0, ref_bytes);
             current.push(u);
         }
         if !current.is_empty() {
@@ -100,8 +95,59 @@ pub fn pack<M>(
     out
 }
 
+/// `users` grouped by shard (or by partition key when the shard is unknown), keeping arrival
+/// order; each group's vector sized once, from a first pass that counts its users.
+fn by_shard<M>(
+    users: Vec<UserRec<M>>,
+    shard_of: impl Fn(u128) -> Option<usize>,
+) -> Vec<Vec<UserRec<M>>> {
+    let mut index: hashbrown::HashMap<Result<usize, Arc<str>>, usize, foldhash::fast::RandomState> =
+        hashbrown::HashMap::default();
+    let mut counts: Vec<usize> = Vec::new();
+    let of: Vec<usize> = users
+        .iter()
+        .map(|u| {
+            let key = shard_of(u.hash).ok_or_else(|| u.partition_key.clone());
+            let gi = *index.entry(key).or_insert_with(|| {
+                counts.push(0);
+                counts.len() - 1
+            });
+            counts[gi] += 1;
+            gi
+        })
+        .collect();
+    let mut groups: Vec<Vec<UserRec<M>>> = counts.into_iter().map(Vec::with_capacity).collect();
+    for (u, gi) in users.into_iter().zip(of) {
+        groups[gi].push(u);
+    }
+    groups
+}
+
 /// A v2 single's entry and event fields, as ranges of its payload.
 type Split = (Range<usize>, Range<usize>);
+
+/// About what a split single's ref takes in an aggregate: its event fields and the bytes
+/// around them (the KPL record's keys and lengths, the ref's header and entry index).
+fn ref_bytes((_, fields): &Split) -> usize {
+    fields.len() + 10
+}
+
+/// `u`'s split: the one its writer gave ([`UserRec::split`]), else read from its payload.
+fn split_of<M>(u: &UserRec<M>) -> Option<Split> {
+    match u.split {
+        Some((entry, fields)) if entry <= fields && fields as usize <= u.payload.len() => {
+            let (entry, fields) = (entry as usize, fields as usize);
+            let split = (entry..fields, fields..u.payload.len());
+            debug_assert_eq!(
+                Some(&split),
+                split_single_ranges(&u.payload, &u.partition_key).as_ref(),
+                "a given split is the single's own"
+            );
+            Some(split)
+        }
+        _ => split_single_ranges(&u.payload, &u.partition_key),
+    }
+}
 
 /// The aggregate being filled: v1 user records as they are, or v2 singles as table + refs.
 enum Builder {
@@ -110,9 +156,10 @@ enum Builder {
 }
 
 impl Builder {
-    fn new(v2: bool) -> Self {
+    /// An empty aggregate; a v2 one reserves `refs_capacity` bytes for its refs.
+    fn new(v2: bool, refs_capacity: usize) -> Self {
         if v2 {
-            Builder::V2(AggregateV2Builder::new())
+            Builder::V2(AggregateV2Builder::with_refs_capacity(refs_capacity))
         } else {
             Builder::V1(AggregateBuilder::new())
         }
@@ -170,7 +217,9 @@ fn finish<M>(mut users: Vec<UserRec<M>>, builder: Builder) -> Packed<M> {
     // The first user record's hash lies in the shard every user record here maps to; without
     // the explicit key, Kinesis would route by the first partition key, which is the same
     // shard only while our shard map is current. Same-key aggregates need no explicit key.
-    let mixed = users.iter().any(|u| u.partition_key != first_pk);
+    let mixed = users
+        .iter()
+        .any(|u| !Arc::ptr_eq(&u.partition_key, &first_pk) && u.partition_key != first_pk);
     Packed {
         entry: PutEntry {
             data: builder.finish(),

@@ -35,7 +35,8 @@ pub(crate) enum Command {
 /// different groups rarely meet on a lock.
 const STAGING_SHARDS: usize = 16;
 
-/// A shard's payload buffer grows by at least this much at a time.
+/// A shard's payload buffer is at least this big; a full one is kept as it is (frozen, no
+/// copy) and a new one started.
 const STAGING_BUFFER_BYTES: usize = 64 * 1024;
 
 /// Where `record()` leaves validated events for the background task: per-shard vectors
@@ -60,8 +61,11 @@ struct StagingShard {
     items: Vec<Staged>,
     /// The vector `items` was before the last take, emptied: the next take's `items`.
     spare: Vec<Staged>,
-    /// The staged events' payloads, back to back.
+    /// The staged events' payloads, back to back, since the last full buffer.
     buffer: BytesMut,
+    /// The full buffers of this take, in order: a payload in `chunks[i]` was written before
+    /// `buffer`'s (a buffer is never regrown, so no staged byte is copied).
+    chunks: Vec<Bytes>,
     /// The staged events' partition keys, one entry per key (by pointer) and take: a push of
     /// a key already there takes no reference, so no reference count passes between the
     /// caller's core and the task's per event.
@@ -118,11 +122,14 @@ impl Staging {
 
     /// Leaves an encoded event for the task, charged `bytes`: `write` appends its payload,
     /// `len` bytes, to the shard's buffer (one buffer per shard and window, not one per
-    /// event). False once the task has taken its last (nothing written).
+    /// event); `split` is where the payload, a v2 single, splits for an aggregate when known
+    /// ([`crate::batch::UserRec::split`]). False once the task has taken its last (nothing
+    /// written).
     pub fn push(
         &self,
         len: usize,
         write: impl FnOnce(&mut BytesMut),
+        split: Option<(u32, u32)>,
         partition_key: &Arc<str>,
         hash: u128,
         bytes: usize,
@@ -133,16 +140,23 @@ impl Staging {
             if s.sealed {
                 return false;
             }
-            let at = s.buffer.len();
-            if s.buffer.capacity() - at < len {
-                s.buffer.reserve(len.max(STAGING_BUFFER_BYTES));
+            if s.buffer.capacity() - s.buffer.len() < len {
+                if !s.buffer.is_empty() {
+                    let full = s.buffer.split().freeze();
+                    s.chunks.push(full);
+                }
+                s.buffer = BytesMut::with_capacity(len.max(STAGING_BUFFER_BYTES));
             }
+            let at = s.buffer.len();
+            let chunk = s.chunks.len() as u32;
             write(&mut s.buffer);
             debug_assert_eq!(s.buffer.len() - at, len, "the payload is as long as sized");
             let key = s.key_of(partition_key);
             s.items.push(Staged {
                 at,
                 len,
+                split,
+                chunk,
                 key,
                 hash,
                 enqueued_at: Instant::now(),
@@ -237,11 +251,14 @@ impl Staging {
                 self.bytes.fetch_sub(taken, Ordering::SeqCst);
                 let keys = std::mem::take(&mut s.keys);
                 s.key_index.clear();
-                (items, s.buffer.split().freeze(), keys)
+                let mut payloads = std::mem::take(&mut s.chunks);
+                payloads.push(s.buffer.split().freeze());
+                (items, payloads, keys)
             };
             for i in items.drain(..) {
                 f(Incoming {
-                    payload: payloads.slice(i.at..i.at + i.len),
+                    payload: payloads[i.chunk as usize].slice(i.at..i.at + i.len),
+                    split: i.split,
                     partition_key: keys[i.key].clone(),
                     hash: i.hash,
                     enqueued_at: i.enqueued_at,
@@ -313,11 +330,14 @@ impl Drop for Reservation {
     }
 }
 
-/// A staged event: its payload is `buffer[at..at + len]` of its shard, its partition key
+/// A staged event: its payload is `[at..at + len]` of its shard's buffer `chunk`, its partition key
 /// `keys[key]`.
 struct Staged {
     at: usize,
     len: usize,
+    split: Option<(u32, u32)>,
+    /// Its buffer: `chunks[chunk]`, or the current one when `chunk` is `chunks.len()`.
+    chunk: u32,
     key: usize,
     hash: u128,
     enqueued_at: Instant,
@@ -327,9 +347,54 @@ struct Staged {
 /// A validated, encoded event on its way to the background task (no collapse).
 pub(crate) struct Incoming {
     pub payload: Bytes,
+    /// Where the payload splits for an aggregate, when known ([`crate::batch::UserRec::split`]).
+    pub split: Option<(u32, u32)>,
     pub partition_key: Arc<str>,
     pub hash: u128,
     pub enqueued_at: Instant,
     /// Buffer bytes acquired (and forgotten) for it: the task takes charge of them.
     pub bytes: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Payloads past a buffer's capacity go to a new buffer, the full one kept as it is:
+    /// every payload is taken back whole, in order, with its split, key and charge, over
+    /// several buffers per shard and over two takes.
+    #[test]
+    fn payloads_over_several_buffers_come_back_whole() {
+        let staging = Staging::new(usize::MAX, Counted::default());
+        let keys: Vec<Arc<str>> = vec!["a".into(), "b".into()];
+        for round in 0..2u32 {
+            let mut want = Vec::new();
+            for i in 0..3_000u32 {
+                let payload: Vec<u8> = (0..(50 + i % 200)).map(|b| (b ^ i ^ round) as u8).collect();
+                let split = (i % 3 == 0).then_some((i % 7, i % 11));
+                let key = &keys[(i % 2) as usize];
+                let pushed = staging.push(
+                    payload.len(),
+                    |buf| buf.extend_from_slice(&payload),
+                    split,
+                    key,
+                    0,
+                    i as usize,
+                );
+                assert!(pushed);
+                want.push((payload, split, key.clone(), i as usize));
+            }
+            let mut got = Vec::new();
+            staging.take(false, |inc| {
+                got.push((
+                    inc.payload.to_vec(),
+                    inc.split,
+                    inc.partition_key,
+                    inc.bytes,
+                ));
+            });
+            assert_eq!(got, want);
+            assert_eq!(staging.bytes(), 0);
+        }
+    }
 }

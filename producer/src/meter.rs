@@ -72,6 +72,8 @@ struct Bound {
     /// v2: the bytes every payload of the group starts with (header, entry with the group,
     /// producer id and id epoch).
     head: Box<[u8]>,
+    /// Where each payload splits for an aggregate ([`crate::batch::UserRec::split`]).
+    split: Option<(u32, u32)>,
     /// Collapse: its hold on the group's open sum, where most of its events are added.
     slot: Arc<FoldSlot>,
 }
@@ -106,8 +108,11 @@ impl Producer {
         let ids = &self.shared.ids;
         let head = single_head(group, producer_id, ids.longest_id().epoch);
         self.check_largest(group, &head, pk.len())?;
+        let split = crate::partition::head_entry_start(&head, &pk)
+            .and_then(|e| Some((u32::try_from(e).ok()?, u32::try_from(head.len()).ok()?)));
         Ok(Meter {
             bound: Arc::new(Bound {
+                split,
                 hash: partition_hash(&pk),
                 partition_key: pk.into(),
                 fold: GroupHash::new(group, producer_id),
@@ -439,7 +444,7 @@ impl Meter {
             put_generated_single(buf, &b.head, usage.quantity, enc.millis, enc.id);
         };
         let staging = &p.shared.staging;
-        if staging.push(enc.len, write, &b.partition_key, b.hash, enc.cost) {
+        if staging.push(enc.len, write, b.split, &b.partition_key, b.hash, enc.cost) {
             p.accepted();
             Ok(())
         } else {

@@ -85,7 +85,19 @@ struct CachedKey {
 struct CachedHead {
     epoch: u128,
     producer_id: Option<Box<str>>,
-    head: std::sync::Arc<[u8]>,
+    head: SingleHead,
+}
+
+/// A group's v2 single head and where its aggregate table entry starts in it
+/// ([`crate::wire::v2::split_single_ranges`] of the head under the group's partition key):
+/// every single written from the head splits there, and its event fields start at the
+/// head's end, so packing need not read the single again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SingleHead {
+    /// The head's bytes ([`crate::wire::v2::single_head`]).
+    pub bytes: std::sync::Arc<[u8]>,
+    /// Where its table entry starts (`None` if it does not split, which a head never does).
+    pub entry_start: Option<usize>,
 }
 
 /// What the per-thread cache knows of a valid group: its partition key, the key's hash and,
@@ -93,7 +105,7 @@ struct CachedHead {
 pub(crate) struct CheckedGroup {
     pub partition_key: std::sync::Arc<str>,
     pub hash: u128,
-    pub head: Option<std::sync::Arc<[u8]>>,
+    pub head: Option<SingleHead>,
 }
 
 thread_local! {
@@ -198,12 +210,14 @@ fn head_of(
     group: GroupRef<'_>,
     producer_id: Option<&str>,
     epoch: u128,
-) -> std::sync::Arc<[u8]> {
+) -> SingleHead {
     match &c.head {
         Some(h) if h.epoch == epoch && h.producer_id.as_deref() == producer_id => h.head.clone(),
         _ => {
-            let head: std::sync::Arc<[u8]> =
+            let bytes: std::sync::Arc<[u8]> =
                 crate::wire::v2::single_head(group, producer_id, epoch).into();
+            let entry_start = head_entry_start(&bytes, &c.partition_key);
+            let head = SingleHead { bytes, entry_start };
             c.head = Some(CachedHead {
                 epoch,
                 producer_id: producer_id.map(Into::into),
@@ -212,6 +226,15 @@ fn head_of(
             head
         }
     }
+}
+
+/// Where the table entry of every single written from the v2 single head `head` starts, under
+/// partition key `pk` ([`crate::wire::v2::split_single_ranges`] of the head itself: the
+/// entry ends where the head does). `None` when the head does not split so.
+pub(crate) fn head_entry_start(head: &[u8], pk: &str) -> Option<usize> {
+    crate::wire::v2::split_single_ranges(head, pk)
+        .filter(|(entry, fields)| entry.end == head.len() && fields.is_empty())
+        .map(|(entry, _)| entry.start)
 }
 
 /// One open shard and the hash keys it owns (inclusive bounds).
@@ -299,6 +322,44 @@ impl ShardMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// A single written from its group's cached head splits for an aggregate exactly where
+        /// the head says ([`crate::batch::UserRec::split`]): what `split_single_ranges` reads
+        /// from the whole single, under the group's own partition key and under another key.
+        #[test]
+        fn a_single_from_its_head_splits_where_the_head_says(
+            license in "arn:aws:license-manager::[0-9]{12}:license:l-[0-9a-f|]{0,32}",
+            account in "[0-9]{12}",
+            dimension in "[a-z|-]{1,20}",
+            producer_id in prop::option::of("[a-z0-9-]{0,12}"),
+            quantity in prop_oneof![Just(0u64), any::<u64>()],
+            millis in 0i64..260_000_000_000_000,
+            (epoch, lane, seq) in (any::<u128>(), 0u8..64, any::<u64>()),
+            other_key in any::<bool>(),
+        ) {
+            use crate::wire::v2::{put_generated_single, single_head, split_single_ranges};
+            let group = GroupRef {
+                license_arn: &license,
+                customer_aws_account_id: &account,
+                dimension: &dimension,
+            };
+            let pk = if other_key {
+                "another-key".to_owned()
+            } else {
+                partition_key(&license, &account, &dimension)
+            };
+            let head = single_head(group, producer_id.as_deref(), epoch);
+            let id = crate::event_id::GeneratedId { epoch, lane, seq };
+            let mut single = bytes::BytesMut::new();
+            put_generated_single(&mut single, &head, quantity, millis, id);
+            let entry = head_entry_start(&head, &pk);
+            prop_assert!(entry.is_some());
+            let given = entry.map(|e| (e..head.len(), head.len()..single.len()));
+            prop_assert_eq!(given, split_single_ranges(&single, &pk));
+        }
+    }
 
     #[test]
     fn partition_key_is_the_group_and_stable() {
@@ -391,6 +452,7 @@ mod tests {
                 .unwrap()
                 .head
                 .unwrap()
+                .bytes
         };
         let first = head(Some("svc-a"), 7);
         assert_eq!(
@@ -408,6 +470,15 @@ mod tests {
             );
             assert_ne!(&other[..], &first[..]);
         }
+        // Its entry, without the group its partition key names, starts after the group.
+        let at = checked_group(group, Some((None, 7))).unwrap().head.unwrap();
+        let entry = crate::wire::v2::split_single_ranges(
+            &at.bytes,
+            &partition_key(arn, "123456789012", "gb"),
+        )
+        .map(|(entry, _)| entry.start);
+        assert_eq!(at.entry_start, entry);
+        assert!(at.entry_start.is_some_and(|e| e > arn.len()));
     }
 
     #[test]

@@ -13,7 +13,8 @@ use crate::event::{Event, truncate_to_millis, validate_allocations, validate_tim
 use crate::event_id::GeneratedId;
 use crate::limits::MAX_RECORD_BYTES;
 use crate::partition::{
-    CheckedGroup, checked_group, keyed_group, partition_hash, partition_key, partition_key_len,
+    CheckedGroup, SingleHead, checked_group, keyed_group, partition_hash, partition_key,
+    partition_key_len,
 };
 use crate::wire::v2::generated_single_len;
 use crate::wire::{WireVersion, single_len_as};
@@ -32,7 +33,7 @@ pub(super) struct Prepared {
 /// v1 JSON.
 pub(super) enum Payload {
     V2 { len: usize },
-    V2Head { len: usize, head: Arc<[u8]> },
+    V2Head { len: usize, head: SingleHead },
     Json(Bytes),
 }
 
@@ -41,6 +42,19 @@ impl Payload {
         match self {
             Payload::V2 { len } | Payload::V2Head { len, .. } => *len,
             Payload::Json(b) => b.len(),
+        }
+    }
+
+    /// Where the v2 single splits for an aggregate, when known before it is written: its
+    /// table entry's start and its event fields' start (a single written from its group's
+    /// head: the head's split, the fields right after the head).
+    pub fn split(&self) -> Option<(u32, u32)> {
+        match self {
+            Payload::V2Head { head, .. } => {
+                let entry = u32::try_from(head.entry_start?).ok()?;
+                Some((entry, u32::try_from(head.bytes.len()).ok()?))
+            }
+            Payload::V2 { .. } | Payload::Json(_) => None,
         }
     }
 }
@@ -257,7 +271,7 @@ impl Producer {
         let millis = event.timestamp.timestamp_millis();
         let payload = match (version, head, generated) {
             (WireVersion::V2, Some(head), Some(id)) => Payload::V2Head {
-                len: generated_single_len(&head, event.quantity, millis, id),
+                len: generated_single_len(&head.bytes, event.quantity, millis, id),
                 head,
             },
             (WireVersion::V2, ..) => Payload::V2 {

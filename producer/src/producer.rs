@@ -211,12 +211,13 @@ impl Producer {
                     Payload::V2Head { head, .. } => {
                         let id = generated.expect("a head is used for generated ids only");
                         let millis = event.timestamp.timestamp_millis();
-                        put_generated_single(buf, head, event.quantity, millis, id);
+                        put_generated_single(buf, &head.bytes, event.quantity, millis, id);
                     }
                     Payload::Json(json) => buf.extend_from_slice(json),
                 };
                 let staging = &self.shared.staging;
-                if staging.push(payload.len(), write, &partition_key, hash, cost) {
+                let split = payload.split();
+                if staging.push(payload.len(), write, split, &partition_key, hash, cost) {
                     Ok(())
                 } else {
                     self.shared.sem.add_permits(cost);

@@ -43,7 +43,7 @@ proptest! {
         let map = ShardMap::uniform(shards);
         let users: Vec<UserRec<usize>> = sizes.iter().enumerate().map(|(i, (g, len))| {
             let pk = format!("group-{g}");
-            UserRec { payload: Bytes::from(vec![b'x'; *len]), hash: partition_hash(&pk), partition_key: pk.into(), meta: i }
+            UserRec { payload: Bytes::from(vec![b'x'; *len]), split: None, hash: partition_hash(&pk), partition_key: pk.into(), meta: i }
         }).collect();
         let packed = pack(users, |h| map.shard_index(h), true, max_agg);
         let mut seen = Vec::new();

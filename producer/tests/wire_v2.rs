@@ -9,6 +9,7 @@ use awsmp_producer::event_id::GeneratedId;
 use awsmp_producer::partition::{ShardMap, partition_hash, partition_key};
 use awsmp_producer::wire::v2::{
     EventV2, IdV2, KIND_REF, RecordV2, V2, decode_ref_in_order, decode_v2, is_binary,
+    split_single_ranges,
 };
 use awsmp_producer::wire::{
     AggregateBuilder, AggregateV2Builder, deaggregate, decode_events, decode_payload, encode_event,
@@ -255,6 +256,7 @@ fn pack_writes_v2_aggregates_routed_like_v1_and_a_lone_event_plain() {
             let pk = partition_key(&e.license_arn, &e.customer_aws_account_id, &e.dimension);
             UserRec {
                 payload: Bytes::from(encode_single(e)),
+                split: None,
                 hash: partition_hash(&pk),
                 partition_key: pk.into(),
                 meta: i,
@@ -281,6 +283,7 @@ fn pack_writes_v2_aggregates_routed_like_v1_and_a_lone_event_plain() {
     let lone = pack(
         vec![UserRec {
             payload: Bytes::from(encode_single(&events[0])),
+            split: None,
             hash: 0,
             partition_key: "k".into(),
             meta: 0,
@@ -290,6 +293,45 @@ fn pack_writes_v2_aggregates_routed_like_v1_and_a_lone_event_plain() {
         51_200,
     );
     assert_eq!(decode_payload(&lone[0].entry.data).unwrap(), events[0]);
+}
+
+/// Packing takes a user record's given split ([`UserRec::split`]) for the one it would read:
+/// the same Kinesis records, byte for byte, whether the splits are given or not.
+#[test]
+fn pack_with_given_splits_writes_the_same_records() {
+    let map = ShardMap::uniform(3);
+    let users = |given: bool| -> Vec<UserRec<usize>> {
+        (0..400)
+            .map(|i| {
+                let e = event(i % 11, i as i64, 1 + i as u64 % 5, i as u64, i % 4 == 0);
+                let pk = if i % 9 == 0 {
+                    format!("other-{}", i % 2)
+                } else {
+                    partition_key(&e.license_arn, &e.customer_aws_account_id, &e.dimension)
+                };
+                let payload = Bytes::from(encode_single(&e));
+                let split = given
+                    .then(|| split_single_ranges(&payload, &pk))
+                    .flatten()
+                    .map(|(entry, fields)| (entry.start as u32, fields.start as u32));
+                UserRec {
+                    payload,
+                    split,
+                    hash: partition_hash(&pk),
+                    partition_key: pk.into(),
+                    meta: i,
+                }
+            })
+            .collect()
+    };
+    let read = pack(users(false), |h| map.shard_index(h), true, 4_096);
+    let given = pack(users(true), |h| map.shard_index(h), true, 4_096);
+    assert!(read.len() > 3, "several aggregates per shard");
+    assert_eq!(read.len(), given.len());
+    for (a, b) in read.iter().zip(&given) {
+        assert_eq!(a.entry, b.entry);
+        assert_eq!(a.users, b.users);
+    }
 }
 
 #[test]
@@ -313,6 +355,7 @@ fn at_300_groups_an_event_costs_at_most_a_third_of_a_json_record() {
             let pk = partition_key(&e.license_arn, &e.customer_aws_account_id, &e.dimension);
             UserRec {
                 payload: Bytes::from(encode_single(e)),
+                split: None,
                 hash: 0,
                 partition_key: pk.into(),
                 meta: (),

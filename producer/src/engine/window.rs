@@ -37,6 +37,7 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
     pub(super) fn stage(&mut self, incoming: Incoming) {
         let Incoming {
             payload,
+            split,
             partition_key,
             hash,
             enqueued_at,
@@ -53,6 +54,7 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         w.bytes += meta.bytes;
         w.plain.push(UserRec {
             payload,
+            split,
             partition_key,
             hash,
             meta,
@@ -171,6 +173,7 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         let bytes = bytes.min(needed);
         UserRec {
             payload,
+            split: None,
             hash,
             partition_key: pk,
             meta: UserMeta {

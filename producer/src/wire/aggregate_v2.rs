@@ -93,6 +93,15 @@ impl AggregateV2Builder {
         Self::default()
     }
 
+    /// An empty aggregate whose refs' buffer holds `bytes` before it grows (what the refs
+    /// about to be added take: one allocation per aggregate instead of one per doubling).
+    pub fn with_refs_capacity(bytes: usize) -> Self {
+        Self {
+            refs_body: Vec::with_capacity(bytes),
+            ..Self::default()
+        }
+    }
+
     /// Events added.
     pub fn len(&self) -> usize {
         self.refs
