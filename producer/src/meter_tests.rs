@@ -61,21 +61,30 @@ type Usage = (usize, i64, u64);
 /// What reached the sink and what the producer counted.
 type Run = (Vec<StoredRecord>, ProducerStats);
 
-fn run(s: Setup, usage: &[Usage], meters: bool) -> Run {
-    let rt = tokio::runtime::Builder::new_current_thread()
+/// A current-thread runtime with time paused (lingers pass at once, in order).
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .start_paused(true)
         .build()
-        .unwrap();
-    rt.block_on(async {
+        .unwrap()
+}
+
+/// A meter of each of the first `n` test groups.
+fn meters_of(p: &Producer, n: usize) -> Vec<crate::Meter> {
+    (0..n)
+        .map(|g| {
+            let (l, a, d) = group(g);
+            p.meter(l, a, d).unwrap()
+        })
+        .collect()
+}
+
+fn run(s: Setup, usage: &[Usage], meters: bool) -> Run {
+    paused_runtime().block_on(async {
         let sink = MemoryRecordSink::new(ShardMap::uniform(3));
         let p = producer(&sink, s, 16 * 1024 * 1024);
-        let bound: Vec<_> = (0..5)
-            .map(|g| {
-                let (l, a, d) = group(g);
-                p.meter(l, a, d).unwrap()
-            })
-            .collect();
+        let bound = meters_of(&p, 5);
         let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
         for (i, &(g, ms, q)) in usage.iter().enumerate() {
             let ts = t0 + chrono::Duration::milliseconds(ms);
@@ -288,12 +297,7 @@ proptest! {
         let recorder = metrics_util::debugging::DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();
         metrics::with_local_recorder(&recorder, || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .start_paused(true)
-                .build()
-                .unwrap();
-            rt.block_on(async {
+            paused_runtime().block_on(async {
                 let sink = MemoryRecordSink::new(ShardMap::uniform(3));
                 let s = Setup {
                     collapse: true,
@@ -302,12 +306,7 @@ proptest! {
                     producer_id: false,
                 };
                 let p = producer(&sink, s, 16 * 1024 * 1024);
-                let bound: Vec<_> = (0..3)
-                    .map(|g| {
-                        let (l, a, d) = group(g);
-                        p.meter(l, a, d).unwrap()
-                    })
-                    .collect();
+                let bound = meters_of(&p, 3);
                 let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
                 let mut metric = 0;
                 for (i, &(g, ms, q, by_meter)) in raw.iter().enumerate() {
