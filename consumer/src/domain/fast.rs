@@ -3,7 +3,8 @@
 //! and key readers over the slice, no copy), a v2 user record through the borrowing
 //! [`decode_v2`], a v1 payload through a typed `serde_json` struct of `&str` fields — verified
 //! and turned into [`Accepted`] events with no allocation per event (a generated id is kept as
-//! its numbers; the group and the producer id are interned per batch).
+//! its numbers; the group and the producer id are interned, the names kept from batch to batch
+//! of a warm instance).
 //!
 //! What the events of an aggregate share is resolved once per aggregate, not once per event
 //! ([`Shared`]): the group a partition key names (interned by the key's index in the KPL

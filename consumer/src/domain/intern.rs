@@ -1,6 +1,6 @@
 //! Group names interned per batch: one owned [`GroupName`] per distinct (license, account,
-//! dimension) of a batch, shared by every event of that group (consumer/README.md, "The hot
-//! path"). Events carry a [`Group`] (a reference-counted pointer), so the decode borrows
+//! dimension) of a batch, shared by every event of that group, and kept for the next batch of
+//! a warm instance by its [`NameCache`] (consumer/README.md, "The hot path"). Events carry a [`Group`] (a reference-counted pointer), so the decode borrows
 //! from the record's bytes and the fold hashes a precomputed `u64` instead of three strings.
 
 use std::hash::{BuildHasher, Hash, Hasher};
