@@ -192,6 +192,12 @@ mod tests {
         )
         .unwrap()
         .state;
+        // On a loaded machine the child may still be exec'ing `sleep` (state R) when the
+        // wait times out; wait until it sleeps so the state asserted below is the one named.
+        let asleep = Instant::now() + Duration::from_secs(30);
+        while !process_state(sleeper.pid).contains(" state S,") && Instant::now() < asleep {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let err = wait_listening(&sleeper, Duration::from_millis(300))
             .await
             .unwrap_err()
