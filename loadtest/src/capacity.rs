@@ -56,15 +56,15 @@ pub struct Assumptions {
 impl Default for Assumptions {
     /// The figures measured with the default wire format, v2 (docs/wire-format.md, "v2
     /// aggregates"; docs/benchmarks.md): 26 bytes an event on the stream at 300 groups without
-    /// collapse, and 1.58 M events a second a core through the consumer's decode + verify +
-    /// fold (a loaded 2-core machine: an idle core does more, so the plan errs towards more
-    /// cores);
+    /// collapse, and 6.17 M events a second a core through the consumer's decode + verify +
+    /// fold at 1,000 groups (`scripts/bench` on a fresh clone, a quiet 2-core machine; with the
+    /// other core loaded it measured 5.27 M, so a busy host needs up to 1.2× the cores);
     /// 10 events a second a group; 30 groups a license; a 278-byte row (a load run's); the
     /// template's 1,024 MB consumer.
     fn default() -> Self {
         Self {
             bytes_per_event: 26.0,
-            consumer_events_per_core_second: 1_580_000.0,
+            consumer_events_per_core_second: 6_170_000.0,
             events_per_group_second: 10.0,
             groups_per_license: 30,
             row_bytes: 278,
@@ -434,7 +434,7 @@ mod tests {
     #[test]
     fn the_v2_wire_format_keeps_ten_million_events_within_the_shard_quota() {
         // 26 bytes an event: 260 MB/s over 1 MiB/s shards → 248 shards of the 500 default,
-        // where v1's 348 bytes needed 3,319; the consumer needs 10 M / 1.58 M ≈ 6.3 cores.
+        // where v1's 348 bytes needed 3,319; the consumer needs 10 M / 6.17 M ≈ 1.6 cores.
         let p = plan(10_000_000.0, &Assumptions::default());
         assert_eq!(p.shards, 248);
         let shards = p
@@ -444,7 +444,7 @@ mod tests {
             .unwrap();
         assert!(shards.utilization() < 1.0, "{shards:?}");
         assert!(plan(10_000_000.0, &v1_json()).shards > 3_000);
-        assert!((p.consumer_cores - 10_000_000.0 / 1_580_000.0).abs() < 0.01);
+        assert!((p.consumer_cores - 10_000_000.0 / 6_170_000.0).abs() < 0.01);
     }
 
     #[test]
