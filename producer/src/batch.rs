@@ -44,93 +44,181 @@ pub struct Packed<M> {
 /// Packs `users` into Kinesis records. `shard_of` maps a hash to a shard index; user records
 /// of unknown shard are aggregated only with records of the same partition key. Each user
 /// record must satisfy `payload + partition key ≤ MAX_RECORD_BYTES` (checked at `record()`).
+/// The same records as a [`Packer`] fed `users` in any number of calls (it is one).
 pub fn pack<M>(
     users: Vec<UserRec<M>>,
     shard_of: impl Fn(u128) -> Option<usize>,
     aggregation: bool,
     max_aggregate_bytes: usize,
 ) -> Vec<Packed<M>> {
-    if !aggregation {
-        return users.into_iter().map(plain).collect();
-    }
-    let groups = by_shard(users, shard_of);
+    let mut packer = Packer::new(aggregation, max_aggregate_bytes);
     let mut out = Vec::new();
-    for group in groups {
-        // Each v2 single is split once: its entry and event fields, sized and then added.
-        let splits: Vec<Option<Split>> = group.iter().map(split_of).collect();
-        let v2 = splits.iter().all(Option::is_some);
-        let mut current: Vec<UserRec<M>> = Vec::with_capacity(group.len());
-        // The refs' bytes still to pack (about): what the next aggregate reserves.
-        let mut refs_left: usize = splits.iter().flatten().map(ref_bytes).sum();
-        let capacity = |left: usize| left.min(max_aggregate_bytes);
-        let mut builder = Builder::new(v2, capacity(refs_left));
-        // Users not yet in a finished aggregate: the next one's capacity.
-        let mut group_len = group.len();
-        for (u, split) in group.into_iter().zip(splits) {
-            let limit = |current: &[UserRec<M>]| {
-                max_aggregate_bytes.min(
-                    MAX_RECORD_BYTES
-                        - current
-                            .first()
-                            .map_or(u.partition_key.len(), |f| f.partition_key.len()),
-                )
-            };
-            if !builder.add_within(&u, split.as_ref(), limit(&current)) {
-                let rest = group_len - current.len();
-                group_len = rest;
-                out.push(finish(
-                    std::mem::replace(&mut current, Vec::with_capacity(rest)),
-                    std::mem::replace(&mut builder, Builder::new(v2, capacity(refs_left))),
-                ));
-                let added = builder.add_within(&u, split.as_ref(), limit(&current));
-                debug_assert!(added, "an empty aggregate takes any user record");
-            }
-            refs_left -= split.as_ref().map_or(0, ref_bytes);
-            current.push(u);
-        }
-        if !current.is_empty() {
-            out.push(finish(current, builder));
-        }
+    for u in users {
+        packer.push(u, &shard_of, &mut out);
     }
+    packer.finish(&mut out);
     out
 }
 
-/// `users` grouped by shard (or by partition key when the shard is unknown), keeping arrival
-/// order; each group's vector sized once, from a first pass that counts its users.
-fn by_shard<M>(
+/// Packs user records as they arrive, so that packing a window can overlap recording it: one
+/// open aggregate per shard (or per partition key when the shard is unknown), finished when
+/// the next user record of its shard does not fit, or by [`Packer::finish`]. Within a shard
+/// the records keep arrival order, and how the user records are split over calls changes no
+/// byte: each aggregate holds the same run of its shard's user records either way.
+pub struct Packer<M> {
+    aggregation: bool,
+    max_aggregate_bytes: usize,
+    /// Open aggregates by shard index.
+    shards: Vec<Open<M>>,
+    /// Open aggregates of user records of unknown shard, one per partition key in order of
+    /// first use (so the records come out in the same order every run).
+    unknown: Vec<Open<M>>,
+    /// `unknown`'s positions by partition key.
+    unknown_index: hashbrown::HashMap<Arc<str>, usize, foldhash::fast::RandomState>,
+    /// User records in open aggregates.
+    open_users: usize,
+}
+
+/// One shard's aggregate being filled.
+struct Open<M> {
     users: Vec<UserRec<M>>,
-    shard_of: impl Fn(u128) -> Option<usize>,
-) -> Vec<Vec<UserRec<M>>> {
-    let mut index: hashbrown::HashMap<Result<usize, Arc<str>>, usize, foldhash::fast::RandomState> =
-        hashbrown::HashMap::default();
-    let mut counts: Vec<usize> = Vec::new();
-    let of: Vec<usize> = users
-        .iter()
-        .map(|u| {
-            let key = shard_of(u.hash).ok_or_else(|| u.partition_key.clone());
-            let gi = *index.entry(key).or_insert_with(|| {
-                counts.push(0);
-                counts.len() - 1
-            });
-            counts[gi] += 1;
-            gi
-        })
-        .collect();
-    let mut groups: Vec<Vec<UserRec<M>>> = counts.into_iter().map(Vec::with_capacity).collect();
-    for (u, gi) in users.into_iter().zip(of) {
-        groups[gi].push(u);
+    builder: Option<Builder>,
+    /// The bytes of this shard's last finished aggregate: what the next one reserves.
+    last_len: usize,
+}
+
+impl<M> Default for Open<M> {
+    fn default() -> Self {
+        Open {
+            users: Vec::new(),
+            builder: None,
+            last_len: 0,
+        }
     }
-    groups
+}
+
+/// What a shard's first aggregate reserves for its refs, before one was finished.
+const FIRST_REFS_CAPACITY: usize = 4 * 1024;
+
+impl<M> Packer<M> {
+    /// An empty packer: aggregates of at most `max_aggregate_bytes` (a lone user record goes
+    /// plain), or every user record plain without `aggregation`.
+    pub fn new(aggregation: bool, max_aggregate_bytes: usize) -> Self {
+        Packer {
+            aggregation,
+            max_aggregate_bytes,
+            shards: Vec::new(),
+            unknown: Vec::new(),
+            unknown_index: hashbrown::HashMap::default(),
+            open_users: 0,
+        }
+    }
+
+    /// User records in aggregates not finished yet.
+    pub fn open_users(&self) -> usize {
+        self.open_users
+    }
+
+    /// Adds `u` to its shard's open aggregate; an aggregate it does not fit in is finished
+    /// into `out` first, and a plain record (no aggregation) goes there at once.
+    pub fn push(
+        &mut self,
+        u: UserRec<M>,
+        shard_of: impl Fn(u128) -> Option<usize>,
+        out: &mut Vec<Packed<M>>,
+    ) {
+        if !self.aggregation {
+            out.push(plain(u));
+            return;
+        }
+        let max = self.max_aggregate_bytes;
+        let open = match shard_of(u.hash) {
+            Some(i) => {
+                if self.shards.len() <= i {
+                    self.shards.resize_with(i + 1, Open::default);
+                }
+                &mut self.shards[i]
+            }
+            None => {
+                let unknown = &mut self.unknown;
+                let i = *self
+                    .unknown_index
+                    .entry(u.partition_key.clone())
+                    .or_insert_with(|| {
+                        unknown.push(Open::default());
+                        unknown.len() - 1
+                    });
+                &mut unknown[i]
+            }
+        };
+        let before = open.users.len();
+        open.add(u, max, out);
+        self.open_users = self.open_users + open.users.len() - before;
+    }
+
+    /// Finishes every open aggregate into `out`; the packer is empty after.
+    pub fn finish(&mut self, out: &mut Vec<Packed<M>>) {
+        for open in self.shards.iter_mut().chain(self.unknown.iter_mut()) {
+            open.finish(out);
+        }
+        self.unknown.clear();
+        self.unknown_index.clear();
+        self.open_users = 0;
+    }
+}
+
+impl<M> Open<M> {
+    fn add(&mut self, u: UserRec<M>, max_aggregate_bytes: usize, out: &mut Vec<Packed<M>>) {
+        // Each v2 single is split once: its entry and event fields, sized and then added.
+        let split = split_of(&u);
+        let v2 = split.is_some();
+        if self.builder.as_ref().is_some_and(|b| b.is_v2() != v2) {
+            // A v1 payload after v2 singles (or the reverse): a builder holds one kind.
+            self.finish(out);
+        }
+        let limit = |users: &[UserRec<M>]| {
+            max_aggregate_bytes.min(
+                MAX_RECORD_BYTES
+                    - users
+                        .first()
+                        .map_or(&u.partition_key, |f| &f.partition_key)
+                        .len(),
+            )
+        };
+        let capacity = if self.last_len == 0 {
+            FIRST_REFS_CAPACITY
+        } else {
+            self.last_len
+        };
+        let capacity = capacity.min(max_aggregate_bytes);
+        let builder = self
+            .builder
+            .get_or_insert_with(|| Builder::new(v2, capacity));
+        if !builder.add_within(&u, split.as_ref(), limit(&self.users)) {
+            self.finish(out);
+            let builder = self
+                .builder
+                .insert(Builder::new(v2, self.last_len.min(max_aggregate_bytes)));
+            let added = builder.add_within(&u, split.as_ref(), limit(&[]));
+            debug_assert!(added, "an empty aggregate takes any user record");
+        }
+        self.users.push(u);
+    }
+
+    fn finish(&mut self, out: &mut Vec<Packed<M>>) {
+        let Some(builder) = self.builder.take() else {
+            return;
+        };
+        let next = Vec::with_capacity(self.users.len());
+        let users = std::mem::replace(&mut self.users, next);
+        let packed = finish(users, builder);
+        self.last_len = packed.entry.data.len();
+        out.push(packed);
+    }
 }
 
 /// A v2 single's entry and event fields, as ranges of its payload.
 type Split = (Range<usize>, Range<usize>);
-
-/// About what a split single's ref takes in an aggregate: its event fields and the bytes
-/// around them (the KPL record's keys and lengths, the ref's header and entry index).
-fn ref_bytes((_, fields): &Split) -> usize {
-    fields.len() + 10
-}
 
 /// `u`'s split: the one its writer gave ([`UserRec::split`]), else read from its payload.
 fn split_of<M>(u: &UserRec<M>) -> Option<Split> {
@@ -186,6 +274,10 @@ impl Builder {
             }
             (Builder::V2(_), None) => unreachable!("every payload of a v2 group is a single"),
         }
+    }
+
+    fn is_v2(&self) -> bool {
+        matches!(self, Builder::V2(_))
     }
 
     fn finish(self) -> Bytes {

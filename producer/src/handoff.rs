@@ -39,6 +39,11 @@ const STAGING_SHARDS: usize = 16;
 /// copy) and a new one started.
 const STAGING_BUFFER_BYTES: usize = 64 * 1024;
 
+/// Staged bytes (as charged) between the task's wake-ups while a window is open, so that it
+/// packs the window as it fills (`engine::window`) rather than all at its close: a power of
+/// two, crossed about every thousand v2 events, so a wake-up's cost is spread over many.
+pub(crate) const PACK_STEP_BYTES: usize = 256 * 1024;
+
 /// Where `record()` leaves validated events for the background task: per-shard vectors
 /// behind short locks (a push, nothing else), and one wake-up for the task when the first
 /// bytes arrive and another when they pass the size trigger — not one per event.
@@ -52,6 +57,8 @@ pub(crate) struct Staging {
     first: Notify,
     /// The staged bytes crossed `trigger`.
     full: Notify,
+    /// The staged bytes crossed a multiple of [`PACK_STEP_BYTES`] (pushes only).
+    step: Notify,
     /// The open window's sums (collapse): events are added there instead of pushed.
     folds: FoldTable,
 }
@@ -109,6 +116,7 @@ impl Staging {
             trigger,
             first: Notify::new(),
             full: Notify::new(),
+            step: Notify::new(),
             folds: FoldTable::new(counted),
         }
     }
@@ -167,6 +175,9 @@ impl Staging {
             self.bytes.fetch_add(bytes, Ordering::SeqCst)
         };
         self.wake(before, bytes);
+        if before / PACK_STEP_BYTES != (before + bytes) / PACK_STEP_BYTES {
+            self.step.notify_one();
+        }
         true
     }
 
@@ -285,6 +296,11 @@ impl Staging {
     /// Resolves once the staged bytes crossed the size trigger since the last time.
     pub async fn trigger_crossed(&self) {
         self.full.notified().await;
+    }
+
+    /// Resolves once pushes crossed a multiple of [`PACK_STEP_BYTES`] since the last time.
+    pub async fn step_crossed(&self) {
+        self.step.notified().await;
     }
 }
 

@@ -580,3 +580,7 @@ impl ProducerBuilder {
         })
     }
 }
+
+#[cfg(test)]
+#[path = "window_tests.rs"]
+mod window_tests;

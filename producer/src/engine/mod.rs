@@ -56,7 +56,7 @@ pub(crate) fn spawn<S: RecordSink, M: ShardMapSource>(
         None => StdRng::from_os_rng(),
     };
     let engine = Engine {
-        window: Window::default(),
+        window: Window::new(&parts.config),
         ready: Vec::new(),
         ready_unknown: VecDeque::new(),
         rr: 0,
@@ -147,7 +147,7 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         let has_refresh = self.refresh_task.is_some();
         let input_open = !self.input_closed;
         // With a window open, the linger (or the size trigger) closes it: staging more needs
-        // no wake-up.
+        // no wake-up but one every pack step, to pack what was staged while the window is open.
         let no_window = self.window.opened_at.is_none();
         let in_flight = &mut self.in_flight;
         let refresh = &mut self.refresh_task;
@@ -160,6 +160,7 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
             cmd = rx.recv(), if input_open => Wake::Cmd(cmd),
             () = staging.first_staged(), if input_open && no_window => Wake::Staged,
             () = staging.trigger_crossed(), if input_open => Wake::Staged,
+            () = staging.step_crossed(), if input_open => Wake::Staged,
             _ = sleep_until(deadline) => Wake::Timer,
         }
     }

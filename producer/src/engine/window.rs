@@ -1,17 +1,25 @@
 //! Batching: the linger window that stages recorded events (collapsing them when asked), and
 //! its closing into packed Kinesis records.
+//!
+//! Without collapse a window is packed while it is open: each take of staged events goes into
+//! the window's [`Packer`] at once (the task is woken every [`crate::handoff::PACK_STEP_BYTES`]
+//! staged while a window is open), so at a high rate the packing runs beside the callers'
+//! recording instead of after it. Its records are still queued when the window closes, as one
+//! window's records always were: only when the packing happens moves, not what is sent when.
+
+use std::sync::Arc;
 
 use tokio::time::Instant;
 
 use super::Engine;
 use super::record::{KRecord, UserAck, UserMeta};
-use crate::batch::{Packed, UserRec, pack};
+use crate::batch::{Packed, Packer, UserRec};
 use crate::collapse::collapsed_id_with_generated;
 use crate::config::ProducerConfig;
 use crate::fold::Folded;
 use crate::handoff::{Incoming, RECORD_OVERHEAD_BYTES, Reservation};
 use crate::limits::MAX_BYTES_PER_PUT;
-use crate::partition::keyed_group;
+use crate::partition::{ShardMap, keyed_group};
 use crate::shards::ShardMapSource;
 use crate::sink::RecordSink;
 use crate::wire::{WireVersion, encode_event, encode_single_bytes};
@@ -23,13 +31,34 @@ pub(crate) fn size_trigger(config: &ProducerConfig) -> usize {
 }
 
 /// Events staged since the window opened.
-#[derive(Default)]
 pub(super) struct Window {
     pub opened_at: Option<Instant>,
     bytes: usize,
-    plain: Vec<UserRec<UserMeta>>,
+    /// The window's user records, packed as they are taken.
+    packer: Packer<UserMeta>,
+    /// The records the packer finished, queued when the window closes.
+    packed: Vec<Packed<UserMeta>>,
+    /// The shard map the open aggregates are grouped by.
+    map: Option<Arc<ShardMap>>,
+    /// User records taken before any shard map was known, in order: packed once one is (or
+    /// at the close, by partition key).
+    unmapped: Vec<UserRec<UserMeta>>,
     /// Sums taken by the last take (shutdown) before the window closes.
     pub folded: Vec<Folded>,
+}
+
+impl Window {
+    pub(super) fn new(config: &ProducerConfig) -> Self {
+        Window {
+            opened_at: None,
+            bytes: 0,
+            packer: Packer::new(config.aggregation, config.max_aggregate_bytes),
+            packed: Vec::new(),
+            map: None,
+            unmapped: Vec::new(),
+            folded: Vec::new(),
+        }
+    }
 }
 
 impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
@@ -49,10 +78,9 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
             constituents: 1,
             bytes,
         };
-        let w = &mut self.window;
-        w.opened_at.get_or_insert_with(Instant::now);
-        w.bytes += meta.bytes;
-        w.plain.push(UserRec {
+        self.window.opened_at.get_or_insert_with(Instant::now);
+        self.window.bytes += meta.bytes;
+        self.pack(UserRec {
             payload,
             split,
             partition_key,
@@ -62,6 +90,27 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         if self.window.bytes >= size_trigger(&self.parts.config) {
             self.close_window();
         }
+    }
+
+    /// Adds `u` to the window's open aggregates, grouped by the current shard map. Before any
+    /// map is known it is kept aside, and packed (first, in order) once one is; when the map
+    /// changed since the window's aggregates were opened, those are finished first, so no
+    /// aggregate mixes two maps' shards.
+    fn pack(&mut self, u: UserRec<UserMeta>) {
+        let w = &mut self.window;
+        let Some(current) = &self.shard_map else {
+            w.unmapped.push(u);
+            return;
+        };
+        if !w.map.as_ref().is_some_and(|m| Arc::ptr_eq(m, current)) {
+            w.packer.finish(&mut w.packed);
+            w.map = Some(current.clone());
+        }
+        let shard_of = |h| current.shard_index(h);
+        for earlier in w.unmapped.drain(..) {
+            w.packer.push(earlier, shard_of, &mut w.packed);
+        }
+        w.packer.push(u, shard_of, &mut w.packed);
     }
 
     /// Collapse: the window holds the sums in the staging area; it opens with their first
@@ -90,20 +139,20 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         if self.window.opened_at.is_none() {
             return;
         }
-        let mut window = std::mem::take(&mut self.window);
-        let mut folded = std::mem::take(&mut window.folded);
+        self.window.opened_at = None;
+        self.window.bytes = 0;
+        let mut folded = std::mem::take(&mut self.window.folded);
         if self.parts.config.collapse {
             self.parts
                 .staging
                 .clone()
                 .take_folded(false, |f| folded.push(f));
         }
-        let mut users = std::mem::take(&mut window.plain);
         let mut collapsed_away = 0u64;
         for f in folded {
             let u = self.encode_folded(f);
             collapsed_away += u.meta.constituents - 1;
-            users.push(u);
+            self.pack(u);
         }
         if collapsed_away > 0 {
             self.parts
@@ -111,17 +160,19 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
                 .events_collapsed
                 .increment(collapsed_away);
         }
-        let map = self.shard_map.clone();
-        let packed = pack(
-            users,
-            |h| map.as_ref().and_then(|m| m.shard_index(h)),
-            self.parts.config.aggregation,
-            self.parts.config.max_aggregate_bytes,
-        );
-        for p in packed {
+        let w = &mut self.window;
+        // Still no shard map: what was kept aside is aggregated by partition key.
+        for u in w.unmapped.drain(..) {
+            w.packer.push(u, |_| None, &mut w.packed);
+        }
+        let mut packed = std::mem::take(&mut w.packed);
+        w.packer.finish(&mut packed);
+        for p in packed.drain(..) {
             let r = self.new_record(p);
             self.enqueue_ready(r);
         }
+        // The vector's room is kept for the next window.
+        self.window.packed = packed;
     }
 
     /// Names one sum of the window (docs/row-contract.md, "Collapse": a lone event keeps its
