@@ -7,7 +7,8 @@
 //! counts (the pipeline tier's calls, as `docs/architecture.md` describes them): the
 //! discoverer's index query, the aggregator's work message and group query, the aggregated
 //! record's put and its submission stamp, the cleanup messages and deletes, and the
-//! `BatchMeterUsage` calls of 25 records.
+//! `BatchMeterUsage` calls of 25 records. A write that adds an item to a table's
+//! `metering_pending` index or removes it from there is billed to the index too.
 
 use super::Operations;
 use super::units::{gb_seconds, read_units, write_units};
@@ -37,6 +38,15 @@ pub fn aggregated_record_bytes(seconds: u64) -> u64 {
         + SECOND_SET_BYTES as u64
         + SECOND_QUANTITY_BYTES as u64 * seconds.min(u64::from(SECONDS_PER_HOUR))
 }
+/// Write units a usage row costs in the usage table's `metering_pending` index each time it
+/// enters or leaves it: an index entry holds the table's and the index's keys and the two
+/// projected attributes (`infra/resources.json`: `INCLUDE customerAWSAccountId, dimension`),
+/// far under 1 KB. A write that adds an item to a global secondary index, or removes it, is
+/// billed to the index as well; an update that leaves the indexed and projected attributes as
+/// they were is not
+/// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/GSI.html#GSI.ThroughputConsiderations.Writes>).
+pub const USAGE_INDEX_ENTRY_WRITE_UNITS: u64 = 1;
+
 /// SQS-triggered Lambdas take messages in batches of 10 (`infra/main.yaml`, `BatchSize: 10`).
 const SQS_BATCH_SIZE: u64 = 10;
 /// Requests one SQS message costs: send, receive, delete.
@@ -88,7 +98,10 @@ pub fn streaming(c: &RunCounts) -> Operations {
         kinesis_stream_hours: hours,
         lambda_invocations: c.consumer_invocations,
         lambda_gb_seconds: gb_seconds(c.consumer_billed_ms, CONSUMER_MEMORY_MB),
-        dynamodb_write_units: c.consumer_update_items * write_units(c.row_bytes),
+        // Every update, and each new row's entry in the usage table's index (a row's later
+        // updates leave its indexed attributes as they were).
+        dynamodb_write_units: c.consumer_update_items * write_units(c.row_bytes)
+            + c.rows * USAGE_INDEX_ENTRY_WRITE_UNITS,
         ..Operations::default()
     };
     add(consumer, pipeline(c, c.rows))
@@ -99,7 +112,7 @@ pub fn streaming(c: &RunCounts) -> Operations {
 pub fn one_row_per_event(c: &RunCounts) -> Operations {
     let direct = Operations {
         events: c.events,
-        dynamodb_write_units: c.events * write_units(c.row_bytes),
+        dynamodb_write_units: c.events * (write_units(c.row_bytes) + USAGE_INDEX_ENTRY_WRITE_UNITS),
         ..Operations::default()
     };
     add(direct, pipeline(c, c.events))
@@ -123,10 +136,12 @@ fn pipeline(c: &RunCounts, rows: u64) -> Operations {
             invocations * PIPELINE_INVOCATION_BILLED_MS,
             PIPELINE_MEMORY_MB,
         ),
-        // The aggregated record's conditional put, then its submission stamp; every row's
-        // deletion by cleanup.
-        dynamodb_write_units: 2 * gh * write_units(aggregated_record_bytes(rows_per_group_hour))
-            + rows * write_units(c.row_bytes),
+        // The aggregated record's conditional put, then its submission stamp (which removes
+        // `meteringPending`), each billed to the table and to its `metering_pending` index
+        // (projecting every attribute, so an entry is the record's size); every row's
+        // deletion by cleanup, from the table and from the usage table's index.
+        dynamodb_write_units: 4 * gh * write_units(aggregated_record_bytes(rows_per_group_hour))
+            + rows * (write_units(c.row_bytes) + USAGE_INDEX_ENTRY_WRITE_UNITS),
         // The discoverer's index query (eventually consistent), the aggregator's group query
         // (strongly consistent).
         dynamodb_read_units: gh as f64
@@ -196,7 +211,9 @@ mod tests {
             aggregated_record_bytes(3_600)
         );
         assert_eq!(write_units(aggregated_record_bytes(10)), 1);
-        assert_eq!(p.dynamodb_write_units, 2 * 100 * 15 + 360_000);
+        // Each twice more for the indexes: the aggregated record's put and stamp, a row's
+        // index entry on deletion.
+        assert_eq!(p.dynamodb_write_units, 4 * 100 * 15 + 2 * 360_000);
         // 3,600 × 300 B = 1,080,000 B = 264 × 4 KB (rounded up): 132 + 264 per group-hour.
         assert_eq!(p.dynamodb_read_units, 100.0 * (132.0 + 264.0));
         assert_eq!(p.batch_meter_usage_calls, 4);
@@ -210,17 +227,18 @@ mod tests {
         assert_eq!(s.kinesis_stream_hours, 1.0);
         assert_eq!(s.lambda_invocations, 7_200 + 406);
         assert_eq!(s.lambda_gb_seconds, 360.0 + 40.6);
-        assert_eq!(s.dynamodb_write_units, 360_000 + 3_000 + 360_000);
+        // Each row: its update and index entry, its deletion from the table and the index.
+        assert_eq!(s.dynamodb_write_units, 4 * 360_000 + 6_000);
         let r = one_row_per_event(&c);
         assert_eq!(r.kinesis_put_payload_units, 0);
         // 36,000 rows a group-hour → 360 cleanup messages each.
         assert_eq!(r.lambda_invocations, 10 + 3_600 + 36);
-        // 3.6 M puts + 3.6 M deletes + the aggregated records.
-        assert_eq!(r.dynamodb_write_units, 3_600_000 + 3_000 + 3_600_000);
+        // 3.6 M puts + 3.6 M deletes, each with its index entry, + the aggregated records.
+        assert_eq!(r.dynamodb_write_units, 4 * 3_600_000 + 6_000);
         let cmp = CostComparison::of(c);
         let od = price(&s, StreamMode::OnDemand);
         assert_eq!(cmp.streaming_on_demand, od);
-        // Writes dominate both: 7.2 M units of one row per event against 0.72 M.
+        // Writes dominate both: 14.4 M units of one row per event against 1.44 M.
         assert!(cmp.saving() > 5.0, "saving {}", cmp.saving());
         assert!(
             cmp.one_row_per_event.per_million_events_usd
