@@ -301,7 +301,8 @@ fn write_figure(figure: &str, value: f64, unit: &str, detail: &str) {
 /// Tasks recording at once for the latency figures.
 const CONTENDING_TASKS: usize = 8;
 
-/// Per-call `record()` latency percentiles with 8 tasks recording at once, for both APIs:
+/// Per-call `record()` latency percentiles with 8 tasks recording at once, after a warm-up
+/// round ([`LATENCY_ROUNDS`]), for both APIs:
 /// `Producer::record(Event)` (`producer-record-latency-*`) and `Meter::record`
 /// (`producer-meter-record-latency-*`), no collapse, v2. A call is timed from before it to its
 /// return, yields included: a call that spends the task's last unit of cooperative budget
@@ -325,7 +326,7 @@ fn latency(_c: &mut Criterion) {
         ),
     ] {
         let detail = format!(
-            "{api}: {CONTENDING_TASKS} tasks on 2 worker threads, {} calls, no collapse, v2, yields included; p99.9 {} ns, max {} ns",
+            "{api}: {CONTENDING_TASKS} tasks on 2 worker threads, {} calls after a warm-up round, no collapse, v2, yields included; p99.9 {} ns, max {} ns",
             hist.len(),
             hist.value_at_quantile(0.999),
             hist.max()
@@ -341,35 +342,47 @@ fn latency(_c: &mut Criterion) {
     }
 }
 
-/// `Producer::record(Event)` latencies: 8 tasks, each recording its share of `evs`.
+/// Rounds of the latency figures: the first warms the producer and is not kept.
+const LATENCY_ROUNDS: usize = 2;
+
+/// `Producer::record(Event)` latencies: 8 tasks, each recording its share of `evs`, in
+/// [`LATENCY_ROUNDS`] rounds on one producer, each round flushed; the last round's calls are
+/// the figures. The first round is a warm-up: the producer's staging buffers and vectors, the
+/// per-thread key caches and the allocator's free memory are then as a running service has
+/// them, so the figures are a service's steady state, not its first milliseconds (where
+/// every staging page is touched for the first time).
 async fn event_latency(evs: &[Event]) -> Histogram<u64> {
     let p = start(
         MemoryRecordSink::discarding(ShardMap::uniform(SHARDS)),
         false,
     );
     let per_task = evs.len() / CONTENDING_TASKS;
-    let tasks: Vec<_> = (0..CONTENDING_TASKS)
-        .map(|t| {
-            // Each task's events are built before it starts timing its calls.
-            let (p, mine) = (p.clone(), evs[t * per_task..(t + 1) * per_task].to_vec());
-            tokio::spawn(async move {
-                let mut hist = Histogram::<u64>::new(3).unwrap();
-                for e in mine {
-                    let started = Instant::now();
-                    p.record(e).await.unwrap();
-                    hist.record(started.elapsed().as_nanos() as u64).unwrap();
-                }
-                hist
+    let mut last = None;
+    for _ in 0..LATENCY_ROUNDS {
+        let tasks: Vec<_> = (0..CONTENDING_TASKS)
+            .map(|t| {
+                // Each task's events are built before it starts timing its calls.
+                let (p, mine) = (p.clone(), evs[t * per_task..(t + 1) * per_task].to_vec());
+                tokio::spawn(async move {
+                    let mut hist = Histogram::<u64>::new(3).unwrap();
+                    for e in mine {
+                        let started = Instant::now();
+                        p.record(e).await.unwrap();
+                        hist.record(started.elapsed().as_nanos() as u64).unwrap();
+                    }
+                    hist
+                })
             })
-        })
-        .collect();
-    let all = merged(tasks).await;
+            .collect();
+        last = Some(merged(tasks).await);
+        p.flush().await.unwrap();
+    }
     p.shutdown().await.unwrap();
-    all
+    last.expect("at least one round")
 }
 
 /// `Meter::record` latencies: 8 tasks sharing the groups' meters, each recording its share
-/// of `calls`.
+/// of `calls`, in rounds as [`event_latency`]'s.
 async fn meter_latency(groups: &[[String; 3]], calls: &[MeterCall]) -> Histogram<u64> {
     let p = start(
         MemoryRecordSink::discarding(ShardMap::uniform(SHARDS)),
@@ -377,27 +390,31 @@ async fn meter_latency(groups: &[[String; 3]], calls: &[MeterCall]) -> Histogram
     );
     let meters = std::sync::Arc::new(meters(&p, groups));
     let per_task = calls.len() / CONTENDING_TASKS;
-    let tasks: Vec<_> = (0..CONTENDING_TASKS)
-        .map(|t| {
-            let (meters, mine) = (
-                meters.clone(),
-                calls[t * per_task..(t + 1) * per_task].to_vec(),
-            );
-            tokio::spawn(async move {
-                let mut hist = Histogram::<u64>::new(3).unwrap();
-                for (g, ts, q) in mine {
-                    let started = Instant::now();
-                    meters[g].record(ts, q).await.unwrap();
-                    hist.record(started.elapsed().as_nanos() as u64).unwrap();
-                }
-                hist
+    let mut last = None;
+    for _ in 0..LATENCY_ROUNDS {
+        let tasks: Vec<_> = (0..CONTENDING_TASKS)
+            .map(|t| {
+                let (meters, mine) = (
+                    meters.clone(),
+                    calls[t * per_task..(t + 1) * per_task].to_vec(),
+                );
+                tokio::spawn(async move {
+                    let mut hist = Histogram::<u64>::new(3).unwrap();
+                    for (g, ts, q) in mine {
+                        let started = Instant::now();
+                        meters[g].record(ts, q).await.unwrap();
+                        hist.record(started.elapsed().as_nanos() as u64).unwrap();
+                    }
+                    hist
+                })
             })
-        })
-        .collect();
-    let all = merged(tasks).await;
+            .collect();
+        last = Some(merged(tasks).await);
+        p.flush().await.unwrap();
+    }
     drop(meters);
     p.shutdown().await.unwrap();
-    all
+    last.expect("at least one round")
 }
 
 async fn merged(tasks: Vec<tokio::task::JoinHandle<Histogram<u64>>>) -> Histogram<u64> {
