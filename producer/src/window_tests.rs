@@ -132,3 +132,60 @@ fn a_window_packed_while_open_sends_what_one_packed_at_its_close_sends() {
         }
     }
 }
+
+/// A shard map listed only after `delay` (paused time).
+struct SlowShardMap {
+    delay: Duration,
+    map: ShardMap,
+}
+
+impl crate::ShardMapSource for SlowShardMap {
+    async fn shard_map(&self) -> Result<ShardMap, crate::shards::ShardMapError> {
+        tokio::time::sleep(self.delay).await;
+        Ok(self.map.clone())
+    }
+}
+
+/// Events taken before the first shard map arrives are kept aside and, once it has arrived,
+/// packed by it: at the window's close they share their shard's aggregates (mixed keys, routed
+/// by an explicit hash key), not one aggregate per partition key.
+#[test]
+fn events_taken_before_the_shard_map_are_packed_by_it_once_it_arrives() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let records = rt.block_on(async {
+        let sink = MemoryRecordSink::new(ShardMap::uniform(2));
+        let p = Producer::builder("s")
+            .linger(Duration::from_secs(3600))
+            .id_epoch(EPOCH)
+            .start_with(
+                sink.clone(),
+                SlowShardMap {
+                    delay: Duration::from_millis(50),
+                    map: ShardMap::uniform(2),
+                },
+            )
+            .unwrap();
+        for i in 0..EVENTS {
+            p.try_record(event(i)).unwrap();
+            if i % 250 == 249 {
+                tokio::task::yield_now().await;
+            }
+        }
+        // Every crossed step was taken with no map yet (no time passed); the map arrives,
+        // then the window closes.
+        assert!(p.shared.staging.bytes() < PACK_STEP_BYTES);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(p.flush().await.unwrap().is_complete());
+        p.shutdown().await.unwrap();
+        sink.records()
+    });
+    let ids = ids_by_key(&records);
+    assert_eq!(ids.values().map(Vec::len).sum::<usize>(), EVENTS);
+    // 40 keys over 2 shards: about a dozen records per shard, not one or more per key.
+    assert!(records.len() < 40, "{} records", records.len());
+    assert!(records.iter().all(|r| r.entry.explicit_hash_key.is_some()));
+}

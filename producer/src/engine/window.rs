@@ -97,20 +97,36 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
     /// changed since the window's aggregates were opened, those are finished first, so no
     /// aggregate mixes two maps' shards.
     fn pack(&mut self, u: UserRec<UserMeta>) {
+        if self.shard_map.is_none() {
+            self.window.unmapped.push(u);
+            return;
+        }
+        self.pack_unmapped();
+        let w = &mut self.window;
+        let current = self.shard_map.as_deref();
+        w.packer
+            .push(u, |h| current.and_then(|m| m.shard_index(h)), &mut w.packed);
+    }
+
+    /// Packs the user records kept aside for want of a shard map, by the current map (after
+    /// finishing the open aggregates if they were grouped by another), or by partition key
+    /// when there is still none.
+    fn pack_unmapped(&mut self) {
         let w = &mut self.window;
         let Some(current) = &self.shard_map else {
-            w.unmapped.push(u);
+            for u in w.unmapped.drain(..) {
+                w.packer.push(u, |_| None, &mut w.packed);
+            }
             return;
         };
         if !w.map.as_ref().is_some_and(|m| Arc::ptr_eq(m, current)) {
             w.packer.finish(&mut w.packed);
             w.map = Some(current.clone());
         }
-        let shard_of = |h| current.shard_index(h);
         for earlier in w.unmapped.drain(..) {
-            w.packer.push(earlier, shard_of, &mut w.packed);
+            w.packer
+                .push(earlier, |h| current.shard_index(h), &mut w.packed);
         }
-        w.packer.push(u, shard_of, &mut w.packed);
     }
 
     /// Collapse: the window holds the sums in the staging area; it opens with their first
@@ -160,11 +176,9 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
                 .events_collapsed
                 .increment(collapsed_away);
         }
+        // What was kept aside for want of a map: by the map that arrived since, if one did.
+        self.pack_unmapped();
         let w = &mut self.window;
-        // Still no shard map: what was kept aside is aggregated by partition key.
-        for u in w.unmapped.drain(..) {
-            w.packer.push(u, |_| None, &mut w.packed);
-        }
         let mut packed = std::mem::take(&mut w.packed);
         w.packer.finish(&mut packed);
         for p in packed.drain(..) {
