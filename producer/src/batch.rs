@@ -75,8 +75,6 @@ pub struct Packer<M> {
     unknown: Vec<Open<M>>,
     /// `unknown`'s positions by partition key.
     unknown_index: hashbrown::HashMap<Arc<str>, usize, foldhash::fast::RandomState>,
-    /// User records in open aggregates.
-    open_users: usize,
 }
 
 /// One shard's aggregate being filled.
@@ -110,13 +108,7 @@ impl<M> Packer<M> {
             shards: Vec::new(),
             unknown: Vec::new(),
             unknown_index: hashbrown::HashMap::default(),
-            open_users: 0,
         }
-    }
-
-    /// User records in aggregates not finished yet.
-    pub fn open_users(&self) -> usize {
-        self.open_users
     }
 
     /// Adds `u` to its shard's open aggregate; an aggregate it does not fit in is finished
@@ -151,9 +143,7 @@ impl<M> Packer<M> {
                 &mut unknown[i]
             }
         };
-        let before = open.users.len();
         open.add(u, max, out);
-        self.open_users = self.open_users + open.users.len() - before;
     }
 
     /// Finishes every open aggregate into `out`; the packer is empty after.
@@ -163,7 +153,6 @@ impl<M> Packer<M> {
         }
         self.unknown.clear();
         self.unknown_index.clear();
-        self.open_users = 0;
     }
 }
 
@@ -185,20 +174,14 @@ impl<M> Open<M> {
                         .len(),
             )
         };
-        let capacity = if self.last_len == 0 {
-            FIRST_REFS_CAPACITY
-        } else {
-            self.last_len
-        };
-        let capacity = capacity.min(max_aggregate_bytes);
         let builder = self
             .builder
-            .get_or_insert_with(|| Builder::new(v2, capacity));
+            .get_or_insert_with(|| Builder::new(v2, self.last_len, max_aggregate_bytes));
         if !builder.add_within(&u, split.as_ref(), limit(&self.users)) {
             self.finish(out);
             let builder = self
                 .builder
-                .insert(Builder::new(v2, self.last_len.min(max_aggregate_bytes)));
+                .insert(Builder::new(v2, self.last_len, max_aggregate_bytes));
             let added = builder.add_within(&u, split.as_ref(), limit(&[]));
             debug_assert!(added, "an empty aggregate takes any user record");
         }
@@ -244,10 +227,18 @@ enum Builder {
 }
 
 impl Builder {
-    /// An empty aggregate; a v2 one reserves `refs_capacity` bytes for its refs.
-    fn new(v2: bool, refs_capacity: usize) -> Self {
+    /// An empty aggregate; a v2 one reserves as many bytes for its refs as its shard's last
+    /// aggregate took (`last_len`, 0 before the first), at most `max_aggregate_bytes`.
+    fn new(v2: bool, last_len: usize, max_aggregate_bytes: usize) -> Self {
         if v2 {
-            Builder::V2(AggregateV2Builder::with_refs_capacity(refs_capacity))
+            let reserve = if last_len == 0 {
+                FIRST_REFS_CAPACITY
+            } else {
+                last_len
+            };
+            Builder::V2(AggregateV2Builder::with_refs_capacity(
+                reserve.min(max_aggregate_bytes),
+            ))
         } else {
             Builder::V1(AggregateBuilder::new())
         }

@@ -30,17 +30,21 @@ fn event(i: usize) -> Event {
     )
 }
 
+/// A current-thread runtime with time paused: the linger passes only when the test sleeps.
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
 /// Records `EVENTS` events in one window (the linger never passes: time is paused and the
 /// caller never sleeps) and flushes. With `yield_every`, the caller lets the task run that
 /// often, and checks it took what was staged once a step was crossed; without, the task
 /// takes nothing before the flush. The records the sink got, and the takes seen.
 fn run(yield_every: Option<usize>) -> (Vec<StoredRecord>, usize) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    paused_runtime().block_on(async {
         let sink = MemoryRecordSink::new(ShardMap::uniform(3));
         let p = Producer::builder("s")
             .linger(Duration::from_secs(3600))
@@ -151,12 +155,7 @@ impl crate::ShardMapSource for SlowShardMap {
 /// by an explicit hash key), not one aggregate per partition key.
 #[test]
 fn events_taken_before_the_shard_map_are_packed_by_it_once_it_arrives() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    let records = rt.block_on(async {
+    let records = paused_runtime().block_on(async {
         let sink = MemoryRecordSink::new(ShardMap::uniform(2));
         let p = Producer::builder("s")
             .linger(Duration::from_secs(3600))

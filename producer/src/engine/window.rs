@@ -40,9 +40,9 @@ pub(super) struct Window {
     packed: Vec<Packed<UserMeta>>,
     /// The shard map the open aggregates are grouped by.
     map: Option<Arc<ShardMap>>,
-    /// User records taken before any shard map was known, in order: packed once one is (or
-    /// at the close, by partition key).
-    unmapped: Vec<UserRec<UserMeta>>,
+    /// User records taken and not packed yet, in order: those taken before any shard map was
+    /// known wait here until one is (or until the close, then packed by partition key).
+    unpacked: Vec<UserRec<UserMeta>>,
     /// Sums taken by the last take (shutdown) before the window closes.
     pub folded: Vec<Folded>,
 }
@@ -55,7 +55,7 @@ impl Window {
             packer: Packer::new(config.aggregation, config.max_aggregate_bytes),
             packed: Vec::new(),
             map: None,
-            unmapped: Vec::new(),
+            unpacked: Vec::new(),
             folded: Vec::new(),
         }
     }
@@ -92,29 +92,22 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         }
     }
 
-    /// Adds `u` to the window's open aggregates, grouped by the current shard map. Before any
-    /// map is known it is kept aside, and packed (first, in order) once one is; when the map
-    /// changed since the window's aggregates were opened, those are finished first, so no
-    /// aggregate mixes two maps' shards.
+    /// Adds `u` to the window's open aggregates, grouped by the current shard map; before any
+    /// map is known it waits, and is packed (in order) once one is.
     fn pack(&mut self, u: UserRec<UserMeta>) {
-        if self.shard_map.is_none() {
-            self.window.unmapped.push(u);
-            return;
+        self.window.unpacked.push(u);
+        if self.shard_map.is_some() {
+            self.pack_unpacked();
         }
-        self.pack_unmapped();
-        let w = &mut self.window;
-        let current = self.shard_map.as_deref();
-        w.packer
-            .push(u, |h| current.and_then(|m| m.shard_index(h)), &mut w.packed);
     }
 
-    /// Packs the user records kept aside for want of a shard map, by the current map (after
-    /// finishing the open aggregates if they were grouped by another), or by partition key
-    /// when there is still none.
-    fn pack_unmapped(&mut self) {
+    /// Packs the waiting user records by the current map (after finishing the open
+    /// aggregates if they were grouped by another map, so no aggregate mixes two maps'
+    /// shards), or by partition key when there is still none.
+    fn pack_unpacked(&mut self) {
         let w = &mut self.window;
         let Some(current) = &self.shard_map else {
-            for u in w.unmapped.drain(..) {
+            for u in w.unpacked.drain(..) {
                 w.packer.push(u, |_| None, &mut w.packed);
             }
             return;
@@ -123,9 +116,8 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
             w.packer.finish(&mut w.packed);
             w.map = Some(current.clone());
         }
-        for earlier in w.unmapped.drain(..) {
-            w.packer
-                .push(earlier, |h| current.shard_index(h), &mut w.packed);
+        for u in w.unpacked.drain(..) {
+            w.packer.push(u, |h| current.shard_index(h), &mut w.packed);
         }
     }
 
@@ -176,8 +168,8 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
                 .events_collapsed
                 .increment(collapsed_away);
         }
-        // What was kept aside for want of a map: by the map that arrived since, if one did.
-        self.pack_unmapped();
+        // What waited for want of a map: by the map that arrived since, if one did.
+        self.pack_unpacked();
         let w = &mut self.window;
         let mut packed = std::mem::take(&mut w.packed);
         w.packer.finish(&mut packed);
