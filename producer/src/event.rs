@@ -248,6 +248,16 @@ pub(crate) fn validate_timestamp(ts: &DateTime<Utc>) -> Result<(), ValidationErr
     Ok(())
 }
 
+/// Epoch seconds of 10000-01-01T00:00:00Z: a timestamp is in years 1970–9999 (what
+/// [`validate_timestamp`] admits) exactly when its UTC second lies in `0..YEAR_10000_SECONDS`.
+const YEAR_10000_SECONDS: i64 = 253_402_300_800;
+
+/// [`validate_timestamp`]'s rule as a comparison of the timestamp's UTC second (no calendar
+/// arithmetic): a hot path's check.
+pub(crate) fn second_in_range(second: i64) -> bool {
+    (0..YEAR_10000_SECONDS).contains(&second)
+}
+
 /// Drops sub-millisecond digits (the payload carries milliseconds; the second is unchanged).
 pub(crate) fn truncate_to_millis(ts: DateTime<Utc>) -> DateTime<Utc> {
     // UTC: the naive UTC time is the local one (no offset to apply, as `nanosecond()` would),

@@ -10,7 +10,7 @@ use super::Producer;
 use super::prepare::{Check, Prepared, Route};
 use crate::error::{ProducerError, ValidationError};
 use crate::event::{
-    Event, GroupRef, UsageAllocation, truncate_to_millis, validate_account_id,
+    Event, GroupRef, UsageAllocation, second_in_range, truncate_to_millis, validate_account_id,
     validate_license_arn, validate_timestamp,
 };
 use crate::event_id::GeneratedId;
@@ -199,10 +199,6 @@ struct Usage {
     quantity: u64,
 }
 
-/// Epoch seconds of 10000-01-01T00:00:00Z: a timestamp is in years 1970–9999 (what
-/// `validate_timestamp` admits) exactly when its second lies in `0..YEAR_10000_SECONDS`.
-const YEAR_10000_SECONDS: i64 = 253_402_300_800;
-
 /// The v2 payload of a meter's event without collapse, its id taken.
 struct Encoded {
     id: GeneratedId,
@@ -340,9 +336,7 @@ impl Meter {
         let p = &self.bound.producer;
         let timestamp = truncate_to_millis(timestamp);
         let second = timestamp.timestamp();
-        // `validate_timestamp`'s years 1970–9999, as the second they start and end at.
-        let in_range = (0..YEAR_10000_SECONDS).contains(&second);
-        if !in_range || p.shared.closed.load(std::sync::atomic::Ordering::Relaxed) {
+        if !second_in_range(second) || p.shared.closed.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(self.refuse(timestamp, quantity));
         }
         Ok(Usage {

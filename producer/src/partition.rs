@@ -157,20 +157,9 @@ fn cached_group(
         customer_aws_account_id,
         dimension,
     } = group;
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = KEY_CACHE_HASHER.build_hasher();
-    for part in [license_arn, customer_aws_account_id, dimension] {
-        h.write(part.as_bytes());
-        h.write_u8(0xff);
-    }
-    let fields_hash = h.finish();
+    let fields_hash = fields_hash(group);
     KEY_CACHE.with_borrow_mut(|cache| {
-        let found = cache.find_mut(fields_hash, |c| {
-            c.fields_hash == fields_hash
-                && c.license_arn == license_arn
-                && c.customer_aws_account_id == customer_aws_account_id
-                && c.dimension == dimension
-        });
+        let found = cache.find_mut(fields_hash, |c| c.is(fields_hash, group));
         let c = match found {
             Some(c) => c,
             None => {
@@ -202,6 +191,51 @@ fn cached_group(
             head,
         })
     })
+}
+
+/// The fast path of a group this thread has checked *and* whose v2 single head for
+/// `producer_id` and `epoch` it keeps: `f` runs with the group's partition key, hash and
+/// head, borrowed from the cache (no reference count taken, nothing checked or encoded
+/// again). `None` when either is not kept yet: the caller then takes [`checked_group`]'s
+/// path, which checks the group and keeps both. `f` must not use this thread's cache.
+pub(crate) fn with_cached_head<R>(
+    group: GroupRef<'_>,
+    producer_id: Option<&str>,
+    epoch: u128,
+    f: impl FnOnce(&std::sync::Arc<str>, u128, &SingleHead) -> R,
+) -> Option<R> {
+    let fields_hash = fields_hash(group);
+    KEY_CACHE.with_borrow(|cache| {
+        let c = cache.find(fields_hash, |c| c.is(fields_hash, group))?;
+        let h = c.head.as_ref()?;
+        (h.epoch == epoch && h.producer_id.as_deref() == producer_id)
+            .then(|| f(&c.partition_key, c.hash, &h.head))
+    })
+}
+
+/// The cache's hash of a group's fields.
+fn fields_hash(group: GroupRef<'_>) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = KEY_CACHE_HASHER.build_hasher();
+    for part in [
+        group.license_arn,
+        group.customer_aws_account_id,
+        group.dimension,
+    ] {
+        h.write(part.as_bytes());
+        h.write_u8(0xff);
+    }
+    h.finish()
+}
+
+impl CachedKey {
+    /// Whether this entry is `group`'s (whose fields hash to `fields_hash`).
+    fn is(&self, fields_hash: u64, group: GroupRef<'_>) -> bool {
+        self.fields_hash == fields_hash
+            && self.license_arn == group.license_arn
+            && self.customer_aws_account_id == group.customer_aws_account_id
+            && self.dimension == group.dimension
+    }
 }
 
 /// `c`'s head for `producer_id` and `epoch`, encoded now unless it is the one kept.

@@ -9,14 +9,16 @@ use bytes::Bytes;
 
 use super::Producer;
 use crate::error::{ProducerError, ValidationError};
-use crate::event::{Event, truncate_to_millis, validate_allocations, validate_timestamp};
+use crate::event::{
+    Event, second_in_range, truncate_to_millis, validate_allocations, validate_timestamp,
+};
 use crate::event_id::GeneratedId;
 use crate::limits::MAX_RECORD_BYTES;
 use crate::partition::{
     CheckedGroup, SingleHead, checked_group, keyed_group, partition_hash, partition_key,
-    partition_key_len,
+    partition_key_len, with_cached_head,
 };
-use crate::wire::v2::generated_single_len;
+use crate::wire::v2::{generated_single_len, put_generated_single};
 use crate::wire::{WireVersion, single_len_as};
 
 /// A validated event on its way to the staging area, charged `cost` bytes.
@@ -26,6 +28,46 @@ pub(super) struct Prepared {
     pub generated: Option<GeneratedId>,
     pub route: Route,
     pub cost: usize,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Events this thread staged through [`Producer::stage_plain`] (tests: which path ran).
+    pub(super) static PLAIN_STAGED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// What [`Producer::stage_plain`] did with a plain event.
+pub(super) enum Plain {
+    /// Charged and staged.
+    Staged,
+    /// No buffer space now: the event's id, route and charge, to wait for space with.
+    NoSpace {
+        generated: GeneratedId,
+        route: Route,
+        cost: usize,
+    },
+    /// The producer closed (the buffer's bound closed, or the task took its last): the event
+    /// goes back with this id.
+    Closed(GeneratedId),
+}
+
+impl Plain {
+    /// A wait for space: `event` prepared as [`Producer::prepare`] would have prepared it.
+    pub fn prepared(event: Event, generated: GeneratedId, route: Route, cost: usize) -> Prepared {
+        Prepared {
+            event: Self::as_prepared(event),
+            generated: Some(generated),
+            route,
+            cost,
+        }
+    }
+
+    /// `event` as [`Producer::prepare`] leaves it: its timestamp in whole milliseconds (what
+    /// a caller given the event back retries with).
+    pub fn as_prepared(mut event: Event) -> Event {
+        event.timestamp = truncate_to_millis(event.timestamp);
+        event
+    }
 }
 
 /// A payload to write: v2 (sized, written straight into the staging buffer: from the event,
@@ -50,12 +92,15 @@ impl Payload {
     /// head: the head's split, the fields right after the head).
     pub fn split(&self) -> Option<(u32, u32)> {
         match self {
-            Payload::V2Head { head, .. } => {
-                let entry = u32::try_from(head.entry_start?).ok()?;
-                Some((entry, u32::try_from(head.bytes.len()).ok()?))
-            }
+            Payload::V2Head { head, .. } => Self::split_of(head),
             Payload::V2 { .. } | Payload::Json(_) => None,
         }
+    }
+
+    /// Where a single written from `head` splits.
+    fn split_of(head: &SingleHead) -> Option<(u32, u32)> {
+        let entry = u32::try_from(head.entry_start?).ok()?;
+        Some((entry, u32::try_from(head.bytes.len()).ok()?))
     }
 }
 
@@ -197,6 +242,86 @@ impl Producer {
             route,
             cost,
         })
+    }
+
+    /// The common event's fast path: an event with no id, producer id or allocations of its
+    /// own, without collapse, in v2, of a group this thread has checked and whose head it
+    /// keeps ([`with_cached_head`]), in the years `validate_timestamp` admits. It is charged
+    /// and staged as [`Producer::prepare`] and [`Producer::stage`] would do it — the same id,
+    /// payload, split, key and charge — with nothing moved, reference-counted or checked
+    /// twice: what a [`super::Meter`] does, after one lookup of the group's fields. `None`
+    /// leaves the event to the checked path (nothing taken: no id, no charge).
+    pub(super) fn stage_plain(&self, event: &Event) -> Option<Plain> {
+        let shared = &self.shared;
+        let config = &shared.config;
+        let plain = event.event_id.is_empty()
+            && event.producer_id.is_none()
+            && event.usage_allocations.is_none()
+            && !config.collapse
+            && config.wire_version == WireVersion::V2
+            && !shared.closed.load(Ordering::Relaxed);
+        if !plain {
+            return None;
+        }
+        let timestamp = truncate_to_millis(event.timestamp);
+        if !second_in_range(timestamp.timestamp()) {
+            return None;
+        }
+        let millis = timestamp.timestamp_millis();
+        let ids = &shared.ids;
+        let longest = ids.longest_id();
+        let producer_id = config.producer_id.as_deref();
+        let quantity = event.quantity;
+        with_cached_head(
+            event.group(),
+            producer_id,
+            longest.epoch,
+            |pk, hash, head| {
+                // The checked path's size checks, for the longest id (so none is taken for an
+                // event it refuses).
+                let most = generated_single_len(&head.bytes, quantity, millis, longest);
+                if most + pk.len() > MAX_RECORD_BYTES
+                    || Self::buffer_cost(most, pk.len()) > config.max_buffered_bytes
+                {
+                    return None;
+                }
+                let id = ids.next_id(hash);
+                let len = generated_single_len(&head.bytes, quantity, millis, id);
+                let cost = Self::buffer_cost(len, pk.len());
+                match shared.sem.try_acquire_many(cost as u32) {
+                    Ok(permit) => permit.forget(),
+                    Err(tokio::sync::TryAcquireError::NoPermits) => {
+                        let route = Route::Encoded {
+                            payload: Payload::V2Head {
+                                len,
+                                head: head.clone(),
+                            },
+                            partition_key: pk.clone(),
+                            hash,
+                        };
+                        return Some(Plain::NoSpace {
+                            generated: id,
+                            route,
+                            cost,
+                        });
+                    }
+                    Err(tokio::sync::TryAcquireError::Closed) => return Some(Plain::Closed(id)),
+                }
+                let write = |buf: &mut bytes::BytesMut| {
+                    put_generated_single(buf, &head.bytes, quantity, millis, id);
+                };
+                let split = Payload::split_of(head);
+                if shared.staging.push(len, write, split, pk, hash, cost) {
+                    #[cfg(test)]
+                    PLAIN_STAGED.with(|n| n.set(n.get() + 1));
+                    Some(Plain::Staged)
+                } else {
+                    shared.sem.add_permits(cost);
+                    Some(Plain::Closed(id))
+                }
+            },
+        )
+        .flatten()
     }
 
     /// Checks `event` as `check` says; a whole check returns its group's partition key and

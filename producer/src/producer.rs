@@ -6,7 +6,7 @@ mod meter;
 mod prepare;
 
 pub use meter::Meter;
-use prepare::{Check, Payload, Prepared, Route};
+use prepare::{Check, Payload, Plain, Prepared, Route};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -86,6 +86,22 @@ impl Producer {
     /// Everything [`Producer::record`] does without waiting; `Some` is the wait for buffer
     /// space. Synchronous, so the caller's future keeps none of its locals.
     fn record_now(&self, event: Event) -> Result<Option<Waiting<'_>>, ProducerError> {
+        match self.stage_plain(&event) {
+            Some(Plain::Staged) => {
+                self.accepted();
+                return Ok(None);
+            }
+            Some(Plain::NoSpace {
+                generated,
+                route,
+                cost,
+            }) => {
+                let p = Plain::prepared(event, generated, route, cost);
+                return Ok(Some(self.wait_and_stage(p)));
+            }
+            Some(Plain::Closed(id)) => return Err(self.closed_with(event, id)),
+            None => {}
+        }
         let p = self.prepare(event, Check::Whole)?;
         let Some(p) = self.absorb(p)? else {
             return Ok(None);
@@ -144,6 +160,13 @@ impl Producer {
                 Err(ProducerError::Closed(Some(Box::new(event))))
             }
         }
+    }
+
+    /// [`ProducerError::Closed`] giving `event` back with its generated id `id`.
+    #[cold]
+    fn closed_with(&self, event: Event, id: crate::event_id::GeneratedId) -> ProducerError {
+        let event = self.give_back(Plain::as_prepared(event), Some(id));
+        ProducerError::Closed(Some(Box::new(event)))
     }
 
     /// Charges a prepared event, waiting for buffer space, and stages it.
@@ -254,6 +277,19 @@ impl Producer {
     /// Like [`Producer::record`] but never waits: a full buffer is [`ProducerError::Full`]
     /// (with the event, id assigned, so a retry keeps the same id).
     pub fn try_record(&self, event: Event) -> Result<(), ProducerError> {
+        match self.stage_plain(&event) {
+            Some(Plain::Staged) => {
+                self.accepted();
+                return Ok(());
+            }
+            Some(Plain::NoSpace { generated, .. }) => {
+                self.shared.metrics.refused("Full");
+                let event = self.give_back(Plain::as_prepared(event), Some(generated));
+                return Err(ProducerError::Full(Box::new(event)));
+            }
+            Some(Plain::Closed(id)) => return Err(self.closed_with(event, id)),
+            None => {}
+        }
         let p = self.prepare(event, Check::Whole)?;
         match self.absorb(p)? {
             Some(p) => self.try_charge_and_stage(p),
@@ -580,6 +616,10 @@ impl ProducerBuilder {
         })
     }
 }
+
+#[cfg(test)]
+#[path = "plain_tests.rs"]
+mod plain_tests;
 
 #[cfg(test)]
 #[path = "window_tests.rs"]

@@ -1,0 +1,210 @@
+//! The plain event's fast path ([`Producer::stage_plain`]): an event with no id, producer id
+//! or allocations of its own, of a group this thread has checked, is staged as the checked
+//! path stages it — the same records byte for byte, counters, back-pressure, refusals and
+//! events given back.
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use proptest::prelude::*;
+
+use super::prepare::PLAIN_STAGED;
+use crate::error::ValidationError;
+use crate::partition::ShardMap;
+use crate::sink::StoredRecord;
+use crate::{
+    Event, MemoryRecordSink, Producer, ProducerError, ProducerStats, StaticShardMapSource,
+};
+
+const EPOCH: u128 = 0x5555_0123_4567_89ab_cdef_0123_4567_89ab;
+const PRODUCER_ID: &str = "svc";
+
+fn event(g: usize, timestamp: DateTime<Utc>, quantity: u64) -> Event {
+    Event::new(
+        format!("arn:aws:license-manager::123456789012:license:l-{g:032x}"),
+        format!("{:012}", 100_000_000_000u64 + g as u64),
+        ["requests", "seats", "gb-hours"][g % 3],
+        quantity,
+        timestamp,
+    )
+}
+
+/// `e` made to take the checked path with the same outcome: the producer's default producer
+/// id written into it (what both paths write for a plain event).
+fn checked(mut e: Event) -> Event {
+    e.producer_id = Some(PRODUCER_ID.to_owned());
+    e
+}
+
+fn producer(sink: &MemoryRecordSink, max_buffered: usize) -> Producer {
+    Producer::builder("s")
+        .linger(Duration::from_millis(50))
+        .max_buffered_bytes(max_buffered)
+        .jitter_seed(7)
+        .id_epoch(EPOCH)
+        .producer_id(PRODUCER_ID)
+        .start_with(
+            sink.clone(),
+            StaticShardMapSource::new(ShardMap::uniform(3)),
+        )
+        .unwrap()
+}
+
+/// A current-thread runtime with time paused: every call runs on this thread (whose key
+/// cache and fast-path count the test reads).
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
+fn staged_plain() -> u64 {
+    PLAIN_STAGED.with(std::cell::Cell::get)
+}
+
+/// What reached the sink, what the producer counted, and how many calls took the fast path.
+type Run = (Vec<StoredRecord>, ProducerStats, u64);
+
+fn run(events: &[Event], take_checked_path: bool) -> Run {
+    paused_runtime().block_on(async {
+        let sink = MemoryRecordSink::new(ShardMap::uniform(3));
+        let p = producer(&sink, 16 * 1024 * 1024);
+        let before = staged_plain();
+        for (i, e) in events.iter().enumerate() {
+            let e = if take_checked_path {
+                checked(e.clone())
+            } else {
+                e.clone()
+            };
+            p.record(e).await.unwrap();
+            if i % 89 == 88 {
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+        }
+        let fast = staged_plain() - before;
+        assert!(p.shutdown().await.unwrap().is_complete());
+        (sink.records(), p.stats(), fast)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, .. ProptestConfig::default() })]
+
+    /// The same plain events through the fast path and through the checked path: identical
+    /// records (data, keys, shards, in order) and counters. Timestamps carry nanoseconds
+    /// (truncated alike) and quantities reach `u64::MAX` (the longest varints).
+    #[test]
+    fn a_plain_event_is_staged_as_the_checked_path_stages_it(
+        raw in prop::collection::vec((0usize..7, 0i64..5_000_000_000, any::<u64>()), 1..300),
+    ) {
+        let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
+        let events: Vec<Event> = raw
+            .iter()
+            .map(|&(g, ns, q)| event(g, t0 + chrono::Duration::nanoseconds(ns), q))
+            .collect();
+        let (fast, fast_stats, fast_calls) = run(&events, false);
+        let (slow, slow_stats, slow_calls) = run(&events, true);
+        prop_assert_eq!(slow_calls, 0, "an event with its own producer id is checked");
+        // Each group's first event on this thread is checked (and keeps the group's head)
+        // unless an earlier case kept it already; every later one takes the fast path.
+        let groups = raw.iter().map(|r| r.0).collect::<std::collections::BTreeSet<_>>();
+        prop_assert!(fast_calls as usize >= events.len() - groups.len());
+        prop_assert_eq!(fast.len(), slow.len());
+        for (a, b) in fast.iter().zip(&slow) {
+            prop_assert_eq!(&a.entry, &b.entry);
+            prop_assert_eq!(&a.shard_id, &b.shard_id);
+        }
+        prop_assert_eq!(fast_stats, slow_stats);
+    }
+}
+
+/// Fills a paused sink's buffer with `try_record` of plain events (or their checked twins):
+/// how many were accepted, the event `Full` gave back, whether `record()` then waits, and
+/// the fast-path count.
+async fn fill(take_checked_path: bool) -> (usize, Event, bool, u64) {
+    let sink = MemoryRecordSink::new(ShardMap::uniform(3));
+    sink.pause();
+    let p = producer(&sink, 64 * 1024);
+    let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
+    let before = staged_plain();
+    for i in 0..100_000usize {
+        // Sub-millisecond digits: the event given back has them truncated, on both paths.
+        let ts = t0 + chrono::Duration::nanoseconds(i as i64 * 1_000_123);
+        let e = event(i % 4, ts, 3);
+        let e = if take_checked_path { checked(e) } else { e };
+        match p.try_record(e.clone()) {
+            Ok(()) => {}
+            Err(ProducerError::Full(given_back)) => {
+                let fast = staged_plain() - before;
+                let waited = tokio::time::timeout(Duration::from_secs(5), p.record(e)).await;
+                return (i, *given_back, waited.is_err(), fast);
+            }
+            Err(e) => panic!("{e}"),
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("the buffer never filled");
+}
+
+#[tokio::test(start_paused = true)]
+async fn back_pressure_and_the_event_given_back_are_the_checked_paths() {
+    let (n, full, waited, fast) = fill(false).await;
+    let (m, checked_full, checked_waited, checked_fast) = fill(true).await;
+    assert!(
+        fast as usize >= n - 4,
+        "the plain events took the fast path"
+    );
+    assert_eq!(checked_fast, 0);
+    assert_eq!(n, m, "as many accepted before Full");
+    assert_eq!(full, checked_full, "Full gives back the same event");
+    assert_eq!(full.timestamp.timestamp_subsec_nanos() % 1_000_000, 0);
+    assert!(
+        full.event_id.starts_with("p:"),
+        "with its generated id: {full:?}"
+    );
+    assert!(waited && checked_waited, "record() waits while full");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_group_too_large_for_a_record_is_refused_on_every_call() {
+    let sink = MemoryRecordSink::new(ShardMap::uniform(3));
+    let p = producer(&sink, 16 * 1024 * 1024);
+    let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
+    let mut e = event(1, t0, 1);
+    // The group passes its checks (and is kept by the thread's cache); its events do not
+    // fit a record.
+    e.dimension = "d".repeat(1024 * 1024);
+    for _ in 0..3 {
+        match p.record(e.clone()).await {
+            Err(ProducerError::Invalid {
+                source: ValidationError::EventTooLarge { .. },
+                event,
+            }) => assert_eq!(event.dimension, e.dimension),
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+    // A plain event of an ordinary group still goes through.
+    p.record(event(2, t0, 5)).await.unwrap();
+    p.flush().await.unwrap();
+    assert_eq!(p.stats().events_recorded, 1);
+    assert_eq!(sink.records().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_closed_producer_gives_a_plain_event_back_with_its_id() {
+    let sink = MemoryRecordSink::new(ShardMap::uniform(3));
+    let p = producer(&sink, 16 * 1024 * 1024);
+    let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
+    p.record(event(3, t0, 1)).await.unwrap();
+    p.shutdown().await.unwrap();
+    match p.record(event(3, t0, 2)).await {
+        Err(ProducerError::Closed(Some(e))) => {
+            assert!(e.event_id.starts_with("p:"), "{e:?}");
+            assert_eq!(e.producer_id.as_deref(), Some(PRODUCER_ID));
+            assert_eq!(e.quantity, 2);
+        }
+        other => panic!("not closed: {other:?}"),
+    }
+}
