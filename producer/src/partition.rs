@@ -79,6 +79,18 @@ struct CachedKey {
     hash: u128,
     /// The group's v2 single head for the last producer id and epoch asked for.
     head: Option<CachedHead>,
+    /// Collapse: this thread's hold on the group's open sum in the last producer asked for.
+    slot: Option<CachedSlot>,
+}
+
+/// A thread's hold on a group's open (group, second) sum in one producer instance: what a
+/// [`crate::Meter`] keeps for its group, kept here for `Producer::record(Event)`.
+pub(crate) struct CachedSlot {
+    /// The producer instance (unique in the process, never reused) the slot is of.
+    pub instance: u64,
+    /// The instance's default producer id hashed with the group.
+    pub fold: crate::fold::GroupHash,
+    pub slot: std::sync::Arc<crate::fold::FoldSlot>,
 }
 
 /// A group's v2 single head ([`crate::wire::v2::single_head`]) for one producer id and epoch.
@@ -178,6 +190,7 @@ fn cached_group(
                     partition_key,
                     hash,
                     head: None,
+                    slot: None,
                 };
                 cache
                     .insert_unique(fields_hash, entry, |c| c.fields_hash)
@@ -210,6 +223,32 @@ pub(crate) fn with_cached_head<R>(
         let h = c.head.as_ref()?;
         (h.epoch == epoch && h.producer_id.as_deref() == producer_id)
             .then(|| f(&c.partition_key, c.hash, &h.head))
+    })
+}
+
+/// The collapse fast path of a group this thread has checked: `f` runs with the group's
+/// partition key, hash and this thread's slot in producer `instance` (made now if the thread
+/// kept none for it; `producer_id`, the instance's default, is hashed into it once). `None`
+/// when the group is not kept yet: the caller takes [`checked_group`]'s path, which checks
+/// and keeps it. `f` must not use this thread's cache.
+pub(crate) fn with_cached_slot<R>(
+    group: GroupRef<'_>,
+    instance: u64,
+    producer_id: Option<&str>,
+    f: impl FnOnce(&std::sync::Arc<str>, u128, &CachedSlot) -> R,
+) -> Option<R> {
+    let fields_hash = fields_hash(group);
+    KEY_CACHE.with_borrow_mut(|cache| {
+        let c = cache.find_mut(fields_hash, |c| c.is(fields_hash, group))?;
+        let slot = match &mut c.slot {
+            Some(s) if s.instance == instance => s,
+            other => other.insert(CachedSlot {
+                instance,
+                fold: crate::fold::GroupHash::new(group, producer_id),
+                slot: std::sync::Arc::default(),
+            }),
+        };
+        Some(f(&c.partition_key, c.hash, slot))
     })
 }
 

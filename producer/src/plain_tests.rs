@@ -8,10 +8,11 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 use proptest::prelude::*;
 
-use super::prepare::PLAIN_STAGED;
+use super::prepare::{PLAIN_ABSORBED, PLAIN_STAGED};
 use crate::error::ValidationError;
 use crate::partition::ShardMap;
 use crate::sink::StoredRecord;
+use crate::wire::WireVersion;
 use crate::{
     Event, MemoryRecordSink, Producer, ProducerError, ProducerStats, StaticShardMapSource,
 };
@@ -37,7 +38,18 @@ fn checked(mut e: Event) -> Event {
 }
 
 fn producer(sink: &MemoryRecordSink, max_buffered: usize) -> Producer {
+    producer_as(sink, max_buffered, false, WireVersion::V2)
+}
+
+fn producer_as(
+    sink: &MemoryRecordSink,
+    max_buffered: usize,
+    collapse: bool,
+    version: WireVersion,
+) -> Producer {
     Producer::builder("s")
+        .collapse(collapse)
+        .wire_version(version)
         .linger(Duration::from_millis(50))
         .max_buffered_bytes(max_buffered)
         .jitter_seed(7)
@@ -60,17 +72,18 @@ fn paused_runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// Events this thread's calls took through the fast path: staged, or added to open sums.
 fn staged_plain() -> u64 {
-    PLAIN_STAGED.with(std::cell::Cell::get)
+    PLAIN_STAGED.with(std::cell::Cell::get) + PLAIN_ABSORBED.with(std::cell::Cell::get)
 }
 
 /// What reached the sink, what the producer counted, and how many calls took the fast path.
 type Run = (Vec<StoredRecord>, ProducerStats, u64);
 
-fn run(events: &[Event], take_checked_path: bool) -> Run {
+fn run(events: &[Event], take_checked_path: bool, collapse: bool, version: WireVersion) -> Run {
     paused_runtime().block_on(async {
         let sink = MemoryRecordSink::new(ShardMap::uniform(3));
-        let p = producer(&sink, 16 * 1024 * 1024);
+        let p = producer_as(&sink, 16 * 1024 * 1024, collapse, version);
         let before = staged_plain();
         for (i, e) in events.iter().enumerate() {
             let e = if take_checked_path {
@@ -93,24 +106,47 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 32, .. ProptestConfig::default() })]
 
     /// The same plain events through the fast path and through the checked path: identical
-    /// records (data, keys, shards, in order) and counters. Timestamps carry nanoseconds
-    /// (truncated alike) and quantities reach `u64::MAX` (the longest varints).
+    /// records (data, keys, shards, in order) and counters, with and without collapse, v1
+    /// and v2. Timestamps carry nanoseconds (truncated alike); quantities reach `u64::MAX`
+    /// (the longest varints, and sums that overflow and open another).
     #[test]
     fn a_plain_event_is_staged_as_the_checked_path_stages_it(
         raw in prop::collection::vec((0usize..7, 0i64..5_000_000_000, any::<u64>()), 1..300),
+        small in any::<bool>(),
+        collapse in any::<bool>(),
+        v1 in any::<bool>(),
     ) {
+        let version = if v1 { WireVersion::V1 } else { WireVersion::V2 };
         let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
         let events: Vec<Event> = raw
             .iter()
-            .map(|&(g, ns, q)| event(g, t0 + chrono::Duration::nanoseconds(ns), q))
+            .map(|&(g, ns, q)| {
+                // Small quantities and a few seconds: sums of many events (collapse).
+                let (ns, q) = if small { (ns % 3_000_000_000, q % 1_000) } else { (ns, q) };
+                event(g, t0 + chrono::Duration::nanoseconds(ns), q)
+            })
             .collect();
-        let (fast, fast_stats, fast_calls) = run(&events, false);
-        let (slow, slow_stats, slow_calls) = run(&events, true);
+        let (fast, fast_stats, fast_calls) = run(&events, false, collapse, version);
+        let (slow, slow_stats, slow_calls) = run(&events, true, collapse, version);
         prop_assert_eq!(slow_calls, 0, "an event with its own producer id is checked");
-        // Each group's first event on this thread is checked (and keeps the group's head)
-        // unless an earlier case kept it already; every later one takes the fast path.
-        let groups = raw.iter().map(|r| r.0).collect::<std::collections::BTreeSet<_>>();
-        prop_assert!(fast_calls as usize >= events.len() - groups.len());
+        if !collapse && version == WireVersion::V2 {
+            // Each group's first event on this thread is checked (and keeps the group's
+            // head) unless an earlier case kept it already; every later one is staged by
+            // the fast path.
+            let groups = raw.iter().map(|r| r.0).collect::<std::collections::BTreeSet<_>>();
+            prop_assert!(fast_calls as usize >= events.len() - groups.len());
+        }
+        if collapse && small {
+            // The checked path opens each window's sums (a window closes after every 89th
+            // event) and keeps each group; every other event joins its sum on the fast path.
+            let opened = events
+                .iter()
+                .enumerate()
+                .map(|(i, e)| (i / 89, e.dimension.clone(), e.license_arn.clone(), e.timestamp.timestamp()))
+                .collect::<std::collections::BTreeSet<_>>();
+            let groups = raw.iter().map(|r| r.0).collect::<std::collections::BTreeSet<_>>();
+            prop_assert!(fast_calls as usize + opened.len() + groups.len() >= events.len());
+        }
         prop_assert_eq!(fast.len(), slow.len());
         for (a, b) in fast.iter().zip(&slow) {
             prop_assert_eq!(&a.entry, &b.entry);
@@ -206,5 +242,37 @@ async fn a_closed_producer_gives_a_plain_event_back_with_its_id() {
             assert_eq!(e.quantity, 2);
         }
         other => panic!("not closed: {other:?}"),
+    }
+}
+
+/// A tight loop of plain events still yields (its budget spent every second call): a task
+/// spawned before the loop runs while it does, with and without collapse.
+#[tokio::test(flavor = "current_thread")]
+async fn a_tight_loop_of_plain_events_yields() {
+    for collapse in [false, true] {
+        let sink = MemoryRecordSink::new(ShardMap::uniform(3));
+        let p = producer_as(&sink, 16 * 1024 * 1024, collapse, WireVersion::V2);
+        let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let other = ran.clone();
+        tokio::spawn(async move { other.store(true, std::sync::atomic::Ordering::SeqCst) });
+        let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
+        let before = staged_plain();
+        let mut yielded_at = None;
+        for i in 0..2_000 {
+            p.record(event(0, t0, 1)).await.unwrap();
+            if yielded_at.is_none() && ran.load(std::sync::atomic::Ordering::SeqCst) {
+                yielded_at = Some(i);
+            }
+        }
+        assert!(
+            staged_plain() - before >= 1_990,
+            "collapse {collapse}: the fast path ran"
+        );
+        assert!(
+            yielded_at.is_some(),
+            "collapse {collapse}: the loop never yielded"
+        );
+        p.shutdown().await.unwrap();
+        assert_eq!(p.stats().events_recorded, 2_000);
     }
 }

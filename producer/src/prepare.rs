@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
+use chrono::{DateTime, Utc};
 
 use super::Producer;
 use crate::error::{ProducerError, ValidationError};
@@ -13,10 +14,11 @@ use crate::event::{
     Event, second_in_range, truncate_to_millis, validate_allocations, validate_timestamp,
 };
 use crate::event_id::GeneratedId;
+use crate::fold::{Absorbed, FoldKey};
 use crate::limits::MAX_RECORD_BYTES;
 use crate::partition::{
     CheckedGroup, SingleHead, checked_group, keyed_group, partition_hash, partition_key,
-    partition_key_len, with_cached_head,
+    partition_key_len, with_cached_head, with_cached_slot,
 };
 use crate::wire::v2::{generated_single_len, put_generated_single};
 use crate::wire::{WireVersion, single_len_as};
@@ -34,12 +36,20 @@ pub(super) struct Prepared {
 thread_local! {
     /// Events this thread staged through [`Producer::stage_plain`] (tests: which path ran).
     pub(super) static PLAIN_STAGED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Events this thread added to open sums through [`Producer::absorb_plain`].
+    pub(super) static PLAIN_ABSORBED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// What [`Producer::stage_plain`] did with a plain event.
 pub(super) enum Plain {
-    /// Charged and staged.
+    /// Charged and staged, or (collapse) added to its open sum through the table: counted
+    /// now.
     Staged,
+    /// Collapse: added to its open sum through this thread's slot, counted when the slot is
+    /// detached (as a meter's events are).
+    Slot,
+    /// Collapse: the table is sealed (shutdown).
+    Sealed,
     /// No buffer space now: the event's id, route and charge, to wait for space with.
     NoSpace {
         generated: GeneratedId,
@@ -245,28 +255,68 @@ impl Producer {
     }
 
     /// The common event's fast path: an event with no id, producer id or allocations of its
-    /// own, without collapse, in v2, of a group this thread has checked and whose head it
-    /// keeps ([`with_cached_head`]), in the years `validate_timestamp` admits. It is charged
-    /// and staged as [`Producer::prepare`] and [`Producer::stage`] would do it — the same id,
-    /// payload, split, key and charge — with nothing moved, reference-counted or checked
-    /// twice: what a [`super::Meter`] does, after one lookup of the group's fields. `None`
-    /// leaves the event to the checked path (nothing taken: no id, no charge).
-    pub(super) fn stage_plain(&self, event: &Event) -> Option<Plain> {
+    /// own, of a group this thread has checked and keeps, in the years `validate_timestamp`
+    /// admits. Without collapse (v2), it is charged and staged from the group's cached head
+    /// ([`with_cached_head`]); with collapse, it joins its open sum ([`with_cached_slot`]).
+    /// Either is what [`Producer::prepare`] and the staging would do with it — the same id,
+    /// payload, split, key, charge, sum and counts — with nothing moved, reference-counted or
+    /// checked twice: what a [`super::Meter`] does, after one lookup of the group's fields.
+    /// `None` leaves the event to the checked path (nothing taken: no id, no charge).
+    pub(super) fn plain(&self, event: &Event) -> Option<Plain> {
         let shared = &self.shared;
-        let config = &shared.config;
-        let plain = event.event_id.is_empty()
-            && event.producer_id.is_none()
-            && event.usage_allocations.is_none()
-            && !config.collapse
-            && config.wire_version == WireVersion::V2
-            && !shared.closed.load(Ordering::Relaxed);
-        if !plain {
+        if !super::looks_plain(event) || shared.closed.load(Ordering::Relaxed) {
             return None;
         }
         let timestamp = truncate_to_millis(event.timestamp);
-        if !second_in_range(timestamp.timestamp()) {
+        let second = timestamp.timestamp();
+        if !second_in_range(second) {
             return None;
         }
+        if shared.config.collapse {
+            self.absorb_plain(event, timestamp, second)
+        } else if shared.config.wire_version == WireVersion::V2 {
+            self.stage_plain(event, timestamp)
+        } else {
+            None
+        }
+    }
+
+    /// Collapse: a plain event of a group this thread keeps joins its open sum as a meter's
+    /// event does — through this thread's slot when the slot holds the sum of its second,
+    /// else through the table, which then attaches the slot to the sum. `None` when no sum
+    /// takes it (or the group is not kept yet): the checked path opens one.
+    fn absorb_plain(&self, event: &Event, timestamp: DateTime<Utc>, second: i64) -> Option<Plain> {
+        let shared = &self.shared;
+        let producer_id = shared.config.producer_id.as_deref();
+        let group = event.group();
+        let quantity = event.quantity;
+        with_cached_slot(group, shared.instance, producer_id, |pk, _, cached| {
+            if cached.slot.try_add(event.timestamp, quantity) {
+                #[cfg(test)]
+                PLAIN_ABSORBED.with(|n| n.set(n.get() + 1));
+                return Some(Plain::Slot);
+            }
+            let key = FoldKey::with(cached.fold, group, producer_id, second, false).from(Some(pk));
+            match shared
+                .staging
+                .absorb(&key, quantity, timestamp, Some(&cached.slot))
+            {
+                Absorbed::Yes => {
+                    #[cfg(test)]
+                    PLAIN_ABSORBED.with(|n| n.set(n.get() + 1));
+                    Some(Plain::Staged)
+                }
+                Absorbed::No => None,
+                Absorbed::Sealed => Some(Plain::Sealed),
+            }
+        })
+        .flatten()
+    }
+
+    /// No collapse, v2: the plain event charged and staged from its group's cached head.
+    fn stage_plain(&self, event: &Event, timestamp: DateTime<Utc>) -> Option<Plain> {
+        let shared = &self.shared;
+        let config = &shared.config;
         let millis = timestamp.timestamp_millis();
         let ids = &shared.ids;
         let longest = ids.longest_id();

@@ -14,7 +14,7 @@ use super::{
     HEADER_LEN, KIND_SINGLE, Reader, V2, WT_LEN, WT_VARINT, bytes_field_len, key, put_bytes,
     put_varint,
 };
-use crate::event::{Event, GroupRef};
+use crate::event::{Event, GroupRef, Tag, UsageAllocation};
 use crate::event_id::GeneratedId;
 
 /// The length of [`encode_single_bytes`]`(event, generated)` without encoding: what the
@@ -74,16 +74,7 @@ pub(super) fn resolved_single_len(
         }
         None => bytes_field_len(event.event_id.len()),
     };
-    for a in event.usage_allocations.iter().flatten() {
-        let mut m = 0;
-        if a.allocated_usage_quantity != 0 {
-            m += varint(a.allocated_usage_quantity);
-        }
-        for t in &a.tags {
-            m += bytes_field_len(bytes_field_len(t.key.len()) + bytes_field_len(t.value.len()));
-        }
-        fields += bytes_field_len(m);
-    }
+    fields += allocations_len(event.usage_allocations.as_deref());
     HEADER_LEN
         + bytes_field_len(entry_len(event.group(), producer_id, id.map(|g| g.epoch)))
         + fields
@@ -278,18 +269,49 @@ fn event_fields(out: &mut BytesMut, event: &Event, id: Option<GeneratedId>) {
             put_bytes(out, 7, event.event_id.as_bytes());
         }
     }
-    for a in event.usage_allocations.iter().flatten() {
-        let mut m = BytesMut::new();
+    put_allocations(out, event.usage_allocations.as_deref());
+}
+
+/// Bytes of an event's allocation fields (field 8, one per allocation: its quantity, field
+/// 1, and its tags, field 2, each a key, field 1, and a value, field 2).
+pub(crate) fn allocations_len(allocations: Option<&[UsageAllocation]>) -> usize {
+    allocations
+        .into_iter()
+        .flatten()
+        .map(|a| bytes_field_len(allocation_len(a)))
+        .sum()
+}
+
+/// Bytes of one allocation's message (without its field's key and length).
+fn allocation_len(a: &UsageAllocation) -> usize {
+    let quantity = if a.allocated_usage_quantity == 0 {
+        0
+    } else {
+        1 + encoded_len_varint(a.allocated_usage_quantity)
+    };
+    quantity + a.tags.iter().map(|t| bytes_field_len(tag_len(t))).sum::<usize>()
+}
+
+/// Bytes of one tag's message.
+fn tag_len(t: &Tag) -> usize {
+    bytes_field_len(t.key.len()) + bytes_field_len(t.value.len())
+}
+
+/// Appends an event's allocation fields ([`allocations_len`] bytes), each message written
+/// in place after its length (sized first, not built apart and copied).
+pub(crate) fn put_allocations(out: &mut BytesMut, allocations: Option<&[UsageAllocation]>) {
+    for a in allocations.into_iter().flatten() {
+        key(out, 8, WT_LEN);
+        encode_varint(allocation_len(a) as u64, out);
         if a.allocated_usage_quantity != 0 {
-            put_varint(&mut m, 1, a.allocated_usage_quantity);
+            put_varint(out, 1, a.allocated_usage_quantity);
         }
         for t in &a.tags {
-            let mut tm = BytesMut::new();
-            put_bytes(&mut tm, 1, t.key.as_bytes());
-            put_bytes(&mut tm, 2, t.value.as_bytes());
-            put_bytes(&mut m, 2, &tm);
+            key(out, 2, WT_LEN);
+            encode_varint(tag_len(t) as u64, out);
+            put_bytes(out, 1, t.key.as_bytes());
+            put_bytes(out, 2, t.value.as_bytes());
         }
-        put_bytes(out, 8, &m);
     }
 }
 
