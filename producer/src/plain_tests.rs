@@ -14,7 +14,8 @@ use crate::partition::ShardMap;
 use crate::sink::StoredRecord;
 use crate::wire::WireVersion;
 use crate::{
-    Event, MemoryRecordSink, Producer, ProducerError, ProducerStats, StaticShardMapSource,
+    Event, MemoryRecordSink, Producer, ProducerError, ProducerStats, StaticShardMapSource, Tag,
+    UsageAllocation,
 };
 
 const EPOCH: u128 = 0x5555_0123_4567_89ab_cdef_0123_4567_89ab;
@@ -111,7 +112,10 @@ proptest! {
     /// (the longest varints, and sums that overflow and open another).
     #[test]
     fn a_plain_event_is_staged_as_the_checked_path_stages_it(
-        raw in prop::collection::vec((0usize..7, 0i64..5_000_000_000, any::<u64>()), 1..300),
+        raw in prop::collection::vec(
+            (0usize..7, 0i64..5_000_000_000, any::<u64>(), 0usize..4),
+            1..300,
+        ),
         small in any::<bool>(),
         collapse in any::<bool>(),
         v1 in any::<bool>(),
@@ -120,12 +124,20 @@ proptest! {
         let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
         let events: Vec<Event> = raw
             .iter()
-            .map(|&(g, ns, q)| {
+            .map(|&(g, ns, q, tags)| {
                 // Small quantities and a few seconds: sums of many events (collapse).
                 let (ns, q) = if small { (ns % 3_000_000_000, q % 1_000) } else { (ns, q) };
-                event(g, t0 + chrono::Duration::nanoseconds(ns), q)
+                let e = event(g, t0 + chrono::Duration::nanoseconds(ns), q);
+                // Some events of some groups carry an allocation of all their units.
+                if g % 3 == 0 && tags > 0 {
+                    let tags = (0..tags).map(|t| Tag::new(format!("k{t}"), "v")).collect();
+                    e.with_allocations(vec![UsageAllocation::new(q, tags)])
+                } else {
+                    e
+                }
             })
             .collect();
+        let plain = events.iter().filter(|e| e.usage_allocations.is_none()).count();
         let (fast, fast_stats, fast_calls) = run(&events, false, collapse, version);
         let (slow, slow_stats, slow_calls) = run(&events, true, collapse, version);
         prop_assert_eq!(slow_calls, 0, "an event with its own producer id is checked");
@@ -145,7 +157,7 @@ proptest! {
                 .map(|(i, e)| (i / 89, e.dimension.clone(), e.license_arn.clone(), e.timestamp.timestamp()))
                 .collect::<std::collections::BTreeSet<_>>();
             let groups = raw.iter().map(|r| r.0).collect::<std::collections::BTreeSet<_>>();
-            prop_assert!(fast_calls as usize + opened.len() + groups.len() >= events.len());
+            prop_assert!(fast_calls as usize + opened.len() + groups.len() >= plain);
         }
         prop_assert_eq!(fast.len(), slow.len());
         for (a, b) in fast.iter().zip(&slow) {
@@ -275,4 +287,46 @@ async fn a_tight_loop_of_plain_events_yields() {
         p.shutdown().await.unwrap();
         assert_eq!(p.stats().events_recorded, 2_000);
     }
+}
+
+/// An event with allocations the checked path refuses is refused alike after its group is
+/// kept (the fast path checks allocations as the checked path does, and leaves a refusal to
+/// it): the same reason, nothing staged, no id taken.
+#[tokio::test(start_paused = true)]
+async fn bad_allocations_are_refused_after_the_group_is_kept() {
+    let sink = MemoryRecordSink::new(ShardMap::uniform(3));
+    let p = producer(&sink, 16 * 1024 * 1024);
+    let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
+    let tagged = |n: u64| UsageAllocation::new(n, vec![Tag::new("team", "a")]);
+    // Keeps the group (and its head) on this thread.
+    p.record(event(4, t0, 5)).await.unwrap();
+    p.record(event(4, t0, 5).with_allocations(vec![tagged(5)]))
+        .await
+        .unwrap();
+    let bad = [
+        (
+            vec![tagged(4)],
+            "allocations summing to less than the quantity",
+        ),
+        (vec![], "an empty allocation list"),
+        (
+            vec![UsageAllocation::new(5, vec![])],
+            "an allocation without tags",
+        ),
+    ];
+    for (allocations, what) in bad {
+        let before = staged_plain();
+        match p
+            .record(event(4, t0, 5).with_allocations(allocations))
+            .await
+        {
+            Err(ProducerError::Invalid { source, event }) => {
+                assert!(event.usage_allocations.is_some(), "{what}: {source}");
+            }
+            other => panic!("{what}: not refused: {other:?}"),
+        }
+        assert_eq!(staged_plain(), before, "{what}: not staged");
+    }
+    p.flush().await.unwrap();
+    assert_eq!(p.stats().events_recorded, 2);
 }

@@ -20,7 +20,9 @@ use crate::partition::{
     CheckedGroup, SingleHead, checked_group, keyed_group, partition_hash, partition_key,
     partition_key_len, with_cached_head, with_cached_slot,
 };
-use crate::wire::v2::{generated_single_len, put_generated_single};
+use crate::wire::v2::{
+    allocations_len, generated_single_len, put_allocations, put_generated_single,
+};
 use crate::wire::{WireVersion, single_len_as};
 
 /// A validated event on its way to the staging area, charged `cost` bytes.
@@ -81,8 +83,8 @@ impl Plain {
 }
 
 /// A payload to write: v2 (sized, written straight into the staging buffer: from the event,
-/// or from its group's cached head when its id is generated and it has no allocations) or
-/// v1 JSON.
+/// or from its group's cached head when its id is generated and it has no producer id of
+/// its own, its allocations after the head's fields) or v1 JSON.
 pub(super) enum Payload {
     V2 { len: usize },
     V2Head { len: usize, head: SingleHead },
@@ -254,10 +256,12 @@ impl Producer {
         })
     }
 
-    /// The common event's fast path: an event with no id, producer id or allocations of its
-    /// own, of a group this thread has checked and keeps, in the years `validate_timestamp`
-    /// admits. Without collapse (v2), it is charged and staged from the group's cached head
-    /// ([`with_cached_head`]); with collapse, it joins its open sum ([`with_cached_slot`]).
+    /// The common event's fast path: an event with no id or producer id of its own, of a
+    /// group this thread has checked and keeps, in the years `validate_timestamp` admits.
+    /// Without collapse (v2), it is charged and staged from the group's cached head
+    /// ([`with_cached_head`]), its allocations (checked here as the checked path checks them)
+    /// written after it; with collapse, an event without allocations joins its open sum
+    /// ([`with_cached_slot`]).
     /// Either is what [`Producer::prepare`] and the staging would do with it — the same id,
     /// payload, split, key, charge, sum and counts — with nothing moved, reference-counted or
     /// checked twice: what a [`super::Meter`] does, after one lookup of the group's fields.
@@ -273,6 +277,10 @@ impl Producer {
             return None;
         }
         if shared.config.collapse {
+            // Only an event without allocations joins a sum at no charge.
+            if event.usage_allocations.is_some() {
+                return None;
+            }
             self.absorb_plain(event, timestamp, second)
         } else if shared.config.wire_version == WireVersion::V2 {
             self.stage_plain(event, timestamp)
@@ -313,7 +321,9 @@ impl Producer {
         .flatten()
     }
 
-    /// No collapse, v2: the plain event charged and staged from its group's cached head.
+    /// No collapse, v2: the plain event charged and staged from its group's cached head,
+    /// with its allocations when it has some. `None` for allocations the checked path
+    /// refuses (it refuses them, with their reason).
     fn stage_plain(&self, event: &Event, timestamp: DateTime<Utc>) -> Option<Plain> {
         let shared = &self.shared;
         let config = &shared.config;
@@ -322,6 +332,7 @@ impl Producer {
         let longest = ids.longest_id();
         let producer_id = config.producer_id.as_deref();
         let quantity = event.quantity;
+        let allocations = event.usage_allocations.as_deref();
         with_cached_head(
             event.group(),
             producer_id,
@@ -329,14 +340,19 @@ impl Producer {
             |pk, hash, head| {
                 // The checked path's size checks, for the longest id (so none is taken for an
                 // event it refuses).
-                let most = generated_single_len(&head.bytes, quantity, millis, longest);
+                if let Some(a) = allocations {
+                    validate_allocations(a, quantity).ok()?;
+                }
+                let allocations_len = allocations_len(allocations);
+                let most =
+                    generated_single_len(&head.bytes, quantity, millis, longest) + allocations_len;
                 if most + pk.len() > MAX_RECORD_BYTES
                     || Self::buffer_cost(most, pk.len()) > config.max_buffered_bytes
                 {
                     return None;
                 }
                 let id = ids.next_id(hash);
-                let len = generated_single_len(&head.bytes, quantity, millis, id);
+                let len = generated_single_len(&head.bytes, quantity, millis, id) + allocations_len;
                 let cost = Self::buffer_cost(len, pk.len());
                 match shared.sem.try_acquire_many(cost as u32) {
                     Ok(permit) => permit.forget(),
@@ -359,6 +375,7 @@ impl Producer {
                 }
                 let write = |buf: &mut bytes::BytesMut| {
                     put_generated_single(buf, &head.bytes, quantity, millis, id);
+                    put_allocations(buf, allocations);
                 };
                 let split = Payload::split_of(head);
                 if shared.staging.push(len, write, split, pk, hash, cost) {
@@ -399,14 +416,12 @@ impl Producer {
     }
 
     /// The producer id and epoch whose v2 head `event`'s group is to be written from: an
-    /// event written without collapse, in v2, with a generated id (none of its own), no
-    /// allocations and no producer id of its own (the configured default's; one head per
-    /// group and thread is kept).
+    /// event written without collapse, in v2, with a generated id (none of its own) and no
+    /// producer id of its own (the configured default's; one head per group and thread is
+    /// kept). Its allocations, if any, are written after the head's fields.
     fn head_for(&self, event: &Event) -> Option<(Option<&str>, u128)> {
         let config = &self.shared.config;
-        let plain = event.event_id.is_empty()
-            && event.usage_allocations.is_none()
-            && event.producer_id.is_none();
+        let plain = event.event_id.is_empty() && event.producer_id.is_none();
         (plain && !config.collapse && config.wire_version == WireVersion::V2).then(|| {
             (
                 config.producer_id.as_deref(),
@@ -446,7 +461,8 @@ impl Producer {
         let millis = event.timestamp.timestamp_millis();
         let payload = match (version, head, generated) {
             (WireVersion::V2, Some(head), Some(id)) => Payload::V2Head {
-                len: generated_single_len(&head.bytes, event.quantity, millis, id),
+                len: generated_single_len(&head.bytes, event.quantity, millis, id)
+                    + allocations_len(event.usage_allocations.as_deref()),
                 head,
             },
             (WireVersion::V2, ..) => Payload::V2 {

@@ -28,7 +28,7 @@ use crate::outcome::{FlushOutcome, Undelivered, UndeliveredCallback};
 use crate::shards::{KinesisShardMapSource, ShardMapSource};
 use crate::sink::{KinesisRecordSink, RecordSink};
 use crate::wire::encode_single_into;
-use crate::wire::v2::put_generated_single;
+use crate::wire::v2::{put_allocations, put_generated_single};
 
 /// A call waiting for buffer space.
 type Waiting<'a> = std::pin::Pin<Box<dyn Future<Output = Result<(), ProducerError>> + Send + 'a>>;
@@ -60,10 +60,10 @@ thread_local! {
     static PLAIN_CALLS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
-/// Whether `event` may take the fast path ([`Producer::plain`]): no id, producer id or
-/// allocations of its own.
+/// Whether `event` may take the fast path ([`Producer::plain`]): no id or producer id of its
+/// own.
 fn looks_plain(event: &Event) -> bool {
-    event.event_id.is_empty() && event.producer_id.is_none() && event.usage_allocations.is_none()
+    event.event_id.is_empty() && event.producer_id.is_none()
 }
 
 struct Shared {
@@ -283,6 +283,7 @@ impl Producer {
                         let id = generated.expect("a head is used for generated ids only");
                         let millis = event.timestamp.timestamp_millis();
                         put_generated_single(buf, &head.bytes, event.quantity, millis, id);
+                        put_allocations(buf, event.usage_allocations.as_deref());
                     }
                     Payload::Json(json) => buf.extend_from_slice(json),
                 };

@@ -34,8 +34,10 @@ mod in_order;
 #[path = "v2_split.rs"]
 mod split;
 pub use in_order::{RefV2, decode_ref_in_order};
+pub(crate) use split::{
+    allocations_len, generated_single_len, put_allocations, put_generated_single, single_head,
+};
 pub use split::{encode_single_into, single_len, single_len_as, split_single, split_single_ranges};
-pub(crate) use split::{generated_single_len, put_generated_single, single_head};
 
 /// The version byte of a v2 user record.
 pub const V2: u8 = 0x02;

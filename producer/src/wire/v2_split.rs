@@ -289,7 +289,11 @@ fn allocation_len(a: &UsageAllocation) -> usize {
     } else {
         1 + encoded_len_varint(a.allocated_usage_quantity)
     };
-    quantity + a.tags.iter().map(|t| bytes_field_len(tag_len(t))).sum::<usize>()
+    quantity
+        + a.tags
+            .iter()
+            .map(|t| bytes_field_len(tag_len(t)))
+            .sum::<usize>()
 }
 
 /// Bytes of one tag's message.
