@@ -72,9 +72,12 @@ const KEY_CACHE_GROUPS: usize = 16 * 1024;
 /// One group's partition key and hash, computed once.
 struct CachedKey {
     fields_hash: u64,
-    license_arn: String,
-    customer_aws_account_id: String,
-    dimension: String,
+    /// The group's fields end to end (license ARN, account id, dimension): one allocation,
+    /// so a lookup compares them reading one place.
+    fields: Box<str>,
+    /// Where the account id and the dimension start in `fields`.
+    account_at: usize,
+    dimension_at: usize,
     partition_key: std::sync::Arc<str>,
     hash: u128,
     /// The group's v2 single head for the last producer id and epoch asked for.
@@ -184,9 +187,11 @@ fn cached_group(
                 }
                 let entry = CachedKey {
                     fields_hash,
-                    license_arn: license_arn.to_owned(),
-                    customer_aws_account_id: customer_aws_account_id.to_owned(),
-                    dimension: dimension.to_owned(),
+                    fields: [license_arn, customer_aws_account_id, dimension]
+                        .concat()
+                        .into_boxed_str(),
+                    account_at: license_arn.len(),
+                    dimension_at: license_arn.len() + customer_aws_account_id.len(),
                     partition_key,
                     hash,
                     head: None,
@@ -270,10 +275,14 @@ fn fields_hash(group: GroupRef<'_>) -> u64 {
 impl CachedKey {
     /// Whether this entry is `group`'s (whose fields hash to `fields_hash`).
     fn is(&self, fields_hash: u64, group: GroupRef<'_>) -> bool {
+        let f = self.fields.as_bytes();
         self.fields_hash == fields_hash
-            && self.license_arn == group.license_arn
-            && self.customer_aws_account_id == group.customer_aws_account_id
-            && self.dimension == group.dimension
+            && self.account_at == group.license_arn.len()
+            && self.dimension_at == self.account_at + group.customer_aws_account_id.len()
+            && f.len() == self.dimension_at + group.dimension.len()
+            && &f[..self.account_at] == group.license_arn.as_bytes()
+            && &f[self.account_at..self.dimension_at] == group.customer_aws_account_id.as_bytes()
+            && &f[self.dimension_at..] == group.dimension.as_bytes()
     }
 }
 
