@@ -306,7 +306,8 @@ const CONTENDING_TASKS: usize = 8;
 /// `Producer::record(Event)` (`producer-record-latency-*`) and `Meter::record`
 /// (`producer-meter-record-latency-*`), no collapse, v2. A call is timed from before it to its
 /// return, yields included: a call that spends the task's last unit of cooperative budget
-/// waits its turn again (about one call in 128), and that wait is in the percentiles.
+/// waits its turn again (one call in 128 to 512, by what the call costs: `docs/benchmarks.md`,
+/// "What a percentile includes"), and that wait is in the percentiles.
 fn latency(_c: &mut Criterion) {
     let rt = runtime();
     let evs = events(200_000, 20, 3);
