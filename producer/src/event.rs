@@ -179,6 +179,24 @@ pub struct GroupRef<'a> {
     pub dimension: &'a str,
 }
 
+impl GroupRef<'_> {
+    /// The hash of the group's three fields (each followed by a byte no UTF-8 text holds, so
+    /// no two groups run together) by a hasher of `state`.
+    pub(crate) fn hash_with(&self, state: &impl std::hash::BuildHasher) -> u64 {
+        use std::hash::Hasher;
+        let mut h = state.build_hasher();
+        for part in [
+            self.license_arn,
+            self.customer_aws_account_id,
+            self.dimension,
+        ] {
+            h.write(part.as_bytes());
+            h.write_u8(0xff);
+        }
+        h.finish()
+    }
+}
+
 pub(crate) fn validate_event_id(id: &str, allow_missing: bool) -> Result<(), ValidationError> {
     if id.is_empty() {
         if allow_missing {

@@ -37,15 +37,6 @@ pub(crate) struct GroupHash {
 
 impl GroupHash {
     pub fn new(group: GroupRef<'_>, producer_id: Option<&str>) -> Self {
-        let mut g = KEY_HASHER.build_hasher();
-        for part in [
-            group.license_arn,
-            group.customer_aws_account_id,
-            group.dimension,
-        ] {
-            g.write(part.as_bytes());
-            g.write_u8(0xff);
-        }
         let mut p = KEY_HASHER.build_hasher();
         match producer_id {
             Some(id) => {
@@ -55,7 +46,7 @@ impl GroupHash {
             None => p.write_u8(0),
         }
         GroupHash {
-            group: g.finish(),
+            group: group.hash_with(&KEY_HASHER),
             producer: p.finish(),
         }
     }

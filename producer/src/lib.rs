@@ -20,6 +20,9 @@ pub mod shards;
 pub mod sink;
 pub mod wire;
 
+#[cfg(test)]
+mod test_support;
+
 pub use config::{DEFAULT_RETRY_POLICY, ProducerConfig, RetryPolicy};
 pub use error::{DecodeError, ProducerError, ValidationError};
 pub use event::{Event, Tag, UsageAllocation};

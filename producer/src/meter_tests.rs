@@ -9,6 +9,7 @@ use proptest::prelude::*;
 
 use crate::partition::ShardMap;
 use crate::sink::StoredRecord;
+use crate::test_support::paused_runtime;
 use crate::wire::WireVersion;
 use crate::{
     Event, MemoryRecordSink, Producer, ProducerError, ProducerStats, StaticShardMapSource,
@@ -60,15 +61,6 @@ type Usage = (usize, i64, u64);
 
 /// What reached the sink and what the producer counted.
 type Run = (Vec<StoredRecord>, ProducerStats);
-
-/// A current-thread runtime with time paused (lingers pass at once, in order).
-fn paused_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap()
-}
 
 /// A meter of each of the first `n` test groups.
 fn meters_of(p: &Producer, n: usize) -> Vec<crate::Meter> {

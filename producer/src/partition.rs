@@ -259,17 +259,7 @@ pub(crate) fn with_cached_slot<R>(
 
 /// The cache's hash of a group's fields.
 fn fields_hash(group: GroupRef<'_>) -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = KEY_CACHE_HASHER.build_hasher();
-    for part in [
-        group.license_arn,
-        group.customer_aws_account_id,
-        group.dimension,
-    ] {
-        h.write(part.as_bytes());
-        h.write_u8(0xff);
-    }
-    h.finish()
+    group.hash_with(&KEY_CACHE_HASHER)
 }
 
 impl CachedKey {

@@ -12,6 +12,7 @@ use super::prepare::{PLAIN_ABSORBED, PLAIN_STAGED};
 use crate::error::ValidationError;
 use crate::partition::ShardMap;
 use crate::sink::StoredRecord;
+use crate::test_support::paused_runtime;
 use crate::wire::WireVersion;
 use crate::{
     Event, MemoryRecordSink, Producer, ProducerError, ProducerStats, StaticShardMapSource, Tag,
@@ -60,16 +61,6 @@ fn producer_as(
             sink.clone(),
             StaticShardMapSource::new(ShardMap::uniform(3)),
         )
-        .unwrap()
-}
-
-/// A current-thread runtime with time paused: every call runs on this thread (whose key
-/// cache and fast-path count the test reads).
-fn paused_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
         .unwrap()
 }
 

@@ -10,6 +10,7 @@ use chrono::{TimeZone, Utc};
 use crate::handoff::PACK_STEP_BYTES;
 use crate::partition::ShardMap;
 use crate::sink::StoredRecord;
+use crate::test_support::paused_runtime;
 use crate::{Event, MemoryRecordSink, Producer, StaticShardMapSource};
 
 const EPOCH: u128 = 0x0fed_cba9_8765_4321_0fed_cba9_8765_4321;
@@ -28,15 +29,6 @@ fn event(i: usize) -> Event {
         Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap()
             + chrono::Duration::milliseconds(i as i64),
     )
-}
-
-/// A current-thread runtime with time paused: the linger passes only when the test sleeps.
-fn paused_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap()
 }
 
 /// Records `EVENTS` events in one window (the linger never passes: time is paused and the
