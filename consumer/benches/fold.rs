@@ -153,8 +153,10 @@ fn decode_verify_fold_with(
     fold.into_rows().len()
 }
 
-/// [`decode_verify_fold_with`] as the first batch of an instance decodes it (no names cached).
+/// [`decode_verify_fold_with`] as the first batch of an instance decodes it (no names cached,
+/// no fold tables kept from an earlier batch).
 fn decode_verify_fold(records: &[StreamRecord], policy: &VerifyPolicy) -> usize {
+    BatchFold::release_kept();
     decode_verify_fold_with(records, policy, Path::Batch, &NameCache::new())
 }
 

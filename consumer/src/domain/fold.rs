@@ -305,13 +305,22 @@ impl BatchFold {
 
     /// An empty fold sized for a batch of `events` events: room for as many rows and parts
     /// (at most [`MAX_PRESIZED_ROWS`]), so the fold of a usual batch never grows its tables.
+    ///
+    /// The tables are this thread's kept ones when it has some (the last fold's, emptied by
+    /// [`BatchFold::into_rows`]): a warm process — a Lambda instance between invocations —
+    /// writes its batches into memory it has already touched instead of faulting fresh pages
+    /// in for every batch (the allocator hands tables this large back to the system when they
+    /// are freed).
     pub fn for_events(events: usize) -> Self {
         let rows = events.min(MAX_PRESIZED_ROWS);
-        Self {
-            index: HashTable::with_capacity(rows),
-            rows: Vec::with_capacity(rows),
-            parts: Vec::with_capacity(rows),
+        let mut fold = KEPT.with_borrow_mut(Option::take).unwrap_or_default();
+        if fold.index.capacity() < rows {
+            // Kept tables are empty: nothing to move into the larger one.
+            fold.index = HashTable::with_capacity(rows);
         }
+        fold.rows.reserve(rows);
+        fold.parts.reserve(rows);
+        fold
     }
 
     /// Add event `ev` found at position `sub` of record `record`. Records must be added in
@@ -376,26 +385,112 @@ impl BatchFold {
     }
 
     /// The rows, in first-seen order, each with its parts in record order.
-    pub fn into_rows(self) -> Vec<RowContribution> {
+    pub fn into_rows(mut self) -> Vec<RowContribution> {
         let mut out: Vec<RowContribution> = self
             .rows
-            .into_iter()
+            .drain(..)
             .map(|r| RowContribution {
                 id: r.id,
                 parts: Vec::with_capacity(r.parts as usize),
             })
             .collect();
         // Opened in batch order, so each row's parts arrive in record order.
-        for (row, part) in self.parts {
+        for (row, part) in self.parts.drain(..) {
             out[row as usize].parts.push(part);
         }
+        self.keep();
         out
     }
+
+    /// Drops this thread's kept tables (their memory back to the allocator): the next fold
+    /// starts on fresh ones, as a new process's first batch does.
+    pub fn release_kept() {
+        KEPT.with_borrow_mut(|kept| *kept = None);
+    }
+
+    /// Keeps this fold's tables, emptied, for the thread's next [`BatchFold::for_events`],
+    /// unless they outgrew what it presizes (a rare huge batch's memory is not held).
+    fn keep(mut self) {
+        self.index.clear();
+        if self.rows.capacity() <= MAX_PRESIZED_ROWS && self.parts.capacity() <= MAX_PRESIZED_ROWS {
+            KEPT.with_borrow_mut(|kept| *kept = Some(self));
+        }
+    }
+}
+
+thread_local! {
+    /// The tables of this thread's last fold, emptied ([`BatchFold::for_events`]).
+    static KEPT: std::cell::RefCell<Option<BatchFold>> = const { std::cell::RefCell::new(None) };
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Events of `groups` groups over a few seconds and records, some with allocations.
+    fn batch(
+        n: u32,
+        groups: u32,
+        seed: u32,
+    ) -> Vec<(u32, u32, crate::domain::verify::VerifiedEvent)> {
+        (0..n)
+            .map(|i| {
+                let g = (i * 7 + seed) % groups;
+                let q = u64::from(1 + (i * 13 + seed) % 50);
+                let ev = crate::domain::verify::VerifiedEvent {
+                    license_arn: format!(
+                        "arn:aws:license-manager::123456789012:license:l-{g:032x}"
+                    ),
+                    customer_aws_account_id: "210987654321".into(),
+                    dimension: ["api", "seats"][(g % 2) as usize].into(),
+                    second: 1_796_040_000 + i64::from((i + seed) % 4),
+                    quantity: q,
+                    allocations: g
+                        .is_multiple_of(5)
+                        .then(|| BTreeMap::from([(vec![Tag::new("team", "a")], q)])),
+                    event_id: format!("e{i}"),
+                    producer_id: None,
+                };
+                (i / 10, i % 10, ev)
+            })
+            .collect()
+    }
+
+    fn fold(
+        mut f: BatchFold,
+        events: &[(u32, u32, crate::domain::verify::VerifiedEvent)],
+    ) -> Vec<RowContribution> {
+        let mut names = crate::domain::intern::Interner::new();
+        for (record, sub, e) in events {
+            f.add(
+                *record,
+                *sub,
+                crate::domain::record::accepted(e.clone(), &mut names),
+            );
+        }
+        f.into_rows()
+    }
+
+    /// A fold into the tables this thread kept from its last fold gives the rows a fold into
+    /// fresh tables gives, and writes into the kept tables' memory.
+    #[test]
+    fn a_fold_into_kept_tables_gives_what_a_fresh_fold_gives() {
+        let (a, b) = (batch(3_000, 40, 1), batch(2_000, 70, 2));
+        let first = BatchFold::for_events(a.len());
+        let tables = first.rows.as_ptr();
+        let rows_a = fold(first, &a);
+        let second = BatchFold::for_events(b.len());
+        assert!(second.rows.is_empty() && second.parts.is_empty() && second.index.is_empty());
+        assert_eq!(
+            second.rows.as_ptr(),
+            tables,
+            "the first fold's tables, kept"
+        );
+        let rows_b = fold(second, &b);
+        assert_eq!(rows_a, fold(BatchFold::new(), &a));
+        assert_eq!(rows_b, fold(BatchFold::new(), &b));
+        assert!(!rows_b.is_empty());
+    }
 
     fn subs(of: &[u32]) -> Subs {
         let mut s = Subs::default();
