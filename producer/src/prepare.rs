@@ -20,9 +20,7 @@ use crate::partition::{
     CheckedGroup, SingleHead, checked_group, keyed_group, partition_hash, partition_key,
     partition_key_len, with_cached_head, with_cached_slot,
 };
-use crate::wire::v2::{
-    allocations_len, generated_single_len, put_allocations, put_generated_single,
-};
+use crate::wire::v2::{allocations_len, generated_single_len, put_single_from_head};
 use crate::wire::{WireVersion, single_len_as};
 
 /// A validated event on its way to the staging area, charged `cost` bytes.
@@ -298,7 +296,7 @@ impl Producer {
         let producer_id = shared.config.producer_id.as_deref();
         let group = event.group();
         let quantity = event.quantity;
-        with_cached_slot(group, shared.instance, producer_id, |pk, _, cached| {
+        with_cached_slot(group, shared.instance, producer_id, |pk, cached| {
             if cached.slot.try_add(event.timestamp, quantity) {
                 #[cfg(test)]
                 PLAIN_ABSORBED.with(|n| n.set(n.get() + 1));
@@ -374,8 +372,7 @@ impl Producer {
                     Err(tokio::sync::TryAcquireError::Closed) => return Some(Plain::Closed(id)),
                 }
                 let write = |buf: &mut bytes::BytesMut| {
-                    put_generated_single(buf, &head.bytes, quantity, millis, id);
-                    put_allocations(buf, allocations);
+                    put_single_from_head(buf, &head.bytes, quantity, millis, id, allocations);
                 };
                 let split = Payload::split_of(head);
                 if shared.staging.push(len, write, split, pk, hash, cost) {

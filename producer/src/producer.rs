@@ -27,7 +27,7 @@ use crate::handoff::{Command, RECORD_OVERHEAD_BYTES, Staging};
 use crate::metrics::{Metrics, ProducerStats, StatCounters};
 use crate::outcome::{FlushOutcome, Undelivered};
 use crate::wire::encode_single_into;
-use crate::wire::v2::{put_allocations, put_generated_single};
+use crate::wire::v2::put_single_from_head;
 
 /// A call waiting for buffer space.
 type Waiting<'a> = std::pin::Pin<Box<dyn Future<Output = Result<(), ProducerError>> + Send + 'a>>;
@@ -281,8 +281,15 @@ impl Producer {
                     Payload::V2Head { head, .. } => {
                         let id = generated.expect("a head is used for generated ids only");
                         let millis = event.timestamp.timestamp_millis();
-                        put_generated_single(buf, &head.bytes, event.quantity, millis, id);
-                        put_allocations(buf, event.usage_allocations.as_deref());
+                        let allocations = event.usage_allocations.as_deref();
+                        put_single_from_head(
+                            buf,
+                            &head.bytes,
+                            event.quantity,
+                            millis,
+                            id,
+                            allocations,
+                        );
                     }
                     Payload::Json(json) => buf.extend_from_slice(json),
                 };

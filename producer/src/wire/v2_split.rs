@@ -111,6 +111,20 @@ pub(crate) fn generated_single_len(
     head.len() + quantity + varint(millis as u64) + lane + varint(id.seq)
 }
 
+/// [`put_generated_single`] followed by the event's `allocations` (if any): the bytes
+/// [`encode_single_into`] writes for an event with generated id `id` whose head is `head`.
+pub(crate) fn put_single_from_head(
+    out: &mut BytesMut,
+    head: &[u8],
+    quantity: u64,
+    millis: i64,
+    id: GeneratedId,
+    allocations: Option<&[UsageAllocation]>,
+) {
+    put_generated_single(out, head, quantity, millis, id);
+    put_allocations(out, allocations);
+}
+
 /// Appends the single of an event without allocations, with generated id `id`, whose head
 /// ([`single_head`]) is `head`: the bytes [`encode_single_into`] writes for that event.
 pub(crate) fn put_generated_single(
@@ -303,7 +317,7 @@ fn tag_len(t: &Tag) -> usize {
 
 /// Appends an event's allocation fields ([`allocations_len`] bytes), each message written
 /// in place after its length (sized first, not built apart and copied).
-pub(crate) fn put_allocations(out: &mut BytesMut, allocations: Option<&[UsageAllocation]>) {
+fn put_allocations(out: &mut BytesMut, allocations: Option<&[UsageAllocation]>) {
     for a in allocations.into_iter().flatten() {
         key(out, 8, WT_LEN);
         encode_varint(allocation_len(a) as u64, out);
