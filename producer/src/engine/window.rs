@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use bytes::BytesMut;
 use tokio::time::Instant;
 
 use super::Engine;
@@ -22,7 +23,8 @@ use crate::limits::MAX_BYTES_PER_PUT;
 use crate::partition::{ShardMap, keyed_group};
 use crate::shards::ShardMapSource;
 use crate::sink::RecordSink;
-use crate::wire::{WireVersion, encode_event, encode_single_bytes};
+use crate::wire::v2::encode_single_split;
+use crate::wire::{WireVersion, encode_event, single_len_as};
 
 /// Size trigger: a window worth a few full PutRecords calls, or a quarter of the buffer, goes
 /// out without waiting for the linger.
@@ -45,7 +47,16 @@ pub(super) struct Window {
     unpacked: Vec<UserRec<UserMeta>>,
     /// Sums taken by the last take (shutdown) before the window closes.
     pub folded: Vec<Folded>,
+    /// Collapse, v2: where the window's sums are encoded, back to back (each sum's payload a
+    /// slice of it: one allocation per [`SUM_BUFFER_BYTES`], not one per sum).
+    sum_bytes: BytesMut,
+    /// Collapse: the text of a collapsed sum's id, kept for the next sum (no allocation per
+    /// sum).
+    id_text: String,
 }
+
+/// The least a window's buffer for its encoded sums holds ([`Window::sum_bytes`]).
+const SUM_BUFFER_BYTES: usize = 64 * 1024;
 
 impl Window {
     pub(super) fn new(config: &ProducerConfig) -> Self {
@@ -57,6 +68,8 @@ impl Window {
             map: None,
             unpacked: Vec::new(),
             folded: Vec::new(),
+            sum_bytes: BytesMut::new(),
+            id_text: String::new(),
         }
     }
 }
@@ -209,19 +222,36 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         if constituents > 1 {
             let (lane, seqs) = first.map_or((0, 0..0), |g| (g.lane, g.seq..g.seq + generated));
             let id = collapsed_id_with_generated(idgen.prefix(), lane, seqs, ids);
-            // The hyphenated form `to_string` writes, without the formatting machinery.
+            // The hyphenated form `to_string` writes, without the formatting machinery, into
+            // the window's kept string.
             let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
-            event.event_id = id.hyphenated().encode_lower(&mut text).to_owned();
+            let mut id_text = std::mem::take(&mut self.window.id_text);
+            id_text.clear();
+            id_text.push_str(id.hyphenated().encode_lower(&mut text));
+            event.event_id = id_text;
         }
-        let payload = match self.parts.config.wire_version {
-            WireVersion::V2 => encode_single_bytes(&event, lone),
+        let (payload, split) = match self.parts.config.wire_version {
+            WireVersion::V2 => {
+                let producer_id = event.producer_id.as_deref();
+                let len = single_len_as(&event, producer_id, lone);
+                let buf = &mut self.window.sum_bytes;
+                if buf.capacity() - buf.len() < len {
+                    *buf = BytesMut::with_capacity(len.max(SUM_BUFFER_BYTES));
+                }
+                let split = encode_single_split(buf, &event, producer_id, lone, &pk);
+                debug_assert_eq!(buf.len(), len, "single_len_as sizes the single");
+                (buf.split().freeze(), Some(split))
+            }
             WireVersion::V1 => {
                 if let Some(id) = lone {
                     event.event_id = idgen.render(id);
                 }
-                bytes::Bytes::from(encode_event(&event))
+                (bytes::Bytes::from(encode_event(&event)), None)
             }
         };
+        if constituents > 1 {
+            self.window.id_text = std::mem::take(&mut event.event_id);
+        }
         // Charged per constituent; the sum needs only its own bytes.
         let needed = payload.len() + pk.len() + RECORD_OVERHEAD_BYTES;
         if bytes > needed {
@@ -230,7 +260,7 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         let bytes = bytes.min(needed);
         UserRec {
             payload,
-            split: None,
+            split,
             hash,
             partition_key: pk,
             meta: UserMeta {

@@ -138,6 +138,42 @@ pub(crate) fn put_generated_single(
     put_generated_fields(out, quantity, millis, id);
 }
 
+/// [`encode_single_into`], returning where the single it wrote splits for an aggregate
+/// under partition key `pk`: `(entry, fields)`, offsets from the single's first byte, such
+/// that [`split_single_ranges`]`(single, pk)` is `(entry..fields, fields..single.len())`. The
+/// split comes from the lengths the writer knows, so packing need not read the single back
+/// (the window's close encodes every sum this way).
+pub(crate) fn encode_single_split(
+    out: &mut BytesMut,
+    event: &Event,
+    producer_id: Option<&str>,
+    generated: Option<GeneratedId>,
+    pk: &str,
+) -> (u32, u32) {
+    let id = resolve_id(event, generated);
+    let group = event.group();
+    let entry = entry_len(group, producer_id, id.map(|g| g.epoch));
+    let entry_field = HEADER_LEN + 1 + encoded_len_varint(entry as u64);
+    let fields = entry_field + entry;
+    let names = [
+        group.license_arn.as_bytes(),
+        group.customer_aws_account_id.as_bytes(),
+        group.dimension.as_bytes(),
+    ];
+    // The table entry leaves the group out when the key names it (as the reader decides).
+    let entry_start = if names_group(pk.as_bytes(), names) {
+        entry_field
+            + names
+                .iter()
+                .map(|n| bytes_field_len(n.len()))
+                .sum::<usize>()
+    } else {
+        entry_field
+    };
+    write_single(out, event, producer_id, id);
+    (entry_start as u32, fields as u32)
+}
+
 /// A v2 single split for an aggregate: its table entry and its event fields, both slices of
 /// `single`. The entry leaves the group out when `pk` (the user record's partition key) names
 /// it as `licenseArn|customerAWSAccountId|dimension`. `None` when `single` is not a single this
@@ -387,6 +423,51 @@ mod tests {
             put_generated_single(&mut got, &head, quantity, millis, id);
             prop_assert_eq!(&got[..], &want[..]);
             prop_assert_eq!(generated_single_len(&head, quantity, millis, id), want.len());
+        }
+
+        /// The split `encode_single_split` gives from its lengths is the one
+        /// `split_single_ranges` reads from the bytes, and the bytes are `encode_single_into`'s:
+        /// keys that name the group and keys that do not (`|` in its fields included), any
+        /// producer id, generated ids and ids of their own, written after other bytes.
+        #[test]
+        fn a_written_single_splits_where_its_writer_says(
+            license in "[a-z:/0-9|-]{0,90}",
+            account in "[0-9|]{0,14}",
+            dimension in "[a-z|-]{0,20}",
+            producer_id in prop::option::of("[a-z0-9-]{0,12}"),
+            quantity in prop_oneof![Just(0u64), any::<u64>()],
+            millis in -1_000_000_000_000i64..260_000_000_000_000,
+            id in prop_oneof![
+                (any::<u128>(), 0u8..64, any::<u64>())
+                    .prop_map(|(epoch, lane, seq)| Some(GeneratedId { epoch, lane, seq })),
+                Just(None),
+            ],
+            own_id in "[a-f0-9-]{1,36}",
+            key_names_group in any::<bool>(),
+            before in 0usize..40,
+        ) {
+            let t = DateTime::from_timestamp_millis(millis).unwrap();
+            let mut event = Event::new(&license, &account, &dimension, quantity, t);
+            if id.is_none() {
+                event.event_id = own_id;
+            }
+            let pk = if key_names_group {
+                format!("{license}|{account}|{dimension}")
+            } else {
+                "another-key".to_owned()
+            };
+            let mut want = BytesMut::new();
+            encode_single_into(&mut want, &event, producer_id.as_deref(), id);
+            let mut out = BytesMut::from(&vec![7u8; before][..]);
+            let (entry, fields) =
+                encode_single_split(&mut out, &event, producer_id.as_deref(), id, &pk);
+            let single = &out[before..];
+            prop_assert_eq!(single, &want[..]);
+            let (entry, fields) = (entry as usize, fields as usize);
+            prop_assert_eq!(
+                split_single_ranges(single, &pk),
+                Some((entry..fields, fields..single.len()))
+            );
         }
 
         /// The stack-written fields are what `prost`'s varint writer writes, field by field.
