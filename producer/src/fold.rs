@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, NaiveDate, Timelike, Utc};
+use crossbeam_utils::CachePadded;
 use foldhash::fast::FixedState;
 use hashbrown::HashTable;
 use tokio::time::Instant;
@@ -350,7 +351,8 @@ impl Folded {
 
 /// The open window's sums, sharded.
 pub(crate) struct FoldTable {
-    shards: [Mutex<Shard>; FOLD_SHARDS],
+    /// Each on cache lines of its own (callers of different shards pass no line around).
+    shards: [CachePadded<Mutex<Shard>>; FOLD_SHARDS],
     /// Where the events its slots took are counted when they are detached.
     counted: Counted,
 }
@@ -358,7 +360,7 @@ pub(crate) struct FoldTable {
 impl FoldTable {
     pub fn new(counted: Counted) -> Self {
         FoldTable {
-            shards: std::array::from_fn(|_| Mutex::default()),
+            shards: std::array::from_fn(|_| CachePadded::new(Mutex::default())),
             counted,
         }
     }
@@ -367,7 +369,7 @@ impl FoldTable {
     /// have not counted yet. Exact: every shard's lock is held (taken in order) while both
     /// are read, so no slot is detached — and its events counted — in between.
     pub fn recorded(&self) -> u64 {
-        let shards: Vec<_> = self.shards.iter().map(Self::lock).collect();
+        let shards: Vec<_> = self.shards.iter().map(|s| Self::lock(s)).collect();
         let held: u64 = shards
             .iter()
             .flat_map(|s| s.buckets.iter())

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 use chrono::{DateTime, Utc};
+use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
@@ -57,9 +58,11 @@ pub(crate) const PACK_STEP_BYTES: usize = 256 * 1024;
 /// behind short locks (a push, nothing else), and one wake-up for the task when the first
 /// bytes arrive and another when they pass the size trigger — not one per event.
 pub(crate) struct Staging {
-    shards: [Mutex<StagingShard>; STAGING_SHARDS],
-    /// Bytes pushed and not yet taken.
-    bytes: AtomicUsize,
+    /// Each on cache lines of its own: callers on two cores recording groups of different
+    /// shards do not pass a line back and forth.
+    shards: [CachePadded<Mutex<StagingShard>>; STAGING_SHARDS],
+    /// Bytes pushed and not yet taken (on lines of its own, apart from the shards).
+    bytes: CachePadded<AtomicUsize>,
     /// Staged bytes at which the task is woken to close its window early.
     trigger: usize,
     /// Bytes were staged into an empty staging area.
@@ -124,8 +127,8 @@ impl Staging {
     /// a bound handle's slot takes are counted into `counted` ([`FoldTable::new`]).
     pub fn new(trigger: usize, counted: Counted) -> Self {
         Staging {
-            shards: std::array::from_fn(|_| Mutex::default()),
-            bytes: AtomicUsize::new(0),
+            shards: std::array::from_fn(|_| CachePadded::new(Mutex::default())),
+            bytes: CachePadded::new(AtomicUsize::new(0)),
             trigger,
             first: Notify::new(),
             full: Notify::new(),

@@ -3,6 +3,8 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use crossbeam_utils::CachePadded;
+
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 
 /// Metric names, all prefixed `awsmp_producer_` and labelled `stream`.
@@ -136,13 +138,9 @@ const STRIPES: usize = 8;
 /// not pass one cache line back and forth per event; read by summing the stripes.
 #[derive(Default)]
 pub(crate) struct StripedCounter {
-    stripes: [Stripe; STRIPES],
+    /// Each stripe on cache lines of its own.
+    stripes: [CachePadded<AtomicU64>; STRIPES],
 }
-
-/// One stripe on a cache line of its own (128 bytes: two lines, for adjacent-line prefetch).
-#[derive(Default)]
-#[repr(align(128))]
-struct Stripe(AtomicU64);
 
 thread_local! {
     /// This thread's stripe, handed out round robin as threads first count.
@@ -155,14 +153,11 @@ thread_local! {
 impl StripedCounter {
     pub fn add(&self, n: u64) {
         let i = STRIPE.with(|s| *s);
-        self.stripes[i].0.fetch_add(n, Ordering::Relaxed);
+        self.stripes[i].fetch_add(n, Ordering::Relaxed);
     }
 
     pub fn get(&self) -> u64 {
-        self.stripes
-            .iter()
-            .map(|s| s.0.load(Ordering::Relaxed))
-            .sum()
+        self.stripes.iter().map(|s| s.load(Ordering::Relaxed)).sum()
     }
 }
 
