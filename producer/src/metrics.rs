@@ -4,7 +4,6 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crossbeam_utils::CachePadded;
-
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 
 /// Metric names, all prefixed `awsmp_producer_` and labelled `stream`.

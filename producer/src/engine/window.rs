@@ -23,8 +23,8 @@ use crate::limits::MAX_BYTES_PER_PUT;
 use crate::partition::{ShardMap, keyed_group};
 use crate::shards::ShardMapSource;
 use crate::sink::RecordSink;
-use crate::wire::v2::encode_single_split;
-use crate::wire::{WireVersion, encode_event, single_len_as};
+use crate::wire::v2::SplitSingle;
+use crate::wire::{WireVersion, encode_event};
 
 /// Size trigger: a window worth a few full PutRecords calls, or a quarter of the buffer, goes
 /// out without waiting for the linger.
@@ -233,14 +233,14 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         let (payload, split) = match self.parts.config.wire_version {
             WireVersion::V2 => {
                 let producer_id = event.producer_id.as_deref();
-                let len = single_len_as(&event, producer_id, lone);
+                let single = SplitSingle::of(&event, producer_id, lone, &pk);
                 let buf = &mut self.window.sum_bytes;
-                if buf.capacity() - buf.len() < len {
-                    *buf = BytesMut::with_capacity(len.max(SUM_BUFFER_BYTES));
+                if buf.capacity() - buf.len() < single.len {
+                    *buf = BytesMut::with_capacity(single.len.max(SUM_BUFFER_BYTES));
                 }
-                let split = encode_single_split(buf, &event, producer_id, lone, &pk);
-                debug_assert_eq!(buf.len(), len, "single_len_as sizes the single");
-                (buf.split().freeze(), Some(split))
+                single.write(buf, &event, producer_id);
+                debug_assert_eq!(buf.len(), single.len, "the layout sizes the single");
+                (buf.split().freeze(), Some(single.split))
             }
             WireVersion::V1 => {
                 if let Some(id) = lone {

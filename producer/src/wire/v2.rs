@@ -35,8 +35,8 @@ mod in_order;
 mod split;
 pub use in_order::{RefV2, decode_ref_in_order};
 pub(crate) use split::{
-    allocations_len, encode_single_split, generated_single_len, put_generated_single,
-    put_single_from_head, single_head,
+    SplitSingle, allocations_len, generated_single_len, put_generated_single, put_single_from_head,
+    single_head,
 };
 pub use split::{encode_single_into, single_len, single_len_as, split_single, split_single_ranges};
 

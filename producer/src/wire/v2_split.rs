@@ -138,40 +138,55 @@ pub(crate) fn put_generated_single(
     put_generated_fields(out, quantity, millis, id);
 }
 
-/// [`encode_single_into`], returning where the single it wrote splits for an aggregate
-/// under partition key `pk`: `(entry, fields)`, offsets from the single's first byte, such
-/// that [`split_single_ranges`]`(single, pk)` is `(entry..fields, fields..single.len())`. The
-/// split comes from the lengths the writer knows, so packing need not read the single back
-/// (the window's close encodes every sum this way).
-pub(crate) fn encode_single_split(
-    out: &mut BytesMut,
-    event: &Event,
-    producer_id: Option<&str>,
-    generated: Option<GeneratedId>,
-    pk: &str,
-) -> (u32, u32) {
-    let id = resolve_id(event, generated);
-    let group = event.group();
-    let entry = entry_len(group, producer_id, id.map(|g| g.epoch));
-    let entry_field = HEADER_LEN + 1 + encoded_len_varint(entry as u64);
-    let fields = entry_field + entry;
-    let names = [
-        group.license_arn.as_bytes(),
-        group.customer_aws_account_id.as_bytes(),
-        group.dimension.as_bytes(),
-    ];
-    // The table entry leaves the group out when the key names it (as the reader decides).
-    let entry_start = if names_group(pk.as_bytes(), names) {
-        entry_field
-            + names
-                .iter()
-                .map(|n| bytes_field_len(n.len()))
-                .sum::<usize>()
-    } else {
-        entry_field
-    };
-    write_single(out, event, producer_id, id);
-    (entry_start as u32, fields as u32)
+/// A v2 single of an event laid out for packing, before it is written: the id written for it,
+/// its length and where it splits for an aggregate under partition key `pk` — `split` is
+/// `(entry, fields)`, offsets from the single's first byte, such that
+/// [`split_single_ranges`]`(single, pk)` is `(entry..fields, fields..single.len())`. The split
+/// comes from the lengths the writer knows, so packing need not read the single back (the
+/// window's close encodes every sum this way); the id is resolved once for both.
+pub(crate) struct SplitSingle {
+    id: Option<GeneratedId>,
+    /// Bytes [`SplitSingle::write`] appends.
+    pub len: usize,
+    pub split: (u32, u32),
+}
+
+impl SplitSingle {
+    /// The layout of [`encode_single_into`]`(out, event, producer_id, generated)` under `pk`.
+    pub(crate) fn of(
+        event: &Event,
+        producer_id: Option<&str>,
+        generated: Option<GeneratedId>,
+        pk: &str,
+    ) -> Self {
+        let id = resolve_id(event, generated);
+        let group = event.group();
+        let entry = entry_len(group, producer_id, id.map(|g| g.epoch));
+        let entry_field = HEADER_LEN + 1 + encoded_len_varint(entry as u64);
+        let fields = entry_field + entry;
+        let names = [
+            group.license_arn.as_bytes(),
+            group.customer_aws_account_id.as_bytes(),
+            group.dimension.as_bytes(),
+        ];
+        // The table entry leaves the group out when the key names it (as the reader decides).
+        let group_len: usize = names.iter().map(|n| bytes_field_len(n.len())).sum();
+        let entry_start = if names_group(pk.as_bytes(), names) {
+            entry_field + group_len
+        } else {
+            entry_field
+        };
+        SplitSingle {
+            id,
+            len: resolved_single_len(event, producer_id, id),
+            split: (entry_start as u32, fields as u32),
+        }
+    }
+
+    /// Appends the single: [`encode_single_into`]'s bytes, exactly `len` of them.
+    pub(crate) fn write(&self, out: &mut BytesMut, event: &Event, producer_id: Option<&str>) {
+        write_single(out, event, producer_id, self.id);
+    }
 }
 
 /// A v2 single split for an aggregate: its table entry and its event fields, both slices of
@@ -425,7 +440,7 @@ mod tests {
             prop_assert_eq!(generated_single_len(&head, quantity, millis, id), want.len());
         }
 
-        /// The split `encode_single_split` gives from its lengths is the one
+        /// The split `SplitSingle` gives from its lengths is the one
         /// `split_single_ranges` reads from the bytes, and the bytes are `encode_single_into`'s:
         /// keys that name the group and keys that do not (`|` in its fields included), any
         /// producer id, generated ids and ids of their own, written after other bytes.
@@ -459,10 +474,12 @@ mod tests {
             let mut want = BytesMut::new();
             encode_single_into(&mut want, &event, producer_id.as_deref(), id);
             let mut out = BytesMut::from(&vec![7u8; before][..]);
-            let (entry, fields) =
-                encode_single_split(&mut out, &event, producer_id.as_deref(), id, &pk);
+            let laid = SplitSingle::of(&event, producer_id.as_deref(), id, &pk);
+            laid.write(&mut out, &event, producer_id.as_deref());
+            let (entry, fields) = laid.split;
             let single = &out[before..];
             prop_assert_eq!(single, &want[..]);
+            prop_assert_eq!(laid.len, want.len());
             let (entry, fields) = (entry as usize, fields as usize);
             prop_assert_eq!(
                 split_single_ranges(single, &pk),
