@@ -88,7 +88,10 @@ impl ProducerBuilder {
         self
     }
 
-    /// Per-second collapse on or off.
+    /// Per-second collapse on or off: events recorded without an id, of one group, UTC
+    /// second and producer inside one linger window, are sent as one event named by one
+    /// generated id (docs/row-contract.md, "Collapse"). An event with an id of its own is
+    /// never merged.
     pub fn collapse(mut self, on: bool) -> Self {
         self.config.collapse = on;
         self

@@ -1,6 +1,9 @@
-//! Optional per-second collapse (docs/row-contract.md, "Collapse"): inside one linger window, events of the same group
-//! and UTC second are summed into one event. Pure; conserves quantity per group-second and per
-//! allocation tag set.
+//! Optional per-second collapse (docs/row-contract.md, "Collapse"): inside one linger window,
+//! events recorded without an id, of the same group and UTC second, are summed into one event,
+//! which the producer names with one generated id of its own when it encodes it. An event with
+//! an id of its own is never merged: that id is its caller's idempotency key, and a sum carrying
+//! it under another id would be applied again when the caller re-records the event. Pure;
+//! conserves quantity per group-second and per allocation tag set.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
@@ -9,15 +12,10 @@ use chrono::{DateTime, Utc};
 
 use foldhash::fast::FixedState;
 use hashbrown::HashTable;
-use sha1::{Digest, Sha1};
-use uuid::Uuid;
 
 use crate::event::{
     Event, MAX_ALLOCATIONS_PER_RECORD, MAX_TAGS_PER_ALLOCATION, Tag, UsageAllocation,
 };
-
-/// Namespace of collapsed event ids (UUID v5 over the sorted constituent ids).
-pub const COLLAPSE_ID_NAMESPACE: Uuid = Uuid::from_u128(0x6d1f_4a8e_2c57_4b0b_9a7e_52c4_1f3e_8d90);
 
 /// A collapsed event stops growing past this estimated payload size (new events of its
 /// group-second start another one), keeping every record far below the 1 MiB Kinesis limit.
@@ -54,14 +52,16 @@ pub(crate) struct Sum {
 
 struct Bucket<M> {
     sum: Sum,
-    ids: Vec<String>,
+    constituents: usize,
     meta: M,
 }
 
 /// One output of [`Collapser::drain`].
 #[derive(Debug)]
 pub struct Collapsed<M> {
-    /// The (possibly summed) event.
+    /// The (possibly summed) event: an event added with an id of its own, as it was added;
+    /// else the sum of one or more events added without one, itself without an id (the
+    /// producer names it with a generated id when it encodes it).
     pub event: Event,
     /// How many recorded events it stands for.
     pub constituents: usize,
@@ -164,8 +164,12 @@ impl<M: CollapseMeta> Collapser<M> {
     }
 
     /// Adds a validated event. `partition_key` must be the event's group key and
-    /// `payload_bytes` its encoded size.
-    pub fn add(&mut self, mut event: Event, partition_key: String, payload_bytes: usize, meta: M) {
+    /// `payload_bytes` its encoded size. An event with an id of its own stays apart.
+    pub fn add(&mut self, event: Event, partition_key: String, payload_bytes: usize, meta: M) {
+        if !event.event_id.is_empty() {
+            self.push_bucket(event, payload_bytes, meta);
+            return;
+        }
         let key = Key {
             partition_key,
             second: event.timestamp.timestamp(),
@@ -177,7 +181,7 @@ impl<M: CollapseMeta> Collapser<M> {
             // The key holds the group's partition key, which is a digest for very long groups:
             // compare the group itself so a digest collision can never merge two groups.
             if b.sum.template.group() == event.group() && b.sum.try_absorb(&event) {
-                b.ids.push(std::mem::take(&mut event.event_id));
+                b.constituents += 1;
                 b.meta.absorb(meta);
                 return;
             }
@@ -192,29 +196,22 @@ impl<M: CollapseMeta> Collapser<M> {
 
     fn push_bucket(&mut self, event: Event, payload_bytes: usize, meta: M) -> usize {
         self.buckets.push(Bucket {
-            ids: vec![event.event_id.clone()],
+            constituents: 1,
             sum: Sum::new(event, payload_bytes),
             meta,
         });
         self.buckets.len() - 1
     }
 
-    /// Emits the window's events (collapsed ones with a deterministic id) and empties it.
+    /// Emits the window's events (sums without an id) and empties it.
     pub fn drain(&mut self) -> Vec<Collapsed<M>> {
         self.index.clear();
         self.buckets
             .drain(..)
-            .map(|b| {
-                let constituents = b.ids.len();
-                let mut event = b.sum.finish(constituents > 1);
-                if constituents > 1 {
-                    event.event_id = collapsed_id(b.ids).to_string();
-                }
-                Collapsed {
-                    event,
-                    constituents,
-                    meta: b.meta,
-                }
+            .map(|b| Collapsed {
+                event: b.sum.finish(b.constituents > 1),
+                constituents: b.constituents,
+                meta: b.meta,
             })
             .collect()
     }
@@ -235,16 +232,6 @@ impl Sum {
     /// The first event (its group, second, producer id and kind are the sum's).
     pub(crate) fn template(&self) -> &Event {
         &self.template
-    }
-
-    /// The first event's id, taken out (the sum keeps its other fields).
-    pub(crate) fn take_template_id(&mut self) -> String {
-        std::mem::take(&mut self.template.event_id)
-    }
-
-    /// Gives the first event its id back.
-    pub(crate) fn set_template_id(&mut self, id: String) {
-        self.template.event_id = id;
     }
 
     /// The summed event: the template itself when nothing was `merged` into it, else with
@@ -345,162 +332,5 @@ fn merge_into(merged: &mut Vec<UsageAllocation>, index: &mut TagIndex, a: &Usage
                 .table
                 .insert_unique(hash, i, |&j| tag_set_hash(&merged[j].tags));
         }
-    }
-}
-
-/// UUID v5 over the sorted constituent ids, each length-prefixed so no two id lists encode alike.
-pub fn collapsed_id(mut ids: Vec<String>) -> Uuid {
-    ids.sort_unstable();
-    let mut buf = Vec::with_capacity(ids.iter().map(|i| i.len() + 4).sum());
-    for id in &ids {
-        buf.extend_from_slice(&(id.len() as u32).to_be_bytes());
-        buf.extend_from_slice(id.as_bytes());
-    }
-    Uuid::new_v5(&COLLAPSE_ID_NAMESPACE, &buf)
-}
-
-/// SHA-1 input is handed over in chunks of this size (a bucket may stand for millions of
-/// generated ids).
-const ID_CHUNK_BYTES: usize = 64 * 1024;
-
-/// [`collapsed_id`] of the caller's `ids` and the generated ids `{prefix}{lane}:{seq}` for
-/// each `seq` in `seqs` (`prefix` = `p:{epoch}:`, docs/row-contract.md, "Event ids") — the
-/// same UUID, without a string per generated id: within one digit count the ids' string order
-/// is their numeric order, so the sorted list is a merge of a few runs.
-pub(crate) fn collapsed_id_with_generated(
-    prefix: &str,
-    lane: u8,
-    seqs: std::ops::Range<u64>,
-    ids: Vec<String>,
-) -> Uuid {
-    if !ids.is_empty() {
-        // A window mixing the caller's ids and generated ones (rare): the definition itself.
-        let mut all = ids;
-        all.extend(seqs.map(|s| format!("{prefix}{lane}:{s}")));
-        return collapsed_id(all);
-    }
-    let mut lane_digits = itoa::Buffer::new();
-    let lane_digits = lane_digits.format(lane).as_bytes();
-    let head = [prefix.as_bytes(), lane_digits, b":"].concat();
-    let mut sha = Sha1::new();
-    sha.update(COLLAPSE_ID_NAMESPACE.as_bytes());
-    if let Some(run) = one_digit_count(&seqs) {
-        hash_run(&mut sha, &head, run);
-    } else {
-        hash_merged(&mut sha, &head, seqs);
-    }
-    let digest = sha.finalize();
-    let mut first = [0u8; 16];
-    first.copy_from_slice(&digest[..16]);
-    // What `Uuid::new_v5` does with its SHA-1: the first 16 bytes, version and variant set.
-    uuid::Builder::from_sha1_bytes(first).into_uuid()
-}
-
-/// `seqs` when all its numbers have one decimal digit count (their string order is then
-/// their numeric order): the common sum, whose sequences cross no power of ten.
-fn one_digit_count(seqs: &std::ops::Range<u64>) -> Option<std::ops::Range<u64>> {
-    let digits = |n: u64| n.checked_ilog10().unwrap_or(0);
-    match seqs.end.checked_sub(1) {
-        Some(last) if seqs.start <= last && digits(seqs.start) == digits(last) => {
-            Some(seqs.clone())
-        }
-        _ => None,
-    }
-}
-
-/// Hands SHA-1 the entries (length, `head`, digits) of the ids `{head}{n}` for each `n` of
-/// `run`, whose numbers have one digit count, in numeric (= string) order. A chunk of
-/// entries is laid out once — their lengths and heads are all alike — and only the digits
-/// are written per id, counted up in decimal rather than formatted.
-fn hash_run(sha: &mut Sha1, head: &[u8], run: std::ops::Range<u64>) {
-    let mut first = itoa::Buffer::new();
-    let mut digits = first.format(run.start).as_bytes().to_vec();
-    let id_len = head.len() + digits.len();
-    let entry_len = 4 + id_len;
-    let ids = usize::try_from(run.end - run.start).unwrap_or(usize::MAX);
-    let per_chunk = (ID_CHUNK_BYTES / entry_len).clamp(1, ids);
-    let mut entry = Vec::with_capacity(entry_len);
-    entry.extend_from_slice(&(id_len as u32).to_be_bytes());
-    entry.extend_from_slice(head);
-    entry.extend_from_slice(&digits);
-    let mut buf = entry.repeat(per_chunk);
-    let mut left = ids;
-    while left > 0 {
-        let n = left.min(per_chunk);
-        for e in buf.chunks_exact_mut(entry_len).take(n) {
-            e[4 + head.len()..].copy_from_slice(&digits);
-            count_up(&mut digits);
-        }
-        sha.update(&buf[..n * entry_len]);
-        left -= n;
-    }
-}
-
-/// Adds one to the decimal number `digits` in place (a carry out of the first digit is
-/// dropped: the caller stops before its run's numbers gain a digit).
-fn count_up(digits: &mut [u8]) {
-    for d in digits.iter_mut().rev() {
-        if *d == b'9' {
-            *d = b'0';
-        } else {
-            *d += 1;
-            return;
-        }
-    }
-}
-
-/// [`hash_run`] for sequences of several digit counts: their ids merged into string order.
-fn hash_merged(sha: &mut Sha1, head: &[u8], seqs: std::ops::Range<u64>) {
-    // Sized for the ids (length, head, at most 20 digits each), up to one chunk: a small
-    // sum does not take (and free) a chunk-sized buffer.
-    let per_id = 4 + head.len() + 20;
-    let ids_bytes =
-        usize::try_from(seqs.end - seqs.start).map_or(usize::MAX, |n| n.saturating_mul(per_id));
-    let mut buf = Vec::with_capacity(ids_bytes.min(ID_CHUNK_BYTES + 64));
-    for_each_in_string_order(seqs, |digits| {
-        buf.extend_from_slice(&((head.len() + digits.len()) as u32).to_be_bytes());
-        buf.extend_from_slice(head);
-        buf.extend_from_slice(digits);
-        if buf.len() >= ID_CHUNK_BYTES {
-            sha.update(&buf);
-            buf.clear();
-        }
-    });
-    sha.update(&buf);
-}
-
-/// Calls `f` with the decimal digits of every number of `range`, in string order.
-fn for_each_in_string_order(range: std::ops::Range<u64>, mut f: impl FnMut(&[u8])) {
-    // Runs of one digit count each: [1, 10), [10, 100), …
-    let mut runs: Vec<std::ops::Range<u64>> = Vec::new();
-    let mut start = range.start;
-    while start < range.end {
-        let end = 10u64
-            .checked_pow(start.checked_ilog10().map_or(1, |d| d + 1))
-            .map_or(range.end, |p| p.min(range.end));
-        runs.push(start..end);
-        start = end;
-    }
-    let mut bufs: Vec<itoa::Buffer> = runs.iter().map(|_| itoa::Buffer::new()).collect();
-    if let [run] = &runs[..] {
-        for n in run.clone() {
-            f(bufs[0].format(n).as_bytes());
-        }
-        return;
-    }
-    loop {
-        let mut best: Option<(usize, &[u8])> = None;
-        for (i, (run, buf)) in runs.iter().zip(bufs.iter_mut()).enumerate() {
-            if run.is_empty() {
-                continue;
-            }
-            let s = buf.format(run.start).as_bytes();
-            if best.is_none_or(|(_, b)| s < b) {
-                best = Some((i, s));
-            }
-        }
-        let Some((i, s)) = best else { return };
-        f(s);
-        runs[i].start += 1;
     }
 }

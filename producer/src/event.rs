@@ -19,7 +19,8 @@ pub const MAX_EVENT_ID_BYTES: usize = 256;
 /// Field names follow the usage-row contract (docs/row-contract.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
-    /// Idempotency key. Leave empty to let the producer generate a UUID v4 once, at `record()`.
+    /// Idempotency key. Leave empty to let the producer generate one (`p:{epoch}:{lane}:{seq}`,
+    /// docs/row-contract.md, "Event ids"); under collapse, only such events are summed.
     pub event_id: String,
     /// The buyer's license, `arn:<partition>:license-manager::<account>:license:l-<32 hex>`.
     pub license_arn: String,

@@ -134,18 +134,6 @@ impl IdGenerator {
         }
     }
 
-    /// `n` consecutive ids of the lane of partition hash `hash` (one counter step for all):
-    /// the first; the others follow it, `seq` by `seq`.
-    pub(crate) fn reserve(&self, hash: u128, n: u64) -> GeneratedId {
-        let lane = lane_of(hash);
-        let seq = self.last[usize::from(lane)].fetch_add(n, Ordering::Relaxed) + 1;
-        GeneratedId {
-            epoch: self.epoch,
-            lane,
-            seq,
-        }
-    }
-
     /// The longest id this instance can hand out (the last lane, the largest sequence): what
     /// an event is charged for before its id is known.
     pub(crate) fn longest_id(&self) -> GeneratedId {
@@ -154,11 +142,6 @@ impl IdGenerator {
             lane: ID_LANES - 1,
             seq: u64::MAX,
         }
-    }
-
-    /// `p:{epoch}:`, what every id of the instance starts with.
-    pub(crate) fn prefix(&self) -> &str {
-        &self.prefix
     }
 
     /// `id`'s string (its `Display`), from the instance's prefix: one allocation.

@@ -1,8 +1,9 @@
-//! The collapse path of `record()` (docs/row-contract.md, "Collapse"): each event is added at
-//! once to its window's sum in a sharded table, found by a hash of its group, UTC second,
-//! producer id and kind, comparing the borrowed fields — no partition-key string, no id, no
-//! encoding per event. The window's sums get their ids, partition keys and encoding when the
-//! window closes (`engine::window`). They are [`crate::collapse::Collapser`]'s sums: both add
+//! The collapse path of `record()` (docs/row-contract.md, "Collapse"): each event recorded
+//! without an id is added at once to its window's sum in a sharded table, found by a hash of
+//! its group, UTC second, producer id and kind, comparing the borrowed fields — no
+//! partition-key string, no id, no encoding per event. The window's sums get their ids (one
+//! generated id each), partition keys and encoding when the window closes (`engine::window`).
+//! An event with an id of its own never joins a sum: it is staged as it is. They are [`crate::collapse::Collapser`]'s sums: both add
 //! through [`Sum`], and the tests below check the two agree.
 
 use std::hash::{BuildHasher, Hasher};
@@ -171,7 +172,7 @@ struct SlotState {
     quantity: u64,
     /// Constituents without id or allocations added here since it was attached: events
     /// accepted and not counted yet ([`Counted`]).
-    generated: u64,
+    added: u64,
     /// The earliest timestamp added here (the sum's own when attached).
     earliest: DateTime<Utc>,
 }
@@ -206,7 +207,7 @@ impl FoldSlot {
             return false;
         };
         s.quantity = sum;
-        s.generated += 1;
+        s.added += 1;
         if timestamp < s.earliest {
             s.earliest = truncate_to_millis(timestamp);
         }
@@ -256,10 +257,10 @@ fn detach(buckets: &mut [Bucket], i: usize, counted: &Counted) {
     let mut s = slot.lock();
     debug_assert!(s.live && s.ix == i, "an attached slot points at its bucket");
     b.sum.set_plain(s.quantity, s.earliest);
-    b.generated += s.generated;
-    counted.add(s.generated);
+    b.constituents += s.added;
+    counted.add(s.added);
     s.live = false;
-    s.generated = 0;
+    s.added = 0;
 }
 
 /// Attaches `slot` to `buckets[i]` (of `second`), detaching it from the bucket it was
@@ -285,7 +286,7 @@ fn attach(buckets: &mut [Bucket], i: usize, slot: &Arc<FoldSlot>, second: i64, c
         date,
         secs,
         quantity: b.sum.quantity(),
-        generated: 0,
+        added: 0,
         earliest: b.sum.template().timestamp,
     };
     b.slot = Some(slot.clone());
@@ -296,12 +297,11 @@ struct Bucket {
     second: i64,
     /// The group's partition key and its hash, when the event that opened it came with them.
     keyed: Option<(Arc<str>, u128)>,
-    /// The template carries the producer id written; its own id is in `ids` or `generated`.
+    /// The template carries the producer id written (and no id: the sum is named when the
+    /// window closes).
     sum: Sum,
-    /// The caller-supplied ids of the constituents.
-    ids: Vec<String>,
-    /// Constituents recorded without an id (theirs are generated when the window closes).
-    generated: u64,
+    /// Events recorded into the sum (none with an id of its own).
+    constituents: u64,
     /// When the first constituent was recorded (the earliest).
     enqueued_at: Instant,
     /// Buffer bytes the constituents were charged.
@@ -326,27 +326,13 @@ struct Shard {
 pub(crate) struct Folded {
     /// The sum's partition key and its hash, when known (else computed from the event).
     pub keyed: Option<(Arc<str>, u128)>,
-    /// The summed event (its producer id filled in). A lone constituent's own id when the
-    /// caller gave one; empty otherwise (named by the caller of [`FoldTable::drain`]).
+    /// The summed event (its producer id filled in), without an id: the caller of
+    /// [`FoldTable::drain`] names it.
     pub event: Event,
-    /// The caller-supplied ids of the constituents (empty for a lone constituent, whose id
-    /// is `event`'s).
-    pub ids: Vec<String>,
-    /// Constituents recorded without an id.
-    pub generated: u64,
+    /// How many recorded events the sum stands for (at least one).
+    pub constituents: u64,
     pub enqueued_at: Instant,
     pub bytes: usize,
-}
-
-impl Folded {
-    /// How many recorded events the sum stands for.
-    pub fn constituents(&self) -> u64 {
-        if self.ids.is_empty() && self.generated == 0 {
-            1
-        } else {
-            self.ids.len() as u64 + self.generated
-        }
-    }
 }
 
 /// The open window's sums, sharded.
@@ -374,7 +360,7 @@ impl FoldTable {
             .iter()
             .flat_map(|s| s.buckets.iter())
             .filter_map(|b| b.slot.as_ref())
-            .map(|slot| slot.lock().generated)
+            .map(|slot| slot.lock().added)
             .sum();
         self.counted.stats.events_recorded.get() + held
     }
@@ -388,8 +374,8 @@ impl FoldTable {
 
     /// Adds one event of `key`'s group and second with no id of its own and no allocations
     /// — `quantity` at `timestamp` — to its open sum, if there is one that stays within its
-    /// limits. Such an event adds nothing the sum must hold (its id is generated when the
-    /// window closes, as one step of its lane), so it is not charged: no buffer bytes, no
+    /// limits. Such an event adds nothing the sum must hold (the sum is named by one generated
+    /// id when the window closes), so it is not charged: no buffer bytes, no
     /// staged-byte count, no wake-up.
     ///
     /// With `slot` (a bound group handle's, of `key`'s group), the sum that took the event
@@ -419,15 +405,15 @@ impl FoldTable {
         if !b.sum.try_absorb_plain(quantity, timestamp) {
             return Absorbed::No;
         }
-        b.generated += 1;
+        b.constituents += 1;
         if let Some(slot) = slot {
             attach(buckets, i, slot, key.second, &self.counted);
         }
         Absorbed::Yes
     }
 
-    /// Adds the validated `event` (written with `default_producer_id` when it has no
-    /// producer id of its own), charged `bytes`, whose payload is about `payload_len` bytes;
+    /// Adds the validated `event`, which has no id of its own (written with
+    /// `default_producer_id` when it has no producer id of its own), charged `bytes`, whose payload is about `payload_len` bytes;
     /// counts `bytes` into `staged` under the shard's lock and returns the count before.
     /// Gives the event back once the table is sealed. The event is dropped (when its sum
     /// absorbed it) after the lock is released.
@@ -442,6 +428,10 @@ impl FoldTable {
         staged: &AtomicUsize,
         keyed: Option<(Arc<str>, u128)>,
     ) -> Result<usize, Event> {
+        debug_assert!(
+            event.event_id.is_empty(),
+            "an event with an id of its own never joins a sum"
+        );
         let producer_id = event.producer_id.as_deref().or(default_producer_id);
         let key = FoldKey::new(&event, producer_id).from(keyed.as_ref().map(|k| &k.0));
         let (hash, second, ix) = (key.hash, key.second, key.shard());
@@ -465,11 +455,7 @@ impl FoldTable {
         if absorbed {
             let b = &mut buckets[*open.expect("found above")];
             b.bytes += bytes;
-            if event.event_id.is_empty() {
-                b.generated += 1;
-            } else {
-                b.ids.push(std::mem::take(&mut event.event_id));
-            }
+            b.constituents += 1;
             drop(s);
             // The event's strings are freed outside the lock.
             drop(event);
@@ -487,20 +473,12 @@ impl FoldTable {
         if event.producer_id.is_none() {
             event.producer_id = default_producer_id.map(str::to_owned);
         }
-        let mut sum = Sum::new(event, payload_len);
-        let id = sum.take_template_id();
-        let (ids, generated) = if id.is_empty() {
-            (Vec::new(), 1)
-        } else {
-            (vec![id], 0)
-        };
         buckets.push(Bucket {
             hash,
             second,
             keyed,
-            sum,
-            ids,
-            generated,
+            sum: Sum::new(event, payload_len),
+            constituents: 1,
             enqueued_at: Instant::now(),
             bytes,
             slot: None,
@@ -547,22 +525,16 @@ impl Bucket {
     fn into_folded(self) -> Folded {
         let Bucket {
             keyed,
-            mut sum,
-            mut ids,
-            generated,
+            sum,
+            constituents,
             enqueued_at,
             bytes,
             ..
         } = self;
-        let constituents = ids.len() as u64 + generated;
-        if constituents == 1 && ids.len() == 1 {
-            sum.set_template_id(ids.pop().expect("one id"));
-        }
         Folded {
             keyed,
             event: sum.finish(constituents > 1),
-            ids,
-            generated,
+            constituents,
             enqueued_at,
             bytes,
         }

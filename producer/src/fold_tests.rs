@@ -1,5 +1,4 @@
-//! The window table sums exactly as [`Collapser`] does, and names sums of generated ids as
-//! [`collapsed_id`] would.
+//! The window table sums exactly as [`Collapser`] does.
 
 use std::sync::atomic::AtomicUsize;
 
@@ -7,22 +6,18 @@ use chrono::{TimeZone, Utc};
 use proptest::prelude::*;
 
 use super::*;
-use crate::collapse::{Collapser, collapsed_id, collapsed_id_with_generated};
+use crate::collapse::Collapser;
 use crate::event::{Tag, UsageAllocation};
 use crate::partition::partition_key;
 
-fn event(g: usize, ms: i64, q: u64, id: Option<String>) -> Event {
-    let e = Event::new(
+fn event(g: usize, ms: i64, q: u64) -> Event {
+    Event::new(
         format!("arn:aws:license-manager::123456789012:license:l-{g:032x}"),
         "123456789012",
         ["requests", "seats"][g % 2],
         q,
         Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap() + chrono::Duration::milliseconds(ms),
-    );
-    match id {
-        Some(id) => e.with_event_id(id),
-        None => e,
-    }
+    )
 }
 
 /// A comparable view of one output: group, second, producer, quantity, timestamp,
@@ -44,7 +39,7 @@ fn view(e: &Event, constituents: u64) -> View {
 
 proptest! {
     /// Same events in, same sums out (quantities, allocations by tag set, earliest
-    /// timestamps, producer ids, ids), whatever the mix of groups, seconds, kinds and
+    /// timestamps, producer ids, constituents; no ids), whatever the mix of groups, seconds, kinds and
     /// producers, including sums that fill up on quantity overflow.
     #[test]
     fn the_table_sums_as_the_collapser(
@@ -56,7 +51,7 @@ proptest! {
         let mut reference: Collapser<()> = Collapser::new();
         for (i, (g, ms, q, kind, own_producer)) in raw.into_iter().enumerate() {
             let q = if huge && i % 7 == 0 { u64::MAX - q } else { q };
-            let mut e = event(g, ms, q, Some(format!("id-{i}")));
+            let mut e = event(g, ms, q);
             if kind >= 2 {
                 let a = q / 2;
                 let tags = vec![Tag::new("team", format!("t{}", kind % 2)), Tag::new("env", "prod")];
@@ -84,13 +79,9 @@ proptest! {
         let mut folded = Vec::new();
         table.drain(false, &staged, |f| folded.push(f));
         let mut got = Vec::new();
-        for mut f in folded {
-            let n = f.constituents();
-            prop_assert_eq!(f.generated, 0);
-            if n > 1 {
-                f.event.event_id = collapsed_id(std::mem::take(&mut f.ids)).to_string();
-            }
-            got.push(view(&f.event, n));
+        for f in folded {
+            prop_assert_eq!(&f.event.event_id, "", "a sum is named when its window closes");
+            got.push(view(&f.event, f.constituents));
         }
         prop_assert_eq!(staged.load(Ordering::SeqCst), 0, "every byte taken");
         let mut want: Vec<View> = reference
@@ -102,55 +93,16 @@ proptest! {
         want.sort();
         prop_assert_eq!(got, want);
     }
-
-    /// A sum of generated ids is named as the sorted strings would name it, across digit
-    /// counts and mixed with the caller's ids.
-    #[test]
-    fn generated_names_are_the_collapsed_id(
-        start in prop_oneof![1u64..200, 990u64..1_010, 99_990u64..100_010, Just(u64::MAX - 40)],
-        n in 0u64..40,
-        lane in 0u8..16,
-        caller in prop::collection::vec("[a-z:0-9p]{1,12}", 0..3),
-    ) {
-        let prefix = format!("p:{:032x}:", 0xfeed_u128);
-        let seqs = start..start.saturating_add(n);
-        let mut all: Vec<String> = seqs.clone().map(|s| format!("{prefix}{lane}:{s}")).collect();
-        all.extend(caller.iter().cloned());
-        prop_assert_eq!(
-            collapsed_id_with_generated(&prefix, lane, seqs, caller),
-            collapsed_id(all)
-        );
-    }
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
-
-    /// Large sums of generated ids (several SHA-1 input chunks, within one digit count or
-    /// across one) are named as the sorted strings would name them.
-    #[test]
-    fn many_generated_names_are_the_collapsed_id(
-        start in prop_oneof![0u64..20, 9_000u64..10_000, 1_000_000u64..1_001_000],
-        n in 0u64..6_000,
-        lane in 0u8..16,
-    ) {
-        let prefix = format!("p:{:032x}:", 0xbeef_u128);
-        let seqs = start..start + n;
-        let all: Vec<String> = seqs.clone().map(|s| format!("{prefix}{lane}:{s}")).collect();
-        prop_assert_eq!(
-            collapsed_id_with_generated(&prefix, lane, seqs, Vec::new()),
-            collapsed_id(all)
-        );
-    }
-}
-
-/// One step of [`slots_change_nothing`]: an event of group `g` at `ms` — plain (through
-/// slot `slot` when one is used), or with an id — or a drain of the window.
+/// One step of [`slots_change_nothing`]: an event of group `g` at `ms` — through slot
+/// `slot` when one is used, or straight to the table's checked path (`add`) — or a drain of
+/// the window.
 type Step = (usize, usize, i64, u64, u8);
 
 /// Runs `steps` against a table, with bound handles' slots (two per group) or without; what
 /// each drain gives: the sums in order, with their constituents' bookkeeping.
-fn run_steps(steps: &[Step], huge: bool, with_slots: bool) -> Vec<Vec<(View, u64, usize, usize)>> {
+fn run_steps(steps: &[Step], huge: bool, with_slots: bool) -> Vec<Vec<(View, u64, usize)>> {
     let table = FoldTable::new(Counted::default());
     let staged = AtomicUsize::new(0);
     let slots: Vec<Arc<FoldSlot>> = (0..6).map(|_| Arc::default()).collect();
@@ -158,8 +110,7 @@ fn run_steps(steps: &[Step], huge: bool, with_slots: bool) -> Vec<Vec<(View, u64
     let drain = |table: &FoldTable, drains: &mut Vec<_>| {
         let mut out = Vec::new();
         table.drain(false, &staged, |f| {
-            let n = f.constituents();
-            out.push((view(&f.event, n), f.generated, f.ids.len(), f.bytes));
+            out.push((view(&f.event, f.constituents), f.constituents, f.bytes));
         });
         drains.push(out);
     };
@@ -169,9 +120,8 @@ fn run_steps(steps: &[Step], huge: bool, with_slots: bool) -> Vec<Vec<(View, u64
             drain(&table, &mut drains);
             continue;
         }
-        let id = (kind == 1).then(|| format!("id-{i}"));
-        let e = event(g, ms, q, id.clone());
-        if id.is_none() {
+        let e = event(g, ms, q);
+        if kind != 1 {
             let slot = (with_slots && which < 2).then(|| &slots[g * 2 + which]);
             let ts = e.timestamp;
             // The slot takes the caller's timestamp as given: within its millisecond.
@@ -195,8 +145,8 @@ fn run_steps(steps: &[Step], huge: bool, with_slots: bool) -> Vec<Vec<(View, u64
 proptest! {
     /// Bound handles' slots change no sum: the same drains (sums in the same order, the same
     /// quantities, earliest timestamps, constituents and bytes) whether the plain events go
-    /// through slots or through the table — with several handles per group, the table's own
-    /// path and events with ids mixed in, quantity overflow, and windows closing in between.
+    /// through slots or through the table — with several handles per group, the table's
+    /// checked path mixed in, quantity overflow, and windows closing in between.
     #[test]
     fn slots_change_nothing(
         steps in prop::collection::vec((0usize..3, 0usize..3, 0i64..2_500, 0u64..1_000, 0u8..8), 1..300),
@@ -207,50 +157,36 @@ proptest! {
 }
 
 #[test]
-fn sums_without_ids_count_their_constituents_and_a_sealed_table_refuses() {
+fn sums_count_their_constituents_and_a_sealed_table_refuses() {
     let table = FoldTable::new(Counted::default());
     let staged = AtomicUsize::new(0);
     for i in 0..5 {
         assert!(
             table
-                .add(event(1, i, 2, None), None, 10, 5, &staged, None)
+                .add(event(1, i, 2), None, 10, 5, &staged, None)
                 .is_ok()
         );
     }
     table
-        .add(event(2, 0, 3, None), None, 10, 5, &staged, None)
-        .unwrap();
-    table
-        .add(
-            event(3, 0, 4, Some("mine".into())),
-            None,
-            10,
-            5,
-            &staged,
-            None,
-        )
+        .add(event(2, 0, 3), None, 10, 5, &staged, None)
         .unwrap();
     let mut out = Vec::new();
     table.drain(true, &staged, |f| out.push(f));
     out.sort_by_key(|f| f.event.quantity);
-    let seen: Vec<(u64, u64, u64, &str, usize)> = out
+    let seen: Vec<(u64, u64, &str, usize)> = out
         .iter()
         .map(|f| {
             (
                 f.event.quantity,
-                f.constituents(),
-                f.generated,
+                f.constituents,
                 f.event.event_id.as_str(),
                 f.bytes,
             )
         })
         .collect();
-    assert_eq!(
-        seen,
-        vec![(3, 1, 1, "", 10), (4, 1, 0, "mine", 10), (10, 5, 5, "", 50)]
-    );
+    assert_eq!(seen, vec![(3, 1, "", 10), (10, 5, "", 50)]);
     assert_eq!(staged.load(Ordering::SeqCst), 0);
-    let back = table.add(event(1, 0, 1, None), None, 10, 5, &staged, None);
+    let back = table.add(event(1, 0, 1), None, 10, 5, &staged, None);
     assert_eq!(
         back.unwrap_err().quantity,
         1,
@@ -272,7 +208,7 @@ fn a_slot_takes_its_second_and_truncates_the_earliest() {
     let slot: Arc<FoldSlot> = Arc::default();
     let day = chrono::NaiveDate::from_ymd_opt(2016, 12, 31).unwrap();
     let at = |h, m, s, nanos| day.and_hms_nano_opt(h, m, s, nanos).unwrap().and_utc();
-    let mut e = event(0, 0, 5, None);
+    let mut e = event(0, 0, 5);
     e.timestamp = at(23, 59, 59, 800_000_000);
     let key = FoldKey::new(&e, Some("default"));
     assert!(
@@ -302,6 +238,6 @@ fn a_slot_takes_its_second_and_truncates_the_earliest() {
     table.drain(false, &staged, |f| sums.push(f));
     assert_eq!(sums.len(), 1);
     assert_eq!(sums[0].event.quantity, 11);
-    assert_eq!(sums[0].generated, 4);
+    assert_eq!(sums[0].constituents, 4);
     assert_eq!(sums[0].event.timestamp, at(23, 59, 59, 123_000_000));
 }

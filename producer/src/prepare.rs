@@ -1,6 +1,6 @@
 //! `record()`'s first step: validating an event and preparing it for the staging area —
-//! encoded (no collapse) or sized for its window's sum (collapse) — and completing an event
-//! that goes back to the caller.
+//! encoded (no collapse, or an event with an id of its own) or sized for its window's sum
+//! (collapse) — and completing an event that goes back to the caller.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -128,7 +128,8 @@ pub(super) enum Check {
 }
 
 pub(super) enum Route {
-    /// No collapse: the payload, encoded when it is staged.
+    /// No collapse, or an event with an id of its own (which never joins a sum: its id is
+    /// the caller's idempotency key): the payload, encoded when it is staged.
     Encoded {
         payload: Payload,
         partition_key: std::sync::Arc<str>,
@@ -202,7 +203,11 @@ impl Producer {
             Err(e) => return Err(invalid(e, event)),
         };
         let config = &self.shared.config;
-        let (generated, route, pk_len) = match (config.collapse, config.wire_version) {
+        // Only an event without an id of its own joins a sum: a sum is named by an id of its
+        // own, and merging an event that has one would lose the key its re-record is
+        // recognised by (docs/row-contract.md, "Collapse").
+        let joins_sum = config.collapse && event.event_id.is_empty();
+        let (generated, route, pk_len) = match (joins_sum, config.wire_version) {
             (true, version) => {
                 let keyed = checked.map(|c| (c.partition_key, c.hash));
                 let payload_len = self.fold_payload_len(&mut event, version);
@@ -483,18 +488,18 @@ impl Producer {
     /// its size with the longest id it can be given (v2 sizes it; v1, the JSON fallback,
     /// encodes it with its producer id).
     fn fold_payload_len(&self, event: &mut Event, version: WireVersion) -> usize {
-        let longest_id = event
-            .event_id
-            .is_empty()
-            .then(|| self.shared.ids.longest_id());
+        debug_assert!(
+            event.event_id.is_empty(),
+            "only events without an id join sums"
+        );
+        let longest_id = self.shared.ids.longest_id();
         match version {
-            WireVersion::V2 => single_len_as(event, self.producer_id_of(event), longest_id),
+            WireVersion::V2 => single_len_as(event, self.producer_id_of(event), Some(longest_id)),
             WireVersion::V1 => {
                 if event.producer_id.is_none() {
                     event.producer_id = self.shared.config.producer_id.clone();
                 }
-                let id_len = longest_id.map_or(0, |g| g.to_string().len());
-                version.encode(event).len() + id_len
+                version.encode(event).len() + longest_id.to_string().len()
             }
         }
     }

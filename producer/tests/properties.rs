@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use awsmp_producer::batch::{UserRec, pack};
-use awsmp_producer::collapse::{Collapser, collapsed_id};
+use awsmp_producer::collapse::Collapser;
 use awsmp_producer::limits::{MAX_BYTES_PER_PUT, MAX_RECORD_BYTES, MAX_RECORDS_PER_PUT};
 use awsmp_producer::partition::{ShardMap, partition_hash, partition_key};
 use awsmp_producer::wire::{deaggregate, decode_event, encode_event};
@@ -68,15 +68,17 @@ proptest! {
     }
 
     /// Collapse conserves quantity per (group, UTC second) and per allocation tag set, keeps
-    /// lone events untouched, and names merged events deterministically.
+    /// lone events untouched, and never merges an event that has an id of its own: it comes
+    /// out as it went in, and sums carry no id (the producer names them).
     #[test]
     fn collapse_conserves_quantities_per_group_second(
-        raw in prop::collection::vec((0usize..4, 0i64..3_000, 0u64..1_000_000, any::<bool>(), 0usize..3), 1..200),
+        raw in prop::collection::vec((0usize..4, 0i64..3_000, 0u64..1_000_000, any::<bool>(), 0usize..3, any::<bool>()), 1..200),
     ) {
         let mut c: Collapser<()> = Collapser::new();
         let mut inputs = Vec::new();
-        for (i, (g, ms, q, tagged, tagset)) in raw.into_iter().enumerate() {
-            let mut e = event(g, ms, q, 0, format!("id-{i}"));
+        for (i, (g, ms, q, tagged, tagset, own_id)) in raw.into_iter().enumerate() {
+            let id = if own_id { format!("id-{i}") } else { String::new() };
+            let mut e = event(g, ms, q, 0, id);
             // Tagging is per group, as the pipeline requires.
             if g % 2 == 0 || tagged && g == 3 {
                 let a = q / 3;
@@ -111,7 +113,12 @@ proptest! {
         let mut got: HashMap<K, (u128, usize)> = HashMap::new();
         let mut got_tags: HashMap<(K, Vec<(String, String)>), u128> = HashMap::new();
         for o in &out {
-            prop_assert_eq!(o.event.validate(false), Ok(()), "collapsed events stay valid");
+            // Named as the producer names a sum when it encodes it.
+            let mut named = o.event.clone();
+            if named.event_id.is_empty() {
+                named.event_id = format!("p:{:032x}:3:17", 7);
+            }
+            prop_assert_eq!(named.validate(false), Ok(()), "collapsed events stay valid");
             let g = got.entry(key(&o.event)).or_default();
             g.0 += o.event.quantity as u128;
             g.1 += o.constituents;
@@ -121,14 +128,21 @@ proptest! {
             if o.constituents == 1 {
                 prop_assert!(inputs.contains(&o.event), "a lone event is untouched");
             } else {
-                prop_assert!(uuid::Uuid::parse_str(&o.event.event_id).is_ok());
+                prop_assert_eq!(&o.event.event_id, "", "a sum has no id until it is encoded");
             }
             // Round trip through the wire as the producer would send it.
-            prop_assert_eq!(&decode_event(&encode_event(&o.event)).unwrap(), &o.event);
+            prop_assert_eq!(&decode_event(&encode_event(&named)).unwrap(), &named);
         }
         prop_assert_eq!(&got, &want);
         prop_assert_eq!(&got_tags, &want_tags);
-        prop_assert_eq!(out.len(), want.len(), "one event per group-second (limits not reached here)");
+        // Each event with an id by itself, and one sum per group-second of the others
+        // (limits not reached here).
+        let own: Vec<&Event> = inputs.iter().filter(|e| !e.event_id.is_empty()).collect();
+        for e in &own {
+            prop_assert_eq!(out.iter().filter(|o| &o.event == *e && o.constituents == 1).count(), 1);
+        }
+        let sums: std::collections::HashSet<K> = inputs.iter().filter(|e| e.event_id.is_empty()).map(key).collect();
+        prop_assert_eq!(out.len(), own.len() + sums.len());
     }
 
     /// Through the whole producer: no PutRecords call over 500 records or 5 MiB, no record
@@ -174,14 +188,6 @@ proptest! {
     }
 }
 
-#[test]
-fn collapsed_ids_depend_on_the_set_of_ids_only() {
-    let a = collapsed_id(vec!["x".into(), "y".into(), "z".into()]);
-    assert_eq!(a, collapsed_id(vec!["z".into(), "x".into(), "y".into()]));
-    assert_ne!(a, collapsed_id(vec!["x".into(), "yz".into()]));
-    assert_ne!(a, collapsed_id(vec!["x".into(), "y".into()]));
-}
-
 #[tokio::test(start_paused = true)]
 async fn collapse_cuts_records_for_hot_groups_and_conserves_units() {
     let map = ShardMap::uniform(2);
@@ -194,12 +200,13 @@ async fn collapse_cuts_records_for_hot_groups_and_conserves_units() {
     // 4 groups × 5,000 events inside two seconds.
     let mut total: HashMap<(String, i64), u64> = HashMap::new();
     for i in 0..20_000u64 {
+        // Recorded without ids, as a caller that lets the producer generate them does.
         let e = event(
             (i % 4) as usize,
             (i % 2_000) as i64,
             i % 7,
             0,
-            format!("hot-{i}"),
+            String::new(),
         );
         *total
             .entry((e.dimension.clone(), e.timestamp.timestamp()))
@@ -224,4 +231,67 @@ async fn collapse_cuts_records_for_hot_groups_and_conserves_units() {
         20_000,
         "acks count the collapsed constituents"
     );
+}
+
+/// Under collapse, an event recorded with an id of its own travels alone under that id, and
+/// each sum of events recorded without one is named by one generated id of its own (what the
+/// consumer deduplicates by its lane's sequences). A sum handed back and recorded again keeps
+/// its id and is merged with nothing, so a consumer that applied it once drops it.
+#[tokio::test(start_paused = true)]
+async fn collapse_merges_only_events_without_an_id_and_names_each_sum() {
+    use awsmp_producer::event_id::GeneratedId;
+    let map = ShardMap::uniform(2);
+    let sink = MemoryRecordSink::new(map.clone());
+    let p = Producer::builder("s")
+        .collapse(true)
+        .linger(Duration::from_millis(200))
+        .start_with(sink.clone(), StaticShardMapSource::new(map.clone()))
+        .unwrap();
+    for (g, ms, q, id) in [
+        (0, 10, 5, "order-17"),
+        (0, 20, 3, ""),
+        (0, 30, 4, ""),
+        (0, 40, 6, "order-18"),
+        (1, 50, 2, ""),
+    ] {
+        p.record(event(g, ms, q, 0, id.into())).await.unwrap();
+    }
+    assert!(p.flush().await.unwrap().is_complete());
+    let first = common::stored_events(&sink.records(), &map);
+    let by_quantity = |events: &[Event], q: u64| -> Vec<Event> {
+        events.iter().filter(|e| e.quantity == q).cloned().collect()
+    };
+    assert_eq!(first.len(), 4, "{first:?}");
+    assert_eq!(by_quantity(&first, 5)[0].event_id, "order-17");
+    assert_eq!(by_quantity(&first, 6)[0].event_id, "order-18");
+    let sum = by_quantity(&first, 7)
+        .pop()
+        .expect("the two events without an id, summed");
+    assert_eq!(
+        sum.timestamp,
+        common::t0() + ChronoDuration::milliseconds(20)
+    );
+    let lone = by_quantity(&first, 2).pop().expect("group 1's event");
+    let (a, b) = (
+        GeneratedId::parse(&sum.event_id).expect("a sum's id is a generated one"),
+        GeneratedId::parse(&lone.event_id).expect("so is a lone event's"),
+    );
+    assert_ne!((a.lane, a.seq), (b.lane, b.seq));
+
+    // The sum re-recorded (as a caller does with a `maybe_delivered` hand-back), in a window
+    // where another event of its group and second is recorded without an id.
+    let before = sink.records().len();
+    p.record(sum.clone()).await.unwrap();
+    p.record(event(0, 25, 9, 0, String::new())).await.unwrap();
+    assert!(p.shutdown().await.unwrap().is_complete());
+    let second = common::stored_events(&sink.records()[before..], &map);
+    assert_eq!(second.len(), 2, "{second:?}");
+    assert_eq!(
+        by_quantity(&second, 7),
+        vec![sum.clone()],
+        "the sum, as it was"
+    );
+    let new = by_quantity(&second, 9).pop().expect("the new event, apart");
+    assert_ne!(new.event_id, sum.event_id);
+    assert!(GeneratedId::parse(&new.event_id).is_some());
 }

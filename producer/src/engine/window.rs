@@ -15,7 +15,6 @@ use tokio::time::Instant;
 use super::Engine;
 use super::record::{KRecord, UserAck, UserMeta};
 use crate::batch::{Packed, Packer, UserRec};
-use crate::collapse::collapsed_id_with_generated;
 use crate::config::ProducerConfig;
 use crate::fold::Folded;
 use crate::handoff::{Incoming, RECORD_OVERHEAD_BYTES, Reservation};
@@ -50,9 +49,6 @@ pub(super) struct Window {
     /// Collapse, v2: where the window's sums are encoded, back to back (each sum's payload a
     /// slice of it: one allocation per [`SUM_BUFFER_BYTES`], not one per sum).
     sum_bytes: BytesMut,
-    /// Collapse: the text of a collapsed sum's id, kept for the next sum (no allocation per
-    /// sum).
-    id_text: String,
 }
 
 /// The least a window's buffer for its encoded sums holds ([`Window::sum_bytes`]).
@@ -69,7 +65,6 @@ impl Window {
             unpacked: Vec::new(),
             folded: Vec::new(),
             sum_bytes: BytesMut::new(),
-            id_text: String::new(),
         }
     }
 }
@@ -194,16 +189,14 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         self.window.packed = packed;
     }
 
-    /// Names one sum of the window (docs/row-contract.md, "Collapse": a lone event keeps its
-    /// id, generated now if it had none; a sum of several is the UUID v5 of its constituents'
-    /// ids) and encodes it, releasing the bytes its constituents were charged beyond it.
+    /// Names one sum of the window (docs/row-contract.md, "Collapse": the next generated id
+    /// of its lane, whether it stands for one event or many — none of them had an id of its
+    /// own) and encodes it, releasing the bytes its constituents were charged beyond it.
     fn encode_folded(&mut self, f: Folded) -> UserRec<UserMeta> {
-        let constituents = f.constituents();
         let Folded {
             keyed,
             mut event,
-            ids,
-            generated,
+            constituents,
             enqueued_at,
             bytes,
         } = f;
@@ -215,25 +208,13 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
                 &event.dimension,
             )
         });
+        debug_assert!(event.event_id.is_empty(), "a sum is named here");
         let idgen = &self.parts.ids;
-        // The constituents without an id take consecutive sequences of their lane.
-        let first = (generated > 0).then(|| idgen.reserve(hash, generated));
-        let lone = first.filter(|_| constituents == 1);
-        if constituents > 1 {
-            let (lane, seqs) = first.map_or((0, 0..0), |g| (g.lane, g.seq..g.seq + generated));
-            let id = collapsed_id_with_generated(idgen.prefix(), lane, seqs, ids);
-            // The hyphenated form `to_string` writes, without the formatting machinery, into
-            // the window's kept string.
-            let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
-            let mut id_text = std::mem::take(&mut self.window.id_text);
-            id_text.clear();
-            id_text.push_str(id.hyphenated().encode_lower(&mut text));
-            event.event_id = id_text;
-        }
+        let id = idgen.next_id(hash);
         let (payload, split) = match self.parts.config.wire_version {
             WireVersion::V2 => {
                 let producer_id = event.producer_id.as_deref();
-                let single = SplitSingle::of(&event, producer_id, lone, &pk);
+                let single = SplitSingle::of(&event, producer_id, Some(id), &pk);
                 let buf = &mut self.window.sum_bytes;
                 if buf.capacity() - buf.len() < single.len {
                     *buf = BytesMut::with_capacity(single.len.max(SUM_BUFFER_BYTES));
@@ -243,15 +224,10 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
                 (buf.split().freeze(), Some(single.split))
             }
             WireVersion::V1 => {
-                if let Some(id) = lone {
-                    event.event_id = idgen.render(id);
-                }
+                event.event_id = idgen.render(id);
                 (bytes::Bytes::from(encode_event(&event)), None)
             }
         };
-        if constituents > 1 {
-            self.window.id_text = std::mem::take(&mut event.event_id);
-        }
         // Charged per constituent; the sum needs only its own bytes.
         let needed = payload.len() + pk.len() + RECORD_OVERHEAD_BYTES;
         if bytes > needed {
