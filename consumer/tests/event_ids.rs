@@ -128,3 +128,68 @@ async fn generated_ids_cost_one_dedup_write_per_lane_per_batch_caller_ids_one_pe
     assert_eq!(writes(records(&generated)).await, 1);
     assert_eq!(writes(records(&|s| format!("order-{s}"))).await, 100);
 }
+
+/// Through the real producer with collapse: a sum is named by one generated id, so the sum
+/// re-recorded after a hand-back (it comes back under that id, and an event with an id of its
+/// own joins no sum) is dropped by its lane's sequences — billed once, with no per-id claim.
+#[tokio::test]
+async fn a_collapsed_sum_re_recorded_after_a_hand_back_is_billed_once_by_its_sequence() {
+    use awsmp_producer::partition::ShardMap;
+    use awsmp_producer::wire::decode_events;
+    use awsmp_producer::{MemoryRecordSink, Producer, StaticShardMapSource};
+
+    let map = ShardMap::uniform(1);
+    let sink = MemoryRecordSink::new(map.clone());
+    let p = Producer::builder("awsmp-usage-events")
+        .collapse(true)
+        .linger(std::time::Duration::from_secs(600))
+        .start_with(sink.clone(), StaticShardMapSource::new(map))
+        .unwrap();
+    let usage = |q| Event::new(ARN, "210987654321", "api", q, at());
+    for q in [2, 3, 4] {
+        p.record(usage(q)).await.unwrap();
+    }
+    assert!(p.flush().await.unwrap().is_complete());
+    let first = sink.records();
+    let sent: Vec<Event> = first
+        .iter()
+        .flat_map(|r| decode_events(&r.entry.data).unwrap())
+        .map(|u| u.event.unwrap())
+        .collect();
+    assert_eq!(sent.len(), 1, "one sum: {sent:?}");
+    let sum = sent[0].clone();
+    assert_eq!(sum.quantity, 9);
+    assert!(awsmp_producer::event_id::GeneratedId::parse(&sum.event_id).is_some());
+
+    // The caller re-records the sum as handed back, beside a new event of its group-second.
+    p.record(sum).await.unwrap();
+    p.record(usage(5)).await.unwrap();
+    assert!(p.shutdown().await.unwrap().is_complete());
+    let second = sink.records()[first.len()..].to_vec();
+
+    let as_batch = |records: &[awsmp_producer::sink::StoredRecord], from: u64| {
+        let recs: Vec<_> = records
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let seq = (from + i as u64).to_string();
+                let pk = &r.entry.partition_key;
+                kinesis_record(STREAM, SHARD, &seq, pk, at(), r.entry.data.to_vec())
+            })
+            .collect();
+        event(&recs)
+    };
+    let stores = MemoryStores::new();
+    let consumer = stores.consumer(Settings::default(), Arc::new(FixedClock::new(at())));
+    for batch in [as_batch(&first, 1), as_batch(&second, 100)] {
+        let (response, _) = consumer.process(batch).await;
+        assert!(response.batch_item_failures.is_empty());
+    }
+    assert_eq!(stores.rows.quantities().values().sum::<u64>(), 9 + 5);
+    assert_eq!(
+        consumer.metrics.total("DedupHit"),
+        1.0,
+        "the re-recorded sum"
+    );
+    assert!(stores.dedup.is_empty(), "no per-id claim: sequences only");
+}

@@ -2,6 +2,9 @@
 //! - `record/collapse`, `record/no_collapse` (v2, the default), `record/no_collapse_v1`:
 //!   `Producer::record(Event)` throughput in events/s up to delivery; `record/collapse_meter`,
 //!   `record/no_collapse_meter`: the same usage through bound group handles (`Meter::record`);
+//!   `record/collapse_dense` and `record/collapse_dense_meter` at the collapse goal's density;
+//!   `record/event_drop_floor`: the caller's events of the dense run only freed — the floor of
+//!   `Producer::record(Event)`, which takes (and so frees) each event's strings;
 //! - `encode/…`: v1 and v2 payload encoding and KPL aggregation throughput;
 //! - figure files (`target/awsmp-bench/<id>.json`): `producer-record-latency-p50`, `-p99` and `-p999`
 //!   (8 tasks recording at once, hdrhistogram; `producer-meter-record-latency-*` for meters), `wire-bytes-per-event-v2-300-groups` and
@@ -168,6 +171,22 @@ fn dense_collapse(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
     });
     g.bench_function("collapse_dense_meter", |b| {
         meter_iterations(b, rt, &groups, &calls, true)
+    });
+    // The floor of `Producer::record(Event)`: the caller's events only moved out of their
+    // vector and freed (each its three strings, and its allocations), nothing recorded.
+    g.bench_function("event_drop_floor", |b| {
+        b.iter_custom(|iters| {
+            let mut took = Duration::ZERO;
+            for _ in 0..iters {
+                let events = batch.to_vec();
+                let started = Instant::now();
+                for e in events {
+                    drop(std::hint::black_box(e));
+                }
+                took += started.elapsed();
+            }
+            took
+        })
     });
     g.finish();
 }
