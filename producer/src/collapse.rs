@@ -250,10 +250,21 @@ impl Sum {
     /// Merges `e`'s quantity, allocations and timestamp if the result stays within limits;
     /// leaves the sum untouched and returns false otherwise.
     pub(crate) fn try_absorb(&mut self, e: &Event) -> bool {
-        let Some(quantity) = self.quantity.checked_add(e.quantity) else {
+        self.try_absorb_parts(e.quantity, e.usage_allocations.as_deref(), e.timestamp)
+    }
+
+    /// [`Sum::try_absorb`] of an event given by its parts: `quantity` at `timestamp` (whole
+    /// milliseconds), with `allocations` if it has some.
+    pub(crate) fn try_absorb_parts(
+        &mut self,
+        quantity: u64,
+        allocations: Option<&[UsageAllocation]>,
+        timestamp: DateTime<Utc>,
+    ) -> bool {
+        let Some(quantity) = self.quantity.checked_add(quantity) else {
             return false;
         };
-        if let Some(new_allocs) = &e.usage_allocations {
+        if let Some(new_allocs) = allocations {
             if self.by_tag_set.is_none() {
                 // Second event of the sum: index the first one's allocations.
                 let mut index = TagIndex::default();
@@ -284,8 +295,8 @@ impl Sum {
             self.approx_bytes += added_bytes;
         }
         self.quantity = quantity;
-        if e.timestamp < self.template.timestamp {
-            self.template.timestamp = e.timestamp;
+        if timestamp < self.template.timestamp {
+            self.template.timestamp = timestamp;
         }
         true
     }

@@ -17,7 +17,7 @@ use hashbrown::HashTable;
 use tokio::time::Instant;
 
 use crate::collapse::Sum;
-use crate::event::{Event, GroupRef, truncate_to_millis};
+use crate::event::{Event, GroupRef, UsageAllocation, truncate_to_millis};
 use crate::metrics::StatCounters;
 
 /// Table shards: a power of two, picked by the group's hash, so one group's sums stay in one
@@ -410,6 +410,49 @@ impl FoldTable {
             attach(buckets, i, slot, key.second, &self.counted);
         }
         Absorbed::Yes
+    }
+
+    /// Adds one validated event of `key`'s group and second with no id of its own and
+    /// allocations — `quantity` at `timestamp` (whole milliseconds) — to its open sum, if
+    /// there is one that stays within its limits: what [`FoldTable::add`] does with such an
+    /// event when its sum is open, from its borrowed parts. Unlike [`FoldTable::absorb`]'s,
+    /// the event is charged `bytes` (its allocations can add tag sets to the sum), counted
+    /// into `staged` under the shard's lock; the count before is returned. `Err(No)` when no
+    /// open sum takes it (nothing is changed: [`FoldTable::add`] opens one), `Err(Sealed)`
+    /// once the table is sealed.
+    pub fn absorb_allocated(
+        &self,
+        key: &FoldKey<'_>,
+        quantity: u64,
+        allocations: &[UsageAllocation],
+        timestamp: DateTime<Utc>,
+        bytes: usize,
+        staged: &AtomicUsize,
+    ) -> Result<usize, Absorbed> {
+        debug_assert!(
+            key.allocated,
+            "an event with allocations joins an allocated sum"
+        );
+        let mut s = Self::lock(&self.shards[key.shard()]);
+        if s.sealed {
+            return Err(Absorbed::Sealed);
+        }
+        let Shard { index, buckets, .. } = &mut *s;
+        let Some(&i) = index.find(key.hash, |&i| key.matches(&buckets[i])) else {
+            return Err(Absorbed::No);
+        };
+        let b = &mut buckets[i];
+        // Slots attach to sums without allocations only.
+        debug_assert!(b.slot.is_none(), "no slot on an allocated sum");
+        if !b
+            .sum
+            .try_absorb_parts(quantity, Some(allocations), timestamp)
+        {
+            return Err(Absorbed::No);
+        }
+        b.bytes += bytes;
+        b.constituents += 1;
+        Ok(staged.fetch_add(bytes, Ordering::SeqCst))
     }
 
     /// Adds the validated `event`, which has no id of its own (written with

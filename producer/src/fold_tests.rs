@@ -241,3 +241,74 @@ fn a_slot_takes_its_second_and_truncates_the_earliest() {
     assert_eq!(sums[0].constituents, 4);
     assert_eq!(sums[0].event.timestamp, at(23, 59, 59, 123_000_000));
 }
+
+/// An event with allocations joins its open allocated sum from its parts, charged: no open
+/// sum (or only its group's sum without allocations) is `No` with nothing changed, a sum
+/// that would overflow is `No`, a sealed table is `Sealed`; what joined is what
+/// [`FoldTable::add`] would have summed.
+#[test]
+fn an_allocated_event_joins_its_open_sum_charged() {
+    let table = FoldTable::new(Counted::default());
+    let staged = AtomicUsize::new(0);
+    let tagged = |n: u64, team: &str| vec![UsageAllocation::new(n, vec![Tag::new("team", team)])];
+    let opener = event(3, 400, 5).with_allocations(tagged(5, "a"));
+    let key = FoldKey::new(&opener, Some("default"));
+    let at = opener.timestamp;
+    let join = |q: u64, team: &str, bytes: usize| {
+        table.absorb_allocated(&key, q, &tagged(q, team), at, bytes, &staged)
+    };
+    assert_eq!(join(2, "a", 10), Err(Absorbed::No), "no open sum");
+    // The group's sum without allocations is another sum.
+    table
+        .add(event(3, 400, 1), Some("default"), 10, 5, &staged, None)
+        .unwrap();
+    assert_eq!(
+        join(2, "a", 10),
+        Err(Absorbed::No),
+        "not the sum without allocations"
+    );
+    assert_eq!(
+        staged.load(Ordering::SeqCst),
+        10,
+        "nothing counted for a refusal"
+    );
+    table
+        .add(opener.clone(), Some("default"), 10, 5, &staged, None)
+        .unwrap();
+    assert_eq!(join(2, "a", 10), Ok(20));
+    assert_eq!(join(7, "b", 10), Ok(30));
+    assert_eq!(
+        join(u64::MAX, "a", 10),
+        Err(Absorbed::No),
+        "an overflow opens another sum"
+    );
+    let earlier = at - chrono::Duration::milliseconds(100);
+    assert_eq!(
+        table.absorb_allocated(&key, 1, &tagged(1, "b"), earlier, 10, &staged),
+        Ok(40)
+    );
+    let mut sums = Vec::new();
+    table.drain(true, &staged, |f| sums.push(f));
+    let allocated: Vec<&Folded> = sums
+        .iter()
+        .filter(|f| f.event.usage_allocations.is_some())
+        .collect();
+    assert_eq!(allocated.len(), 1);
+    let sum = allocated[0];
+    assert_eq!(
+        (sum.event.quantity, sum.constituents, sum.bytes),
+        (15, 4, 40)
+    );
+    assert_eq!(sum.event.timestamp, earlier);
+    let by_team: Vec<(&str, u64)> = sum
+        .event
+        .usage_allocations
+        .iter()
+        .flatten()
+        .map(|a| (a.tags[0].value.as_str(), a.allocated_usage_quantity))
+        .collect();
+    assert_eq!(by_team, vec![("a", 7), ("b", 8)]);
+    assert_eq!(staged.load(Ordering::SeqCst), 0);
+    assert_eq!(join(2, "a", 10), Err(Absorbed::Sealed));
+    assert_eq!(staged.load(Ordering::SeqCst), 0);
+}

@@ -14,7 +14,7 @@ use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::config::ProducerConfig;
-use crate::event::Event;
+use crate::event::{Event, UsageAllocation};
 use crate::event_id::IdGenerator;
 use crate::fold::{Absorbed, Counted, FoldKey, FoldSlot, FoldTable, Folded};
 use crate::metrics::{Metrics, StatCounters};
@@ -237,6 +237,26 @@ impl Staging {
         slot: Option<&Arc<FoldSlot>>,
     ) -> Absorbed {
         self.folds.absorb(key, quantity, timestamp, slot)
+    }
+
+    /// Adds an event without id, with allocations, to its open sum, charged `bytes`
+    /// ([`FoldTable::absorb_allocated`]), waking the task as [`Staging::fold`] does.
+    pub fn absorb_allocated(
+        &self,
+        key: &FoldKey<'_>,
+        quantity: u64,
+        allocations: &[UsageAllocation],
+        timestamp: DateTime<Utc>,
+        bytes: usize,
+    ) -> Absorbed {
+        let folds = &self.folds;
+        match folds.absorb_allocated(key, quantity, allocations, timestamp, bytes, &self.bytes) {
+            Ok(before) => {
+                self.wake(before, bytes);
+                Absorbed::Yes
+            }
+            Err(refused) => refused,
+        }
     }
 
     /// Wakes the task when `bytes` staged onto `before` make the staging area non-empty or

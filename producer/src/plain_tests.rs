@@ -141,14 +141,19 @@ proptest! {
         }
         if collapse && small {
             // The checked path opens each window's sums (a window closes after every 89th
-            // event) and keeps each group; every other event joins its sum on the fast path.
+            // event) and keeps each group; every other event joins its sum on the fast path
+            // — with allocations too, in v2.
             let opened = events
                 .iter()
                 .enumerate()
-                .map(|(i, e)| (i / 89, e.dimension.clone(), e.license_arn.clone(), e.timestamp.timestamp()))
+                .map(|(i, e)| {
+                    let allocated = e.usage_allocations.is_some();
+                    (i / 89, e.dimension.clone(), e.license_arn.clone(), e.timestamp.timestamp(), allocated)
+                })
                 .collect::<std::collections::BTreeSet<_>>();
             let groups = raw.iter().map(|r| r.0).collect::<std::collections::BTreeSet<_>>();
-            prop_assert!(fast_calls as usize + opened.len() + groups.len() >= plain);
+            let joinable = if version == WireVersion::V2 { events.len() } else { plain };
+            prop_assert!(fast_calls as usize + opened.len() + groups.len() >= joinable);
         }
         prop_assert_eq!(fast.len(), slow.len());
         for (a, b) in fast.iter().zip(&slow) {
@@ -285,8 +290,16 @@ async fn a_tight_loop_of_plain_events_yields() {
 /// it): the same reason, nothing staged, no id taken.
 #[tokio::test(start_paused = true)]
 async fn bad_allocations_are_refused_after_the_group_is_kept() {
+    for collapse in [false, true] {
+        bad_allocations_are_refused(collapse).await;
+    }
+}
+
+/// [`bad_allocations_are_refused_after_the_group_is_kept`], with collapse or without (where
+/// the good event with allocations opened the sum the bad ones would join).
+async fn bad_allocations_are_refused(collapse: bool) {
     let sink = MemoryRecordSink::new(ShardMap::uniform(3));
-    let p = producer(&sink, 16 * 1024 * 1024);
+    let p = producer_as(&sink, 16 * 1024 * 1024, collapse, WireVersion::V2);
     let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
     let tagged = |n: u64| UsageAllocation::new(n, vec![Tag::new("team", "a")]);
     // Keeps the group (and its head) on this thread.
@@ -314,10 +327,78 @@ async fn bad_allocations_are_refused_after_the_group_is_kept() {
             Err(ProducerError::Invalid { source, event }) => {
                 assert!(event.usage_allocations.is_some(), "{what}: {source}");
             }
-            other => panic!("{what}: not refused: {other:?}"),
+            other => panic!("collapse {collapse}, {what}: not refused: {other:?}"),
         }
-        assert_eq!(staged_plain(), before, "{what}: not staged");
+        assert_eq!(
+            staged_plain(),
+            before,
+            "collapse {collapse}, {what}: not staged"
+        );
     }
     p.flush().await.unwrap();
     assert_eq!(p.stats().events_recorded, 2);
+    assert_eq!(p.buffered_bytes(), 0, "nothing charged for the refused");
+}
+
+/// Collapse: events with allocations of one group and second, after the first opened their
+/// sum, join it on the fast path — each charged as the checked path charges it, the tag
+/// sets summed apart — and the window sends one event: the whole quantity, each tag set's
+/// sum, the earliest timestamp.
+#[tokio::test(start_paused = true)]
+async fn allocated_events_join_their_sum_on_the_fast_path() {
+    let sink = MemoryRecordSink::new(ShardMap::uniform(3));
+    let p = producer_as(&sink, 16 * 1024 * 1024, true, WireVersion::V2);
+    let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
+    let tagged = |n: u64, team: &str| UsageAllocation::new(n, vec![Tag::new("team", team)]);
+    // The first event keeps the group and opens the allocated sum (the checked path).
+    let first = event(6, t0 + chrono::Duration::milliseconds(900), 4);
+    p.record(first.with_allocations(vec![tagged(4, "a")]))
+        .await
+        .unwrap();
+    let before = staged_plain();
+    let charged = p.buffered_bytes();
+    for i in 0..40u64 {
+        let team = if i % 2 == 0 { "a" } else { "b" };
+        // Nanoseconds past the millisecond: the sum keeps the earliest, truncated.
+        let at = t0 + chrono::Duration::nanoseconds(1_000_000 * (899 - i as i64) + 999);
+        let e = event(6, at, 3).with_allocations(vec![tagged(2, team), tagged(1, "c")]);
+        p.record(e).await.unwrap();
+    }
+    assert_eq!(
+        staged_plain() - before,
+        40,
+        "every later event on the fast path"
+    );
+    assert!(
+        p.buffered_bytes() >= charged * 40,
+        "each is charged: {} after {charged} for the first",
+        p.buffered_bytes()
+    );
+    p.flush().await.unwrap();
+    assert_eq!(p.buffered_bytes(), 0);
+    assert_eq!(p.stats().events_recorded, 41);
+    let sums: Vec<Event> = sink
+        .records()
+        .iter()
+        .flat_map(|r| crate::wire::decode_events(&r.entry.data).unwrap())
+        .map(|u| u.event.unwrap())
+        .collect();
+    assert_eq!(sums.len(), 1, "one sum: {sums:?}");
+    let sum = &sums[0];
+    assert_eq!(sum.quantity, 4 + 40 * 3);
+    assert_eq!(
+        sum.timestamp,
+        t0 + chrono::Duration::milliseconds(899 - 39),
+        "the earliest, in whole milliseconds"
+    );
+    let mut by_team: Vec<(String, u64)> = sum
+        .usage_allocations
+        .iter()
+        .flatten()
+        .map(|a| (a.tags[0].value.clone(), a.allocated_usage_quantity))
+        .collect();
+    by_team.sort();
+    let expected = [("a", 4 + 20 * 2), ("b", 20 * 2), ("c", 40)];
+    let expected: Vec<(String, u64)> = expected.iter().map(|&(t, n)| (t.into(), n)).collect();
+    assert_eq!(by_team, expected);
 }

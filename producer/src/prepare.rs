@@ -11,7 +11,8 @@ use chrono::{DateTime, Utc};
 use super::Producer;
 use crate::error::{ProducerError, ValidationError};
 use crate::event::{
-    Event, second_in_range, truncate_to_millis, validate_allocations, validate_timestamp,
+    Event, UsageAllocation, second_in_range, truncate_to_millis, validate_allocations,
+    validate_timestamp,
 };
 use crate::event_id::GeneratedId;
 use crate::fold::{Absorbed, FoldKey};
@@ -263,8 +264,8 @@ impl Producer {
     /// group this thread has checked and keeps, in the years `validate_timestamp` admits.
     /// Without collapse (v2), it is charged and staged from the group's cached head
     /// ([`with_cached_head`]), its allocations (checked here as the checked path checks them)
-    /// written after it; with collapse, an event without allocations joins its open sum
-    /// ([`with_cached_slot`]).
+    /// written after it; with collapse, it joins its open sum ([`with_cached_slot`]): at no
+    /// charge without allocations, charged with them (v2).
     /// Either is what [`Producer::prepare`] and the staging would do with it — the same id,
     /// payload, split, key, charge, sum and counts — with nothing moved, reference-counted or
     /// checked twice: what a [`super::Meter`] does, after one lookup of the group's fields.
@@ -280,11 +281,10 @@ impl Producer {
             return None;
         }
         if shared.config.collapse {
-            // Only an event without allocations joins a sum at no charge.
-            if event.usage_allocations.is_some() {
-                return None;
+            match event.usage_allocations.as_deref() {
+                None => self.absorb_plain(event, timestamp, second),
+                Some(allocations) => self.absorb_allocated(event, allocations, timestamp, second),
             }
-            self.absorb_plain(event, timestamp, second)
         } else if shared.config.wire_version == WireVersion::V2 {
             self.stage_plain(event, timestamp)
         } else {
@@ -319,6 +319,65 @@ impl Producer {
                 }
                 Absorbed::No => None,
                 Absorbed::Sealed => Some(Plain::Sealed),
+            }
+        })
+        .flatten()
+    }
+
+    /// Collapse, v2: a plain event with allocations, of a group this thread keeps, joins its
+    /// open allocated sum through the table, charged what the checked path charges it (its
+    /// allocations can add tag sets to the sum, so it is not free as an event without them
+    /// is): its allocations checked as the checked path checks them, its group not checked
+    /// or hashed again, nothing of it moved. `None` when the checked path is to decide: its
+    /// allocations or size refused (it refuses them, with their reason), v1, no buffer space
+    /// now, or no open sum that takes it (it opens one).
+    fn absorb_allocated(
+        &self,
+        event: &Event,
+        allocations: &[UsageAllocation],
+        timestamp: DateTime<Utc>,
+        second: i64,
+    ) -> Option<Plain> {
+        let shared = &self.shared;
+        let config = &shared.config;
+        if config.wire_version != WireVersion::V2 {
+            return None;
+        }
+        let quantity = event.quantity;
+        validate_allocations(allocations, quantity).ok()?;
+        let producer_id = config.producer_id.as_deref();
+        let group = event.group();
+        with_cached_slot(group, shared.instance, producer_id, |pk, cached| {
+            // `Producer::prepare`'s size, checks and charge for the event joining a sum.
+            let longest = shared.ids.longest_id();
+            let payload_len = single_len_as(event, producer_id, Some(longest));
+            if payload_len + pk.len() > MAX_RECORD_BYTES {
+                return None;
+            }
+            let slack = quantity_slack(quantity, WireVersion::V2);
+            let cost = Self::buffer_cost(payload_len + slack, pk.len());
+            if cost > config.max_buffered_bytes {
+                return None;
+            }
+            shared.sem.try_acquire_many(cost as u32).ok()?.forget();
+            let key = FoldKey::with(cached.fold, group, producer_id, second, true).from(Some(pk));
+            match shared
+                .staging
+                .absorb_allocated(&key, quantity, allocations, timestamp, cost)
+            {
+                Absorbed::Yes => {
+                    #[cfg(test)]
+                    PLAIN_ABSORBED.with(|n| n.set(n.get() + 1));
+                    Some(Plain::Staged)
+                }
+                Absorbed::No => {
+                    shared.sem.add_permits(cost);
+                    None
+                }
+                Absorbed::Sealed => {
+                    shared.sem.add_permits(cost);
+                    Some(Plain::Sealed)
+                }
             }
         })
         .flatten()
