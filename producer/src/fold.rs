@@ -147,6 +147,20 @@ pub(crate) enum Absorbed {
     Sealed,
 }
 
+/// What [`FoldTable::join_or_open`] did with a bound group handle's event.
+pub(crate) enum Joined {
+    /// Added to its open sum at no charge: the template goes back (to be freed outside the
+    /// lock, and its charge given back).
+    Absorbed(Event),
+    /// Opened a sum with the template, charged; the staged byte count before.
+    Opened(usize),
+    /// No open sum takes it and there is no buffer space now to open one: the template
+    /// goes back (to wait for space).
+    NoSpace(Event),
+    /// The table is sealed (shutdown): the template goes back.
+    Sealed(Event),
+}
+
 /// A bound group handle's hold on its group's open sum ([`crate::Meter`], collapse): once
 /// attached to the sum of a second, the handle's later events of that second are added here
 /// under the handle's own lock — no key hash, no shard lock, no table lookup. The sum's
@@ -453,6 +467,79 @@ impl FoldTable {
         b.bytes += bytes;
         b.constituents += 1;
         Ok(staged.fetch_add(bytes, Ordering::SeqCst))
+    }
+
+    /// A bound group handle's event that its slot did not take — `quantity` at `timestamp`,
+    /// no id or allocations, of `key` — added to its open sum at no charge, as
+    /// [`FoldTable::absorb`] adds it, or, when no open sum takes it, opening one as
+    /// [`FoldTable::add`] opens it: `template` (the event, its producer id written, in whole
+    /// milliseconds), charged `bytes` (`charge` takes them, under the lock, only to open; no
+    /// buffer space gives the template back), its payload about `payload_len` bytes, its
+    /// group's partition key and hash `keyed`. Either way `slot` is attached to
+    /// the sum that took the event, so the handle's next events of the second go there: one
+    /// lock and one lookup, where an absorb that misses, an add and the next event's absorb
+    /// take three of each.
+    #[allow(clippy::too_many_arguments)]
+    pub fn join_or_open(
+        &self,
+        key: &FoldKey<'_>,
+        quantity: u64,
+        timestamp: DateTime<Utc>,
+        slot: &Arc<FoldSlot>,
+        template: Event,
+        bytes: usize,
+        payload_len: usize,
+        keyed: (Arc<str>, u128),
+        staged: &AtomicUsize,
+        charge: impl FnOnce() -> bool,
+    ) -> Joined {
+        debug_assert!(!key.allocated && template.usage_allocations.is_none());
+        debug_assert!(
+            template.event_id.is_empty() && template.producer_id.as_deref() == key.producer_id
+        );
+        let mut s = Self::lock(&self.shards[key.shard()]);
+        if s.sealed {
+            drop(s);
+            return Joined::Sealed(template);
+        }
+        let Shard { index, buckets, .. } = &mut *s;
+        let open = index.find_mut(key.hash, |&i| key.matches(&buckets[i]));
+        if let Some(&mut i) = open {
+            detach(buckets, i, &self.counted);
+            let b = &mut buckets[i];
+            if b.sum.try_absorb_plain(quantity, timestamp) {
+                b.constituents += 1;
+                attach(buckets, i, slot, key.second, &self.counted);
+                drop(s);
+                return Joined::Absorbed(template);
+            }
+        }
+        // A new key, or its sum is full (a quantity overflow): a new sum, which later events
+        // of the key join.
+        if !charge() {
+            drop(s);
+            return Joined::NoSpace(template);
+        }
+        let before = staged.fetch_add(bytes, Ordering::SeqCst);
+        let new = buckets.len();
+        match open {
+            Some(i) => *i = new,
+            None => {
+                index.insert_unique(key.hash, new, |&i| buckets[i].hash);
+            }
+        }
+        buckets.push(Bucket {
+            hash: key.hash,
+            second: key.second,
+            keyed: Some(keyed),
+            sum: Sum::new(template, payload_len),
+            constituents: 1,
+            enqueued_at: Instant::now(),
+            bytes,
+            slot: None,
+        });
+        attach(buckets, new, slot, key.second, &self.counted);
+        Joined::Opened(before)
     }
 
     /// Adds the validated `event`, which has no id of its own (written with

@@ -312,3 +312,54 @@ fn an_allocated_event_joins_its_open_sum_charged() {
     assert_eq!(join(2, "a", 10), Err(Absorbed::Sealed));
     assert_eq!(staged.load(Ordering::SeqCst), 0);
 }
+
+/// A bound handle's event its slot missed: it opens its sum charged (the charge taken only to
+/// open) with the slot attached at once, joins an open sum at no charge, opens another when
+/// the sum would overflow, and comes back without buffer space or once sealed.
+#[test]
+fn join_or_open_opens_charged_or_joins_free_with_the_slot_attached() {
+    let table = FoldTable::new(Counted::default());
+    let staged = AtomicUsize::new(0);
+    let slot: Arc<FoldSlot> = Arc::default();
+    let mut template = event(5, 300, 4);
+    template.producer_id = Some("default".into());
+    let keyed = crate::partition::keyed_group(
+        &template.license_arn,
+        &template.customer_aws_account_id,
+        &template.dimension,
+    );
+    let key = FoldKey::new(&template, Some("default")).from(Some(&keyed.0));
+    let at = template.timestamp;
+    let charges = std::cell::Cell::new(0);
+    let join = |q: u64, space: bool| {
+        let mut t = template.clone();
+        t.quantity = q;
+        table.join_or_open(&key, q, at, &slot, t, 10, 5, keyed.clone(), &staged, || {
+            charges.set(charges.get() + 1);
+            space
+        })
+    };
+    assert!(matches!(join(4, false), Joined::NoSpace(t) if t.quantity == 4));
+    assert_eq!((charges.get(), staged.load(Ordering::SeqCst)), (1, 0));
+    assert!(matches!(join(4, true), Joined::Opened(0)));
+    assert_eq!(staged.load(Ordering::SeqCst), 10);
+    // The slot is attached: the handle's next event of the second goes there.
+    assert!(slot.try_add(at, 1));
+    // The slot missed (say, a thread raced it): the open sum takes the event, free.
+    assert!(matches!(join(2, true), Joined::Absorbed(_)));
+    assert_eq!((charges.get(), staged.load(Ordering::SeqCst)), (2, 10));
+    assert!(slot.try_add(at, 3), "attached again");
+    // An overflow opens the key's next sum, charged.
+    assert!(matches!(join(u64::MAX, true), Joined::Opened(10)));
+    assert_eq!(staged.load(Ordering::SeqCst), 20);
+    let mut sums = Vec::new();
+    table.drain(true, &staged, |f| sums.push(f));
+    let seen: Vec<(u64, u64, usize)> = sums
+        .iter()
+        .map(|f| (f.event.quantity, f.constituents, f.bytes))
+        .collect();
+    assert_eq!(seen, vec![(10, 4, 10), (u64::MAX, 1, 10)]);
+    assert_eq!(staged.load(Ordering::SeqCst), 0);
+    assert!(matches!(join(1, true), Joined::Sealed(_)));
+    assert_eq!(staged.load(Ordering::SeqCst), 0);
+}

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use crate::config::ProducerConfig;
 use crate::event::{Event, UsageAllocation};
 use crate::event_id::IdGenerator;
-use crate::fold::{Absorbed, Counted, FoldKey, FoldSlot, FoldTable, Folded};
+use crate::fold::{Absorbed, Counted, FoldKey, FoldSlot, FoldTable, Folded, Joined};
 use crate::metrics::{Metrics, StatCounters};
 use crate::outcome::{FlushOutcome, Undelivered, UndeliveredCallback};
 
@@ -257,6 +257,40 @@ impl Staging {
             }
             Err(refused) => refused,
         }
+    }
+
+    /// A bound group handle's event its slot did not take: joins its open sum or opens one
+    /// charged `bytes` (taken by `charge`), the slot attached ([`FoldTable::join_or_open`]); an opening wakes
+    /// the task as [`Staging::fold`] does.
+    #[allow(clippy::too_many_arguments)]
+    pub fn join_or_open(
+        &self,
+        key: &FoldKey<'_>,
+        quantity: u64,
+        timestamp: DateTime<Utc>,
+        slot: &Arc<FoldSlot>,
+        template: Event,
+        bytes: usize,
+        payload_len: usize,
+        keyed: (Arc<str>, u128),
+        charge: impl FnOnce() -> bool,
+    ) -> Joined {
+        let joined = self.folds.join_or_open(
+            key,
+            quantity,
+            timestamp,
+            slot,
+            template,
+            bytes,
+            payload_len,
+            keyed,
+            &self.bytes,
+            charge,
+        );
+        if let Joined::Opened(before) = joined {
+            self.wake(before, bytes);
+        }
+        joined
     }
 
     /// Wakes the task when `bytes` staged onto `before` make the staging area non-empty or

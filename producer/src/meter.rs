@@ -7,14 +7,14 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use super::Producer;
-use super::prepare::{Check, Prepared, Route};
+use super::prepare::{Check, Prepared, Route, quantity_slack};
 use crate::error::{ProducerError, ValidationError};
 use crate::event::{
     Event, GroupRef, UsageAllocation, second_in_range, truncate_to_millis, validate_account_id,
     validate_license_arn, validate_timestamp,
 };
 use crate::event_id::GeneratedId;
-use crate::fold::{Absorbed, FoldKey, FoldSlot, GroupHash};
+use crate::fold::{FoldKey, FoldSlot, GroupHash, Joined};
 use crate::limits::MAX_RECORD_BYTES;
 use crate::partition::{partition_hash, partition_key};
 use crate::wire::v2::{generated_single_len, put_generated_single, single_head};
@@ -374,39 +374,85 @@ impl Meter {
             && b.slot.try_add(timestamp, quantity)
     }
 
-    /// Collapse: adds the event to its open sum at no charge, or prepares it (charged, as
-    /// [`Producer::record`] prepares it) to open a new one.
+    /// Collapse, an event the slot did not take: adds it to its open sum at no charge, or
+    /// opens a new one with it, charged as [`Producer::record`] charges it, the slot attached
+    /// either way — one step of the table's (`FoldTable::join_or_open`). With no buffer space
+    /// now to open one, the opening event is prepared to wait for space.
     fn absorb(&self, usage: &Usage) -> Result<Option<Prepared>, ProducerError> {
         let b = &*self.bound;
         let p = &b.producer;
-        let second = usage.second;
+        let sem = &p.shared.sem;
         let key = FoldKey::with(
             b.fold,
             self.group(),
             p.shared.config.producer_id.as_deref(),
-            second,
+            usage.second,
             false,
         )
         .from(Some(&b.partition_key));
+        let (template, payload_len, cost) = self.opening(usage);
+        let charge = || match sem.try_acquire_many(cost as u32) {
+            Ok(permit) => {
+                permit.forget();
+                true
+            }
+            Err(_) => false,
+        };
+        let keyed = (b.partition_key.clone(), b.hash);
+        let (q, at) = (usage.quantity, usage.timestamp);
         let staging = &p.shared.staging;
-        match staging.absorb(&key, usage.quantity, usage.timestamp, Some(&b.slot)) {
-            Absorbed::Yes => {
+        match staging.join_or_open(
+            &key,
+            q,
+            at,
+            &b.slot,
+            template,
+            cost,
+            payload_len,
+            keyed,
+            charge,
+        ) {
+            Joined::Opened(_) => {
                 p.accepted();
                 Ok(None)
             }
-            Absorbed::No => {
-                let mut prepared = p.prepare(self.event(usage), Check::Usage)?;
-                // The sum it opens keeps the meter's key: its events are found by it, and
-                // the window's close needs no key lookup.
-                if let Route::Fold { keyed, .. } = &mut prepared.route {
-                    *keyed = Some((b.partition_key.clone(), b.hash));
-                }
-                Ok(Some(prepared))
+            Joined::Absorbed(template) => {
+                // Its strings freed outside the table's lock.
+                drop(template);
+                p.accepted();
+                Ok(None)
             }
-            Absorbed::Sealed => Err(ProducerError::Closed(Some(Box::new(
-                p.give_back(self.event(usage), None),
+            Joined::NoSpace(template) => Ok(Some(Prepared {
+                event: template,
+                generated: None,
+                route: Route::Fold {
+                    payload_len,
+                    // The sum it opens keeps the meter's key: its events are found by it,
+                    // and the window's close needs no key lookup.
+                    keyed: Some((b.partition_key.clone(), b.hash)),
+                },
+                cost,
+            })),
+            Joined::Sealed(template) => Err(ProducerError::Closed(Some(Box::new(
+                p.give_back(template, None),
             )))),
         }
+    }
+
+    /// Collapse: the sum the event would open — the event as `Producer::prepare` leaves it
+    /// for a sum (the producer's default producer id written), its payload's size and its
+    /// charge, as `Producer::prepare` sizes and charges it. The group's largest event was
+    /// checked against the record and buffer limits when the meter was made.
+    fn opening(&self, usage: &Usage) -> (Event, usize, usize) {
+        let b = &*self.bound;
+        let p = &b.producer;
+        let config = &p.shared.config;
+        let mut event = self.event(usage);
+        event.producer_id = config.producer_id.clone();
+        let payload_len = p.fold_payload_len(&mut event, config.wire_version);
+        let slack = quantity_slack(usage.quantity, config.wire_version);
+        let cost = Producer::buffer_cost(payload_len + slack, b.partition_key.len());
+        (event, payload_len, cost)
     }
 
     /// No collapse, v2: the event's id (its lane's next sequence) and payload size.

@@ -546,7 +546,7 @@ impl Producer {
     /// What a collapsed event is charged for its payload before its window's sum is encoded:
     /// its size with the longest id it can be given (v2 sizes it; v1, the JSON fallback,
     /// encodes it with its producer id).
-    fn fold_payload_len(&self, event: &mut Event, version: WireVersion) -> usize {
+    pub(super) fn fold_payload_len(&self, event: &mut Event, version: WireVersion) -> usize {
         debug_assert!(
             event.event_id.is_empty(),
             "only events without an id join sums"
