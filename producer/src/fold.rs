@@ -147,6 +147,15 @@ pub(crate) enum Absorbed {
     Sealed,
 }
 
+/// What an event that may open a sum is charged ([`FoldTable::add_opening`]): `bytes` of
+/// buffer, its payload about `payload_len` bytes; `keyed` is its group's partition key and
+/// hash when known.
+pub(crate) struct Charged {
+    pub bytes: usize,
+    pub payload_len: usize,
+    pub keyed: Option<(Arc<str>, u128)>,
+}
+
 /// What [`FoldTable::join_or_open`] did with a bound group handle's event.
 pub(crate) enum Joined {
     /// Added to its open sum at no charge: the template goes back (to be freed outside the
@@ -551,19 +560,53 @@ impl FoldTable {
     #[allow(clippy::result_large_err)]
     pub fn add(
         &self,
-        mut event: Event,
+        event: Event,
         default_producer_id: Option<&str>,
         bytes: usize,
         payload_len: usize,
         staged: &AtomicUsize,
         keyed: Option<(Arc<str>, u128)>,
     ) -> Result<usize, Event> {
+        let charged = Charged {
+            bytes,
+            payload_len,
+            keyed,
+        };
+        self.add_opening(event, default_producer_id, charged, staged, None)
+    }
+
+    /// [`FoldTable::add`], `opener` — when given — the group's hash with the default
+    /// producer id (the event has none of its own) and the slot of the thread recording it:
+    /// the group is not hashed again, and a sum the event opens gets the slot attached, so
+    /// the thread's next events of the second go there.
+    #[allow(clippy::result_large_err)]
+    pub fn add_opening(
+        &self,
+        mut event: Event,
+        default_producer_id: Option<&str>,
+        charged: Charged,
+        staged: &AtomicUsize,
+        opener: Option<(GroupHash, &Arc<FoldSlot>)>,
+    ) -> Result<usize, Event> {
         debug_assert!(
             event.event_id.is_empty(),
             "an event with an id of its own never joins a sum"
         );
+        let Charged {
+            bytes,
+            payload_len,
+            keyed,
+        } = charged;
         let producer_id = event.producer_id.as_deref().or(default_producer_id);
-        let key = FoldKey::new(&event, producer_id).from(keyed.as_ref().map(|k| &k.0));
+        let key = match opener {
+            Some((pre, _)) => {
+                debug_assert!(event.producer_id.is_none() && event.usage_allocations.is_none());
+                let second = event.timestamp.timestamp();
+                FoldKey::with(pre, event.group(), producer_id, second, false)
+            }
+            None => FoldKey::new(&event, producer_id),
+        }
+        .from(keyed.as_ref().map(|k| &k.0));
         let (hash, second, ix) = (key.hash, key.second, key.shard());
         let mut s = Self::lock(&self.shards[ix]);
         if s.sealed {
@@ -613,6 +656,9 @@ impl FoldTable {
             bytes,
             slot: None,
         });
+        if let Some((_, slot)) = opener {
+            attach(buckets, new, slot, second, &self.counted);
+        }
         Ok(before)
     }
 

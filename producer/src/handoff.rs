@@ -16,7 +16,9 @@ use tokio::time::Instant;
 use crate::config::ProducerConfig;
 use crate::event::{Event, UsageAllocation};
 use crate::event_id::IdGenerator;
-use crate::fold::{Absorbed, Counted, FoldKey, FoldSlot, FoldTable, Folded, Joined};
+use crate::fold::{
+    Absorbed, Charged, Counted, FoldKey, FoldSlot, FoldTable, Folded, GroupHash, Joined,
+};
 use crate::metrics::{Metrics, StatCounters};
 use crate::outcome::{FlushOutcome, Undelivered, UndeliveredCallback};
 
@@ -223,6 +225,22 @@ impl Staging {
             &self.bytes,
             keyed,
         )?;
+        self.wake(before, bytes);
+        Ok(())
+    }
+
+    /// [`Staging::fold`] with the opener's group hash and slot ([`FoldTable::add_opening`]).
+    #[allow(clippy::result_large_err)]
+    pub fn fold_opening(
+        &self,
+        event: Event,
+        default_producer_id: Option<&str>,
+        charged: Charged,
+        opener: Option<(GroupHash, &Arc<FoldSlot>)>,
+    ) -> Result<(), Event> {
+        let bytes = charged.bytes;
+        let folds = &self.folds;
+        let before = folds.add_opening(event, default_producer_id, charged, &self.bytes, opener)?;
         self.wake(before, bytes);
         Ok(())
     }

@@ -232,7 +232,7 @@ pub(crate) fn with_cached_head<R>(
 }
 
 /// The collapse fast path of a group this thread has checked: `f` runs with the group's
-/// partition key and this thread's slot in producer `instance` (made now if the thread
+/// partition key, its hash and this thread's slot in producer `instance` (made now if the thread
 /// kept none for it; `producer_id`, the instance's default, is hashed into it once). `None`
 /// when the group is not kept yet: the caller takes [`checked_group`]'s path, which checks
 /// and keeps it. `f` must not use this thread's cache.
@@ -240,7 +240,7 @@ pub(crate) fn with_cached_slot<R>(
     group: GroupRef<'_>,
     instance: u64,
     producer_id: Option<&str>,
-    f: impl FnOnce(&std::sync::Arc<str>, &CachedSlot) -> R,
+    f: impl FnOnce(&std::sync::Arc<str>, u128, &CachedSlot) -> R,
 ) -> Option<R> {
     let fields_hash = fields_hash(group);
     KEY_CACHE.with_borrow_mut(|cache| {
@@ -253,7 +253,7 @@ pub(crate) fn with_cached_slot<R>(
                 slot: std::sync::Arc::default(),
             }),
         };
-        Some(f(&c.partition_key, slot))
+        Some(f(&c.partition_key, c.hash, slot))
     })
 }
 

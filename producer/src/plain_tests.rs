@@ -140,19 +140,21 @@ proptest! {
             prop_assert!(fast_calls as usize >= events.len() - groups.len());
         }
         if collapse && small {
-            // The checked path opens each window's sums (a window closes after every 89th
-            // event) and keeps each group; every other event joins its sum on the fast path
-            // — with allocations too, in v2.
+            // The checked path keeps each group, and opens each window's sums of events with
+            // allocations (a window closes after every 89th event) — in v1 every sum; every
+            // other event joins or opens its sum on the fast path, in v2 with allocations too.
+            let v2 = version == WireVersion::V2;
             let opened = events
                 .iter()
                 .enumerate()
+                .filter(|(_, e)| !v2 || e.usage_allocations.is_some())
                 .map(|(i, e)| {
                     let allocated = e.usage_allocations.is_some();
                     (i / 89, e.dimension.clone(), e.license_arn.clone(), e.timestamp.timestamp(), allocated)
                 })
                 .collect::<std::collections::BTreeSet<_>>();
             let groups = raw.iter().map(|r| r.0).collect::<std::collections::BTreeSet<_>>();
-            let joinable = if version == WireVersion::V2 { events.len() } else { plain };
+            let joinable = if v2 { events.len() } else { plain };
             prop_assert!(fast_calls as usize + opened.len() + groups.len() >= joinable);
         }
         prop_assert_eq!(fast.len(), slow.len());
@@ -167,15 +169,17 @@ proptest! {
 /// Fills a paused sink's buffer with `try_record` of plain events (or their checked twins):
 /// how many were accepted, the event `Full` gave back, whether `record()` then waits, and
 /// the fast-path count.
-async fn fill(take_checked_path: bool) -> (usize, Event, bool, u64) {
+async fn fill(take_checked_path: bool, collapse: bool) -> (usize, Event, bool, u64) {
     let sink = MemoryRecordSink::new(ShardMap::uniform(3));
     sink.pause();
-    let p = producer(&sink, 64 * 1024);
+    let p = producer_as(&sink, 64 * 1024, collapse, WireVersion::V2);
     let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
     let before = staged_plain();
+    // With collapse, a second apart: each event opens a sum, charged.
+    let step = if collapse { 1_000_000_123 } else { 1_000_123 };
     for i in 0..100_000usize {
         // Sub-millisecond digits: the event given back has them truncated, on both paths.
-        let ts = t0 + chrono::Duration::nanoseconds(i as i64 * 1_000_123);
+        let ts = t0 + chrono::Duration::nanoseconds(i as i64 * step);
         let e = event(i % 4, ts, 3);
         let e = if take_checked_path { checked(e) } else { e };
         match p.try_record(e.clone()) {
@@ -194,21 +198,30 @@ async fn fill(take_checked_path: bool) -> (usize, Event, bool, u64) {
 
 #[tokio::test(start_paused = true)]
 async fn back_pressure_and_the_event_given_back_are_the_checked_paths() {
-    let (n, full, waited, fast) = fill(false).await;
-    let (m, checked_full, checked_waited, checked_fast) = fill(true).await;
-    assert!(
-        fast as usize >= n - 4,
-        "the plain events took the fast path"
-    );
-    assert_eq!(checked_fast, 0);
-    assert_eq!(n, m, "as many accepted before Full");
-    assert_eq!(full, checked_full, "Full gives back the same event");
-    assert_eq!(full.timestamp.timestamp_subsec_nanos() % 1_000_000, 0);
-    assert!(
-        full.event_id.starts_with("p:"),
-        "with its generated id: {full:?}"
-    );
-    assert!(waited && checked_waited, "record() waits while full");
+    // With collapse, every event opens a sum: the fast path's opening, charged.
+    for collapse in [false, true] {
+        let (n, full, waited, fast) = fill(false, collapse).await;
+        let (m, checked_full, checked_waited, checked_fast) = fill(true, collapse).await;
+        assert!(
+            fast as usize >= n - 4,
+            "collapse {collapse}: the plain events took the fast path ({fast} of {n})"
+        );
+        assert_eq!(checked_fast, 0);
+        assert_eq!(n, m, "collapse {collapse}: as many accepted before Full");
+        assert_eq!(
+            full, checked_full,
+            "collapse {collapse}: Full gives back the same event"
+        );
+        assert_eq!(full.timestamp.timestamp_subsec_nanos() % 1_000_000, 0);
+        assert!(
+            full.event_id.starts_with("p:"),
+            "with its generated id: {full:?}"
+        );
+        assert!(
+            waited && checked_waited,
+            "collapse {collapse}: record() waits while full"
+        );
+    }
 }
 
 #[tokio::test(start_paused = true)]

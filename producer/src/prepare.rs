@@ -15,11 +15,11 @@ use crate::event::{
     validate_timestamp,
 };
 use crate::event_id::GeneratedId;
-use crate::fold::{Absorbed, FoldKey};
+use crate::fold::{Absorbed, FoldKey, FoldSlot, GroupHash};
 use crate::limits::MAX_RECORD_BYTES;
 use crate::partition::{
-    CheckedGroup, SingleHead, checked_group, keyed_group, partition_hash, partition_key,
-    partition_key_len, with_cached_head, with_cached_slot,
+    CachedSlot, CheckedGroup, SingleHead, checked_group, keyed_group, partition_hash,
+    partition_key, partition_key_len, with_cached_head, with_cached_slot,
 };
 use crate::wire::v2::{allocations_len, generated_single_len, put_single_from_head};
 use crate::wire::{WireVersion, single_len_as};
@@ -60,6 +60,18 @@ pub(super) enum Plain {
     /// The producer closed (the buffer's bound closed, or the task took its last): the event
     /// goes back with this id.
     Closed(GeneratedId),
+    /// Collapse: no open sum takes the event; it opens one ([`Producer::open`]).
+    Open(Opening),
+}
+
+/// The sum a plain event opens (collapse): what [`Producer::prepare`] would have found for
+/// it, and the thread's slot for its group, attached to the sum.
+pub(super) struct Opening {
+    pub fold: GroupHash,
+    pub keyed: Keyed,
+    pub slot: Arc<FoldSlot>,
+    pub payload_len: usize,
+    pub cost: usize,
 }
 
 impl Plain {
@@ -301,7 +313,7 @@ impl Producer {
         let producer_id = shared.config.producer_id.as_deref();
         let group = event.group();
         let quantity = event.quantity;
-        with_cached_slot(group, shared.instance, producer_id, |pk, cached| {
+        with_cached_slot(group, shared.instance, producer_id, |pk, hash, cached| {
             if cached.slot.try_add(event.timestamp, quantity) {
                 #[cfg(test)]
                 PLAIN_ABSORBED.with(|n| n.set(n.get() + 1));
@@ -317,11 +329,46 @@ impl Producer {
                     PLAIN_ABSORBED.with(|n| n.set(n.get() + 1));
                     Some(Plain::Staged)
                 }
-                Absorbed::No => None,
+                Absorbed::No => self.opening(event, pk, hash, cached),
                 Absorbed::Sealed => Some(Plain::Sealed),
             }
         })
         .flatten()
+    }
+
+    /// Collapse, v2: the sum a plain event without allocations opens when no open sum takes
+    /// it — sized, checked and charged as [`Producer::prepare`] sizes, checks and charges it,
+    /// with its group's key, hash and this thread's slot (attached to the sum it opens).
+    /// `None` leaves it to the checked path (v1, or a size the checked path refuses).
+    fn opening(
+        &self,
+        event: &Event,
+        pk: &Arc<str>,
+        hash: u128,
+        cached: &CachedSlot,
+    ) -> Option<Plain> {
+        let config = &self.shared.config;
+        if config.wire_version != WireVersion::V2 {
+            return None;
+        }
+        let producer_id = config.producer_id.as_deref();
+        let longest = self.shared.ids.longest_id();
+        let payload_len = single_len_as(event, producer_id, Some(longest));
+        if payload_len + pk.len() > MAX_RECORD_BYTES {
+            return None;
+        }
+        let slack = quantity_slack(event.quantity, WireVersion::V2);
+        let cost = Self::buffer_cost(payload_len + slack, pk.len());
+        if cost > config.max_buffered_bytes {
+            return None;
+        }
+        Some(Plain::Open(Opening {
+            fold: cached.fold,
+            keyed: (pk.clone(), hash),
+            slot: cached.slot.clone(),
+            payload_len,
+            cost,
+        }))
     }
 
     /// Collapse, v2: a plain event with allocations, of a group this thread keeps, joins its
@@ -347,7 +394,7 @@ impl Producer {
         validate_allocations(allocations, quantity).ok()?;
         let producer_id = config.producer_id.as_deref();
         let group = event.group();
-        with_cached_slot(group, shared.instance, producer_id, |pk, cached| {
+        with_cached_slot(group, shared.instance, producer_id, |pk, _, cached| {
             // `Producer::prepare`'s size, checks and charge for the event joining a sum.
             let longest = shared.ids.longest_id();
             let payload_len = single_len_as(event, producer_id, Some(longest));

@@ -9,7 +9,7 @@ mod prepare;
 
 pub use builder::ProducerBuilder;
 pub use meter::Meter;
-use prepare::{Check, Payload, Plain, Prepared, Route};
+use prepare::{Check, Opening, Payload, Plain, Prepared, Route};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,7 +22,7 @@ use crate::config::ProducerConfig;
 use crate::error::ProducerError;
 use crate::event::Event;
 use crate::event_id::IdGenerator;
-use crate::fold::{Absorbed, FoldKey};
+use crate::fold::{Absorbed, Charged, FoldKey};
 use crate::handoff::{Command, RECORD_OVERHEAD_BYTES, Staging};
 use crate::metrics::{Metrics, ProducerStats, StatCounters};
 use crate::outcome::{FlushOutcome, Undelivered};
@@ -139,6 +139,12 @@ impl Producer {
                 return Ok(Some(self.wait_and_stage(p)));
             }
             Some(Plain::Closed(id)) => return Err(self.closed_with(event, id)),
+            Some(Plain::Open(o)) => {
+                return match self.open(event, o)? {
+                    None => Ok(None),
+                    Some(p) => Ok(self.stage_now(p)?.map(|p| self.wait_and_stage(p))),
+                };
+            }
             None => {}
         }
         let p = self.prepare(event, Check::Whole)?;
@@ -196,6 +202,54 @@ impl Producer {
             Absorbed::No => Ok(Some(p)),
             Absorbed::Sealed => {
                 let event = self.give_back(p.event, None);
+                Err(ProducerError::Closed(Some(Box::new(event))))
+            }
+        }
+    }
+
+    /// Collapse: a plain event that opens its sum ([`Plain::Open`]) — opened now, charged,
+    /// with the thread's slot for its group attached, when there is buffer space; else
+    /// prepared as [`Producer::prepare`] prepares it, to be charged and staged as the checked
+    /// path would (waiting for space, or refused `Full` by `try_record`).
+    fn open(&self, event: Event, o: Opening) -> Result<Option<Prepared>, ProducerError> {
+        let event = Plain::as_prepared(event);
+        let Opening {
+            fold,
+            keyed,
+            slot,
+            payload_len,
+            cost,
+        } = o;
+        let prepared = |event| Prepared {
+            event,
+            generated: None,
+            route: Route::Fold {
+                payload_len,
+                keyed: Some(keyed.clone()),
+            },
+            cost,
+        };
+        match self.shared.sem.try_acquire_many(cost as u32) {
+            Ok(permit) => permit.forget(),
+            Err(_) => return Ok(Some(prepared(event))),
+        }
+        let charged = Charged {
+            bytes: cost,
+            payload_len,
+            keyed: Some(keyed.clone()),
+        };
+        let default_producer_id = self.shared.config.producer_id.as_deref();
+        let staging = &self.shared.staging;
+        match staging.fold_opening(event, default_producer_id, charged, Some((fold, &slot))) {
+            Ok(()) => {
+                #[cfg(test)]
+                prepare::PLAIN_ABSORBED.with(|n| n.set(n.get() + 1));
+                self.accepted();
+                Ok(None)
+            }
+            Err(event) => {
+                self.shared.sem.add_permits(cost);
+                let event = self.give_back(event, None);
                 Err(ProducerError::Closed(Some(Box::new(event))))
             }
         }
@@ -345,6 +399,12 @@ impl Producer {
                 return Err(ProducerError::Full(Box::new(event)));
             }
             Some(Plain::Closed(id)) => return Err(self.closed_with(event, id)),
+            Some(Plain::Open(o)) => {
+                return match self.open(event, o)? {
+                    None => Ok(()),
+                    Some(p) => self.try_charge_and_stage(p),
+                };
+            }
             None => {}
         }
         let p = self.prepare(event, Check::Whole)?;
