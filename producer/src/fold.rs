@@ -154,6 +154,20 @@ pub(crate) struct Charged {
     pub bytes: usize,
     pub payload_len: usize,
     pub keyed: Option<(Arc<str>, u128)>,
+    /// The group's v2 single head, when the opener keeps one: the sum is written from it.
+    pub head: Option<SumHead>,
+}
+
+/// A sum's v2 single head, kept by its opener (a bound group handle, or the thread's key
+/// cache): the group, the producer id written and the instance's id epoch, encoded, and
+/// where a single written from it splits for an aggregate. The window's close writes the sum
+/// as the head and its fields (`wire::v2::put_generated_single`) instead of laying it out
+/// from the template's strings: the same bytes.
+#[derive(Clone)]
+pub(crate) struct SumHead {
+    pub bytes: Arc<[u8]>,
+    pub epoch: u128,
+    pub split: Option<(u32, u32)>,
 }
 
 /// What [`FoldTable::join_or_open`] did with a bound group handle's event.
@@ -320,6 +334,8 @@ struct Bucket {
     second: i64,
     /// The group's partition key and its hash, when the event that opened it came with them.
     keyed: Option<(Arc<str>, u128)>,
+    /// The group's v2 single head, when the event that opened it came with one.
+    head: Option<SumHead>,
     /// The template carries the producer id written (and no id: the sum is named when the
     /// window closes).
     sum: Sum,
@@ -349,6 +365,8 @@ struct Shard {
 pub(crate) struct Folded {
     /// The sum's partition key and its hash, when known (else computed from the event).
     pub keyed: Option<(Arc<str>, u128)>,
+    /// The group's v2 single head, when its opener kept one.
+    pub head: Option<SumHead>,
     /// The summed event (its producer id filled in), without an id: the caller of
     /// [`FoldTable::drain`] names it.
     pub event: Event,
@@ -482,9 +500,8 @@ impl FoldTable {
     /// no id or allocations, of `key` — added to its open sum at no charge, as
     /// [`FoldTable::absorb`] adds it, or, when no open sum takes it, opening one as
     /// [`FoldTable::add`] opens it: `template` (the event, its producer id written, in whole
-    /// milliseconds), charged `bytes` (`charge` takes them, under the lock, only to open; no
-    /// buffer space gives the template back), its payload about `payload_len` bytes, its
-    /// group's partition key and hash `keyed`. Either way `slot` is attached to
+    /// milliseconds), `charged` (`charge` takes its bytes, under the lock, only to open; no
+    /// buffer space gives the template back). Either way `slot` is attached to
     /// the sum that took the event, so the handle's next events of the second go there: one
     /// lock and one lookup, where an absorb that misses, an add and the next event's absorb
     /// take three of each.
@@ -496,9 +513,7 @@ impl FoldTable {
         timestamp: DateTime<Utc>,
         slot: &Arc<FoldSlot>,
         template: Event,
-        bytes: usize,
-        payload_len: usize,
-        keyed: (Arc<str>, u128),
+        charged: Charged,
         staged: &AtomicUsize,
         charge: impl FnOnce() -> bool,
     ) -> Joined {
@@ -529,6 +544,12 @@ impl FoldTable {
             drop(s);
             return Joined::NoSpace(template);
         }
+        let Charged {
+            bytes,
+            payload_len,
+            keyed,
+            head,
+        } = charged;
         let before = staged.fetch_add(bytes, Ordering::SeqCst);
         let new = buckets.len();
         match open {
@@ -540,7 +561,8 @@ impl FoldTable {
         buckets.push(Bucket {
             hash: key.hash,
             second: key.second,
-            keyed: Some(keyed),
+            keyed,
+            head,
             sum: Sum::new(template, payload_len),
             constituents: 1,
             enqueued_at: Instant::now(),
@@ -571,6 +593,7 @@ impl FoldTable {
             bytes,
             payload_len,
             keyed,
+            head: None,
         };
         self.add_opening(event, default_producer_id, charged, staged, None)
     }
@@ -596,6 +619,7 @@ impl FoldTable {
             bytes,
             payload_len,
             keyed,
+            head,
         } = charged;
         let producer_id = event.producer_id.as_deref().or(default_producer_id);
         let key = match opener {
@@ -650,6 +674,7 @@ impl FoldTable {
             hash,
             second,
             keyed,
+            head,
             sum: Sum::new(event, payload_len),
             constituents: 1,
             enqueued_at: Instant::now(),
@@ -701,6 +726,7 @@ impl Bucket {
     fn into_folded(self) -> Folded {
         let Bucket {
             keyed,
+            head,
             sum,
             constituents,
             enqueued_at,
@@ -709,6 +735,7 @@ impl Bucket {
         } = self;
         Folded {
             keyed,
+            head,
             event: sum.finish(constituents > 1),
             constituents,
             enqueued_at,

@@ -334,7 +334,13 @@ fn join_or_open_opens_charged_or_joins_free_with_the_slot_attached() {
     let join = |q: u64, space: bool| {
         let mut t = template.clone();
         t.quantity = q;
-        table.join_or_open(&key, q, at, &slot, t, 10, 5, keyed.clone(), &staged, || {
+        let charged = Charged {
+            bytes: 10,
+            payload_len: 5,
+            keyed: Some(keyed.clone()),
+            head: None,
+        };
+        table.join_or_open(&key, q, at, &slot, t, charged, &staged, || {
             charges.set(charges.get() + 1);
             space
         })

@@ -278,7 +278,7 @@ impl Staging {
     }
 
     /// A bound group handle's event its slot did not take: joins its open sum or opens one
-    /// charged `bytes` (taken by `charge`), the slot attached ([`FoldTable::join_or_open`]); an opening wakes
+    /// `charged` (its bytes taken by `charge`), the slot attached ([`FoldTable::join_or_open`]); an opening wakes
     /// the task as [`Staging::fold`] does.
     #[allow(clippy::too_many_arguments)]
     pub fn join_or_open(
@@ -288,20 +288,17 @@ impl Staging {
         timestamp: DateTime<Utc>,
         slot: &Arc<FoldSlot>,
         template: Event,
-        bytes: usize,
-        payload_len: usize,
-        keyed: (Arc<str>, u128),
+        charged: Charged,
         charge: impl FnOnce() -> bool,
     ) -> Joined {
+        let bytes = charged.bytes;
         let joined = self.folds.join_or_open(
             key,
             quantity,
             timestamp,
             slot,
             template,
-            bytes,
-            payload_len,
-            keyed,
+            charged,
             &self.bytes,
             charge,
         );

@@ -14,7 +14,7 @@ use crate::event::{
     validate_license_arn, validate_timestamp,
 };
 use crate::event_id::GeneratedId;
-use crate::fold::{FoldKey, FoldSlot, GroupHash, Joined};
+use crate::fold::{Charged, FoldKey, FoldSlot, GroupHash, Joined, SumHead};
 use crate::limits::MAX_RECORD_BYTES;
 use crate::partition::{partition_hash, partition_key};
 use crate::wire::v2::{generated_single_len, put_generated_single, single_head};
@@ -71,7 +71,9 @@ struct Bound {
     fold: GroupHash,
     /// v2: the bytes every payload of the group starts with (header, entry with the group,
     /// producer id and id epoch).
-    head: Box<[u8]>,
+    head: Arc<[u8]>,
+    /// The id epoch `head` was written for.
+    epoch: u128,
     /// Where each payload splits for an aggregate ([`crate::batch::UserRec::split`]).
     split: Option<(u32, u32)>,
     /// Collapse: its hold on the group's open sum, where most of its events are added.
@@ -106,7 +108,8 @@ impl Producer {
         let producer_id = self.shared.config.producer_id.as_deref();
         let pk = partition_key(&license_arn, &customer_aws_account_id, &dimension);
         let ids = &self.shared.ids;
-        let head = single_head(group, producer_id, ids.longest_id().epoch);
+        let epoch = ids.longest_id().epoch;
+        let head: Arc<[u8]> = single_head(group, producer_id, epoch).into();
         self.check_largest(group, &head, pk.len())?;
         let split = crate::partition::head_entry_start(&head, &pk)
             .and_then(|e| Some((u32::try_from(e).ok()?, u32::try_from(head.len()).ok()?)));
@@ -117,6 +120,7 @@ impl Producer {
                 partition_key: pk.into(),
                 fold: GroupHash::new(group, producer_id),
                 head,
+                epoch,
                 slot: Arc::default(),
                 producer: self.clone(),
                 license_arn,
@@ -398,20 +402,21 @@ impl Meter {
             }
             Err(_) => false,
         };
-        let keyed = (b.partition_key.clone(), b.hash);
+        // v2: the sum is written from the meter's head when its window closes.
+        let head = (p.shared.config.wire_version == WireVersion::V2).then(|| SumHead {
+            bytes: b.head.clone(),
+            epoch: b.epoch,
+            split: b.split,
+        });
+        let charged = Charged {
+            bytes: cost,
+            payload_len,
+            keyed: Some((b.partition_key.clone(), b.hash)),
+            head,
+        };
         let (q, at) = (usage.quantity, usage.timestamp);
         let staging = &p.shared.staging;
-        match staging.join_or_open(
-            &key,
-            q,
-            at,
-            &b.slot,
-            template,
-            cost,
-            payload_len,
-            keyed,
-            charge,
-        ) {
+        match staging.join_or_open(&key, q, at, &b.slot, template, charged, charge) {
             Joined::Opened(_) => {
                 p.accepted();
                 Ok(None)

@@ -231,6 +231,20 @@ pub(crate) fn with_cached_head<R>(
     })
 }
 
+/// The v2 single head of a group this thread has checked, for `producer_id` and `epoch`:
+/// the one kept, else encoded now and kept. `None` when the group is not kept.
+pub(crate) fn cached_head(
+    group: GroupRef<'_>,
+    producer_id: Option<&str>,
+    epoch: u128,
+) -> Option<SingleHead> {
+    let fields_hash = fields_hash(group);
+    KEY_CACHE.with_borrow_mut(|cache| {
+        let c = cache.find_mut(fields_hash, |c| c.is(fields_hash, group))?;
+        Some(head_of(c, group, producer_id, epoch))
+    })
+}
+
 /// The collapse fast path of a group this thread has checked: `f` runs with the group's
 /// partition key, its hash and this thread's slot in producer `instance` (made now if the thread
 /// kept none for it; `producer_id`, the instance's default, is hashed into it once). `None`

@@ -15,10 +15,10 @@ use crate::event::{
     validate_timestamp,
 };
 use crate::event_id::GeneratedId;
-use crate::fold::{Absorbed, FoldKey, FoldSlot, GroupHash};
+use crate::fold::{Absorbed, FoldKey, FoldSlot, GroupHash, SumHead};
 use crate::limits::MAX_RECORD_BYTES;
 use crate::partition::{
-    CachedSlot, CheckedGroup, SingleHead, checked_group, keyed_group, partition_hash,
+    CheckedGroup, SingleHead, cached_head, checked_group, keyed_group, partition_hash,
     partition_key, partition_key_len, with_cached_head, with_cached_slot,
 };
 use crate::wire::v2::{allocations_len, generated_single_len, put_single_from_head};
@@ -70,6 +70,8 @@ pub(super) struct Opening {
     pub fold: GroupHash,
     pub keyed: Keyed,
     pub slot: Arc<FoldSlot>,
+    /// The group's v2 head: the sum is written from it when its window closes.
+    pub head: Option<SumHead>,
     pub payload_len: usize,
     pub cost: usize,
 }
@@ -313,11 +315,11 @@ impl Producer {
         let producer_id = shared.config.producer_id.as_deref();
         let group = event.group();
         let quantity = event.quantity;
-        with_cached_slot(group, shared.instance, producer_id, |pk, hash, cached| {
+        let found = with_cached_slot(group, shared.instance, producer_id, |pk, hash, cached| {
             if cached.slot.try_add(event.timestamp, quantity) {
                 #[cfg(test)]
                 PLAIN_ABSORBED.with(|n| n.set(n.get() + 1));
-                return Some(Plain::Slot);
+                return Ok(Plain::Slot);
             }
             let key = FoldKey::with(cached.fold, group, producer_id, second, false).from(Some(pk));
             match shared
@@ -327,25 +329,29 @@ impl Producer {
                 Absorbed::Yes => {
                     #[cfg(test)]
                     PLAIN_ABSORBED.with(|n| n.set(n.get() + 1));
-                    Some(Plain::Staged)
+                    Ok(Plain::Staged)
                 }
-                Absorbed::No => self.opening(event, pk, hash, cached),
-                Absorbed::Sealed => Some(Plain::Sealed),
+                // No open sum takes it: it opens one (below, out of the cache's borrow).
+                Absorbed::No => Err((cached.fold, (pk.clone(), hash), cached.slot.clone())),
+                Absorbed::Sealed => Ok(Plain::Sealed),
             }
-        })
-        .flatten()
+        })?;
+        match found {
+            Ok(plain) => Some(plain),
+            Err((fold, keyed, slot)) => self.opening(event, fold, keyed, slot),
+        }
     }
 
     /// Collapse, v2: the sum a plain event without allocations opens when no open sum takes
     /// it — sized, checked and charged as [`Producer::prepare`] sizes, checks and charges it,
-    /// with its group's key, hash and this thread's slot (attached to the sum it opens).
-    /// `None` leaves it to the checked path (v1, or a size the checked path refuses).
+    /// with its group's key, hash, v2 head and this thread's slot (attached to the sum it
+    /// opens). `None` leaves it to the checked path (v1, or a size the checked path refuses).
     fn opening(
         &self,
         event: &Event,
-        pk: &Arc<str>,
-        hash: u128,
-        cached: &CachedSlot,
+        fold: GroupHash,
+        keyed: Keyed,
+        slot: Arc<FoldSlot>,
     ) -> Option<Plain> {
         let config = &self.shared.config;
         if config.wire_version != WireVersion::V2 {
@@ -354,18 +360,25 @@ impl Producer {
         let producer_id = config.producer_id.as_deref();
         let longest = self.shared.ids.longest_id();
         let payload_len = single_len_as(event, producer_id, Some(longest));
-        if payload_len + pk.len() > MAX_RECORD_BYTES {
+        let pk_len = keyed.0.len();
+        if payload_len + pk_len > MAX_RECORD_BYTES {
             return None;
         }
         let slack = quantity_slack(event.quantity, WireVersion::V2);
-        let cost = Self::buffer_cost(payload_len + slack, pk.len());
+        let cost = Self::buffer_cost(payload_len + slack, pk_len);
         if cost > config.max_buffered_bytes {
             return None;
         }
+        let head = cached_head(event.group(), producer_id, longest.epoch).map(|h| SumHead {
+            split: Payload::split_of(&h),
+            bytes: h.bytes,
+            epoch: longest.epoch,
+        });
         Some(Plain::Open(Opening {
-            fold: cached.fold,
-            keyed: (pk.clone(), hash),
-            slot: cached.slot.clone(),
+            fold,
+            keyed,
+            slot,
+            head,
             payload_len,
             cost,
         }))

@@ -217,6 +217,7 @@ impl Producer {
             fold,
             keyed,
             slot,
+            head,
             payload_len,
             cost,
         } = o;
@@ -237,6 +238,7 @@ impl Producer {
             bytes: cost,
             payload_len,
             keyed: Some(keyed.clone()),
+            head,
         };
         let default_producer_id = self.shared.config.producer_id.as_deref();
         let staging = &self.shared.staging;

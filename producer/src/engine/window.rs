@@ -9,20 +9,22 @@
 
 use std::sync::Arc;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use tokio::time::Instant;
 
 use super::Engine;
 use super::record::{KRecord, UserAck, UserMeta};
 use crate::batch::{Packed, Packer, UserRec};
 use crate::config::ProducerConfig;
-use crate::fold::Folded;
+use crate::event::Event;
+use crate::event_id::GeneratedId;
+use crate::fold::{Folded, SumHead};
 use crate::handoff::{Incoming, RECORD_OVERHEAD_BYTES, Reservation};
 use crate::limits::MAX_BYTES_PER_PUT;
 use crate::partition::{ShardMap, keyed_group};
 use crate::shards::ShardMapSource;
 use crate::sink::RecordSink;
-use crate::wire::v2::SplitSingle;
+use crate::wire::v2::{SplitSingle, generated_single_len, put_generated_single};
 use crate::wire::{WireVersion, encode_event};
 
 /// Size trigger: a window worth a few full PutRecords calls, or a quarter of the buffer, goes
@@ -195,6 +197,7 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
     fn encode_folded(&mut self, f: Folded) -> UserRec<UserMeta> {
         let Folded {
             keyed,
+            head,
             mut event,
             constituents,
             enqueued_at,
@@ -211,7 +214,31 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         debug_assert!(event.event_id.is_empty(), "a sum is named here");
         let idgen = &self.parts.ids;
         let id = idgen.next_id(hash);
-        let (payload, split) = match self.parts.config.wire_version {
+        // A sum without allocations whose opener kept its group's head (of this id's epoch)
+        // is written as the head and its fields: what laying it out from the template's
+        // strings writes (checked below in debug builds).
+        let version = self.parts.config.wire_version;
+        let from_head = head
+            .filter(|h| h.epoch == id.epoch)
+            .filter(|_| version == WireVersion::V2 && event.usage_allocations.is_none());
+        let (payload, split) = match version {
+            WireVersion::V2 if let Some(head) = from_head => {
+                let written = self.write_from_head(&head, &event, id);
+                #[cfg(debug_assertions)]
+                {
+                    let producer_id = event.producer_id.as_deref();
+                    let single = SplitSingle::of(&event, producer_id, Some(id), &pk);
+                    let mut laid_out = BytesMut::new();
+                    single.write(&mut laid_out, &event, producer_id);
+                    assert_eq!(
+                        &laid_out[..],
+                        &written[..],
+                        "the head writes the same single"
+                    );
+                    assert_eq!(Some(single.split), head.split, "and it splits alike");
+                }
+                (written, head.split)
+            }
             WireVersion::V2 => {
                 let producer_id = event.producer_id.as_deref();
                 let single = SplitSingle::of(&event, producer_id, Some(id), &pk);
@@ -246,6 +273,20 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
                 bytes,
             },
         }
+    }
+
+    /// A sum of the window written as its group's v2 head and its fields (quantity,
+    /// earliest timestamp, id `id`) into the window's buffer for sums.
+    fn write_from_head(&mut self, head: &SumHead, sum: &Event, id: GeneratedId) -> Bytes {
+        let millis = sum.timestamp.timestamp_millis();
+        let len = generated_single_len(&head.bytes, sum.quantity, millis, id);
+        let buf = &mut self.window.sum_bytes;
+        if buf.capacity() - buf.len() < len {
+            *buf = BytesMut::with_capacity(len.max(SUM_BUFFER_BYTES));
+        }
+        put_generated_single(buf, &head.bytes, sum.quantity, millis, id);
+        debug_assert_eq!(buf.len(), len, "the head sizes the single");
+        buf.split().freeze()
     }
 
     fn new_record(&self, p: Packed<UserMeta>) -> KRecord {
