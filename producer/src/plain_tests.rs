@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 use proptest::prelude::*;
 
-use super::prepare::{PLAIN_ABSORBED, PLAIN_STAGED};
+use super::plain::{PLAIN_ABSORBED, PLAIN_STAGED};
 use crate::error::ValidationError;
 use crate::partition::ShardMap;
 use crate::sink::StoredRecord;

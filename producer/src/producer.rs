@@ -4,12 +4,15 @@
 mod builder;
 #[path = "meter.rs"]
 mod meter;
+#[path = "plain.rs"]
+mod plain;
 #[path = "prepare.rs"]
 mod prepare;
 
 pub use builder::ProducerBuilder;
 pub use meter::Meter;
-use prepare::{Check, Opening, Payload, Plain, Prepared, Route};
+use plain::{Opening, Plain};
+use prepare::{Check, Payload, Prepared, Route};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -245,7 +248,7 @@ impl Producer {
         match staging.fold_opening(event, default_producer_id, charged, Some((fold, &slot))) {
             Ok(()) => {
                 #[cfg(test)]
-                prepare::PLAIN_ABSORBED.with(|n| n.set(n.get() + 1));
+                plain::PLAIN_ABSORBED.with(|n| n.set(n.get() + 1));
                 self.accepted();
                 Ok(None)
             }

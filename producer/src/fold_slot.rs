@@ -1,0 +1,161 @@
+//! A bound group handle's (or a thread's) hold on its group's open sum ([`FoldSlot`]), and
+//! how the table attaches and detaches it under a shard's lock.
+
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, NaiveDate, Timelike, Utc};
+
+use super::Bucket;
+use crate::event::truncate_to_millis;
+use crate::metrics::StatCounters;
+
+/// A bound group handle's hold on its group's open sum ([`crate::Meter`], collapse): once
+/// attached to the sum of a second, the handle's later events of that second are added here
+/// under the handle's own lock — no key hash, no shard lock, no table lookup. The sum's
+/// quantity, plain constituents and earliest timestamp then live in the slot; whoever next
+/// touches the sum under its shard's lock (another event of its key, the window's drain)
+/// takes them back into it first and detaches the slot ([`detach`]). Locks are taken shard
+/// first, slot second; the handle's fast path takes the slot's alone.
+///
+/// The events added here are counted as recorded ([`Counted`]) when the slot is detached,
+/// not one by one: [`FoldTable::recorded`] adds those of the attached slots to the count.
+#[derive(Default)]
+pub(crate) struct FoldSlot(Mutex<SlotState>);
+
+#[derive(Default)]
+pub(super) struct SlotState {
+    /// Attached to `buckets[ix]` of its group's shard, the open sum of the UTC second that
+    /// starts at `secs` seconds past midnight of `date`.
+    live: bool,
+    ix: usize,
+    date: NaiveDate,
+    secs: u32,
+    /// The attached sum's whole quantity.
+    quantity: u64,
+    /// Constituents without id or allocations added here since it was attached: events
+    /// accepted and not counted yet ([`Counted`]).
+    pub(super) added: u64,
+    /// The earliest timestamp added here (the sum's own when attached).
+    earliest: DateTime<Utc>,
+}
+
+impl FoldSlot {
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, SlotState> {
+        // No add panics half-way; a poisoned slot's data is whole.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Adds an event without id or allocations — `quantity` at `timestamp` — to the attached
+    /// sum when that is of `timestamp`'s UTC second and the quantity fits: what
+    /// [`FoldTable::absorb`] would do with the event, its timestamp truncated to whole
+    /// milliseconds. False leaves everything as it was.
+    ///
+    /// The second is compared as the naive UTC date and seconds past midnight (a leap second
+    /// is its minute's last second, as `timestamp()` counts it), so no epoch second is
+    /// computed; a timestamp of an attached sum's second is in the range a meter checks, as
+    /// the event that opened the sum was. The earliest timestamp, in whole milliseconds, is
+    /// passed by `timestamp` exactly when it is passed by its truncation, so `timestamp` is
+    /// truncated only when it is the new earliest.
+    pub fn try_add(&self, timestamp: DateTime<Utc>, quantity: u64) -> bool {
+        let naive = timestamp.naive_utc();
+        let (date, secs) = (naive.date(), naive.time().num_seconds_from_midnight());
+        let mut s = self.lock();
+        if !s.live || s.date != date || s.secs != secs {
+            return false;
+        }
+        let Some(sum) = s.quantity.checked_add(quantity) else {
+            return false;
+        };
+        s.quantity = sum;
+        s.added += 1;
+        if timestamp < s.earliest {
+            s.earliest = truncate_to_millis(timestamp);
+        }
+        true
+    }
+}
+
+/// UTC second `second` as the naive date and seconds past midnight [`FoldSlot::try_add`]
+/// compares (`None` out of `chrono`'s range: never for a validated timestamp).
+fn date_and_secs(second: i64) -> Option<(NaiveDate, u32)> {
+    let t = DateTime::from_timestamp(second, 0)?.naive_utc();
+    Some((t.date(), t.time().num_seconds_from_midnight()))
+}
+
+/// Where the events a slot took are counted as recorded: the `metrics` counter and the
+/// producer's own ([`crate::Producer::stats`]), as `Producer::accepted` counts an event.
+#[derive(Clone)]
+pub(crate) struct Counted {
+    pub metric: metrics::Counter,
+    pub stats: Arc<StatCounters>,
+}
+
+impl Default for Counted {
+    /// Counters nobody reads (tests of the table alone).
+    fn default() -> Self {
+        Counted {
+            metric: metrics::Counter::noop(),
+            stats: Arc::default(),
+        }
+    }
+}
+
+impl Counted {
+    fn add(&self, n: u64) {
+        if n > 0 {
+            self.metric.increment(n);
+            self.stats.events_recorded.add(n);
+        }
+    }
+}
+
+/// Takes the slot attached to `buckets[i]` (if any) back into the bucket, counts the events
+/// it took as recorded and detaches it. Called under the shard's lock.
+pub(super) fn detach(buckets: &mut [Bucket], i: usize, counted: &Counted) {
+    let b = &mut buckets[i];
+    let Some(slot) = b.slot.take() else { return };
+    let mut s = slot.lock();
+    debug_assert!(s.live && s.ix == i, "an attached slot points at its bucket");
+    b.sum.set_plain(s.quantity, s.earliest);
+    b.constituents += s.added;
+    counted.add(s.added);
+    s.live = false;
+    s.added = 0;
+}
+
+/// Attaches `slot` to `buckets[i]` (of `second`), detaching it from the bucket it was
+/// attached to and `buckets[i]` from its own slot first. Called under the shard's lock.
+pub(super) fn attach(
+    buckets: &mut [Bucket],
+    i: usize,
+    slot: &Arc<FoldSlot>,
+    second: i64,
+    counted: &Counted,
+) {
+    let was = {
+        let s = slot.lock();
+        s.live.then_some(s.ix)
+    };
+    if let Some(j) = was {
+        detach(buckets, j, counted);
+    }
+    detach(buckets, i, counted);
+    // A second out of range (never validated) leaves the slot detached.
+    let Some((date, secs)) = date_and_secs(second) else {
+        return;
+    };
+    let b = &mut buckets[i];
+    let mut s = slot.lock();
+    *s = SlotState {
+        live: true,
+        ix: i,
+        date,
+        secs,
+        quantity: b.sum.quantity(),
+        added: 0,
+        earliest: b.sum.template().timestamp,
+    };
+    b.slot = Some(slot.clone());
+}
