@@ -294,13 +294,7 @@ impl FoldTable {
             drop(s);
             return Joined::NoSpace(template);
         }
-        let Charged {
-            bytes,
-            payload_len,
-            keyed,
-            head,
-        } = charged;
-        let before = staged.fetch_add(bytes, Ordering::SeqCst);
+        let before = staged.fetch_add(charged.bytes, Ordering::SeqCst);
         let new = buckets.len();
         match open {
             Some(i) => *i = new,
@@ -308,17 +302,7 @@ impl FoldTable {
                 index.insert_unique(key.hash, new, |&i| buckets[i].hash);
             }
         }
-        buckets.push(Bucket {
-            hash: key.hash,
-            second: key.second,
-            keyed,
-            head,
-            sum: Sum::new(template, payload_len),
-            constituents: 1,
-            enqueued_at: Instant::now(),
-            bytes,
-            slot: None,
-        });
+        buckets.push(Bucket::opened(key.hash, key.second, template, charged));
         attach(buckets, new, slot, key.second, &self.counted);
         Joined::Opened(before)
     }
@@ -365,12 +349,7 @@ impl FoldTable {
             event.event_id.is_empty(),
             "an event with an id of its own never joins a sum"
         );
-        let Charged {
-            bytes,
-            payload_len,
-            keyed,
-            head,
-        } = charged;
+        let bytes = charged.bytes;
         let producer_id = event.producer_id.as_deref().or(default_producer_id);
         let key = match opener {
             Some((pre, _)) => {
@@ -380,7 +359,7 @@ impl FoldTable {
             }
             None => FoldKey::new(&event, producer_id),
         }
-        .from(keyed.as_ref().map(|k| &k.0));
+        .from(charged.keyed.as_ref().map(|k| &k.0));
         let (hash, second, ix) = (key.hash, key.second, key.shard());
         let mut s = Self::lock(&self.shards[ix]);
         if s.sealed {
@@ -420,17 +399,7 @@ impl FoldTable {
         if event.producer_id.is_none() {
             event.producer_id = default_producer_id.map(str::to_owned);
         }
-        buckets.push(Bucket {
-            hash,
-            second,
-            keyed,
-            head,
-            sum: Sum::new(event, payload_len),
-            constituents: 1,
-            enqueued_at: Instant::now(),
-            bytes,
-            slot: None,
-        });
+        buckets.push(Bucket::opened(hash, second, event, charged));
         if let Some((_, slot)) = opener {
             attach(buckets, new, slot, second, &self.counted);
         }
@@ -473,6 +442,28 @@ impl FoldTable {
 }
 
 impl Bucket {
+    /// A new sum of key `hash` and UTC second `second`, opened by `event`, which was
+    /// `charged`.
+    fn opened(hash: u64, second: i64, event: Event, charged: Charged) -> Self {
+        let Charged {
+            bytes,
+            payload_len,
+            keyed,
+            head,
+        } = charged;
+        Bucket {
+            hash,
+            second,
+            keyed,
+            head,
+            sum: Sum::new(event, payload_len),
+            constituents: 1,
+            enqueued_at: Instant::now(),
+            bytes,
+            slot: None,
+        }
+    }
+
     fn into_folded(self) -> Folded {
         let Bucket {
             keyed,
