@@ -15,7 +15,7 @@ use hashbrown::HashTable;
 use tokio::time::Instant;
 
 use crate::collapse::Sum;
-use crate::event::{Event, UsageAllocation};
+use crate::event::{Event, GroupRef, UsageAllocation};
 
 #[path = "fold_key.rs"]
 mod key;
@@ -63,6 +63,54 @@ pub(crate) struct SumHead {
     pub bytes: Arc<[u8]>,
     pub epoch: u128,
     pub split: Option<(u32, u32)>,
+    /// The sum's group and producer id, when its template is hollow ([`GroupFields`]).
+    pub fields: Option<Arc<GroupFields>>,
+}
+
+/// A bound group handle's group and the producer id it writes, owned once by the handle
+/// and shared by the sums it opens (through their [`SumHead`]). Such a sum's template is
+/// hollow ([`GroupFields::hollow`]): its quantity and timestamp, none of these strings. So
+/// opening a sum builds no string on the caller's core, and closing it frees none on the
+/// task's; the fields are written into the template only where a sum is not written from
+/// its head ([`GroupFields::fill`]).
+#[derive(Debug)]
+pub(crate) struct GroupFields {
+    pub license_arn: String,
+    pub customer_aws_account_id: String,
+    pub dimension: String,
+    pub producer_id: Option<String>,
+}
+
+impl GroupFields {
+    pub fn group(&self) -> GroupRef<'_> {
+        GroupRef {
+            license_arn: &self.license_arn,
+            customer_aws_account_id: &self.customer_aws_account_id,
+            dimension: &self.dimension,
+        }
+    }
+
+    /// The template of a sum of these fields: `quantity` at `timestamp`, no string.
+    pub fn hollow(quantity: u64, timestamp: DateTime<Utc>) -> Event {
+        Event::new(
+            String::new(),
+            String::new(),
+            String::new(),
+            quantity,
+            timestamp,
+        )
+    }
+
+    /// Writes these fields into `event`, a hollow template (or the sum it became).
+    pub fn fill(&self, event: &mut Event) {
+        debug_assert!(event.license_arn.is_empty() && event.producer_id.is_none());
+        event.license_arn.clone_from(&self.license_arn);
+        event
+            .customer_aws_account_id
+            .clone_from(&self.customer_aws_account_id);
+        event.dimension.clone_from(&self.dimension);
+        event.producer_id.clone_from(&self.producer_id);
+    }
 }
 
 /// What [`FoldTable::join_or_open`] did with a bound group handle's event.
@@ -118,7 +166,8 @@ pub(crate) struct Folded {
     /// The group's v2 single head, when its opener kept one.
     pub head: Option<SumHead>,
     /// The summed event (its producer id filled in), without an id: the caller of
-    /// [`FoldTable::drain`] names it.
+    /// [`FoldTable::drain`] names it. Hollow when `head` holds its fields
+    /// ([`GroupFields`]): then it is written from the head, or filled in first.
     pub event: Event,
     /// How many recorded events the sum stands for (at least one).
     pub constituents: u64,
@@ -268,9 +317,15 @@ impl FoldTable {
         charge: impl FnOnce() -> bool,
     ) -> Joined {
         debug_assert!(!key.allocated && template.usage_allocations.is_none());
+        let fields = charged.head.as_ref().and_then(|h| h.fields.as_deref());
         debug_assert!(
-            template.event_id.is_empty() && template.producer_id.as_deref() == key.producer_id
+            template.event_id.is_empty()
+                && fields.map_or(template.producer_id.as_deref(), |f| f
+                    .producer_id
+                    .as_deref())
+                    == key.producer_id
         );
+        debug_assert!(fields.is_none_or(|_| template.license_arn.is_empty()));
         let mut s = Self::lock(&self.shards[key.shard()]);
         if s.sealed {
             drop(s);
@@ -442,6 +497,18 @@ impl FoldTable {
 }
 
 impl Bucket {
+    /// The sum's group and the producer id it is written with: its hollow template's
+    /// shared fields, else its template's own.
+    fn fields(&self) -> (GroupRef<'_>, Option<&str>) {
+        match self.head.as_ref().and_then(|h| h.fields.as_deref()) {
+            Some(f) => (f.group(), f.producer_id.as_deref()),
+            None => {
+                let t = self.sum.template();
+                (t.group(), t.producer_id.as_deref())
+            }
+        }
+    }
+
     /// A new sum of key `hash` and UTC second `second`, opened by `event`, which was
     /// `charged`.
     fn opened(hash: u64, second: i64, event: Event, charged: Charged) -> Self {

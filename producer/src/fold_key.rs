@@ -104,19 +104,20 @@ impl<'a> FoldKey<'a> {
     }
 
     pub(super) fn matches(&self, b: &Bucket) -> bool {
-        let t = b.sum.template();
         // The bucket holds its origin, so one still pointing there is the same key's.
         let same_origin = match (self.origin, &b.keyed) {
             (Some(k), Some((o, _))) => Arc::ptr_eq(k, o),
             _ => false,
         };
-        b.hash == self.hash
-            && b.second == self.second
-            && (same_origin
-                || (t.license_arn == self.group.license_arn
-                    && t.customer_aws_account_id == self.group.customer_aws_account_id
-                    && t.dimension == self.group.dimension))
-            && t.producer_id.as_deref() == self.producer_id
-            && t.usage_allocations.is_some() == self.allocated
+        if b.hash != self.hash || b.second != self.second {
+            return false;
+        }
+        let (group, producer_id) = b.fields();
+        (same_origin
+            || (group.license_arn == self.group.license_arn
+                && group.customer_aws_account_id == self.group.customer_aws_account_id
+                && group.dimension == self.group.dimension))
+            && producer_id == self.producer_id
+            && b.sum.template().usage_allocations.is_some() == self.allocated
     }
 }

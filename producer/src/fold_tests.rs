@@ -369,3 +369,104 @@ fn join_or_open_opens_charged_or_joins_free_with_the_slot_attached() {
     assert!(matches!(join(1, true), Joined::Sealed(_)));
     assert_eq!(staged.load(Ordering::SeqCst), 0);
 }
+
+/// A bound handle's whole template, its shared fields and the table's key for them.
+fn hollow_setup() -> (Event, Arc<GroupFields>, (Arc<str>, u128), GroupHash) {
+    let whole = {
+        let mut e = event(5, 300, 4);
+        e.producer_id = Some("default".into());
+        e
+    };
+    let fields = Arc::new(GroupFields {
+        license_arn: whole.license_arn.clone(),
+        customer_aws_account_id: whole.customer_aws_account_id.clone(),
+        dimension: whole.dimension.clone(),
+        producer_id: whole.producer_id.clone(),
+    });
+    let meter_pk = crate::partition::keyed_group(
+        &whole.license_arn,
+        &whole.customer_aws_account_id,
+        &whole.dimension,
+    );
+    let pre = GroupHash::new(whole.group(), Some("default"));
+    (whole, fields, meter_pk, pre)
+}
+
+/// A bound handle's sum with a hollow template (its group and producer id shared through the
+/// head, [`GroupFields`]) is found by its fields: an event of its group from another origin
+/// (a thread's key cache, or none) joins it, and a key of another group under the same hash
+/// does not. Drained, it is still hollow, and its fields fill it in to the whole sum.
+#[test]
+fn a_hollow_sum_is_found_by_its_shared_fields() {
+    let table = FoldTable::new(Counted::default());
+    let staged = AtomicUsize::new(0);
+    let slot: Arc<FoldSlot> = Arc::default();
+    let (whole, fields, meter_pk, pre) = hollow_setup();
+    let second = whole.timestamp.timestamp();
+    let key =
+        FoldKey::with(pre, fields.group(), Some("default"), second, false).from(Some(&meter_pk.0));
+    let charged = Charged {
+        bytes: 10,
+        payload_len: 5,
+        keyed: Some(meter_pk.clone()),
+        head: Some(SumHead {
+            bytes: Arc::from(&b"head"[..]),
+            epoch: 7,
+            split: None,
+            fields: Some(fields.clone()),
+        }),
+    };
+    let hollow = GroupFields::hollow(4, whole.timestamp);
+    let opened = table.join_or_open(
+        &key,
+        4,
+        whole.timestamp,
+        &slot,
+        hollow,
+        charged,
+        &staged,
+        || true,
+    );
+    assert!(matches!(opened, Joined::Opened(0)));
+
+    // Another group whose key hashes as this group's (its pre-hash borrowed): its strings
+    // differ from the shared fields, so it does not join.
+    let other = event(6, 300, 1);
+    let collides = FoldKey::with(pre, other.group(), Some("default"), second, false);
+    assert_eq!(
+        table.absorb(&collides, 1, other.timestamp, None),
+        Absorbed::No
+    );
+    // The same group from no origin: compared by the shared fields, it joins.
+    let mut same = whole.clone();
+    same.producer_id = None;
+    let plain = FoldKey::new(&same, Some("default"));
+    assert_eq!(table.absorb(&plain, 2, same.timestamp, None), Absorbed::Yes);
+    // A producer id other than the shared one does not.
+    let elsewhere = FoldKey::new(&same, Some("elsewhere"));
+    assert_eq!(
+        table.absorb(&elsewhere, 2, same.timestamp, None),
+        Absorbed::No
+    );
+
+    let mut sums = Vec::new();
+    table.drain(true, &staged, |f| sums.push(f));
+    assert_eq!(sums.len(), 1);
+    let f = sums.pop().expect("one sum");
+    assert_eq!((f.event.quantity, f.constituents), (6, 2));
+    assert!(
+        f.event.license_arn.is_empty() && f.event.producer_id.is_none(),
+        "still hollow"
+    );
+    let shared = f
+        .head
+        .as_ref()
+        .and_then(|h| h.fields.clone())
+        .expect("its fields");
+    assert!(Arc::ptr_eq(&shared, &fields));
+    let mut filled = f.event;
+    shared.fill(&mut filled);
+    let mut expected = whole;
+    expected.quantity = 6;
+    assert_eq!(filled, expected);
+}

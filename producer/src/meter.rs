@@ -14,7 +14,7 @@ use crate::event::{
     validate_license_arn, validate_timestamp,
 };
 use crate::event_id::GeneratedId;
-use crate::fold::{Charged, FoldKey, FoldSlot, GroupHash, Joined, SumHead};
+use crate::fold::{Charged, FoldKey, FoldSlot, GroupFields, GroupHash, Joined, SumHead};
 use crate::limits::MAX_RECORD_BYTES;
 use crate::partition::{partition_hash, partition_key};
 use crate::wire::v2::{generated_single_len, put_generated_single, single_head};
@@ -63,9 +63,9 @@ impl std::fmt::Debug for Meter {
 /// What a meter computed once.
 struct Bound {
     producer: Producer,
-    license_arn: String,
-    customer_aws_account_id: String,
-    dimension: String,
+    /// The group and the producer's default producer id: a sum this meter opens (collapse,
+    /// v2) shares them instead of owning a copy ([`GroupFields`]).
+    fields: Arc<GroupFields>,
     partition_key: Arc<str>,
     hash: u128,
     fold: GroupHash,
@@ -123,9 +123,12 @@ impl Producer {
                 epoch,
                 slot: Arc::default(),
                 producer: self.clone(),
-                license_arn,
-                customer_aws_account_id,
-                dimension,
+                fields: Arc::new(GroupFields {
+                    license_arn,
+                    customer_aws_account_id,
+                    dimension,
+                    producer_id: self.shared.config.producer_id.clone(),
+                }),
             }),
         })
     }
@@ -197,6 +200,15 @@ struct Usage {
 }
 
 /// The v2 payload of a meter's event without collapse, its id taken.
+/// Collapse: the sum a meter's event opens ([`Meter::opening`]).
+struct Opening {
+    template: Event,
+    payload_len: usize,
+    cost: usize,
+    /// v2: the meter's head, with its fields (the template is hollow).
+    head: Option<SumHead>,
+}
+
 struct Encoded {
     id: GeneratedId,
     millis: i64,
@@ -394,7 +406,13 @@ impl Meter {
             false,
         )
         .from(Some(&b.partition_key));
-        let (template, payload_len, cost) = self.opening(usage);
+        let Opening {
+            template,
+            payload_len,
+            cost,
+            head,
+        } = self.opening(usage);
+        let hollow = head.is_some();
         let charge = || match sem.try_acquire_many(cost as u32) {
             Ok(permit) => {
                 permit.forget();
@@ -402,12 +420,6 @@ impl Meter {
             }
             Err(_) => false,
         };
-        // v2: the sum is written from the meter's head when its window closes.
-        let head = (p.shared.config.wire_version == WireVersion::V2).then(|| SumHead {
-            bytes: b.head.clone(),
-            epoch: b.epoch,
-            split: b.split,
-        });
         let charged = Charged {
             bytes: cost,
             payload_len,
@@ -422,13 +434,13 @@ impl Meter {
                 Ok(None)
             }
             Joined::Absorbed(template) => {
-                // Its strings freed outside the table's lock.
+                // Its strings (v1: a v2 template holds none) freed outside the lock.
                 drop(template);
                 p.accepted();
                 Ok(None)
             }
             Joined::NoSpace(template) => Ok(Some(Prepared {
-                event: template,
+                event: self.whole(template, hollow),
                 generated: None,
                 route: Route::Fold {
                     payload_len,
@@ -439,25 +451,68 @@ impl Meter {
                 cost,
             })),
             Joined::Sealed(template) => Err(ProducerError::Closed(Some(Box::new(
-                p.give_back(template, None),
+                p.give_back(self.whole(template, hollow), None),
             )))),
         }
     }
 
-    /// Collapse: the sum the event would open — the event as `Producer::prepare` leaves it
-    /// for a sum (the producer's default producer id written), its payload's size and its
-    /// charge, as `Producer::prepare` sizes and charges it. The group's largest event was
-    /// checked against the record and buffer limits when the meter was made.
-    fn opening(&self, usage: &Usage) -> (Event, usize, usize) {
+    /// Collapse: the sum the event would open — its template (the event as
+    /// `Producer::prepare` leaves it for a sum, the producer's default producer id written),
+    /// its payload's size and its charge, as `Producer::prepare` sizes and charges it. In v2
+    /// the template is hollow: the sum shares the meter's fields and is written from its
+    /// head (`head`). The group's largest event was checked against the record and buffer
+    /// limits when the meter was made.
+    fn opening(&self, usage: &Usage) -> Opening {
         let b = &*self.bound;
         let p = &b.producer;
         let config = &p.shared.config;
-        let mut event = self.event(usage);
-        event.producer_id = config.producer_id.clone();
-        let payload_len = p.fold_payload_len(&mut event, config.wire_version);
+        let longest = p.shared.ids.longest_id();
         let slack = quantity_slack(usage.quantity, config.wire_version);
-        let cost = Producer::buffer_cost(payload_len + slack, b.partition_key.len());
-        (event, payload_len, cost)
+        if config.wire_version == WireVersion::V2 && b.epoch == longest.epoch {
+            let millis = usage.timestamp.timestamp_millis();
+            let payload_len = generated_single_len(&b.head, usage.quantity, millis, longest);
+            debug_assert_eq!(
+                payload_len,
+                p.fold_payload_len(&mut self.whole_template(usage), config.wire_version),
+                "the head sizes the sum as its template does"
+            );
+            return Opening {
+                template: GroupFields::hollow(usage.quantity, usage.timestamp),
+                payload_len,
+                cost: Producer::buffer_cost(payload_len + slack, b.partition_key.len()),
+                head: Some(SumHead {
+                    bytes: b.head.clone(),
+                    epoch: b.epoch,
+                    split: b.split,
+                    fields: Some(b.fields.clone()),
+                }),
+            };
+        }
+        let mut template = self.whole_template(usage);
+        let payload_len = p.fold_payload_len(&mut template, config.wire_version);
+        Opening {
+            template,
+            payload_len,
+            cost: Producer::buffer_cost(payload_len + slack, b.partition_key.len()),
+            head: None,
+        }
+    }
+
+    /// The event as `Producer::prepare` leaves it for a sum: the producer's default producer
+    /// id written.
+    fn whole_template(&self, usage: &Usage) -> Event {
+        let mut event = self.event(usage);
+        event.producer_id.clone_from(&self.bound.fields.producer_id);
+        event
+    }
+
+    /// `template` given back by the table, whole: a `hollow` one with the meter's fields
+    /// written in.
+    fn whole(&self, mut template: Event, hollow: bool) -> Event {
+        if hollow {
+            self.bound.fields.fill(&mut template);
+        }
+        template
     }
 
     /// No collapse, v2: the event's id (its lane's next sequence) and payload size.
@@ -492,21 +547,16 @@ impl Meter {
     }
 
     fn group(&self) -> GroupRef<'_> {
-        let b = &*self.bound;
-        GroupRef {
-            license_arn: &b.license_arn,
-            customer_aws_account_id: &b.customer_aws_account_id,
-            dimension: &b.dimension,
-        }
+        self.bound.fields.group()
     }
 
     /// The event as [`Producer::record`] would have been given it.
     fn event(&self, usage: &Usage) -> Event {
-        let b = &*self.bound;
+        let f = &*self.bound.fields;
         Event::new(
-            b.license_arn.as_str(),
-            b.customer_aws_account_id.as_str(),
-            b.dimension.as_str(),
+            f.license_arn.as_str(),
+            f.customer_aws_account_id.as_str(),
+            f.dimension.as_str(),
             usage.quantity,
             usage.timestamp,
         )

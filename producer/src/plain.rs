@@ -182,6 +182,7 @@ impl Producer {
             split: Payload::split_of(&h),
             bytes: h.bytes,
             epoch: longest.epoch,
+            fields: None,
         });
         Some(Plain::Open(Opening {
             fold,

@@ -18,6 +18,8 @@ use crate::batch::{Packed, Packer, UserRec};
 use crate::config::ProducerConfig;
 use crate::event::Event;
 use crate::event_id::GeneratedId;
+#[cfg(debug_assertions)]
+use crate::fold::GroupFields;
 use crate::fold::{Folded, SumHead};
 use crate::handoff::{Incoming, RECORD_OVERHEAD_BYTES, Reservation};
 use crate::limits::MAX_BYTES_PER_PUT;
@@ -197,13 +199,20 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
     fn encode_folded(&mut self, f: Folded) -> UserRec<UserMeta> {
         let Folded {
             keyed,
-            head,
+            mut head,
             mut event,
             constituents,
             enqueued_at,
             bytes,
         } = f;
         *self.outstanding.entry(self.epoch).or_default() += constituents;
+        // A hollow sum's fields, written into it below unless it is written from its head.
+        let mut fields = head.as_mut().and_then(|h| h.fields.take());
+        if keyed.is_none()
+            && let Some(f) = fields.take()
+        {
+            f.fill(&mut event);
+        }
         let (pk, hash) = keyed.unwrap_or_else(|| {
             keyed_group(
                 &event.license_arn,
@@ -221,22 +230,16 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         let from_head = head
             .filter(|h| h.epoch == id.epoch)
             .filter(|_| version == WireVersion::V2 && event.usage_allocations.is_none());
+        if from_head.is_none()
+            && let Some(f) = fields.take()
+        {
+            f.fill(&mut event);
+        }
         let (payload, split) = match version {
             WireVersion::V2 if let Some(head) = from_head => {
                 let written = self.write_from_head(&head, &event, id);
                 #[cfg(debug_assertions)]
-                {
-                    let producer_id = event.producer_id.as_deref();
-                    let single = SplitSingle::of(&event, producer_id, Some(id), &pk);
-                    let mut laid_out = BytesMut::new();
-                    single.write(&mut laid_out, &event, producer_id);
-                    assert_eq!(
-                        &laid_out[..],
-                        &written[..],
-                        "the head writes the same single"
-                    );
-                    assert_eq!(Some(single.split), head.split, "and it splits alike");
-                }
+                same_as_laid_out(&event, fields.as_deref(), id, &pk, &written, head.split);
                 (written, head.split)
             }
             WireVersion::V2 => {
@@ -325,4 +328,28 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
             predicted_shard: None,
         }
     }
+}
+
+/// Debug builds: a sum written from its head (`written`, splitting at `split`) is what
+/// laying it out from its template's strings writes — a hollow one's filled in from
+/// `fields`.
+#[cfg(debug_assertions)]
+fn same_as_laid_out(
+    sum: &Event,
+    fields: Option<&GroupFields>,
+    id: GeneratedId,
+    pk: &str,
+    written: &[u8],
+    split: Option<(u32, u32)>,
+) {
+    let mut event = sum.clone();
+    if let Some(f) = fields {
+        f.fill(&mut event);
+    }
+    let producer_id = event.producer_id.as_deref();
+    let single = SplitSingle::of(&event, producer_id, Some(id), pk);
+    let mut laid_out = BytesMut::new();
+    single.write(&mut laid_out, &event, producer_id);
+    assert_eq!(&laid_out[..], written, "the head writes the same single");
+    assert_eq!(Some(single.split), split, "and it splits alike");
 }
