@@ -415,3 +415,56 @@ async fn allocated_events_join_their_sum_on_the_fast_path() {
     let expected: Vec<(String, u64)> = expected.iter().map(|&(t, n)| (t.into(), n)).collect();
     assert_eq!(by_team, expected);
 }
+
+/// Collapse, v2: plain events of a kept group open their seconds' sums on the fast path with
+/// hollow templates (the thread slot's shared fields), and a meter of the group — another
+/// origin — joins those sums, found by the shared fields: one sum a second, the whole
+/// quantity, the group and producer id written whole.
+#[tokio::test(start_paused = true)]
+async fn plain_openings_are_hollow_and_a_meter_of_the_group_joins_them() {
+    let sink = MemoryRecordSink::new(ShardMap::uniform(3));
+    let p = producer_as(&sink, 16 * 1024 * 1024, true, WireVersion::V2);
+    let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
+    let at =
+        |s: i64, ms: i64| t0 + chrono::Duration::seconds(s) + chrono::Duration::milliseconds(ms);
+    // The group is kept by its first event (the checked path).
+    p.record(event(4, at(0, 500), 1)).await.unwrap();
+    let m = {
+        let e = event(4, t0, 0);
+        p.meter(e.license_arn, e.customer_aws_account_id, e.dimension)
+            .unwrap()
+    };
+    let before = staged_plain();
+    for s in 1..6 {
+        // The plain event opens the second's sum; the meter's event, its slot on another
+        // sum, finds it in the table.
+        p.record(event(4, at(s, 700), 10)).await.unwrap();
+        m.record(at(s, 300), 5).await.unwrap();
+        p.record(event(4, at(s, 900), 2)).await.unwrap();
+    }
+    assert_eq!(
+        staged_plain() - before,
+        10,
+        "every plain event on the fast path"
+    );
+    p.flush().await.unwrap();
+    assert_eq!(p.stats().events_recorded, 16);
+    let mut sums: Vec<Event> = sink
+        .records()
+        .iter()
+        .flat_map(|r| crate::wire::decode_events(&r.entry.data).unwrap())
+        .map(|u| u.event.unwrap())
+        .collect();
+    sums.sort_by_key(|e| e.timestamp);
+    let whole = checked(event(4, t0, 0));
+    let seen: Vec<(DateTime<Utc>, u64)> = sums.iter().map(|e| (e.timestamp, e.quantity)).collect();
+    let expected: Vec<(DateTime<Utc>, u64)> = std::iter::once((at(0, 500), 1))
+        .chain((1..6).map(|s| (at(s, 300), 17)))
+        .collect();
+    assert_eq!(seen, expected, "one sum a second: {sums:?}");
+    for e in &sums {
+        assert_eq!(e.group(), whole.group());
+        assert_eq!(e.producer_id, whole.producer_id);
+    }
+    p.shutdown().await.unwrap();
+}
