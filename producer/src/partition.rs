@@ -94,17 +94,6 @@ pub(crate) struct CachedSlot {
     /// The instance's default producer id hashed with the group.
     pub fold: crate::fold::GroupHash,
     pub slot: std::sync::Arc<crate::fold::FoldSlot>,
-    /// v2: what a sum this thread opens for the group shares, as a meter's sums share it.
-    pub opener: Option<SlotOpener>,
-}
-
-/// What a sum opened through a thread's slot shares (v2): the group's head for the
-/// instance's default producer id and id epoch, and the group's fields with that producer
-/// id, so its template is hollow ([`crate::fold::GroupFields`]).
-pub(crate) struct SlotOpener {
-    pub head: SingleHead,
-    pub epoch: u128,
-    pub fields: std::sync::Arc<crate::fold::GroupFields>,
 }
 
 /// A group's v2 single head ([`crate::wire::v2::single_head`]) for one producer id and epoch.
@@ -242,41 +231,42 @@ pub(crate) fn with_cached_head<R>(
     })
 }
 
+/// The v2 single head of a group this thread has checked, for `producer_id` and `epoch`:
+/// the one kept, else encoded now and kept. `None` when the group is not kept.
+pub(crate) fn cached_head(
+    group: GroupRef<'_>,
+    producer_id: Option<&str>,
+    epoch: u128,
+) -> Option<SingleHead> {
+    let fields_hash = fields_hash(group);
+    KEY_CACHE.with_borrow_mut(|cache| {
+        let c = cache.find_mut(fields_hash, |c| c.is(fields_hash, group))?;
+        Some(head_of(c, group, producer_id, epoch))
+    })
+}
+
 /// The collapse fast path of a group this thread has checked: `f` runs with the group's
 /// partition key, its hash and this thread's slot in producer `instance` (made now if the thread
-/// kept none for it; `producer_id`, the instance's default, is hashed into it once, and with
-/// `epoch` — the instance's id epoch, v2 — the slot's [`SlotOpener`] is made with it). `None`
+/// kept none for it; `producer_id`, the instance's default, is hashed into it once). `None`
 /// when the group is not kept yet: the caller takes [`checked_group`]'s path, which checks
 /// and keeps it. `f` must not use this thread's cache.
 pub(crate) fn with_cached_slot<R>(
     group: GroupRef<'_>,
     instance: u64,
     producer_id: Option<&str>,
-    epoch: Option<u128>,
     f: impl FnOnce(&std::sync::Arc<str>, u128, &CachedSlot) -> R,
 ) -> Option<R> {
     let fields_hash = fields_hash(group);
     KEY_CACHE.with_borrow_mut(|cache| {
         let c = cache.find_mut(fields_hash, |c| c.is(fields_hash, group))?;
-        if !matches!(&c.slot, Some(s) if s.instance == instance) {
-            let opener = epoch.map(|epoch| SlotOpener {
-                head: head_of(c, group, producer_id, epoch),
-                epoch,
-                fields: std::sync::Arc::new(crate::fold::GroupFields {
-                    license_arn: group.license_arn.to_owned(),
-                    customer_aws_account_id: group.customer_aws_account_id.to_owned(),
-                    dimension: group.dimension.to_owned(),
-                    producer_id: producer_id.map(str::to_owned),
-                }),
-            });
-            c.slot = Some(CachedSlot {
+        let slot = match &mut c.slot {
+            Some(s) if s.instance == instance => s,
+            other => other.insert(CachedSlot {
                 instance,
                 fold: crate::fold::GroupHash::new(group, producer_id),
                 slot: std::sync::Arc::default(),
-                opener,
-            });
-        }
-        let slot = c.slot.as_ref()?;
+            }),
+        };
         Some(f(&c.partition_key, c.hash, slot))
     })
 }

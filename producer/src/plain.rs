@@ -14,9 +14,9 @@ use crate::event::{
     Event, UsageAllocation, second_in_range, truncate_to_millis, validate_allocations,
 };
 use crate::event_id::GeneratedId;
-use crate::fold::{Absorbed, Charged, FoldKey, FoldSlot, GroupFields, GroupHash, Joined, SumHead};
+use crate::fold::{Absorbed, FoldKey, FoldSlot, GroupHash, SumHead};
 use crate::limits::MAX_RECORD_BYTES;
-use crate::partition::{CachedSlot, SlotOpener, with_cached_head, with_cached_slot};
+use crate::partition::{cached_head, with_cached_head, with_cached_slot};
 use crate::wire::v2::{allocations_len, generated_single_len, put_single_from_head};
 use crate::wire::{WireVersion, single_len_as};
 
@@ -117,125 +117,81 @@ impl Producer {
 
     /// Collapse: a plain event of a group this thread keeps joins its open sum as a meter's
     /// event does — through this thread's slot when the slot holds the sum of its second,
-    /// else through the table, which then attaches the slot to the sum. In v2, an event the
-    /// slot misses joins or opens its sum in one step of the table, as a meter's does
-    /// ([`Producer::join_or_open`]). `None` when no sum takes it in v1, or the group is not
-    /// kept yet, or is too large to open a sum: the checked path decides.
+    /// else through the table, which then attaches the slot to the sum. `None` when no sum
+    /// takes it (or the group is not kept yet): the checked path opens one.
     fn absorb_plain(&self, event: &Event, timestamp: DateTime<Utc>, second: i64) -> Option<Plain> {
         let shared = &self.shared;
         let producer_id = shared.config.producer_id.as_deref();
         let group = event.group();
         let quantity = event.quantity;
-        let epoch =
-            (shared.config.wire_version == WireVersion::V2).then(|| shared.ids.longest_id().epoch);
-        with_cached_slot(
-            group,
-            shared.instance,
-            producer_id,
-            epoch,
-            |pk, hash, cached| {
-                if cached.slot.try_add(event.timestamp, quantity) {
-                    #[cfg(test)]
-                    PLAIN_ABSORBED.with(|n| n.set(n.get() + 1));
-                    return Some(Plain::Slot);
-                }
-                let key =
-                    FoldKey::with(cached.fold, group, producer_id, second, false).from(Some(pk));
-                if let Some(opener) = &cached.opener {
-                    let size = self.opening_size(event, pk.len())?;
-                    let at = (quantity, timestamp);
-                    return Some(self.join_or_open(&key, at, (pk, hash), cached, opener, size));
-                }
-                match shared
-                    .staging
-                    .absorb(&key, quantity, timestamp, Some(&cached.slot))
-                {
-                    Absorbed::Yes => {
-                        #[cfg(test)]
-                        PLAIN_ABSORBED.with(|n| n.set(n.get() + 1));
-                        Some(Plain::Staged)
-                    }
-                    // No open sum takes it (v1): the checked path opens one.
-                    Absorbed::No => None,
-                    Absorbed::Sealed => Some(Plain::Sealed),
-                }
-            },
-        )
-        .flatten()
-    }
-
-    /// Collapse, v2: a plain event its slot missed — `quantity` at `timestamp` — joins its
-    /// open sum at no charge, or opens one with a hollow template sharing the slot's fields
-    /// (`opener`), charged what [`Producer::prepare`] charges it (`size`: payload length and
-    /// charge) — one step of the table (`FoldTable::join_or_open`), as a meter's event.
-    /// Without buffer space now, it opens its sum through [`Producer::open`], which waits for
-    /// space.
-    fn join_or_open(
-        &self,
-        key: &FoldKey<'_>,
-        (quantity, timestamp): (u64, DateTime<Utc>),
-        (pk, hash): (&Arc<str>, u128),
-        cached: &CachedSlot,
-        opener: &SlotOpener,
-        (payload_len, cost): (usize, usize),
-    ) -> Plain {
-        let shared = &self.shared;
-        let charge = || match shared.sem.try_acquire_many(cost as u32) {
-            Ok(permit) => {
-                permit.forget();
-                true
-            }
-            Err(_) => false,
-        };
-        let head = |fields| SumHead {
-            bytes: opener.head.bytes.clone(),
-            epoch: opener.epoch,
-            split: Payload::split_of(&opener.head),
-            fields,
-        };
-        let charged = Charged {
-            bytes: cost,
-            payload_len,
-            keyed: Some((pk.clone(), hash)),
-            head: Some(head(Some(opener.fields.clone()))),
-        };
-        let template = GroupFields::hollow(quantity, timestamp);
-        let slot = &cached.slot;
-        match shared
-            .staging
-            .join_or_open(key, quantity, timestamp, slot, template, charged, charge)
-        {
-            Joined::Opened(_) | Joined::Absorbed(_) => {
+        let found = with_cached_slot(group, shared.instance, producer_id, |pk, hash, cached| {
+            if cached.slot.try_add(event.timestamp, quantity) {
                 #[cfg(test)]
                 PLAIN_ABSORBED.with(|n| n.set(n.get() + 1));
-                Plain::Staged
+                return Ok(Plain::Slot);
             }
-            Joined::NoSpace(_) => Plain::Open(Opening {
-                fold: cached.fold,
-                keyed: (pk.clone(), hash),
-                slot: slot.clone(),
-                head: Some(head(None)),
-                payload_len,
-                cost,
-            }),
-            Joined::Sealed(_) => Plain::Sealed,
+            let key = FoldKey::with(cached.fold, group, producer_id, second, false).from(Some(pk));
+            match shared
+                .staging
+                .absorb(&key, quantity, timestamp, Some(&cached.slot))
+            {
+                Absorbed::Yes => {
+                    #[cfg(test)]
+                    PLAIN_ABSORBED.with(|n| n.set(n.get() + 1));
+                    Ok(Plain::Staged)
+                }
+                // No open sum takes it: it opens one (below, out of the cache's borrow).
+                Absorbed::No => Err((cached.fold, (pk.clone(), hash), cached.slot.clone())),
+                Absorbed::Sealed => Ok(Plain::Sealed),
+            }
+        })?;
+        match found {
+            Ok(plain) => Some(plain),
+            Err((fold, keyed, slot)) => self.opening(event, fold, keyed, slot),
         }
     }
 
-    /// Collapse, v2: the size and charge of the sum a plain event without allocations opens
-    /// — as [`Producer::prepare`] sizes and charges it, for the longest id and quantity.
-    /// `None` for a size the checked path refuses (it refuses it, with its reason).
-    fn opening_size(&self, event: &Event, pk_len: usize) -> Option<(usize, usize)> {
+    /// Collapse, v2: the sum a plain event without allocations opens when no open sum takes
+    /// it — sized, checked and charged as [`Producer::prepare`] sizes, checks and charges it,
+    /// with its group's key, hash, v2 head and this thread's slot (attached to the sum it
+    /// opens). `None` leaves it to the checked path (v1, or a size the checked path refuses).
+    fn opening(
+        &self,
+        event: &Event,
+        fold: GroupHash,
+        keyed: Keyed,
+        slot: Arc<FoldSlot>,
+    ) -> Option<Plain> {
         let config = &self.shared.config;
+        if config.wire_version != WireVersion::V2 {
+            return None;
+        }
         let producer_id = config.producer_id.as_deref();
         let longest = self.shared.ids.longest_id();
         let payload_len = single_len_as(event, producer_id, Some(longest));
+        let pk_len = keyed.0.len();
         if payload_len + pk_len > MAX_RECORD_BYTES {
             return None;
         }
         let slack = quantity_slack(event.quantity, WireVersion::V2);
         let cost = Self::buffer_cost(payload_len + slack, pk_len);
-        (cost <= config.max_buffered_bytes).then_some((payload_len, cost))
+        if cost > config.max_buffered_bytes {
+            return None;
+        }
+        let head = cached_head(event.group(), producer_id, longest.epoch).map(|h| SumHead {
+            split: Payload::split_of(&h),
+            bytes: h.bytes,
+            epoch: longest.epoch,
+            fields: None,
+        });
+        Some(Plain::Open(Opening {
+            fold,
+            keyed,
+            slot,
+            head,
+            payload_len,
+            cost,
+        }))
     }
 
     /// Collapse, v2: a plain event with allocations, of a group this thread keeps, joins its
@@ -261,47 +217,39 @@ impl Producer {
         validate_allocations(allocations, quantity).ok()?;
         let producer_id = config.producer_id.as_deref();
         let group = event.group();
-        let epoch = Some(shared.ids.longest_id().epoch);
-        with_cached_slot(
-            group,
-            shared.instance,
-            producer_id,
-            epoch,
-            |pk, _, cached| {
-                // `Producer::prepare`'s size, checks and charge for the event joining a sum.
-                let longest = shared.ids.longest_id();
-                let payload_len = single_len_as(event, producer_id, Some(longest));
-                if payload_len + pk.len() > MAX_RECORD_BYTES {
-                    return None;
+        with_cached_slot(group, shared.instance, producer_id, |pk, _, cached| {
+            // `Producer::prepare`'s size, checks and charge for the event joining a sum.
+            let longest = shared.ids.longest_id();
+            let payload_len = single_len_as(event, producer_id, Some(longest));
+            if payload_len + pk.len() > MAX_RECORD_BYTES {
+                return None;
+            }
+            let slack = quantity_slack(quantity, WireVersion::V2);
+            let cost = Self::buffer_cost(payload_len + slack, pk.len());
+            if cost > config.max_buffered_bytes {
+                return None;
+            }
+            shared.sem.try_acquire_many(cost as u32).ok()?.forget();
+            let key = FoldKey::with(cached.fold, group, producer_id, second, true).from(Some(pk));
+            match shared
+                .staging
+                .absorb_allocated(&key, quantity, allocations, timestamp, cost)
+            {
+                Absorbed::Yes => {
+                    #[cfg(test)]
+                    PLAIN_ABSORBED.with(|n| n.set(n.get() + 1));
+                    Some(Plain::Staged)
                 }
-                let slack = quantity_slack(quantity, WireVersion::V2);
-                let cost = Self::buffer_cost(payload_len + slack, pk.len());
-                if cost > config.max_buffered_bytes {
-                    return None;
+                Absorbed::No => {
+                    shared.sem.add_permits(cost);
+                    None
                 }
-                shared.sem.try_acquire_many(cost as u32).ok()?.forget();
-                let key =
-                    FoldKey::with(cached.fold, group, producer_id, second, true).from(Some(pk));
-                match shared
-                    .staging
-                    .absorb_allocated(&key, quantity, allocations, timestamp, cost)
-                {
-                    Absorbed::Yes => {
-                        #[cfg(test)]
-                        PLAIN_ABSORBED.with(|n| n.set(n.get() + 1));
-                        Some(Plain::Staged)
-                    }
-                    Absorbed::No => {
-                        shared.sem.add_permits(cost);
-                        None
-                    }
-                    Absorbed::Sealed => {
-                        shared.sem.add_permits(cost);
-                        Some(Plain::Sealed)
-                    }
+                Absorbed::Sealed => {
+                    shared.sem.add_permits(cost);
+                    Some(Plain::Sealed)
                 }
-            },
-        )
+            }
+        })
         .flatten()
     }
 
