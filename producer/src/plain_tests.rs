@@ -416,12 +416,12 @@ async fn allocated_events_join_their_sum_on_the_fast_path() {
     assert_eq!(by_team, expected);
 }
 
-/// Collapse, v2: plain events of a kept group open their seconds' sums on the fast path with
-/// hollow templates (the thread slot's shared fields), and a meter of the group — another
-/// origin — joins those sums, found by the shared fields: one sum a second, the whole
-/// quantity, the group and producer id written whole.
+/// Collapse, v2: plain events of a kept group open their seconds' sums on the fast path, and
+/// a meter of the group — another origin, whose own sums are hollow — joins those sums, and
+/// their later plain events join the sums it opened: one sum a second, the whole quantity,
+/// the group and producer id written whole.
 #[tokio::test(start_paused = true)]
-async fn plain_openings_are_hollow_and_a_meter_of_the_group_joins_them() {
+async fn plain_events_and_a_meter_of_the_group_share_their_sums() {
     let sink = MemoryRecordSink::new(ShardMap::uniform(3));
     let p = producer_as(&sink, 16 * 1024 * 1024, true, WireVersion::V2);
     let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
@@ -442,13 +442,20 @@ async fn plain_openings_are_hollow_and_a_meter_of_the_group_joins_them() {
         m.record(at(s, 300), 5).await.unwrap();
         p.record(event(4, at(s, 900), 2)).await.unwrap();
     }
+    for s in 6..9 {
+        // The meter opens the second's sum (hollow); the plain events find it by its
+        // shared fields.
+        m.record(at(s, 300), 5).await.unwrap();
+        p.record(event(4, at(s, 700), 10)).await.unwrap();
+        p.record(event(4, at(s, 900), 2)).await.unwrap();
+    }
     assert_eq!(
         staged_plain() - before,
-        10,
+        16,
         "every plain event on the fast path"
     );
     p.flush().await.unwrap();
-    assert_eq!(p.stats().events_recorded, 16);
+    assert_eq!(p.stats().events_recorded, 25);
     let mut sums: Vec<Event> = sink
         .records()
         .iter()
@@ -459,7 +466,7 @@ async fn plain_openings_are_hollow_and_a_meter_of_the_group_joins_them() {
     let whole = checked(event(4, t0, 0));
     let seen: Vec<(DateTime<Utc>, u64)> = sums.iter().map(|e| (e.timestamp, e.quantity)).collect();
     let expected: Vec<(DateTime<Utc>, u64)> = std::iter::once((at(0, 500), 1))
-        .chain((1..6).map(|s| (at(s, 300), 17)))
+        .chain((1..9).map(|s| (at(s, 300), 17)))
         .collect();
     assert_eq!(seen, expected, "one sum a second: {sums:?}");
     for e in &sums {
