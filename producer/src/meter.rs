@@ -199,7 +199,6 @@ struct Usage {
     quantity: u64,
 }
 
-/// The v2 payload of a meter's event without collapse, its id taken.
 /// Collapse: the sum a meter's event opens ([`Meter::opening`]).
 struct Opening {
     template: Event,
@@ -209,6 +208,7 @@ struct Opening {
     head: Option<SumHead>,
 }
 
+/// The v2 payload of a meter's event without collapse, its id taken.
 struct Encoded {
     id: GeneratedId,
     millis: i64,
