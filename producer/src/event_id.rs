@@ -43,22 +43,30 @@ pub struct GeneratedId {
 impl GeneratedId {
     /// Parse the exact form [`GeneratedId`]'s `Display` writes; anything else is `None`
     /// (a caller-supplied id).
+    ///
+    /// One pass over the bytes at the form's fixed offsets: the 32 lowercase hex digits of
+    /// the epoch, then the lane and the sequence in canonical decimal (no sign, no leading
+    /// zero). The consumer reads every v1 event's id through it. The property test
+    /// `tests::the_one_pass_reader_is_the_split_reader` compares it with the reading by
+    /// `split` and `from_str_radix` it replaced.
     pub fn parse(id: &str) -> Option<Self> {
-        let rest = id.strip_prefix(GENERATED_ID_PREFIX)?;
-        let mut parts = rest.split(':');
-        let (epoch, lane, seq) = (parts.next()?, parts.next()?, parts.next()?);
-        if parts.next().is_some()
-            || epoch.len() != EPOCH_HEX_DIGITS
-            || !epoch
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        {
-            return None;
+        let rest = id.as_bytes().strip_prefix(GENERATED_ID_PREFIX.as_bytes())?;
+        let (hex, rest) = rest.split_first_chunk::<EPOCH_HEX_DIGITS>()?;
+        let mut epoch = 0u128;
+        for &b in hex {
+            let digit = match b {
+                b'0'..=b'9' => b - b'0',
+                b'a'..=b'f' => b - b'a' + 10,
+                _ => return None,
+            };
+            epoch = epoch << 4 | u128::from(digit);
         }
+        let rest = rest.strip_prefix(b":")?;
+        let colon = rest.iter().position(|&b| b == b':')?;
         let parsed = Self {
-            epoch: u128::from_str_radix(epoch, 16).ok()?,
-            lane: canonical_decimal(lane)?.try_into().ok()?,
-            seq: canonical_decimal(seq)?,
+            epoch,
+            lane: u8::try_from(canonical_decimal(&rest[..colon])?).ok()?,
+            seq: canonical_decimal(&rest[colon + 1..])?,
         };
         (parsed.lane < ID_LANES && parsed.seq > 0).then_some(parsed)
     }
@@ -69,11 +77,16 @@ impl GeneratedId {
     }
 }
 
-/// A decimal without sign or leading zeros (so an id has exactly one spelling).
-fn canonical_decimal(s: &str) -> Option<u64> {
-    let ok =
-        !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'));
-    ok.then(|| s.parse().ok()).flatten()
+/// A decimal without sign or leading zeros (so an id has exactly one spelling) that fits a
+/// `u64`.
+fn canonical_decimal(s: &[u8]) -> Option<u64> {
+    match s {
+        [] | [b'0', _, ..] => None,
+        _ => s.iter().try_fold(0u64, |n, &b| {
+            let digit = b.checked_sub(b'0').filter(|d| *d < 10)?;
+            n.checked_mul(10)?.checked_add(u64::from(digit))
+        }),
+    }
 }
 
 impl fmt::Display for GeneratedId {
@@ -198,5 +211,71 @@ mod tests {
             assert_eq!(GeneratedId::parse(&bad), None, "{bad}");
         }
         assert!(GeneratedId::parse(&format!("p:{e}:15:18446744073709551615")).is_some());
+        assert_eq!(
+            GeneratedId::parse(&format!("p:{e}:15:18446744073709551616")),
+            None
+        );
+    }
+
+    /// The reading [`GeneratedId::parse`] had before its one-pass reader: split at `:`,
+    /// the epoch by `from_str_radix`, the numbers by `str::parse`.
+    fn split_reader(id: &str) -> Option<GeneratedId> {
+        let decimal = |s: &str| {
+            let ok = !s.is_empty()
+                && s.bytes().all(|b| b.is_ascii_digit())
+                && (s == "0" || !s.starts_with('0'));
+            ok.then(|| s.parse::<u64>().ok()).flatten()
+        };
+        let rest = id.strip_prefix(GENERATED_ID_PREFIX)?;
+        let mut parts = rest.split(':');
+        let (epoch, lane, seq) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some()
+            || epoch.len() != EPOCH_HEX_DIGITS
+            || !epoch
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            return None;
+        }
+        let parsed = GeneratedId {
+            epoch: u128::from_str_radix(epoch, 16).ok()?,
+            lane: decimal(lane)?.try_into().ok()?,
+            seq: decimal(seq)?,
+        };
+        (parsed.lane < ID_LANES && parsed.seq > 0).then_some(parsed)
+    }
+
+    proptest::proptest! {
+        /// The one-pass reader reads what the split reader reads: on every generated id,
+        /// on ids with one byte changed, cut or added anywhere, with an epoch of any
+        /// spelling, numbers of any size and spelling, and on any string.
+        #[test]
+        fn the_one_pass_reader_is_the_split_reader(
+            epoch in proptest::prelude::any::<u128>(),
+            lane in "0|[1-9][0-9]{0,3}|0[0-9]{1,2}|\\+1",
+            seq in "0|[1-9][0-9]{0,21}|0[0-9]{1,3}|-1",
+            poke in proptest::option::of((0usize..80, 0u8..128)),
+            cut in proptest::option::of(0usize..80),
+            extra in proptest::option::of((0usize..80, "[:0-9a-fA-F]")),
+            spelled in "[0-9a-fA-F]{32}|[0-9a-fg:]{30,34}",
+            any in ".{0,70}",
+        ) {
+            let id = format!("p:{epoch:032x}:{lane}:{seq}");
+            let other_epoch = format!("p:{spelled}:{lane}:{seq}");
+            let mut bytes = id.clone().into_bytes();
+            if let Some((at, b)) = poke && at < bytes.len() {
+                bytes[at] = b;
+            }
+            if let Some(at) = cut && at < bytes.len() {
+                bytes.remove(at);
+            }
+            if let Some((at, s)) = &extra && *at <= bytes.len() {
+                bytes.splice(*at..*at, s.bytes());
+            }
+            let changed = String::from_utf8(bytes).unwrap();
+            for s in [&id, &changed, &other_epoch, &any, &format!("p:{any}")] {
+                proptest::prop_assert_eq!(GeneratedId::parse(s), split_reader(s), "{}", s);
+            }
+        }
     }
 }

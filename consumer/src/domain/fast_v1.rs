@@ -1,6 +1,7 @@
-//! The hot path's reader of a v1 JSON payload: a typed `serde_json` struct of `&str` fields
-//! (no `serde_json::Value`, no owned string per field) and the producer's timestamp spelling
-//! read without chrono's general parser.
+//! The hot path's reader of a v1 JSON payload: the producer's own spelling of it read as
+//! straight-line code ([`in_order`]), any other spelling through a typed `serde_json` struct
+//! of `&str` fields (no `serde_json::Value`, no owned string per field), and the producer's
+//! timestamp spelling read without chrono's general parser.
 
 use chrono::{DateTime, NaiveDate, Timelike, Utc};
 use serde::Deserialize;
@@ -12,7 +13,7 @@ use super::super::intern::Interner;
 use super::{ClientTime, Fields};
 
 /// A v1 payload's fields, borrowed (a string with an escape does not borrow: the general path).
-#[derive(Deserialize)]
+#[derive(Deserialize, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 struct V1<'a> {
     v: u64,
@@ -83,8 +84,108 @@ fn by_chrono(s: &str) -> Option<DateTime<Utc>> {
     Some(ts.with_nanosecond(nanos - nanos % 1_000_000).unwrap_or(ts))
 }
 
+/// The payload as the producer spells it (`serde_json` writing `wire::json::V1`): its fields
+/// in their order, no whitespace, each string without an escape or a control character, the
+/// quantity in canonical decimal, the producer id present or not, no allocations. Read as
+/// straight-line code — one comparison of each key with the text expected next, one scan of
+/// each string for its closing quote — where `serde_json` matches every key against every
+/// field and validates each string's UTF-8 on its own. `None` for any other spelling, which
+/// `serde_json` reads; where it answers, it answers what `serde_json` does
+/// (`tests::the_in_order_reader_answers_as_serde_json`).
+fn in_order(data: &[u8]) -> Option<V1<'_>> {
+    // Valid UTF-8 as a whole: then so is every string between two quotes (ASCII).
+    let text = std::str::from_utf8(data).ok()?;
+    let rest = text.strip_prefix(r#"{"v":1,"eventId":""#)?;
+    let (event_id, rest) = string_then(rest, r#","licenseArn":""#)?;
+    let (license_arn, rest) = string_then(rest, r#","customerAWSAccountId":""#)?;
+    let (customer_aws_account_id, rest) = string_then(rest, r#","dimension":""#)?;
+    let (dimension, rest) = string_then(rest, r#","quantity":"#)?;
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    let quantity = canonical_u64(&rest[..digits])?;
+    let rest = rest[digits..].strip_prefix(r#","timestamp":""#)?;
+    let (timestamp, rest) = plain_string(rest)?;
+    let producer_id = match rest {
+        "}" => None,
+        _ => {
+            let (id, rest) = plain_string(rest.strip_prefix(r#","producerId":""#)?)?;
+            (rest == "}").then_some(id)?;
+            Some(id)
+        }
+    };
+    Some(V1 {
+        v: PAYLOAD_VERSION,
+        event_id,
+        license_arn,
+        customer_aws_account_id,
+        dimension,
+        quantity,
+        timestamp,
+        producer_id,
+        usage_allocations: None,
+    })
+}
+
+/// The contents of a JSON string that `text` starts inside of, up to its closing quote, and
+/// the text after that quote; `None` when an escape or a control character (which JSON
+/// refuses unescaped) comes first.
+fn plain_string(text: &str) -> Option<(&str, &str)> {
+    let end = string_end(text.as_bytes())?;
+    (text.as_bytes()[end] == b'"').then(|| (&text[..end], &text[end + 1..]))
+}
+
+/// Whether `b` ends a JSON string's plain run: a quote, a backslash or a control character.
+fn ends_run(b: u8) -> bool {
+    b == b'"' || b == b'\\' || b < 0x20
+}
+
+/// The position of the first byte of `bytes` that [`ends_run`], eight bytes at a time: in
+/// each 64-bit word, a lane's high bit marks a byte below 0x20 or equal to a quote or a
+/// backslash. A borrow can mark a lane wrongly only above a lane marked rightly, so the
+/// lowest mark is exact (`tests::the_word_scan_finds_the_first_end`).
+fn string_end(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero_lanes = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    let mut chunks = bytes.chunks_exact(8);
+    let mut at = 0;
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let w = u64::from_le_bytes(word);
+        let below = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
+        let marks = below
+            | zero_lanes(w ^ (ONES * u64::from(b'"')))
+            | zero_lanes(w ^ (ONES * u64::from(b'\\')));
+        if marks != 0 {
+            return Some(at + marks.trailing_zeros() as usize / 8);
+        }
+        at += 8;
+    }
+    let tail = chunks.remainder();
+    tail.iter().position(|&b| ends_run(b)).map(|i| at + i)
+}
+
+/// [`plain_string`], then `next` after the closing quote.
+fn string_then<'t>(text: &'t str, next: &str) -> Option<(&'t str, &'t str)> {
+    let (value, rest) = plain_string(text)?;
+    Some((value, rest.strip_prefix(next)?))
+}
+
+/// Decimal digits as JSON spells an integer (no leading zero) that fits a `u64`.
+fn canonical_u64(digits: &str) -> Option<u64> {
+    if digits.is_empty() || (digits.len() > 1 && digits.starts_with('0')) {
+        return None;
+    }
+    digits.bytes().try_fold(0u64, |n, b| {
+        n.checked_mul(10)?.checked_add(u64::from(b - b'0'))
+    })
+}
+
 pub(super) fn v1_fields<'a>(data: &'a [u8], interner: &mut Interner) -> Option<Fields<'a>> {
-    let p: V1<'a> = serde_json::from_slice(data).ok()?;
+    let p: V1<'a> = match in_order(data) {
+        Some(p) => p,
+        None => serde_json::from_slice(data).ok()?,
+    };
     if p.v != PAYLOAD_VERSION || p.usage_allocations.is_some() {
         return None;
     }
@@ -134,6 +235,142 @@ mod tests {
                 }
                 prop_assert_eq!(v1_timestamp(&s), by_chrono(&s), "{}", s);
             }
+        }
+    }
+
+    /// The payload the producer writes of an event of these strings (id, license ARN,
+    /// account, dimension, producer id), with or without its producer id.
+    fn payload(strings: &[String; 5], quantity: u64, producer: bool) -> Vec<u8> {
+        let [id, arn, account, dimension, producer_id] = strings;
+        let t = DateTime::from_timestamp_millis(1_796_040_000_123).unwrap();
+        let mut e = awsmp_producer::Event::new(arn, account, dimension, quantity, t)
+            .with_event_id(id.as_str());
+        e.producer_id = producer.then(|| producer_id.clone());
+        awsmp_producer::wire::encode_event(&e)
+    }
+
+    /// A change to a payload's bytes, at a position taken modulo its length.
+    #[derive(Debug, Clone)]
+    enum Change {
+        Poke(usize, u8),
+        Cut(usize),
+        Insert(usize, String),
+    }
+
+    fn change() -> impl Strategy<Value = Change> {
+        prop_oneof![
+            (any::<usize>(), any::<u8>()).prop_map(|(at, b)| Change::Poke(at, b)),
+            any::<usize>().prop_map(Change::Cut),
+            (any::<usize>(), "[ 0-9\",:{}\\\\a-z.+-]{1,2}|[\\x00-\\x1f]")
+                .prop_map(|(at, s)| Change::Insert(at, s)),
+        ]
+    }
+
+    impl Change {
+        fn apply(&self, data: &[u8]) -> Vec<u8> {
+            let mut out = data.to_vec();
+            match self {
+                Change::Poke(at, b) if !out.is_empty() => {
+                    let at = at % out.len();
+                    out[at] = *b;
+                }
+                Change::Cut(at) if !out.is_empty() => {
+                    out.remove(at % out.len());
+                }
+                Change::Insert(at, s) => {
+                    let at = at % (out.len() + 1);
+                    out.splice(at..at, s.bytes());
+                }
+                _ => {}
+            }
+            out
+        }
+    }
+
+    proptest! {
+        /// Where the in-order reader answers, it answers what `serde_json` does: on the
+        /// producer's payloads of arbitrary strings (quotes, backslashes, control characters,
+        /// non-ASCII) and quantities, with and without a producer id; on those payloads with
+        /// one byte changed, cut or added anywhere, with a raw (unescaped) event id of any
+        /// bytes, and with the quantity spelled any way; and on arbitrary bytes. It answers
+        /// for every payload the producer writes of strings without an escape.
+        #[test]
+        fn the_in_order_reader_answers_as_serde_json(
+            strings in prop::array::uniform5("[a-z0-9:|]{0,12}|.{0,12}|[\"\\\\\\x00-\\x1f]{1,3}"),
+            quantity in prop_oneof![0u64..1000, Just(u64::MAX), any::<u64>()],
+            producer in any::<bool>(),
+            change in change(),
+            raw_id in "[a-z\"\\\\\\x00-\\x1f\\x7f-\\u{10ffff}]{0,4}",
+            spelled_quantity in "[0-9]{1,21}|[0-9.eE+-]{1,4}",
+            any_bytes in prop::collection::vec(any::<u8>(), 0..60),
+        ) {
+            let data = payload(&strings, quantity, producer);
+            let plain = strings
+                .iter()
+                .all(|s| !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20));
+            if plain {
+                prop_assert!(in_order(&data).is_some(), "{}", String::from_utf8_lossy(&data));
+            }
+            let plain_strings = ["e1", "arn", "210987654321", "api", "svc"].map(String::from);
+            let text = String::from_utf8(payload(&plain_strings, quantity, producer)).unwrap();
+            let raw = text.replacen("\"e1\"", &format!("\"{raw_id}\""), 1);
+            let respelled = text.replacen(
+                &format!("\"quantity\":{quantity}"),
+                &format!("\"quantity\":{spelled_quantity}"),
+                1,
+            );
+            for bytes in [
+                data.clone(),
+                change.apply(&data),
+                raw.into_bytes(),
+                respelled.into_bytes(),
+                any_bytes,
+            ] {
+                if let Some(read) = in_order(&bytes) {
+                    let by_serde: Option<V1<'_>> = serde_json::from_slice(&bytes).ok();
+                    prop_assert_eq!(Some(read), by_serde, "{:?}", String::from_utf8_lossy(&bytes));
+                }
+            }
+        }
+    }
+
+    proptest! {
+        /// The word scan finds the byte the byte-by-byte scan finds, on any bytes and on
+        /// bytes where the ends are rare (every alignment, every lane, high bytes beside them).
+        #[test]
+        fn the_word_scan_finds_the_first_end(
+            any_bytes in prop::collection::vec(any::<u8>(), 0..40),
+            sparse in prop::collection::vec(
+                prop_oneof![8 => 0x20u8..0xff, 1 => Just(b'"'), 1 => Just(b'\\'), 1 => 0u8..0x20],
+                0..40,
+            ),
+        ) {
+            for bytes in [&any_bytes, &sparse] {
+                let by_byte = bytes.iter().position(|&b| ends_run(b));
+                prop_assert_eq!(string_end(bytes), by_byte, "{:02x?}", bytes);
+            }
+        }
+    }
+
+    #[test]
+    fn the_in_order_reader_leaves_other_spellings_to_serde_json() {
+        let strings = ["e1", "arn", "210987654321", "api", "svc"].map(String::from);
+        let data = String::from_utf8(payload(&strings, 7, true)).unwrap();
+        assert!(in_order(data.as_bytes()).is_some());
+        let without = String::from_utf8(payload(&strings, 7, false)).unwrap();
+        assert!(in_order(without.as_bytes()).is_some());
+        for other in [
+            data.replace(r#""quantity":7"#, r#""quantity":07"#),
+            data.replace(r#""quantity":7"#, r#""quantity":7.0"#),
+            data.replace(r#""quantity":7"#, r#""quantity":-7"#),
+            data.replace(r#""quantity":7"#, r#""quantity":18446744073709551616"#),
+            data.replace(r#""e1""#, r#""e\u0031""#),
+            data.replace(r#"{"v":1,"#, r#"{ "v":1,"#),
+            data.replace('}', "} "),
+            data.replace(r#","producerId":"svc""#, r#","producerId":null"#),
+            format!("{data}}}"),
+        ] {
+            assert_eq!(in_order(other.as_bytes()), None, "{other}");
         }
     }
 
