@@ -206,6 +206,63 @@ fn the_hot_path_answers_for_plain_records_of_valid_events() {
     }
 }
 
+/// Each kind of bad event, with a generated id, among good ones in a v2 aggregate (a ref
+/// among refs the hot path reads): both paths answer alike, at each position.
+#[test]
+fn a_bad_ref_among_good_refs_is_answered_as_the_general_path_does() {
+    for bad in 1..=10 {
+        for at in 0..3 {
+            let events: Vec<Event> = (0..3u64)
+                .map(|k| event(2 * k, if k == at { bad } else { 0 }, 10, k + 1, false))
+                .collect();
+            let data = encode(&events, 3);
+            same_on(&data);
+            let general = decode_general(
+                &record(data),
+                &VerifyPolicy::default(),
+                &mut Interner::new(),
+            );
+            assert_eq!(general.events.len() + general.refused.len(), 3, "bad {bad}");
+        }
+    }
+}
+
+/// A ref whose lane is out of range (no producer writes one: its id is kept as a string) in a
+/// v2 aggregate with a good trailer: both paths answer alike.
+#[test]
+fn a_ref_of_a_lane_out_of_range_is_answered_as_the_general_path_does() {
+    let events: Vec<Event> = (0..3u64)
+        .map(|k| event(2 * k, 0, 10, k + 1, false))
+        .collect();
+    let users = awsmp_producer::wire::deaggregate(&encode(&events, 3)).unwrap();
+    for lane in [16u8, 0x7f] {
+        let records: Vec<(String, Vec<u8>)> = users
+            .iter()
+            .map(|u| {
+                let mut data = u.data.to_vec();
+                // Event 2's ref spells its lane 2 as key 0x28, value 0x02, then the sequence.
+                if let Some(at) = data.windows(3).position(|w| w == [0x28, 0x02, 0x30]) {
+                    data[at + 1] = lane;
+                }
+                (u.partition_key.clone().unwrap(), data)
+            })
+            .collect();
+        assert_ne!(
+            records[2].1,
+            users[2].data.to_vec(),
+            "the lane was rewritten"
+        );
+        let data = encode_aggregated(records.iter().map(|(k, d)| (k.as_str(), None, &d[..])));
+        same_on(&data);
+        let general = decode_general(
+            &record(data.to_vec()),
+            &VerifyPolicy::default(),
+            &mut Interner::new(),
+        );
+        assert_eq!(general.events.len(), 3);
+    }
+}
+
 #[test]
 fn a_batch_of_good_and_corrupt_aggregates_decodes_as_each_record_alone() {
     let records: Vec<StreamRecord> = (0..24u64)
