@@ -77,9 +77,9 @@ impl GeneratedId {
     }
 }
 
-/// A decimal without sign or leading zeros (so an id has exactly one spelling) that fits a
-/// `u64`.
-fn canonical_decimal(s: &[u8]) -> Option<u64> {
+/// A decimal without sign or leading zeros (so an id has exactly one spelling; JSON spells an
+/// integer so too) that fits a `u64`.
+pub fn canonical_decimal(s: &[u8]) -> Option<u64> {
     match s {
         [] | [b'0', _, ..] => None,
         _ => s.iter().try_fold(0u64, |n, &b| {

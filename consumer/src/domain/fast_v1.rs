@@ -6,6 +6,7 @@
 use chrono::{DateTime, NaiveDate, Timelike, Utc};
 use serde::Deserialize;
 
+use awsmp_producer::event_id::canonical_decimal;
 use awsmp_producer::wire::PAYLOAD_VERSION;
 
 use super::super::accepted::EventId;
@@ -101,14 +102,16 @@ fn in_order(data: &[u8]) -> Option<V1<'_>> {
     let (customer_aws_account_id, rest) = string_then(rest, r#","dimension":""#)?;
     let (dimension, rest) = string_then(rest, r#","quantity":"#)?;
     let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-    let quantity = canonical_u64(&rest[..digits])?;
+    let quantity = canonical_decimal(&rest.as_bytes()[..digits])?;
     let rest = rest[digits..].strip_prefix(r#","timestamp":""#)?;
     let (timestamp, rest) = plain_string(rest)?;
     let producer_id = match rest {
         "}" => None,
         _ => {
             let (id, rest) = plain_string(rest.strip_prefix(r#","producerId":""#)?)?;
-            (rest == "}").then_some(id)?;
+            if rest != "}" {
+                return None;
+            }
             Some(id)
         }
     };
@@ -169,16 +172,6 @@ fn string_end(bytes: &[u8]) -> Option<usize> {
 fn string_then<'t>(text: &'t str, next: &str) -> Option<(&'t str, &'t str)> {
     let (value, rest) = plain_string(text)?;
     Some((value, rest.strip_prefix(next)?))
-}
-
-/// Decimal digits as JSON spells an integer (no leading zero) that fits a `u64`.
-fn canonical_u64(digits: &str) -> Option<u64> {
-    if digits.is_empty() || (digits.len() > 1 && digits.starts_with('0')) {
-        return None;
-    }
-    digits.bytes().try_fold(0u64, |n, b| {
-        n.checked_mul(10)?.checked_add(u64::from(b - b'0'))
-    })
 }
 
 pub(super) fn v1_fields<'a>(data: &'a [u8], interner: &mut Interner) -> Option<Fields<'a>> {
