@@ -10,7 +10,7 @@
 
 mod common;
 
-use anyhow::{Result, ensure};
+use anyhow::{Context, Result, ensure};
 use async_trait::async_trait;
 use awsmp_loadtest::local::{DEMO_DIMENSIONS, demo_catalog};
 use awsmp_loadtest::runner::{Runner, TickReport};
@@ -198,8 +198,11 @@ async fn crash_between_commit_point_and_cleanup_enqueue_is_retried() -> Result<(
     // THEN the redelivery finishes the rows as Aggregated and the group is billed once
     assert_eq!(failing.failures.load(Ordering::SeqCst), 0, "fault not hit");
     assert!(rep.drained["work"].failed >= 1, "{:?}", rep.drained);
-    assert_aggregated(&st, &rows, 8).await?;
-    assert_billed_once(&st, &g, 8).await?;
+    let report = || format!("tick report: {}", serde_json::json!(rep));
+    assert_aggregated(&st, &rows, 8)
+        .await
+        .with_context(report)?;
+    assert_billed_once(&st, &g, 8).await.with_context(report)?;
     Ok(())
 }
 

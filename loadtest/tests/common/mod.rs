@@ -198,9 +198,11 @@ impl Stack {
         ensure!(
             got(a::METERING_STATUS).as_deref() == Some(status)
                 && got(a::METERING_STATUS_REASON).as_deref() == Some(reason),
-            "row {sk}: expected {status} / {reason:?}, got {:?} / {:?}",
+            "row {sk}: expected {status} / {reason:?}, got {:?} / {:?} (meteringPending {:?}, updatedAt {:?})",
             got(a::METERING_STATUS),
-            got(a::METERING_STATUS_REASON)
+            got(a::METERING_STATUS_REASON),
+            stored.get(a::METERING_PENDING),
+            got(a::UPDATED_AT)
         );
         ensure!(
             !stored.contains_key(a::METERING_PENDING),
