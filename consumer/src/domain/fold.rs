@@ -23,8 +23,9 @@
 //! fold.add(1, 0, ev(4));
 //! let rows = fold.into_rows();
 //! assert_eq!(rows.len(), 1);
-//! assert_eq!(rows[0].parts.len(), 2, "one part per stream record");
-//! assert_eq!(rows[0].quantity(), 9);
+//! let row = rows.get(0).unwrap();
+//! assert_eq!(row.parts.len(), 2, "one part per stream record");
+//! assert_eq!(row.quantity(), 9);
 //! ```
 
 use std::collections::BTreeMap;
@@ -231,16 +232,17 @@ impl Part {
     }
 }
 
-/// Everything a batch contributes to one row, one part per stream record, in record order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RowContribution {
+/// Everything a batch contributes to one row, one part per stream record, in record order: a
+/// view into the batch's [`FoldedRows`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowContribution<'a> {
     /// The row.
-    pub id: RowId,
+    pub id: &'a RowId,
     /// Parts in record order.
-    pub parts: Vec<Part>,
+    pub parts: PartList<'a>,
 }
 
-impl RowContribution {
+impl RowContribution<'_> {
     /// Total quantity of every part.
     pub fn quantity(&self) -> u64 {
         self.parts.iter().map(Part::quantity).sum()
@@ -257,12 +259,171 @@ impl RowContribution {
     }
 }
 
+/// One row's parts, in record order, read from the batch-wide part list by index: indexed
+/// (`parts[i]`) and iterated like a slice of [`Part`]s.
+#[derive(Clone, Copy)]
+pub struct PartList<'a> {
+    all: &'a [(u32, Part)],
+    order: &'a [u32],
+}
+
+impl<'a> PartList<'a> {
+    /// How many parts.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// True for a row without parts (a fold never makes one).
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// The parts, in record order.
+    pub fn iter(&self) -> Parts<'a> {
+        Parts {
+            all: self.all,
+            order: self.order.iter(),
+        }
+    }
+}
+
+impl std::ops::Index<usize> for PartList<'_> {
+    type Output = Part;
+    fn index(&self, i: usize) -> &Part {
+        &self.all[self.order[i] as usize].1
+    }
+}
+
+impl<'a> IntoIterator for &PartList<'a> {
+    type Item = &'a Part;
+    type IntoIter = Parts<'a>;
+    fn into_iter(self) -> Parts<'a> {
+        self.iter()
+    }
+}
+
+/// The parts of a [`PartList`], in record order.
+#[derive(Clone)]
+pub struct Parts<'a> {
+    all: &'a [(u32, Part)],
+    order: std::slice::Iter<'a, u32>,
+}
+
+impl<'a> Iterator for Parts<'a> {
+    type Item = &'a Part;
+    fn next(&mut self) -> Option<&'a Part> {
+        self.order.next().map(|&i| &self.all[i as usize].1)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.order.size_hint()
+    }
+}
+
+impl ExactSizeIterator for Parts<'_> {}
+
+impl PartialEq for PartList<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for PartList<'_> {}
+
+impl std::fmt::Debug for PartList<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+/// The rows of one folded batch, in first-seen order. Every part stays where the fold put it,
+/// in one batch-wide list; each row reads its own through a run of indexes (a counting sort of
+/// the parts by row), so making the rows allocates nothing per row. Dropped, the part list goes
+/// back to the thread's kept tables ([`BatchFold::for_events`]).
+#[derive(Default)]
+pub struct FoldedRows {
+    rows: Vec<RowSpan>,
+    parts: Vec<(u32, Part)>,
+    order: Vec<u32>,
+}
+
+/// A row of [`FoldedRows`]: its id and its run of `order`.
+struct RowSpan {
+    id: RowId,
+    start: u32,
+    len: u32,
+}
+
+impl FoldedRows {
+    /// How many rows.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// True when the batch folded no event.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Row `i`.
+    pub fn get(&self, i: usize) -> Option<RowContribution<'_>> {
+        self.rows.get(i).map(|r| self.view(r))
+    }
+
+    /// The rows, in first-seen order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = RowContribution<'_>> + Clone {
+        self.rows.iter().map(|r| self.view(r))
+    }
+
+    fn view<'a>(&'a self, r: &'a RowSpan) -> RowContribution<'a> {
+        let run = r.start as usize..(r.start + r.len) as usize;
+        RowContribution {
+            id: &r.id,
+            parts: PartList {
+                all: &self.parts,
+                order: &self.order[run],
+            },
+        }
+    }
+}
+
+impl PartialEq for FoldedRows {
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for FoldedRows {}
+
+impl std::fmt::Debug for FoldedRows {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl Drop for FoldedRows {
+    fn drop(&mut self) {
+        let mut parts = std::mem::take(&mut self.parts);
+        parts.clear();
+        if parts.capacity() > MAX_PRESIZED_ROWS {
+            return;
+        }
+        KEPT.with_borrow_mut(|kept| {
+            if let Some(kept) = kept
+                && kept.parts.capacity() < parts.capacity()
+            {
+                kept.parts = parts;
+            }
+        });
+    }
+}
+
 /// The in-memory fold of one batch: one [`RowContribution`] per distinct (group, second), so
 /// the batch writes each row once (write amplification 1). Keyed by the interned group and
 /// the second: a lookup hashes two integers (the group's hash is computed when it is
 /// interned) and compares pointers, never the strings, unless two interners made the names.
 /// The parts are kept in one batch-wide list while folding (a row points at its latest), and
-/// each row's list is allocated once, at its exact length, by [`BatchFold::into_rows`].
+/// stay there in the [`FoldedRows`] of [`BatchFold::into_rows`].
 #[derive(Debug, Default)]
 pub struct BatchFold {
     index: HashTable<u32>,
@@ -385,21 +546,28 @@ impl BatchFold {
     }
 
     /// The rows, in first-seen order, each with its parts in record order.
-    pub fn into_rows(mut self) -> Vec<RowContribution> {
-        let mut out: Vec<RowContribution> = self
-            .rows
-            .drain(..)
-            .map(|r| RowContribution {
+    pub fn into_rows(mut self) -> FoldedRows {
+        // Each row's run of indexes starts where the runs of the rows before it end.
+        let mut start = 0;
+        let mut rows: Vec<RowSpan> = Vec::with_capacity(self.rows.len());
+        for r in self.rows.drain(..) {
+            rows.push(RowSpan {
                 id: r.id,
-                parts: Vec::with_capacity(r.parts as usize),
-            })
-            .collect();
-        // Opened in batch order, so each row's parts arrive in record order.
-        for (row, part) in self.parts.drain(..) {
-            out[row as usize].parts.push(part);
+                start,
+                len: 0,
+            });
+            start += r.parts;
         }
+        // Opened in batch order, so each row's parts arrive in record order.
+        let mut order = vec![0; self.parts.len()];
+        for (i, (row, _)) in self.parts.iter().enumerate() {
+            let span = &mut rows[*row as usize];
+            order[(span.start + span.len) as usize] = index(i);
+            span.len += 1;
+        }
+        let parts = std::mem::take(&mut self.parts);
         self.keep();
-        out
+        FoldedRows { rows, parts, order }
     }
 
     /// Drops this thread's kept tables (their memory back to the allocator): the next fold
@@ -459,7 +627,7 @@ mod tests {
     fn fold(
         mut f: BatchFold,
         events: &[(u32, u32, crate::domain::verify::VerifiedEvent)],
-    ) -> Vec<RowContribution> {
+    ) -> FoldedRows {
         let mut names = crate::domain::intern::Interner::new();
         for (record, sub, e) in events {
             f.add(
@@ -490,6 +658,101 @@ mod tests {
         assert_eq!(rows_a, fold(BatchFold::new(), &a));
         assert_eq!(rows_b, fold(BatchFold::new(), &b));
         assert!(!rows_b.is_empty());
+    }
+
+    /// Dropped rows hand their part list back to the thread's kept tables: the next fold's
+    /// parts go into that memory, with no fresh allocation.
+    #[test]
+    fn the_part_list_goes_back_to_the_kept_tables_when_the_rows_are_dropped() {
+        let a = batch(2_000, 30, 3);
+        BatchFold::release_kept();
+        let rows = fold(BatchFold::for_events(a.len()), &a);
+        let kept = || KEPT.with_borrow(|k| k.as_ref().map(|f| f.parts.capacity()));
+        assert_eq!(kept(), Some(0), "the rows hold the part list");
+        let parts = rows.parts.as_ptr();
+        drop(rows);
+        assert!(kept().is_some_and(|c| c >= a.len()), "{:?}", kept());
+        let second = BatchFold::for_events(a.len());
+        assert!(second.parts.is_empty());
+        assert_eq!(second.parts.as_ptr(), parts, "the rows' part list, kept");
+        BatchFold::release_kept();
+    }
+
+    /// A row as a plain model keeps it: its id, and per part its record, sub-sequence numbers
+    /// and quantity.
+    type ModelRow = ((String, i64), Vec<(u32, Vec<u32>, u64)>);
+
+    /// The fold as plain lists: rows in first-seen order, each row's parts in record order.
+    fn model(events: &[(u32, u32, u8, i64, u64)]) -> Vec<ModelRow> {
+        let mut rows: Vec<ModelRow> = Vec::new();
+        for &(record, sub, group, second, q) in events {
+            let id = (format!("l-{group:032x}"), second);
+            let ix = match rows.iter().position(|r| r.0 == id) {
+                Some(ix) => ix,
+                None => {
+                    rows.push((id, Vec::new()));
+                    rows.len() - 1
+                }
+            };
+            let parts = &mut rows[ix].1;
+            match parts.last_mut() {
+                Some(p) if p.0 == record => {
+                    p.1.push(sub);
+                    p.2 += q;
+                }
+                _ => parts.push((record, vec![sub], q)),
+            }
+        }
+        rows
+    }
+
+    proptest::proptest! {
+        /// Every row reads back exactly its own parts, in record order, whether through the
+        /// part list's iterator or its index: the rows the fold makes are the model's.
+        #[test]
+        fn each_row_reads_its_own_parts_in_record_order(
+            mut events in proptest::collection::vec(
+                (0u32..6, 0u32..40, 0u8..5, 0i64..3, 0u64..100), 0..120)
+        ) {
+            events.sort_by_key(|e| e.0);
+            let mut names = crate::domain::intern::Interner::new();
+            let mut f = BatchFold::new();
+            for &(record, sub, group, second, quantity) in &events {
+                let group = names.group(
+                    &format!("arn:aws:license-manager::123456789012:license:l-{group:032x}"),
+                    "210987654321",
+                    "api",
+                );
+                f.add(record, sub, Accepted {
+                    group,
+                    second: 1_796_040_000 + second,
+                    quantity,
+                    allocations: None,
+                    event_id: super::super::accepted::EventId::parse("e"),
+                    producer_id: None,
+                });
+            }
+            let rows = f.into_rows();
+            let got: Vec<ModelRow> = rows
+                .iter()
+                .map(|r| {
+                    let license = r.id.license_arn().rsplit(':').next().unwrap().to_owned();
+                    let parts: Vec<_> = r
+                        .parts
+                        .iter()
+                        .map(|p| (p.record, p.subs.to_vec(), p.quantity()))
+                        .collect();
+                    for (i, p) in r.parts.iter().enumerate() {
+                        assert_eq!(&r.parts[i], p, "index and iterator agree");
+                    }
+                    assert_eq!(r.parts.iter().len(), r.parts.len());
+                    ((license, r.id.second - 1_796_040_000), parts)
+                })
+                .collect();
+            proptest::prop_assert_eq!(got, model(&events));
+            proptest::prop_assert!(rows.get(rows.len()).is_none());
+            proptest::prop_assert_eq!(rows.iter().len(), rows.len());
+        }
     }
 
     fn subs(of: &[u32]) -> Subs {

@@ -8,14 +8,14 @@ use awsmp_pipeline::emf::Metric;
 
 use super::{Batch, Consumer};
 use crate::archive::ArchivedEvent;
-use crate::domain::fold::{BatchFold, RowContribution};
+use crate::domain::fold::{BatchFold, FoldedRows};
 use crate::domain::row::RecordMeta;
 use crate::domain::seq::{Lane, SeqNum};
 
 /// The batch's rows and, per record before the cut, its lane and sequence number.
 pub(super) struct Folded {
     /// One contribution per row the batch touches.
-    pub(super) rows: Vec<RowContribution>,
+    pub(super) rows: FoldedRows,
     /// Indexed like the batch's records.
     pub(super) metas: Vec<RecordMeta>,
     /// With a billing archive: each folded event with its record's index (`archive.rs`).

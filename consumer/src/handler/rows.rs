@@ -58,12 +58,12 @@ impl Consumer {
             }
         };
         let (slots, metas, finalized, now) = (&batch.slots, &folded.metas, &finalized, batch.now);
-        let outcomes: Vec<(usize, Result<RowOutcome>)> = futures::stream::iter(rows)
+        let outcomes: Vec<(usize, Result<RowOutcome>)> = futures::stream::iter(rows.iter())
             .map(|row| async move {
                 let fin = finalized.contains(&row.id.group());
                 (
                     row.first_record() as usize,
-                    self.write_row(row, metas, slots, fin, now).await,
+                    self.write_row(&row, metas, slots, fin, now).await,
                 )
             })
             .buffer_unordered(self.settings.concurrency)
@@ -104,7 +104,7 @@ impl Consumer {
     /// most [`MAX_ROW_CAS_ROUNDS`] times.
     async fn write_row(
         &self,
-        row: &RowContribution,
+        row: &RowContribution<'_>,
         metas: &[RecordMeta],
         slots: &[Slot],
         finalized: bool,
@@ -146,7 +146,7 @@ impl Consumer {
                 });
             };
             let ttl = self.usage_ttl(row.id.instant());
-            let write = row_write(&row.id, plan, ttl, audit_timestamp(now));
+            let write = row_write(row.id, plan, ttl, audit_timestamp(now));
             update_items += 1;
             if self.with_retry(|| self.rows.write(&write)).await? {
                 return Ok(RowOutcome {
@@ -168,7 +168,7 @@ impl Consumer {
     /// row-level reasons).
     fn row_rejection(
         &self,
-        row: &RowContribution,
+        row: &RowContribution<'_>,
         rej: &PartRejection,
         metas: &[RecordMeta],
         slots: &[Slot],

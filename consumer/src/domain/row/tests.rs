@@ -8,7 +8,7 @@ use awsmp_pipeline::contract::reasons;
 use awsmp_pipeline::domain::row::{AttrValue, RawUsageRow, Tag};
 
 use super::*;
-use crate::domain::fold::{BatchFold, RowContribution};
+use crate::domain::fold::{BatchFold, FoldedRows, RowContribution};
 use crate::domain::seq::{Lane, SeqNum};
 use crate::domain::verify::{Kind, VerifiedEvent};
 
@@ -37,7 +37,8 @@ fn metas(n: usize) -> Vec<RecordMeta> {
         .collect()
 }
 
-fn contribution(events: &[(u32, VerifiedEvent)]) -> RowContribution {
+/// The fold of `events`: one row (read it with `.get(0)`).
+fn contribution(events: &[(u32, VerifiedEvent)]) -> FoldedRows {
     let mut f = BatchFold::new();
     let mut names = crate::domain::intern::Interner::new();
     for (r, e) in events {
@@ -47,7 +48,7 @@ fn contribution(events: &[(u32, VerifiedEvent)]) -> RowContribution {
             crate::domain::record::accepted(e.clone(), &mut names),
         );
     }
-    f.into_rows().remove(0)
+    f.into_rows()
 }
 
 fn apply(
@@ -64,7 +65,7 @@ fn apply(
         panic!("a read row is always decided")
     };
     let written = d.write.clone().and_then(|plan| {
-        row_write(&row.id, plan, None, "2026-11-30T12:00:08.000Z".into()).apply(stored)
+        row_write(row.id, plan, None, "2026-11-30T12:00:08.000Z".into()).apply(stored)
     });
     (d, written)
 }
@@ -72,12 +73,14 @@ fn apply(
 #[test]
 fn the_optimistic_write_refuses_an_applied_lane() {
     let m = metas(3);
-    let row = contribution(&[(0, ev(5, None)), (1, ev(6, None))]);
+    let row_rows = contribution(&[(0, ev(5, None)), (1, ev(6, None))]);
+
+    let row = row_rows.get(0).expect("one row");
     let Resolve::Decided(d) = resolve(&row, &m, Observation::Unknown, false, RowLimits::default())
     else {
         panic!("plain usage goes optimistic")
     };
-    let w = row_write(&row.id, d.write.unwrap(), None, "now".into());
+    let w = row_write(row.id, d.write.unwrap(), None, "now".into());
     let stored = w.apply(None).unwrap();
     assert_eq!(stored[attrs::QUANTITY], AttrValue::n(11));
     assert!(
@@ -89,11 +92,15 @@ fn the_optimistic_write_refuses_an_applied_lane() {
 #[test]
 fn a_replay_writes_only_the_parts_above_the_watermark() {
     let m = metas(3);
-    let first = contribution(&[(0, ev(5, None)), (1, ev(6, None))]);
+    let first_rows = contribution(&[(0, ev(5, None)), (1, ev(6, None))]);
+
+    let first = first_rows.get(0).expect("one row");
     let (_, stored) = apply(&first, &m, None);
     let stored = stored.unwrap();
     // The replayed batch holds records 0..=2; 0 and 1 are already in the row.
-    let replay = contribution(&[(0, ev(5, None)), (1, ev(6, None)), (2, ev(7, None))]);
+    let replay_rows = contribution(&[(0, ev(5, None)), (1, ev(6, None)), (2, ev(7, None))]);
+
+    let replay = replay_rows.get(0).expect("one row");
     let (d, after) = apply(&replay, &m, Some(&stored));
     assert_eq!(d.applied, vec![0, 1]);
     assert_eq!(d.accepted_quantity, 7);
@@ -103,11 +110,13 @@ fn a_replay_writes_only_the_parts_above_the_watermark() {
 #[test]
 fn mixed_usage_keeps_the_first_kind_and_records_the_other() {
     let m = metas(2);
-    let row = contribution(&[
+    let row_rows = contribution(&[
         (0, ev(4, Some("a"))),
         (1, ev(9, None)),
         (1, ev(2, Some("b"))),
     ]);
+
+    let row = row_rows.get(0).expect("one row");
     let (d, after) = apply(&row, &m, None);
     assert_eq!(
         d.rejected,
@@ -127,7 +136,9 @@ fn mixed_usage_keeps_the_first_kind_and_records_the_other() {
 fn a_row_total_beyond_the_api_maximum_is_recorded_not_written() {
     let m = metas(2);
     let big = MAX_USAGE_QUANTITY - 10;
-    let row = contribution(&[(0, ev(big, None)), (1, ev(11, None))]);
+    let row_rows = contribution(&[(0, ev(big, None)), (1, ev(11, None))]);
+
+    let row = row_rows.get(0).expect("one row");
     assert_eq!(
         resolve(&row, &m, Observation::Unknown, false, RowLimits::default()),
         Resolve::NeedsRead
@@ -141,7 +152,9 @@ fn a_row_total_beyond_the_api_maximum_is_recorded_not_written() {
 #[test]
 fn finalized_and_unreadable_rows_are_never_written() {
     let m = metas(1);
-    let row = contribution(&[(0, ev(3, None))]);
+    let row_rows = contribution(&[(0, ev(3, None))]);
+
+    let row = row_rows.get(0).expect("one row");
     let Resolve::Decided(d) = resolve(&row, &m, Observation::Absent, true, RowLimits::default())
     else {
         panic!()
