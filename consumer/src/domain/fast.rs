@@ -23,11 +23,11 @@ use std::sync::Arc;
 use awsmp_pipeline::contract::limits::MAX_USAGE_QUANTITY;
 use awsmp_producer::event::MAX_EVENT_ID_BYTES;
 use awsmp_producer::event_id::GeneratedId;
+use awsmp_producer::wire::KPL_MAGIC;
 use awsmp_producer::wire::v2::{
     EntryAt, EntryV2, EventV2, GroupV2, IdV2, KIND_TABLE, RecordV2, V2, decode_ref_in_order,
     decode_v2, is_binary,
 };
-use awsmp_producer::wire::{KPL_MAGIC, MD5_LEN};
 use chrono::{DateTime, Datelike, Duration, Utc};
 use md5::{Digest, Md5};
 use prost::encoding::decode_varint;
@@ -510,7 +510,7 @@ pub fn decode_plain_in<'a>(
         events.push((u32::try_from(i).unwrap_or(u32::MAX), accepted));
     }
     let dedup_key = if aggregated {
-        format!("kpl:{}", hex::encode(&data[data.len() - MD5_LEN..]))
+        super::record::aggregate_key(data)
     } else {
         format!("evt:{}", events.first()?.1.event_id)
     };

@@ -89,6 +89,18 @@ fn raw_key(data: &[u8]) -> String {
     format!("raw:{}", hex::encode(Md5::digest(data)))
 }
 
+/// The de-duplication key of KPL aggregate `data`, its trailer already checked (the MD5 of the
+/// whole body): `kpl:` and the trailer in lower-case hex, written straight into its string.
+pub(crate) fn aggregate_key(data: &[u8]) -> String {
+    let mut digits = [0u8; 2 * MD5_LEN];
+    let trailer = &data[data.len() - MD5_LEN..];
+    hex::encode_to_slice(trailer, &mut digits).expect("two hex digits a byte");
+    let mut key = String::with_capacity(4 + digits.len());
+    key.push_str("kpl:");
+    key.push_str(std::str::from_utf8(&digits).expect("hex digits are ASCII"));
+    key
+}
+
 fn summary(e: &awsmp_producer::Event) -> EventSummary {
     EventSummary {
         event_id: e.event_id.clone(),
@@ -167,7 +179,7 @@ pub fn decode_general(
     let mut out = DecodedRecord {
         dedup_key: if aggregated {
             // deaggregate verified the trailer: it is the MD5 of the whole body.
-            format!("kpl:{}", hex::encode(&data[data.len() - MD5_LEN..]))
+            aggregate_key(data)
         } else {
             raw_key(data)
         },
@@ -247,6 +259,14 @@ mod tests {
     fn payload(id: &str, q: u64) -> Vec<u8> {
         let ts = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
         encode_event(&Event::new(ARN, "210987654321", "api", q, ts).with_event_id(id))
+    }
+
+    #[test]
+    fn the_aggregate_key_is_its_trailer_in_lower_case_hex() {
+        let mut data = b"body".to_vec();
+        data.extend([0x00, 0x01, 0xab, 0xcd, 0xef, 0x10, 0x9f, 0xff]);
+        data.extend([0, 0, 0, 0, 0, 0, 0, 0x7a]);
+        assert_eq!(aggregate_key(&data), "kpl:0001abcdef109fff000000000000007a");
     }
 
     #[test]
