@@ -86,17 +86,22 @@ pub struct DecodedRecord {
 }
 
 fn raw_key(data: &[u8]) -> String {
-    format!("raw:{}", hex::encode(Md5::digest(data)))
+    hex_key("raw:", &Md5::digest(data))
 }
 
 /// The de-duplication key of KPL aggregate `data`, its trailer already checked (the MD5 of the
-/// whole body): `kpl:` and the trailer in lower-case hex, written straight into its string.
+/// whole body): `kpl:` and the trailer in lower-case hex.
 pub(crate) fn aggregate_key(data: &[u8]) -> String {
+    hex_key("kpl:", &data[data.len() - MD5_LEN..])
+}
+
+/// `prefix` and the digest `md5` in lower-case hex, written straight into the key's string
+/// (one allocation, none of the formatting machinery: a key is made per record).
+fn hex_key(prefix: &str, md5: &[u8]) -> String {
     let mut digits = [0u8; 2 * MD5_LEN];
-    let trailer = &data[data.len() - MD5_LEN..];
-    hex::encode_to_slice(trailer, &mut digits).expect("two hex digits a byte");
-    let mut key = String::with_capacity(4 + digits.len());
-    key.push_str("kpl:");
+    hex::encode_to_slice(md5, &mut digits).expect("an MD5 digest: 16 bytes");
+    let mut key = String::with_capacity(prefix.len() + digits.len());
+    key.push_str(prefix);
     key.push_str(std::str::from_utf8(&digits).expect("hex digits are ASCII"));
     key
 }
@@ -262,11 +267,13 @@ mod tests {
     }
 
     #[test]
-    fn the_aggregate_key_is_its_trailer_in_lower_case_hex() {
+    fn record_keys_are_their_digests_in_lower_case_hex() {
         let mut data = b"body".to_vec();
         data.extend([0x00, 0x01, 0xab, 0xcd, 0xef, 0x10, 0x9f, 0xff]);
         data.extend([0, 0, 0, 0, 0, 0, 0, 0x7a]);
         assert_eq!(aggregate_key(&data), "kpl:0001abcdef109fff000000000000007a");
+        // RFC 1321's test suite: MD5("abc").
+        assert_eq!(raw_key(b"abc"), "raw:900150983cd24fb0d6963f7d28e17f72");
     }
 
     #[test]
