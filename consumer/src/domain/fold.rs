@@ -405,7 +405,7 @@ impl Drop for FoldedRows {
     fn drop(&mut self) {
         let mut parts = std::mem::take(&mut self.parts);
         parts.clear();
-        if parts.capacity() > MAX_PRESIZED_ROWS {
+        if !keepable(parts.capacity()) {
             return;
         }
         KEPT.with_borrow_mut(|kept| {
@@ -446,6 +446,12 @@ struct Row {
 /// The most rows [`BatchFold::for_events`] reserves room for (about 3 MB); a batch with more
 /// rows grows its table as it goes.
 pub const MAX_PRESIZED_ROWS: usize = 1 << 16;
+
+/// A table of `capacity` is kept for the thread's next fold: no larger than what a fold
+/// presizes (a rare huge batch's memory is not held).
+fn keepable(capacity: usize) -> bool {
+    capacity <= MAX_PRESIZED_ROWS
+}
 
 /// The hash of row (`group`, `second`).
 fn row_hash(group: &Group, second: i64) -> u64 {
@@ -580,7 +586,7 @@ impl BatchFold {
     /// unless they outgrew what it presizes (a rare huge batch's memory is not held).
     fn keep(mut self) {
         self.index.clear();
-        if self.rows.capacity() <= MAX_PRESIZED_ROWS && self.parts.capacity() <= MAX_PRESIZED_ROWS {
+        if keepable(self.rows.capacity()) && keepable(self.parts.capacity()) {
             KEPT.with_borrow_mut(|kept| *kept = Some(self));
         }
     }
