@@ -180,17 +180,18 @@ impl Producer {
 }
 
 thread_local! {
-    /// Meter calls on this thread, for [`cooperate_meter`].
+    /// Meter calls on this thread, for the cooperative budget ([`Meter::record`]).
     static METER_CALLS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
-/// [`super::cooperate`] for a bound group handle's call, which costs about a quarter of a
-/// checked `Producer::record(Event)` call: one unit of the budget every fourth call on the
-/// thread, so a caller recording through meters in a tight loop yields about every 512
-/// calls — about as often in time as a loop of checked calls yields.
-async fn cooperate_meter() {
-    super::cooperate_every(&METER_CALLS, 4).await;
-}
+/// Meter calls a unit of the cooperative budget pays for without collapse: such a call costs
+/// about a quarter of a checked `Producer::record(Event)` call.
+const METER_CALLS_A_UNIT: u32 = 4;
+
+/// Meter calls a unit pays for with collapse, where most calls add to the sum the meter's
+/// slot holds — about a sixteenth of a checked call (docs/benchmarks.md, "Producer hot path,
+/// round 13").
+const COLLAPSING_METER_CALLS_A_UNIT: u32 = 16;
 
 /// A meter's event past its checks: its timestamp in whole milliseconds, and its UTC second.
 struct Usage {
@@ -225,7 +226,16 @@ impl Meter {
         timestamp: DateTime<Utc>,
         quantity: u64,
     ) -> Result<(), ProducerError> {
-        cooperate_meter().await;
+        // [`super::cooperate`] for a bound group handle's call: one unit of the budget every
+        // `METER_CALLS_A_UNIT`-th call on the thread (`COLLAPSING_METER_CALLS_A_UNIT`-th
+        // with collapse), so a caller recording through meters in a tight loop yields about
+        // every 512 calls (2,048 with collapse) — about as often in time as a loop of
+        // checked calls yields.
+        if self.bound.producer.shared.config.collapse {
+            super::cooperate_every!(METER_CALLS, COLLAPSING_METER_CALLS_A_UNIT);
+        } else {
+            super::cooperate_every!(METER_CALLS, METER_CALLS_A_UNIT);
+        }
         match self.record_now(timestamp, quantity)? {
             None => Ok(()),
             Some(waiting) => waiting.await,

@@ -326,11 +326,15 @@ proptest! {
     }
 }
 
-/// A tight loop of meter calls still yields (its budget spent every fourth call): a task
-/// spawned on the same single-threaded runtime runs before the loop ends.
+/// A tight loop of meter calls still yields (its budget spent every fourth call, every
+/// sixteenth with collapse): a task spawned on the same single-threaded runtime runs once the
+/// loop has spent the task's budget of 128 units, and not before it has spent most of it.
 #[tokio::test]
 async fn a_tight_meter_loop_yields() {
-    for collapse in [false, true] {
+    for (collapse, every) in [
+        (false, super::METER_CALLS_A_UNIT),
+        (true, super::COLLAPSING_METER_CALLS_A_UNIT),
+    ] {
         let sink = MemoryRecordSink::new(ShardMap::uniform(3));
         let s = Setup {
             collapse,
@@ -341,22 +345,31 @@ async fn a_tight_meter_loop_yields() {
         let p = producer(&sink, s, 16 * 1024 * 1024);
         let (l, a, d) = group(0);
         let m = p.meter(l, a, d).unwrap();
+        // The loop starts a turn of its own, with the whole budget.
+        tokio::task::yield_now().await;
         let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let other = ran.clone();
         tokio::spawn(async move { other.store(true, std::sync::atomic::Ordering::SeqCst) });
         let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
         let mut yielded_at = None;
-        for i in 0..2_000 {
+        let calls = 5_000;
+        for i in 0..calls {
             m.record(t0, 1).await.unwrap();
             if yielded_at.is_none() && ran.load(std::sync::atomic::Ordering::SeqCst) {
                 yielded_at = Some(i);
             }
         }
+        // A turn's budget is 128 units, and the call that finds it spent (the 129th unit)
+        // yields. The thread's call count starts wherever earlier calls on it left it, so
+        // the first unit is spent within `every` calls: the call yielding is the
+        // 128 × `every`-th (counted from 0) or one of the `every` - 1 after it.
+        let budget = 128 * every as usize;
+        let yielded_at = yielded_at.expect("the loop yields");
         assert!(
-            yielded_at.is_some(),
-            "collapse {collapse}: the loop never yielded"
+            (budget..budget + every as usize).contains(&yielded_at),
+            "collapse {collapse}: yielded after {yielded_at} calls, where {budget} calls spend a turn's budget"
         );
         p.shutdown().await.unwrap();
-        assert_eq!(p.stats().events_recorded, 2_000);
+        assert_eq!(p.stats().events_recorded, calls as u64);
     }
 }

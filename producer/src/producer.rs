@@ -46,15 +46,31 @@ async fn cooperate() {
 /// a tight loop of such calls yields about as often *in time* as the checked loop does —
 /// every 100–200 µs on the 2-core machine of `docs/benchmarks.md` — not after a fixed
 /// number of calls.
-async fn cooperate_every(calls: &'static std::thread::LocalKey<std::cell::Cell<u32>>, every: u32) {
-    let spend = calls.with(|c| {
+///
+/// The count is a plain thread-local step, inlined into the caller with its constant `every`
+/// (a power of two: a mask, not a division); only the call that spends a unit builds the
+/// budget's future.
+macro_rules! cooperate_every {
+    ($calls:expr, $every:expr) => {
+        if $crate::producer::spends_unit(&$calls, $every) {
+            tokio::task::consume_budget().await;
+        }
+    };
+}
+pub(crate) use cooperate_every;
+
+/// Counts a call in `calls` (this thread's); whether it is the `every`-th, which spends a
+/// unit of the cooperative budget ([`cooperate_every!`]).
+#[inline(always)]
+pub(crate) fn spends_unit(
+    calls: &'static std::thread::LocalKey<std::cell::Cell<u32>>,
+    every: u32,
+) -> bool {
+    calls.with(|c| {
         let n = c.get().wrapping_add(1);
         c.set(n);
         n.is_multiple_of(every)
-    });
-    if spend {
-        tokio::task::consume_budget().await;
-    }
+    })
 }
 
 thread_local! {
@@ -113,7 +129,7 @@ impl Producer {
     pub async fn record(&self, event: Event) -> Result<(), ProducerError> {
         // A plain event's call (the fast path) costs about half a checked one.
         if looks_plain(&event) {
-            cooperate_every(&PLAIN_CALLS, 2).await;
+            cooperate_every!(PLAIN_CALLS, 2);
         } else {
             cooperate().await;
         }

@@ -161,18 +161,25 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         }
         self.window.opened_at = None;
         self.window.bytes = 0;
+        // The sums taken at shutdown first, then the open window's, each encoded and packed
+        // as it is taken: no list of the window's sums between the two.
+        // What the sums' constituents were charged beyond the sums' own bytes goes back to
+        // the buffer in one release (one lock of the semaphore's waiters, not one a sum).
+        let (mut collapsed_away, mut released) = (0u64, 0usize);
         let mut folded = std::mem::take(&mut self.window.folded);
-        if self.parts.config.collapse {
-            self.parts
-                .staging
-                .clone()
-                .take_folded(false, |f| folded.push(f));
+        for f in folded.drain(..) {
+            collapsed_away += self.encode_and_pack(f, &mut released);
         }
-        let mut collapsed_away = 0u64;
-        for f in folded {
-            let u = self.encode_folded(f);
-            collapsed_away += u.meta.constituents - 1;
-            self.pack(u);
+        // The vector's room is kept for the next shutdown's sums.
+        self.window.folded = folded;
+        if self.parts.config.collapse {
+            let staging = self.parts.staging.clone();
+            staging.take_folded(false, |f| {
+                collapsed_away += self.encode_and_pack(f, &mut released);
+            });
+        }
+        if released > 0 {
+            self.parts.sem.add_permits(released);
         }
         if collapsed_away > 0 {
             self.parts
@@ -193,10 +200,21 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         self.window.packed = packed;
     }
 
+    /// Encodes and packs one sum of the window, adding the buffer bytes it releases to
+    /// `released`; the events it collapsed away.
+    fn encode_and_pack(&mut self, f: Folded, released: &mut usize) -> u64 {
+        let (u, excess) = self.encode_folded(f);
+        *released += excess;
+        let away = u.meta.constituents - 1;
+        self.pack(u);
+        away
+    }
+
     /// Names one sum of the window (docs/row-contract.md, "Collapse": the next generated id
     /// of its lane, whether it stands for one event or many — none of them had an id of its
-    /// own) and encodes it, releasing the bytes its constituents were charged beyond it.
-    fn encode_folded(&mut self, f: Folded) -> UserRec<UserMeta> {
+    /// own) and encodes it; with it, the bytes its constituents were charged beyond it, for
+    /// the caller to release.
+    fn encode_folded(&mut self, f: Folded) -> (UserRec<UserMeta>, usize) {
         let Folded {
             keyed,
             mut head,
@@ -260,11 +278,9 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         };
         // Charged per constituent; the sum needs only its own bytes.
         let needed = payload.len() + pk.len() + RECORD_OVERHEAD_BYTES;
-        if bytes > needed {
-            self.parts.sem.add_permits(bytes - needed);
-        }
+        let excess = bytes.saturating_sub(needed);
         let bytes = bytes.min(needed);
-        UserRec {
+        let u = UserRec {
             payload,
             split,
             hash,
@@ -275,7 +291,8 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
                 constituents,
                 bytes,
             },
-        }
+        };
+        (u, excess)
     }
 
     /// A sum of the window written as its group's v2 head and its fields (quantity,
