@@ -81,6 +81,9 @@ pub struct Packer<M> {
 struct Open<M> {
     users: Vec<UserRec<M>>,
     builder: Option<Builder>,
+    /// The v2 builder of this shard's last aggregate, emptied with its room kept: the next
+    /// one's, so a shard's aggregates do not grow their tables and buffers again each time.
+    spare: Option<AggregateV2Builder>,
     /// The bytes of this shard's last finished aggregate: what the next one reserves.
     last_len: usize,
 }
@@ -90,6 +93,7 @@ impl<M> Default for Open<M> {
         Open {
             users: Vec::new(),
             builder: None,
+            spare: None,
             last_len: 0,
         }
     }
@@ -174,14 +178,17 @@ impl<M> Open<M> {
                         .len(),
             )
         };
-        let builder = self
-            .builder
-            .get_or_insert_with(|| Builder::new(v2, self.last_len, max_aggregate_bytes));
+        let builder = self.builder.get_or_insert_with(|| {
+            Builder::new(v2, &mut self.spare, self.last_len, max_aggregate_bytes)
+        });
         if !builder.add_within(&u, split.as_ref(), limit(&self.users)) {
             self.finish(out);
-            let builder = self
-                .builder
-                .insert(Builder::new(v2, self.last_len, max_aggregate_bytes));
+            let builder = self.builder.insert(Builder::new(
+                v2,
+                &mut self.spare,
+                self.last_len,
+                max_aggregate_bytes,
+            ));
             let added = builder.add_within(&u, split.as_ref(), limit(&[]));
             debug_assert!(added, "an empty aggregate takes any user record");
         }
@@ -194,8 +201,9 @@ impl<M> Open<M> {
         };
         let next = Vec::with_capacity(self.users.len());
         let users = std::mem::replace(&mut self.users, next);
-        let packed = finish(users, builder);
+        let (packed, spare) = finish(users, builder);
         self.last_len = packed.entry.data.len();
+        self.spare = spare;
         out.push(packed);
     }
 }
@@ -227,10 +235,20 @@ enum Builder {
 }
 
 impl Builder {
-    /// An empty aggregate; a v2 one reserves as many bytes for its refs as its shard's last
-    /// aggregate took (`last_len`, 0 before the first), at most `max_aggregate_bytes`.
-    fn new(v2: bool, last_len: usize, max_aggregate_bytes: usize) -> Self {
+    /// An empty aggregate: a v2 one is `spare` when there is one, else reserves as many
+    /// bytes for its refs as its shard's last aggregate took (`last_len`, 0 before the
+    /// first), at most `max_aggregate_bytes`.
+    fn new(
+        v2: bool,
+        spare: &mut Option<AggregateV2Builder>,
+        last_len: usize,
+        max_aggregate_bytes: usize,
+    ) -> Self {
         if v2 {
+            if let Some(b) = spare.take() {
+                debug_assert!(b.is_empty(), "a spare builder is empty");
+                return Builder::V2(b);
+            }
             let reserve = if last_len == 0 {
                 FIRST_REFS_CAPACITY
             } else {
@@ -271,10 +289,25 @@ impl Builder {
         matches!(self, Builder::V2(_))
     }
 
-    fn finish(self) -> Bytes {
+    /// The aggregate's bytes, and (v2) the builder emptied with its room kept.
+    fn finish(self) -> (Bytes, Option<AggregateV2Builder>) {
         match self {
-            Builder::V1(b) => b.finish(),
-            Builder::V2(b) => b.finish(),
+            Builder::V1(b) => (b.finish(), None),
+            Builder::V2(mut b) => {
+                let bytes = b.finish_and_clear();
+                (bytes, Some(b))
+            }
+        }
+    }
+
+    /// Drops the aggregate unwritten; (v2) the builder emptied with its room kept.
+    fn discard(self) -> Option<AggregateV2Builder> {
+        match self {
+            Builder::V1(_) => None,
+            Builder::V2(mut b) => {
+                b.clear();
+                Some(b)
+            }
         }
     }
 }
@@ -291,9 +324,15 @@ fn plain<M>(u: UserRec<M>) -> Packed<M> {
     }
 }
 
-fn finish<M>(mut users: Vec<UserRec<M>>, builder: Builder) -> Packed<M> {
+/// The record of an aggregate's user records (a lone one goes plain), and (v2) its builder
+/// emptied for the shard's next aggregate.
+fn finish<M>(
+    mut users: Vec<UserRec<M>>,
+    builder: Builder,
+) -> (Packed<M>, Option<AggregateV2Builder>) {
     if users.len() == 1 {
-        return plain(users.pop().expect("one user record"));
+        let spare = builder.discard();
+        return (plain(users.pop().expect("one user record")), spare);
     }
     let first_pk = users[0].partition_key.clone();
     let route_hash = users[0].hash;
@@ -303,15 +342,17 @@ fn finish<M>(mut users: Vec<UserRec<M>>, builder: Builder) -> Packed<M> {
     let mixed = users
         .iter()
         .any(|u| !Arc::ptr_eq(&u.partition_key, &first_pk) && u.partition_key != first_pk);
-    Packed {
+    let (data, spare) = builder.finish();
+    let packed = Packed {
         entry: PutEntry {
-            data: builder.finish(),
+            data,
             partition_key: first_pk.to_string(),
             explicit_hash_key: mixed.then(|| route_hash.to_string()),
         },
         route_hash,
         users: users.into_iter().map(|u| u.meta).collect(),
-    }
+    };
+    (packed, spare)
 }
 
 /// Accumulates one PutRecords call within the per-call limits.

@@ -233,6 +233,10 @@ impl Meter {
         // checked calls yields.
         if self.bound.producer.shared.config.collapse {
             super::cooperate_every!(METER_CALLS, COLLAPSING_METER_CALLS_A_UNIT);
+            // The common call, inline: the open sum the slot holds takes the event.
+            if self.add_to_slot(timestamp, quantity) {
+                return Ok(());
+            }
         } else {
             super::cooperate_every!(METER_CALLS, METER_CALLS_A_UNIT);
         }
@@ -242,17 +246,15 @@ impl Meter {
         }
     }
 
-    /// Everything [`Meter::record`] does without waiting; `Some` is the wait for buffer
-    /// space. Synchronous, so the caller's future keeps none of its locals.
+    /// Everything [`Meter::record`] does without waiting once the slot did not take the
+    /// event; `Some` is the wait for buffer space. Synchronous, so the caller's future keeps
+    /// none of its locals.
     fn record_now(
         &self,
         timestamp: DateTime<Utc>,
         quantity: u64,
     ) -> Result<Option<super::Waiting<'_>>, ProducerError> {
         let p = &self.bound.producer;
-        if self.add_to_slot(timestamp, quantity) {
-            return Ok(None);
-        }
         let usage = self.check(timestamp, quantity)?;
         let prepared = if p.shared.config.collapse {
             match self.absorb(&usage)? {

@@ -4,7 +4,7 @@
 
 mod common;
 
-use awsmp_producer::batch::{UserRec, pack};
+use awsmp_producer::batch::{Packer, UserRec, pack};
 use awsmp_producer::event_id::GeneratedId;
 use awsmp_producer::partition::{ShardMap, partition_hash, partition_key};
 use awsmp_producer::wire::v2::{
@@ -332,6 +332,78 @@ fn pack_with_given_splits_writes_the_same_records() {
         assert_eq!(a.entry, b.entry);
         assert_eq!(a.users, b.users);
     }
+}
+
+/// Each shard's aggregates after its first are built in the builder the one before left
+/// (emptied, its room kept): every aggregate is still byte for byte what a new builder
+/// writes for its user records, and a lone user record still goes plain.
+#[test]
+fn each_aggregate_is_what_a_new_builder_writes_for_its_user_records() {
+    let map = ShardMap::uniform(3);
+    let singles: Vec<(String, Bytes)> = (0..600)
+        .map(|i| {
+            let e = event(i % 13, i as i64, 1 + i as u64 % 7, i as u64, i % 5 == 0);
+            let pk = partition_key(&e.license_arn, &e.customer_aws_account_id, &e.dimension);
+            (pk, Bytes::from(encode_single(&e)))
+        })
+        .collect();
+    let users: Vec<UserRec<usize>> = singles
+        .iter()
+        .enumerate()
+        .map(|(i, (pk, payload))| UserRec {
+            payload: payload.clone(),
+            split: None,
+            hash: partition_hash(pk),
+            partition_key: pk.as_str().into(),
+            meta: i,
+        })
+        .collect();
+    let packed = pack(users, |h| map.shard_index(h), true, 2_048);
+    let mut per_shard = std::collections::HashMap::<usize, usize>::new();
+    for p in &packed {
+        *per_shard
+            .entry(map.shard_index(p.route_hash).unwrap())
+            .or_default() += 1;
+        if p.users.len() == 1 {
+            assert_eq!(p.entry.data, singles[p.users[0]].1, "a lone one goes plain");
+            continue;
+        }
+        let mut fresh = AggregateV2Builder::new();
+        for &i in &p.users {
+            assert!(fresh.add(&singles[i].0, &singles[i].1));
+        }
+        assert_eq!(p.entry.data, fresh.finish());
+    }
+    assert!(
+        per_shard.values().all(|&n| n > 3),
+        "several aggregates a shard: {per_shard:?}"
+    );
+    // Windows of one packer: a window whose shard got one user record (written plain, its
+    // aggregate dropped unwritten), then a window of many for the same shard.
+    let user = |i: usize| UserRec {
+        payload: singles[i].1.clone(),
+        split: None,
+        hash: 0,
+        partition_key: singles[i].0.as_str().into(),
+        meta: i,
+    };
+    let mut packer = Packer::new(true, 51_200);
+    let mut out = Vec::new();
+    packer.push(user(0), |_| Some(0), &mut out);
+    packer.finish(&mut out);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].entry.data, singles[0].1, "a lone one goes plain");
+    out.clear();
+    for i in 1..40 {
+        packer.push(user(i), |_| Some(0), &mut out);
+    }
+    packer.finish(&mut out);
+    let mut fresh = AggregateV2Builder::new();
+    for (pk, single) in &singles[1..40] {
+        assert!(fresh.add(pk, single));
+    }
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].entry.data, fresh.finish());
 }
 
 #[test]

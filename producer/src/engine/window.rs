@@ -310,17 +310,18 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
     }
 
     fn new_record(&self, p: Packed<UserMeta>) -> KRecord {
+        let mut users = Vec::with_capacity(p.users.len());
         let mut metas = p.users.into_iter();
         let first = metas
             .next()
             .expect("a record holds at least one user record");
         let mut oldest = first.enqueued_at;
         let mut bytes = first.bytes;
-        let mut users = vec![UserAck {
+        users.push(UserAck {
             enqueued_at: first.enqueued_at,
             epoch: first.epoch,
             constituents: first.constituents,
-        }];
+        });
         for u in metas {
             oldest = oldest.min(u.enqueued_at);
             bytes += u.bytes;

@@ -21,12 +21,17 @@ use super::v2::{
 /// aggregate's bytes are what `prost` writes for the same `AggregatedRecord` (tested).
 #[derive(Debug, Default)]
 pub struct AggregateV2Builder {
-    /// Partition keys in KPL table order (the table's user record uses the first).
-    pks: Vec<String>,
+    /// Partition keys in KPL table order (the table's user record uses the first), end to
+    /// end; `pks` holds each one's range. One buffer, kept with its room when the builder is
+    /// reused ([`Self::finish_and_clear`]).
+    pk_bytes: String,
+    pks: Vec<(usize, usize)>,
     pk_lookup: HashTable<u64>,
     /// Bytes of the KPL key table.
     pk_table_len: usize,
-    entries: Vec<Bytes>,
+    /// The table's entries in index order, end to end; `entries` holds each one's range.
+    entry_bytes: Vec<u8>,
+    entries: Vec<(usize, usize)>,
     lookup: HashTable<u64>,
     /// Bytes of the v2 table's message (after its header).
     table_len: usize,
@@ -139,11 +144,11 @@ impl AggregateV2Builder {
         let entry_hash = hash_of(entry);
         let pk = self
             .pk_lookup
-            .find(pk_hash, |&i| self.pks[i as usize] == partition_key)
+            .find(pk_hash, |&i| self.pk(i) == partition_key)
             .copied();
         let found = self
             .lookup
-            .find(entry_hash, |&i| self.entries[i as usize][..] == *entry)
+            .find(entry_hash, |&i| self.entry(i) == entry)
             .copied();
         Placed {
             pk,
@@ -223,19 +228,25 @@ impl AggregateV2Builder {
     fn add_placed(&mut self, at: &Placed, partition_key: &str, entry: &[u8], fields: &[u8]) {
         if at.pk.is_none() {
             self.pk_table_len += field_len(partition_key.len());
-            let pks = &self.pks;
+            let (bytes, pks) = (&self.pk_bytes, &self.pks);
             self.pk_lookup.insert_unique(at.pk_hash, at.pk_ix, |&i| {
-                hash_of(pks[i as usize].as_bytes())
+                let (a, b) = pks[i as usize];
+                hash_of(&bytes.as_bytes()[a..b])
             });
-            self.pks.push(partition_key.to_owned());
+            let start = self.pk_bytes.len();
+            self.pk_bytes.push_str(partition_key);
+            self.pks.push((start, self.pk_bytes.len()));
         }
         if at.entry.is_none() {
             self.table_len += table_entry_len(entry.len());
-            let entries = &self.entries;
+            let (bytes, entries) = (&self.entry_bytes, &self.entries);
             self.lookup.insert_unique(at.entry_hash, at.entry_ix, |&i| {
-                hash_of(&entries[i as usize])
+                let (a, b) = entries[i as usize];
+                hash_of(&bytes[a..b])
             });
-            self.entries.push(Bytes::copy_from_slice(entry));
+            let start = self.entry_bytes.len();
+            self.entry_bytes.extend_from_slice(entry);
+            self.entries.push((start, self.entry_bytes.len()));
         }
         // The ref: version and kind, the entry index unless 0 (protobuf's default), fields.
         let mut head = [0u8; 2 + 1 + 10];
@@ -254,14 +265,51 @@ impl AggregateV2Builder {
     }
 
     /// Encodes magic + protobuf body (the key table, the table, then the refs) + MD5 trailer.
-    pub fn finish(self) -> Bytes {
+    pub fn finish(mut self) -> Bytes {
+        self.finish_and_clear()
+    }
+
+    /// [`AggregateV2Builder::finish`], leaving the builder empty with its room kept (its
+    /// buffers and lookup tables), for the next aggregate to fill without growing them again.
+    pub fn finish_and_clear(&mut self) -> Bytes {
+        let out = self.encode();
+        self.clear();
+        out
+    }
+
+    /// Empties the builder, keeping its room.
+    pub fn clear(&mut self) {
+        self.pk_bytes.clear();
+        self.pks.clear();
+        self.pk_lookup.clear();
+        self.pk_table_len = 0;
+        self.entry_bytes.clear();
+        self.entries.clear();
+        self.lookup.clear();
+        self.table_len = 0;
+        self.refs_body.clear();
+        self.refs = 0;
+    }
+
+    fn pk(&self, i: u64) -> &str {
+        let (a, b) = self.pks[i as usize];
+        &self.pk_bytes[a..b]
+    }
+
+    fn entry(&self, i: u64) -> &[u8] {
+        let (a, b) = self.entries[i as usize];
+        &self.entry_bytes[a..b]
+    }
+
+    fn encode(&self) -> Bytes {
         let expected = self.encoded_len();
         // The table's user record carries the first partition key (index 0); every ref keeps
         // the index it was given, so the KPL key table is `pks` as it stands.
-        let table = encode_table(self.entries.iter().map(|e| &e[..]));
+        let table = encode_table((0..self.entries.len() as u64).map(|i| self.entry(i)));
         let mut out = BytesMut::with_capacity(expected);
         out.put_slice(&KPL_MAGIC);
-        for pk in &self.pks {
+        for i in 0..self.pks.len() as u64 {
+            let pk = self.pk(i);
             out.put_u8(KEY_PK_TABLE);
             encode_varint(pk.len() as u64, &mut out);
             out.put_slice(pk.as_bytes());
@@ -337,5 +385,62 @@ mod tests {
         });
         assert_eq!(b.encoded_len(), want.len());
         assert_eq!(b.finish(), want);
+    }
+
+    /// `n` singles of groups `first..first + groups` (each its own partition key), with ids.
+    fn singles(first: u64, groups: u64, n: u64) -> Vec<(String, Bytes)> {
+        let t = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
+        (0..n)
+            .map(|i| {
+                let g = first + i % groups;
+                let arn = format!("arn:aws:license-manager::123456789012:license:l-{g:032x}");
+                let e = Event::new(&arn, "123456789012", "reqs", i + 1, t)
+                    .with_event_id(format!("id-{g}-{i}"))
+                    .with_producer_id(format!("p{}", g % 2));
+                (
+                    format!("{arn}|123456789012|reqs"),
+                    Bytes::from(encode_single(&e)),
+                )
+            })
+            .collect()
+    }
+
+    fn fresh(singles: &[(String, Bytes)]) -> Bytes {
+        let mut b = AggregateV2Builder::new();
+        for (pk, single) in singles {
+            assert!(b.add(pk, single));
+        }
+        b.finish()
+    }
+
+    /// A builder emptied by `finish_and_clear` or `clear` keeps its room, and writes the next
+    /// aggregate byte for byte as a new builder does: no key, entry or ref of the last one
+    /// is left in its tables, sizes or buffers (the packer reuses one per shard).
+    #[test]
+    fn a_reused_builder_writes_what_a_new_one_writes() {
+        let first = singles(0, 5, 40);
+        let second = singles(3, 4, 25);
+        let mut b = AggregateV2Builder::new();
+        for (pk, single) in &first {
+            assert!(b.add(pk, single));
+        }
+        assert_eq!(b.finish_and_clear(), fresh(&first));
+        assert!(b.is_empty());
+        assert_eq!(b.encoded_len(), 0);
+        assert!(b.refs_body.capacity() > 0, "the room is kept");
+        for (pk, single) in &second {
+            assert!(b.add(pk, single));
+        }
+        assert_eq!(b.encoded_len(), fresh(&second).len());
+        assert_eq!(b.finish_and_clear(), fresh(&second));
+        // Cleared half-way (an aggregate dropped unwritten), then filled again.
+        for (pk, single) in &first[..7] {
+            assert!(b.add(pk, single));
+        }
+        b.clear();
+        for (pk, single) in &second {
+            assert!(b.add(pk, single));
+        }
+        assert_eq!(b.finish(), fresh(&second));
     }
 }
