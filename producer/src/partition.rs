@@ -338,6 +338,48 @@ pub struct ShardRange {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ShardMap {
     shards: Vec<ShardRange>,
+    /// Where [`ShardMap::shard_index`] starts and ends its search, by a hash's top bits.
+    index: PrefixIndex,
+}
+
+/// Bits of a hash key that [`PrefixIndex`] is indexed by.
+const PREFIX_BITS: u32 = 12;
+
+/// For each of the 2^[`PREFIX_BITS`] spans of hash keys that share their top bits, the
+/// index of the first shard that ends at or after the span's start. The first shard that
+/// ends at or after a hash of the span (its owner, if any shard owns it) is at or after its
+/// span's entry and at or before the next span's, so a lookup searches the shards between
+/// the two (none or one of an evenly split stream) rather than the whole map. A search of
+/// the whole map took a few mispredicted branches for each sum a closing window packs.
+#[derive(Clone, PartialEq, Eq, Default)]
+struct PrefixIndex(Box<[u32]>);
+
+impl std::fmt::Debug for PrefixIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PrefixIndex({} spans)", self.0.len())
+    }
+}
+
+impl PrefixIndex {
+    fn of(shards: &[ShardRange]) -> Self {
+        let spans = (0..1u128 << PREFIX_BITS)
+            .map(|p| {
+                let start = p << (128 - PREFIX_BITS);
+                let first = shards.partition_point(|s| s.ending_hash_key < start);
+                u32::try_from(first).unwrap_or(u32::MAX)
+            })
+            .collect();
+        PrefixIndex(spans)
+    }
+
+    /// The shards to search for the first that ends at or after `hash`, in a map of `len`:
+    /// if none of them does, it is the one just past them.
+    fn candidates(&self, hash: u128, len: usize) -> std::ops::Range<usize> {
+        let p = (hash >> (128 - PREFIX_BITS)) as usize;
+        let first = self.0.get(p).map_or(0, |&i| i as usize);
+        let last = self.0.get(p + 1).map_or(len, |&i| i as usize);
+        first.min(len)..last.min(len)
+    }
 }
 
 impl ShardMap {
@@ -358,7 +400,13 @@ impl ShardMap {
                 ));
             }
         }
-        Ok(ShardMap { shards })
+        Ok(ShardMap::sorted(shards))
+    }
+
+    /// A map from shards sorted by hash range, not overlapping.
+    fn sorted(shards: Vec<ShardRange>) -> Self {
+        let index = PrefixIndex::of(&shards);
+        ShardMap { shards, index }
     }
 
     /// `n` shards splitting the hash space evenly, as CreateStream does.
@@ -377,7 +425,7 @@ impl ShardMap {
                 },
             })
             .collect();
-        ShardMap { shards }
+        ShardMap::sorted(shards)
     }
 
     /// The shards, sorted by starting hash key.
@@ -397,11 +445,13 @@ impl ShardMap {
 
     /// Index (into [`ShardMap::shards`]) of the shard owning `hash`, if the map covers it.
     pub fn shard_index(&self, hash: u128) -> Option<usize> {
-        let i = self.shards.partition_point(|s| s.starting_hash_key <= hash);
-        if i == 0 {
-            return None;
-        }
-        (hash <= self.shards[i - 1].ending_hash_key).then_some(i - 1)
+        // The owner, if any, is the first shard that ends at or after `hash`: the shards are
+        // sorted and do not overlap.
+        let span = self.index.candidates(hash, self.shards.len());
+        let first = span.start;
+        let i = first + self.shards[span].partition_point(|s| s.ending_hash_key < hash);
+        let s = self.shards.get(i)?;
+        (s.starting_hash_key <= hash).then_some(i)
     }
 }
 
@@ -409,6 +459,76 @@ impl ShardMap {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// What `shard_index` answers, by a search of the whole map.
+    fn owner_by_search(map: &ShardMap, hash: u128) -> Option<usize> {
+        let i = map.shards.partition_point(|s| s.starting_hash_key <= hash);
+        let i = i.checked_sub(1)?;
+        (hash <= map.shards[i].ending_hash_key).then_some(i)
+    }
+
+    /// Hash keys at and around each shard's ends, and at each shard's own top bits.
+    fn probes(map: &ShardMap) -> Vec<u128> {
+        let mut out = vec![0, u128::MAX];
+        for s in &map.shards {
+            for k in [s.starting_hash_key, s.ending_hash_key] {
+                out.extend([k.wrapping_sub(1), k, k.wrapping_add(1)]);
+                let span = k >> (128 - PREFIX_BITS) << (128 - PREFIX_BITS);
+                out.extend([span, span.wrapping_sub(1)]);
+            }
+        }
+        out
+    }
+
+    proptest! {
+        /// The owner a lookup finds through the prefix index is the one a search of the whole
+        /// map finds, for maps with and without gaps (a listing taken mid-reshard), with shards
+        /// narrower than a span of the index and wider than many, and for any hash key.
+        #[test]
+        fn the_indexed_lookup_finds_what_a_whole_search_finds(
+            cuts in prop::collection::btree_set(any::<u128>(), 1..40),
+            narrow in prop::collection::btree_set(0u128..1 << 20, 0..40),
+            gaps in prop::collection::vec(any::<bool>(), 80),
+            hashes in prop::collection::vec(any::<u128>(), 50),
+        ) {
+            // Boundaries anywhere, and a cluster of narrow shards near the start of the space.
+            let bounds: Vec<u128> = narrow.into_iter().chain(cuts).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+            let mut shards = Vec::new();
+            for (i, w) in bounds.windows(2).enumerate() {
+                if gaps[i % gaps.len()] && i % 3 == 0 {
+                    continue;
+                }
+                shards.push(ShardRange {
+                    shard_id: format!("shardId-{i:012}"),
+                    starting_hash_key: w[0],
+                    ending_hash_key: w[1] - 1,
+                });
+            }
+            let map = ShardMap::new(shards).unwrap();
+            for h in hashes.into_iter().chain(probes(&map)) {
+                prop_assert_eq!(map.shard_index(h), owner_by_search(&map, h), "hash {}", h);
+            }
+        }
+    }
+
+    #[test]
+    fn uniform_maps_and_the_empty_map_find_owners_as_a_whole_search_does() {
+        for n in [1, 2, 3, 4, 7, 256, 4_096, 5_000] {
+            let map = ShardMap::uniform(n);
+            for h in probes(&map) {
+                assert_eq!(
+                    map.shard_index(h),
+                    owner_by_search(&map, h),
+                    "{n} shards, hash {h}"
+                );
+                assert!(
+                    map.shard_index(h).is_some(),
+                    "a uniform map covers every key"
+                );
+            }
+        }
+        assert_eq!(ShardMap::default().shard_index(7), None);
+    }
 
     proptest! {
         /// A single written from its group's cached head splits for an aggregate exactly where
