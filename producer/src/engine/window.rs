@@ -162,9 +162,9 @@ impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
         self.window.opened_at = None;
         self.window.bytes = 0;
         // The sums taken at shutdown first, then the open window's, each encoded and packed
-        // as it is taken: no list of the window's sums between the two.
-        // What the sums' constituents were charged beyond the sums' own bytes goes back to
-        // the buffer in one release (one lock of the semaphore's waiters, not one a sum).
+        // as it is taken: no list of the window's sums between the two. What their
+        // constituents were charged beyond the sums' own bytes goes back to the buffer in one
+        // release below (one lock of the semaphore's waiters, not one a sum).
         let (mut collapsed_away, mut released) = (0u64, 0usize);
         let mut folded = std::mem::take(&mut self.window.folded);
         for f in folded.drain(..) {
