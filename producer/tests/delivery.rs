@@ -732,15 +732,15 @@ async fn meters_shared_by_tasks_on_two_threads_collapse_every_unit_exactly_once(
         .map(|g| p.meter(common::arn(g), "210987654321", "requests").unwrap())
         .collect();
     let per_task = 20_000u64;
+    // Ten event seconds, each group's events in order of time per task.
+    let at = |i: u64| common::t0() + chrono::Duration::milliseconds((i / 200) as i64 * 100);
     let tasks: Vec<_> = (0..8u64)
         .map(|t| {
             let meters = meters.clone();
             tokio::spawn(async move {
                 for i in 0..per_task {
-                    // Ten event seconds, each group's events in order of time per task.
-                    let at = common::t0() + chrono::Duration::milliseconds((i / 200) as i64 * 100);
                     let m = &meters[((t + i) % 4) as usize];
-                    m.record(at, 1 + (i % 3)).await.unwrap();
+                    m.record(at(i), 1 + (i % 3)).await.unwrap();
                 }
             })
         })
@@ -754,9 +754,7 @@ async fn meters_shared_by_tasks_on_two_threads_collapse_every_unit_exactly_once(
     for t in 0..8u64 {
         for i in 0..per_task {
             let g = ((t + i) % 4) as usize;
-            let second =
-                (common::t0() + chrono::Duration::milliseconds((i / 200) as i64 * 100)).timestamp();
-            *want.entry((common::arn(g), second)).or_default() += 1 + (i % 3);
+            *want.entry((common::arn(g), at(i).timestamp())).or_default() += 1 + (i % 3);
         }
     }
     let mut got = std::collections::HashMap::<(String, i64), u64>::new();

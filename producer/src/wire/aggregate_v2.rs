@@ -21,18 +21,12 @@ use super::v2::{
 /// aggregate's bytes are what `prost` writes for the same `AggregatedRecord` (tested).
 #[derive(Debug, Default)]
 pub struct AggregateV2Builder {
-    /// Partition keys in KPL table order (the table's user record uses the first), end to
-    /// end; `pks` holds each one's range. One buffer, kept with its room when the builder is
-    /// reused ([`Self::finish_and_clear`]).
-    pk_bytes: String,
-    pks: Vec<(usize, usize)>,
-    pk_lookup: HashTable<u64>,
+    /// Partition keys in KPL table order (the table's user record uses the first).
+    pks: ByteTable,
     /// Bytes of the KPL key table.
     pk_table_len: usize,
-    /// The table's entries in index order, end to end; `entries` holds each one's range.
-    entry_bytes: Vec<u8>,
-    entries: Vec<(usize, usize)>,
-    lookup: HashTable<u64>,
+    /// The v2 table's entries in index order.
+    entries: ByteTable,
     /// Bytes of the v2 table's message (after its header).
     table_len: usize,
     /// The refs' KPL `Record`s (field 3 of the `AggregatedRecord`), encoded.
@@ -83,6 +77,57 @@ fn put_kpl_record(out: &mut impl BufMut, pk_ix: u64, head: &[u8], data: &[u8]) {
 }
 
 /// Where `(pk_ix, entry_ix)` stand for an event about to be added, and what it adds.
+/// Byte strings in index order, end to end in one buffer, found by their hash: the builder's
+/// partition keys and table entries. Cleared, it keeps its room, so a reused builder
+/// ([`AggregateV2Builder::finish_and_clear`]) grows nothing again.
+#[derive(Debug, Default)]
+struct ByteTable {
+    bytes: Vec<u8>,
+    /// Each string's range of `bytes`.
+    ranges: Vec<(usize, usize)>,
+    /// Indexes into `ranges`, by the hash ([`hash_of`]) of their string.
+    lookup: HashTable<u64>,
+}
+
+impl ByteTable {
+    fn len(&self) -> u64 {
+        self.ranges.len() as u64
+    }
+
+    fn get(&self, i: u64) -> &[u8] {
+        let (a, b) = self.ranges[i as usize];
+        &self.bytes[a..b]
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        self.ranges.iter().map(|&(a, b)| &self.bytes[a..b])
+    }
+
+    /// The index of `key`, whose hash is `hash`.
+    fn find(&self, hash: u64, key: &[u8]) -> Option<u64> {
+        self.lookup.find(hash, |&i| self.get(i) == key).copied()
+    }
+
+    /// Adds `key`, whose hash is `hash`, at the next index.
+    fn push(&mut self, hash: u64, key: &[u8]) {
+        let (bytes, ranges) = (&self.bytes, &self.ranges);
+        self.lookup
+            .insert_unique(hash, self.ranges.len() as u64, |&i| {
+                let (a, b) = ranges[i as usize];
+                hash_of(&bytes[a..b])
+            });
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(key);
+        self.ranges.push((start, self.bytes.len()));
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.ranges.clear();
+        self.lookup.clear();
+    }
+}
+
 struct Placed {
     pk: Option<u64>,
     entry: Option<u64>,
@@ -142,19 +187,13 @@ impl AggregateV2Builder {
     fn place(&self, partition_key: &str, entry: &[u8]) -> Placed {
         let pk_hash = hash_of(partition_key.as_bytes());
         let entry_hash = hash_of(entry);
-        let pk = self
-            .pk_lookup
-            .find(pk_hash, |&i| self.pk(i) == partition_key)
-            .copied();
-        let found = self
-            .lookup
-            .find(entry_hash, |&i| self.entry(i) == entry)
-            .copied();
+        let pk = self.pks.find(pk_hash, partition_key.as_bytes());
+        let found = self.entries.find(entry_hash, entry);
         Placed {
             pk,
             entry: found,
-            pk_ix: pk.unwrap_or(self.pks.len() as u64),
-            entry_ix: found.unwrap_or(self.entries.len() as u64),
+            pk_ix: pk.unwrap_or(self.pks.len()),
+            entry_ix: found.unwrap_or(self.entries.len()),
             pk_hash,
             entry_hash,
         }
@@ -228,25 +267,13 @@ impl AggregateV2Builder {
     fn add_placed(&mut self, at: &Placed, partition_key: &str, entry: &[u8], fields: &[u8]) {
         if at.pk.is_none() {
             self.pk_table_len += field_len(partition_key.len());
-            let (bytes, pks) = (&self.pk_bytes, &self.pks);
-            self.pk_lookup.insert_unique(at.pk_hash, at.pk_ix, |&i| {
-                let (a, b) = pks[i as usize];
-                hash_of(&bytes.as_bytes()[a..b])
-            });
-            let start = self.pk_bytes.len();
-            self.pk_bytes.push_str(partition_key);
-            self.pks.push((start, self.pk_bytes.len()));
+            debug_assert_eq!(at.pk_ix, self.pks.len(), "placed at the next index");
+            self.pks.push(at.pk_hash, partition_key.as_bytes());
         }
         if at.entry.is_none() {
             self.table_len += table_entry_len(entry.len());
-            let (bytes, entries) = (&self.entry_bytes, &self.entries);
-            self.lookup.insert_unique(at.entry_hash, at.entry_ix, |&i| {
-                let (a, b) = entries[i as usize];
-                hash_of(&bytes[a..b])
-            });
-            let start = self.entry_bytes.len();
-            self.entry_bytes.extend_from_slice(entry);
-            self.entries.push((start, self.entry_bytes.len()));
+            debug_assert_eq!(at.entry_ix, self.entries.len(), "placed at the next index");
+            self.entries.push(at.entry_hash, entry);
         }
         // The ref: version and kind, the entry index unless 0 (protobuf's default), fields.
         let mut head = [0u8; 2 + 1 + 10];
@@ -265,8 +292,8 @@ impl AggregateV2Builder {
     }
 
     /// Encodes magic + protobuf body (the key table, the table, then the refs) + MD5 trailer.
-    pub fn finish(mut self) -> Bytes {
-        self.finish_and_clear()
+    pub fn finish(self) -> Bytes {
+        self.encode()
     }
 
     /// [`AggregateV2Builder::finish`], leaving the builder empty with its room kept (its
@@ -279,40 +306,25 @@ impl AggregateV2Builder {
 
     /// Empties the builder, keeping its room.
     pub fn clear(&mut self) {
-        self.pk_bytes.clear();
         self.pks.clear();
-        self.pk_lookup.clear();
         self.pk_table_len = 0;
-        self.entry_bytes.clear();
         self.entries.clear();
-        self.lookup.clear();
         self.table_len = 0;
         self.refs_body.clear();
         self.refs = 0;
-    }
-
-    fn pk(&self, i: u64) -> &str {
-        let (a, b) = self.pks[i as usize];
-        &self.pk_bytes[a..b]
-    }
-
-    fn entry(&self, i: u64) -> &[u8] {
-        let (a, b) = self.entries[i as usize];
-        &self.entry_bytes[a..b]
     }
 
     fn encode(&self) -> Bytes {
         let expected = self.encoded_len();
         // The table's user record carries the first partition key (index 0); every ref keeps
         // the index it was given, so the KPL key table is `pks` as it stands.
-        let table = encode_table((0..self.entries.len() as u64).map(|i| self.entry(i)));
+        let table = encode_table(self.entries.iter());
         let mut out = BytesMut::with_capacity(expected);
         out.put_slice(&KPL_MAGIC);
-        for i in 0..self.pks.len() as u64 {
-            let pk = self.pk(i);
+        for pk in self.pks.iter() {
             out.put_u8(KEY_PK_TABLE);
             encode_varint(pk.len() as u64, &mut out);
-            out.put_slice(pk.as_bytes());
+            out.put_slice(pk);
         }
         put_kpl_record(&mut out, 0, &[], &table);
         out.put_slice(&self.refs_body);

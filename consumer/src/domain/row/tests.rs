@@ -74,7 +74,6 @@ fn apply(
 fn the_optimistic_write_refuses_an_applied_lane() {
     let m = metas(3);
     let row_rows = contribution(&[(0, ev(5, None)), (1, ev(6, None))]);
-
     let row = row_rows.get(0).expect("one row");
     let Resolve::Decided(d) = resolve(&row, &m, Observation::Unknown, false, RowLimits::default())
     else {
@@ -93,13 +92,11 @@ fn the_optimistic_write_refuses_an_applied_lane() {
 fn a_replay_writes_only_the_parts_above_the_watermark() {
     let m = metas(3);
     let first_rows = contribution(&[(0, ev(5, None)), (1, ev(6, None))]);
-
     let first = first_rows.get(0).expect("one row");
     let (_, stored) = apply(&first, &m, None);
     let stored = stored.unwrap();
     // The replayed batch holds records 0..=2; 0 and 1 are already in the row.
     let replay_rows = contribution(&[(0, ev(5, None)), (1, ev(6, None)), (2, ev(7, None))]);
-
     let replay = replay_rows.get(0).expect("one row");
     let (d, after) = apply(&replay, &m, Some(&stored));
     assert_eq!(d.applied, vec![0, 1]);
@@ -115,7 +112,6 @@ fn mixed_usage_keeps_the_first_kind_and_records_the_other() {
         (1, ev(9, None)),
         (1, ev(2, Some("b"))),
     ]);
-
     let row = row_rows.get(0).expect("one row");
     let (d, after) = apply(&row, &m, None);
     assert_eq!(
@@ -137,7 +133,6 @@ fn a_row_total_beyond_the_api_maximum_is_recorded_not_written() {
     let m = metas(2);
     let big = MAX_USAGE_QUANTITY - 10;
     let row_rows = contribution(&[(0, ev(big, None)), (1, ev(11, None))]);
-
     let row = row_rows.get(0).expect("one row");
     assert_eq!(
         resolve(&row, &m, Observation::Unknown, false, RowLimits::default()),
@@ -153,7 +148,6 @@ fn a_row_total_beyond_the_api_maximum_is_recorded_not_written() {
 fn finalized_and_unreadable_rows_are_never_written() {
     let m = metas(1);
     let row_rows = contribution(&[(0, ev(3, None))]);
-
     let row = row_rows.get(0).expect("one row");
     let Resolve::Decided(d) = resolve(&row, &m, Observation::Absent, true, RowLimits::default())
     else {
