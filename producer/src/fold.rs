@@ -247,7 +247,7 @@ impl FoldTable {
         }
         b.constituents += 1;
         if let Some(slot) = slot {
-            attach(buckets, i, slot, key.second, &self.counted);
+            attach(buckets, i, slot, &self.counted);
         }
         Absorbed::Yes
     }
@@ -338,7 +338,7 @@ impl FoldTable {
             let b = &mut buckets[i];
             if b.sum.try_absorb_plain(quantity, timestamp) {
                 b.constituents += 1;
-                attach(buckets, i, slot, key.second, &self.counted);
+                attach(buckets, i, slot, &self.counted);
                 drop(s);
                 return Joined::Absorbed(template);
             }
@@ -358,7 +358,7 @@ impl FoldTable {
             }
         }
         buckets.push(Bucket::opened(key.hash, key.second, template, charged));
-        attach(buckets, new, slot, key.second, &self.counted);
+        attach(buckets, new, slot, &self.counted);
         Joined::Opened(before)
     }
 
@@ -456,7 +456,7 @@ impl FoldTable {
         }
         buckets.push(Bucket::opened(hash, second, event, charged));
         if let Some((_, slot)) = opener {
-            attach(buckets, new, slot, second, &self.counted);
+            attach(buckets, new, slot, &self.counted);
         }
         Ok(before)
     }

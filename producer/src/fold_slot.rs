@@ -83,13 +83,6 @@ impl FoldSlot {
     }
 }
 
-/// UTC second `second` as the naive date and seconds past midnight [`FoldSlot::try_add`]
-/// compares (`None` out of `chrono`'s range: never for a validated timestamp).
-fn date_and_secs(second: i64) -> Option<(NaiveDate, u32)> {
-    let t = DateTime::from_timestamp(second, 0)?.naive_utc();
-    Some((t.date(), t.time().num_seconds_from_midnight()))
-}
-
 /// Where the events a slot took are counted as recorded: the `metrics` counter and the
 /// producer's own ([`crate::Producer::stats`]), as `Producer::accepted` counts an event.
 #[derive(Clone)]
@@ -131,15 +124,9 @@ pub(super) fn detach(buckets: &mut [Bucket], i: usize, counted: &Counted) {
     s.added = 0;
 }
 
-/// Attaches `slot` to `buckets[i]` (of `second`), detaching it from the bucket it was
-/// attached to and `buckets[i]` from its own slot first. Called under the shard's lock.
-pub(super) fn attach(
-    buckets: &mut [Bucket],
-    i: usize,
-    slot: &Arc<FoldSlot>,
-    second: i64,
-    counted: &Counted,
-) {
+/// Attaches `slot` to `buckets[i]`, detaching it from the bucket it was attached to and
+/// `buckets[i]` from its own slot first. Called under the shard's lock.
+pub(super) fn attach(buckets: &mut [Bucket], i: usize, slot: &Arc<FoldSlot>, counted: &Counted) {
     let was = {
         let s = slot.lock();
         s.live.then_some(s.ix)
@@ -148,20 +135,20 @@ pub(super) fn attach(
         detach(buckets, j, counted);
     }
     detach(buckets, i, counted);
-    // A second out of range (never validated) leaves the slot detached.
-    let Some((date, secs)) = date_and_secs(second) else {
-        return;
-    };
     let b = &mut buckets[i];
+    // The sum's earliest timestamp is of its second: the slot compares that second as its
+    // naive date and seconds past midnight.
+    let earliest = b.sum.template().timestamp;
+    let naive = earliest.naive_utc();
     let mut s = slot.lock();
     *s = SlotState {
         live: true,
         ix: i,
-        date,
-        secs,
+        date: naive.date(),
+        secs: naive.time().num_seconds_from_midnight(),
         quantity: b.sum.quantity(),
         added: 0,
-        earliest: b.sum.template().timestamp,
+        earliest,
     };
     b.slot = Some(slot.clone());
 }
