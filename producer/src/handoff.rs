@@ -99,6 +99,9 @@ struct StagingShard {
     key_index: HashTable<usize>,
     /// Set by the task's last take (shutdown): later pushes are refused.
     sealed: bool,
+    /// What `items` were charged, summed: the take reads it instead of adding them up
+    /// under the lock.
+    bytes: usize,
 }
 
 /// The hash of a staged key: its address (keys are told apart by pointer).
@@ -193,6 +196,7 @@ impl Staging {
                 enqueued_at: Instant::now(),
                 bytes,
             });
+            s.bytes += bytes;
             // Counted under the shard's lock: the count never runs ahead of or behind what
             // the task can take.
             self.bytes.fetch_add(bytes, Ordering::SeqCst)
@@ -348,8 +352,9 @@ impl Staging {
                 // touched, so a push neither regrows a vector nor faults in a fresh page.
                 let spare = std::mem::take(&mut s.spare);
                 let items = std::mem::replace(&mut s.items, spare);
-                let taken: usize = items.iter().map(|i| i.bytes).sum();
-                self.bytes.fetch_sub(taken, Ordering::SeqCst);
+                debug_assert_eq!(s.bytes, items.iter().map(|i| i.bytes).sum::<usize>());
+                self.bytes
+                    .fetch_sub(std::mem::take(&mut s.bytes), Ordering::SeqCst);
                 let keys = std::mem::take(&mut s.keys);
                 s.key_index.clear();
                 let mut payloads = std::mem::take(&mut s.chunks);
