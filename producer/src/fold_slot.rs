@@ -117,6 +117,12 @@ pub(super) fn detach(buckets: &mut [Bucket], i: usize, counted: &Counted) {
     let Some(slot) = b.slot.take() else { return };
     let mut s = slot.lock();
     debug_assert!(s.live && s.ix == i, "an attached slot points at its bucket");
+    give_back(b, &mut s, counted);
+}
+
+/// What the slot whose state is `s` took, back into its bucket `b`, counted as recorded;
+/// the slot is left detached.
+fn give_back(b: &mut Bucket, s: &mut SlotState, counted: &Counted) {
     b.sum.set_plain(s.quantity, s.earliest);
     b.constituents += s.added;
     counted.add(s.added);
@@ -124,23 +130,30 @@ pub(super) fn detach(buckets: &mut [Bucket], i: usize, counted: &Counted) {
     s.added = 0;
 }
 
-/// Attaches `slot` to `buckets[i]`, detaching it from the bucket it was attached to and
-/// `buckets[i]` from its own slot first. Called under the shard's lock.
+/// Attaches `slot` to `buckets[i]`, detaching `buckets[i]` from its own slot and `slot`
+/// from the bucket it was attached to first. Called under the shard's lock. One hold of
+/// `slot`'s lock, and the reference its last bucket held moves to `buckets[i]`: no count is
+/// taken or given back when a handle moves on from one sum to the next.
 pub(super) fn attach(buckets: &mut [Bucket], i: usize, slot: &Arc<FoldSlot>, counted: &Counted) {
-    let was = {
-        let s = slot.lock();
-        s.live.then_some(s.ix)
-    };
-    if let Some(j) = was {
-        detach(buckets, j, counted);
-    }
     detach(buckets, i, counted);
+    let mut s = slot.lock();
+    let held = if s.live {
+        let last = &mut buckets[s.ix];
+        let held = last.slot.take();
+        debug_assert!(
+            held.as_ref().is_some_and(|h| Arc::ptr_eq(h, slot)),
+            "an attached slot's bucket holds it"
+        );
+        give_back(last, &mut s, counted);
+        held
+    } else {
+        None
+    };
     let b = &mut buckets[i];
     // The sum's earliest timestamp is of its second: the slot compares that second as its
     // naive date and seconds past midnight.
     let earliest = b.sum.template().timestamp;
     let naive = earliest.naive_utc();
-    let mut s = slot.lock();
     *s = SlotState {
         live: true,
         ix: i,
@@ -150,5 +163,6 @@ pub(super) fn attach(buckets: &mut [Bucket], i: usize, slot: &Arc<FoldSlot>, cou
         added: 0,
         earliest,
     };
-    b.slot = Some(slot.clone());
+    drop(s);
+    b.slot = Some(held.unwrap_or_else(|| slot.clone()));
 }
