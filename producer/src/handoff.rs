@@ -164,6 +164,8 @@ impl Staging {
         bytes: usize,
     ) -> bool {
         let ix = (hash >> (128 - STAGING_SHARDS.trailing_zeros())) as usize;
+        // Read before the lock: the clock is no part of what the lock orders.
+        let enqueued_at = Instant::now();
         let before = {
             let mut s = Self::lock(&self.shards[ix]);
             if s.sealed {
@@ -193,7 +195,7 @@ impl Staging {
                 chunk,
                 key,
                 hash,
-                enqueued_at: Instant::now(),
+                enqueued_at,
                 bytes,
             });
             s.bytes += bytes;
