@@ -76,7 +76,6 @@ fn put_kpl_record(out: &mut impl BufMut, pk_ix: u64, head: &[u8], data: &[u8]) {
     out.put_slice(data);
 }
 
-/// Where `(pk_ix, entry_ix)` stand for an event about to be added, and what it adds.
 /// Byte strings in index order, end to end in one buffer, found by their hash: the builder's
 /// partition keys and table entries. Cleared, it keeps its room, so a reused builder
 /// ([`AggregateV2Builder::finish_and_clear`]) grows nothing again.
@@ -128,6 +127,7 @@ impl ByteTable {
     }
 }
 
+/// Where `(pk_ix, entry_ix)` stand for an event about to be added, and what it adds.
 struct Placed {
     pk: Option<u64>,
     entry: Option<u64>,
