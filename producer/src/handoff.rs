@@ -33,10 +33,22 @@ pub(crate) enum Command {
     Shutdown(oneshot::Sender<FlushOutcome>),
 }
 
-/// Staging shards: a power of two, picked by the top bits of the partition hash, so one
-/// group's events stay in one shard (in the order they were recorded) and callers recording
-/// different groups rarely meet on a lock.
+/// Staging shards: one per recording thread (threads numbered as they first push, the
+/// number taken modulo the shards), so two callers on two cores never write one shard's lock,
+/// vectors or buffer, and a thread's events stay in one shard in the order it recorded them.
+/// The take merges the shards by the time each event was staged ([`Staging::take`]), so each
+/// group's events, and each id lane's sequences, still reach the stream in the order they
+/// were recorded.
 const STAGING_SHARDS: usize = 16;
+
+/// The staging shard of the calling thread ([`STAGING_SHARDS`]).
+fn this_threads_shard() -> usize {
+    static THREADS: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SHARD: usize = THREADS.fetch_add(1, Ordering::Relaxed) % STAGING_SHARDS;
+    }
+    SHARD.with(|s| *s)
+}
 
 /// A shard's payload buffer is at least this big; a full one is kept as it is (frozen, no
 /// copy) and a new one started.
@@ -67,6 +79,8 @@ pub(crate) struct Staging {
     bytes: CachePadded<AtomicUsize>,
     /// Staged bytes at which the task is woken to close its window early.
     trigger: usize,
+    /// The take's merge order, kept between takes (only the task takes).
+    order: Mutex<Vec<TakeOrder>>,
     /// Bytes were staged into an empty staging area.
     first: Notify,
     /// The staged bytes crossed `trigger`.
@@ -134,6 +148,7 @@ impl Staging {
         Staging {
             shards: std::array::from_fn(|_| CachePadded::new(Mutex::default())),
             bytes: CachePadded::new(AtomicUsize::new(0)),
+            order: Mutex::default(),
             trigger,
             first: Notify::new(),
             full: Notify::new(),
@@ -163,7 +178,7 @@ impl Staging {
         hash: u128,
         bytes: usize,
     ) -> bool {
-        let ix = (hash >> (128 - STAGING_SHARDS.trailing_zeros())) as usize;
+        let ix = this_threads_shard();
         // Read before the lock: the clock is no part of what the lock orders.
         let enqueued_at = Instant::now();
         let before = {
@@ -336,43 +351,62 @@ impl Staging {
         self.folds.drain(seal, &self.bytes, f);
     }
 
-    /// Takes everything staged, shard by shard, into `f`; with `seal`, refuses later pushes.
+    /// Takes everything staged into `f`; with `seal`, refuses later pushes.
+    ///
+    /// One shard's events are handed over in the order they were pushed. When several
+    /// threads' shards hold events, they are merged by the time each was staged (its
+    /// `enqueued_at`, read before its shard's lock): a task that moved between threads
+    /// keeps the order it recorded in, each group's events arrive in recorded order, and an
+    /// id lane's sequences (taken from one counter by all threads) arrive in order but for
+    /// two calls that raced each other. So the consumer's applied ranges of a lane stay few
+    /// however many threads record, as they do with one shard per lane.
     pub fn take(&self, seal: bool, mut f: impl FnMut(Incoming)) {
         // Nothing staged (a push not counted yet is taken next time: its count wakes the
         // task): no lock taken, so a task woken for other reasons never meets record().
         if !seal && self.bytes.load(Ordering::SeqCst) == 0 {
             return;
         }
-        for shard in &self.shards {
-            let (mut items, payloads, keys) = {
-                let mut s = Self::lock(shard);
-                s.sealed |= seal;
-                if s.items.is_empty() {
-                    continue;
-                }
-                // Pushes go on into the vector emptied by the last take: memory already
-                // touched, so a push neither regrows a vector nor faults in a fresh page.
-                let spare = std::mem::take(&mut s.spare);
-                let items = std::mem::replace(&mut s.items, spare);
-                debug_assert_eq!(s.bytes, items.iter().map(|i| i.bytes).sum::<usize>());
-                self.bytes
-                    .fetch_sub(std::mem::take(&mut s.bytes), Ordering::SeqCst);
-                let keys = std::mem::take(&mut s.keys);
-                s.key_index.clear();
-                let mut payloads = std::mem::take(&mut s.chunks);
-                payloads.push(s.buffer.split().freeze());
-                (items, payloads, keys)
-            };
-            for i in items.drain(..) {
-                f(Incoming {
-                    payload: payloads[i.chunk as usize].slice(i.at..i.at + i.len),
-                    split: i.split,
-                    partition_key: keys[i.key].clone(),
-                    hash: i.hash,
-                    enqueued_at: i.enqueued_at,
-                    bytes: i.bytes,
-                });
+        let mut taken = Vec::new();
+        for (n, shard) in self.shards.iter().enumerate() {
+            let mut s = Self::lock(shard);
+            s.sealed |= seal;
+            if s.items.is_empty() {
+                continue;
             }
+            // Pushes go on into the vector emptied by the last take: memory already
+            // touched, so a push neither regrows a vector nor faults in a fresh page.
+            let spare = std::mem::take(&mut s.spare);
+            let items = std::mem::replace(&mut s.items, spare);
+            debug_assert_eq!(s.bytes, items.iter().map(|i| i.bytes).sum::<usize>());
+            self.bytes
+                .fetch_sub(std::mem::take(&mut s.bytes), Ordering::SeqCst);
+            let keys = std::mem::take(&mut s.keys);
+            s.key_index.clear();
+            let mut payloads = std::mem::take(&mut s.chunks);
+            payloads.push(s.buffer.split().freeze());
+            taken.push(Taken {
+                shard: n,
+                items,
+                payloads,
+                keys,
+            });
+        }
+        if let [one] = &taken[..] {
+            (0..one.items.len()).for_each(|i| f(one.incoming(i)));
+        } else if taken.len() > 1 {
+            let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
+            merge_order(&taken, &mut order);
+            for &(_, t, i) in order.iter() {
+                f(taken[t as usize].incoming(i as usize));
+            }
+            order.clear();
+        }
+        for Taken {
+            shard, mut items, ..
+        } in taken
+        {
+            items.clear();
+            let shard = &self.shards[shard];
             // A shard in use gets its next buffer made ready here, on the task's core (not
             // under the lock: touching its pages takes a few microseconds).
             let ready = (Self::lock(shard).ready.capacity() == 0).then(ready_buffer);
@@ -451,6 +485,20 @@ impl Drop for Reservation {
     }
 }
 
+/// The order in which a take hands over the events of several shards ([`Staging::take`]):
+/// by the time each was staged, then by shard and place (each shard's events were staged in
+/// its order).
+fn merge_order(taken: &[Taken], order: &mut Vec<TakeOrder>) {
+    order.reserve(taken.iter().map(|t| t.items.len()).sum());
+    for (t, shard) in taken.iter().enumerate() {
+        let staged = shard.items.iter().enumerate();
+        order.extend(staged.map(|(i, s)| (s.enqueued_at, t as u32, i as u32)));
+    }
+    // Each shard is one run already in order (its thread read the clock before each push):
+    // the stable sort finds the runs and merges them, it does not sort from scratch.
+    order.sort();
+}
+
 /// A staged event: its payload is `[at..at + len]` of its shard's buffer `chunk`, its partition key
 /// `keys[key]`.
 struct Staged {
@@ -463,6 +511,33 @@ struct Staged {
     hash: u128,
     enqueued_at: Instant,
     bytes: usize,
+}
+
+/// Where a staged event goes in a take that merges shards ([`Staging::take`]): when it was
+/// staged, its shard's place in the take and its place in the shard.
+type TakeOrder = (Instant, u32, u32);
+
+/// One shard's take: its events, their payload buffers and their keys.
+struct Taken {
+    shard: usize,
+    items: Vec<Staged>,
+    payloads: Vec<Bytes>,
+    keys: Vec<Arc<str>>,
+}
+
+impl Taken {
+    /// The `i`th event, handed over.
+    fn incoming(&self, i: usize) -> Incoming {
+        let s = &self.items[i];
+        Incoming {
+            payload: self.payloads[s.chunk as usize].slice(s.at..s.at + s.len),
+            split: s.split,
+            partition_key: self.keys[s.key].clone(),
+            hash: s.hash,
+            enqueued_at: s.enqueued_at,
+            bytes: s.bytes,
+        }
+    }
 }
 
 /// A validated, encoded event on its way to the background task (no collapse).
@@ -478,86 +553,5 @@ pub(crate) struct Incoming {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use bytes::BufMut;
-
-    /// Payloads past a buffer's capacity go to a new buffer, the full one kept as it is:
-    /// every payload is taken back whole, in order, with its split, key and charge, over
-    /// several buffers per shard and over two takes.
-    #[test]
-    fn payloads_over_several_buffers_come_back_whole() {
-        let staging = Staging::new(usize::MAX, Counted::default());
-        let keys: Vec<Arc<str>> = vec!["a".into(), "b".into()];
-        for round in 0..2u32 {
-            let mut want = Vec::new();
-            for i in 0..3_000u32 {
-                let payload: Vec<u8> = (0..(50 + i % 200)).map(|b| (b ^ i ^ round) as u8).collect();
-                let split = (i % 3 == 0).then_some((i % 7, i % 11));
-                let key = &keys[(i % 2) as usize];
-                let pushed = staging.push(
-                    payload.len(),
-                    |buf| buf.extend_from_slice(&payload),
-                    split,
-                    key,
-                    0,
-                    i as usize,
-                );
-                assert!(pushed);
-                want.push((payload, split, key.clone(), i as usize));
-            }
-            let mut got = Vec::new();
-            staging.take(false, |inc| {
-                got.push((
-                    inc.payload.to_vec(),
-                    inc.split,
-                    inc.partition_key,
-                    inc.bytes,
-                ));
-            });
-            assert_eq!(got, want);
-            assert_eq!(staging.bytes(), 0);
-        }
-    }
-
-    /// After a take, a shard that staged holds a buffer made ready by the task, and the
-    /// push that fills its current buffer goes on in that one (no fresh allocation).
-    #[test]
-    fn a_full_buffer_goes_on_in_the_one_made_ready() {
-        let staging = Staging::new(usize::MAX, Counted::default());
-        let key: Arc<str> = "k".into();
-        let push = |byte: u8, len: usize| {
-            assert!(staging.push(len, |buf| buf.put_bytes(byte, len), None, &key, 0, len));
-        };
-        push(1, 100);
-        staging.take(false, |_| {});
-        let ready = {
-            let s = Staging::lock(&staging.shards[0]);
-            assert_eq!(s.ready.capacity(), STAGING_BUFFER_BYTES);
-            s.ready.as_ptr()
-        };
-        // Fill what is left of the current buffer, then one more payload.
-        let left = {
-            let s = Staging::lock(&staging.shards[0]);
-            s.buffer.capacity() - s.buffer.len()
-        };
-        push(2, left);
-        push(3, 10);
-        let mut got = Vec::new();
-        staging.take(false, |inc| {
-            got.push((inc.payload.as_ptr(), inc.payload.to_vec()))
-        });
-        assert_eq!(got.len(), 2);
-        assert_eq!(got[0].1, vec![2; left]);
-        assert_eq!(
-            got[1],
-            (ready, vec![3; 10]),
-            "written into the ready buffer"
-        );
-        // The shard is given another ready buffer for its next one.
-        assert_eq!(
-            Staging::lock(&staging.shards[0]).ready.capacity(),
-            STAGING_BUFFER_BYTES
-        );
-    }
-}
+#[path = "handoff_tests.rs"]
+mod tests;

@@ -17,7 +17,7 @@ use super::{
 use crate::event::{Event, GroupRef, Tag, UsageAllocation};
 use crate::event_id::GeneratedId;
 
-/// The length of [`encode_single_bytes`]`(event, generated)` without encoding: what the
+/// The length of [`super::encode_single_bytes`]`(event, generated)` without encoding: what the
 /// producer charges a collapsed event for before the window's sums are encoded.
 pub fn single_len(event: &Event, generated: Option<GeneratedId>) -> usize {
     single_len_as(event, event.producer_id.as_deref(), generated)
