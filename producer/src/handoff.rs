@@ -79,8 +79,6 @@ pub(crate) struct Staging {
     bytes: CachePadded<AtomicUsize>,
     /// Staged bytes at which the task is woken to close its window early.
     trigger: usize,
-    /// The take's merge order, kept between takes (only the task takes).
-    order: Mutex<Vec<TakeOrder>>,
     /// Bytes were staged into an empty staging area.
     first: Notify,
     /// The staged bytes crossed `trigger`.
@@ -148,7 +146,6 @@ impl Staging {
         Staging {
             shards: std::array::from_fn(|_| CachePadded::new(Mutex::default())),
             bytes: CachePadded::new(AtomicUsize::new(0)),
-            order: Mutex::default(),
             trigger,
             first: Notify::new(),
             full: Notify::new(),
@@ -394,12 +391,12 @@ impl Staging {
         if let [one] = &taken[..] {
             (0..one.items.len()).for_each(|i| f(one.incoming(i)));
         } else if taken.len() > 1 {
-            let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
-            merge_order(&taken, &mut order);
-            for &(_, t, i) in order.iter() {
-                f(taken[t as usize].incoming(i as usize));
+            // Each shard's next event to hand over.
+            let mut next = [0usize; STAGING_SHARDS];
+            while let Some(t) = earliest(&taken, &next) {
+                f(taken[t].incoming(next[t]));
+                next[t] += 1;
             }
-            order.clear();
         }
         for Taken {
             shard, mut items, ..
@@ -485,18 +482,21 @@ impl Drop for Reservation {
     }
 }
 
-/// The order in which a take hands over the events of several shards ([`Staging::take`]):
-/// by the time each was staged, then by shard and place (each shard's events were staged in
-/// its order).
-fn merge_order(taken: &[Taken], order: &mut Vec<TakeOrder>) {
-    order.reserve(taken.iter().map(|t| t.items.len()).sum());
+/// Of the shards' next events (`next[t]` of `taken[t]`), the shard of the one staged first
+/// (the first such shard on a tie); `None` when every shard is handed over. A merge of the
+/// shards by this keeps each shard's own order, whatever order its events' clocks read (two
+/// threads can share a shard), and allocates nothing: a take merges its few shards (one a
+/// recording thread) in a comparison or two an event.
+fn earliest(taken: &[Taken], next: &[usize; STAGING_SHARDS]) -> Option<usize> {
+    let mut first: Option<(Instant, usize)> = None;
     for (t, shard) in taken.iter().enumerate() {
-        let staged = shard.items.iter().enumerate();
-        order.extend(staged.map(|(i, s)| (s.enqueued_at, t as u32, i as u32)));
+        if let Some(s) = shard.items.get(next[t])
+            && first.is_none_or(|(at, _)| s.enqueued_at < at)
+        {
+            first = Some((s.enqueued_at, t));
+        }
     }
-    // Each shard is one run already in order (its thread read the clock before each push):
-    // the stable sort finds the runs and merges them, it does not sort from scratch.
-    order.sort();
+    first.map(|(_, t)| t)
 }
 
 /// A staged event: its payload is `[at..at + len]` of its shard's buffer `chunk`, its partition key
@@ -512,10 +512,6 @@ struct Staged {
     enqueued_at: Instant,
     bytes: usize,
 }
-
-/// Where a staged event goes in a take that merges shards ([`Staging::take`]): when it was
-/// staged, its shard's place in the take and its place in the shard.
-type TakeOrder = (Instant, u32, u32);
 
 /// One shard's take: its events, their payload buffers and their keys.
 struct Taken {
