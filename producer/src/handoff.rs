@@ -54,13 +54,37 @@ fn this_threads_shard() -> usize {
 /// copy) and a new one started.
 const STAGING_BUFFER_BYTES: usize = 64 * 1024;
 
-/// An empty staging buffer of [`STAGING_BUFFER_BYTES`] whose pages are touched (written
-/// once), so that the payloads later written into it fault in no page.
-fn ready_buffer() -> BytesMut {
-    let mut b = BytesMut::with_capacity(STAGING_BUFFER_BYTES);
-    b.resize(STAGING_BUFFER_BYTES, 0);
+/// The most a shard's ready buffer and item vector are made for: room for about four pack
+/// steps ([`PACK_STEP_BYTES`]) of one thread's pushes, so a take that found far more (the task
+/// held up) does not keep that much memory ready for good.
+const MOST_READY_BYTES: usize = 4 * PACK_STEP_BYTES;
+const MOST_READY_ITEMS: usize = 16 * 1024;
+
+/// An empty staging buffer of `bytes` (at least [`STAGING_BUFFER_BYTES`]) whose pages are
+/// touched (written once), so that the payloads later written into it fault in no page.
+fn ready_buffer(bytes: usize) -> BytesMut {
+    let bytes = bytes.max(STAGING_BUFFER_BYTES);
+    let mut b = BytesMut::with_capacity(bytes);
+    b.resize(bytes, 0);
     b.clear();
     b
+}
+
+/// An empty item vector with room for `n` items, its pages touched as [`ready_buffer`]'s.
+fn ready_items(n: usize) -> Vec<Staged> {
+    let blank = Staged {
+        at: 0,
+        len: 0,
+        split: None,
+        chunk: 0,
+        key: 0,
+        hash: 0,
+        enqueued_at: Instant::now(),
+        bytes: 0,
+    };
+    let mut v = vec![blank; n];
+    v.clear();
+    v
 }
 
 /// Staged bytes (as charged) between the task's wake-ups while a window is open, so that it
@@ -114,6 +138,11 @@ struct StagingShard {
     /// What `items` were charged, summed: the take reads it instead of adding them up
     /// under the lock.
     bytes: usize,
+    /// The most events, and payload bytes, one take has found here: what the task makes the
+    /// next vector and buffer ready for (twice over, up to [`MOST_READY_ITEMS`] and
+    /// [`MOST_READY_BYTES`]).
+    most_items: usize,
+    most_bytes: usize,
 }
 
 /// The hash of a staged key: its address (keys are told apart by pointer).
@@ -399,20 +428,39 @@ impl Staging {
             }
         }
         for Taken {
-            shard, mut items, ..
+            shard,
+            mut items,
+            payloads,
+            ..
         } in taken
         {
+            let (n, used) = (items.len(), payloads.iter().map(Bytes::len).sum::<usize>());
             items.clear();
             let shard = &self.shards[shard];
-            // A shard in use gets its next buffer made ready here, on the task's core (not
-            // under the lock: touching its pages takes a few microseconds).
-            let ready = (Self::lock(shard).ready.capacity() == 0).then(ready_buffer);
+            let (grew, want_items, want_bytes, ready_now) = {
+                let mut s = Self::lock(shard);
+                let grew = n > s.most_items;
+                s.most_items = s.most_items.max(n);
+                s.most_bytes = s.most_bytes.max(used);
+                let want_items = (2 * s.most_items).min(MOST_READY_ITEMS);
+                let want_bytes = (2 * s.most_bytes).min(MOST_READY_BYTES);
+                (grew, want_items, want_bytes, s.ready.capacity())
+            };
+            // A shard in use gets its next vector and buffer made ready here, on the task's
+            // core (not under the lock: touching their pages takes microseconds), with room
+            // for twice the most a take found in it, so the caller's pushes write memory
+            // already touched: a vector that grew on the caller (its new pages untouched
+            // past this take's events) or is short is replaced by one touched here.
+            if grew || items.capacity() < want_items {
+                items = ready_items(want_items);
+            }
+            let ready = (ready_now < want_bytes).then(|| ready_buffer(want_bytes));
             let mut s = Self::lock(shard);
             if s.spare.capacity() < items.capacity() {
                 s.spare = items;
             }
             if let Some(ready) = ready
-                && s.ready.capacity() == 0
+                && s.ready.capacity() < ready.capacity()
             {
                 s.ready = ready;
             }
@@ -501,6 +549,7 @@ fn earliest(taken: &[Taken], next: &[usize; STAGING_SHARDS]) -> Option<usize> {
 
 /// A staged event: its payload is `[at..at + len]` of its shard's buffer `chunk`, its partition key
 /// `keys[key]`.
+#[derive(Clone)]
 struct Staged {
     at: usize,
     len: usize,
