@@ -452,7 +452,8 @@ impl Staging {
             // already touched: a vector that grew on the caller (its new pages untouched
             // past this take's events) or is short is replaced by one touched here.
             if grew || items.capacity() < want_items {
-                items = ready_items(want_items);
+                // Never less than this take held: past the cap, what was used stays ready.
+                items = ready_items(want_items.max(n));
             }
             let ready = (ready_now < want_bytes).then(|| ready_buffer(want_bytes));
             let mut s = Self::lock(shard);

@@ -226,3 +226,22 @@ fn a_shard_is_made_ready_for_twice_what_its_last_take_found() {
     });
     assert_eq!(got, 4_500);
 }
+
+/// A take past the cap of what is made ready ([`MOST_READY_ITEMS`]) still leaves a vector
+/// with room for what it held: past the cap nothing more is made ready, and nothing less.
+#[test]
+fn a_take_past_the_cap_keeps_room_for_what_it_held() {
+    let staging = Staging::new(usize::MAX, Counted::default());
+    let key: Arc<str> = "k".into();
+    let n = MOST_READY_ITEMS + 4_000;
+    for _ in 0..n {
+        assert!(staging.push(1, |buf| buf.put_u8(1), None, &key, 0, 1));
+    }
+    let mut got = 0;
+    staging.take(false, |_| got += 1);
+    assert_eq!(got, n);
+    let spare = Staging::lock(&staging.shards[this_threads_shard()])
+        .spare
+        .capacity();
+    assert!((n..2 * MOST_READY_ITEMS).contains(&spare), "{spare}");
+}
