@@ -54,9 +54,9 @@ fn this_threads_shard() -> usize {
 /// copy) and a new one started.
 const STAGING_BUFFER_BYTES: usize = 64 * 1024;
 
-/// The most a shard's ready buffer and item vector are made for: room for about four pack
-/// steps ([`PACK_STEP_BYTES`]) of one thread's pushes, so a take that found far more (the task
-/// held up) does not keep that much memory ready for good.
+/// The most a shard's ready buffer (four pack steps, [`PACK_STEP_BYTES`]) and item vector
+/// (16,384 items of 80 bytes) are made for, so that a take that found far more (the task held
+/// up) does not keep that much memory ready for good.
 const MOST_READY_BYTES: usize = 4 * PACK_STEP_BYTES;
 const MOST_READY_ITEMS: usize = 16 * 1024;
 
