@@ -417,15 +417,11 @@ impl Staging {
                 keys,
             });
         }
-        if let [one] = &taken[..] {
-            (0..one.items.len()).for_each(|i| f(one.incoming(i)));
-        } else if taken.len() > 1 {
-            // Each shard's next event to hand over.
-            let mut next = [0usize; STAGING_SHARDS];
-            while let Some(t) = earliest(&taken, &next) {
-                f(taken[t].incoming(next[t]));
-                next[t] += 1;
-            }
+        // Each shard's next event to hand over (one shard: in push order).
+        let mut next = [0usize; STAGING_SHARDS];
+        while let Some(t) = earliest(&taken, &next) {
+            f(taken[t].incoming(next[t]));
+            next[t] += 1;
         }
         for Taken {
             shard,
