@@ -189,8 +189,8 @@ thread_local! {
 const METER_CALLS_A_UNIT: u32 = 4;
 
 /// Meter calls a unit pays for with collapse, where most calls add to the sum the meter's
-/// slot holds — about a sixteenth of a checked call (docs/benchmarks.md, "Producer hot path,
-/// round 13").
+/// slot holds — about a sixteenth of a checked call (docs/benchmarks-journal.md,
+/// "Producer hot path, round 13").
 const COLLAPSING_METER_CALLS_A_UNIT: u32 = 16;
 
 /// A meter's event past its checks: its timestamp in whole milliseconds, and its UTC second.

@@ -2,7 +2,7 @@
 //! parallelized (each 64-byte block depends on the one before), but a batch holds up to a
 //! hundred independent aggregates: `md5-many` hashes them side by side in SIMD lanes (8 with
 //! AVX2, 16 with AVX-512, 4 with NEON), several times faster per core than one stream at a time
-//! (consumer/README.md, "The hot path"; docs/benchmarks.md, "Consumer").
+//! (consumer/README.md, "The hot path"; docs/benchmarks-journal.md, "Consumer hot path").
 //!
 //! A record whose trailer does not match here is decoded by the general path, which hashes it
 //! again with `md-5` and refuses it (`Md5Mismatch`) only then: no record is ever refused on

@@ -63,8 +63,8 @@ pub const MAX_ROW_CAS_ROUNDS: u32 = 8;
 /// Store calls of one step in flight at once (`AWSMP_CONSUMER_CONCURRENCY`). Our bound: enough
 /// to hide a round trip behind fifteen others within a batch of a few hundred rows, few enough
 /// that one invocation's throttled burst stays small; more does not help against the local
-/// DynamoDB emulator, which answers one request at a time (docs/benchmarks.md, "event → usage
-/// row on the local stack").
+/// DynamoDB emulator, which answers one request at a time (docs/benchmarks-journal.md,
+/// "event → usage row on the local stack").
 pub const DEFAULT_STORE_CONCURRENCY: usize = 16;
 /// Retries of one store call on a retryable error: 5 calls in all, full-jitter delays from
 /// 25 ms doubling up to 2 s (about 0.4 s at most in all, well inside a Lambda invocation).
