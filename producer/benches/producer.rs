@@ -5,6 +5,9 @@
 //!   `record/collapse_dense` and `record/collapse_dense_meter` at the collapse goal's density;
 //!   `record/event_drop_floor`: the caller's events of the dense run only freed — the floor of
 //!   `Producer::record(Event)`, which takes (and so frees) each event's strings;
+//!   `record/collapse_meter_and_free`, `record/collapse_dense_meter_and_free`: each meter call
+//!   followed by freeing the event it stands for — a bound on any call that takes an owned event
+//!   (the meter's work and the free, with no lookup of the event's group);
 //! - `encode/…`: v1 and v2 payload encoding and KPL aggregation throughput;
 //! - figure files (`target/awsmp-bench/<id>.json`): `producer-record-latency-p50`, `-p99` and `-p999`
 //!   (8 tasks recording at once, hdrhistogram; `producer-meter-record-latency-*` for meters), `wire-bytes-per-event-v2-300-groups` and
@@ -151,9 +154,12 @@ fn record_throughput(c: &mut Criterion) {
     // seller's hot loop keeps them), to delivery as above.
     for (name, collapse) in [("no_collapse_meter", false), ("collapse_meter", true)] {
         g.bench_function(name, |b| {
-            meter_iterations(b, &rt, &groups, &calls, collapse)
+            meter_iterations(b, &rt, &groups, &calls, collapse, None)
         });
     }
+    g.bench_function("collapse_meter_and_free", |b| {
+        meter_iterations(b, &rt, &groups, &calls, true, Some(&batch))
+    });
     g.finish();
     dense_collapse(c, &rt);
 }
@@ -170,7 +176,10 @@ fn dense_collapse(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
         event_iterations(b, rt, &batch, true, WireVersion::V2)
     });
     g.bench_function("collapse_dense_meter", |b| {
-        meter_iterations(b, rt, &groups, &calls, true)
+        meter_iterations(b, rt, &groups, &calls, true, None)
+    });
+    g.bench_function("collapse_dense_meter_and_free", |b| {
+        meter_iterations(b, rt, &groups, &calls, true, Some(&batch))
     });
     // The floor of `Producer::record(Event)`: the caller's events only moved out of their
     // vector and freed (each its three strings, and its allocations), nothing recorded.
@@ -225,13 +234,17 @@ fn event_iterations(
     })
 }
 
-/// Iterations of `calls` through one meter per group, to delivery.
+/// Iterations of `calls` through one meter per group, to delivery. With `free`, the events
+/// the calls stand for (`calls[i]` is `free[i]`'s usage) are copied before the timer and each
+/// freed right after its call: what any call taking an owned event pays at least, with no
+/// lookup of the event's group.
 fn meter_iterations(
     b: &mut criterion::Bencher<'_>,
     rt: &tokio::runtime::Runtime,
     groups: &[[String; 3]],
     calls: &[MeterCall],
     collapse: bool,
+    free: Option<&[Event]>,
 ) {
     b.iter_custom(|iters| {
         rt.block_on(async {
@@ -242,9 +255,20 @@ fn meter_iterations(
             let meters = meters(&p, groups);
             let mut took = Duration::ZERO;
             for _ in 0..iters {
+                let events = free.map(<[Event]>::to_vec);
                 let started = Instant::now();
-                for &(g, ts, q) in calls {
-                    meters[g].record(ts, q).await.unwrap();
+                match events {
+                    None => {
+                        for &(g, ts, q) in calls {
+                            meters[g].record(ts, q).await.unwrap();
+                        }
+                    }
+                    Some(events) => {
+                        for (&(g, ts, q), e) in calls.iter().zip(events) {
+                            meters[g].record(ts, q).await.unwrap();
+                            drop(std::hint::black_box(e));
+                        }
+                    }
                 }
                 p.flush().await.unwrap();
                 took += started.elapsed();
