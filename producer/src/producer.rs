@@ -154,12 +154,12 @@ impl Producer {
                 route,
                 cost,
             }) => {
-                let p = Plain::prepared(event, generated, route, cost);
+                let p = Plain::prepared(event, generated, *route, cost);
                 return Ok(Some(self.wait_and_stage(p)));
             }
             Some(Plain::Closed(id)) => return Err(self.closed_with(event, id)),
             Some(Plain::Open(o)) => {
-                return match self.open(event, o)? {
+                return match self.open(event, *o)? {
                     None => Ok(None),
                     Some(p) => Ok(self.stage_now(p)?.map(|p| self.wait_and_stage(p))),
                 };
@@ -421,7 +421,7 @@ impl Producer {
             }
             Some(Plain::Closed(id)) => return Err(self.closed_with(event, id)),
             Some(Plain::Open(o)) => {
-                return match self.open(event, o)? {
+                return match self.open(event, *o)? {
                     None => Ok(()),
                     Some(p) => self.try_charge_and_stage(p),
                 };
