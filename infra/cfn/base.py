@@ -194,9 +194,9 @@ def stream(entry: dict) -> dict:
 
 
 def bucket(entry: dict) -> dict:
-    """The billing archive: versioned, Object Lock in the entry's mode for its years, SSE-S3,
-    no public access (https://docs.aws.amazon.com/AmazonS3/latest/userguide/object-lock.html)."""
-    lock = entry["objectLock"]
+    """The billing archive: versioned, Object Lock in the mode and for the days the stack's
+    parameters say (`params.archive_lock`), SSE-S3, no public access
+    (https://docs.aws.amazon.com/AmazonS3/latest/userguide/object-lock.html)."""
     return {
         "Type": "AWS::S3::Bucket",
         "DeletionPolicy": "Retain",
@@ -207,7 +207,7 @@ def bucket(entry: dict) -> dict:
             "ObjectLockConfiguration": {
                 "ObjectLockEnabled": "Enabled",
                 "Rule": {
-                    "DefaultRetention": {"Mode": lock["mode"], "Years": lock["retentionYears"]}
+                    "DefaultRetention": {"Mode": ref("ArchiveObjectLockMode"), "Days": ref("ArchiveRetentionDays")}
                 },
             },
             "BucketEncryption": {

@@ -180,12 +180,20 @@ def discoverer_env() -> dict:
     return {**pipeline_env(gated=True), "AWSMP_USAGE_STREAM": stream}
 
 
+# The discoverer's constant schedule inputs (23 meter offsets, 7 age-out shards) and its flush.
+DISCOVERER_INPUTS = [{"mode": "meter", "hourOffset": h} for h in range(1, 24)] + [{"mode": "ageout", "shard": s} for s in range(7)]
+FLUSH_INPUT = {"mode": "flush-deprovisioning"}
+# Rules on rate() schedules each keep their own phase, so all of the discoverer's targets can fire
+# in the same minute: it reserves one execution per target, so none is throttled into a late retry.
+DISCOVERER_RESERVED = len(DISCOVERER_INPUTS) + 1
+
+
 def functions() -> list[Function]:
     env, full_env = pipeline_env(), pipeline_env(gated=True)
     return [
         Function("Discoverer", "discoverer", "pipeline", "Enqueues pending groups per hour bucket; ages out; flushes deprovisioning licenses.",
                  discoverer_env(), [pending_index("UsageTable"), usage("GetItem", "UpdateItem"), sqs_send("WorkQueue", "DeprovisionWorkQueue"), deprovisioning_index(), watermark_query()],
-                 memory=512, timeout=300, reserved=30, condition=FULL),
+                 memory=512, timeout=300, reserved=DISCOVERER_RESERVED, condition=FULL),
         Function("Aggregator", "aggregator", "pipeline", "Folds one group, validates it, commits the aggregated record, enqueues cleanup.",
                  full_env, [usage("GetItem", "Query", "UpdateItem"), aggregated("GetItem", "PutItem"), sqs_consume("WorkQueue"), sqs_consume("DeprovisionWorkQueue"), sqs_send("CleanupQueue")],
                  memory=512, timeout=20, condition=FULL),
@@ -218,7 +226,7 @@ def functions() -> list[Function]:
 def meter_rules() -> dict:
     """6 rules × 5 constant-input targets: 23 meter offsets and 7 age-out shards, every
     15 minutes; the slice comes from the input, never the clock (docs/architecture.md)."""
-    inputs = [{"mode": "meter", "hourOffset": h} for h in range(1, 24)] + [{"mode": "ageout", "shard": s} for s in range(7)]
+    inputs = DISCOVERER_INPUTS
     out = {}
     for rule in range(6):
         chunk = inputs[rule * 5 : rule * 5 + 5]
@@ -227,7 +235,7 @@ def meter_rules() -> dict:
         ]
         out.update(schedule(f"MeterDispatch{rule + 1}Rule", "rate(15 minutes)", f"awsmp discoverer targets {rule * 5 + 1}-{rule * 5 + len(chunk)}", targets, FULL))
     out.update(schedule("FlushDeprovisioningRule", "rate(5 minutes)", "awsmp discoverer flush-deprovisioning",
-                        [("flush-deprovisioning", "DiscovererFunction", {"mode": "flush-deprovisioning"})], FULL))
+                        [("flush-deprovisioning", "DiscovererFunction", FLUSH_INPUT)], FULL))
     out.update(schedule("SubmitDispatchRule", "rate(5 minutes)", "awsmp submitter and submission expiry",
                         [("submitter", "SubmitterFunction", None), ("expiry", "ExpiryFunction", None)]))
     return out

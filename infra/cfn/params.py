@@ -111,6 +111,28 @@ def time_rules() -> dict:
     }
 
 
+def archive_lock(default: dict) -> dict:
+    """The billing archive's Object Lock: a short GOVERNANCE retention by default (an admin with
+    s3:BypassGovernanceRetention can delete a trial stage's data), COMPLIANCE for seven years
+    (2557 days) where the seller chooses it for production: then nobody, root included, can delete
+    a record early (https://docs.aws.amazon.com/AmazonS3/latest/userguide/object-lock.html)."""
+    return {
+        "ArchiveObjectLockMode": {
+            "Type": "String",
+            "AllowedValues": ["GOVERNANCE", "COMPLIANCE"],
+            "Default": default["mode"],
+            "Description": "Object Lock mode of the billing archive (COMPLIANCE for production).",
+        },
+        "ArchiveRetentionDays": {
+            "Type": "Number",
+            "Default": default["retentionDays"],
+            "MinValue": 1,
+            "MaxValue": 36500,
+            "Description": "Days each archived billing record is locked (2557 = seven years).",
+        },
+    }
+
+
 def common_conditions() -> dict:
     return {
         "HasAlarmTopic": not_(equals(ref("AlarmTopicArn"), "")),

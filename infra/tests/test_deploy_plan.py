@@ -106,3 +106,32 @@ def test_bad_parameters_are_refused(args, message):
 def test_stage_name_is_required():
     r = deploy("--product-code", "abc", "--regions", "us-east-1", "--dry-run")
     assert r.returncode == 2 and "--stage-name" in r.stderr
+
+
+def test_a_dry_run_builds_nothing_and_says_which_zips_a_real_run_would_build(tmp_path):
+    base = [a for a in BASE if a != "--skip-build"]
+    r = deploy(*base, "--json", "--lambda-dir", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert plan["build"][0].endswith("scripts/build-lambdas")
+    assert sorted(plan["wouldBuild"]) == sorted(plan["zips"]) and len(plan["zips"]) == 11
+    assert list(tmp_path.iterdir()) == []  # nothing built
+    human = deploy(*base, "--lambda-dir", str(tmp_path))
+    assert "# a real run builds these zips: aggregator cleanup" in human.stdout
+
+
+def test_only_the_stack_with_fn_foreach_asks_sam_for_language_extensions():
+    r = deploy(*BASE, "--json")
+    for s in json.loads(r.stdout)["steps"]:
+        assert ("--language-extensions" in s["command"]) == (s["stack"] == "ingest"), s["stack"]
+        assert "--no-execute-changeset" in s["command"] and "--resolve-s3" in s["command"]
+
+
+def test_the_readmes_deploy_dry_run_works_as_written():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Deploy to AWS", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    command = next(c for c in section.replace("\\\n", " ").splitlines() if c.strip().startswith("scripts/deploy"))
+    assert "--dry-run" in command
+    r = subprocess.run(["bash", "-c", command.split("#", 1)[0]], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("\nsam deploy ") + r.stdout.startswith("sam deploy ") == 5

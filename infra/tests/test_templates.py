@@ -110,7 +110,10 @@ def test_every_resources_json_entry_is_in_its_stack_as_defined():
                 assert p["StreamEncryption"]["EncryptionType"] == "KMS"
             else:
                 lock = res["Properties"]["ObjectLockConfiguration"]["Rule"]["DefaultRetention"]
-                assert lock == {"Mode": e["objectLock"]["mode"], "Years": e["objectLock"]["retentionYears"]}
+                assert lock == {"Mode": {"Ref": "ArchiveObjectLockMode"}, "Days": {"Ref": "ArchiveRetentionDays"}}
+                declared = ts[e["stack"]]["Parameters"]
+                assert declared["ArchiveObjectLockMode"]["Default"] == e["objectLock"]["mode"]
+                assert declared["ArchiveRetentionDays"]["Default"] == e["objectLock"]["retentionDays"]
                 assert res["Properties"]["VersioningConfiguration"]["Status"] == ("Enabled" if e["versioned"] else "Suspended")
 
 

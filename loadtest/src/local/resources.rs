@@ -53,8 +53,8 @@ pub struct BucketDef {
 pub struct ObjectLockDef {
     /// `COMPLIANCE` or `GOVERNANCE`.
     pub mode: String,
-    /// Retention in years.
-    pub retention_years: i32,
+    /// Retention in days.
+    pub retention_days: i32,
 }
 
 /// Create `bucket` if absent: versioned, with its default Object Lock retention (Object Lock is
@@ -109,7 +109,7 @@ pub async fn ensure_bucket(client: &aws_sdk_s3::Client, bucket: &BucketDef) -> R
     if let Some(lock) = &bucket.object_lock {
         let retention = DefaultRetention::builder()
             .mode(ObjectLockRetentionMode::from(lock.mode.as_str()))
-            .years(lock.retention_years)
+            .days(lock.retention_days)
             .build();
         let config = ObjectLockConfiguration::builder()
             .object_lock_enabled(ObjectLockEnabled::Enabled)
