@@ -49,8 +49,11 @@ def parameters() -> dict:
             # invocation's row writes well inside its timeout, a 1 s window adds at most 1 s.
             "ConsumerBatchSize": _num(500, 1, 10000, "Records per consumer invocation."),
             "ConsumerBatchWindowSeconds": _num(1, 0, 300, "Seconds the mapping gathers a batch."),
-            # Order holds per partition key at any factor; more than 1 only helps a hot shard.
-            "ConsumerParallelizationFactor": _num(1, 1, 10, "Concurrent batches per shard."),
+            # Refused above 1: concurrent batches of one shard make the shard's ingest watermark
+            # inexact (Lambda's event names the shard, not the partition-key lane), so an hour
+            # could be aggregated before a lagging lane's usage (docs/guarantees.md).
+            "ConsumerParallelizationFactor": {**_num(1, 1, 1, "Concurrent batches per shard (1: the ingest watermark is exact only then)."),
+                                              "ConstraintDescription": "1: with more, the shard watermark cannot tell which lane lags (docs/guarantees.md)"},
             # -1: never discard. A finite value lets Lambda drop records after sending only their
             # metadata to the on-failure queue; the consumer never fails a batch for a malformed
             # record, so only an outage retries, and iterator age alarms on it instead.

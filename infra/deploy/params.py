@@ -26,17 +26,18 @@ def is_production(stage: str) -> bool:
 
 def check_value(stack: str, key: str, value: str, spec: dict) -> None:
     where = f"{key}={value!r} ({stack} stack)"
+    why = f" ({spec['ConstraintDescription']})" if "ConstraintDescription" in spec else ""
     if "AllowedValues" in spec and value not in [str(v) for v in spec["AllowedValues"]]:
-        raise DeployError(f"{where}: one of {', '.join(map(str, spec['AllowedValues']))}")
+        raise DeployError(f"{where}: one of {', '.join(map(str, spec['AllowedValues']))}{why}")
     if "AllowedPattern" in spec and not re.fullmatch(spec["AllowedPattern"], value):
-        raise DeployError(f"{where}: does not match {spec['AllowedPattern']}")
+        raise DeployError(f"{where}: does not match {spec['AllowedPattern']}{why}")
     if spec.get("Type") == "Number":
         try:
             n = int(value)
         except ValueError:
             raise DeployError(f"{where}: not a whole number") from None
         if "MinValue" in spec and n < spec["MinValue"] or "MaxValue" in spec and n > spec["MaxValue"]:
-            raise DeployError(f"{where}: outside {spec.get('MinValue', '-inf')}..{spec.get('MaxValue', 'inf')}")
+            raise DeployError(f"{where}: outside {spec.get('MinValue', '-inf')}..{spec.get('MaxValue', 'inf')}{why}")
 
 
 def cross_checks(values: dict[str, str]) -> None:

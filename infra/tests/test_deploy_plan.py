@@ -90,6 +90,7 @@ def test_the_human_plan_prints_each_command():
         (["--param", "NoSuchParameter=1"], "no template declares NoSuchParameter"),
         (["--param", "StageName=x"], "set by --stage-name"),
         (["--param", "MeterIngestModules=checkout,bad-name"], "'bad-name'"),
+        (["--param", "ConsumerParallelizationFactor=2"], "outside 1..1 (1: with more, the shard watermark cannot tell which lane lags"),
     ],
 )
 def test_bad_parameters_are_refused(args, message):
