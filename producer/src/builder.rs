@@ -172,10 +172,14 @@ impl ProducerBuilder {
                 let http = aws_smithy_http_client::Builder::new()
                     .tls_provider(Provider::Rustls(CryptoMode::Ring))
                     .build_https();
-                aws_config::defaults(aws_config::BehaviorVersion::latest())
-                    .http_client(http)
-                    .load()
-                    .await
+                let mut loader =
+                    aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(http);
+                // A region given here is the region: the default chain is not asked (its last
+                // resort is the instance metadata service, a network call).
+                if let Some(r) = &self.config.region {
+                    loader = loader.region(aws_config::Region::new(r.clone()));
+                }
+                loader.load().await
             }
         };
         let mut kc = aws_sdk_kinesis::config::Builder::from(&base);
