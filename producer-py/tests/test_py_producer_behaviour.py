@@ -207,7 +207,7 @@ def test_timestamps_are_aware_datetimes_or_epoch_seconds_to_the_millisecond():
     expected = dt.datetime(2026, 11, 30, 17, 34, 56, 789_000, tzinfo=UTC)
     for given in (at, at.timestamp(), expected):
         assert Event(lic, acct, "d", 1, given).timestamp == expected
-    assert Event(lic, acct, "d", 1, 1_796_041_800).timestamp == dt.datetime(2026, 12, 1, 12, 30, tzinfo=UTC)
+    assert Event(lic, acct, "d", 1, 1_796_041_800).timestamp == dt.datetime(2026, 11, 30, 12, 30, tzinfo=UTC)
     assert Event(lic, acct, "d", 1, 1_796_041_800.123).timestamp.microsecond == 123_000
     made = Event(lic, acct, "d", 1)
     assert abs(made.timestamp - dt.datetime.now(UTC)) < dt.timedelta(seconds=5)
