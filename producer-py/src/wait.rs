@@ -21,7 +21,7 @@ const SIGNAL_CHECK: Duration = Duration::from_millis(100);
 /// not exist in a child, so what a parent started is unusable there.
 static FORKS: AtomicU64 = AtomicU64::new(0);
 
-/// Called by `os.register_at_fork(after_in_child=...)` (awsmp_producer/__init__.py).
+/// Called by `os.register_at_fork(after_in_child=...)` (python/awsmp_producer/__init__.py).
 #[pyfunction]
 pub(crate) fn after_fork_in_child() {
     FORKS.fetch_add(1, Ordering::Relaxed);
