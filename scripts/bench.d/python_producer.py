@@ -6,7 +6,7 @@ its run (2 shards):
 - python: the wheel's `Producer.record(...)` (and `Meter.record(...)`), called from Python;
 - pure-python: what a Python service does without it — a v1 JSON payload per event with a
   uuid4 event id, packed with `aws_kinesis_agg`'s `RecordAggregator` (51,200-byte aggregates),
-  sent with boto3 `put_records` (500 records a call, failed entries sent again);
+  sent with boto3 `put_records` (500 records and 5 MiB a call, failed entries sent again);
 - rust: the Rust producer, `producer/examples/kinesis_throughput.rs` (its binary given as
   RUST_BIN), the same loop.
 
@@ -33,7 +33,10 @@ from aws_kinesis_agg.aggregator import RecordAggregator
 
 GROUPS = 300
 KPL_MAX_BYTES = 51_200  # the Rust producer's max_aggregate_bytes (producer/src/config.rs)
-MAX_RECORDS_PER_PUT = 500  # https://docs.aws.amazon.com/kinesis/latest/APIReference/API_PutRecords.html
+# PutRecords: at most 500 records and 5 MiB a call
+# (https://docs.aws.amazon.com/kinesis/latest/APIReference/API_PutRecords.html).
+MAX_RECORDS_PER_PUT = 500
+MAX_BYTES_PER_PUT = 5 * 1024 * 1024
 
 
 def groups():
@@ -99,6 +102,7 @@ class PurePython:
         self.stream = stream
         self.agg = RecordAggregator(max_size=KPL_MAX_BYTES)
         self.batch = []
+        self.batch_bytes = 0
         self.bytes = 0
         self.gs = groups()
 
@@ -119,13 +123,15 @@ class PurePython:
         entry = {"PartitionKey": pk, "Data": data}
         if ehk:
             entry["ExplicitHashKey"] = ehk
-        self.batch.append(entry)
-        if len(self.batch) == MAX_RECORDS_PER_PUT:
+        size = len(data) + len(pk.encode())
+        if len(self.batch) == MAX_RECORDS_PER_PUT or self.batch_bytes + size > MAX_BYTES_PER_PUT:
             self.put()
+        self.batch.append(entry)
+        self.batch_bytes += size
 
     def put(self):
         entries = self.batch
-        self.batch = []
+        self.batch, self.batch_bytes = [], 0
         while entries:
             resp = self.kinesis.put_records(StreamName=self.stream, Records=entries)
             failed = []
