@@ -15,7 +15,7 @@ from collections import Counter
 import pytest
 
 from awsmp_producer import (BufferFullError, Event, EventTypeError, InvalidEventError, Producer,
-                            ProducerClosedError, RecordTimeoutError)
+                            ProducerClosedError, RecordTimeoutError, UndeliveredError)
 from py_producer_stack import KinesisGate
 
 UTC = dt.timezone.utc
@@ -236,3 +236,24 @@ def test_a_producer_started_before_fork_refuses_in_the_child(stream):
     assert os.waitstatus_to_exitcode(status) == 0
     p.record(lic, acct, "api_calls", 2)
     assert p.shutdown().delivered == 1
+
+
+def test_async_with_delivers_and_with_raises_what_it_could_not_deliver(stack, stream):
+    lic, acct = group(5)
+
+    async def service():
+        async with Producer(stream, producer_id="py-async", wire_version=1) as p:
+            await p.record_async(lic, acct, "api_calls", 5)
+            await p.meter(lic, acct, "api_calls").record_async(6)
+            assert (await p.flush_async()).delivered == 2
+            await p.record_async(Event(lic, acct, "api_calls", 7))
+
+    asyncio.run(service())
+    assert sorted(e["quantity"] for e in stack.v1_events(stream)) == [5, 6, 7]
+
+    # A `with` block whose events cannot be delivered raises them back on leaving
+    with pytest.raises(UndeliveredError) as raised:
+        with Producer(stream, endpoint_url="http://127.0.0.1:9", record_ttl=0.3) as p:
+            p.record(lic, acct, "api_calls", 8)
+    assert raised.value.reason == "Undelivered"
+    assert [u.event.quantity for u in raised.value.outcome.undelivered] == [8]
