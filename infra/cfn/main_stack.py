@@ -288,6 +288,7 @@ def alarm_resources() -> dict:
         "UsageQuantityAboveApiMaximumAlarm": al.business("UsageQuantityAboveApiMaximum", "aggregator", "A group-hour's quantity exceeded the BatchMeterUsage maximum; the remainder is not billed.", f),
         "UsageSubmissionExpiredAlarm": al.query_alarm("Aggregated records expired before submission (lost revenue).", al.insights("UsageSubmissionExpired", None)),
         "UsageNeedsReconciliationAlarm": al.query_alarm("Records possibly billed with an unknown outcome at window close: reconcile (docs/operations.md).", al.insights("UsageNeedsReconciliation", None)),
+        "WriteBackConflictAlarm": al.business("WriteBackConflict", "submitter", "A submitter write-back found its record finalized with another outcome: AWS's answer is not on the record; its MeteringRecordId is in the submitter's ERROR log (docs/operations.md, Write-back conflict)."),
         "UsageRecordUnprocessedAlarm": al.business("UsageRecordUnprocessed", "submitter", "Records unprocessed after the submitter's retries (they stay pending)."),
         "CustomerNotSubscribedAlarm": al.business("CustomerNotSubscribed", "submitter", "BatchMeterUsage answered CustomerNotSubscribed."),
         "BatchMeterUsageExceptionAlarm": al.business("BatchMeterUsageException", "submitter", "BatchMeterUsage failed at request level."),
@@ -309,7 +310,7 @@ def dashboard_resources() -> dict:
     qs = work + [(f"{q} DLQ", dlq_logical_id(qid)) for q, qid in work]
     submission = [
         business_widget("Submission outcomes", [("UsageSubmissionExpired", "expiry"), ("UsageSubmissionExpired", "submitter"), ("UsageNeedsReconciliation", "expiry"),
-                                                ("UsageRecordUnprocessed", "submitter"), ("CustomerNotSubscribed", "submitter"),
+                                                ("WriteBackConflict", "submitter"), ("UsageRecordUnprocessed", "submitter"), ("CustomerNotSubscribed", "submitter"),
                                                 ("DuplicateRecord", "submitter"), ("DuplicateRecordQuantityMismatch", "submitter")]),
         insights_widget("BatchMeterUsage exceptions", "BatchMeterUsageException", "Exception"),
         submitter_throughput(share=True),

@@ -1,6 +1,8 @@
 //! The pipeline's error type.
 
+use crate::contract::status::AggregatedStatus;
 use crate::domain::DomainError;
+use crate::domain::keys::GroupKey;
 
 /// Boxed SDK error, kept as the source (never stringified) so callers can classify it.
 pub type SdkError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -67,6 +69,26 @@ pub enum PipelineError {
         /// The exception name.
         exception: String,
     },
+    /// A submitter write-back found its record already finalized with another outcome (expiry's
+    /// `NeedsReconciliation` for the very attempt in flight, or some other writer): AWS's answer
+    /// is not on the record. Never dropped: the run fails with it, logged with the
+    /// `MeteringRecordId`, on the `WriteBackConflict` metric (alarmed; docs/operations.md).
+    #[error(
+        "write-back of {status} (MeteringRecordId {}) for {group} found the record already \
+         finalized as {}: reconcile it with AWS's records",
+        .metering_record_id.as_deref().unwrap_or("none"),
+        .stored.map_or("nothing (no record)", AggregatedStatus::as_str)
+    )]
+    WriteBackConflict {
+        /// The record's group-hour.
+        group: GroupKey,
+        /// The outcome AWS's answer gave (e.g. `Success`).
+        status: AggregatedStatus,
+        /// The `MeteringRecordId` AWS returned, if any.
+        metering_record_id: Option<String>,
+        /// The status found on the record (`None`: no record at all).
+        stored: Option<AggregatedStatus>,
+    },
     /// The audit trail (CloudTrail) could not be read (`meterctl`).
     #[error(transparent)]
     Trail(#[from] crate::ops::trail::TrailError),
@@ -84,6 +106,7 @@ impl PipelineError {
             | Self::BadMessage(_)
             | Self::UndecodableMessage { .. }
             | Self::MeteringHalted { .. }
+            | Self::WriteBackConflict { .. }
             | Self::Trail(_) => false,
         }
     }
@@ -109,6 +132,7 @@ impl PipelineError {
             Self::Config(_) => "ConfigError",
             Self::BadMessage(_) | Self::UndecodableMessage { .. } => "BadMessage",
             Self::MeteringHalted { .. } => "MeteringHalted",
+            Self::WriteBackConflict { .. } => "WriteBackConflict",
             Self::Trail(_) => "TrailError",
         }
     }

@@ -47,6 +47,9 @@ pub struct AggregatedItem {
     pub attempted_quantity: Option<u64>,
     /// When that attempt was made.
     pub submission_attempted_at: Option<DateTime<Utc>>,
+    /// How many attempt marks were written (`attemptNumber`); absent on records never marked
+    /// (and on records marked before it existed).
+    pub attempt_number: Option<u64>,
 }
 
 impl AggregatedItem {
@@ -67,6 +70,52 @@ impl AggregatedItem {
             metering_record_id: None,
             attempted_quantity: None,
             submission_attempted_at: None,
+            attempt_number: None,
+        }
+    }
+
+    /// The attempt on file, if any: what expiry conditions its write on
+    /// ([`AttemptCondition`]).
+    pub fn attempt(&self) -> Option<Attempt> {
+        self.attempted_quantity.map(|quantity| Attempt {
+            quantity,
+            number: self.attempt_number,
+        })
+    }
+}
+
+/// One attempt mark as read: a call of `quantity` that AWS may have applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempt {
+    /// `attemptedQuantity`.
+    pub quantity: u64,
+    /// `attemptNumber` (`None` on a record marked before it existed).
+    pub number: Option<u64>,
+}
+
+/// What a write-back requires of the record's attempt mark, on top of the record still being
+/// pending: a writer that decided from a snapshot names the attempt it saw, so a mark written
+/// since (a call that may since have been billed) makes its write fail instead of landing
+/// (docs/guarantees.md, "Submitter and expiry").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AttemptCondition {
+    /// No requirement: the submitter writing back the answer to its own call.
+    #[default]
+    Any,
+    /// No attempt on file (`attemptedQuantity` absent): expiry's `SubmissionExpired`.
+    NoAttempt,
+    /// Exactly this attempt on file, quantity and number: expiry's `NeedsReconciliation`.
+    Exactly(Attempt),
+}
+
+impl AttemptCondition {
+    /// Whether `item`'s attempt mark meets the condition (the memory twin's evaluation of the
+    /// DynamoDB adapter's condition expression).
+    pub fn holds_for(self, item: &AggregatedItem) -> bool {
+        match self {
+            Self::Any => true,
+            Self::NoAttempt => item.attempted_quantity.is_none(),
+            Self::Exactly(attempt) => item.attempt() == Some(attempt),
         }
     }
 }
@@ -82,6 +131,8 @@ pub struct WriteBack {
     pub metering_record_id: Option<String>,
     /// Epoch-seconds TTL to set (only on `Success`, only when configured).
     pub ttl: Option<i64>,
+    /// What the record's attempt mark must be for the write to land.
+    pub if_attempt: AttemptCondition,
 }
 
 /// A raw row the age-out sweep expired.
@@ -169,13 +220,16 @@ pub trait AggregatedStore: Send + Sync {
         bucket: HourBucket,
         license: Option<&str>,
     ) -> Result<Vec<AggregatedItem>>;
-    /// Persist that we are about to submit `quantity` (before calling BatchMeterUsage).
+    /// Persist that we are about to submit `quantity` (before calling BatchMeterUsage):
+    /// `attemptedQuantity`, `submissionAttemptedAt`, and `attemptNumber` one higher. Only while
+    /// the record is pending; false when it no longer is (finalized meanwhile, e.g. expired):
+    /// the caller must not send it then.
     async fn mark_attempted(
         &self,
         group: &GroupKey,
         quantity: u64,
         now: DateTime<Utc>,
-    ) -> Result<()>;
+    ) -> Result<bool>;
     /// Take back the mark of an attempt of `quantity` that AWS provably did not apply
     /// (throttled, refused, unprocessed): `attemptedQuantity` goes back to `previous` (removed,
     /// with `submissionAttemptedAt`, when `None`). Only while the record is pending and the
@@ -187,8 +241,10 @@ pub trait AggregatedStore: Send + Sync {
         previous: Option<u64>,
         now: DateTime<Utc>,
     ) -> Result<()>;
-    /// Record a terminal outcome and clear `meteringPending`. False when the record was no
-    /// longer pending (someone else finalized it).
+    /// Record a terminal outcome and clear `meteringPending`, only while the record is pending
+    /// and its attempt mark meets `outcome.if_attempt`. False when it was no longer pending
+    /// (finalized, by someone else or by an earlier delivery of this very write) or its attempt
+    /// mark was not the one required.
     async fn write_back(
         &self,
         group: &GroupKey,

@@ -1,18 +1,24 @@
 //! The submitter over the in-memory aggregated store and BatchMeterUsage ledger: success,
 //! UnprocessedRecords, throttling, lost responses, DuplicateRecord, CustomerNotSubscribed,
-//! poison records, DisabledApiException, dry-run and throttled write-backs.
+//! poison records, DisabledApiException, dry-run, throttled write-backs and write-backs whose
+//! answer was lost.
 
 mod handler_support;
 
 use awsmp_pipeline::PipelineError;
-use awsmp_pipeline::adapters::memory::CallFault;
+use awsmp_pipeline::adapters::fault::{FaultKind, FaultSchedule, Faulty};
+use awsmp_pipeline::adapters::memory::{CallFault, MemoryAggregatedStore};
 use awsmp_pipeline::contract::metrics;
 use awsmp_pipeline::contract::status::AggregatedStatus;
 use awsmp_pipeline::domain::keys::GroupKey;
-use awsmp_pipeline::handlers::submitter::{CALL_RETRY, SubmitterOutput, UNPROCESSED_RETRY, submit};
+use awsmp_pipeline::handlers::SubmitterDeps;
+use awsmp_pipeline::handlers::submitter::{
+    CALL_RETRY, SubmitterOutput, UNPROCESSED_RETRY, submit, submit_with,
+};
 use awsmp_pipeline::ports::AggregatedItem;
 use handler_support::*;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 const DIMENSIONS: [&str; 3] = ["api_calls", "storage_gb", "users"];
 
@@ -299,6 +305,42 @@ async fn throttled_write_backs_are_retried_never_lost() {
     assert_eq!(out.statuses, statuses(&[("Success", 3)]));
     assert!(groups.iter().all(|g| !w.aggregated(g).pending));
     assert_eq!(w.mem.aggregated.faults.injected(), 7);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_write_back_whose_answer_was_lost_is_recognised_on_its_retry() {
+    // GIVEN the backlog in a table whose first write-back is applied and its answer lost
+    let (w, _) = backlog(config(&[]));
+    let faults = FaultSchedule::new(1);
+    faults.script("write_back", [FaultKind::LoseResponse]);
+    let table = Arc::new(Faulty::new(
+        MemoryAggregatedStore::new("aggregated-usage"),
+        "aggregated-usage",
+        faults.clone(),
+    ));
+    for item in w.mem.aggregated.items() {
+        table.inner().insert(item);
+    }
+    let mut deps = SubmitterDeps::from_services(&w.svc).unwrap();
+    deps.aggregated = table.clone();
+
+    // WHEN the submitter runs, its retry of that write-back finds the record finalized
+    let out = submit_with(&deps, w.mem.metering.as_ref()).await.unwrap();
+
+    // THEN it finds its own outcome there: no conflict, every record billed and recorded
+    assert_eq!(faults.injected(), 1);
+    assert_eq!(out.statuses, statuses(&[("Success", 3)]));
+    assert_eq!(w.metrics.total(metrics::WRITE_BACK_CONFLICT.name()), 0.0);
+    let ledger = w.mem.metering.ledger();
+    for (item, billed) in table.inner().items().iter().zip(&ledger) {
+        assert_eq!(
+            (item.status, item.metering_record_id.as_ref()),
+            (
+                Some(AggregatedStatus::Success),
+                Some(&billed.metering_record_id)
+            )
+        );
+    }
 }
 
 #[test]

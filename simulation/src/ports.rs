@@ -263,7 +263,7 @@ impl<T: AggregatedStore> AggregatedStore for Faulty<T> {
         group: &GroupKey,
         quantity: u64,
         now: DateTime<Utc>,
-    ) -> PResult<()> {
+    ) -> PResult<bool> {
         let call = self.inner.mark_attempted(group, quantity, now);
         self.call("mark_attempted", &group.to_string(), true, call)
             .await

@@ -550,7 +550,7 @@ impl AggregatedStore for ThrottledWrites {
         group: &GroupKey,
         quantity: u64,
         now: DateTime<Utc>,
-    ) -> awsmp_pipeline::Result<()> {
+    ) -> awsmp_pipeline::Result<bool> {
         self.throttle(group, "mark_attempted")?;
         self.inner.mark_attempted(group, quantity, now).await
     }

@@ -435,7 +435,7 @@ impl<T: AggregatedStore> AggregatedStore for Faulty<T> {
         group: &GroupKey,
         quantity: u64,
         now: DateTime<Utc>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let call = self.inner.mark_attempted(group, quantity, now);
         self.dynamodb("mark_attempted", call).await
     }

@@ -7,7 +7,7 @@
 //! | adapter | port | models |
 //! |---|---|---|
 //! | [`MemoryUsageStore`] | [`UsageStore`](crate::ports::UsageStore) | the sparse `metering_pending` index, paged; `begins_with` group reads; updates that never create a row; age-out only of rows still pending in their bucket |
-//! | [`MemoryAggregatedStore`] | [`AggregatedStore`](crate::ports::AggregatedStore) | first-write-wins puts (the commit point); attempt marks and write-backs only while pending |
+//! | [`MemoryAggregatedStore`] | [`AggregatedStore`](crate::ports::AggregatedStore) | first-write-wins puts (the commit point); attempt marks (numbered) and write-backs only while pending, write-backs also only for the attempt mark they require |
 //! | [`MemoryDeprovisioningIndex`] | [`DeprovisioningIndex`](crate::ports::DeprovisioningIndex) | the subscribers table's deprovisioning index |
 //! | [`MemoryWatermarkStore`] | [`WatermarkStore`](crate::ports::WatermarkStore) | one watermark per stream and shard, never moving backwards; `shards(stream)` lists one stream |
 //! | [`MemoryQueue`] | [`MessageQueue`](crate::ports::MessageQueue) | an SQS standard queue on a [`Clock`]: visibility timeout, redelivery, receive counts, `maxReceiveCount` → dead-letter queue, deletes by receipt handle (a stale one deletes nothing), partial `SendMessageBatch` failures |
@@ -267,7 +267,9 @@ mod tests {
     use crate::domain::keys::{GroupKey, RowKey};
     use crate::domain::results::ApiStatus;
     use crate::domain::row::conforming_row;
-    use crate::ports::{AggregatedItem, AggregatedStore, MeteringApi, UsageStore, WriteBack};
+    use crate::ports::{
+        AggregatedItem, AggregatedStore, AttemptCondition, MeteringApi, UsageStore, WriteBack,
+    };
     use chrono::{DateTime, Utc};
 
     fn group(license: &str, dimension: &str) -> GroupKey {
@@ -313,6 +315,7 @@ mod tests {
             reason: None,
             metering_record_id: Some("m".into()),
             ttl: Some(7),
+            if_attempt: AttemptCondition::Any,
         };
         assert!(
             !store
@@ -324,7 +327,7 @@ mod tests {
             .put_if_absent(&AggregatedItem::new(g.clone(), 5, None), now())
             .await
             .unwrap();
-        store.mark_attempted(&g, 5, now()).await.unwrap();
+        assert!(store.mark_attempted(&g, 5, now()).await.unwrap());
         assert!(
             store
                 .write_back(&g, &outcome(AggregatedStatus::Success), now())
@@ -337,7 +340,7 @@ mod tests {
                 .await
                 .unwrap()
         );
-        store.mark_attempted(&g, 6, now()).await.unwrap();
+        assert!(!store.mark_attempted(&g, 6, now()).await.unwrap());
         let item = store.get(&g).await.unwrap().unwrap();
         assert_eq!(
             (item.pending, item.status),
@@ -452,6 +455,7 @@ mod tests {
             reason: None,
             metering_record_id: None,
             ttl: None,
+            if_attempt: AttemptCondition::Any,
         };
         store
             .put_if_absent(&AggregatedItem::new(g.clone(), 5, None), now())
@@ -462,7 +466,7 @@ mod tests {
             "not yet indexed"
         );
         store.propagate_index();
-        store.mark_attempted(&g, 5, now()).await.unwrap();
+        assert!(store.mark_attempted(&g, 5, now()).await.unwrap());
         let seen = store.pending(bucket, None).await.unwrap();
         assert_eq!(
             seen[0].attempted_quantity, None,
@@ -556,6 +560,7 @@ mod tests {
             reason: None,
             metering_record_id: None,
             ttl: None,
+            if_attempt: AttemptCondition::Any,
         };
         assert!(store.write_back(&g, &outcome, now()).await.unwrap());
         assert!(store.pending(g.hour, None).await.unwrap().is_empty());

@@ -85,6 +85,9 @@ pub const LATE_REASON: &str = "lateReason";
 pub const SUBMISSION_ATTEMPTED_AT: &str = "submissionAttemptedAt";
 /// Aggregated record: the quantity sent in that attempt.
 pub const ATTEMPTED_QUANTITY: &str = "attemptedQuantity";
+/// Aggregated record: how many attempt marks were written (1, 2, …; never decreases, a taken
+/// back mark included), so a writer that read one attempt can require exactly that one.
+pub const ATTEMPT_NUMBER: &str = "attemptNumber";
 
 /// The value of [`CREATED_AT`], [`UPDATED_AT`] and [`SUBMISSION_ATTEMPTED_AT`]: ISO-8601 UTC
 /// with milliseconds, every writer alike.

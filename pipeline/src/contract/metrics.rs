@@ -72,6 +72,10 @@ pub const USAGE_SUBMISSION_EXPIRED: MetricName = MetricName::count("UsageSubmiss
 /// Pipeline: aggregated records possibly billed, outcome unknown at window close
 /// (`NeedsReconciliation`); alarmed.
 pub const USAGE_NEEDS_RECONCILIATION: MetricName = MetricName::count("UsageNeedsReconciliation");
+/// Submitter: write-backs that found their record already finalized with another outcome
+/// ([`crate::PipelineError::WriteBackConflict`]): AWS's answer (its `MeteringRecordId` in the
+/// log line) is not on the record; alarmed, reconcile by hand (docs/operations.md).
+pub const WRITE_BACK_CONFLICT: MetricName = MetricName::count("WriteBackConflict");
 /// Pipeline: records still unprocessed after the submitter's retries (they stay pending).
 pub const USAGE_RECORD_UNPROCESSED: MetricName = MetricName::count("UsageRecordUnprocessed");
 /// Pipeline: `CustomerNotSubscribed` results.
@@ -181,11 +185,12 @@ pub const SERVICE: &str = "Service";
 pub const EVENT_TYPE: &str = "EventType";
 
 /// Every business metric.
-pub const ALL: [MetricName; 34] = [
+pub const ALL: [MetricName; 35] = [
     USAGE_RECORD_REJECTED,
     USAGE_AGGREGATION_EXPIRED,
     USAGE_SUBMISSION_EXPIRED,
     USAGE_NEEDS_RECONCILIATION,
+    WRITE_BACK_CONFLICT,
     USAGE_RECORD_UNPROCESSED,
     CUSTOMER_NOT_SUBSCRIBED,
     BATCH_METER_USAGE_EXCEPTION,

@@ -7,6 +7,12 @@
 //! run while the window is open (an identical retry is answered `Success` with the same
 //! `MeteringRecordId`); one still unresolved when the window closes becomes
 //! `NeedsReconciliation` with the `UsageNeedsReconciliation` metric (docs/guarantees.md).
+//!
+//! Expiry decides from a snapshot while a submitter run that chose its buckets before the hour
+//! left the window may still mark and send the record. So each write names the attempt mark it
+//! was decided on ([`AttemptCondition`]): `SubmissionExpired` lands only while no attempt is on
+//! file, `NeedsReconciliation` only while the attempt it read is; a record that changed
+//! meanwhile is left to the next run, which decides again from what is on file then.
 
 use super::deps::ExpiryDeps;
 use super::{STORE_RETRY, Services};
@@ -17,7 +23,7 @@ use crate::domain::results::{Decision, needs_reconciliation_decision};
 use crate::domain::time::expiry_buckets;
 use crate::emf::Metric;
 use crate::error::Result;
-use crate::ports::{AggregatedItem, WriteBack};
+use crate::ports::{AggregatedItem, AttemptCondition, WriteBack};
 use awsmp_retry::retry;
 use futures::{StreamExt, TryStreamExt};
 use serde::Serialize;
@@ -39,6 +45,9 @@ pub struct ExpiryOutput {
     pub records_unresolved: usize,
     /// Quantity they carried.
     pub quantity_unresolved: u64,
+    /// Records not written because they changed after this run read them (finalized, or an
+    /// attempt marked by a submitter run): left to the next run.
+    pub records_changed_meanwhile: usize,
 }
 
 /// Run one expiry sweep, resolving expiry's dependencies from `svc` (a process resolves them
@@ -61,31 +70,18 @@ pub async fn expire_with(svc: &ExpiryDeps) -> Result<ExpiryOutput> {
         buckets: buckets.len(),
         ..Default::default()
     };
-    let expired = WriteBack {
-        status: AggregatedStatus::SubmissionExpired,
-        reason: Some(PENDING_PAST_BILLABLE_WINDOW.into()),
-        metering_record_id: None,
-        ttl: None,
-    };
     for item in pending.into_iter().flatten() {
-        let outcome = match item
-            .attempted_quantity
-            .filter(|_| !crate::mutants::active(crate::mutants::Mutant::ExpiryIgnoresAttempts))
-            .map(needs_reconciliation_decision)
-        {
-            Some(Decision::Finalize(f)) => WriteBack {
-                status: f.status,
-                reason: f.reason,
-                metering_record_id: None,
-                ttl: None,
-            },
-            _ => expired.clone(),
-        };
+        let outcome = expiry_write(&item);
         if !retry(&STORE_RETRY, || {
             store.write_back(&item.group, &outcome, now)
         })
         .await?
         {
+            // Finalized, or an attempt marked, since it was read (a submitter run that chose it
+            // before its hour left the window): its call may be billed, so the next run decides
+            // again from what is on file then.
+            out.records_changed_meanwhile += 1;
+            tracing::info!(group = %item.group, status = %outcome.status, "record changed since expiry read it; not written, the next run decides again");
             continue;
         }
         if outcome.status == AggregatedStatus::NeedsReconciliation {
@@ -103,4 +99,35 @@ pub async fn expire_with(svc: &ExpiryDeps) -> Result<ExpiryOutput> {
         }
     }
     Ok(out)
+}
+
+/// What expiry writes for `item`, conditioned on the attempt mark it read: `SubmissionExpired`
+/// only while no attempt is on file, `NeedsReconciliation` only while exactly the attempt it read
+/// is. A submitter run that marked (and so may have sent) the record since makes the write fail
+/// instead of overwriting a call AWS may have billed.
+fn expiry_write(item: &AggregatedItem) -> WriteBack {
+    let ignores_attempts = crate::mutants::active(crate::mutants::Mutant::ExpiryIgnoresAttempts);
+    if let Some(attempt) = item.attempt().filter(|_| !ignores_attempts)
+        && let Decision::Finalize(f) = needs_reconciliation_decision(attempt.quantity)
+    {
+        return WriteBack {
+            status: f.status,
+            reason: f.reason,
+            metering_record_id: None,
+            ttl: None,
+            if_attempt: AttemptCondition::Exactly(attempt),
+        };
+    }
+    WriteBack {
+        status: AggregatedStatus::SubmissionExpired,
+        reason: Some(PENDING_PAST_BILLABLE_WINDOW.into()),
+        metering_record_id: None,
+        ttl: None,
+        // The mutant ignores attempts altogether: its write lands whatever is on file.
+        if_attempt: if ignores_attempts {
+            AttemptCondition::Any
+        } else {
+            AttemptCondition::NoAttempt
+        },
+    }
 }

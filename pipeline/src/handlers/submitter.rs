@@ -9,8 +9,11 @@
 //! accepted a batch is recognised on the next run (identical retry → Success / DuplicateRecord
 //! of our own attempt) instead of being mis-reported; a call AWS provably did not apply
 //! (throttled, refused, unprocessed) takes its mark back, so it never makes a later
-//! DuplicateRecord ours. Write-backs of an accepted batch are retried through throttling and
-//! never abandoned silently.
+//! DuplicateRecord ours. The mark is conditional on the record being pending, so a record
+//! expired since the run read it is never sent. Write-backs of an accepted batch are retried
+//! through throttling and never abandoned silently: one that finds its record finalized with
+//! another outcome fails the run with [`PipelineError::WriteBackConflict`], a metric and an
+//! alarm.
 //!
 //! Throughput: calls are paced at the submitter's share of the BatchMeterUsage quota
 //! (`AWSMP_SUBMITTER_CALLS_PER_SECOND`, [`crate::config::Config::submitter_calls_per_second`]:
@@ -78,6 +81,9 @@ pub struct SubmitterOutput {
     pub statuses: BTreeMap<String, usize>,
     /// Records left pending (unprocessed, retries exhausted, time budget).
     pub left_pending: usize,
+    /// Records found finalized when their attempt was about to be marked (expired since the
+    /// run read them): not sent.
+    pub finalized_meanwhile: usize,
     /// Set when the run stopped early: `DisabledApiException`, a fatal exception, or the budget.
     pub halted: Option<String>,
 }

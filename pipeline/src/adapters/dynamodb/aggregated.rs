@@ -10,7 +10,7 @@ use crate::domain::fold::Overflow;
 use crate::domain::keys::{GroupKey, HourBucket, parse_aggregated_sort_key};
 use crate::domain::row::{Allocation, AttrValue, Tag, parse_non_negative_integer};
 use crate::error::{PipelineError, Result};
-use crate::ports::{AggregatedItem, AggregatedStore, WriteBack};
+use crate::ports::{AggregatedItem, AggregatedStore, Attempt, AttemptCondition, WriteBack};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::primitives::Blob;
@@ -175,6 +175,7 @@ pub fn aggregated_from_item(table: &str, item: &HashMap<String, Av>) -> Result<A
         status_reason: str_of(a::METERING_STATUS_REASON),
         metering_record_id: str_of(a::METERING_RECORD_ID),
         attempted_quantity: num_of(a::ATTEMPTED_QUANTITY)?,
+        attempt_number: num_of(a::ATTEMPT_NUMBER)?,
         submission_attempted_at: str_of(a::SUBMISSION_ATTEMPTED_AT)
             .and_then(|t| DateTime::parse_from_rfc3339(&t).ok())
             .map(|t| t.with_timezone(&Utc)),
@@ -252,7 +253,7 @@ impl AggregatedStore for DynamoDbAggregatedStore {
         group: &GroupKey,
         quantity: u64,
         now: DateTime<Utc>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let res = self
             .client
             .update_item()
@@ -260,15 +261,18 @@ impl AggregatedStore for DynamoDbAggregatedStore {
             .set_key(Some(Self::key(group).into_iter().collect()))
             .condition_expression("attribute_exists(meteringPending)")
             .update_expression(
-                "SET attemptedQuantity = :q, submissionAttemptedAt = :now, updatedAt = :now",
+                "SET attemptedQuantity = :q, submissionAttemptedAt = :now, updatedAt = :now \
+                 ADD attemptNumber :one",
             )
             .expression_attribute_values(":q", n(quantity))
             .expression_attribute_values(":now", s(a::audit_timestamp(now)))
+            .expression_attribute_values(":one", n(1))
             .send()
             .await;
         match res {
-            Ok(_) => Ok(()),
-            Err(e) if is_conditional_failure(&e) => Ok(()),
+            Ok(_) => Ok(true),
+            // Finalized meanwhile (e.g. expired): not to be sent.
+            Err(e) if is_conditional_failure(&e) => Ok(false),
             Err(e) => Err(ddb_err("UpdateItem", &self.table, e)),
         }
     }
@@ -315,14 +319,18 @@ impl AggregatedStore for DynamoDbAggregatedStore {
             "updatedAt = :now",
             "createdAt = if_not_exists(createdAt, :now)",
         ];
+        let (condition, values) = write_back_condition(outcome.if_attempt);
         let mut req = self
             .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(Self::key(group).into_iter().collect()))
-            .condition_expression("attribute_exists(meteringPending)")
+            .condition_expression(condition)
             .expression_attribute_values(":st", s(outcome.status.as_str()))
             .expression_attribute_values(":now", s(a::audit_timestamp(now)));
+        for (name, value) in values {
+            req = req.expression_attribute_values(name, value);
+        }
         if let Some(r) = &outcome.reason {
             sets.push("meteringStatusReason = :r");
             req = req.expression_attribute_values(":r", s(r));
@@ -345,6 +353,34 @@ impl AggregatedStore for DynamoDbAggregatedStore {
             Ok(_) => Ok(true),
             Err(e) if is_conditional_failure(&e) => Ok(false),
             Err(e) => Err(ddb_err("UpdateItem", &self.table, e)),
+        }
+    }
+}
+
+/// A write-back's condition expression and its values: the record is pending, and its attempt
+/// mark is what `if_attempt` requires (`MemoryAggregatedStore` evaluates the same through
+/// [`AttemptCondition::holds_for`]).
+fn write_back_condition(if_attempt: AttemptCondition) -> (String, Vec<(&'static str, Av)>) {
+    const PENDING: &str = "attribute_exists(meteringPending)";
+    match if_attempt {
+        AttemptCondition::Any => (PENDING.to_owned(), Vec::new()),
+        AttemptCondition::NoAttempt => (
+            format!("{PENDING} AND attribute_not_exists(attemptedQuantity)"),
+            Vec::new(),
+        ),
+        AttemptCondition::Exactly(Attempt { quantity, number }) => {
+            let mut values = vec![(":aq", n(quantity))];
+            let number = match number {
+                Some(k) => {
+                    values.push((":an", n(k)));
+                    "attemptNumber = :an"
+                }
+                None => "attribute_not_exists(attemptNumber)",
+            };
+            (
+                format!("{PENDING} AND attemptedQuantity = :aq AND {number}"),
+                values,
+            )
         }
     }
 }

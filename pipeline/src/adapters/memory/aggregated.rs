@@ -5,7 +5,8 @@ use super::{DEFAULT_PAGE_SIZE, Faults, lock};
 use crate::domain::keys::{GroupKey, HourBucket};
 use crate::error::Result;
 use crate::ports::{
-    AggregatedItem, AggregatedStore, Deprovisioning, DeprovisioningIndex, WriteBack,
+    AggregatedItem, AggregatedStore, AttemptCondition, Deprovisioning, DeprovisioningIndex,
+    WriteBack,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -118,12 +119,21 @@ impl MemoryAggregatedStore {
         (page, None)
     }
 
-    /// Apply `update` to `group`'s record if it is still pending; false otherwise (the
-    /// `attribute_exists(meteringPending)` condition failed).
-    fn update_pending(&self, group: &GroupKey, update: impl FnOnce(&mut AggregatedItem)) -> bool {
+    /// Apply `update` to `group`'s record if it is still pending and its attempt mark meets
+    /// `if_attempt`; false otherwise (the adapter's condition expression failed).
+    fn update_pending(
+        &self,
+        group: &GroupKey,
+        if_attempt: AttemptCondition,
+        update: impl FnOnce(&mut AggregatedItem),
+    ) -> bool {
         let mut items = lock(&self.items);
         let k = key(group);
-        match items.by_key.get(&k).filter(|i| i.pending) {
+        match items
+            .by_key
+            .get(&k)
+            .filter(|i| i.pending && if_attempt.holds_for(i))
+        {
             Some(item) => {
                 lock(&self.lag).before_write(&k, Some(item));
                 items.update(&k, update);
@@ -200,6 +210,7 @@ impl AggregatedStore for MemoryAggregatedStore {
             metering_record_id: None,
             attempted_quantity: None,
             submission_attempted_at: None,
+            attempt_number: None,
             ..item.clone()
         };
         lock(&self.lag).before_write(&key(&item.group), None);
@@ -241,14 +252,14 @@ impl AggregatedStore for MemoryAggregatedStore {
         group: &GroupKey,
         quantity: u64,
         now: DateTime<Utc>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         self.faults.dynamodb("mark_attempted", &self.table)?;
         // A record no longer pending was finalized by someone else: nothing to mark.
-        self.update_pending(group, |item| {
+        Ok(self.update_pending(group, AttemptCondition::Any, |item| {
             item.attempted_quantity = Some(quantity);
             item.submission_attempted_at = Some(now);
-        });
-        Ok(())
+            item.attempt_number = Some(item.attempt_number.unwrap_or(0) + 1);
+        }))
     }
 
     async fn retract_attempt(
@@ -259,7 +270,7 @@ impl AggregatedStore for MemoryAggregatedStore {
         _now: DateTime<Utc>,
     ) -> Result<()> {
         self.faults.dynamodb("retract_attempt", &self.table)?;
-        self.update_pending(group, |item| {
+        self.update_pending(group, AttemptCondition::Any, |item| {
             if item.attempted_quantity == Some(quantity) {
                 item.attempted_quantity = previous;
                 if previous.is_none() {
@@ -277,7 +288,7 @@ impl AggregatedStore for MemoryAggregatedStore {
         _now: DateTime<Utc>,
     ) -> Result<bool> {
         self.faults.dynamodb("write_back", &self.table)?;
-        let written = self.update_pending(group, |item| {
+        let written = self.update_pending(group, outcome.if_attempt, |item| {
             item.pending = false;
             item.status = Some(outcome.status);
             if let Some(r) = &outcome.reason {

@@ -1,6 +1,13 @@
 //! One planned `BatchMeterUsage` call: persist the attempt, send it (retrying transient
 //! errors under [`CALL_RETRY`] within the run's budget), bisect request-level poison records,
 //! and turn every record's verdict into a decision.
+//!
+//! Every send is preceded by a conditional attempt mark on each of its records, also for a
+//! record resent with an attempt already on file: the mark is how the submitter learns that a
+//! record it chose at the start of the run was finalized since (expired by a sweep that ran
+//! when its hour left the window), and it is what makes expiry's write for a record with a
+//! call in flight fail instead of landing (docs/guarantees.md, "Submitter and expiry").
+//! A record found finalized is not sent.
 
 use super::{CALL_RETRY, Run};
 use crate::contract::metrics;
@@ -17,7 +24,7 @@ use crate::handlers::STORE_RETRY;
 use crate::ports::MeterCallError;
 use awsmp_retry::{Retryable, retry};
 use chrono::{DateTime, Utc};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Why one send got no response to map.
@@ -59,61 +66,83 @@ impl Run<'_> {
         let now = self.svc.clock.now();
         let mut bisector = Bisector::new(records.len());
         let mut responses = Responses::new();
+        let mut finalized = BTreeSet::new();
         while let Some(call) = bisector.next_call() {
-            let outcome = if self.persist_attempts(&records, &call, now).await {
-                self.send(kind, &mut records, &call, &mut responses).await
-            } else {
-                CallOutcome::GaveUp
+            let outcome = match self.persist_attempts(&records, &call, now).await {
+                Some(gone) => {
+                    finalized.extend(gone);
+                    let sent = call.indices.iter().filter(|i| !finalized.contains(i));
+                    let sent: Vec<usize> = sent.copied().collect();
+                    self.send(kind, &mut records, &call, sent, &mut responses)
+                        .await
+                }
+                None => CallOutcome::GaveUp,
             };
             bisector.report(call.id, outcome).expect("call in flight");
         }
         let result = bisector.finish();
         self.record_halt(&result);
-        let (unprocessed, still_pending) = self.decide_all(&mut records, &responses, &result).await;
+        let (unprocessed, still_pending) = self
+            .decide_all(&mut records, &responses, &result, &finalized)
+            .await;
         self.retract_attempts(&still_pending).await;
         unprocessed
     }
 
-    /// Persist what we are about to send, before sending it (all of the call's records at
-    /// once). False when some mark could not be written: the call is then not sent.
+    /// Persist what we are about to send, before sending it (every record of the call, at
+    /// once). Returns the indices of the records found no longer pending (finalized since the
+    /// run read them: they must not be sent), or `None` when some mark could not be written:
+    /// the call is then not sent.
     async fn persist_attempts(
         &self,
         records: &[SubmitRecord],
         call: &BisectCall,
         now: DateTime<Utc>,
-    ) -> bool {
+    ) -> Option<Vec<usize>> {
         let store = &self.svc.aggregated;
-        let marks = call
-            .indices
-            .iter()
-            .map(|&i| &records[i])
-            .filter(|r| r.previous_attempt != Some(r.quantity))
-            .map(|r| async move {
-                retry(&STORE_RETRY, || {
-                    store.mark_attempted(&r.group, r.quantity, now)
-                })
-                .await
-                .map_err(|e| (r.group.clone(), e))
-            });
-        let mut persisted = true;
+        let marks = call.indices.iter().map(|&i| async move {
+            let r = &records[i];
+            retry(&STORE_RETRY, || {
+                store.mark_attempted(&r.group, r.quantity, now)
+            })
+            .await
+            .map(|marked| (i, marked))
+            .map_err(|e| (r.group.clone(), e))
+        });
+        let (mut persisted, mut finalized) = (true, Vec::new());
         for mark in futures::future::join_all(marks).await {
-            if let Err((group, e)) = mark {
-                tracing::warn!(%group, error = %e, "could not persist the attempt; not sending");
-                persisted = false;
+            match mark {
+                Ok((_, true)) => {}
+                Ok((i, false)) => {
+                    let group = &records[i].group;
+                    tracing::warn!(%group, "finalized since the run read it (expired?): not sending it");
+                    finalized.push(i);
+                }
+                Err((group, e)) => {
+                    tracing::warn!(%group, error = %e, "could not persist the attempt; not sending");
+                    persisted = false;
+                }
             }
         }
-        persisted
+        persisted.then_some(finalized)
     }
 
-    /// Send one bisection call, paced at the quota and retried under [`CALL_RETRY`].
+    /// Send the records at `sent` (one bisection call's, less those finalized meanwhile), paced
+    /// at the quota and retried under [`CALL_RETRY`]. With nothing left to send the call is
+    /// answered with nothing.
     async fn send(
         &mut self,
         kind: &CallKind,
         records: &mut [SubmitRecord],
         call: &BisectCall,
+        sent: Vec<usize>,
         responses: &mut Responses,
     ) -> CallOutcome {
-        let batch: Vec<SubmitRecord> = call.indices.iter().map(|&i| records[i].clone()).collect();
+        if sent.is_empty() {
+            responses.insert(call.id.0, (sent, ApiResponse::default()));
+            return CallOutcome::Responded;
+        }
+        let batch: Vec<SubmitRecord> = sent.iter().map(|&i| records[i].clone()).collect();
         let (api, pacer, started, budget) = (self.api, &self.pacer, self.started, self.budget);
         let (batch, depth) = (&batch, call.depth);
         let mut sends = 0u32;
@@ -140,13 +169,13 @@ impl Run<'_> {
         // send was not applied and makes nothing ours, so a genuine DuplicateRecord after it
         // stays one.
         if maybe_applied.load(Ordering::Relaxed) {
-            for &i in &call.indices {
+            for &i in &sent {
                 records[i].mark_sent();
             }
         }
         match result {
             Ok(response) => {
-                responses.insert(call.id.0, (call.indices.clone(), response));
+                responses.insert(call.id.0, (sent, response));
                 CallOutcome::Responded
             }
             Err(SendError::Request(exception)) => CallOutcome::RequestError { exception },
@@ -176,13 +205,15 @@ impl Run<'_> {
 
     /// Decisions per record, from the response of the call that carried it or the poison
     /// verdict: final ones are applied, `UnprocessedRecords` returned for resending, records
-    /// never answered left pending. Also returns every record left pending, for
+    /// never answered left pending, records `finalized` meanwhile (never sent) left as their
+    /// finalizer wrote them. Also returns every record left pending, for
     /// [`Run::retract_attempts`] (those marked sent keep their mark).
     async fn decide_all(
         &mut self,
         records: &mut [SubmitRecord],
         responses: &Responses,
         result: &BisectResult,
+        finalized: &BTreeSet<usize>,
     ) -> (Vec<(SubmitRecord, Decision)>, Vec<SubmitRecord>) {
         let mut decisions: Vec<Option<Decision>> = vec![None; records.len()];
         for (indices, response) in responses.values() {
@@ -193,6 +224,10 @@ impl Run<'_> {
         }
         let (mut unprocessed, mut still_pending) = (Vec::new(), Vec::new());
         for (i, verdict) in result.verdicts.iter().enumerate() {
+            if finalized.contains(&i) {
+                self.out.finalized_meanwhile += 1;
+                continue;
+            }
             let decision = match verdict {
                 Verdict::Submitted { .. } => decisions[i].take(),
                 Verdict::Poison { exception } => Some(poison_decision_for(&records[i], exception)),

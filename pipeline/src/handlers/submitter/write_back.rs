@@ -1,14 +1,25 @@
 //! Per-record decisions: emit their metric and write them back in the background, retried
 //! under [`WRITE_BACK_RETRY`]; every write-back is joined before the run ends.
+//!
+//! A write-back that finds its record no longer pending reads it back: the record holding this
+//! very outcome is an earlier delivery of the same write whose answer was lost; anything else
+//! (expiry's `NeedsReconciliation` for the attempt in flight, whose answer came after) is
+//! [`PipelineError::WriteBackConflict`]. The record keeps what its finalizer wrote — a status
+//! that is true (`NeedsReconciliation`: possibly billed) — and AWS's answer is kept where an
+//! operator finds it: an ERROR log line with the `MeteringRecordId`, the `WriteBackConflict`
+//! metric (alarmed) and the run's error; CloudTrail holds the call itself
+//! (docs/operations.md, "Write-back conflict").
 
 use super::{MAX_WRITE_BACKS_IN_FLIGHT, Run, WRITE_BACK_RETRY};
+use crate::contract::metrics;
 use crate::contract::status::AggregatedStatus;
 use crate::domain::batch::SubmitRecord;
 use crate::domain::keys::GroupKey;
 use crate::domain::results::Decision;
 use crate::emf::Metric;
-use crate::error::Result;
-use crate::ports::{AggregatedStore, WriteBack};
+use crate::error::{PipelineError, Result};
+use crate::handlers::STORE_RETRY;
+use crate::ports::{AggregatedStore, AttemptCondition, WriteBack};
 use awsmp_retry::retry;
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -49,6 +60,8 @@ impl Run<'_> {
             reason: f.reason.clone(),
             metering_record_id: f.metering_record_id.clone(),
             ttl,
+            // The answer to our own call: it stands whatever mark the run itself wrote.
+            if_attempt: AttemptCondition::Any,
         };
         let (store, group, status, now) = (
             svc.aggregated.clone(),
@@ -83,6 +96,13 @@ impl Run<'_> {
                     .entry(status.as_str().to_owned())
                     .or_default() += 1;
             }
+            Err(e @ PipelineError::WriteBackConflict { .. }) => {
+                tracing::error!(%group, %status, error = %e, "write-back found the record finalized with another outcome: AWS's answer is not on the record; reconcile");
+                self.svc
+                    .metrics
+                    .emit(Metric::count(metrics::WRITE_BACK_CONFLICT));
+                self.failures.push(e);
+            }
             Err(e) => {
                 tracing::error!(%group, %status, error = %e, "write-back failed; the record stays pending and its replay will be recognised");
                 self.out.left_pending += 1;
@@ -99,14 +119,31 @@ impl Run<'_> {
 }
 
 /// Write one outcome back, retrying through throttling: AWS accepted the record, so giving
-/// up early would leave it to be resubmitted and only recognised as a replay.
+/// up early would leave it to be resubmitted and only recognised as a replay. A record found no
+/// longer pending is read back: holding this outcome, it is our own earlier delivery; holding
+/// another, it is [`PipelineError::WriteBackConflict`].
 async fn write_back(
     store: Arc<dyn AggregatedStore>,
     group: &GroupKey,
     write: &WriteBack,
     now: DateTime<Utc>,
 ) -> Result<()> {
-    retry(&WRITE_BACK_RETRY, || store.write_back(group, write, now))
-        .await
-        .map(drop)
+    if retry(&WRITE_BACK_RETRY, || store.write_back(group, write, now)).await? {
+        return Ok(());
+    }
+    let stored = retry(&STORE_RETRY, || store.get(group)).await?;
+    let ours = stored.as_ref().is_some_and(|item| {
+        !item.pending
+            && item.status == Some(write.status)
+            && item.metering_record_id == write.metering_record_id
+    });
+    if ours {
+        return Ok(());
+    }
+    Err(PipelineError::WriteBackConflict {
+        group: group.clone(),
+        status: write.status,
+        metering_record_id: write.metering_record_id.clone(),
+        stored: stored.and_then(|item| item.status),
+    })
 }
