@@ -68,15 +68,15 @@ impl Run<'_> {
         let mut responses = Responses::new();
         let mut finalized = BTreeSet::new();
         while let Some(call) = bisector.next_call() {
-            let outcome = match self.persist_attempts(&records, &call, now).await {
-                Some(gone) => {
-                    finalized.extend(gone);
-                    let sent = call.indices.iter().filter(|i| !finalized.contains(i));
-                    let sent: Vec<usize> = sent.copied().collect();
-                    self.send(kind, &mut records, &call, sent, &mut responses)
-                        .await
-                }
-                None => CallOutcome::GaveUp,
+            let (persisted, gone) = self.persist_attempts(&records, &call, now).await;
+            finalized.extend(gone);
+            let outcome = if persisted {
+                let sent = call.indices.iter().filter(|i| !finalized.contains(i));
+                let sent: Vec<usize> = sent.copied().collect();
+                self.send(kind, &mut records, &call, sent, &mut responses)
+                    .await
+            } else {
+                CallOutcome::GaveUp
             };
             bisector.report(call.id, outcome).expect("call in flight");
         }
@@ -90,15 +90,15 @@ impl Run<'_> {
     }
 
     /// Persist what we are about to send, before sending it (every record of the call, at
-    /// once). Returns the indices of the records found no longer pending (finalized since the
-    /// run read them: they must not be sent), or `None` when some mark could not be written:
-    /// the call is then not sent.
+    /// once). Returns whether every mark could be written (when not, the call is not sent) and
+    /// the indices of the records found no longer pending (finalized since the run read them:
+    /// they must never be sent).
     async fn persist_attempts(
         &self,
         records: &[SubmitRecord],
         call: &BisectCall,
         now: DateTime<Utc>,
-    ) -> Option<Vec<usize>> {
+    ) -> (bool, Vec<usize>) {
         let store = &self.svc.aggregated;
         let marks = call.indices.iter().map(|&i| async move {
             let r = &records[i];
@@ -124,7 +124,7 @@ impl Run<'_> {
                 }
             }
         }
-        persisted.then_some(finalized)
+        (persisted, finalized)
     }
 
     /// Send the records at `sent` (one bisection call's, less those finalized meanwhile), paced
