@@ -52,7 +52,10 @@ def account(tmp_path_factory):
     sam_home = tmp_path_factory.mktemp("sam-home")
     # SAM checks PyPI for a newer version once a week: tell it it just did, so it stays on 127.0.0.1.
     (sam_home / "metadata.json").write_text(json.dumps({"lastVersionCheck": time.time(), "telemetryEnabled": False}))
-    env = {**os.environ, "AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+    # Only this account: the suite's own environment points AWS_ENDPOINT_URL_<SERVICE> at the local
+    # stack, and a service-specific endpoint would win over AWS_ENDPOINT_URL.
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env = {**inherited, "AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
            "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "SAM_CLI_TELEMETRY": "0",
            "__SAM_CLI_APP_DIR": str(sam_home)}
     env.pop("AWS_PROFILE", None)
