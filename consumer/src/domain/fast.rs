@@ -16,7 +16,7 @@
 //! would (an unknown or repeated protobuf field, a KPL tag, an escaped JSON string, VMT
 //! allocations, any refusal) is `None`, and the general path decodes the record. So what it
 //! returns is, by construction, what the general path returns (the property test in
-//! `consumer/tests/decode_paths.rs` checks it on arbitrary records).
+//! `consumer/tests/integration/decode_paths.rs` checks it on arbitrary records).
 
 use std::sync::Arc;
 
