@@ -123,3 +123,26 @@ def test_cited_sections_must_be_headings(tree: Path):
     assert 'crate/src/verify.rs:1: cites section "Dedup window" of docs/guarantees.md' in out.stdout
     assert 'docs/README.md:1: cites section "not a heading" of guarantees.md' in out.stdout
     assert "Billing time" not in out.stdout
+
+
+def test_path_attributes_fail_and_the_module_tree_passes(tree: Path):
+    write(tree, "crate/src/fold.rs", "mod key;\n#[cfg(test)]\nmod tests;\n")
+    write(tree, "crate/src/fold/key.rs", "pub fn k() {}\n")
+    write(tree, "crate/src/fold/tests.rs", "// a `#[path]` named in a comment is prose\n#[test]\nfn t() {}\n")
+    assert run(tree).returncode == 0, run(tree).stdout
+    write(tree, "crate/src/fold.rs", 'mod key;\n#[cfg(test)]\n#[path = "fold_tests.rs"]\nmod tests;\n')
+    write(tree, "crate/src/wire.rs", '#[cfg_attr(feature = "x", path = "wire_x.rs")]\nmod x;\n')
+    out = run(tree)
+    assert out.returncode == 1
+    assert "crate/src/fold.rs:3: #[path] attribute" in out.stdout
+    assert "crate/src/wire.rs:1: #[path] attribute" in out.stdout
+    assert "fold/tests.rs" not in out.stdout
+
+
+def test_test_modules_in_their_own_directory_are_test_code(tree: Path):
+    body = "fn a() {}\n" * 601
+    write(tree, "crate/src/fold/tests.rs", body)
+    write(tree, "crate/src/producer/plain_tests.rs", body)
+    assert run(tree).returncode == 0, run(tree).stdout
+    write(tree, "crate/src/fold/key.rs", body)
+    assert "crate/src/fold/key.rs:1: 601 non-test lines" in run(tree).stdout
