@@ -146,3 +146,35 @@ def test_test_modules_in_their_own_directory_are_test_code(tree: Path):
     assert run(tree).returncode == 0, run(tree).stdout
     write(tree, "crate/src/fold/key.rs", body)
     assert "crate/src/fold/key.rs:1: 601 non-test lines" in run(tree).stdout
+
+
+def test_docs_name_code_that_exists(tree: Path):
+    write(
+        tree,
+        "crate/src/cleanup.rs",
+        "pub struct CleanupMessage {\n    pub folded: Option<u64>,\n}\n"
+        "impl CleanupMessage {\n    pub fn folded_batches() {}\n}\n"
+        "pub enum RawStatus {\n    Aggregated,\n}\npub fn finalize_folded() {}\n",
+    )
+    write(
+        tree,
+        "docs/README.md",
+        "12. Cleanup (`CleanupMessage::folded_batches`, `crate/src/cleanup.rs`) calls `finalize_folded()`,\n"
+        "stamps `RawStatus::Aggregated`, reads `CleanupMessage::folded`; `tokio::spawn` is not ours;\n"
+        "it writes `report.json` and lives in `crate/`.\n",
+    )
+    out = run(tree)
+    assert out.returncode == 0, out.stdout
+    write(
+        tree,
+        "docs/README.md",
+        "12. Cleanup (`CleanupMessage::batches`, `crate/src/cleaner.rs`) calls `finalize_row()`\n"
+        "and `RawStatus::Stamped`; see `cleaner.rs`.\n",
+    )
+    out = run(tree)
+    assert out.returncode == 1
+    assert "docs/README.md:1: names `CleanupMessage::batches`, but `CleanupMessage`'s crate defines no `batches`" in out.stdout
+    assert "docs/README.md:1: names `crate/src/cleaner.rs`, which is not in the repository" in out.stdout
+    assert "docs/README.md:1: names `finalize_row()`, which no Rust source defines" in out.stdout
+    assert "docs/README.md:2: names `RawStatus::Stamped`" in out.stdout
+    assert "docs/README.md:2: names `cleaner.rs`, and no file of that name is in the repository" in out.stdout
