@@ -38,7 +38,6 @@ use super::record::{DecodedRecord, StreamRecord};
 use super::trailer::body_and_trailer;
 use super::verify::{TimestampPolicy, VerifyPolicy, billing_time_of};
 
-#[path = "fast_v1.rs"]
 mod v1;
 use v1::v1_fields;
 

@@ -580,5 +580,4 @@ impl Meter {
 }
 
 #[cfg(test)]
-#[path = "meter_tests.rs"]
 mod tests;
