@@ -1,16 +1,16 @@
 //! The load run's conservation table is the `meterctl ledger` of the run: the same library
-//! (`awsmp_pipeline::ops`) that proves a production hour from CloudTrail proves the run from
+//! (`awsmp_meterctl`) that proves a production hour from CloudTrail proves the run from
 //! the simulator's CloudTrail. Every unexplained ledger line, and every group-hour where the
 //! accepted column disagrees with the simulator's own ledger, is a violation (docs/meterctl.md).
 
 use crate::conservation::{TableRow, Verdict, Violation};
 use crate::local::LocalEnv;
 use anyhow::{Context, Result};
-use awsmp_pipeline::adapters::cloudtrail::CloudTrailMeteringTrail;
+use awsmp_meterctl::cloudtrail::CloudTrailMeteringTrail;
+use awsmp_meterctl::ledger::{Ledger, LedgerLine};
+use awsmp_meterctl::read::{OpsTables, Query, sources};
 use awsmp_pipeline::config::Config;
 use awsmp_pipeline::domain::keys::{GroupKey, HourBucket};
-use awsmp_pipeline::ops::ledger::{Ledger, LedgerLine};
-use awsmp_pipeline::ops::read::{OpsTables, Query, sources};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,7 +1,6 @@
 //! Adapters: over `aws-sdk-*` (each holds a client and a resource name, nothing else), and
 //! in memory ([`memory`]) for tests and simulation without emulators.
 
-pub mod cloudtrail;
 pub mod dynamodb;
 pub mod fault;
 pub mod marketplace;

@@ -89,9 +89,6 @@ pub enum PipelineError {
         /// The status found on the record (`None`: no record at all).
         stored: Option<AggregatedStatus>,
     },
-    /// The audit trail (CloudTrail) could not be read (`meterctl`).
-    #[error(transparent)]
-    Trail(#[from] crate::ops::trail::TrailError),
 }
 
 impl PipelineError {
@@ -106,8 +103,7 @@ impl PipelineError {
             | Self::BadMessage(_)
             | Self::UndecodableMessage { .. }
             | Self::MeteringHalted { .. }
-            | Self::WriteBackConflict { .. }
-            | Self::Trail(_) => false,
+            | Self::WriteBackConflict { .. } => false,
         }
     }
 }
@@ -133,7 +129,6 @@ impl PipelineError {
             Self::BadMessage(_) | Self::UndecodableMessage { .. } => "BadMessage",
             Self::MeteringHalted { .. } => "MeteringHalted",
             Self::WriteBackConflict { .. } => "WriteBackConflict",
-            Self::Trail(_) => "TrailError",
         }
     }
 }

@@ -12,7 +12,6 @@ pub mod handlers;
 pub mod ids;
 pub mod metering_client;
 pub mod mutants;
-pub mod ops;
 pub mod ports;
 
 pub use error::{PipelineError, Result};

@@ -1,5 +1,5 @@
-//! pipeline's integration tests, one binary: each module was once a binary of its own
-//! (one link of the AWS SDK instead of one per file; docs/testing.md).
+//! The pipeline crate's integration tests as one binary, a module per subject: the AWS SDK is
+//! linked once, not once per file (docs/testing.md, "Where the tests live").
 
 mod contract_aggregated;
 mod contract_queue;
@@ -21,5 +21,4 @@ mod handler_submitter;
 mod handler_submitter_throughput;
 mod handler_submitter_truth;
 mod handler_support;
-mod meterctl_ledger;
 mod sample_events;

@@ -1,5 +1,5 @@
-//! producer's integration tests, one binary: each module was once a binary of its own
-//! (one link of the AWS SDK instead of one per file; docs/testing.md).
+//! The producer crate's integration tests as one binary, a module per subject: the AWS SDK is
+//! linked once, not once per file (docs/testing.md, "Where the tests live").
 
 mod common;
 mod delivery;

@@ -4,8 +4,8 @@
 
 use super::*;
 use crate::sim::{Catalog, Faults, SimConfig, Simulator};
-use awsmp_pipeline::adapters::cloudtrail::event::parse_event;
-use awsmp_pipeline::ops::trail::TrailOutcome;
+use awsmp_meterctl::cloudtrail::event::parse_event;
+use awsmp_meterctl::trail::TrailOutcome;
 
 const L1: &str = "arn:aws:license-manager::123456789012:license:l-11111111111111111111111111111111";
 const A: &str = "111111111111";
