@@ -267,30 +267,36 @@ def test_dashboard_bodies_have_the_documented_structure(templates):
 # ---- the check can fail ----------------------------------------------------------------------
 
 
+def added(templates, emitted, changed_templates, changed_emitted=None) -> list[str]:
+    """What a change adds to the check's findings (the open gaps of the unchanged run aside)."""
+    before = set(check(templates, emitted))
+    return [p for p in check(changed_templates, changed_emitted or emitted) if p not in before]
+
+
 def test_a_renamed_metric_fails(templates, emitted):
     t = json.loads(json.dumps(templates))
     t["main"]["Resources"]["WriteBackConflictAlarm"]["Properties"]["MetricName"] = "WriteBackConflicts"
-    assert check(t, emitted) == ["main alarm WriteBackConflictAlarm: reads awsmp/${StageName}/${ProductCode} "
+    assert added(templates, emitted, t) == ["main alarm WriteBackConflictAlarm: reads awsmp/${StageName}/${ProductCode} "
                                  "WriteBackConflicts {Service=submitter}, but WriteBackConflicts is never emitted"]
 
 
 def test_a_wrong_service_or_dimension_fails(templates, emitted):
     t = json.loads(json.dumps(templates))
-    dims = t["main"]["Resources"]["CustomerNotSubscribedAlarm"]["Properties"]["Dimensions"]
+    dims = t["main"]["Resources"]["UsageAggregationExpiredAlarm"]["Properties"]["Dimensions"]
     dims[0]["Value"] = "expiry"
-    q = t["main"]["Resources"]["BatchMeterUsageExceptionAlarm"]["Properties"]["Metrics"][0]
-    q["Expression"]["Fn::Sub"] = q["Expression"]["Fn::Sub"].replace(", Exception)", ")")
-    found = check(t, emitted)
+    q = t["ingest"]["Resources"]["EventRejectedAlarm"]["Properties"]["Metrics"][0]
+    q["Expression"]["Fn::Sub"] = q["Expression"]["Fn::Sub"].replace(", Reason)", ")")
+    found = added(templates, emitted, t)
     assert len(found) == 2, found
-    assert found[0].startswith("main alarm CustomerNotSubscribedAlarm: reads ") and "emitted with {Service=submitter}" in found[0]
-    assert found[1].startswith("main alarm BatchMeterUsageExceptionAlarm: reads ") and "{Exception=" in found[1]
+    assert found[0].startswith("ingest alarm EventRejectedAlarm: reads ") and "{Reason=" in found[0]
+    assert found[1].startswith("main alarm UsageAggregationExpiredAlarm: reads ") and "emitted with {Service=discoverer}" in found[1]
 
 
 def test_a_dropped_dimension_in_the_code_fails(templates, emitted):
     # What the check sees when the consumer stops emitting DedupHit's DedupKind.
     code = [dict(m, dimensions=["Service"], values={"Service": m["values"]["Service"]}) if m["name"] == "DedupHit" else m
             for m in emitted]
-    found = check(templates, code)
+    found = added(templates, emitted, templates, code)
     assert found and all("DedupHit" in p and "emitted with {Service=kinesis-consumer}" in p for p in found), found
 
 
@@ -298,7 +304,7 @@ def test_a_misspelt_vended_metric_or_dimension_fails(templates, emitted):
     t = json.loads(json.dumps(templates))
     t["main"]["Resources"]["SubmitterErrorsAlarm"]["Properties"]["MetricName"] = "Error"
     t["main"]["Resources"]["WorkDlqAlarm"]["Properties"]["Dimensions"][0]["Name"] = "Queue"
-    found = check(t, emitted)
+    found = added(templates, emitted, t)
     assert [p.split(":")[0] for p in found] == ["main alarm SubmitterErrorsAlarm", "main alarm WorkDlqAlarm"], found
     assert "AWS/Lambda documents no metric Error" in found[0]
 
