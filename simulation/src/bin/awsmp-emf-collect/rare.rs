@@ -1,7 +1,7 @@
 //! The rare paths: metrics the sweep does not reach, each emitted by the production handler
 //! (aggregator, cleanup, expiry, submitter, Kinesis consumer) over the in-memory adapters, fed
 //! the input that causes it — a row of an hour already aggregated, a negative quantity, an
-//! hour above the `BatchMeterUsage` maximum, a record past the billable window, a write-back
+//! hour above the `BatchMeterUsage` maximum, raw rows aged out, a record past the billable window, a write-back
 //! that meets expiry's `NeedsReconciliation`, records unprocessed in every round, an
 //! unsubscribed customer, a disabled API, an hour billed before. No line is written by hand:
 //! the collector sees what each handler emits through the process-wide tee. Each driver checks
@@ -26,6 +26,7 @@ use awsmp_pipeline::emf::MetricsSink;
 use awsmp_pipeline::handlers::Services;
 use awsmp_pipeline::handlers::aggregator::{AggregateOutcome, aggregate};
 use awsmp_pipeline::handlers::cleanup::cleanup;
+use awsmp_pipeline::handlers::discoverer::{DiscovererInput, discover};
 use awsmp_pipeline::handlers::expiry::expire;
 use awsmp_pipeline::handlers::submitter::{UNPROCESSED_RETRY, submit};
 use awsmp_pipeline::ports::{AggregatedItem, MeterCallError, MeteringApi};
@@ -177,6 +178,17 @@ async fn aggregation() -> anyhow::Result<()> {
         ),
         "the late row was not surfaced on the revisit: {out:?}"
     );
+    Ok(())
+}
+
+/// Discoverer `UsageAggregationExpired`: raw rows still pending past the billable window,
+/// found by the age-out shard that owns their hour.
+async fn ageout() -> anyhow::Result<()> {
+    let s = Stage::new()?;
+    // 28 hours back: a bucket of age-out shard 0.
+    s.put_rows(&group("api_calls", "2026-11-29T08"), &[(1, 5), (2, 7)]);
+    let out = discover(&s.svc, DiscovererInput::Ageout { shard: 0 }).await?;
+    ensure!(out.rows_expired == 2, "no row aged out: {out:?}");
     Ok(())
 }
 
@@ -361,6 +373,7 @@ pub fn run_all() -> anyhow::Result<()> {
         .context("the drivers' runtime")?;
     runtime.block_on(async {
         aggregation().await.context("aggregation")?;
+        ageout().await.context("age-out")?;
         expiry().await.context("expiry")?;
         submission().await.context("submission")?;
         write_back_conflict().await.context("write-back conflict")?;
