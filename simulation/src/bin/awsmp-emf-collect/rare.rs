@@ -1,12 +1,12 @@
 //! The rare paths: metrics the sweep does not reach, each emitted by the production handler
-//! (aggregator, cleanup, expiry, submitter, Kinesis consumer) over the in-memory adapters, fed
-//! the input that causes it — a row of an hour already aggregated, a negative quantity, an
-//! hour above the `BatchMeterUsage` maximum, raw rows aged out, a record past the billable window, a write-back
-//! that meets expiry's `NeedsReconciliation`, records unprocessed in every round, an
-//! unsubscribed customer, a disabled API, an hour billed before. No line is written by hand:
-//! the collector sees what each handler emits through the process-wide tee. Each driver checks
-//! that its handler took the path it is there for, so a driver that stops reaching it fails
-//! the collector instead of silently collecting less.
+//! (aggregator, cleanup, discoverer, expiry, submitter, Kinesis consumer) over the in-memory
+//! adapters, fed the input that causes it — a row of an hour already aggregated, a negative
+//! quantity, an hour above the `BatchMeterUsage` maximum, raw rows aged out, a record past the
+//! billable window, a write-back that meets expiry's `NeedsReconciliation`, records
+//! unprocessed in every round, an unsubscribed customer, a disabled API, an hour billed before.
+//! No line is written by hand: the collector sees what each handler emits through the
+//! process-wide tee. Each driver checks that its handler took the path it is there for, so a
+//! driver that stops reaching it fails the collector instead of silently collecting less.
 
 use anyhow::{Context, bail, ensure};
 use async_trait::async_trait;
