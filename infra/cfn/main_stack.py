@@ -309,7 +309,7 @@ def dashboard_resources() -> dict:
     work = [("work", "WorkQueue"), ("deprovision-work", "DeprovisionWorkQueue"), ("cleanup", "CleanupQueue")]
     qs = work + [(f"{q} DLQ", dlq_logical_id(qid)) for q, qid in work]
     submission = [
-        business_widget("Submission outcomes", [("UsageSubmissionExpired", "expiry"), ("UsageSubmissionExpired", "submitter"), ("UsageNeedsReconciliation", "expiry"),
+        business_widget("Submission outcomes", [("UsageSubmissionExpired", "expiry"), ("UsageNeedsReconciliation", "expiry"),
                                                 ("WriteBackConflict", "submitter"), ("UsageRecordUnprocessed", "submitter"), ("CustomerNotSubscribed", "submitter"),
                                                 ("DuplicateRecord", "submitter"), ("DuplicateRecordQuantityMismatch", "submitter")]),
         insights_widget("BatchMeterUsage exceptions", "BatchMeterUsageException", "Exception"),

@@ -8,7 +8,7 @@
 
 use serde_json::{Map, Value, json};
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::contract::metrics::{self, MetricName};
 
@@ -75,6 +75,19 @@ impl Metric {
     }
 }
 
+/// A process-wide observer of every line any sink emits.
+type Tee = Box<dyn Fn(&str) + Send + Sync>;
+
+static TEE: OnceLock<Tee> = OnceLock::new();
+
+/// Hand every line any [`MetricsSink`] of this process emits from now on to `observer` too,
+/// whichever sink the code under it was given (the EMF collector, `awsmp-emf-collect`, runs
+/// the simulation with it: docs/operations.md, "Metrics the alarms read"). Once per process:
+/// false, and `observer` dropped, when one was installed already.
+pub fn tee_all_lines(observer: impl Fn(&str) + Send + Sync + 'static) -> bool {
+    TEE.set(Box::new(observer)).is_ok()
+}
+
 /// Where metric lines go.
 #[derive(Clone)]
 pub struct MetricsSink {
@@ -114,6 +127,21 @@ impl MetricsSink {
         }
     }
 
+    /// The same destination (and capture) with `service` as the `Service` dimension: each
+    /// stage names itself when it resolves its dependencies, so its metrics carry the name its
+    /// alarms filter on whichever sink it was handed.
+    pub fn for_service(&self, service: &str) -> Self {
+        Self {
+            service: service.into(),
+            ..self.clone()
+        }
+    }
+
+    /// The `Service` dimension of this sink's lines.
+    pub fn service(&self) -> &str {
+        &self.service
+    }
+
     /// Emit one metric now.
     pub fn emit(&self, metric: Metric) {
         let line = metric.to_emf(
@@ -121,6 +149,9 @@ impl MetricsSink {
             &self.service,
             chrono::Utc::now().timestamp_millis(),
         );
+        if let Some(tee) = TEE.get() {
+            tee(&line);
+        }
         if let Some(c) = &self.captured {
             c.lock()
                 .expect("metrics capture poisoned")
@@ -189,5 +220,20 @@ mod tests {
             sink.points("UsageRecordUnprocessed")[0]["Service"],
             "submitter"
         );
+    }
+
+    #[test]
+    fn a_stage_renames_the_service_and_shares_the_capture() {
+        let sink = MetricsSink::capture("pipeline");
+        let stage = sink.for_service("aggregator");
+        stage.emit(Metric::count(metrics::LATE_USAGE));
+        sink.emit(Metric::count(metrics::LATE_USAGE));
+        let services: Vec<Value> = sink
+            .points("LateUsage")
+            .iter()
+            .map(|p| p["Service"].clone())
+            .collect();
+        assert_eq!(services, [json!("aggregator"), json!("pipeline")]);
+        assert_eq!(stage.service(), "aggregator");
     }
 }

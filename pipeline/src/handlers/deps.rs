@@ -2,6 +2,9 @@
 //! handler uses, required resources as plain fields, so a missing one fails
 //! `from_services` when the process starts — naming it — instead of a message finding it
 //! while being handled. A field that stays optional is optional by design (and says why).
+//!
+//! Each stage's metrics carry its own name as the `Service` dimension (the name of its binary
+//! and of what its alarms filter on), whatever sink the process handed it.
 
 use super::Services;
 use crate::config::Config;
@@ -51,7 +54,7 @@ impl AggregatorDeps {
                 svc.cleanup_queue.as_ref(),
                 "the cleanup queue (AWSMP_CLEANUP_QUEUE_URL)",
             )?,
-            metrics: svc.metrics.clone(),
+            metrics: svc.metrics.for_service("aggregator"),
             clock: svc.clock.clone(),
         })
     }
@@ -73,7 +76,7 @@ impl CleanupDeps {
     pub fn from_services(svc: &Services) -> Result<Self> {
         Ok(Self {
             usage: required("cleanup", svc.usage.as_ref(), USAGE_TABLE)?,
-            metrics: svc.metrics.clone(),
+            metrics: svc.metrics.for_service("cleanup"),
             clock: svc.clock.clone(),
         })
     }
@@ -141,7 +144,7 @@ impl DiscovererDeps {
             )?,
             deprovision,
             watermarks: svc.watermarks.clone(),
-            metrics: svc.metrics.clone(),
+            metrics: svc.metrics.for_service("discoverer"),
             clock: svc.clock.clone(),
         })
     }
@@ -170,7 +173,7 @@ impl SubmitterDeps {
             config: svc.config.clone(),
             aggregated: svc.aggregated.clone(),
             deprovisioning: svc.deprovisioning.clone(),
-            metrics: svc.metrics.clone(),
+            metrics: svc.metrics.for_service("submitter"),
             clock: svc.clock.clone(),
         })
     }
@@ -195,7 +198,7 @@ impl ExpiryDeps {
         Ok(Self {
             config: svc.config.clone(),
             aggregated: svc.aggregated.clone(),
-            metrics: svc.metrics.clone(),
+            metrics: svc.metrics.for_service("expiry"),
             clock: svc.clock.clone(),
         })
     }
