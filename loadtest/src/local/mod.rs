@@ -189,7 +189,8 @@ pub async fn up(paths: &Paths, opts: &UpOptions) -> Result<LocalEnv> {
 }
 
 /// The simulator's catalog: the one asked for, else the running stack's, else the demo
-/// catalog. A different catalog than the running one stops the simulator (it restarts).
+/// catalog. A different catalog than the running one stops the simulator; it restarts on the
+/// same port, so an env file sourced before (a shell running `meterctl`) still reaches it.
 fn resolve_catalog(paths: &Paths, opts: &UpOptions, state: &mut State) -> Result<PathBuf> {
     let catalog = match (&opts.catalog, &state.catalog) {
         (Some(c), _) => std::path::absolute(c)?,
@@ -205,10 +206,10 @@ fn resolve_catalog(paths: &Paths, opts: &UpOptions, state: &mut State) -> Result
     if state.catalog.as_ref().is_some_and(|c| c != &catalog) {
         // A different catalog needs fresh simulators (one per region).
         let is_sim = |s: &ServiceState| s.name.split('@').next() == Some("marketplace-metering");
+        // Their entries stay: `start_missing` restarts a stopped service on its old port.
         for sim in state.services.iter().filter(|s| is_sim(s)) {
             procs::stop(sim)?;
         }
-        state.services.retain(|s| !is_sim(s));
     }
     state.catalog = Some(catalog.clone());
     Ok(catalog)

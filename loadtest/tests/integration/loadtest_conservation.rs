@@ -50,6 +50,10 @@ fn every_fault_class_on_conserves_exactly_over_several_seeds() -> Result<()> {
         local(&stack, &["up", "--ephemeral"]).status()?.success(),
         "awsmp-local up"
     );
+    // A shell that sourced the env file before the runs must still reach every service after
+    // them (a run loads its own catalog: the simulator restarts, on the same port).
+    let env_file = stack.0.path().join("env");
+    let env_before = std::fs::read_to_string(&env_file)?;
     for seed in [1, 2, 3] {
         let report = stack.0.path().join(format!("report-{seed}"));
         let mut cmd = Command::new(bin("awsmp-loadtest"));
@@ -114,6 +118,28 @@ fn every_fault_class_on_conserves_exactly_over_several_seeds() -> Result<()> {
             html.contains("<svg") && html.contains("Conserved"),
             "seed {seed}: report written"
         );
+    }
+    // The catalog (and so the product code) is the run's; the services stay where they were.
+    let services = |env: &str| -> Vec<String> {
+        env.lines()
+            .filter(|l| l.contains("=http://"))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        services(&std::fs::read_to_string(&env_file)?),
+        services(&env_before),
+        "the load runs moved a service the env file names"
+    );
+    for line in env_before.lines() {
+        if let Some((_, url)) = line.split_once("=http://") {
+            let url = url.trim_matches(|c| c == '"' || c == '\'');
+            let addr = url.split('/').next().unwrap_or(url);
+            assert!(
+                std::net::TcpStream::connect(addr).is_ok(),
+                "{line}: unreachable after the load runs"
+            );
+        }
     }
     Ok(())
 }
