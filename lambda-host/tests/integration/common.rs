@@ -1,0 +1,96 @@
+//! What every test here shares: the manifest, the local stack's variables, the built binaries,
+//! and a function started under the host with its rendered environment.
+
+use awsmp_lambda_host::local::{self, LocalFunction};
+use awsmp_lambda_host::template::Manifest;
+use awsmp_lambda_host::{Function, FunctionSpec};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Why the tests that run binaries on the stack are ignored by default.
+pub const NEEDS_STACK: &str =
+    "needs the built binaries and the local stack (awsmp-local up); run by scripts/test";
+
+/// The workspace's root.
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `infra/functions.json`.
+pub fn manifest() -> Manifest {
+    Manifest::load(&workspace().join("infra/functions.json")).expect("infra/functions.json")
+}
+
+/// Where the built binaries are: `AWSMP_BIN_DIR` (scripts/test exports it), else the target
+/// directory's `debug`.
+pub fn bin_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("AWSMP_BIN_DIR") {
+        return PathBuf::from(d);
+    }
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace().join("target"), PathBuf::from)
+        .join("debug")
+}
+
+/// The running local stack's variables: its env file (`$AWSMP_LOCAL_DIR/env`, else
+/// `.awsmp-local/env`), else what the test's environment carries (scripts/test sources it).
+pub fn stack_env() -> BTreeMap<String, String> {
+    let dir = std::env::var_os("AWSMP_LOCAL_DIR")
+        .map_or_else(|| workspace().join(".awsmp-local"), PathBuf::from);
+    if let Ok(vars) = local::read_env_file(&dir.join("env")) {
+        return vars;
+    }
+    std::env::vars()
+        .filter(|(k, _)| k.starts_with("AWS"))
+        .collect()
+}
+
+/// Every function rendered for the running stack.
+pub fn rendered() -> BTreeMap<String, LocalFunction> {
+    local::render(&manifest(), &stack_env())
+        .expect("the manifest renders for the local stack")
+        .into_iter()
+        .map(|f| (f.binary.clone(), f))
+        .collect()
+}
+
+/// Clients for the stack's services.
+pub fn clients_env() -> awsmp_loadtest::local::LocalEnv {
+    awsmp_loadtest::local::LocalEnv { vars: stack_env() }
+}
+
+/// Start `binary` under the host with its rendered environment.
+pub async fn start(binary: &str) -> Function {
+    let f = rendered()
+        .remove(binary)
+        .unwrap_or_else(|| panic!("{binary} is not a function of the templates"));
+    start_spec(f.spec(&bin_dir())).await
+}
+
+/// Start a function from its spec; a failed init fails the test with the host's error.
+pub async fn start_spec(spec: FunctionSpec) -> Function {
+    match Function::start(spec).await {
+        Ok(f) => f,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// A fresh license of the local account, so tests sharing the stack never share rows.
+pub fn fresh_license() -> String {
+    format!(
+        "arn:aws:license-manager::{}:license:l-{}",
+        local::LOCAL_ACCOUNT,
+        uuid_hex()
+    )
+}
+
+/// 32 random hex digits.
+pub fn uuid_hex() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// A sample event of `infra/events/`.
+pub fn sample(name: &str) -> serde_json::Value {
+    let path = workspace().join("infra/events").join(name);
+    serde_json::from_str(&std::fs::read_to_string(&path).expect("sample")).expect("sample JSON")
+}
