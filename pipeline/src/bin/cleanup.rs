@@ -8,7 +8,9 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     // Resolved once: a missing table stops the process here, named.
     let deps = awsmp_pipeline::lambda_init::init("cleanup", async {
-        Ok::<_, Error>(CleanupDeps::from_services(&services_from_env("cleanup").await?)?)
+        Ok::<_, Error>(CleanupDeps::from_services(
+            &services_from_env("cleanup").await?,
+        )?)
     })
     .await?;
     let svc = &deps;

@@ -7,7 +7,9 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     // Resolved once: a missing table or queue stops the process here, named.
     let deps = awsmp_pipeline::lambda_init::init("discoverer", async {
-        Ok::<_, Error>(DiscovererDeps::from_services(&services_from_env("discoverer").await?)?)
+        Ok::<_, Error>(DiscovererDeps::from_services(
+            &services_from_env("discoverer").await?,
+        )?)
     })
     .await?;
     let svc = &deps;

@@ -6,7 +6,9 @@ use lambda_runtime::{Error, LambdaEvent, service_fn};
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let deps = awsmp_pipeline::lambda_init::init("expiry", async {
-        Ok::<_, Error>(ExpiryDeps::from_services(&services_from_env("expiry").await?)?)
+        Ok::<_, Error>(ExpiryDeps::from_services(
+            &services_from_env("expiry").await?,
+        )?)
     })
     .await?;
     let svc = &deps;

@@ -8,7 +8,9 @@ use lambda_runtime::{Error, LambdaEvent, service_fn};
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let svc = awsmp_pipeline::lambda_init::init("submitter", async {
-        Ok::<_, Error>(SubmitterDeps::from_services(&services_from_env("submitter").await?)?)
+        Ok::<_, Error>(SubmitterDeps::from_services(
+            &services_from_env("submitter").await?,
+        )?)
     })
     .await?;
     let api =
