@@ -21,15 +21,17 @@ pub fn manifest() -> Manifest {
     Manifest::load(&workspace().join("infra/functions.json")).expect("infra/functions.json")
 }
 
-/// Where the built binaries are: `AWSMP_BIN_DIR` (scripts/test exports it), else the target
-/// directory's `debug`.
+/// Where the built binaries are: `AWSMP_BIN_DIR` (scripts/test exports it), else the profile
+/// directory this test binary was built into (`<target>/debug`, the parent of its `deps`).
 pub fn bin_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("AWSMP_BIN_DIR") {
         return PathBuf::from(d);
     }
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| workspace().join("target"), PathBuf::from)
-        .join("debug")
+    let exe = std::env::current_exe().expect("the test binary's path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("<target>/debug/deps/integration-…")
+        .to_owned()
 }
 
 /// The running local stack's variables: its env file (`$AWSMP_LOCAL_DIR/env`, else
