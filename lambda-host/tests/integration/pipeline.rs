@@ -40,18 +40,13 @@ pub fn failed_ids(answer: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs the built binaries and the local stack (awsmp-local up); run by scripts/test"]
-async fn an_ended_hour_goes_from_the_stream_to_an_aggregate_and_its_rows_are_cleaned() {
-    let _ = NEEDS_STACK;
-    let license = fresh_license();
-    let account = "210000000044";
-    // Arrived two hours ago (the consumer's timestamp policy is the arrival time).
-    let arrival = Utc::now() - Duration::hours(2);
+/// A Kinesis batch as the event source mapping delivers it: `license`'s events (10, 20, 30)
+/// arrived at `arrival`.
+fn kinesis_batch(license: &str, account: &str, arrival: chrono::DateTime<Utc>) -> Value {
     let records: Vec<Value> = (0..3u64)
         .map(|i| {
-            let data = usage_record(&license, account, &format!("p-{i}-{license}"), 10 * (i + 1)).to_string();
-            let seq = format!("4959033827149025660855969253836157109592157598913658{:04}", i);
+            let data = usage_record(license, account, &format!("p-{i}-{license}"), 10 * (i + 1)).to_string();
+            let seq = format!("4959033827149025660855969253836157109592157598913658{i:04}");
             json!({"kinesis": {"kinesisSchemaVersion": "1.0",
                                "partitionKey": format!("{license}|{account}|api"),
                                "sequenceNumber": seq,
@@ -63,21 +58,55 @@ async fn an_ended_hour_goes_from_the_stream_to_an_aggregate_and_its_rows_are_cle
                    "eventSourceARN": "arn:aws:kinesis:us-east-1:123456789012:stream/awsmp-usage-events"})
         })
         .collect();
+    json!({ "Records": records })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the built binaries and the local stack (awsmp-local up); run by scripts/test"]
+async fn an_ended_hour_goes_from_the_stream_to_an_aggregate_and_its_rows_are_cleaned() {
+    let _ = NEEDS_STACK;
+    let license = fresh_license();
+    let account = "210000000044";
+    // Arrived two hours ago (the consumer's timestamp policy is the arrival time).
+    let arrival = Utc::now() - Duration::hours(2);
     let consumer = start("kinesis-consumer").await;
     let answer = consumer
-        .invoke(&json!({ "Records": records }), None)
+        .invoke(&kinesis_batch(&license, account, arrival), None)
         .await
         .unwrap();
     consumer.stop().await;
     assert_eq!(answer["batchItemFailures"], json!([]), "{answer}");
     assert_eq!(usage_total(&license).await, 60);
-
-    let env = clients_env();
     let hour = arrival
         .with_minute(0)
         .unwrap()
         .format("%Y-%m-%dT%H")
         .to_string();
+    let cleanup_bodies = aggregate(&license, account, &hour).await;
+    let cleanup = start("cleanup").await;
+    let answer = cleanup
+        .invoke(&sqs_event("awsmp-metering-cleanup", &cleanup_bodies), None)
+        .await
+        .unwrap();
+    cleanup.stop().await;
+    assert!(failed_ids(&answer).is_empty(), "{answer}");
+    // Each raw row is finalized: stamped with the aggregation's status, off the pending index.
+    let rows = usage_rows(&license).await;
+    assert!(!rows.is_empty());
+    for row in &rows {
+        assert!(!row.contains_key("meteringPending"), "{row:?}");
+        assert!(
+            row.values()
+                .any(|v| v.as_s().is_ok_and(|s| s == "Aggregated")),
+            "{row:?}"
+        );
+    }
+}
+
+/// The aggregator on the hour's work message beside a malformed one: one aggregate of 60, the
+/// malformed message its one batch item failure; returns the cleanup message it sent.
+async fn aggregate(license: &str, account: &str, hour: &str) -> Vec<String> {
+    let env = clients_env();
     let work = json!({"licenseArn": license, "customerAWSAccountId": account,
                       "dimension": "api", "hourBucket": hour})
     .to_string();
@@ -97,7 +126,7 @@ async fn an_ended_hour_goes_from_the_stream_to_an_aggregate_and_its_rows_are_cle
         .key_condition_expression("licenseArn = :l")
         .expression_attribute_values(
             ":l",
-            aws_sdk_dynamodb::types::AttributeValue::S(license.clone()),
+            aws_sdk_dynamodb::types::AttributeValue::S(license.to_owned()),
         )
         .send()
         .await
@@ -123,7 +152,7 @@ async fn an_ended_hour_goes_from_the_stream_to_an_aggregate_and_its_rows_are_cle
             .await
             .unwrap();
         for m in got.messages() {
-            if m.body().is_some_and(|b| b.contains(&license)) {
+            if m.body().is_some_and(|b| b.contains(license)) {
                 cleanup_bodies.push(m.body().unwrap().to_owned());
             }
         }
@@ -136,24 +165,7 @@ async fn an_ended_hour_goes_from_the_stream_to_an_aggregate_and_its_rows_are_cle
         1,
         "the aggregator sent one cleanup message"
     );
-    let cleanup = start("cleanup").await;
-    let answer = cleanup
-        .invoke(&sqs_event("awsmp-metering-cleanup", &cleanup_bodies), None)
-        .await
-        .unwrap();
-    cleanup.stop().await;
-    assert!(failed_ids(&answer).is_empty(), "{answer}");
-    // Each raw row is finalized: stamped with the aggregation's status, off the pending index.
-    let rows = usage_rows(&license).await;
-    assert!(!rows.is_empty());
-    for row in &rows {
-        assert!(!row.contains_key("meteringPending"), "{row:?}");
-        assert!(
-            row.values()
-                .any(|v| v.as_s().is_ok_and(|s| s == "Aggregated")),
-            "{row:?}"
-        );
-    }
+    cleanup_bodies
 }
 
 #[tokio::test(flavor = "multi_thread")]
