@@ -96,3 +96,88 @@ pub fn sample(name: &str) -> serde_json::Value {
     let path = workspace().join("infra/events").join(name);
     serde_json::from_str(&std::fs::read_to_string(&path).expect("sample")).expect("sample JSON")
 }
+
+/// Start `binary` with its rendered environment, `overrides` replacing variables the template
+/// gives it (a test's own stream, so tests sharing the stack never read each other's records).
+pub async fn start_with(binary: &str, overrides: &[(&str, &str)]) -> Function {
+    let f = rendered()
+        .remove(binary)
+        .unwrap_or_else(|| panic!("{binary} is not a function of the templates"));
+    let mut spec = f.spec(&bin_dir());
+    for (k, v) in overrides {
+        assert!(
+            spec.env.contains_key(*k),
+            "{binary}: the template gives no {k}"
+        );
+        spec.env.insert((*k).to_owned(), (*v).to_owned());
+    }
+    start_spec(spec).await
+}
+
+/// A stream of the test's own with `shards` shards, once it is active.
+pub async fn own_stream(shards: i32) -> String {
+    let kinesis = clients_env().kinesis().await.unwrap();
+    let name = format!("lambda-host-{}", &uuid_hex()[..12]);
+    kinesis
+        .create_stream()
+        .stream_name(&name)
+        .shard_count(shards)
+        .send()
+        .await
+        .unwrap();
+    for _ in 0..100 {
+        let s = kinesis
+            .describe_stream_summary()
+            .stream_name(&name)
+            .send()
+            .await
+            .unwrap();
+        let active = s
+            .stream_description_summary()
+            .is_some_and(|d| d.stream_status() == &aws_sdk_kinesis::types::StreamStatus::Active);
+        if active {
+            return name;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("stream {name} never became active");
+}
+
+/// Delete a stream made by [`own_stream`].
+pub async fn delete_stream(name: &str) {
+    let kinesis = clients_env().kinesis().await.unwrap();
+    let _ = kinesis.delete_stream().stream_name(name).send().await;
+}
+
+/// A queue of the test's own; its URL.
+pub async fn own_queue() -> String {
+    let sqs = clients_env().sqs().await.unwrap();
+    let name = format!("lambda-host-{}", &uuid_hex()[..12]);
+    let q = sqs.create_queue().queue_name(&name).send().await.unwrap();
+    q.queue_url().unwrap().to_owned()
+}
+
+/// Every message on a queue of [`own_queue`] (received once), then the queue deleted.
+pub async fn drain_queue(url: &str) -> Vec<String> {
+    let sqs = clients_env().sqs().await.unwrap();
+    let mut bodies = Vec::new();
+    loop {
+        let got = sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .send()
+            .await
+            .unwrap();
+        if got.messages().is_empty() {
+            break;
+        }
+        bodies.extend(
+            got.messages()
+                .iter()
+                .filter_map(|m| m.body().map(str::to_owned)),
+        );
+    }
+    let _ = sqs.delete_queue().queue_url(url).send().await;
+    bodies
+}

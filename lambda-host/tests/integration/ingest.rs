@@ -3,7 +3,10 @@
 //! checkpoints), stream-heartbeat on its scheduled event, meter-ingest invoked asynchronously
 //! as an alias ARN.
 
-use crate::common::{NEEDS_STACK, clients_env, fresh_license, sample, start, uuid_hex};
+use crate::common::{
+    NEEDS_STACK, clients_env, delete_stream, fresh_license, own_stream, sample, start, start_with,
+    uuid_hex,
+};
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use awsmp_consumer::adapters::ingest::DynamoDbMappingStore;
 use awsmp_consumer::ingest::mapping::MappingFile;
@@ -56,7 +59,7 @@ async fn the_consumer_takes_the_mappings_batches_and_writes_every_row() {
     let _ = NEEDS_STACK;
     let env = clients_env();
     let kinesis = env.kinesis().await.unwrap();
-    let stream = env.get("AWSMP_USAGE_STREAM").unwrap().to_owned();
+    let stream = own_stream(2).await;
     let license = fresh_license();
     let account = "210000000042";
     for i in 0..6u64 {
@@ -91,6 +94,7 @@ async fn the_consumer_takes_the_mappings_batches_and_writes_every_row() {
         .unwrap();
     consumer.stop().await;
     std::fs::remove_dir_all(&dir).ok();
+    delete_stream(&stream).await;
     assert_eq!(report.function_errors, 0, "{report:?}");
     assert!(report.records_done >= 6, "{report:?}");
     // Rows are per account, dimension and second: the six events sum into them exactly.
@@ -101,25 +105,13 @@ async fn the_consumer_takes_the_mappings_batches_and_writes_every_row() {
 #[ignore = "needs the built binaries and the local stack (awsmp-local up); run by scripts/test"]
 async fn the_heartbeat_registers_every_shard_of_the_stream() {
     let env = clients_env();
-    let heartbeat = start("stream-heartbeat").await;
+    let stream = own_stream(3).await;
+    let heartbeat = start_with("stream-heartbeat", &[("AWSMP_USAGE_STREAM", &stream)]).await;
     let answer = heartbeat
         .invoke(&sample("stream-heartbeat.json"), None)
         .await
         .unwrap();
     heartbeat.stop().await;
-    let shards = env
-        .kinesis()
-        .await
-        .unwrap()
-        .list_shards()
-        .stream_name(env.get("AWSMP_USAGE_STREAM").unwrap())
-        .send()
-        .await
-        .unwrap()
-        .shards
-        .unwrap_or_default()
-        .len();
-    assert_eq!(answer[0], json!(shards), "{answer}");
     let marks = env
         .dynamodb()
         .await
@@ -130,16 +122,53 @@ async fn the_heartbeat_registers_every_shard_of_the_stream() {
         .expression_attribute_names("#s", "stream")
         .expression_attribute_values(
             ":s",
-            aws_sdk_dynamodb::types::AttributeValue::S(
-                env.get("AWSMP_USAGE_STREAM").unwrap().into(),
-            ),
+            aws_sdk_dynamodb::types::AttributeValue::S(stream.clone()),
         )
         .send()
         .await
         .unwrap()
         .items
         .unwrap_or_default();
-    assert!(marks.len() >= shards, "{marks:?}");
+    let markers = stream_records(&stream).await;
+    delete_stream(&stream).await;
+    // A marker into each of the three shards, each shard registered in the watermark table.
+    assert_eq!(answer[0], json!(3), "{answer}");
+    assert_eq!(marks.len(), 3, "{marks:?}");
+    assert_eq!(markers.len(), 3, "{markers:?}");
+}
+
+/// Every record's data on `stream`, every shard read from its start.
+pub async fn stream_records(stream: &str) -> Vec<String> {
+    let kinesis = clients_env().kinesis().await.unwrap();
+    let shards = kinesis
+        .list_shards()
+        .stream_name(stream)
+        .send()
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    for shard in shards.shards() {
+        let it = kinesis
+            .get_shard_iterator()
+            .stream_name(stream)
+            .shard_id(shard.shard_id())
+            .shard_iterator_type(aws_sdk_kinesis::types::ShardIteratorType::TrimHorizon)
+            .send()
+            .await
+            .unwrap();
+        let got = kinesis
+            .get_records()
+            .shard_iterator(it.shard_iterator().unwrap())
+            .send()
+            .await
+            .unwrap();
+        out.extend(
+            got.records()
+                .iter()
+                .map(|r| String::from_utf8_lossy(r.data().as_ref()).into_owned()),
+        );
+    }
+    out
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -165,7 +194,8 @@ async fn meter_ingest_takes_an_async_invoke_as_its_alias() {
     for m in &mapping.modules {
         store.put(m).await.unwrap();
     }
-    let ingest = start("meter-ingest").await;
+    let stream = own_stream(1).await;
+    let ingest = start_with("meter-ingest", &[("AWSMP_USAGE_STREAM", &stream)]).await;
     let event = |id: &str| {
         json!({"events": [{"eventId": id, "dimension": "api_calls", "quantity": 3,
                            "recordedAtHint": chrono::Utc::now().to_rfc3339()}]})
@@ -183,6 +213,11 @@ async fn meter_ingest_takes_an_async_invoke_as_its_alias() {
         .await
         .unwrap();
     ingest.stop().await;
+    let on_stream = stream_records(&stream).await;
+    delete_stream(&stream).await;
+    // The accepted event, and only it, went onto the stream, as the module's license.
+    assert_eq!(on_stream.len(), 1, "{on_stream:?}");
+    assert!(on_stream[0].contains(&license), "{on_stream:?}");
     assert_eq!(accepted["events"][0]["outcome"], "Accepted", "{accepted}");
     assert_eq!(
         unqualified["events"][0]["outcome"], "Rejected",

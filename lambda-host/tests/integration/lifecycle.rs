@@ -3,7 +3,7 @@
 //! API Gateway proxy requests for register, and each scheduled function on EventBridge's
 //! scheduled event.
 
-use crate::common::{NEEDS_STACK, clients_env, sample, start};
+use crate::common::{NEEDS_STACK, clients_env, drain_queue, own_queue, sample, start, start_with};
 use crate::pipeline::{failed_ids, sqs_event};
 use serde_json::json;
 
@@ -19,7 +19,8 @@ async fn a_lifecycle_event_lands_in_the_subscribers_table_and_a_malformed_one_is
     let license = format!("l-{}", crate::common::uuid_hex());
     let body = body.replace("l-0123456789abcdef0123456789abcdef", &license);
     let malformed = format!("{{not json {license}");
-    let subscription = start("subscription").await;
+    let dlq = own_queue().await;
+    let subscription = start_with("subscription", &[("AWSMP_SUBSCRIPTION_DLQ_URL", &dlq)]).await;
     let answer = subscription
         .invoke(
             &sqs_event("awsmp-subscription-events", &[body, malformed.clone()]),
@@ -49,22 +50,11 @@ async fn a_lifecycle_event_lands_in_the_subscribers_table_and_a_malformed_one_is
         })
         .collect();
     assert_eq!(ours.len(), 1, "{rows:?}");
-    let dlq = env
-        .sqs()
-        .await
-        .unwrap()
-        .receive_message()
-        .queue_url(env.get("AWSMP_SUBSCRIPTION_DLQ_URL").unwrap())
-        .max_number_of_messages(10)
-        .send()
-        .await
-        .unwrap();
-    assert!(
-        dlq.messages()
-            .iter()
-            .any(|m| m.body() == Some(malformed.as_str())),
-        "{:?}",
-        dlq.messages()
+    let dead = drain_queue(&dlq).await;
+    assert_eq!(
+        dead,
+        vec![malformed],
+        "the malformed message, dead-lettered"
     );
 }
 

@@ -3,7 +3,9 @@
 //! with a malformed message reported back as a batch item failure), its cleanup message through
 //! cleanup; the discoverer on each EventBridge target's constant input.
 
-use crate::common::{NEEDS_STACK, clients_env, fresh_license, start};
+use crate::common::{
+    NEEDS_STACK, clients_env, drain_queue, fresh_license, own_queue, start, start_with,
+};
 use crate::ingest::{usage_record, usage_rows, usage_total};
 use base64::Engine;
 use chrono::{Duration, Timelike, Utc};
@@ -115,7 +117,9 @@ async fn aggregate(license: &str, account: &str, hour: &str) -> Vec<String> {
         .as_str()
         .unwrap()
         .to_owned();
-    let aggregator = start("aggregator").await;
+    // The cleanup queue of the test's own, so no other test receives its message.
+    let cleanup_queue = own_queue().await;
+    let aggregator = start_with("aggregator", &[("AWSMP_CLEANUP_QUEUE_URL", &cleanup_queue)]).await;
     let answer = aggregator.invoke(&batch, None).await.unwrap();
     aggregator.stop().await;
     assert_eq!(failed_ids(&answer), vec![bad_id], "{answer}");
@@ -141,25 +145,7 @@ async fn aggregate(license: &str, account: &str, hour: &str) -> Vec<String> {
     assert_eq!(total.as_deref(), Some("60"), "{aggregated:?}");
 
     // The aggregator's cleanup message, as the cleanup mapping would deliver it.
-    let sqs = env.sqs().await.unwrap();
-    let mut cleanup_bodies = Vec::new();
-    for _ in 0..10 {
-        let got = sqs
-            .receive_message()
-            .queue_url(env.get("AWSMP_CLEANUP_QUEUE_URL").unwrap())
-            .max_number_of_messages(10)
-            .send()
-            .await
-            .unwrap();
-        for m in got.messages() {
-            if m.body().is_some_and(|b| b.contains(license)) {
-                cleanup_bodies.push(m.body().unwrap().to_owned());
-            }
-        }
-        if !cleanup_bodies.is_empty() {
-            break;
-        }
-    }
+    let cleanup_bodies: Vec<String> = drain_queue(&cleanup_queue).await;
     assert_eq!(
         cleanup_bodies.len(),
         1,
