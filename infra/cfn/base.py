@@ -60,6 +60,14 @@ def physical_name(local_name: str, stack: str) -> str:
     return prefix_for(stack) + local_name[len("awsmp") :]
 
 
+def local_name(physical: str) -> str:
+    """The inverse of `physical_name`: `awsmp-${StageName}-${ProductCode}-usage` → `awsmp-usage`."""
+    for prefix in (PRODUCT_PREFIX, EVENTS_PREFIX):
+        if physical.startswith(prefix + "-"):
+            return "awsmp" + physical[len(prefix) :]
+    raise ValueError(f"not a physical name: {physical}")
+
+
 def table_arn(local_name: str, stack: str, region: str = "${AWS::Region}") -> dict:
     """ARN of a table of another stack, by its deterministic physical name."""
     return sub(

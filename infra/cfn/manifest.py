@@ -5,15 +5,28 @@ docs/local-stack.md, "Lambdas as processes").
 It is read out of the built templates, never written by hand: per stack the parameters (their
 defaults) and conditions, and per function its binary, timeout, memory, condition, environment
 (intrinsics as the template has them), the schedules that target it (with each target's
-constant input) and the event source mappings that feed it. The host resolves the intrinsics
-against its own resources and parameter values.
+constant input) and the event source mappings that feed it; per stack also its tables, queues,
+streams and buckets with the physical name the template gives each (intrinsics as written) and
+the local stack's name of it, so a host can tell which resource a name built by `Fn::Sub` in
+another stack's environment means. The
+host resolves the intrinsics against its own resources and parameter values.
 """
 
 from __future__ import annotations
 
 import json
 
+from cfn.base import load_resources, local_name
+
 FUNCTION = "AWS::Serverless::Function"
+
+# The resource types a function's environment names, and the property holding the physical name.
+NAMED = {
+    "AWS::DynamoDB::Table": "TableName",
+    "AWS::SQS::Queue": "QueueName",
+    "AWS::Kinesis::Stream": "Name",
+    "AWS::S3::Bucket": "BucketName",
+}
 
 
 def _target_function(arn) -> str | None:
@@ -60,6 +73,12 @@ def _mappings(resources: dict) -> dict[str, list]:
     return out
 
 
+def _local_names() -> dict[str, str]:
+    """Logical id → local name, for the resources whose deployed name CloudFormation generates."""
+    defs = load_resources()
+    return {r["logicalId"]: r["name"] for kind in ("tables", "queues", "streams", "buckets") for r in defs[kind]}
+
+
 def stack_manifest(template: dict) -> dict:
     # `Fn::ForEach::…` entries (the meter-ingest aliases) are not resources of their own here.
     resources = {k: v for k, v in template["Resources"].items() if isinstance(v, dict)}
@@ -81,9 +100,21 @@ def stack_manifest(template: dict) -> dict:
                 "mappings": mappings.get(logical_id, []),
             }
         )
+    named = {}
+    for logical_id, res in resources.items():
+        if res["Type"] not in NAMED:
+            continue
+        name = res.get("Properties", {}).get(NAMED[res["Type"]])
+        named[logical_id] = {
+            "type": res["Type"],
+            "name": name,
+            # The local stack's name of it (infra/resources.json).
+            "localName": local_name(name["Fn::Sub"]) if isinstance(name, dict) else _local_names()[logical_id],
+        }
     return {
         "parameters": {name: p.get("Default") for name, p in template["Parameters"].items()},
         "conditions": template.get("Conditions", {}),
+        "resources": named,
         "functions": functions,
     }
 

@@ -7,6 +7,7 @@
 
 mod api;
 mod function;
+pub mod local;
 pub mod template;
 
 pub use function::{Function, FunctionSpec, INIT_TIMEOUT};

@@ -16,12 +16,30 @@ pub struct Manifest {
     pub stacks: BTreeMap<String, StackManifest>,
 }
 
-/// One stack's parameters (defaults; `null` when it has none), conditions and functions.
+/// One stack's parameters (defaults; `null` when it has none), conditions, named resources and
+/// functions.
 #[derive(Debug, Clone, Deserialize)]
 pub struct StackManifest {
     pub parameters: BTreeMap<String, Value>,
     pub conditions: Map<String, Value>,
+    /// Tables, queues, streams and buckets, by logical id.
+    #[serde(default)]
+    pub resources: BTreeMap<String, NamedResource>,
     pub functions: Vec<FunctionManifest>,
+}
+
+/// A table, queue, stream or bucket of a stack.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NamedResource {
+    /// `AWS::DynamoDB::Table`, `AWS::SQS::Queue`, `AWS::Kinesis::Stream`, `AWS::S3::Bucket`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The physical name the template gives it (an intrinsic); `None` when CloudFormation
+    /// generates it.
+    pub name: Option<Value>,
+    /// Its name on the local stack (`infra/resources.json`).
+    pub local_name: String,
 }
 
 /// One function as its template gives it.
@@ -135,6 +153,13 @@ impl StackManifest {
             }
         }
         Ok(out)
+    }
+
+    /// One value of the template resolved (a resource's physical name, a mapping's batch size).
+    pub fn resolve(&self, value: &Value, ctx: &Context) -> Result<Option<String>, Error> {
+        Resolver { stack: self, ctx }
+            .value(value)
+            .map_err(Error::Template)
     }
 
     /// Whether the named condition holds (a function or schedule under a false condition

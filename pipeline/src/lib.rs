@@ -10,6 +10,7 @@ pub mod emf;
 pub mod error;
 pub mod handlers;
 pub mod ids;
+pub mod lambda_init;
 pub mod metering_client;
 pub mod mutants;
 pub mod ports;

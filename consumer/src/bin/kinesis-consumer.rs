@@ -7,7 +7,8 @@ use lambda_runtime::{Error, LambdaEvent, service_fn};
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
-    let config = Config::from_env()?;
+    let config =
+        awsmp_pipeline::lambda_init::init("kinesis-consumer", async { Config::from_env() }).await?;
     let sdk = awsmp_pipeline::aws::sdk_config().await;
     let mut consumer = consumer_from_config(&config, aws_sdk_dynamodb::Client::new(&sdk));
     consumer.archive = config.archive_bucket.as_ref().map(|b| {

@@ -8,7 +8,9 @@ use lambda_runtime::{Diagnostic, Error, LambdaEvent, service_fn};
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
-    let config = IngestConfig::from_env()?;
+    let config =
+        awsmp_pipeline::lambda_init::init("meter-ingest", async { IngestConfig::from_env() })
+            .await?;
     let sdk = awsmp_pipeline::aws::sdk_config().await;
     let ingest = meter_ingest_from_config(
         &config,

@@ -8,7 +8,10 @@ use lambda_runtime::{Error, LambdaEvent, service_fn};
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
-    let config = EventsConfig::from_env()?;
+    let config = awsmp_pipeline::lambda_init::init("deprovision-cleanup", async {
+        EventsConfig::from_env()
+    })
+    .await?;
     let sdk = awsmp_pipeline::aws::sdk_config().await;
     let store = DynamoDbSubscriberStore::new(aws::dynamodb(&sdk, None), &config.subscribers_table);
     let metrics = MetricsSink::stdout(&config.metrics_namespace, "deprovision-cleanup");

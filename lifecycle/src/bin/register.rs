@@ -9,7 +9,8 @@ use lambda_http::{Error, Request, service_fn};
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_http::tracing::init_default_subscriber();
-    let c = RegisterConfig::from_env()?;
+    let c =
+        awsmp_pipeline::lambda_init::init("register", async { RegisterConfig::from_env() }).await?;
     let sdk = awsmp_pipeline::aws::sdk_config().await;
     let resolver =
         MarketplaceCustomerResolver::new(aws::metering(&sdk, &c.resolve_customer_region));

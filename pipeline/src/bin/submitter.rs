@@ -7,7 +7,12 @@ use lambda_runtime::{Error, LambdaEvent, service_fn};
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
-    let svc = SubmitterDeps::from_services(&services_from_env("submitter").await?)?;
+    let svc = awsmp_pipeline::lambda_init::init("submitter", async {
+        Ok::<_, Error>(SubmitterDeps::from_services(
+            &services_from_env("submitter").await?,
+        )?)
+    })
+    .await?;
     let api =
         MarketplaceMeteringApi::new(metering_client(&awsmp_pipeline::aws::sdk_config().await));
     let (svc, api) = (&svc, &api);
