@@ -11,6 +11,7 @@ pub mod event;
 pub mod event_id;
 mod fold;
 mod handoff;
+mod key_cache;
 pub mod limits;
 pub mod metrics;
 mod outcome;

@@ -67,7 +67,7 @@ proptest! {
             }
             // Some events come with their group's cached key (found by it), some without.
             let keyed = (i % 3 != 0).then(|| {
-                crate::partition::keyed_group(&e.license_arn, &e.customer_aws_account_id, &e.dimension)
+                crate::key_cache::keyed_group(&e.license_arn, &e.customer_aws_account_id, &e.dimension)
             });
             prop_assert!(table.add(e.clone(), Some("default"), 100, 50, &staged, keyed).is_ok());
             if e.producer_id.is_none() {
@@ -323,7 +323,7 @@ fn join_or_open_opens_charged_or_joins_free_with_the_slot_attached() {
     let slot: Arc<FoldSlot> = Arc::default();
     let mut template = event(5, 300, 4);
     template.producer_id = Some("default".into());
-    let keyed = crate::partition::keyed_group(
+    let keyed = crate::key_cache::keyed_group(
         &template.license_arn,
         &template.customer_aws_account_id,
         &template.dimension,
@@ -383,7 +383,7 @@ fn hollow_setup() -> (Event, Arc<GroupFields>, (Arc<str>, u128), GroupHash) {
         dimension: whole.dimension.clone(),
         producer_id: whole.producer_id.clone(),
     });
-    let meter_pk = crate::partition::keyed_group(
+    let meter_pk = crate::key_cache::keyed_group(
         &whole.license_arn,
         &whole.customer_aws_account_id,
         &whole.dimension,

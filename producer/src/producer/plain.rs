@@ -15,8 +15,8 @@ use crate::event::{
 };
 use crate::event_id::GeneratedId;
 use crate::fold::{Absorbed, FoldKey, FoldSlot, GroupHash, SumHead};
+use crate::key_cache::{cached_head, with_cached_head, with_cached_slot};
 use crate::limits::MAX_RECORD_BYTES;
-use crate::partition::{cached_head, with_cached_head, with_cached_slot};
 use crate::wire::v2::{allocations_len, generated_single_len, put_single_from_head};
 use crate::wire::{WireVersion, single_len_as};
 

@@ -11,11 +11,9 @@ use super::Producer;
 use crate::error::{ProducerError, ValidationError};
 use crate::event::{Event, truncate_to_millis, validate_allocations, validate_timestamp};
 use crate::event_id::GeneratedId;
+use crate::key_cache::{CheckedGroup, SingleHead, checked_group, keyed_group};
 use crate::limits::MAX_RECORD_BYTES;
-use crate::partition::{
-    CheckedGroup, SingleHead, checked_group, keyed_group, partition_hash, partition_key,
-    partition_key_len,
-};
+use crate::partition::{partition_hash, partition_key, partition_key_len};
 use crate::wire::v2::{allocations_len, generated_single_len};
 use crate::wire::{WireVersion, single_len_as};
 
