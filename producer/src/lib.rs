@@ -3,7 +3,6 @@
 
 pub mod batch;
 pub mod budget;
-pub mod collapse;
 pub mod config;
 mod engine;
 pub mod error;

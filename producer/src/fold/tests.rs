@@ -1,12 +1,12 @@
-//! The window table sums exactly as [`Collapser`] does.
+//! The window table sums exactly as the test oracle, [`Collapser`], does.
 
 use std::sync::atomic::AtomicUsize;
 
 use chrono::{TimeZone, Utc};
 use proptest::prelude::*;
 
+use super::oracle::Collapser;
 use super::*;
-use crate::collapse::Collapser;
 use crate::event::{Tag, UsageAllocation};
 use crate::partition::partition_key;
 
@@ -48,7 +48,7 @@ proptest! {
     ) {
         let table = FoldTable::new(Counted::default());
         let staged = AtomicUsize::new(0);
-        let mut reference: Collapser<()> = Collapser::new();
+        let mut reference: Collapser = Collapser::new();
         for (i, (g, ms, q, kind, own_producer)) in raw.into_iter().enumerate() {
             let q = if huge && i % 7 == 0 { u64::MAX - q } else { q };
             let mut e = event(g, ms, q);
@@ -74,7 +74,7 @@ proptest! {
                 e.producer_id = Some("default".into());
             }
             let pk = partition_key(&e.license_arn, &e.customer_aws_account_id, &e.dimension);
-            reference.add(e, pk, 50, ());
+            reference.add(e, pk, 50);
         }
         let mut folded = Vec::new();
         table.drain(false, &staged, |f| folded.push(f));
