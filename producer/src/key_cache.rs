@@ -159,6 +159,10 @@ fn cached_group(
 /// head, borrowed from the cache (no reference count taken, nothing checked or encoded
 /// again). `None` when either is not kept yet: the caller then takes [`checked_group`]'s
 /// path, which checks the group and keeps both. `f` must not use this thread's cache.
+///
+/// A fast path (docs/producer-internals.md, "The fast-path rule"). Equivalence tests: `key_cache::tests::cached_keys_are_the_keys`,
+/// `key_cache::tests::only_checked_groups_are_cached` and, through the producer,
+/// `producer::plain_tests::a_plain_event_is_staged_as_the_checked_path_stages_it`.
 pub(crate) fn with_cached_head<R>(
     group: GroupRef<'_>,
     producer_id: Option<&str>,
@@ -193,6 +197,10 @@ pub(crate) fn cached_head(
 /// kept none for it; `producer_id`, the instance's default, is hashed into it once). `None`
 /// when the group is not kept yet: the caller takes [`checked_group`]'s path, which checks
 /// and keeps it. `f` must not use this thread's cache.
+///
+/// A fast path (docs/producer-internals.md, "The fast-path rule"). Equivalence test, through the producer:
+/// `producer::plain_tests::a_plain_event_is_staged_as_the_checked_path_stages_it` (with
+/// collapse).
 pub(crate) fn with_cached_slot<R>(
     group: GroupRef<'_>,
     instance: u64,

@@ -46,6 +46,10 @@ use crate::wire::{WireVersion, encode_event};
 /// }
 /// # Ok(()) }
 /// ```
+///
+/// A fast path (docs/producer-internals.md, "The fast-path rule"): its equivalence test,
+/// `producer::meter::tests::a_meter_records_what_record_records`, runs the same usage through
+/// meters and through [`Producer::record`] and compares the sink's bytes.
 #[derive(Clone)]
 pub struct Meter {
     bound: Arc<Bound>,

@@ -95,6 +95,10 @@ impl Producer {
     /// payload, split, key, charge, sum and counts — with nothing moved, reference-counted or
     /// checked twice: what a [`super::Meter`] does, after one lookup of the group's fields.
     /// `None` leaves the event to the checked path (nothing taken: no id, no charge).
+    ///
+    /// A fast path (docs/producer-internals.md, "The fast-path rule"): it declines what it does not handle.
+    /// Equivalence test: `producer::plain_tests::a_plain_event_is_staged_as_the_checked_path_stages_it`
+    /// (the same events through this path and the checked path, the sink's bytes compared).
     pub(super) fn plain(&self, event: &Event) -> Option<Plain> {
         let shared = &self.shared;
         if !super::looks_plain(event) || shared.closed.load(Ordering::Relaxed) {
