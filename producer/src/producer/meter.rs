@@ -1,6 +1,6 @@
 //! Bound group handles ([`Meter`]): one group validated, keyed and hashed once, then
 //! `record(timestamp, quantity)` per event with no string to validate, hash, copy or free
-//! (producer/README.md, "Bound group handles").
+//! (docs/producer-internals.md, "Bound group handles (`Meter`)").
 
 use std::sync::Arc;
 
