@@ -256,23 +256,25 @@ pub fn validate_account_id(id: &str) -> Result<(), ValidationError> {
 }
 
 /// The v1 payload writes `YYYY-MM-DDTHH:MM:SS.mmmZ`; years outside 1970–9999 cannot be
-/// written that way (or are nonsense for metering).
+/// written that way (or are nonsense for metering). The rule is [`second_in_range`], the
+/// one every recording path checks; the refusal names the year.
 pub(crate) fn validate_timestamp(ts: &DateTime<Utc>) -> Result<(), ValidationError> {
-    let y = ts.naive_utc().year();
-    if !(1970..=9999).contains(&y) {
-        return Err(ValidationError::MalformedTimestamp(format!(
-            "year {y} outside 1970-9999"
-        )));
+    if second_in_range(ts.timestamp()) {
+        return Ok(());
     }
-    Ok(())
+    let y = ts.naive_utc().year();
+    Err(ValidationError::MalformedTimestamp(format!(
+        "year {y} outside 1970-9999"
+    )))
 }
 
-/// Epoch seconds of 10000-01-01T00:00:00Z: a timestamp is in years 1970–9999 (what
-/// [`validate_timestamp`] admits) exactly when its UTC second lies in `0..YEAR_10000_SECONDS`.
+/// Epoch seconds of 10000-01-01T00:00:00Z: a timestamp is in years 1970–9999 exactly when
+/// its UTC second lies in `0..YEAR_10000_SECONDS`.
 const YEAR_10000_SECONDS: i64 = 253_402_300_800;
 
-/// [`validate_timestamp`]'s rule as a comparison of the timestamp's UTC second (no calendar
-/// arithmetic): a hot path's check.
+/// The timestamp rule, written once: the UTC second of a timestamp in years 1970–9999 (a
+/// comparison, no calendar arithmetic, so the hot paths check it per event as
+/// [`validate_timestamp`] does).
 pub(crate) fn second_in_range(second: i64) -> bool {
     (0..YEAR_10000_SECONDS).contains(&second)
 }

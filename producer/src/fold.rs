@@ -3,8 +3,11 @@
 //! its group, UTC second, producer id and kind, comparing the borrowed fields — no
 //! partition-key string, no id, no encoding per event. The window's sums get their ids (one
 //! generated id each), partition keys and encoding when the window closes (`engine::window`).
-//! An event with an id of its own never joins a sum: it is staged as it is. They are [`crate::collapse::Collapser`]'s sums: both add
-//! through [`Sum`], and the tests below check the two agree.
+//! An event with an id of its own never joins a sum: its id is its caller's idempotency key,
+//! and a sum carrying it under another id would be applied again when the caller re-records
+//! the event; it is staged as it is. This table is the producer's one collapse
+//! implementation; a test oracle (`oracle::Collapser`, test-only) sums the same events the
+//! plainest way, and `fold::tests::the_table_sums_as_the_collapser` checks the two agree.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,15 +17,18 @@ use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 use tokio::time::Instant;
 
-use crate::collapse::Sum;
 use crate::event::{Event, GroupRef, UsageAllocation};
 
 mod key;
+#[cfg(test)]
+mod oracle;
 mod slot;
+mod sum;
 
 pub(crate) use key::{FoldKey, GroupHash};
 pub(crate) use slot::{Counted, FoldSlot};
 use slot::{attach, detach};
+use sum::Sum;
 
 /// Table shards: a power of two, picked by the group's hash, so one group's sums stay in one
 /// shard (in the order they were opened) and callers recording different groups rarely meet

@@ -386,6 +386,10 @@ impl Staging {
     /// id lane's sequences (taken from one counter by all threads) arrive in order but for
     /// two calls that raced each other. So the consumer's applied ranges of a lane stay few
     /// however many threads record, as they do with one shard per lane.
+    ///
+    /// The per-thread shards are a fast path (docs/producer-internals.md, "The fast-path rule") over one queue;
+    /// equivalence tests: `handoff::tests::a_take_merges_the_threads_shards_in_the_order_they_were_pushed`
+    /// and `handoff::tests::a_caller_that_moves_between_threads_keeps_its_order`.
     pub fn take(&self, seal: bool, mut f: impl FnMut(Incoming)) {
         // Nothing staged (a push not counted yet is taken next time: its count wakes the
         // task): no lock taken, so a task woken for other reasons never meets record().

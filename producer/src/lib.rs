@@ -3,7 +3,6 @@
 
 pub mod batch;
 pub mod budget;
-pub mod collapse;
 pub mod config;
 mod engine;
 pub mod error;
@@ -11,6 +10,7 @@ pub mod event;
 pub mod event_id;
 mod fold;
 mod handoff;
+mod key_cache;
 pub mod limits;
 pub mod metrics;
 mod outcome;

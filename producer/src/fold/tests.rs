@@ -1,12 +1,12 @@
-//! The window table sums exactly as [`Collapser`] does.
+//! The window table sums exactly as the test oracle, [`Collapser`], does.
 
 use std::sync::atomic::AtomicUsize;
 
 use chrono::{TimeZone, Utc};
 use proptest::prelude::*;
 
+use super::oracle::Collapser;
 use super::*;
-use crate::collapse::Collapser;
 use crate::event::{Tag, UsageAllocation};
 use crate::partition::partition_key;
 
@@ -48,7 +48,7 @@ proptest! {
     ) {
         let table = FoldTable::new(Counted::default());
         let staged = AtomicUsize::new(0);
-        let mut reference: Collapser<()> = Collapser::new();
+        let mut reference: Collapser = Collapser::new();
         for (i, (g, ms, q, kind, own_producer)) in raw.into_iter().enumerate() {
             let q = if huge && i % 7 == 0 { u64::MAX - q } else { q };
             let mut e = event(g, ms, q);
@@ -67,14 +67,14 @@ proptest! {
             }
             // Some events come with their group's cached key (found by it), some without.
             let keyed = (i % 3 != 0).then(|| {
-                crate::partition::keyed_group(&e.license_arn, &e.customer_aws_account_id, &e.dimension)
+                crate::key_cache::keyed_group(&e.license_arn, &e.customer_aws_account_id, &e.dimension)
             });
             prop_assert!(table.add(e.clone(), Some("default"), 100, 50, &staged, keyed).is_ok());
             if e.producer_id.is_none() {
                 e.producer_id = Some("default".into());
             }
             let pk = partition_key(&e.license_arn, &e.customer_aws_account_id, &e.dimension);
-            reference.add(e, pk, 50, ());
+            reference.add(e, pk, 50);
         }
         let mut folded = Vec::new();
         table.drain(false, &staged, |f| folded.push(f));
@@ -323,7 +323,7 @@ fn join_or_open_opens_charged_or_joins_free_with_the_slot_attached() {
     let slot: Arc<FoldSlot> = Arc::default();
     let mut template = event(5, 300, 4);
     template.producer_id = Some("default".into());
-    let keyed = crate::partition::keyed_group(
+    let keyed = crate::key_cache::keyed_group(
         &template.license_arn,
         &template.customer_aws_account_id,
         &template.dimension,
@@ -383,7 +383,7 @@ fn hollow_setup() -> (Event, Arc<GroupFields>, (Arc<str>, u128), GroupHash) {
         dimension: whole.dimension.clone(),
         producer_id: whole.producer_id.clone(),
     });
-    let meter_pk = crate::partition::keyed_group(
+    let meter_pk = crate::key_cache::keyed_group(
         &whole.license_arn,
         &whole.customer_aws_account_id,
         &whole.dimension,

@@ -1,6 +1,6 @@
 //! Bound group handles ([`Meter`]): one group validated, keyed and hashed once, then
 //! `record(timestamp, quantity)` per event with no string to validate, hash, copy or free
-//! (producer/README.md, "Bound group handles").
+//! (docs/producer-internals.md, "Bound group handles (`Meter`)").
 
 use std::sync::Arc;
 
@@ -15,7 +15,6 @@ use crate::event::{
 };
 use crate::event_id::GeneratedId;
 use crate::fold::{Charged, FoldKey, FoldSlot, GroupFields, GroupHash, Joined, SumHead};
-use crate::limits::MAX_RECORD_BYTES;
 use crate::partition::{partition_hash, partition_key};
 use crate::wire::v2::{generated_single_len, put_generated_single, single_head};
 use crate::wire::{WireVersion, encode_event};
@@ -47,6 +46,10 @@ use crate::wire::{WireVersion, encode_event};
 /// }
 /// # Ok(()) }
 /// ```
+///
+/// A fast path (docs/producer-internals.md, "The fast-path rule"): its equivalence test,
+/// `producer::meter::tests::a_meter_records_what_record_records`, runs the same usage through
+/// meters and through [`Producer::record`] and compares the sink's bytes.
 #[derive(Clone)]
 pub struct Meter {
     bound: Arc<Bound>,
@@ -163,19 +166,7 @@ impl Producer {
                 encode_event(&e).len()
             }
         };
-        let size = payload + pk_len;
-        if size > MAX_RECORD_BYTES {
-            return Err(ValidationError::EventTooLarge {
-                bytes: size,
-                limit: MAX_RECORD_BYTES,
-            });
-        }
-        let cost = Self::buffer_cost(payload, pk_len);
-        let limit = self.shared.config.max_buffered_bytes;
-        if cost > limit {
-            return Err(ValidationError::EventTooLarge { bytes: cost, limit });
-        }
-        Ok(())
+        self.admit(payload, 0, pk_len).map(drop)
     }
 }
 

@@ -15,8 +15,7 @@ use crate::event::{
 };
 use crate::event_id::GeneratedId;
 use crate::fold::{Absorbed, FoldKey, FoldSlot, GroupHash, SumHead};
-use crate::limits::MAX_RECORD_BYTES;
-use crate::partition::{cached_head, with_cached_head, with_cached_slot};
+use crate::key_cache::{cached_head, with_cached_head, with_cached_slot};
 use crate::wire::v2::{allocations_len, generated_single_len, put_single_from_head};
 use crate::wire::{WireVersion, single_len_as};
 
@@ -96,6 +95,10 @@ impl Producer {
     /// payload, split, key, charge, sum and counts — with nothing moved, reference-counted or
     /// checked twice: what a [`super::Meter`] does, after one lookup of the group's fields.
     /// `None` leaves the event to the checked path (nothing taken: no id, no charge).
+    ///
+    /// A fast path (docs/producer-internals.md, "The fast-path rule"): it declines what it does not handle.
+    /// Equivalence test: `producer::plain_tests::a_plain_event_is_staged_as_the_checked_path_stages_it`
+    /// (the same events through this path and the checked path, the sink's bytes compared).
     pub(super) fn plain(&self, event: &Event) -> Option<Plain> {
         let shared = &self.shared;
         if !super::looks_plain(event) || shared.closed.load(Ordering::Relaxed) {
@@ -172,15 +175,8 @@ impl Producer {
         let producer_id = config.producer_id.as_deref();
         let longest = self.shared.ids.longest_id();
         let payload_len = single_len_as(event, producer_id, Some(longest));
-        let pk_len = keyed.0.len();
-        if payload_len + pk_len > MAX_RECORD_BYTES {
-            return None;
-        }
         let slack = quantity_slack(event.quantity, WireVersion::V2);
-        let cost = Self::buffer_cost(payload_len + slack, pk_len);
-        if cost > config.max_buffered_bytes {
-            return None;
-        }
+        let cost = self.admit(payload_len, slack, keyed.0.len()).ok()?;
         let head = cached_head(event.group(), producer_id, longest.epoch).map(|h| SumHead {
             split: Payload::split_of(&h),
             bytes: h.bytes,
@@ -224,14 +220,8 @@ impl Producer {
             // `Producer::prepare`'s size, checks and charge for the event joining a sum.
             let longest = shared.ids.longest_id();
             let payload_len = single_len_as(event, producer_id, Some(longest));
-            if payload_len + pk.len() > MAX_RECORD_BYTES {
-                return None;
-            }
             let slack = quantity_slack(quantity, WireVersion::V2);
-            let cost = Self::buffer_cost(payload_len + slack, pk.len());
-            if cost > config.max_buffered_bytes {
-                return None;
-            }
+            let cost = self.admit(payload_len, slack, pk.len()).ok()?;
             shared.sem.try_acquire_many(cost as u32).ok()?.forget();
             let key = FoldKey::with(cached.fold, group, producer_id, second, true).from(Some(pk));
             match shared
@@ -281,11 +271,7 @@ impl Producer {
                 let allocations_len = allocations_len(allocations);
                 let most =
                     generated_single_len(&head.bytes, quantity, millis, longest) + allocations_len;
-                if most + pk.len() > MAX_RECORD_BYTES
-                    || Self::buffer_cost(most, pk.len()) > config.max_buffered_bytes
-                {
-                    return None;
-                }
+                self.admit(most, 0, pk.len()).ok()?;
                 let id = ids.next_id(hash);
                 let len = generated_single_len(&head.bytes, quantity, millis, id) + allocations_len;
                 let cost = Self::buffer_cost(len, pk.len());

@@ -11,11 +11,9 @@ use super::Producer;
 use crate::error::{ProducerError, ValidationError};
 use crate::event::{Event, truncate_to_millis, validate_allocations, validate_timestamp};
 use crate::event_id::GeneratedId;
+use crate::key_cache::{CheckedGroup, SingleHead, checked_group, keyed_group};
 use crate::limits::MAX_RECORD_BYTES;
-use crate::partition::{
-    CheckedGroup, SingleHead, checked_group, keyed_group, partition_hash, partition_key,
-    partition_key_len,
-};
+use crate::partition::{partition_hash, partition_key, partition_key_len};
 use crate::wire::v2::{allocations_len, generated_single_len};
 use crate::wire::{WireVersion, single_len_as};
 
@@ -177,34 +175,50 @@ impl Producer {
             Route::Encoded { payload, .. } => payload.len(),
             Route::Fold { payload_len, .. } => *payload_len,
         };
-        let size = payload_len + pk_len;
-        if size > MAX_RECORD_BYTES {
-            let e = ValidationError::EventTooLarge {
-                bytes: size,
-                limit: MAX_RECORD_BYTES,
-            };
-            return Err(invalid(e, event));
-        }
         // A sum can outgrow its first constituent by its quantity's digits: charged for the
         // longest quantity, the sums never hold more than their reservations.
         let slack = match &route {
             Route::Fold { .. } => quantity_slack(event.quantity, config.wire_version),
             Route::Encoded { .. } => 0,
         };
-        let cost = Self::buffer_cost(payload_len + slack, pk_len);
-        if cost > self.shared.config.max_buffered_bytes {
-            let e = ValidationError::EventTooLarge {
-                bytes: cost,
-                limit: self.shared.config.max_buffered_bytes,
-            };
-            return Err(invalid(e, event));
-        }
+        let cost = match self.admit(payload_len, slack, pk_len) {
+            Ok(cost) => cost,
+            Err(e) => return Err(invalid(e, event)),
+        };
         Ok(Prepared {
             event,
             generated,
             route,
             cost,
         })
+    }
+
+    /// The size check of every recording path (this one, the plain event's fast path, a
+    /// meter's largest event), written once: an event whose payload is `payload_len` bytes
+    /// under a partition key of `pk_len` bytes must fit one Kinesis record
+    /// ([`MAX_RECORD_BYTES`]), and its charge — the payload, the `slack` bytes its sum may
+    /// grow by, the key and the record overhead ([`Producer::buffer_cost`]) — must fit the
+    /// buffer bound. Its charge, or the refusal ([`ValidationError::EventTooLarge`]).
+    #[inline]
+    pub(super) fn admit(
+        &self,
+        payload_len: usize,
+        slack: usize,
+        pk_len: usize,
+    ) -> Result<usize, ValidationError> {
+        let size = payload_len + pk_len;
+        if size > MAX_RECORD_BYTES {
+            return Err(ValidationError::EventTooLarge {
+                bytes: size,
+                limit: MAX_RECORD_BYTES,
+            });
+        }
+        let cost = Self::buffer_cost(payload_len + slack, pk_len);
+        let limit = self.shared.config.max_buffered_bytes;
+        if cost > limit {
+            return Err(ValidationError::EventTooLarge { bytes: cost, limit });
+        }
+        Ok(cost)
     }
 
     /// Checks `event` as `check` says; a whole check returns its group's partition key and

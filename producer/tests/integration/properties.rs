@@ -1,4 +1,5 @@
-//! Property tests: packing and call limits, and collapse conserving quantities.
+//! Property tests: packing and call limits, and collapse conserving quantities through the
+//! producer (the collapse oracle's own property test is in `src/fold/oracle.rs`).
 
 use crate::common;
 
@@ -6,13 +7,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use awsmp_producer::batch::{UserRec, pack};
-use awsmp_producer::collapse::Collapser;
 use awsmp_producer::limits::{MAX_BYTES_PER_PUT, MAX_RECORD_BYTES, MAX_RECORDS_PER_PUT};
-use awsmp_producer::partition::{ShardMap, partition_hash, partition_key};
-use awsmp_producer::wire::{deaggregate, decode_event, encode_event};
-use awsmp_producer::{
-    Event, MemoryRecordSink, Producer, StaticShardMapSource, Tag, UsageAllocation,
-};
+use awsmp_producer::partition::{ShardMap, partition_hash};
+use awsmp_producer::wire::deaggregate;
+use awsmp_producer::{Event, MemoryRecordSink, Producer, StaticShardMapSource};
 use bytes::Bytes;
 use chrono::Duration as ChronoDuration;
 use proptest::prelude::*;
@@ -65,84 +63,6 @@ proptest! {
         }
         seen.sort();
         prop_assert_eq!(seen, (0..sizes.len()).collect::<Vec<_>>());
-    }
-
-    /// Collapse conserves quantity per (group, UTC second) and per allocation tag set, keeps
-    /// lone events untouched, and never merges an event that has an id of its own: it comes
-    /// out as it went in, and sums carry no id (the producer names them).
-    #[test]
-    fn collapse_conserves_quantities_per_group_second(
-        raw in prop::collection::vec((0usize..4, 0i64..3_000, 0u64..1_000_000, any::<bool>(), 0usize..3, any::<bool>()), 1..200),
-    ) {
-        let mut c: Collapser<()> = Collapser::new();
-        let mut inputs = Vec::new();
-        for (i, (g, ms, q, tagged, tagset, own_id)) in raw.into_iter().enumerate() {
-            let id = if own_id { format!("id-{i}") } else { String::new() };
-            let mut e = event(g, ms, q, 0, id);
-            // Tagging is per group, as the pipeline requires.
-            if g % 2 == 0 || tagged && g == 3 {
-                let a = q / 3;
-                let tags = vec![Tag::new("team", format!("t{tagset}")), Tag::new("env", "prod")];
-                let mut rev = tags.clone();
-                rev.reverse(); // same tag set, other order: must merge with `tags`
-                e = e.with_allocations(vec![
-                    UsageAllocation::new(a, if i % 2 == 0 { tags } else { rev }),
-                    UsageAllocation::new(q - a, vec![Tag::new("team", "other")]),
-                ]);
-            }
-            let payload = encode_event(&e);
-            let pk = partition_key(&e.license_arn, &e.customer_aws_account_id, &e.dimension);
-            c.add(e.clone(), pk, payload.len(), ());
-            inputs.push(e);
-        }
-        let out = c.drain();
-        prop_assert!(c.is_empty());
-        type K = (String, i64, bool);
-        let key = |e: &Event| (e.dimension.clone() + &e.license_arn, e.timestamp.timestamp(), e.usage_allocations.is_some());
-        let mut want: HashMap<K, (u128, usize)> = HashMap::new();
-        let mut want_tags: HashMap<(K, Vec<(String, String)>), u128> = HashMap::new();
-        let tagset = |a: &UsageAllocation| { let mut t: Vec<_> = a.tags.iter().map(|t| (t.key.clone(), t.value.clone())).collect(); t.sort(); t };
-        for e in &inputs {
-            let w = want.entry(key(e)).or_default();
-            w.0 += e.quantity as u128;
-            w.1 += 1;
-            for a in e.usage_allocations.iter().flatten() {
-                *want_tags.entry((key(e), tagset(a))).or_default() += a.allocated_usage_quantity as u128;
-            }
-        }
-        let mut got: HashMap<K, (u128, usize)> = HashMap::new();
-        let mut got_tags: HashMap<(K, Vec<(String, String)>), u128> = HashMap::new();
-        for o in &out {
-            // Named as the producer names a sum when it encodes it.
-            let mut named = o.event.clone();
-            if named.event_id.is_empty() {
-                named.event_id = format!("p:{:032x}:3:17", 7);
-            }
-            prop_assert_eq!(named.validate(false), Ok(()), "collapsed events stay valid");
-            let g = got.entry(key(&o.event)).or_default();
-            g.0 += o.event.quantity as u128;
-            g.1 += o.constituents;
-            for a in o.event.usage_allocations.iter().flatten() {
-                *got_tags.entry((key(&o.event), tagset(a))).or_default() += a.allocated_usage_quantity as u128;
-            }
-            if o.constituents == 1 {
-                prop_assert!(inputs.contains(&o.event), "a lone event is untouched");
-            } else {
-                prop_assert_eq!(&o.event.event_id, "", "a sum has no id until it is encoded");
-            }
-            // Round trip through the wire as the producer would send it.
-            prop_assert_eq!(&decode_event(&encode_event(&named)).unwrap(), &named);
-        }
-        prop_assert_eq!(&got, &want);
-        prop_assert_eq!(&got_tags, &want_tags);
-        // Each event with an id by itself, and one sum per group-second of the others
-        // (limits not reached here).
-        let own: Vec<&Event> = inputs.iter().filter(|e| !e.event_id.is_empty()).collect();
-        for e in &own {
-            prop_assert_eq!(out.iter().filter(|o| &o.event == *e && o.constituents == 1).count(), 1);
-        }
-        let sums: std::collections::HashSet<K> = inputs.iter().filter(|e| e.event_id.is_empty()).map(key).collect();
-        prop_assert_eq!(out.len(), own.len() + sums.len());
     }
 
     /// Through the whole producer: no PutRecords call over 500 records or 5 MiB, no record

@@ -42,7 +42,8 @@ impl RefV2 {
 /// an absent entry index, quantity or lane being protobuf's default 0), read as straight-line
 /// code: one comparison of each key with the field expected next, where [`decode_v2`](super::decode_v2) matches
 /// every key against every field. `None` for any other record, which `decode_v2` reads or
-/// refuses; where it answers, it answers what `decode_v2` does ([`RefV2::to_event`]; the property test
+/// refuses; where it answers, it answers what `decode_v2` does — a fast path
+/// (docs/producer-internals.md, "The fast-path rule") ([`RefV2::to_event`]; the property test
 /// `the_in_order_reader_answers_as_decode_v2` in `producer/tests/integration/wire_v2.rs`).
 pub fn decode_ref_in_order(data: &[u8]) -> Option<RefV2> {
     let [V2, KIND_REF, body @ ..] = data else {

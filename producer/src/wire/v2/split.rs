@@ -113,6 +113,8 @@ pub(crate) fn generated_single_len(
 
 /// [`put_generated_single`] followed by the event's `allocations` (if any): the bytes
 /// [`encode_single_into`] writes for an event with generated id `id` whose head is `head`.
+/// A fast path (docs/producer-internals.md, "The fast-path rule"); equivalence test, through the producer:
+/// `producer::plain_tests::a_plain_event_is_staged_as_the_checked_path_stages_it`.
 pub(crate) fn put_single_from_head(
     out: &mut BytesMut,
     head: &[u8],
@@ -127,6 +129,10 @@ pub(crate) fn put_single_from_head(
 
 /// Appends the single of an event without allocations, with generated id `id`, whose head
 /// ([`single_head`]) is `head`: the bytes [`encode_single_into`] writes for that event.
+/// A fast path (docs/producer-internals.md, "The fast-path rule"); equivalence test:
+/// `wire::v2::split::tests::a_single_from_its_head_is_the_single_of_its_event` (and, in
+/// debug builds, every sum written so is also laid out the long way and compared,
+/// `engine::window`).
 pub(crate) fn put_generated_single(
     out: &mut BytesMut,
     head: &[u8],

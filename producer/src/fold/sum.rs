@@ -1,11 +1,8 @@
-//! Optional per-second collapse (docs/row-contract.md, "Collapse"): inside one linger window,
-//! events recorded without an id, of the same group and UTC second, are summed into one event,
-//! which the producer names with one generated id of its own when it encodes it. An event with
-//! an id of its own is never merged: that id is its caller's idempotency key, and a sum carrying
-//! it under another id would be applied again when the caller re-records the event. Pure;
-//! conserves quantity per group-second and per allocation tag set.
+//! The running sum of one (group, second, producer, kind) in the window table
+//! ([`super::FoldTable`]): its first event as a template, the summed quantity, the earliest
+//! timestamp and the allocations merged by tag set. Pure; conserves quantity per
+//! group-second and per allocation tag set.
 
-use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 
 use chrono::{DateTime, Utc};
@@ -17,71 +14,19 @@ use crate::event::{
     Event, MAX_ALLOCATIONS_PER_RECORD, MAX_TAGS_PER_ALLOCATION, Tag, UsageAllocation,
 };
 
-/// A collapsed event stops growing past this estimated payload size (new events of its
-/// group-second start another one), keeping every record far below the 1 MiB Kinesis limit.
-pub const MAX_COLLAPSED_PAYLOAD_BYTES: usize = 256 * 1024;
-
-/// Bookkeeping carried along with each event and merged when events collapse.
-pub trait CollapseMeta {
-    /// Folds `other` (an event that collapsed into this one) into `self`.
-    fn absorb(&mut self, other: Self);
-}
-
-impl CollapseMeta for () {
-    fn absorb(&mut self, _other: Self) {}
-}
-
-#[derive(Hash, PartialEq, Eq)]
-struct Key {
-    partition_key: String,
-    second: i64,
-    producer_id: Option<String>,
-    allocated: bool,
-}
+/// A sum stops growing past this estimated payload size (new events of its group-second
+/// start another one), keeping every record far below the 1 MiB Kinesis limit.
+pub(crate) const MAX_COLLAPSED_PAYLOAD_BYTES: usize = 256 * 1024;
 
 /// The running sum of one (group, second, producer, kind): the first event as a template,
-/// the summed quantity and the allocations merged by tag set. Shared by [`Collapser`] and
-/// the producer's per-shard window table (`crate::fold`), so both sum alike.
+/// the summed quantity and the allocations merged by tag set. The window table's sums, and the test
+/// oracle's (`fold::oracle::Collapser`), so both sum alike.
 pub(crate) struct Sum {
     template: Event,
     quantity: u64,
     allocations: Vec<UsageAllocation>,
     by_tag_set: Option<TagIndex>,
     approx_bytes: usize,
-}
-
-struct Bucket<M> {
-    sum: Sum,
-    constituents: usize,
-    meta: M,
-}
-
-/// One output of [`Collapser::drain`].
-#[derive(Debug)]
-pub struct Collapsed<M> {
-    /// The (possibly summed) event: an event added with an id of its own, as it was added;
-    /// else the sum of one or more events added without one, itself without an id (the
-    /// producer names it with a generated id when it encodes it).
-    pub event: Event,
-    /// How many recorded events it stands for.
-    pub constituents: usize,
-    /// The merged bookkeeping.
-    pub meta: M,
-}
-
-/// Collects the events of one linger window.
-pub struct Collapser<M> {
-    index: HashMap<Key, usize>,
-    buckets: Vec<Bucket<M>>,
-}
-
-impl<M> Default for Collapser<M> {
-    fn default() -> Self {
-        Collapser {
-            index: HashMap::new(),
-            buckets: Vec::new(),
-        }
-    }
 }
 
 /// Tag sets hashed once per set; the sets themselves are compared sorted, without copies.
@@ -145,76 +90,6 @@ fn allocation_bytes(a: &UsageAllocation) -> usize {
         .iter()
         .map(|t| 24 + 2 * (t.key.len() + t.value.len()))
         .sum::<usize>()
-}
-
-impl<M: CollapseMeta> Collapser<M> {
-    /// An empty window.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Number of events the window will emit.
-    pub fn len(&self) -> usize {
-        self.buckets.len()
-    }
-
-    /// True when nothing was added.
-    pub fn is_empty(&self) -> bool {
-        self.buckets.is_empty()
-    }
-
-    /// Adds a validated event. `partition_key` must be the event's group key and
-    /// `payload_bytes` its encoded size. An event with an id of its own stays apart.
-    pub fn add(&mut self, event: Event, partition_key: String, payload_bytes: usize, meta: M) {
-        if !event.event_id.is_empty() {
-            self.push_bucket(event, payload_bytes, meta);
-            return;
-        }
-        let key = Key {
-            partition_key,
-            second: event.timestamp.timestamp(),
-            producer_id: event.producer_id.clone(),
-            allocated: event.usage_allocations.is_some(),
-        };
-        if let Some(&i) = self.index.get(&key) {
-            let b = &mut self.buckets[i];
-            // The key holds the group's partition key, which is a digest for very long groups:
-            // compare the group itself so a digest collision can never merge two groups.
-            if b.sum.template.group() == event.group() && b.sum.try_absorb(&event) {
-                b.constituents += 1;
-                b.meta.absorb(meta);
-                return;
-            }
-            if b.sum.template.group() != event.group() {
-                self.push_bucket(event, payload_bytes, meta);
-                return;
-            }
-        }
-        let i = self.push_bucket(event, payload_bytes, meta);
-        self.index.insert(key, i);
-    }
-
-    fn push_bucket(&mut self, event: Event, payload_bytes: usize, meta: M) -> usize {
-        self.buckets.push(Bucket {
-            constituents: 1,
-            sum: Sum::new(event, payload_bytes),
-            meta,
-        });
-        self.buckets.len() - 1
-    }
-
-    /// Emits the window's events (sums without an id) and empties it.
-    pub fn drain(&mut self) -> Vec<Collapsed<M>> {
-        self.index.clear();
-        self.buckets
-            .drain(..)
-            .map(|b| Collapsed {
-                event: b.sum.finish(b.constituents > 1),
-                constituents: b.constituents,
-                meta: b.meta,
-            })
-            .collect()
-    }
 }
 
 impl Sum {
