@@ -10,11 +10,13 @@ pub mod lifecycle;
 pub mod poison;
 pub mod ports;
 pub mod queue;
+pub mod race;
 pub mod redrive;
 pub mod schedule;
 pub mod steps;
 pub mod stream;
 pub mod sweep;
+pub mod timeout;
 pub mod trace;
 pub mod world;
 

@@ -96,8 +96,30 @@ pub fn setup_for(seed: u64) -> Setup {
         poison_from: None,
         poison_own_lane: true,
         ingest: false,
+        clock_moves: 0,
+        race: false,
     };
-    ingest_class(seed, poison_class(seed, setup))
+    race_class(seed, ingest_class(seed, poison_class(seed, setup)))
+}
+
+/// Schedules of the window-close race class, per thousand.
+const RACE_PER_MILLE: u32 = 0;
+/// Most calls per thousand that see the clock move first, outside the race class.
+const MAX_CLOCK_MOVES: u32 = 0;
+/// Calls per thousand that see the clock move first in the race class.
+const RACE_CLOCK_MOVES: u32 = 60;
+
+/// Time inside invocations and the window-close race class (`simulation/src/race.rs`),
+/// drawn from an RNG of their own so every other choice of the schedule stays as it was.
+fn race_class(seed: u64, mut setup: Setup) -> Setup {
+    let mut r = StdRng::seed_from_u64(mix(seed ^ 0x7ace));
+    setup.clock_moves = r.random_range(0..=MAX_CLOCK_MOVES);
+    if r.random_range(0..1000) < RACE_PER_MILLE {
+        setup.race = true;
+        setup.window_hours = 3;
+        setup.clock_moves = RACE_CLOCK_MOVES;
+    }
+    setup
 }
 
 /// Schedules in which untrusted modules meter through meter-ingest, per thousand.
@@ -188,7 +210,9 @@ pub fn run_setup(setup: Setup, trace: bool) -> ScheduleReport {
 /// The active phase: the scheduler's choices, weighted.
 async fn active(w: &World) {
     let producing_until = w.setup.start + Duration::hours(2);
-    for _ in 0..w.setup.steps {
+    w.race_backlog();
+    for step in 0..w.setup.steps {
+        w.race_step(step).await;
         w.lifecycle_step().await;
         w.poison_step();
         w.ingest_step().await;

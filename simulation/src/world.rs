@@ -71,6 +71,12 @@ pub struct Setup {
     pub poison_own_lane: bool,
     /// Untrusted modules meter through meter-ingest (`simulation/src/ingest.rs`).
     pub ingest: bool,
+    /// Per thousand port calls made while faults are on, how many see the virtual clock move
+    /// first (`simulation/src/faults.rs`): time passing inside an invocation.
+    pub clock_moves: u32,
+    /// The window-close race class (`simulation/src/race.rs`): usage whose hour leaves the
+    /// billable window minutes into the schedule, and expiry racing submitter runs.
+    pub race: bool,
 }
 
 /// Ground truth: what the callers recorded and what the run injected as bad on purpose.
@@ -305,7 +311,9 @@ impl World {
     /// threaded) Tokio runtime: the producer's engine is a task on it.
     pub fn new(setup: Setup) -> Arc<World> {
         let clock = Arc::new(FixedClock::new(setup.start));
-        let faults = Arc::new(FaultPlan::new(setup.seed, setup.rates));
+        let faults = Arc::new(
+            FaultPlan::new(setup.seed, setup.rates).on_clock(clock.clone(), setup.clock_moves),
+        );
         let interleaver = Arc::new(Interleaver::default());
         let ctx = Ctx {
             faults: faults.clone(),

@@ -107,6 +107,7 @@ pub async fn expire_with(svc: &ExpiryDeps) -> Result<ExpiryOutput> {
 /// instead of overwriting a call AWS may have billed.
 fn expiry_write(item: &AggregatedItem) -> WriteBack {
     let ignores_attempts = crate::mutants::active(crate::mutants::Mutant::ExpiryIgnoresAttempts);
+    let pending_only = crate::mutants::active(crate::mutants::Mutant::ExpiryWritePendingOnly);
     if let Some(attempt) = item.attempt().filter(|_| !ignores_attempts)
         && let Decision::Finalize(f) = needs_reconciliation_decision(attempt.quantity)
     {
@@ -115,7 +116,11 @@ fn expiry_write(item: &AggregatedItem) -> WriteBack {
             reason: f.reason,
             metering_record_id: None,
             ttl: None,
-            if_attempt: AttemptCondition::Exactly(attempt),
+            if_attempt: if pending_only {
+                AttemptCondition::Any
+            } else {
+                AttemptCondition::Exactly(attempt)
+            },
         };
     }
     WriteBack {
@@ -124,7 +129,7 @@ fn expiry_write(item: &AggregatedItem) -> WriteBack {
         metering_record_id: None,
         ttl: None,
         // The mutant ignores attempts altogether: its write lands whatever is on file.
-        if_attempt: if ignores_attempts {
+        if_attempt: if ignores_attempts || pending_only {
             AttemptCondition::Any
         } else {
             AttemptCondition::NoAttempt
