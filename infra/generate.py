@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Write infra/events.yaml, infra/main.yaml and infra/ingest.yaml from infra/resources.json and
-the stack definitions in infra/cfn/. The templates are committed; `--check` exits 1 when a
-committed template differs from what this would write (infra/tests/test_templates.py runs it).
+the stack definitions in infra/cfn/, and infra/functions.json (every Lambda's environment,
+schedules and mappings, read out of those templates: infra/cfn/manifest.py). They are committed;
+`--check` exits 1 when a committed file differs from what this would write
+(infra/tests/test_templates.py runs it).
 
 Usage: python3 infra/generate.py [--check]   (needs PyYAML: the tools venv has it)
 """
@@ -15,7 +17,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cfn import events_stack, ingest_stack, main_stack  # noqa: E402
+from cfn import events_stack, ingest_stack, main_stack, manifest  # noqa: E402
 from cfn.base import INFRA, load_resources  # noqa: E402
 
 STACKS = {"events": events_stack, "ingest": ingest_stack, "main": main_stack}
@@ -37,25 +39,26 @@ def _str(dumper: yaml.SafeDumper, value: str):
 _Dumper.add_representer(str, _str)
 
 
-def render(stack: str) -> str:
-    template = STACKS[stack].build(load_resources())
+def render(template: dict) -> str:
     return HEADER + yaml.dump(template, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True)
 
 
-def path(stack: str) -> Path:
-    return INFRA / f"{stack}.yaml"
+def outputs() -> dict[Path, str]:
+    templates = {stack: module.build(load_resources()) for stack, module in STACKS.items()}
+    out = {INFRA / f"{stack}.yaml": render(t) for stack, t in templates.items()}
+    out[INFRA / "functions.json"] = manifest.render(templates)
+    return out
 
 
 def main(argv: list[str]) -> int:
     check = "--check" in argv
     stale = []
-    for stack in STACKS:
-        text = render(stack)
+    for path, text in outputs().items():
         if check:
-            if not path(stack).is_file() or path(stack).read_text(encoding="utf-8") != text:
-                stale.append(path(stack).name)
+            if not path.is_file() or path.read_text(encoding="utf-8") != text:
+                stale.append(path.name)
         else:
-            path(stack).write_text(text, encoding="utf-8")
+            path.write_text(text, encoding="utf-8")
     if stale:
         print(f"stale: {', '.join(stale)}; run python3 infra/generate.py", file=sys.stderr)
         return 1

@@ -1,8 +1,8 @@
 """infra/events/ holds a sample event for every function the templates deploy, in the shape
 Lambda delivers it; the discoverer's samples are inputs its rules really send, and the
 subscription sample is an event its rule really matches. The Rust handlers run the samples in
-pipeline/tests/sample_events.rs, consumer/tests/sample_events.rs,
-consumer/tests/ingest_sample_events.rs and lifecycle/tests/sample_events.rs."""
+pipeline/tests/integration/sample_events.rs, consumer/tests/integration/sample_events.rs,
+consumer/tests/integration/ingest_sample_events.rs and lifecycle/tests/integration/sample_events.rs."""
 
 from __future__ import annotations
 

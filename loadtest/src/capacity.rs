@@ -15,9 +15,12 @@ use std::fmt::Write as _;
 /// Default shard quota per account in us-east-1
 /// (<https://docs.aws.amazon.com/streams/latest/dev/service-sizes-and-limits.html>).
 pub const KINESIS_SHARD_QUOTA: u64 = 500;
-/// Concurrent batches per shard, the event source mapping's largest `ParallelizationFactor`
-/// (<https://docs.aws.amazon.com/lambda/latest/dg/with-kinesis.html>).
-pub const MAX_PARALLELIZATION_FACTOR: u64 = 10;
+/// Concurrent batches per shard as deployed: the ingest template allows `ParallelizationFactor`
+/// 1 only (`ConsumerParallelizationFactor`, `infra/cfn/ingest_stack.py`; why in
+/// docs/guarantees.md, "Known limitations"), although Lambda allows up to 10
+/// (<https://docs.aws.amazon.com/lambda/latest/dg/with-kinesis.html>). More consumer
+/// concurrency means more shards.
+pub const DEPLOYED_PARALLELIZATION_FACTOR: u64 = 1;
 /// Default concurrent executions per account and region
 /// (<https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html>).
 pub const LAMBDA_CONCURRENCY_QUOTA: u64 = 1_000;
@@ -139,13 +142,19 @@ pub fn plan(rate: f64, a: &Assumptions) -> Plan {
     let groups = (rate / a.events_per_group_second).ceil().max(1.0) as u64;
     let bytes_per_second = rate * a.bytes_per_event;
     let records_per_second = bytes_per_second / AGGREGATE_BYTES as f64;
+    let consumer_cores = rate / a.consumer_events_per_core_second;
+    let vcpu = f64::from(a.consumer_memory_mb) / LAMBDA_MB_PER_VCPU;
+    // Invocations the consumer's CPU needs at once; each shard runs at most
+    // DEPLOYED_PARALLELIZATION_FACTOR of them, so CPU can also set the shard count.
+    let consumer_invocations_needed = consumer_cores / vcpu;
+    let consumer_invocations = consumer_invocations_needed.ceil().max(1.0) as u64;
     let shards = (bytes_per_second / SHARD_BYTES_PER_SECOND as f64)
         .ceil()
         .max((records_per_second / SHARD_RECORDS_PER_SECOND as f64).ceil())
+        .max(consumer_invocations.div_ceil(DEPLOYED_PARALLELIZATION_FACTOR) as f64)
         .max(1.0) as u64;
-    let consumer_cores = rate / a.consumer_events_per_core_second;
-    let vcpu = f64::from(a.consumer_memory_mb) / LAMBDA_MB_PER_VCPU;
-    let consumer_concurrency = ((consumer_cores / vcpu).ceil() as u64).max(shards);
+    // One invocation per shard runs whenever the shard has records.
+    let consumer_concurrency = consumer_invocations.max(shards);
     let rows_per_second = (groups as f64).min(rate);
     let write_units_per_second = rows_per_second as u64 * units::write_units(a.row_bytes);
     let rows_per_group_hour =
@@ -158,7 +167,7 @@ pub fn plan(rate: f64, a: &Assumptions) -> Plan {
     let loads = loads(
         groups,
         shards,
-        consumer_concurrency,
+        consumer_invocations_needed,
         write_units_per_second,
         rows_per_second,
         records_per_hour_ceiling,
@@ -193,7 +202,7 @@ pub fn plan(rate: f64, a: &Assumptions) -> Plan {
 fn loads(
     groups: u64,
     shards: u64,
-    consumer_concurrency: u64,
+    consumer_invocations_needed: f64,
     write_units_per_second: u64,
     rows_per_second: f64,
     records_per_hour_ceiling: f64,
@@ -209,14 +218,14 @@ fn loads(
             remedy: "request a shard quota increase; a smaller wire format (v2) needs fewer shards",
         },
         Load {
-            limit: "consumer concurrency per shard (parallelization factor 10)",
-            need: consumer_concurrency as f64,
-            ceiling: (shards * MAX_PARALLELIZATION_FACTOR) as f64,
+            limit: "consumer concurrency, one batch per shard (parallelization factor 1)",
+            need: consumer_invocations_needed,
+            ceiling: (shards * DEPLOYED_PARALLELIZATION_FACTOR) as f64,
             remedy: "add shards, or raise the consumer's memory (more CPU per invocation)",
         },
         Load {
             limit: "Lambda concurrent executions",
-            need: consumer_concurrency as f64,
+            need: consumer_invocations_needed.ceil().max(shards as f64),
             ceiling: LAMBDA_CONCURRENCY_QUOTA as f64,
             remedy: "request a concurrency quota increase",
         },

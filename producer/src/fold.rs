@@ -17,9 +17,7 @@ use tokio::time::Instant;
 use crate::collapse::Sum;
 use crate::event::{Event, GroupRef, UsageAllocation};
 
-#[path = "fold_key.rs"]
 mod key;
-#[path = "fold_slot.rs"]
 mod slot;
 
 pub(crate) use key::{FoldKey, GroupHash};
@@ -553,5 +551,4 @@ impl Bucket {
 }
 
 #[cfg(test)]
-#[path = "fold_tests.rs"]
 mod tests;

@@ -595,5 +595,4 @@ pub(crate) struct Incoming {
 }
 
 #[cfg(test)]
-#[path = "handoff_tests.rs"]
 mod tests;

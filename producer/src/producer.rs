@@ -1,12 +1,8 @@
 //! The producer handle: `record()`, `try_record()`, `flush()`, `shutdown()`, and its builder.
 
-#[path = "builder.rs"]
 mod builder;
-#[path = "meter.rs"]
 mod meter;
-#[path = "plain.rs"]
 mod plain;
-#[path = "prepare.rs"]
 mod prepare;
 
 pub use builder::ProducerBuilder;
@@ -521,9 +517,7 @@ impl Producer {
 }
 
 #[cfg(test)]
-#[path = "plain_tests.rs"]
 mod plain_tests;
 
 #[cfg(test)]
-#[path = "window_tests.rs"]
 mod window_tests;

@@ -10,7 +10,18 @@ use awsmp_producer::{
 };
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
-mod common;
+/// `n` events over `groups` groups, each with an id of its own.
+fn events(n: usize, groups: usize) -> Vec<awsmp_producer::Event> {
+    let t0 = chrono::DateTime::from_timestamp(1_796_040_000, 0).unwrap();
+    (0..n)
+        .map(|i| {
+            let g = i % groups;
+            let arn = format!("arn:aws:license-manager::123456789012:license:l-{g:032x}");
+            awsmp_producer::Event::new(arn, "123456789012", format!("dim-{}", g % 3), 7, t0)
+                .with_event_id(format!("ev-{i}"))
+        })
+        .collect()
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_flow_through_the_facade_and_nothing_global_is_installed() {
@@ -22,7 +33,7 @@ async fn metrics_flow_through_the_facade_and_nothing_global_is_installed() {
             StaticShardMapSource::new(map.clone()),
         )
         .unwrap();
-    for e in common::events(50, 5, 1) {
+    for e in events(50, 5) {
         p.record(e).await.unwrap();
     }
     p.shutdown().await.unwrap();
@@ -56,7 +67,7 @@ async fn metrics_flow_through_the_facade_and_nothing_global_is_installed() {
         .unwrap();
     // In waves past the linger, so the run puts many records (v2 packs 500 events into very
     // few) and some of them are throttled.
-    for wave in common::events(500, 10, 2).chunks(20) {
+    for wave in events(500, 10).chunks(20) {
         for e in wave {
             p.record(e.clone()).await.unwrap();
         }

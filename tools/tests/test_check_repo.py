@@ -123,3 +123,58 @@ def test_cited_sections_must_be_headings(tree: Path):
     assert 'crate/src/verify.rs:1: cites section "Dedup window" of docs/guarantees.md' in out.stdout
     assert 'docs/README.md:1: cites section "not a heading" of guarantees.md' in out.stdout
     assert "Billing time" not in out.stdout
+
+
+def test_path_attributes_fail_and_the_module_tree_passes(tree: Path):
+    write(tree, "crate/src/fold.rs", "mod key;\n#[cfg(test)]\nmod tests;\n")
+    write(tree, "crate/src/fold/key.rs", "pub fn k() {}\n")
+    write(tree, "crate/src/fold/tests.rs", "// a `#[path]` named in a comment is prose\n#[test]\nfn t() {}\n")
+    assert run(tree).returncode == 0, run(tree).stdout
+    write(tree, "crate/src/fold.rs", 'mod key;\n#[cfg(test)]\n#[path = "fold_tests.rs"]\nmod tests;\n')
+    write(tree, "crate/src/wire.rs", '#[cfg_attr(feature = "x", path = "wire_x.rs")]\nmod x;\n')
+    out = run(tree)
+    assert out.returncode == 1
+    assert "crate/src/fold.rs:3: #[path] attribute" in out.stdout
+    assert "crate/src/wire.rs:1: #[path] attribute" in out.stdout
+    assert "fold/tests.rs" not in out.stdout
+
+
+def test_test_modules_in_their_own_directory_are_test_code(tree: Path):
+    body = "fn a() {}\n" * 601
+    write(tree, "crate/src/fold/tests.rs", body)
+    write(tree, "crate/src/producer/plain_tests.rs", body)
+    assert run(tree).returncode == 0, run(tree).stdout
+    write(tree, "crate/src/fold/key.rs", body)
+    assert "crate/src/fold/key.rs:1: 601 non-test lines" in run(tree).stdout
+
+
+def test_docs_name_code_that_exists(tree: Path):
+    write(
+        tree,
+        "crate/src/cleanup.rs",
+        "pub struct CleanupMessage {\n    pub folded: Option<u64>,\n}\n"
+        "impl CleanupMessage {\n    pub fn folded_batches() {}\n}\n"
+        "pub enum RawStatus {\n    Aggregated,\n}\npub fn finalize_folded() {}\n",
+    )
+    write(
+        tree,
+        "docs/README.md",
+        "12. Cleanup (`CleanupMessage::folded_batches`, `crate/src/cleanup.rs`) calls `finalize_folded()`,\n"
+        "stamps `RawStatus::Aggregated`, reads `CleanupMessage::folded`; `tokio::spawn` is not ours;\n"
+        "it writes `report.json` and lives in `crate/`.\n",
+    )
+    out = run(tree)
+    assert out.returncode == 0, out.stdout
+    write(
+        tree,
+        "docs/README.md",
+        "12. Cleanup (`CleanupMessage::batches`, `crate/src/cleaner.rs`) calls `finalize_row()`\n"
+        "and `RawStatus::Stamped`; see `cleaner.rs`.\n",
+    )
+    out = run(tree)
+    assert out.returncode == 1
+    assert "docs/README.md:1: names `CleanupMessage::batches`, but `CleanupMessage`'s crate defines no `batches`" in out.stdout
+    assert "docs/README.md:1: names `crate/src/cleaner.rs`, which is not in the repository" in out.stdout
+    assert "docs/README.md:1: names `finalize_row()`, which no Rust source defines" in out.stdout
+    assert "docs/README.md:2: names `RawStatus::Stamped`" in out.stdout
+    assert "docs/README.md:2: names `cleaner.rs`, and no file of that name is in the repository" in out.stdout

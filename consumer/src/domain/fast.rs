@@ -16,7 +16,7 @@
 //! would (an unknown or repeated protobuf field, a KPL tag, an escaped JSON string, VMT
 //! allocations, any refusal) is `None`, and the general path decodes the record. So what it
 //! returns is, by construction, what the general path returns (the property test in
-//! `consumer/tests/decode_paths.rs` checks it on arbitrary records).
+//! `consumer/tests/integration/decode_paths.rs` checks it on arbitrary records).
 
 use std::sync::Arc;
 
@@ -38,7 +38,6 @@ use super::record::{DecodedRecord, StreamRecord};
 use super::trailer::body_and_trailer;
 use super::verify::{TimestampPolicy, VerifyPolicy, billing_time_of};
 
-#[path = "fast_v1.rs"]
 mod v1;
 use v1::v1_fields;
 

@@ -305,5 +305,4 @@ impl CloudTrailLog {
 }
 
 #[cfg(test)]
-#[path = "cloudtrail_tests.rs"]
 mod tests;

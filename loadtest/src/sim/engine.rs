@@ -431,5 +431,4 @@ impl Simulator {
 }
 
 #[cfg(test)]
-#[path = "engine_tests.rs"]
 mod tests;

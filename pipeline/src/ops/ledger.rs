@@ -535,5 +535,4 @@ impl Acceptance<'_> {
 }
 
 #[cfg(test)]
-#[path = "ledger_tests.rs"]
 mod tests;

@@ -237,5 +237,4 @@ pub async fn reset_rows(
 }
 
 #[cfg(test)]
-#[path = "redrive_tests.rs"]
 mod tests;

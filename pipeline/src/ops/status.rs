@@ -223,5 +223,4 @@ fn rows_next(s: &HourSources, m: &Moment<'_>) -> (bool, String) {
 }
 
 #[cfg(test)]
-#[path = "status_tests.rs"]
 mod tests;

@@ -29,9 +29,7 @@ use crate::event::{Event, Tag, UsageAllocation, truncate_to_millis};
 use crate::event_id::GeneratedId;
 
 // Sizing and splitting a single without decoding it (the producer's packing path).
-#[path = "v2_in_order.rs"]
 mod in_order;
-#[path = "v2_split.rs"]
 mod split;
 pub use in_order::{RefV2, decode_ref_in_order};
 pub(crate) use split::{

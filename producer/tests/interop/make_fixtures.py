@@ -1,7 +1,7 @@
 """Writes KPL aggregated records with the independent Python `aws_kinesis_agg` library.
 
 The committed output (fixtures/*.bin + fixtures/python_records.json) is decoded event for event
-by the Rust test `producer/tests/interop.rs`. Regenerate with:
+by the Rust test `producer/tests/integration/interop.rs`. Regenerate with:
 
     python3 -m venv /tmp/prodvenv && /tmp/prodvenv/bin/pip install -q -r tools/requirements.lock
     /tmp/prodvenv/bin/python producer/tests/interop/make_fixtures.py

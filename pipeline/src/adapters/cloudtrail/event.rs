@@ -168,5 +168,4 @@ pub fn parse_event(json: &str) -> Result<Vec<TrailRecord>, TrailError> {
 }
 
 #[cfg(test)]
-#[path = "event_tests.rs"]
 mod tests;

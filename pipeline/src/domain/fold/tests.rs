@@ -1,4 +1,4 @@
-//! Unit tests of the group fold; the property tests are in `pipeline/tests/domain_fold.rs`.
+//! Unit tests of the group fold; the property tests are in `pipeline/tests/integration/domain_fold.rs`.
 
 use chrono::{DateTime, TimeZone, Utc};
 

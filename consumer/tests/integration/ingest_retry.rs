@@ -1,0 +1,307 @@
+//! meter-ingest under Lambda's async retries (docs/meter-ingest.md, "Timestamp authority"): a
+//! retry of a failed invocation, about 1 and 2 minutes later with the same request id
+//! (https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html), keeps
+//! its first attempt's receive time — for the hint check, the stream events' timestamp, the
+//! held items — while a replay under a new request id is judged at its own receive time.
+
+use crate::common;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use async_trait::async_trait;
+use awsmp_consumer::adapters::ingest_memory::MemoryIngestStores;
+use awsmp_consumer::adapters::memory::{MemoryDedupStore, MemoryStores};
+use awsmp_consumer::error::Result as CResult;
+use awsmp_consumer::ingest::check::request_key;
+use awsmp_consumer::ingest::identity::Allowlist;
+use awsmp_consumer::ingest::mapping::{LicenseGrant, MappingEntry};
+use awsmp_consumer::ingest::ports::{Disposition, HeldStore, MappingStore, UsageStream};
+use awsmp_consumer::ingest::{IngestSettings, Invocation, MeterIngest, Outcome};
+use awsmp_consumer::ports::{ClaimOutcome, DedupClaim, DedupStore, FirstSeen, LaneItem};
+use awsmp_consumer::{ConsumerError, Settings};
+use awsmp_pipeline::contract::reasons;
+use awsmp_pipeline::domain::clock::{Clock, FixedClock};
+use awsmp_pipeline::domain::keys::RowKey;
+use awsmp_producer::sink::PutEntry;
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use serde_json::{Value, json};
+
+const ARN: &str = "arn:aws:lambda:us-east-1:111111111111:function:awsmp-meter-ingest:module-a";
+const LA: &str = "arn:aws:license-manager::111111111111:license:l-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+const BUYER: &str = "222222222222";
+
+fn t0() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 12, 1, 10, 15, 30).unwrap()
+}
+
+fn failure(store: &'static str) -> ConsumerError {
+    ConsumerError::Store {
+        store,
+        source: Box::new(std::io::Error::other("injected")),
+        retryable: false,
+    }
+}
+
+/// The usage stream, failing its first `fail` puts.
+struct FlakyStream {
+    inner: Arc<dyn UsageStream>,
+    fail: AtomicU32,
+}
+
+#[async_trait]
+impl UsageStream for FlakyStream {
+    async fn put(&self, entries: Vec<PutEntry>) -> CResult<()> {
+        if self
+            .fail
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(failure("stream"));
+        }
+        self.inner.put(entries).await
+    }
+}
+
+/// The dedup store, failing its first `fail` "first seen" writes.
+struct FlakyFirstSeen {
+    inner: MemoryDedupStore,
+    fail: AtomicU32,
+}
+
+#[async_trait]
+impl DedupStore for FlakyFirstSeen {
+    async fn claim(&self, claim: &DedupClaim) -> CResult<ClaimOutcome> {
+        self.inner.claim(claim).await
+    }
+    async fn read_lane(&self, key: &str) -> CResult<Option<LaneItem>> {
+        self.inner.read_lane(key).await
+    }
+    async fn write_lane(&self, item: &LaneItem, expected: Option<u64>) -> CResult<bool> {
+        self.inner.write_lane(item, expected).await
+    }
+    async fn first_seen(&self, seen: &FirstSeen) -> CResult<DateTime<Utc>> {
+        if self
+            .fail
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(failure("dedup"));
+        }
+        self.inner.first_seen(seen).await
+    }
+}
+
+struct World {
+    stores: MemoryIngestStores,
+    clock: Arc<FixedClock>,
+    ingest: MeterIngest,
+}
+
+/// meter-ingest whose stream fails its first `stream_fails` puts and whose dedup store fails
+/// its first `first_seen_fails` "first seen" writes.
+async fn world(stream_fails: u32, first_seen_fails: u32) -> World {
+    let stores = MemoryIngestStores::new();
+    stores
+        .mappings
+        .put(&MappingEntry {
+            invoked_arn: ARN.into(),
+            environment: "prod".into(),
+            app_id: None,
+            licenses: vec![LicenseGrant {
+                license_arn: LA.into(),
+                customer_aws_account_id: BUYER.into(),
+            }],
+            dimensions: vec!["requests".into()],
+            max_events_per_second: 5,
+            max_quantity: 1_000,
+        })
+        .await
+        .unwrap();
+    let clock = Arc::new(FixedClock::new(t0()));
+    let settings = IngestSettings {
+        allowlist: Allowlist {
+            environment: "prod".into(),
+            accounts: HashSet::from(["111111111111".to_owned()]),
+        },
+        ..IngestSettings::default()
+    };
+    let mut ingest = stores.ingest(settings, clock.clone());
+    ingest.stream = Arc::new(FlakyStream {
+        inner: ingest.stream.clone(),
+        fail: AtomicU32::new(stream_fails),
+    });
+    ingest.dedup = Arc::new(FlakyFirstSeen {
+        inner: stores.dedup.clone(),
+        fail: AtomicU32::new(first_seen_fails),
+    });
+    World {
+        stores,
+        clock,
+        ingest,
+    }
+}
+
+/// An event the module recorded `ago` before `t0`.
+fn event(id: &str, quantity: u64, ago: Duration) -> Value {
+    json!({"eventId": id, "dimension": "requests", "quantity": quantity,
+           "recordedAtHint": (t0() - ago).to_rfc3339()})
+}
+
+fn invocation(request: &str, events: Vec<Value>) -> Invocation {
+    Invocation {
+        invoked_arn: ARN.to_owned(),
+        request_id: request.to_owned(),
+        payload: json!({ "events": events }),
+    }
+}
+
+impl World {
+    /// The invocation at `t0 + at`.
+    async fn at(
+        &self,
+        at: Duration,
+        inv: &Invocation,
+    ) -> CResult<awsmp_consumer::ingest::IngestReport> {
+        self.clock.set(t0() + at);
+        self.ingest.handle(inv).await
+    }
+
+    /// The billed quantity per second, after the unchanged consumer folded the stream.
+    async fn billed(&self) -> Vec<(String, u64)> {
+        let batch = common::delivered(&self.stores.stream.records(), self.clock.now());
+        let consumer_stores = MemoryStores::new();
+        let consumer = consumer_stores.consumer(Settings::default(), self.clock.clone());
+        let (response, _) = consumer.process(batch).await;
+        assert!(response.batch_item_failures.is_empty());
+        let mut q: Vec<(String, u64)> = consumer_stores
+            .rows
+            .quantities()
+            .into_iter()
+            .map(|(k, v): (RowKey, u64)| (k.sort_key, v))
+            .collect();
+        q.sort();
+        q
+    }
+}
+
+#[tokio::test]
+async fn a_failed_invocation_retried_90_and_150_s_later_keeps_its_first_receive_time_billed_once() {
+    // GIVEN the stream refuses the first attempt and the retry 90 s later
+    let w = world(2, 0).await;
+    let inv = invocation(
+        "req-1",
+        vec![
+            event("e-1", 3, Duration::seconds(2)),
+            event("e-2", 4, Duration::seconds(2)),
+            event("big", 5_000, Duration::seconds(2)),
+        ],
+    );
+    assert!(w.at(Duration::zero(), &inv).await.is_err());
+    assert!(w.at(Duration::seconds(90), &inv).await.is_err());
+    assert!(w.stores.stream.records().is_empty());
+    // WHEN Lambda's second retry comes 150 s after the first attempt
+    let r = w.at(Duration::seconds(150), &inv).await.unwrap();
+    // THEN the hint check passed at the first receive time, and the events carry it
+    assert_eq!((r.accepted, r.held, r.rejected, r.duplicates), (2, 1, 0, 0));
+    assert_eq!(r.received_at, t0());
+    let streamed = w.stores.stream.events().unwrap();
+    assert_eq!(streamed.len(), 2);
+    assert!(streamed.iter().all(|e| e.timestamp == t0()), "{streamed:?}");
+    // and the held item too, so a release later bills the same second
+    let held = w.stores.held.list(Disposition::Held).await.unwrap();
+    assert_eq!(held.len(), 1);
+    assert_eq!(
+        (held[0].received_at, held[0].reason.as_str()),
+        (t0(), reasons::QUANTITY_OUT_OF_BOUNDS)
+    );
+    // and once more (a lost response): the same events again, folded once by the consumer,
+    // which under its default `arrival` policy bills the second they reached the stream
+    let again = w.at(Duration::seconds(150), &inv).await.unwrap();
+    assert_eq!(again.received_at, t0());
+    assert_eq!(w.stores.stream.records().len(), 4);
+    assert_eq!(
+        w.billed().await,
+        vec![(format!("{BUYER}#requests#2026-12-01T10:18:00"), 7)]
+    );
+}
+
+#[tokio::test]
+async fn a_replay_under_a_new_request_id_is_judged_at_its_own_receive_time() {
+    let w = world(0, 0).await;
+    let first = invocation("req-1", vec![event("e-1", 3, Duration::seconds(2))]);
+    assert_eq!(w.at(Duration::zero(), &first).await.unwrap().accepted, 1);
+    // 30 s later under a new request id: a dedup hit
+    let soon = invocation("req-2", vec![event("e-1", 3, Duration::seconds(2))]);
+    let r = w.at(Duration::seconds(30), &soon).await.unwrap();
+    assert_eq!(
+        (r.duplicates, r.received_at),
+        (1, t0() + Duration::seconds(30))
+    );
+    // 90 s later under another one: the hint is past the skew of its own receive time
+    let late = invocation("req-3", vec![event("e-1", 3, Duration::seconds(2))]);
+    let r = w.at(Duration::seconds(90), &late).await.unwrap();
+    assert_eq!(r.received_at, t0() + Duration::seconds(90));
+    assert_eq!(
+        (r.events[0].outcome, r.events[0].reason),
+        (Outcome::Rejected, Some(reasons::STALE_TIMESTAMP))
+    );
+    assert_eq!(w.stores.stream.records().len(), 1);
+    // each request id has its own record, at its own time
+    let key = |r: &str| request_key(ARN, r);
+    assert_eq!(
+        w.stores.dedup.first_seen_at(&key("req-1"), t0()),
+        Some(t0())
+    );
+    assert_eq!(
+        w.stores.dedup.first_seen_at(&key("req-3"), t0()),
+        Some(t0() + Duration::seconds(90))
+    );
+}
+
+#[tokio::test]
+async fn a_genuinely_stale_first_attempt_stays_refused_on_its_retries() {
+    let w = world(0, 0).await;
+    let inv = invocation("req-1", vec![event("old", 3, Duration::minutes(5))]);
+    for at in [0, 90, 150] {
+        let r = w.at(Duration::seconds(at), &inv).await.unwrap();
+        assert_eq!(r.received_at, t0());
+        assert_eq!(
+            (r.events[0].outcome, r.events[0].reason),
+            (Outcome::Rejected, Some(reasons::STALE_TIMESTAMP)),
+            "attempt at +{at}s"
+        );
+    }
+    assert!(w.stores.stream.records().is_empty());
+    let rejected = w.stores.held.list(Disposition::Rejected).await.unwrap();
+    assert_eq!(rejected.len(), 1);
+    assert_eq!(rejected[0].received_at, t0());
+}
+
+#[tokio::test]
+async fn a_first_seen_write_that_fails_fails_the_invocation_before_anything_is_applied() {
+    // GIVEN the "first seen" write fails (after the store policy's retries) on the first attempt
+    let w = world(0, 1).await;
+    let inv = invocation(
+        "req-1",
+        vec![
+            event("e-1", 3, Duration::seconds(2)),
+            event("big", 5_000, Duration::seconds(2)),
+        ],
+    );
+    let err = w.at(Duration::zero(), &inv).await.unwrap_err();
+    assert!(
+        matches!(err, ConsumerError::Store { store: "dedup", .. }),
+        "{err:?}"
+    );
+    // THEN nothing was applied: no claim, no held item, nothing streamed
+    assert!(w.stores.stream.records().is_empty());
+    assert!(w.stores.dedup.is_empty());
+    assert!(w.stores.held.items().is_empty());
+    // WHEN Lambda retries 50 s later THEN the retry's own time is the receive time (the first
+    // attempt recorded none), within the skew of the hint
+    let r = w.at(Duration::seconds(50), &inv).await.unwrap();
+    assert_eq!((r.accepted, r.held), (1, 1));
+    assert_eq!(r.received_at, t0() + Duration::seconds(50));
+}

@@ -1,0 +1,22 @@
+//! consumer's integration tests, one binary: each module was once a binary of its own
+//! (one link of the AWS SDK instead of one per file; docs/testing.md).
+
+mod adapters_stack;
+mod common;
+mod contract_dedup;
+mod decode_paths;
+mod event_ids;
+mod event_ids_stack;
+mod exactness;
+mod handler_fixtures;
+mod ingest;
+mod ingest_adapters_stack;
+mod ingest_archive;
+mod ingest_retry;
+mod ingest_sample_events;
+mod ingest_stack;
+mod rows_property;
+mod sample_events;
+mod stack;
+mod watermark_contract;
+mod wire_v2;

@@ -1,0 +1,532 @@
+//! The expiry race (docs/guarantees.md, "Submitter and expiry: an attempt on file is
+//! reconciled, never expired"): expiry decides from a snapshot while a submitter run that
+//! chose its buckets before the hour turned marks, sends and writes back. Each schedule is
+//! forced step by step (a gate per step), with a billable window of 6 hours, over the
+//! in-memory aggregated store (plain `cargo test`) and over the DynamoDB adapter on the local
+//! stack (`#[ignore]`d; `scripts/test` runs them), so the adapter's condition expressions run
+//! the same schedules as their memory twin.
+//!
+//! Run against the stack: `awsmp-local up && set -a && . $AWSMP_LOCAL_DIR/env && set +a &&
+//! cargo test -p awsmp-pipeline --test integration handler_expiry_race:: -- --include-ignored`
+
+use crate::contract_support;
+use crate::handler_support;
+
+use async_trait::async_trait;
+use awsmp_pipeline::PipelineError;
+use awsmp_pipeline::adapters::dynamodb::DynamoDbAggregatedStore;
+use awsmp_pipeline::adapters::memory::{MemoryAggregatedStore, MemoryMeteringApi};
+use awsmp_pipeline::contract::metrics;
+use awsmp_pipeline::contract::status::AggregatedStatus;
+use awsmp_pipeline::domain::batch::{CallKind, SubmitRecord};
+use awsmp_pipeline::domain::clock::FixedClock;
+use awsmp_pipeline::domain::keys::{GroupKey, HourBucket};
+use awsmp_pipeline::domain::results::ApiResponse;
+use awsmp_pipeline::emf::MetricsSink;
+use awsmp_pipeline::handlers::expiry::{ExpiryOutput, expire_with};
+use awsmp_pipeline::handlers::submitter::{SubmitterOutput, submit_with};
+use awsmp_pipeline::handlers::{ExpiryDeps, SubmitterDeps};
+use awsmp_pipeline::ports::{
+    AggregatedItem, AggregatedStore, MeterCallError, MeteringApi, WriteBack,
+};
+use chrono::{DateTime, Duration, Utc};
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// One step of a schedule: opened once, awaited by any number of waiters.
+#[derive(Clone)]
+struct Gate(Arc<watch::Sender<bool>>);
+
+impl Gate {
+    fn new() -> Self {
+        Self(Arc::new(watch::channel(false).0))
+    }
+    fn open(&self) {
+        self.0.send_replace(true);
+    }
+    async fn wait(&self) {
+        let mut rx = self.0.subscribe();
+        rx.wait_for(|open| *open).await.expect("gate alive");
+    }
+}
+
+/// Where a store or API call pauses: gates to open, then gates to wait for.
+#[derive(Clone, Default)]
+struct Pause {
+    open: Vec<Gate>,
+    wait: Vec<Gate>,
+}
+
+impl Pause {
+    fn waits(gates: &[&Gate]) -> Self {
+        Self {
+            open: Vec::new(),
+            wait: gates.iter().map(|g| (*g).clone()).collect(),
+        }
+    }
+    fn opens(gates: &[&Gate]) -> Self {
+        Self {
+            open: gates.iter().map(|g| (*g).clone()).collect(),
+            wait: Vec::new(),
+        }
+    }
+    fn then_waits(mut self, gates: &[&Gate]) -> Self {
+        self.wait.extend(gates.iter().map(|g| (*g).clone()));
+        self
+    }
+    async fn run(&self) {
+        for g in &self.open {
+            g.open();
+        }
+        for g in &self.wait {
+            g.wait().await;
+        }
+    }
+}
+
+/// One stage's view of the aggregated table, pausing around the calls a schedule orders.
+#[derive(Clone, Default)]
+struct Pauses {
+    before_read: Pause,
+    before_mark: Pause,
+    after_mark: Pause,
+    before_write: Pause,
+    after_write: Pause,
+}
+
+struct Staged {
+    inner: Arc<dyn AggregatedStore>,
+    pauses: Pauses,
+}
+
+#[async_trait]
+impl AggregatedStore for Staged {
+    async fn put_if_absent(
+        &self,
+        item: &AggregatedItem,
+        now: DateTime<Utc>,
+    ) -> awsmp_pipeline::Result<bool> {
+        self.inner.put_if_absent(item, now).await
+    }
+    async fn get(&self, group: &GroupKey) -> awsmp_pipeline::Result<Option<AggregatedItem>> {
+        self.inner.get(group).await
+    }
+    async fn pending(
+        &self,
+        bucket: HourBucket,
+        license: Option<&str>,
+    ) -> awsmp_pipeline::Result<Vec<AggregatedItem>> {
+        self.pauses.before_read.run().await;
+        self.inner.pending(bucket, license).await
+    }
+    async fn mark_attempted(
+        &self,
+        group: &GroupKey,
+        quantity: u64,
+        now: DateTime<Utc>,
+    ) -> awsmp_pipeline::Result<bool> {
+        self.pauses.before_mark.run().await;
+        let marked = self.inner.mark_attempted(group, quantity, now).await;
+        self.pauses.after_mark.run().await;
+        marked
+    }
+    async fn retract_attempt(
+        &self,
+        group: &GroupKey,
+        quantity: u64,
+        previous: Option<u64>,
+        now: DateTime<Utc>,
+    ) -> awsmp_pipeline::Result<()> {
+        self.inner
+            .retract_attempt(group, quantity, previous, now)
+            .await
+    }
+    async fn write_back(
+        &self,
+        group: &GroupKey,
+        outcome: &WriteBack,
+        now: DateTime<Utc>,
+    ) -> awsmp_pipeline::Result<bool> {
+        self.pauses.before_write.run().await;
+        let written = self.inner.write_back(group, outcome, now).await;
+        self.pauses.after_write.run().await;
+        written
+    }
+}
+
+/// `BatchMeterUsage` (the in-memory ledger), pausing around each call.
+struct StagedAws {
+    inner: Arc<MemoryMeteringApi>,
+    before_call: Pause,
+    after_call: Pause,
+}
+
+#[async_trait]
+impl MeteringApi for StagedAws {
+    async fn batch_meter_usage(
+        &self,
+        kind: &CallKind,
+        records: &[SubmitRecord],
+    ) -> Result<ApiResponse, MeterCallError> {
+        self.before_call.run().await;
+        let answer = self.inner.batch_meter_usage(kind, records).await;
+        self.after_call.run().await;
+        answer
+    }
+}
+
+/// A table under test and the group-hour the schedules race on.
+struct Table {
+    store: Arc<dyn AggregatedStore>,
+    group: GroupKey,
+}
+
+impl Table {
+    fn memory() -> Self {
+        Self {
+            store: Arc::new(MemoryAggregatedStore::new("aggregated-usage")),
+            group: handler_support::group(handler_support::DIMENSION, "2026-11-30T07"),
+        }
+    }
+
+    async fn dynamodb() -> Self {
+        let run = contract_support::run_id();
+        let table = contract_support::stack_var("AWSMP_AGGREGATED_USAGE_TABLE");
+        let client = contract_support::dynamodb().await;
+        Self {
+            store: Arc::new(DynamoDbAggregatedStore::new(client, table)),
+            group: contract_support::group(
+                &contract_support::license(&run, 1),
+                "api_calls",
+                contract_support::hour(&run),
+            ),
+        }
+    }
+
+    /// The submitter's run starts at xx:59:50 with the record at its last billable age (5
+    /// hours, in a 6-hour window).
+    fn run_starts(&self) -> DateTime<Utc> {
+        self.group.hour.start() + Duration::hours(5) + Duration::minutes(59) + Duration::seconds(50)
+    }
+
+    /// Expiry reads at xx+1:00:05: the hour has just left the window.
+    fn expiry_reads(&self) -> DateTime<Utc> {
+        self.group.hour.start() + Duration::hours(6) + Duration::seconds(5)
+    }
+
+    /// The record as the aggregator commits it, with an earlier unanswered attempt of the same
+    /// quantity on file when `attempted`.
+    async fn commit(&self, quantity: u64, attempted: bool) {
+        let item = AggregatedItem::new(self.group.clone(), quantity, None);
+        let earlier = self.run_starts() - Duration::minutes(5);
+        assert!(self.store.put_if_absent(&item, earlier).await.unwrap());
+        if attempted {
+            self.store
+                .mark_attempted(&self.group, quantity, earlier)
+                .await
+                .unwrap();
+        }
+    }
+
+    async fn stored(&self) -> AggregatedItem {
+        self.store.get(&self.group).await.unwrap().expect("record")
+    }
+}
+
+/// What one schedule did.
+struct Raced {
+    submitter: Result<SubmitterOutput, PipelineError>,
+    expiry: ExpiryOutput,
+    submitter_metrics: MetricsSink,
+    expiry_metrics: MetricsSink,
+}
+
+/// Run one submitter pass and one expiry sweep concurrently over `table`, each pausing where
+/// `submitter`, `expiry` and `aws` say.
+async fn race(
+    table: &Table,
+    aws: &Arc<MemoryMeteringApi>,
+    submitter: Pauses,
+    expiry: Pauses,
+    (before_call, after_call): (Pause, Pause),
+) -> Raced {
+    let config = handler_support::config(&[("AWSMP_BILLABLE_WINDOW_HOURS", "6")]);
+    let submitter_metrics = MetricsSink::capture("submitter");
+    let expiry_metrics = MetricsSink::capture("expiry");
+    let submitter_deps = SubmitterDeps {
+        config: config.clone(),
+        aggregated: Arc::new(Staged {
+            inner: table.store.clone(),
+            pauses: submitter,
+        }),
+        deprovisioning: None,
+        metrics: submitter_metrics.clone(),
+        clock: Arc::new(FixedClock::new(table.run_starts())),
+    };
+    let expiry_deps = ExpiryDeps {
+        config,
+        aggregated: Arc::new(Staged {
+            inner: table.store.clone(),
+            pauses: expiry,
+        }),
+        metrics: expiry_metrics.clone(),
+        clock: Arc::new(FixedClock::new(table.expiry_reads())),
+    };
+    let api = StagedAws {
+        inner: aws.clone(),
+        before_call,
+        after_call,
+    };
+    let (submitter, expiry) = tokio::join!(
+        submit_with(&submitter_deps, &api),
+        expire_with(&expiry_deps)
+    );
+    Raced {
+        submitter,
+        expiry: expiry.expect("expiry run"),
+        submitter_metrics,
+        expiry_metrics,
+    }
+}
+
+/// The race of the issue: the run chose the record before the hour turned; expiry reads it with
+/// no attempt on file; the submitter marks and sends it; AWS bills it; only then does expiry
+/// write. Expiry's `SubmissionExpired` must not land: the record ends `Success` with the
+/// `MeteringRecordId` AWS returned.
+async fn billed_while_expiry_decides(table: Table) {
+    // GIVEN a pending record of 40 at its last billable age, no attempt on file
+    table.commit(40, false).await;
+    let aws = Arc::new(MemoryMeteringApi::default());
+    let (expiry_read, billed, expiry_wrote) = (Gate::new(), Gate::new(), Gate::new());
+
+    // WHEN expiry reads between the run's bucket choice and its mark, and writes after AWS
+    // billed the call, before the submitter's write-back
+    let out = race(
+        &table,
+        &aws,
+        Pauses {
+            before_mark: Pause::waits(&[&expiry_read]),
+            before_write: Pause::waits(&[&expiry_wrote]),
+            ..Pauses::default()
+        },
+        Pauses {
+            before_write: Pause::opens(&[&expiry_read]).then_waits(&[&billed]),
+            after_write: Pause::opens(&[&expiry_wrote]),
+            ..Pauses::default()
+        },
+        (Pause::waits(&[&expiry_read]), Pause::opens(&[&billed])),
+    )
+    .await;
+
+    // THEN AWS billed it once, and the stored status says so, with AWS's MeteringRecordId
+    let ledger = aws.ledger();
+    assert_eq!(ledger.len(), 1, "AWS billed the record");
+    let stored = table.stored().await;
+    assert_eq!(
+        (stored.pending, stored.status, stored.metering_record_id),
+        (
+            false,
+            Some(AggregatedStatus::Success),
+            Some(ledger[0].metering_record_id.clone())
+        ),
+        "billed, so Success — never SubmissionExpired"
+    );
+    assert_eq!(
+        (
+            out.expiry.records_expired,
+            out.expiry.records_changed_meanwhile
+        ),
+        (0, 1),
+        "expiry's write did not land; the next run decides again"
+    );
+    assert_eq!(
+        out.expiry_metrics
+            .total(metrics::USAGE_SUBMISSION_EXPIRED.name()),
+        0.0
+    );
+    let submitted = out.submitter.expect("the run succeeds");
+    assert_eq!(submitted.statuses.get("Success"), Some(&1));
+}
+
+#[tokio::test]
+async fn a_record_billed_while_expiry_decides_ends_success() {
+    billed_while_expiry_decides(Table::memory()).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local stack (awsmp-local up); run by scripts/test"]
+async fn a_record_billed_while_expiry_decides_ends_success_in_dynamodb() {
+    billed_while_expiry_decides(Table::dynamodb().await).await;
+}
+
+/// The reverse order: expiry reads and writes `SubmissionExpired` after the run chose the
+/// record and before it marks it. The submitter must not send it: nothing is billed, and the
+/// stored `SubmissionExpired` stays true.
+async fn expired_before_the_mark(table: Table) {
+    // GIVEN the same record, no attempt on file
+    table.commit(40, false).await;
+    let aws = Arc::new(MemoryMeteringApi::default());
+    let expiry_wrote = Gate::new();
+
+    // WHEN expiry finalizes it between the run's bucket choice and its mark
+    let out = race(
+        &table,
+        &aws,
+        Pauses {
+            before_mark: Pause::waits(&[&expiry_wrote]),
+            ..Pauses::default()
+        },
+        Pauses {
+            after_write: Pause::opens(&[&expiry_wrote]),
+            ..Pauses::default()
+        },
+        (Pause::default(), Pause::default()),
+    )
+    .await;
+
+    // THEN it is expired, and AWS was never asked to bill it
+    assert!(aws.ledger().is_empty(), "an expired record is never sent");
+    assert_eq!(aws.calls(), 0);
+    let stored = table.stored().await;
+    assert_eq!(
+        (stored.pending, stored.status),
+        (false, Some(AggregatedStatus::SubmissionExpired))
+    );
+    assert_eq!(out.expiry.records_expired, 1);
+    let submitted = out.submitter.expect("expiry winning is not an error");
+    assert!(submitted.statuses.is_empty());
+    assert_eq!(submitted.finalized_meanwhile, 1);
+}
+
+#[tokio::test]
+async fn a_record_expired_before_its_mark_is_not_sent() {
+    expired_before_the_mark(Table::memory()).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local stack (awsmp-local up); run by scripts/test"]
+async fn a_record_expired_before_its_mark_is_not_sent_in_dynamodb() {
+    expired_before_the_mark(Table::dynamodb().await).await;
+}
+
+/// `NeedsReconciliation` is conditional on the attempt expiry read: with an earlier attempt
+/// on file (billed by AWS, answer lost), expiry reads it and decides `NeedsReconciliation`;
+/// the run resends the record (a new attempt), AWS answers the identical retry `Success`;
+/// expiry's write must not land, and the record ends `Success` with AWS's id.
+async fn reconciled_while_expiry_decides(table: Table) {
+    // GIVEN a record whose earlier attempt AWS billed without an answer reaching us
+    table.commit(40, true).await;
+    let aws = Arc::new(MemoryMeteringApi::default());
+    let id = aws.prebill(table.group.clone(), 40);
+    let (expiry_read, billed, expiry_wrote) = (Gate::new(), Gate::new(), Gate::new());
+
+    // WHEN expiry reads before the run's new attempt and writes after AWS answered it
+    let out = race(
+        &table,
+        &aws,
+        Pauses {
+            before_mark: Pause::waits(&[&expiry_read]),
+            before_write: Pause::waits(&[&expiry_wrote]),
+            ..Pauses::default()
+        },
+        Pauses {
+            before_write: Pause::opens(&[&expiry_read]).then_waits(&[&billed]),
+            after_write: Pause::opens(&[&expiry_wrote]),
+            ..Pauses::default()
+        },
+        (Pause::waits(&[&expiry_read]), Pause::opens(&[&billed])),
+    )
+    .await;
+
+    // THEN the answered attempt decides: Success with the id AWS gave the first time
+    let stored = table.stored().await;
+    assert_eq!(
+        (stored.pending, stored.status, stored.metering_record_id),
+        (false, Some(AggregatedStatus::Success), Some(id))
+    );
+    assert_eq!(
+        (
+            out.expiry.records_unresolved,
+            out.expiry.records_changed_meanwhile
+        ),
+        (0, 1)
+    );
+    assert_eq!(
+        out.expiry_metrics
+            .total(metrics::USAGE_NEEDS_RECONCILIATION.name()),
+        0.0
+    );
+    out.submitter.expect("the run succeeds");
+}
+
+#[tokio::test]
+async fn reconciliation_of_an_attempt_that_was_resent_meanwhile_does_not_land() {
+    reconciled_while_expiry_decides(Table::memory()).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local stack (awsmp-local up); run by scripts/test"]
+async fn reconciliation_of_an_attempt_that_was_resent_meanwhile_does_not_land_in_dynamodb() {
+    reconciled_while_expiry_decides(Table::dynamodb().await).await;
+}
+
+/// What is left: expiry reads *after* the run's mark (the attempt in flight is the one it
+/// reads) and writes `NeedsReconciliation` before AWS answers. The status is true (possibly
+/// billed); the submitter's `Success` write-back then finds the record finalized, and that is
+/// an error with a metric, carrying the `MeteringRecordId` — never dropped.
+async fn answered_after_reconciliation(table: Table) {
+    // GIVEN the record, no attempt on file
+    table.commit(40, false).await;
+    let aws = Arc::new(MemoryMeteringApi::default());
+    let (marked, expiry_wrote) = (Gate::new(), Gate::new());
+
+    // WHEN expiry reads after the mark and writes before the call is answered
+    let out = race(
+        &table,
+        &aws,
+        Pauses {
+            after_mark: Pause::opens(&[&marked]),
+            ..Pauses::default()
+        },
+        Pauses {
+            before_read: Pause::waits(&[&marked]),
+            after_write: Pause::opens(&[&expiry_wrote]),
+            ..Pauses::default()
+        },
+        (Pause::waits(&[&expiry_wrote]), Pause::default()),
+    )
+    .await;
+
+    // THEN the record says "possibly billed", and the AWS answer is surfaced, not dropped
+    let ledger = aws.ledger();
+    assert_eq!(ledger.len(), 1);
+    let stored = table.stored().await;
+    assert_eq!(
+        (stored.pending, stored.status),
+        (false, Some(AggregatedStatus::NeedsReconciliation))
+    );
+    assert_eq!(out.expiry.records_unresolved, 1);
+    let e = out.submitter.expect_err("a lost write-back is an error");
+    let text = e.to_string();
+    assert!(
+        text.contains(&ledger[0].metering_record_id) && text.contains("NeedsReconciliation"),
+        "{text}"
+    );
+    assert_eq!(e.kind(), "WriteBackConflict");
+    assert_eq!(
+        out.submitter_metrics
+            .total(metrics::WRITE_BACK_CONFLICT.name()),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn an_answer_after_reconciliation_is_an_error_with_its_metering_record_id() {
+    answered_after_reconciliation(Table::memory()).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local stack (awsmp-local up); run by scripts/test"]
+async fn an_answer_after_reconciliation_is_an_error_with_its_metering_record_id_in_dynamodb() {
+    answered_after_reconciliation(Table::dynamodb().await).await;
+}

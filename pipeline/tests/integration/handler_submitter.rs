@@ -1,0 +1,352 @@
+//! The submitter over the in-memory aggregated store and BatchMeterUsage ledger: success,
+//! UnprocessedRecords, throttling, lost responses, DuplicateRecord, CustomerNotSubscribed,
+//! poison records, DisabledApiException, dry-run, throttled write-backs and write-backs whose
+//! answer was lost.
+
+use crate::handler_support;
+
+use awsmp_pipeline::PipelineError;
+use awsmp_pipeline::adapters::fault::{FaultKind, FaultSchedule, Faulty};
+use awsmp_pipeline::adapters::memory::{CallFault, MemoryAggregatedStore};
+use awsmp_pipeline::contract::metrics;
+use awsmp_pipeline::contract::status::AggregatedStatus;
+use awsmp_pipeline::domain::keys::GroupKey;
+use awsmp_pipeline::handlers::SubmitterDeps;
+use awsmp_pipeline::handlers::submitter::{
+    CALL_RETRY, SubmitterOutput, UNPROCESSED_RETRY, submit, submit_with,
+};
+use awsmp_pipeline::ports::AggregatedItem;
+use handler_support::*;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+const DIMENSIONS: [&str; 3] = ["api_calls", "storage_gb", "users"];
+
+/// A world with one pending record per dimension at [`HOUR`], quantities 10, 20, 30.
+fn backlog(config: awsmp_pipeline::config::Config) -> (World, Vec<GroupKey>) {
+    let w = World::with_config(NOW, config);
+    let groups: Vec<GroupKey> = DIMENSIONS.iter().map(|d| group(d, HOUR)).collect();
+    for (i, g) in groups.iter().enumerate() {
+        w.put_aggregated(g, 10 * (i as u64 + 1));
+    }
+    (w, groups)
+}
+
+async fn run(w: &World) -> Result<SubmitterOutput, PipelineError> {
+    submit(&w.svc, w.mem.metering.as_ref()).await
+}
+
+fn statuses(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
+    pairs.iter().map(|(s, n)| ((*s).to_owned(), *n)).collect()
+}
+
+fn status_of(w: &World, g: &GroupKey) -> (bool, Option<AggregatedStatus>, Option<String>) {
+    let item = w.aggregated(g);
+    (item.pending, item.status, item.status_reason)
+}
+
+#[tokio::test]
+async fn pending_records_are_billed_once_and_written_back() {
+    let (w, groups) = backlog(config(&[("AWSMP_AGGREGATED_USAGE_TABLE_TTL_DAYS", "30")]));
+    let out = run(&w).await.unwrap();
+    assert_eq!(out.records_read, 3);
+    assert_eq!(out.calls, 1);
+    assert_eq!(out.statuses, statuses(&[("Success", 3)]));
+    let ledger = w.mem.metering.ledger();
+    assert_eq!(ledger.len(), 3);
+    for (g, billed) in groups.iter().zip(&ledger) {
+        let item = w.aggregated(g);
+        assert_eq!(
+            (item.pending, item.status),
+            (false, Some(AggregatedStatus::Success))
+        );
+        assert_eq!(
+            item.metering_record_id.as_ref(),
+            Some(&billed.metering_record_id)
+        );
+        assert_eq!(
+            item.attempted_quantity,
+            Some(billed.quantity),
+            "persisted before the call"
+        );
+        let ttl = at(NOW).timestamp() + 30 * 86_400;
+        assert_eq!(w.mem.aggregated.ttl(g), Some(ttl));
+    }
+    // A second run finds nothing pending.
+    assert_eq!(run(&w).await.unwrap().records_read, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn unprocessed_records_are_resent_within_the_run() {
+    let (w, groups) = backlog(config(&[]));
+    w.mem.metering.script([CallFault::Unprocessed(1)]);
+    let out = run(&w).await.unwrap();
+    assert_eq!((out.calls, out.left_pending), (2, 0));
+    assert_eq!(out.statuses, statuses(&[("Success", 3)]));
+    assert_eq!(status_of(&w, &groups[2]).1, Some(AggregatedStatus::Success));
+}
+
+#[tokio::test(start_paused = true)]
+async fn records_unprocessed_in_every_round_stay_pending() {
+    let (w, groups) = backlog(config(&[]));
+    let rounds = UNPROCESSED_RETRY.max_attempts as usize;
+    w.mem
+        .metering
+        .script(std::iter::repeat_n(CallFault::Unprocessed(1), rounds));
+    let out = run(&w).await.unwrap();
+    assert_eq!((out.calls, out.left_pending), (rounds, 1));
+    assert_eq!(status_of(&w, &groups[2]), (true, None, None));
+    assert_eq!(
+        w.metrics.total(metrics::USAGE_RECORD_UNPROCESSED.name()),
+        1.0
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn throttling_is_retried_and_bills_once() {
+    let (w, _) = backlog(config(&[]));
+    let throttle = CallFault::Exception("ThrottlingException".into());
+    w.mem.metering.script([throttle.clone(), throttle]);
+    let out = run(&w).await.unwrap();
+    assert_eq!(out.calls, 3);
+    assert_eq!(out.statuses, statuses(&[("Success", 3)]));
+    assert_eq!(w.mem.metering.ledger().len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn throttling_past_the_retry_policy_leaves_records_pending() {
+    let (w, groups) = backlog(config(&[]));
+    let attempts = CALL_RETRY.max_attempts as usize;
+    w.mem.metering.script(std::iter::repeat_n(
+        CallFault::Exception("ThrottlingException".into()),
+        attempts,
+    ));
+    let out = run(&w).await.unwrap();
+    assert_eq!(
+        (out.calls, out.left_pending, out.halted),
+        (attempts, 3, None)
+    );
+    assert!(w.mem.metering.ledger().is_empty());
+    for g in &groups {
+        let item = w.aggregated(g);
+        assert!(item.pending && item.status.is_none());
+        // Throttled calls were not applied: their attempt marks are taken back (issue 15).
+        assert_eq!(item.attempted_quantity, None);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_response_after_billing_is_recognised_on_the_retry() {
+    let (w, _) = backlog(config(&[]));
+    w.mem.metering.script([CallFault::ApplyThenLoseResponse]);
+    let out = run(&w).await.unwrap();
+    assert_eq!(out.calls, 2);
+    assert_eq!(out.statuses, statuses(&[("Success", 3)]));
+    assert_eq!(w.mem.metering.ledger().len(), 3, "billed exactly once");
+}
+
+#[tokio::test]
+async fn an_hour_billed_by_someone_else_is_a_duplicate_record() {
+    let (w, groups) = backlog(config(&[]));
+    w.mem.metering.prebill(groups[0].clone(), 99);
+    let out = run(&w).await.unwrap();
+    assert_eq!(
+        out.statuses,
+        statuses(&[("DuplicateRecord", 1), ("Success", 2)])
+    );
+    assert_eq!(
+        status_of(&w, &groups[0]).1,
+        Some(AggregatedStatus::DuplicateRecord)
+    );
+    assert_eq!(w.metrics.total(metrics::DUPLICATE_RECORD.name()), 1.0);
+    assert_eq!(
+        w.mem.metering.ledger()[0].quantity,
+        99,
+        "the first write stays billed"
+    );
+}
+
+#[tokio::test]
+async fn a_resubmission_of_our_attempt_and_a_changed_quantity_are_told_apart() {
+    // GIVEN our earlier attempts, both billed: one with the quantity still pending (its
+    // response was lost when the process died), one with a quantity that has since changed
+    let w = World::at(NOW);
+    let (same, changed) = (group("api_calls", HOUR), group("users", HOUR));
+    for (g, attempted, quantity) in [(&same, 10, 10), (&changed, 7, 9)] {
+        let mut item = AggregatedItem::new(g.clone(), quantity, None);
+        item.attempted_quantity = Some(attempted);
+        w.mem.aggregated.insert(item);
+        w.mem.metering.prebill(g.clone(), attempted);
+    }
+
+    // WHEN the submitter resubmits both
+    let out = run(&w).await.unwrap();
+
+    // THEN the identical one is Success with the id billed first, the changed one a
+    // mismatch naming both quantities, and nothing more is billed
+    assert_eq!(
+        out.statuses,
+        statuses(&[("DuplicateRecordQuantityMismatch", 1), ("Success", 1)])
+    );
+    let billed = w.mem.metering.ledger();
+    assert_eq!(
+        w.aggregated(&same).metering_record_id,
+        Some(billed[0].metering_record_id.clone())
+    );
+    assert_eq!(
+        status_of(&w, &same),
+        (false, Some(AggregatedStatus::Success), None)
+    );
+    let (_, status, reason) = status_of(&w, &changed);
+    assert_eq!(
+        status,
+        Some(AggregatedStatus::DuplicateRecordQuantityMismatch)
+    );
+    assert!(reason.unwrap().contains("sent 7 earlier, now 9"));
+    assert_eq!(
+        billed.iter().map(|b| b.quantity).collect::<Vec<_>>(),
+        [10, 7]
+    );
+    assert_eq!(
+        w.metrics
+            .total(metrics::DUPLICATE_RECORD_QUANTITY_MISMATCH.name()),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn an_unsubscribed_customer_is_terminal() {
+    let (w, groups) = backlog(config(&[]));
+    w.mem.metering.unsubscribe(ACCOUNT);
+    let out = run(&w).await.unwrap();
+    assert_eq!(out.statuses, statuses(&[("CustomerNotSubscribed", 3)]));
+    assert_eq!(
+        status_of(&w, &groups[1]),
+        (false, Some(AggregatedStatus::CustomerNotSubscribed), None)
+    );
+    assert_eq!(
+        w.metrics.total(metrics::CUSTOMER_NOT_SUBSCRIBED.name()),
+        3.0
+    );
+    assert!(w.mem.metering.ledger().is_empty());
+}
+
+#[tokio::test]
+async fn a_poison_record_is_isolated_and_the_rest_billed() {
+    let (w, groups) = backlog(config(&[]));
+    w.mem
+        .metering
+        .reject_dimension("storage_gb", "InvalidUsageDimensionException");
+    let out = run(&w).await.unwrap();
+    assert_eq!(out.statuses, statuses(&[("Error", 1), ("Success", 2)]));
+    assert_eq!(
+        status_of(&w, &groups[1]),
+        (
+            false,
+            Some(AggregatedStatus::Error),
+            Some("InvalidUsageDimensionException".into())
+        )
+    );
+    assert_eq!(w.mem.metering.ledger().len(), 2);
+}
+
+#[tokio::test]
+async fn a_disabled_api_halts_the_run_and_marks_nothing() {
+    let (w, groups) = backlog(config(&[]));
+    w.mem.metering.disable();
+    let e = run(&w).await.unwrap_err();
+    assert!(
+        matches!(&e, PipelineError::MeteringHalted { exception } if exception == "DisabledApiException"),
+        "{e}"
+    );
+    assert!(
+        groups
+            .iter()
+            .all(|g| status_of(&w, g) == (true, None, None))
+    );
+    let points = w
+        .metrics
+        .points(metrics::BATCH_METER_USAGE_EXCEPTION.name());
+    assert_eq!(points.len(), 1);
+    assert_eq!(points[0][metrics::EXCEPTION], "DisabledApiException");
+}
+
+#[tokio::test]
+async fn dry_run_bills_nothing_and_refuses_accounts_off_the_allowlist() {
+    let (w, groups) = backlog(config(&[
+        ("AWSMP_METERING_MODE", "dry-run"),
+        ("AWSMP_DRY_RUN_ACCOUNTS", ACCOUNT),
+    ]));
+    let stranger = GroupKey::new(LICENSE, "444455556666", "api_calls", HOUR.parse().unwrap());
+    w.put_aggregated(&stranger, 5);
+    let out = run(&w).await.unwrap();
+    assert_eq!(out.calls, 0);
+    assert_eq!(w.mem.metering.calls(), 0);
+    assert_eq!(
+        out.statuses,
+        statuses(&[("DryRunSubmitted", 3), ("Error", 1)])
+    );
+    assert_eq!(
+        status_of(&w, &groups[0]).1,
+        Some(AggregatedStatus::DryRunSubmitted)
+    );
+    assert_eq!(
+        status_of(&w, &stranger).2.as_deref(),
+        Some("DryRunAccountNotAllowlisted")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn throttled_write_backs_are_retried_never_lost() {
+    let (w, groups) = backlog(config(&[]));
+    w.mem.aggregated.faults.throttle("write_back", 5);
+    w.mem.aggregated.faults.throttle("mark_attempted", 2);
+    let out = run(&w).await.unwrap();
+    assert_eq!(out.statuses, statuses(&[("Success", 3)]));
+    assert!(groups.iter().all(|g| !w.aggregated(g).pending));
+    assert_eq!(w.mem.aggregated.faults.injected(), 7);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_write_back_whose_answer_was_lost_is_recognised_on_its_retry() {
+    // GIVEN the backlog in a table whose first write-back is applied and its answer lost
+    let (w, _) = backlog(config(&[]));
+    let faults = FaultSchedule::new(1);
+    faults.script("write_back", [FaultKind::LoseResponse]);
+    let table = Arc::new(Faulty::new(
+        MemoryAggregatedStore::new("aggregated-usage"),
+        "aggregated-usage",
+        faults.clone(),
+    ));
+    for item in w.mem.aggregated.items() {
+        table.inner().insert(item);
+    }
+    let mut deps = SubmitterDeps::from_services(&w.svc).unwrap();
+    deps.aggregated = table.clone();
+
+    // WHEN the submitter runs, its retry of that write-back finds the record finalized
+    let out = submit_with(&deps, w.mem.metering.as_ref()).await.unwrap();
+
+    // THEN it finds its own outcome there: no conflict, every record billed and recorded
+    assert_eq!(faults.injected(), 1);
+    assert_eq!(out.statuses, statuses(&[("Success", 3)]));
+    assert_eq!(w.metrics.total(metrics::WRITE_BACK_CONFLICT.name()), 0.0);
+    let ledger = w.mem.metering.ledger();
+    for (item, billed) in table.inner().items().iter().zip(&ledger) {
+        assert_eq!(
+            (item.status, item.metering_record_id.as_ref()),
+            (
+                Some(AggregatedStatus::Success),
+                Some(&billed.metering_record_id)
+            )
+        );
+    }
+}
+
+#[test]
+fn a_run_can_be_spawned_on_a_multi_threaded_runtime() {
+    fn assert_send<T: Send>(_: &T) {}
+    let (w, _) = backlog(config(&[]));
+    let run = submit(&w.svc, w.mem.metering.as_ref());
+    assert_send(&run);
+}

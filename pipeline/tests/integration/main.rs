@@ -1,0 +1,25 @@
+//! pipeline's integration tests, one binary: each module was once a binary of its own
+//! (one link of the AWS SDK instead of one per file; docs/testing.md).
+
+mod contract_aggregated;
+mod contract_queue;
+mod contract_support;
+mod contract_usage;
+mod domain_fold;
+mod domain_keys;
+mod domain_submit;
+mod domain_time;
+mod handler_aggregator;
+mod handler_aggregator_overflow;
+mod handler_cleanup;
+mod handler_cleanup_race;
+mod handler_discoverer;
+mod handler_expiry;
+mod handler_expiry_race;
+mod handler_fence;
+mod handler_submitter;
+mod handler_submitter_throughput;
+mod handler_submitter_truth;
+mod handler_support;
+mod meterctl_ledger;
+mod sample_events;
