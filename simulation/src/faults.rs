@@ -142,7 +142,14 @@ struct State {
     frames: [Frame; FRAMES],
     enabled: bool,
     racing: bool,
+    /// Groups (`GroupKey` text) a fault hit on the attempt path (mark, send, take back, write
+    /// back): the only groups whose attempt may be left unresolved.
+    attempt_faults: std::collections::BTreeSet<String>,
 }
+
+/// The submitter's calls on one record's attempt: a fault on one of them (or the invocation
+/// stopping before it) may leave an attempt on file unanswered.
+const ATTEMPT_OPS: [&str; 3] = ["mark_attempted", "retract_attempt", "write_back"];
 
 /// How time moves inside invocations: the clock, and per thousand calls how many see it move
 /// first.
@@ -236,7 +243,11 @@ impl FaultPlan {
     pub fn call(&self, operation: &str, key: &str, write: bool) -> Call {
         let frame = current_frame();
         let mut s = lock(&self.state);
+        let on_attempt = ATTEMPT_OPS.contains(&operation);
         if s.frames[frame].stopped {
+            if on_attempt {
+                s.attempt_faults.insert(key.to_owned());
+            }
             *s.tally.entry("stopped-after-crash").or_default() += 1;
             return Call {
                 stopped: true,
@@ -246,6 +257,7 @@ impl FaultPlan {
         if !s.enabled {
             return Call::default();
         }
+        let key_text = key;
         let key = stable_key(key);
         let n = s
             .calls
@@ -260,6 +272,9 @@ impl FaultPlan {
             // Lambda ends an invocation at its timeout: this call and every later one fail.
             *s.tally.entry("timed-out").or_default() += 1;
             s.frames[frame].stopped = true;
+            if on_attempt {
+                s.attempt_faults.insert(key_text.to_owned());
+            }
             return Call {
                 stopped: true,
                 ..Call::default()
@@ -286,6 +301,9 @@ impl FaultPlan {
             }
         }
         if let Some(f) = pick {
+            if on_attempt && f != Fault::Preempt {
+                s.attempt_faults.insert(key_text.to_owned());
+            }
             *s.tally.entry(f.name()).or_default() += 1;
             if matches!(f, Fault::CrashBefore | Fault::CrashAfter) {
                 s.frames[frame].stopped = true;
@@ -362,6 +380,20 @@ impl FaultPlan {
     /// Expiry races a submitter run (`on`) or no longer: calls yield to each other.
     pub fn set_racing(&self, on: bool) {
         lock(&self.state).racing = on;
+    }
+
+    /// A fault hit a `BatchMeterUsage` call carrying `groups` (or it never reached AWS because
+    /// its invocation had stopped, or an outage lost its answer).
+    pub fn note_attempt_faults<'g>(&self, groups: impl IntoIterator<Item = &'g str>) {
+        let mut s = lock(&self.state);
+        s.attempt_faults
+            .extend(groups.into_iter().map(str::to_owned));
+    }
+
+    /// Groups whose attempt an injected fault may have left unresolved
+    /// ([`FaultPlan::note_attempt_faults`], and every fault on [`ATTEMPT_OPS`]).
+    pub fn attempt_faults(&self) -> std::collections::BTreeSet<String> {
+        lock(&self.state).attempt_faults.clone()
     }
 
     /// Faults injected so far, by class.

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+pub mod causes;
 pub mod destination;
 pub mod esm;
 pub mod faults;

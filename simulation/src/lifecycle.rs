@@ -95,7 +95,7 @@ pub struct Lifecycle {
     /// Active steps left before license 0 is deprovisioned (none in half the schedules).
     deprovision_at: Mutex<Option<usize>>,
     /// When the fault-free drain began.
-    drain_started: Mutex<Option<DateTime<Utc>>>,
+    pub(crate) drain_started: Mutex<Option<DateTime<Utc>>>,
     /// The snapshots of the deprovisioned licenses' windows.
     closing: Mutex<closing::Closing>,
 }

@@ -344,8 +344,15 @@ impl MeteringApi for FaultyMetering {
         kind: &CallKind,
         records: &[SubmitRecord],
     ) -> Result<ApiResponse, MeterCallError> {
+        let groups: Vec<String> = records.iter().map(|r| r.group.to_string()).collect();
+        let note = || {
+            self.ctx
+                .faults
+                .note_attempt_faults(groups.iter().map(String::as_str));
+        };
         if self.ctx.faults.crashed() {
             // The run crashed at an earlier call: this one never reaches AWS.
+            note();
             self.inner.script([CallFault::NoResponse]);
             return self.inner.batch_meter_usage(kind, records).await;
         }
@@ -355,6 +362,7 @@ impl MeteringApi for FaultyMetering {
             .is_some_and(|(from, until)| from <= now && now < until)
         {
             self.ctx.faults.count("marketplace-outage");
+            note();
             self.inner.script([CallFault::ApplyThenLoseResponse]);
             return self.inner.batch_meter_usage(kind, records).await;
         }
@@ -364,11 +372,15 @@ impl MeteringApi for FaultyMetering {
             .unwrap_or_default();
         let decided = self.ctx.faults.call("batch_meter_usage", &key, true);
         if decided.stopped {
+            note();
             self.inner.script([CallFault::NoResponse]);
             return self.inner.batch_meter_usage(kind, records).await;
         }
         yield_times(decided.yields).await;
         let fault = decided.fault;
+        if fault.is_some_and(|f| f != Fault::Preempt) {
+            note();
+        }
         let scripted = match fault {
             Some(Fault::Throttle) => Some(CallFault::Exception("ThrottlingException".into())),
             Some(Fault::CrashBefore) => Some(CallFault::NoResponse),

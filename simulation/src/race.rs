@@ -44,6 +44,9 @@ impl World {
         let closing = HourBucket::containing(self.clock.now())
             .minus_hours(i64::from(self.setup.window_hours) - 1)
             .start();
+        lock(&self.truth)
+            .edge_hours
+            .insert(HourBucket::containing(closing));
         for i in 0..BACKLOG_EVENTS {
             let h = self.race_hash(&["backlog", &i.to_string()]);
             let l = (h % self.setup.licenses as u64) as usize;

@@ -103,9 +103,9 @@ pub fn setup_for(seed: u64) -> Setup {
 }
 
 /// Schedules of the window-close race class, per thousand.
-const RACE_PER_MILLE: u32 = 0;
+const RACE_PER_MILLE: u32 = 100;
 /// Most calls per thousand that see the clock move first, outside the race class.
-const MAX_CLOCK_MOVES: u32 = 0;
+const MAX_CLOCK_MOVES: u32 = 30;
 /// Calls per thousand that see the clock move first in the race class.
 const RACE_CLOCK_MOVES: u32 = 60;
 

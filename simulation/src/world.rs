@@ -97,6 +97,10 @@ pub struct Truth {
     pub events: u64,
     /// The poison batch's records, by shard and sequence number (`simulation/src/poison.rs`).
     pub poisoned: std::collections::BTreeSet<(String, u128)>,
+    /// Hours of edge inputs: usage injected in an hour that leaves the billable window (or the
+    /// month's grace) as the schedule starts (`simulation/src/race.rs`); its units may end
+    /// expired (`simulation/src/causes.rs`).
+    pub edge_hours: std::collections::BTreeSet<awsmp_pipeline::domain::keys::HourBucket>,
 }
 
 /// A request for a nested step, answered when it ran.
