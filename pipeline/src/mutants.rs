@@ -42,11 +42,15 @@ pub enum Mutant {
     /// the window's close, docs/guarantees.md): a `SubmissionExpired` decided before a
     /// submitter run marked and sent the record lands over that mark.
     ExpiryWritePendingOnly,
+    /// Expiry decides on an attempt a submitter run marked seconds ago (docs/guarantees.md,
+    /// "Submitter and expiry"): `NeedsReconciliation` lands before the run's answer, on usage
+    /// AWS bills moments later.
+    ExpiryDecidesInFlight,
 }
 
 impl Mutant {
     /// Every mutant, in declaration order.
-    pub const ALL: [Mutant; 12] = [
+    pub const ALL: [Mutant; 13] = [
         Mutant::CleanupUnconditional,
         Mutant::DedupIgnoresEventIds,
         Mutant::SubmitterForgetsWriteBack,
@@ -59,6 +63,7 @@ impl Mutant {
         Mutant::IngestSkipsDimensionGrant,
         Mutant::WatermarkBeforeRows,
         Mutant::ExpiryWritePendingOnly,
+        Mutant::ExpiryDecidesInFlight,
     ];
 
     /// Its name on the command line (`scripts/simulate --mutant NAME`).
@@ -76,6 +81,7 @@ impl Mutant {
             Mutant::IngestSkipsDimensionGrant => "ingest-skips-dimension-grant",
             Mutant::WatermarkBeforeRows => "watermark-before-rows",
             Mutant::ExpiryWritePendingOnly => "expiry-write-pending-only",
+            Mutant::ExpiryDecidesInFlight => "expiry-decides-in-flight",
         }
     }
 
