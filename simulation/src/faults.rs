@@ -331,7 +331,7 @@ impl FaultPlan {
             return Some(before);
         }
         let to_boundary = 3600 - i64::from(before.minute() * 60 + before.second());
-        let by = if (h >> 20) % 2 == 0 && to_boundary <= HOUR_LEAD_SECS {
+        let by = if (h >> 20).is_multiple_of(2) && to_boundary <= HOUR_LEAD_SECS {
             // Just past the next hour boundary: an hour closes, a window closes.
             Duration::seconds(to_boundary + 1 + ((h >> 24) % 20) as i64)
         } else {

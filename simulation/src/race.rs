@@ -1,5 +1,7 @@
 //! The window-close race class: expiry and a submitter run side by side across the hour in
-//! which a record leaves the billable window (docs/guarantees.md, "Submitter and expiry").
+//! which a record leaves the billable window (docs/guarantees.md, "Submitter and expiry"), or,
+//! in half of the class, across 06:00 UTC on the 1st, when the month's grace for the previous
+//! month's usage ends (`Setup::race_grace`).
 //!
 //! In AWS one schedule starts both every 5 minutes; a submitter run chooses its records when
 //! it starts and may last 240 s, so a run that starts at xx:59:50 may still mark and send a
@@ -21,7 +23,7 @@ use crate::steps::DIMENSIONS;
 use crate::world::{World, lock};
 use awsmp_pipeline::domain::clock::Clock;
 use awsmp_pipeline::domain::keys::HourBucket;
-use chrono::Duration;
+use chrono::{Datelike, Duration};
 
 /// How close to an hour boundary a race may start.
 const RACE_LEAD: Duration = Duration::minutes(10);
@@ -41,9 +43,16 @@ impl World {
         if !self.setup.race {
             return;
         }
-        let closing = HourBucket::containing(self.clock.now())
-            .minus_hours(i64::from(self.setup.window_hours) - 1)
-            .start();
+        let now = self.clock.now();
+        let closing = if self.setup.race_grace {
+            // The previous month's last hour: billable until the grace ends at 06:00.
+            let month = now.date_naive().with_day(1).expect("day 1 exists");
+            month.and_hms_opt(0, 0, 0).expect("midnight").and_utc() - Duration::hours(1)
+        } else {
+            HourBucket::containing(now)
+                .minus_hours(i64::from(self.setup.window_hours) - 1)
+                .start()
+        };
         lock(&self.truth)
             .edge_hours
             .insert(HourBucket::containing(closing));
@@ -69,7 +78,7 @@ impl World {
         let now = self.clock.now();
         let boundary = HourBucket::containing(now).start() + Duration::hours(1);
         let h = self.race_hash(&["race", &step.to_string()]);
-        if boundary - now > RACE_LEAD || h % 2 != 0 {
+        if boundary - now > RACE_LEAD || !h.is_multiple_of(2) {
             return;
         }
         let lead = Duration::seconds(1 + ((h >> 8) % 30) as i64);

@@ -445,9 +445,10 @@ impl World {
         self.faults.begin(timeout::of(timeout::HEARTBEAT));
         let mut put = 0;
         for (shard, start) in self.stream.open_shards() {
-            match self.faults.decide("heartbeat-put", &shard, true) {
-                Some(Fault::Throttle | Fault::CrashBefore) => continue,
-                _ => {}
+            if let Some(Fault::Throttle | Fault::CrashBefore) =
+                self.faults.decide("heartbeat-put", &shard, true)
+            {
+                continue;
             }
             self.stream.put(
                 HEARTBEAT_PARTITION_KEY,

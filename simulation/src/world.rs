@@ -77,6 +77,10 @@ pub struct Setup {
     /// The window-close race class (`simulation/src/race.rs`): usage whose hour leaves the
     /// billable window minutes into the schedule, and expiry racing submitter runs.
     pub race: bool,
+    /// In the race class, the month's grace instead of the window: the schedule starts
+    /// minutes before 06:00 UTC on the 1st, with a 24 h window, and the backlog is stamped in
+    /// the previous month's last hour, which the grace's end closes.
+    pub race_grace: bool,
 }
 
 /// Ground truth: what the callers recorded and what the run injected as bad on purpose.
