@@ -23,6 +23,7 @@ use crate::steps::DIMENSIONS;
 use crate::world::{World, lock};
 use awsmp_pipeline::domain::clock::Clock;
 use awsmp_pipeline::domain::keys::HourBucket;
+use awsmp_pipeline::handlers::discoverer::DiscovererInput;
 use chrono::{Datelike, Duration};
 
 /// How close to an hour boundary a race may start.
@@ -69,6 +70,42 @@ impl World {
         ));
     }
 
+    /// Before the first race: the pipeline catches up with the backlog (deliveries, a meter
+    /// run for the backlog's hour, the aggregator and cleanup on everything queued), faults
+    /// on, so records of the closing hour are pending when the race starts. Without it the
+    /// scheduler's random picks rarely bring the backlog that far in the minutes before the
+    /// close, and the race has nothing to race on.
+    async fn race_prepare(&self, boundary: chrono::DateTime<chrono::Utc>) {
+        let Some(hour) = lock(&self.truth).edge_hours.iter().next().copied() else {
+            return;
+        };
+        if lock(&self.truth).edge_prepared || boundary <= self.clock.now() {
+            return;
+        }
+        lock(&self.truth).edge_prepared = true;
+        let mut rounds = 0;
+        while self.deliver().await && rounds < 20 {
+            rounds += 1;
+        }
+        self.heartbeat();
+        let now = self.clock.now();
+        let offset = (HourBucket::containing(now).start() - hour.start()).num_hours();
+        if let Ok(hour_offset) = u32::try_from(offset) {
+            self.discover(DiscovererInput::Meter { hour_offset }).await;
+        }
+        for _ in 0..10 {
+            if !self.aggregate().await {
+                break;
+            }
+        }
+        for _ in 0..10 {
+            if !self.clean().await {
+                break;
+            }
+        }
+        self.log("race: the pipeline caught up with the backlog");
+    }
+
     /// One active step's chance of a race (a race schedule, within [`RACE_LEAD`] of an hour
     /// boundary, one step in two).
     pub async fn race_step(&self, step: usize) {
@@ -81,6 +118,7 @@ impl World {
         if boundary - now > RACE_LEAD || !h.is_multiple_of(2) {
             return;
         }
+        self.race_prepare(boundary).await;
         let lead = Duration::seconds(1 + ((h >> 8) % 30) as i64);
         if boundary - now > lead {
             self.clock.set(boundary - lead);

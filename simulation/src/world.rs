@@ -105,6 +105,8 @@ pub struct Truth {
     /// month's grace) as the schedule starts (`simulation/src/race.rs`); its units may end
     /// expired (`simulation/src/causes.rs`).
     pub edge_hours: std::collections::BTreeSet<awsmp_pipeline::domain::keys::HourBucket>,
+    /// The pipeline caught up with the edge inputs before the first race.
+    pub edge_prepared: bool,
 }
 
 /// A request for a nested step, answered when it ran.
