@@ -171,6 +171,28 @@ pub struct Call {
     pub yields: u32,
 }
 
+/// The fault a call's `roll` (0–999) draws at `r`; only a `write` may lose its response or
+/// crash after applying.
+fn pick(r: Rates, roll: u64, write: bool) -> Option<Fault> {
+    let mut edge = 0;
+    for (fault, rate, allowed) in [
+        (Fault::Throttle, r.throttle, true),
+        (Fault::LoseResponse, r.lose_response, write),
+        (Fault::CrashBefore, r.crash, true),
+        (Fault::CrashAfter, r.crash, write),
+        (Fault::Preempt, r.preempt, true),
+    ] {
+        if !allowed {
+            continue;
+        }
+        edge += u64::from(rate);
+        if roll < edge {
+            return Some(fault);
+        }
+    }
+    None
+}
+
 /// The schedule's fault plan, shared by every fault-injecting port.
 #[derive(Debug)]
 pub struct FaultPlan {
@@ -288,25 +310,7 @@ impl FaultPlan {
         } else {
             hash(self.seed, &parts) % 1000
         };
-        let r = self.rates;
-        let mut edge = 0;
-        let mut pick = None;
-        for (fault, rate, allowed) in [
-            (Fault::Throttle, r.throttle, true),
-            (Fault::LoseResponse, r.lose_response, write),
-            (Fault::CrashBefore, r.crash, true),
-            (Fault::CrashAfter, r.crash, write),
-            (Fault::Preempt, r.preempt, true),
-        ] {
-            if !allowed {
-                continue;
-            }
-            edge += u64::from(rate);
-            if roll < edge {
-                pick = Some(fault);
-                break;
-            }
-        }
+        let pick = pick(self.rates, roll, write);
         if let Some(f) = pick {
             if on_attempt && f != Fault::Preempt {
                 s.attempt_faults.insert(key_text.to_owned());
