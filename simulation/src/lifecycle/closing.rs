@@ -88,11 +88,19 @@ impl World {
         let text = |r: &awsmp_pipeline::domain::row::RawUsageRow, k: &str| {
             r.get(k).and_then(|v| v.as_s()).map(str::to_owned)
         };
+        let faulted = self.faults.attempt_faults();
         let expired: BTreeSet<GroupKey> = self
             .aggregated
             .items()
             .into_iter()
-            .filter(|i| i.status == Some(AggregatedStatus::SubmissionExpired))
+            .filter(|i| match i.status {
+                Some(AggregatedStatus::SubmissionExpired) => true,
+                // Unresolved at the window's close because a fault hit its attempt.
+                Some(AggregatedStatus::NeedsReconciliation) => {
+                    crate::causes::attempt_cause(&faulted, &i.group).is_some()
+                }
+                _ => false,
+            })
             .map(|i| i.group)
             .collect();
         let window_exit = |r: &awsmp_pipeline::domain::row::RawUsageRow, group: &GroupKey| {
