@@ -92,6 +92,21 @@ fn conserved(w: &World, out: &mut Vec<String>) {
         produced: lock(&w.truth).produced.clone(),
         ..Inputs::default()
     };
+    // Group-hours whose record ended unbilled: rows age-out stamped `AggregationExpired` after
+    // their record was committed (its cleanup lost) are the record's units, counted once, by
+    // the record. Under a billed record such rows stay counted: their status would lie.
+    let expired_records: std::collections::HashSet<GroupHour> = w
+        .aggregated
+        .items()
+        .iter()
+        .filter(|i| {
+            matches!(
+                i.status,
+                Some(AggregatedStatus::SubmissionExpired | AggregatedStatus::NeedsReconciliation)
+            )
+        })
+        .map(|i| gh(&i.group))
+        .collect();
     for row in w.usage.rows() {
         let Some((_, group)) = row_group(&row) else {
             continue;
@@ -112,6 +127,7 @@ fn conserved(w: &World, out: &mut Vec<String>) {
                         .or_default() += late;
                 }
             }
+            Some("AggregationExpired") if expired_records.contains(&gh(&group)) => {}
             Some(other) => {
                 *inp.pipeline_terminal
                     .entry((gh(&group), format!("row:{other}:{reason}")))
