@@ -87,16 +87,11 @@ pub fn check(w: &World) -> Vec<String> {
     out
 }
 
-fn conserved(w: &World, out: &mut Vec<String>) {
-    let mut inp = Inputs {
-        produced: lock(&w.truth).produced.clone(),
-        ..Inputs::default()
-    };
-    // Group-hours whose record ended unbilled: rows age-out stamped `AggregationExpired` after
-    // their record was committed (its cleanup lost) are the record's units, counted once, by
-    // the record. Under a billed record such rows stay counted: their status would lie.
-    let expired_records: std::collections::HashSet<GroupHour> = w
-        .aggregated
+/// Group-hours whose record ended unbilled: rows age-out stamped `AggregationExpired` after
+/// their record was committed (its cleanup lost) are the record's units, counted once, by the
+/// record. Under a billed record such rows stay counted: their status would lie.
+fn unbilled_records(w: &World) -> std::collections::HashSet<GroupHour> {
+    w.aggregated
         .items()
         .iter()
         .filter(|i| {
@@ -106,7 +101,15 @@ fn conserved(w: &World, out: &mut Vec<String>) {
             )
         })
         .map(|i| gh(&i.group))
-        .collect();
+        .collect()
+}
+
+fn conserved(w: &World, out: &mut Vec<String>) {
+    let mut inp = Inputs {
+        produced: lock(&w.truth).produced.clone(),
+        ..Inputs::default()
+    };
+    let expired_records = unbilled_records(w);
     for row in w.usage.rows() {
         let Some((_, group)) = row_group(&row) else {
             continue;
