@@ -89,6 +89,7 @@ impl World {
             r.get(k).and_then(|v| v.as_s()).map(str::to_owned)
         };
         let faulted = self.faults.attempt_faults();
+        let edge = lock(&self.truth).edge_hours.clone();
         let expired: BTreeSet<GroupKey> = self
             .aggregated
             .items()
@@ -131,8 +132,19 @@ impl World {
                 // A caused window exit (`simulation/src/causes.rs`): an hour whose window
                 // closed under faults, or an edge input, ends expired with its reason, for a
                 // deprovisioned license as for any other.
-                let caused = window_exit(r, &group)
-                    && crate::causes::window_cause(self, group.hour).is_some();
+                // An edge hour holds only the race backlog, injected late arrivals whose
+                // `LateUsage` conservation allows up to their quantity.
+                let caused = (window_exit(r, &group)
+                    && crate::causes::window_cause(self, group.hour).is_some())
+                    || edge.contains(&group.hour);
+                if unbilled && !caused {
+                    self.log(format!(
+                        "lifecycle: row {} ({:?} {:?}) unbilled at its license's close",
+                        text(r, a::USAGE_SORT_KEY).unwrap_or_default(),
+                        text(r, a::METERING_STATUS),
+                        text(r, a::METERING_STATUS_REASON)
+                    ));
+                }
                 unbilled && !caused
             })
             .count()
