@@ -33,11 +33,24 @@ pub enum Mutant {
     EsmDropsExhaustedBatch,
     /// meter-ingest accepts a dimension the module's mapping entry does not grant.
     IngestSkipsDimensionGrant,
+    /// The consumer publishes its shard's watermark before its row writes, and retries every
+    /// failed store call (up to ten times, whatever the error) as if that made the rows
+    /// durable: a crash between the publish and the writes leaves the watermark past rows that
+    /// are not written.
+    WatermarkBeforeRows,
+    /// Expiry's writes are conditional only on the record being pending (the expiry race at
+    /// the window's close, docs/guarantees.md): a `SubmissionExpired` decided before a
+    /// submitter run marked and sent the record lands over that mark.
+    ExpiryWritePendingOnly,
+    /// Expiry decides on an attempt a submitter run marked seconds ago (docs/guarantees.md,
+    /// "Submitter and expiry"): `NeedsReconciliation` lands before the run's answer, on usage
+    /// AWS bills moments later.
+    ExpiryDecidesInFlight,
 }
 
 impl Mutant {
     /// Every mutant, in declaration order.
-    pub const ALL: [Mutant; 10] = [
+    pub const ALL: [Mutant; 13] = [
         Mutant::CleanupUnconditional,
         Mutant::DedupIgnoresEventIds,
         Mutant::SubmitterForgetsWriteBack,
@@ -48,6 +61,9 @@ impl Mutant {
         Mutant::CleanupFinalizesOpenWindow,
         Mutant::EsmDropsExhaustedBatch,
         Mutant::IngestSkipsDimensionGrant,
+        Mutant::WatermarkBeforeRows,
+        Mutant::ExpiryWritePendingOnly,
+        Mutant::ExpiryDecidesInFlight,
     ];
 
     /// Its name on the command line (`scripts/simulate --mutant NAME`).
@@ -63,6 +79,9 @@ impl Mutant {
             Mutant::CleanupFinalizesOpenWindow => "cleanup-finalizes-open-window",
             Mutant::EsmDropsExhaustedBatch => "esm-drops-exhausted-batch",
             Mutant::IngestSkipsDimensionGrant => "ingest-skips-dimension-grant",
+            Mutant::WatermarkBeforeRows => "watermark-before-rows",
+            Mutant::ExpiryWritePendingOnly => "expiry-write-pending-only",
+            Mutant::ExpiryDecidesInFlight => "expiry-decides-in-flight",
         }
     }
 

@@ -36,6 +36,9 @@ pub struct Args {
     /// Deprovision no license (docs/simulation.md, invariant 5).
     #[arg(long)]
     pub no_deprovision: bool,
+    /// Put every schedule into the window-close race class (one in ten otherwise).
+    #[arg(long)]
+    pub race: bool,
 }
 
 /// Parse the arguments and run.
@@ -55,11 +58,16 @@ pub fn main() -> ExitCode {
         println!("mutant {name} active");
     }
     crate::lifecycle::set_deprovision(!args.no_deprovision);
-    let flags = if args.no_deprovision {
-        " --no-deprovision"
-    } else {
-        ""
-    };
+    crate::schedule::force_race(args.race);
+    let flags = format!(
+        "{}{}",
+        if args.no_deprovision {
+            " --no-deprovision"
+        } else {
+            ""
+        },
+        if args.race { " --race" } else { "" }
+    );
     let replay = |seed: u64| match &args.mutant {
         Some(m) => format!("scripts/simulate{flags} --mutant {m} --seed {seed} --trace"),
         None => format!("scripts/simulate{flags} --seed {seed} --trace"),

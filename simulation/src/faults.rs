@@ -1,9 +1,18 @@
 //! The fault plan: for every port call, whether it fails and how, decided from the schedule's
 //! seed and the call's identity (operation, key, and how often that key was called before),
 //! never from the order concurrent calls happen to run in, so a schedule replays exactly.
+//!
+//! The plan also keeps each running invocation's frame: a crash (or the invocation's Lambda
+//! timeout) ends it at that call, so every later call of the same invocation fails before
+//! applying ([`Call::stopped`]); and, while faults are on, the virtual clock may move before a
+//! call ([`FaultPlan::on_clock`]), so time passes between one call of an invocation and the
+//! next — across an hour boundary, a window's close, a submitter run's budget.
 
+use awsmp_pipeline::domain::clock::{Clock, FixedClock};
+use chrono::{DateTime, Duration, Timelike, Utc};
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
 
 /// What happens to one port call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -12,13 +21,10 @@ pub enum Fault {
     Throttle,
     /// Applied, then the response is lost (a retryable error).
     LoseResponse,
-    /// The invocation crashes before the call: nothing applied, and the invocation's result
-    /// is discarded. Its other calls still run: which of a handler's concurrent calls would
-    /// have completed before the crash is decided by their order, which a replay cannot keep
-    /// (the handlers gather some work through hash sets); calls on distinct keys commute, so
-    /// the end state is one a real crash can leave.
+    /// The invocation crashes before the call: nothing applied, no later call of the
+    /// invocation applies either ([`Call::stopped`]), and its result is discarded.
     CrashBefore,
-    /// The invocation crashes after the call was applied.
+    /// The invocation crashes after the call was applied; nothing later applies.
     CrashAfter,
     /// Before the call, another stage runs one step (an adversarial interleaving).
     Preempt,
@@ -96,12 +102,95 @@ pub fn stable_key(key: &str) -> String {
     out
 }
 
+/// Frames of invocations that can run at once: the scheduler's step, a step of another stage
+/// run at a preemption point ([`NESTED_FRAME`]), and expiry racing a submitter run
+/// ([`RACE_FRAME`]).
+const FRAMES: usize = 3;
+/// The frame of a step run at a preemption point of another invocation's call.
+pub const NESTED_FRAME: usize = 1;
+/// The frame of expiry running side by side with a submitter run.
+pub const RACE_FRAME: usize = 2;
+
+tokio::task_local! {
+    static FRAME: usize;
+}
+
+/// Run `f` as frame `frame`: its port calls belong to the invocation begun in it. Calls made
+/// outside any frame scope (the scheduler's own steps, and tasks a handler spawns: the
+/// submitter's write-backs) belong to frame 0.
+pub async fn in_frame<F: Future>(frame: usize, f: F) -> F::Output {
+    FRAME.scope(frame, f).await
+}
+
+fn current_frame() -> usize {
+    FRAME.try_with(|f| *f).unwrap_or(0).min(FRAMES - 1)
+}
+
+/// One running invocation.
+#[derive(Debug, Default, Clone, Copy)]
+struct Frame {
+    /// It crashed or timed out: every later call fails before applying.
+    stopped: bool,
+    /// Its start on the virtual clock and its Lambda timeout.
+    deadline: Option<DateTime<Utc>>,
+}
+
 #[derive(Debug, Default)]
 struct State {
     calls: BTreeMap<(String, String), u32>,
     tally: BTreeMap<&'static str, u64>,
-    crashed: bool,
+    frames: [Frame; FRAMES],
     enabled: bool,
+    racing: bool,
+    /// Groups (`GroupKey` text) a fault hit on the attempt path (mark, send, take back, write
+    /// back): the only groups whose attempt may be left unresolved.
+    attempt_faults: std::collections::BTreeSet<String>,
+}
+
+/// The submitter's calls on one record's attempt: a fault on one of them (or the invocation
+/// stopping before it) may leave an attempt on file unanswered.
+const ATTEMPT_OPS: [&str; 3] = ["mark_attempted", "retract_attempt", "write_back"];
+
+/// How time moves inside invocations: the clock, and per thousand calls how many see it move
+/// first.
+#[derive(Debug)]
+struct Drift {
+    clock: Arc<FixedClock>,
+    per_mille: u32,
+}
+
+/// What the plan says about one port call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Call {
+    /// The invocation already crashed or timed out: the call fails before applying, as after
+    /// a [`Fault::CrashBefore`].
+    pub stopped: bool,
+    /// The fault, if any.
+    pub fault: Option<Fault>,
+    /// While expiry races a submitter run: how often the call yields to the other first.
+    pub yields: u32,
+}
+
+/// The fault a call's `roll` (0–999) draws at `r`; only a `write` may lose its response or
+/// crash after applying.
+fn pick(r: Rates, roll: u64, write: bool) -> Option<Fault> {
+    let mut edge = 0;
+    for (fault, rate, allowed) in [
+        (Fault::Throttle, r.throttle, true),
+        (Fault::LoseResponse, r.lose_response, write),
+        (Fault::CrashBefore, r.crash, true),
+        (Fault::CrashAfter, r.crash, write),
+        (Fault::Preempt, r.preempt, true),
+    ] {
+        if !allowed {
+            continue;
+        }
+        edge += u64::from(rate);
+        if roll < edge {
+            return Some(fault);
+        }
+    }
+    None
 }
 
 /// The schedule's fault plan, shared by every fault-injecting port.
@@ -110,7 +199,17 @@ pub struct FaultPlan {
     seed: u64,
     rates: Rates,
     state: Mutex<State>,
+    drift: Option<Drift>,
 }
+
+/// Salt of the clock-move decisions (a hash of their own, so fault decisions stay as they were).
+const DRIFT_SALT: u64 = 0x7105_e7ad;
+/// Salt of the race's yield decisions.
+const YIELD_SALT: u64 = 0x51e1_d5ed;
+/// Longest ordinary move of the clock before a call.
+const MAX_DRIFT_SECS: u64 = 45;
+/// Within this many seconds of an hour boundary, one move in two goes just past it.
+const HOUR_LEAD_SECS: i64 = 300;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A poisoned lock only means a panic elsewhere, which the panic already reports.
@@ -127,7 +226,15 @@ impl FaultPlan {
                 enabled: true,
                 ..State::default()
             }),
+            drift: None,
         }
+    }
+
+    /// Move `clock` before `per_mille` of the calls made while faults are on: by 1–45 s, or,
+    /// within 5 minutes of an hour boundary, one move in two to just past it.
+    pub fn on_clock(mut self, clock: Arc<FixedClock>, per_mille: u32) -> Self {
+        self.drift = Some(Drift { clock, per_mille });
+        self
     }
 
     /// Stop (or resume) injecting: the final drain of a schedule runs fault-free.
@@ -141,45 +248,113 @@ impl FaultPlan {
     }
 
     /// The fault for this call of `operation` on `key`; `write` calls may also lose their
-    /// response or crash after applying.
+    /// response or crash after applying. A call of an invocation that already stopped gets
+    /// [`Fault::CrashBefore`].
     pub fn decide(&self, operation: &str, key: &str, write: bool) -> Option<Fault> {
-        let mut s = lock(&self.state);
-        if !s.enabled {
-            return None;
+        let call = self.call(operation, key, write);
+        if call.stopped {
+            Some(Fault::CrashBefore)
+        } else {
+            call.fault
         }
+    }
+
+    /// Everything the plan says about this call of `operation` on `key`: whether its
+    /// invocation has stopped, its fault, and (racing) its yields. Before deciding, the clock
+    /// may move, and an invocation past its Lambda timeout stops here.
+    pub fn call(&self, operation: &str, key: &str, write: bool) -> Call {
+        let frame = current_frame();
+        let mut s = lock(&self.state);
+        let on_attempt = ATTEMPT_OPS.contains(&operation);
+        if s.frames[frame].stopped {
+            if on_attempt {
+                s.attempt_faults.insert(key.to_owned());
+            }
+            *s.tally.entry("stopped-after-crash").or_default() += 1;
+            return Call {
+                stopped: true,
+                ..Call::default()
+            };
+        }
+        if !s.enabled {
+            return Call::default();
+        }
+        let key_text = key;
         let key = stable_key(key);
         let n = s
             .calls
             .entry((operation.to_owned(), key.clone()))
             .or_default();
         *n += 1;
-        let roll = hash(self.seed, &[operation, &key, &n.to_string()]) % 1000;
-        let r = self.rates;
-        let mut edge = 0;
-        let mut pick = None;
-        for (fault, rate, allowed) in [
-            (Fault::Throttle, r.throttle, true),
-            (Fault::LoseResponse, r.lose_response, write),
-            (Fault::CrashBefore, r.crash, true),
-            (Fault::CrashAfter, r.crash, write),
-            (Fault::Preempt, r.preempt, true),
-        ] {
-            if !allowed {
-                continue;
+        let n = n.to_string();
+        let parts = [operation, key.as_str(), n.as_str()];
+        if let Some(now) = self.drift(&mut s, &parts)
+            && s.frames[frame].deadline.is_some_and(|d| now > d)
+        {
+            // Lambda ends an invocation at its timeout: this call and every later one fail.
+            *s.tally.entry("timed-out").or_default() += 1;
+            s.frames[frame].stopped = true;
+            if on_attempt {
+                s.attempt_faults.insert(key_text.to_owned());
             }
-            edge += u64::from(rate);
-            if roll < edge {
-                pick = Some(fault);
-                break;
-            }
+            return Call {
+                stopped: true,
+                ..Call::default()
+            };
         }
+        // Expiry racing a submitter run is fault-free (it reads a bucket per hour of its
+        // lookback, and under the schedule's rates almost every racing run failed before it
+        // wrote); its calls still yield and see the clock move.
+        let roll = if frame == RACE_FRAME {
+            u64::MAX
+        } else {
+            hash(self.seed, &parts) % 1000
+        };
+        let pick = pick(self.rates, roll, write);
         if let Some(f) = pick {
+            if on_attempt && f != Fault::Preempt {
+                s.attempt_faults.insert(key_text.to_owned());
+            }
             *s.tally.entry(f.name()).or_default() += 1;
             if matches!(f, Fault::CrashBefore | Fault::CrashAfter) {
-                s.crashed = true;
+                s.frames[frame].stopped = true;
             }
         }
-        pick
+        let yields = if s.racing {
+            (hash(self.seed ^ YIELD_SALT, &parts) % 3) as u32
+        } else {
+            0
+        };
+        Call {
+            stopped: false,
+            fault: pick,
+            yields,
+        }
+    }
+
+    /// Move the clock before the call named by `parts`, if the plan says so; the clock's
+    /// reading when it has one.
+    fn drift(&self, s: &mut State, parts: &[&str]) -> Option<DateTime<Utc>> {
+        let d = self.drift.as_ref()?;
+        let before = d.clock.now();
+        let h = hash(self.seed ^ DRIFT_SALT, parts);
+        if h % 1000 >= u64::from(d.per_mille) {
+            return Some(before);
+        }
+        let to_boundary = 3600 - i64::from(before.minute() * 60 + before.second());
+        let by = if (h >> 20).is_multiple_of(2) && to_boundary <= HOUR_LEAD_SECS {
+            // Just past the next hour boundary: an hour closes, a window closes.
+            Duration::seconds(to_boundary + 1 + ((h >> 24) % 20) as i64)
+        } else {
+            Duration::seconds(1 + ((h >> 24) % MAX_DRIFT_SECS) as i64)
+        };
+        d.clock.advance(by);
+        *s.tally.entry("clock-moved-in-call").or_default() += 1;
+        let after = d.clock.now();
+        if before.date_naive() != after.date_naive() || before.hour() != after.hour() {
+            *s.tally.entry("hour-crossed-in-call").or_default() += 1;
+        }
+        Some(after)
     }
 
     /// Count a fault the harness injected itself (a stream or delivery fault).
@@ -192,19 +367,44 @@ impl FaultPlan {
         lock(&self.state).enabled && hash(self.seed ^ 0x5eed, parts) % 1000 < u64::from(per_mille)
     }
 
-    /// Start an invocation: not crashed.
-    pub fn begin(&self) {
-        lock(&self.state).crashed = false;
+    /// Start an invocation in the current frame, with its Lambda `timeout` from now on the
+    /// virtual clock: not crashed.
+    pub fn begin(&self, timeout: Duration) {
+        let deadline = self.drift.as_ref().map(|d| d.clock.now() + timeout);
+        lock(&self.state).frames[current_frame()] = Frame {
+            deadline,
+            ..Frame::default()
+        };
     }
 
-    /// End an invocation: true when it crashed (its result must be discarded).
+    /// End the current frame's invocation: true when it crashed or timed out (its result must
+    /// be discarded). Calls made after it (outside any invocation) are not stopped.
     pub fn end(&self) -> bool {
-        std::mem::take(&mut lock(&self.state).crashed)
+        std::mem::take(&mut lock(&self.state).frames[current_frame()]).stopped
     }
 
-    /// Whether the current invocation has crashed.
+    /// Whether the current frame's invocation has crashed or timed out.
     pub fn crashed(&self) -> bool {
-        lock(&self.state).crashed
+        lock(&self.state).frames[current_frame()].stopped
+    }
+
+    /// Expiry races a submitter run (`on`) or no longer: calls yield to each other.
+    pub fn set_racing(&self, on: bool) {
+        lock(&self.state).racing = on;
+    }
+
+    /// A fault hit a `BatchMeterUsage` call carrying `groups` (or it never reached AWS because
+    /// its invocation had stopped, or an outage lost its answer).
+    pub fn note_attempt_faults<'g>(&self, groups: impl IntoIterator<Item = &'g str>) {
+        let mut s = lock(&self.state);
+        s.attempt_faults
+            .extend(groups.into_iter().map(str::to_owned));
+    }
+
+    /// Groups whose attempt an injected fault may have left unresolved
+    /// ([`FaultPlan::note_attempt_faults`], and every fault on [`ATTEMPT_OPS`]).
+    pub fn attempt_faults(&self) -> std::collections::BTreeSet<String> {
+        lock(&self.state).attempt_faults.clone()
     }
 
     /// Faults injected so far, by class.
@@ -254,13 +454,19 @@ mod tests {
                 ..Rates::default()
             },
         );
-        plan.begin();
+        plan.begin(Duration::minutes(1));
         let mut i = 0;
         while !plan.crashed() {
             plan.decide("op", &i.to_string(), false);
             i += 1;
         }
+        // Every later call of the invocation fails before applying.
+        assert!(plan.call("op", "later", true).stopped);
+        assert_eq!(plan.decide("op", "later", true), Some(Fault::CrashBefore));
         assert!(plan.end());
+        // The next invocation starts clean (its own call may crash it anew).
+        assert!(!plan.call("op", "after", true).stopped);
+        plan.end();
         assert!(!plan.crashed());
         plan.set_enabled(false);
         assert_eq!(plan.decide("op", "k", true), None);

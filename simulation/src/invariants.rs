@@ -87,11 +87,29 @@ pub fn check(w: &World) -> Vec<String> {
     out
 }
 
+/// Group-hours whose record ended unbilled: rows age-out stamped `AggregationExpired` after
+/// their record was committed (its cleanup lost) are the record's units, counted once, by the
+/// record. Under a billed record such rows stay counted: their status would lie.
+fn unbilled_records(w: &World) -> std::collections::HashSet<GroupHour> {
+    w.aggregated
+        .items()
+        .iter()
+        .filter(|i| {
+            matches!(
+                i.status,
+                Some(AggregatedStatus::SubmissionExpired | AggregatedStatus::NeedsReconciliation)
+            )
+        })
+        .map(|i| gh(&i.group))
+        .collect()
+}
+
 fn conserved(w: &World, out: &mut Vec<String>) {
     let mut inp = Inputs {
         produced: lock(&w.truth).produced.clone(),
         ..Inputs::default()
     };
+    let expired_records = unbilled_records(w);
     for row in w.usage.rows() {
         let Some((_, group)) = row_group(&row) else {
             continue;
@@ -112,6 +130,7 @@ fn conserved(w: &World, out: &mut Vec<String>) {
                         .or_default() += late;
                 }
             }
+            Some("AggregationExpired") if expired_records.contains(&gh(&group)) => {}
             Some(other) => {
                 *inp.pipeline_terminal
                     .entry((gh(&group), format!("row:{other}:{reason}")))
@@ -156,9 +175,7 @@ fn conserved(w: &World, out: &mut Vec<String>) {
     for b in w.ledger.ledger() {
         *inp.billed.entry(gh(&b.group)).or_default() += b.quantity;
     }
-    if w.setup.window_hours < 24 {
-        allow_window_exits(&mut inp);
-    }
+    crate::causes::allow_caused_exits(w, &mut inp);
     allow_late_exits(&mut inp, &lock(&w.truth).late);
     crate::lifecycle::closing::allow_late_after_flush(w, &mut inp);
     let verdict = conservation::check(&inp);
@@ -167,24 +184,6 @@ fn conserved(w: &World, out: &mut Vec<String>) {
             "conservation ({}) {}: expected {}, found {}: {}",
             v.stage, v.key, v.expected, v.found, v.detail
         ));
-    }
-}
-
-/// A short window may close before a group-hour is billed: its units may end expired (the
-/// reason says so; an hour aggregated after its window closed is rejected
-/// `TimestampOutOfWindow` by the aggregator's fold, as age-out would expire it), and the rest
-/// of the check stays strict.
-fn allow_window_exits(inp: &mut Inputs) {
-    const EXITS: [&str; 4] = [
-        "pipeline:record:SubmissionExpired",
-        "pipeline:record:NeedsReconciliation",
-        "pipeline:row:AggregationExpired:",
-        "pipeline:row:RejectedClientSide:TimestampOutOfWindow",
-    ];
-    for ((group, reason), q) in conservation::unbilled(inp) {
-        if EXITS.iter().any(|e| reason.starts_with(e)) {
-            inp.injected.insert((group, reason), q);
-        }
     }
 }
 
@@ -257,6 +256,7 @@ fn stamped_as_folded(w: &World, out: &mut Vec<String>) {
 }
 
 fn statuses_match_ledger(w: &World, out: &mut Vec<String>) {
+    let faulted = w.faults.attempt_faults();
     let ledger: BTreeMap<GroupKey, u64> = w
         .ledger
         .ledger()
@@ -269,8 +269,11 @@ fn statuses_match_ledger(w: &World, out: &mut Vec<String>) {
             Some(AggregatedStatus::Success) => billed == Some(item.quantity),
             Some(AggregatedStatus::DuplicateRecord) => billed.is_some_and(|b| b != item.quantity),
             Some(AggregatedStatus::SubmissionExpired) => billed.is_none(),
-            // Unresolved at window close: only an outage leaves an attempt unanswered that long.
-            Some(AggregatedStatus::NeedsReconciliation) => w.setup.outage_from.is_some(),
+            // Unresolved at window close: only a fault on its attempt path leaves an attempt
+            // unanswered; the system racing itself must not (`simulation/src/causes.rs`).
+            Some(AggregatedStatus::NeedsReconciliation) => {
+                crate::causes::attempt_cause(&faulted, &item.group).is_some()
+            }
             None => true,
             Some(_) => billed.is_none(),
         };
@@ -320,10 +323,17 @@ fn nothing_left(w: &World, out: &mut Vec<String>) {
         }
     }
     for body in w.work.dead_letters() {
-        let done = GroupKey::from_work_message(&body)
-            .ok()
-            .and_then(|g| w.aggregated.items().into_iter().find(|i| i.group == g))
-            .is_some_and(|i| !i.pending);
+        // Finished: its record is final, or it has none and none of its rows is pending (an
+        // hour that left the window before it was aggregated: its rows expired or refused).
+        let done = GroupKey::from_work_message(&body).is_ok_and(|g| {
+            match w.aggregated.items().into_iter().find(|i| i.group == g) {
+                Some(item) => !item.pending,
+                None => !w.usage.rows().iter().any(|r| {
+                    r.contains_key(a::METERING_PENDING)
+                        && row_group(r).is_some_and(|(_, rg)| rg == g)
+                }),
+            }
+        });
         if !done {
             out.push(format!(
                 "work message dead-lettered, its group unfinished: {body}"

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+pub mod causes;
 pub mod destination;
 pub mod esm;
 pub mod faults;
@@ -10,11 +11,13 @@ pub mod lifecycle;
 pub mod poison;
 pub mod ports;
 pub mod queue;
+pub mod race;
 pub mod redrive;
 pub mod schedule;
 pub mod steps;
 pub mod stream;
 pub mod sweep;
+pub mod timeout;
 pub mod trace;
 pub mod world;
 

@@ -95,7 +95,7 @@ pub struct Lifecycle {
     /// Active steps left before license 0 is deprovisioned (none in half the schedules).
     deprovision_at: Mutex<Option<usize>>,
     /// When the fault-free drain began.
-    drain_started: Mutex<Option<DateTime<Utc>>>,
+    pub(crate) drain_started: Mutex<Option<DateTime<Utc>>>,
     /// The snapshots of the deprovisioned licenses' windows.
     closing: Mutex<closing::Closing>,
 }
@@ -295,7 +295,8 @@ impl World {
             dead_letters: Some(&lc.dead_letters),
             metrics: &lc.metrics,
         };
-        self.faults.begin();
+        self.faults
+            .begin(crate::timeout::of(crate::timeout::SUBSCRIPTION));
         let response = subscription::handle_batch(&svc, event.clone()).await;
         let crashed = self.faults.end();
         lc.queue.complete(&event, (!crashed).then_some(&response));
@@ -358,7 +359,8 @@ impl World {
         let Some(event) = self.lifecycle.deprovision.receive(SUBSCRIPTION_BATCH) else {
             return false;
         };
-        self.faults.begin();
+        self.faults
+            .begin(crate::timeout::of(crate::timeout::AGGREGATOR));
         let svc = &self.svc;
         let response = handle_sqs_batch(
             "aggregate-deprovisioning",
@@ -382,7 +384,8 @@ impl World {
     async fn deprovision_cleanup(&self, now: DateTime<Utc>) {
         let lc = &self.lifecycle;
         let before = lc.subscribers.rows();
-        self.faults.begin();
+        self.faults
+            .begin(crate::timeout::of(crate::timeout::DEPROVISION_CLEANUP));
         let out = deprovision_cleanup::run(&lc.store, &lc.metrics, now).await;
         let crashed = self.faults.end();
         for row in lc.subscribers.rows() {

@@ -128,6 +128,13 @@ pub async fn preempt(interleaver: &Interleaver, site: &'static str) {
     interleaver.run(site).await;
 }
 
+/// Yield to the other invocation of a race `n` times (the scheduler polls it meanwhile).
+pub async fn yield_times(n: u32) {
+    for _ in 0..n {
+        tokio::task::yield_now().await;
+    }
+}
+
 /// A port under the fault plan.
 pub struct Faulty<T> {
     /// The port.
@@ -154,7 +161,13 @@ impl<T> Faulty<T> {
         write: bool,
         call: impl Future<Output = Result<R, E>>,
     ) -> Result<R, E> {
-        let fault = self.ctx.faults.decide(op, key, write);
+        let decided = self.ctx.faults.call(op, key, write);
+        if decided.stopped {
+            // The invocation crashed at an earlier call: nothing after it applies.
+            return Err(E::injected(op, Some(Fault::CrashBefore)));
+        }
+        yield_times(decided.yields).await;
+        let fault = decided.fault;
         match fault {
             Some(Fault::Throttle) | Some(Fault::CrashBefore) => {
                 return Err(E::injected(op, fault));
@@ -331,12 +344,25 @@ impl MeteringApi for FaultyMetering {
         kind: &CallKind,
         records: &[SubmitRecord],
     ) -> Result<ApiResponse, MeterCallError> {
+        let groups: Vec<String> = records.iter().map(|r| r.group.to_string()).collect();
+        let note = || {
+            self.ctx
+                .faults
+                .note_attempt_faults(groups.iter().map(String::as_str));
+        };
+        if self.ctx.faults.crashed() {
+            // The run crashed at an earlier call: this one never reaches AWS.
+            note();
+            self.inner.script([CallFault::NoResponse]);
+            return self.inner.batch_meter_usage(kind, records).await;
+        }
         let now = awsmp_pipeline::domain::clock::Clock::now(self.clock.as_ref());
         if self
             .outage
             .is_some_and(|(from, until)| from <= now && now < until)
         {
             self.ctx.faults.count("marketplace-outage");
+            note();
             self.inner.script([CallFault::ApplyThenLoseResponse]);
             return self.inner.batch_meter_usage(kind, records).await;
         }
@@ -344,7 +370,17 @@ impl MeteringApi for FaultyMetering {
             .first()
             .map(|r| r.group.to_string())
             .unwrap_or_default();
-        let fault = self.ctx.faults.decide("batch_meter_usage", &key, true);
+        let decided = self.ctx.faults.call("batch_meter_usage", &key, true);
+        if decided.stopped {
+            note();
+            self.inner.script([CallFault::NoResponse]);
+            return self.inner.batch_meter_usage(kind, records).await;
+        }
+        yield_times(decided.yields).await;
+        let fault = decided.fault;
+        if fault.is_some_and(|f| f != Fault::Preempt) {
+            note();
+        }
         let scripted = match fault {
             Some(Fault::Throttle) => Some(CallFault::Exception("ThrottlingException".into())),
             Some(Fault::CrashBefore) => Some(CallFault::NoResponse),

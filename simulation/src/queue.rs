@@ -182,7 +182,12 @@ impl SimQueue {
 impl MessageQueue for SimQueue {
     async fn send_all(&self, bodies: &[String]) -> Result<()> {
         let key = bodies.first().map_or("", String::as_str);
-        let fault = self.faults.decide(self.name, key, true);
+        let decided = self.faults.call(self.name, key, true);
+        if decided.stopped {
+            return Err(injected_sqs(self.name, Some(Fault::CrashBefore)));
+        }
+        crate::ports::yield_times(decided.yields).await;
+        let fault = decided.fault;
         match fault {
             Some(Fault::Throttle) | Some(Fault::CrashBefore) => {
                 return Err(injected_sqs(self.name, fault));

@@ -54,7 +54,8 @@ impl World {
                 self.log("operator: re-drive: a message names no records of the stream");
                 break;
             };
-            self.faults.begin();
+            self.faults
+                .begin(crate::timeout::of(crate::timeout::CONSUMER));
             let (response, report) = self.consumer.process(event.clone()).await;
             let crashed = self.faults.end();
             let info = &record.kinesis_batch_info;

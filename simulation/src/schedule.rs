@@ -16,6 +16,7 @@ use chrono::{DateTime, Duration, Utc};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Rounds of the drain before a schedule that still has work in flight is a violation.
 const MAX_DRAIN_ROUNDS: usize = 200;
@@ -96,8 +97,55 @@ pub fn setup_for(seed: u64) -> Setup {
         poison_from: None,
         poison_own_lane: true,
         ingest: false,
+        clock_moves: 0,
+        race: false,
+        race_grace: false,
     };
-    ingest_class(seed, poison_class(seed, setup))
+    race_class(seed, ingest_class(seed, poison_class(seed, setup)))
+}
+
+/// Schedules of the window-close race class, per thousand.
+const RACE_PER_MILLE: u32 = 100;
+/// Most calls per thousand that see the clock move first, outside the race class.
+const MAX_CLOCK_MOVES: u32 = 30;
+/// Calls per thousand that see the clock move first in the race class.
+const RACE_CLOCK_MOVES: u32 = 60;
+
+/// Time inside invocations and the window-close race class (`simulation/src/race.rs`),
+/// drawn from an RNG of their own so every other choice of the schedule stays as it was.
+fn race_class(seed: u64, mut setup: Setup) -> Setup {
+    let mut r = StdRng::seed_from_u64(mix(seed ^ 0x7ace));
+    setup.clock_moves = r.random_range(0..=MAX_CLOCK_MOVES);
+    let drawn = r.random_range(0..1000) < RACE_PER_MILLE;
+    if !(drawn || FORCE_RACE.load(Ordering::Relaxed)) {
+        return setup;
+    }
+    setup.race = true;
+    setup.window_hours = 3;
+    setup.clock_moves = RACE_CLOCK_MOVES;
+    if r.random_bool(0.5) {
+        // The month's grace: minutes before it ends at 06:00 UTC on the 1st, a 24 h window.
+        let start: DateTime<Utc> = GRACE_START.parse().expect("valid start");
+        let start = start + Duration::minutes(r.random_range(0..15));
+        let shift = start - setup.start;
+        setup.start = start;
+        setup.window_hours = 24;
+        setup.race_grace = true;
+        setup.outage_from = None;
+        setup.poison_from = setup.poison_from.map(|t| t + shift);
+    }
+    setup
+}
+
+/// Where a race schedule at the month's grace starts.
+const GRACE_START: &str = "2026-12-01T05:40:00Z";
+
+/// Every schedule in the race class (`scripts/simulate --race`), not one in ten.
+static FORCE_RACE: AtomicBool = AtomicBool::new(false);
+
+/// Put every schedule of this process into the race class (`on`), or only the drawn ones.
+pub fn force_race(on: bool) {
+    FORCE_RACE.store(on, Ordering::Relaxed);
 }
 
 /// Schedules in which untrusted modules meter through meter-ingest, per thousand.
@@ -188,7 +236,9 @@ pub fn run_setup(setup: Setup, trace: bool) -> ScheduleReport {
 /// The active phase: the scheduler's choices, weighted.
 async fn active(w: &World) {
     let producing_until = w.setup.start + Duration::hours(2);
-    for _ in 0..w.setup.steps {
+    w.race_backlog();
+    for step in 0..w.setup.steps {
+        w.race_step(step).await;
         w.lifecycle_step().await;
         w.poison_step();
         w.ingest_step().await;
@@ -256,9 +306,9 @@ async fn drain(w: &World) -> bool {
             w.discover(DiscovererInput::Meter { hour_offset }).await;
         }
         // Age-out runs hourly (one round in six), each run over its whole lookback; only a
-        // short window lets rows age out within a schedule (the in-memory index scan is the
-        // sweep's most expensive call, so the others skip it).
-        let ageout = w.setup.window_hours < 24 && round % 6 == 0;
+        // short window or the month's grace lets rows age out within a schedule (the in-memory
+        // index scan is the sweep's most expensive call, so the others skip it).
+        let ageout = (w.setup.window_hours < 24 || w.setup.race_grace) && round % 6 == 0;
         for shard in (0..7).filter(|_| ageout) {
             w.discover(DiscovererInput::Ageout { shard }).await;
         }

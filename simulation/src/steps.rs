@@ -4,6 +4,8 @@
 //! discarded as Lambda discards a crashed invocation (nothing acknowledged).
 
 use crate::esm::Completion;
+use crate::faults::{Fault, NESTED_FRAME, in_frame};
+use crate::timeout;
 use crate::world::{World, lock};
 use aws_lambda_events::sqs::SqsEvent;
 use awsmp_pipeline::contract::stream::{HEARTBEAT_MARKER, HEARTBEAT_PARTITION_KEY};
@@ -177,7 +179,18 @@ impl World {
                 rng.random_range(300..=2400i64),
             )
         };
-        let arrival = now - Duration::seconds(back);
+        self.put_late(l, d, q, now - Duration::seconds(back));
+    }
+
+    /// Put an event of license `l`, dimension `d`, quantity `q` into the stream stamped with
+    /// `arrival`, declared late: its units may end `LateUsage`.
+    pub(crate) fn put_late(
+        &self,
+        l: usize,
+        d: usize,
+        q: u64,
+        arrival: chrono::DateTime<chrono::Utc>,
+    ) {
         let mut truth = lock(&self.truth);
         truth.events += 1;
         let e = Event::new(license(l), account(l), DIMENSIONS[d], q, arrival)
@@ -271,7 +284,7 @@ impl World {
         if self.fail_poisoned(&delivery) {
             return true;
         }
-        self.faults.begin();
+        self.faults.begin(timeout::of(timeout::CONSUMER));
         let (response, report) = self.consumer.process(delivery.event.clone()).await;
         let crashed = self.faults.end();
         let lost = !crashed
@@ -347,14 +360,14 @@ impl World {
     }
 
     async fn sqs_stage(&self, stage: SqsStage) -> bool {
-        let (queue, name) = match stage {
-            SqsStage::Aggregate => (&self.work, "aggregate"),
-            SqsStage::Cleanup => (&self.cleanup, "cleanup"),
+        let (queue, name, secs) = match stage {
+            SqsStage::Aggregate => (&self.work, "aggregate", timeout::AGGREGATOR),
+            SqsStage::Cleanup => (&self.cleanup, "cleanup", timeout::CLEANUP),
         };
         let Some(event): Option<SqsEvent> = queue.receive(SQS_BATCH) else {
             return false;
         };
-        self.faults.begin();
+        self.faults.begin(timeout::of(secs));
         let saved = std::mem::take(&mut *lock(&self.outcomes));
         let response =
             handle_sqs_batch(name, event.clone(), |body| self.logged_message(stage, body)).await;
@@ -382,7 +395,7 @@ impl World {
 
     /// One submitter run.
     pub async fn submit(&self) {
-        self.faults.begin();
+        self.faults.begin(timeout::of(timeout::SUBMITTER));
         let out = submitter::submit(&self.svc, &self.metering).await;
         let crashed = self.faults.end();
         let line = match out {
@@ -397,7 +410,7 @@ impl World {
 
     /// One expiry run.
     pub async fn expire(&self) {
-        self.faults.begin();
+        self.faults.begin(timeout::of(timeout::EXPIRY));
         let out = expiry::expire(&self.svc).await;
         let crashed = self.faults.end();
         let line = match out {
@@ -412,7 +425,7 @@ impl World {
 
     /// One discoverer run of `input`.
     pub async fn discover(&self, input: DiscovererInput) {
-        self.faults.begin();
+        self.faults.begin(timeout::of(timeout::DISCOVERER));
         let out = discover(&self.svc, input).await;
         let crashed = self.faults.end();
         let line = match out {
@@ -425,16 +438,30 @@ impl World {
         self.log(format!("{line}{}", if crashed { " [crashed]" } else { "" }));
     }
 
-    /// The stream heartbeat: one marker into every open shard (its starting hash key).
+    /// The stream heartbeat: one marker into every open shard (its starting hash key), each
+    /// put under the fault plan: a failed put is not retried (the next minute's run puts
+    /// another), and a crash ends the run there, the later shards getting no marker this time.
     pub fn heartbeat(&self) {
-        for (_, start) in self.stream.open_shards() {
+        self.faults.begin(timeout::of(timeout::HEARTBEAT));
+        let mut put = 0;
+        for (shard, start) in self.stream.open_shards() {
+            if let Some(Fault::Throttle | Fault::CrashBefore) =
+                self.faults.decide("heartbeat-put", &shard, true)
+            {
+                continue;
+            }
             self.stream.put(
                 HEARTBEAT_PARTITION_KEY,
                 Some(start),
                 Bytes::from_static(HEARTBEAT_MARKER),
             );
+            put += 1;
         }
-        self.log("heartbeat");
+        let crashed = self.faults.end();
+        self.log(format!(
+            "heartbeat: {put} markers{}",
+            if crashed { " [crashed]" } else { "" }
+        ));
     }
 
     /// The operator's step after a reshard (docs/guarantees.md, "Known limitations"): mark a
@@ -514,7 +541,7 @@ impl World {
 
     /// A step of another stage, run at the preemption point `site` of a port call.
     pub fn nested(&self, site: &'static str) -> StepFuture<'_> {
-        Box::pin(async move {
+        Box::pin(in_frame(NESTED_FRAME, async move {
             *lock(&self.interleavings)
                 .entry(site.to_owned())
                 .or_default() += 1;
@@ -535,7 +562,7 @@ impl World {
             let choice = self.pick(6);
             match (choice, twin) {
                 (0, Some(body)) => {
-                    self.faults.begin();
+                    self.faults.begin(timeout::of(timeout::AGGREGATOR));
                     let out = aggregator::aggregate(&self.svc, &body).await;
                     self.faults.end();
                     self.log(format!(
@@ -561,6 +588,6 @@ impl World {
                         .await;
                 }
             }
-        })
+        }))
     }
 }

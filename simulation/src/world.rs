@@ -71,6 +71,16 @@ pub struct Setup {
     pub poison_own_lane: bool,
     /// Untrusted modules meter through meter-ingest (`simulation/src/ingest.rs`).
     pub ingest: bool,
+    /// Per thousand port calls made while faults are on, how many see the virtual clock move
+    /// first (`simulation/src/faults.rs`): time passing inside an invocation.
+    pub clock_moves: u32,
+    /// The window-close race class (`simulation/src/race.rs`): usage whose hour leaves the
+    /// billable window minutes into the schedule, and expiry racing submitter runs.
+    pub race: bool,
+    /// In the race class, the month's grace instead of the window: the schedule starts
+    /// minutes before 06:00 UTC on the 1st, with a 24 h window, and the backlog is stamped in
+    /// the previous month's last hour, which the grace's end closes.
+    pub race_grace: bool,
 }
 
 /// Ground truth: what the callers recorded and what the run injected as bad on purpose.
@@ -91,6 +101,12 @@ pub struct Truth {
     pub events: u64,
     /// The poison batch's records, by shard and sequence number (`simulation/src/poison.rs`).
     pub poisoned: std::collections::BTreeSet<(String, u128)>,
+    /// Hours of edge inputs: usage injected in an hour that leaves the billable window (or the
+    /// month's grace) as the schedule starts (`simulation/src/race.rs`); its units may end
+    /// expired (`simulation/src/causes.rs`).
+    pub edge_hours: std::collections::BTreeSet<awsmp_pipeline::domain::keys::HourBucket>,
+    /// The pipeline caught up with the edge inputs before the first race.
+    pub edge_prepared: bool,
 }
 
 /// A request for a nested step, answered when it ran.
@@ -305,7 +321,9 @@ impl World {
     /// threaded) Tokio runtime: the producer's engine is a task on it.
     pub fn new(setup: Setup) -> Arc<World> {
         let clock = Arc::new(FixedClock::new(setup.start));
-        let faults = Arc::new(FaultPlan::new(setup.seed, setup.rates));
+        let faults = Arc::new(
+            FaultPlan::new(setup.seed, setup.rates).on_clock(clock.clone(), setup.clock_moves),
+        );
         let interleaver = Arc::new(Interleaver::default());
         let ctx = Ctx {
             faults: faults.clone(),

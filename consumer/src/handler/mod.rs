@@ -245,6 +245,10 @@ impl Consumer {
         let refusals = self.refusals(&batch, cut);
         let folded = self.fold(&mut batch, cut);
         batch.report.phases.fold = lap.next();
+        let early = crate::mutants::active(crate::mutants::Mutant::WatermarkBeforeRows);
+        if early {
+            self.publish_watermark(&batch).await;
+        }
         // The refusals and the rows are independent: recorded at once, both before the
         // archive and the watermark.
         let ((refused, refusing), ()) = futures::join!(
@@ -257,7 +261,9 @@ impl Consumer {
         batch.report.phases.rows = lap.next().saturating_sub(batch.report.phases.finalized);
         self.archive_applied(&mut batch, folded.archived).await;
         batch.report.phases.archive = lap.next();
-        self.publish_watermark(&batch).await;
+        if !early {
+            self.publish_watermark(&batch).await;
+        }
         batch.report.phases.watermark = lap.next();
         self.respond(batch)
     }
@@ -268,6 +274,9 @@ impl Consumer {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
     {
+        if crate::mutants::active(crate::mutants::Mutant::WatermarkBeforeRows) {
+            return retry_every_error(op).await;
+        }
         awsmp_retry::retry(&self.settings.store_retry, op).await
     }
 
@@ -280,6 +289,22 @@ impl Consumer {
     fn usage_ttl(&self, t: DateTime<Utc>) -> Option<i64> {
         ttl_days_after(t, self.settings.usage_ttl_days)
     }
+}
+
+/// The mutant's retry: every error, ten attempts, no pause.
+async fn retry_every_error<T, F, Fut>(mut op: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let mut last = op().await;
+    for _ in 1..10 {
+        if last.is_ok() {
+            break;
+        }
+        last = op().await;
+    }
+    last
 }
 
 /// A stopwatch read lap by lap.

@@ -13,6 +13,9 @@
 //! was decided on ([`AttemptCondition`]): `SubmissionExpired` lands only while no attempt is on
 //! file, `NeedsReconciliation` only while the attempt it read is; a record that changed
 //! meanwhile is left to the next run, which decides again from what is on file then.
+//! An attempt marked less than [`ATTEMPT_IN_FLIGHT_SECS`] ago is not decided at all: the run
+//! that marked it may still be sending it or writing its answer back, and that answer, not
+//! `NeedsReconciliation`, is the truth.
 
 use super::deps::ExpiryDeps;
 use super::{STORE_RETRY, Services};
@@ -31,6 +34,14 @@ use serde::Serialize;
 /// Buckets queried at once.
 const EXPIRY_CONCURRENCY: usize = 8;
 
+/// How long an attempt mark may still belong to a running submitter invocation: the
+/// submitter's Lambda timeout (300 s, `infra/cfn/main_stack.py`; Lambda ends an invocation at
+/// its timeout, <https://docs.aws.amazon.com/lambda/latest/dg/configuration-timeout.html>), plus
+/// a minute for the two functions' clocks. While a mark is younger, the run that wrote it may
+/// still be sending the record or writing its answer back, so expiry leaves the record to a
+/// later run instead of declaring an answer that is on its way unresolved.
+pub const ATTEMPT_IN_FLIGHT_SECS: i64 = 300 + 60;
+
 /// What one run did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -48,6 +59,9 @@ pub struct ExpiryOutput {
     /// Records not written because they changed after this run read them (finalized, or an
     /// attempt marked by a submitter run): left to the next run.
     pub records_changed_meanwhile: usize,
+    /// Records with an attempt marked less than [`ATTEMPT_IN_FLIGHT_SECS`] ago (a submitter run
+    /// may still answer it): left to a later run.
+    pub records_attempt_in_flight: usize,
 }
 
 /// Run one expiry sweep, resolving expiry's dependencies from `svc` (a process resolves them
@@ -71,6 +85,13 @@ pub async fn expire_with(svc: &ExpiryDeps) -> Result<ExpiryOutput> {
         ..Default::default()
     };
     for item in pending.into_iter().flatten() {
+        if attempt_in_flight(&item, now) {
+            // Marked by a submitter run that may still be running (the race at the window's
+            // close): its answer decides, or, once the mark is older than any run, this sweep.
+            out.records_attempt_in_flight += 1;
+            tracing::info!(group = %item.group, attempted_at = ?item.submission_attempted_at, "attempt marked by a submitter run that may still be running; left to a later run");
+            continue;
+        }
         let outcome = expiry_write(&item);
         if !retry(&STORE_RETRY, || {
             store.write_back(&item.group, &outcome, now)
@@ -101,12 +122,23 @@ pub async fn expire_with(svc: &ExpiryDeps) -> Result<ExpiryOutput> {
     Ok(out)
 }
 
+/// Whether `item`'s attempt mark may belong to a submitter run still in flight at `now`
+/// ([`ATTEMPT_IN_FLIGHT_SECS`]). A mark without its time (written before it existed) is not.
+fn attempt_in_flight(item: &AggregatedItem, now: chrono::DateTime<chrono::Utc>) -> bool {
+    !crate::mutants::active(crate::mutants::Mutant::ExpiryDecidesInFlight)
+        && item.attempted_quantity.is_some()
+        && item
+            .submission_attempted_at
+            .is_some_and(|at| now - at < chrono::Duration::seconds(ATTEMPT_IN_FLIGHT_SECS))
+}
+
 /// What expiry writes for `item`, conditioned on the attempt mark it read: `SubmissionExpired`
 /// only while no attempt is on file, `NeedsReconciliation` only while exactly the attempt it read
 /// is. A submitter run that marked (and so may have sent) the record since makes the write fail
 /// instead of overwriting a call AWS may have billed.
 fn expiry_write(item: &AggregatedItem) -> WriteBack {
     let ignores_attempts = crate::mutants::active(crate::mutants::Mutant::ExpiryIgnoresAttempts);
+    let pending_only = crate::mutants::active(crate::mutants::Mutant::ExpiryWritePendingOnly);
     if let Some(attempt) = item.attempt().filter(|_| !ignores_attempts)
         && let Decision::Finalize(f) = needs_reconciliation_decision(attempt.quantity)
     {
@@ -115,7 +147,11 @@ fn expiry_write(item: &AggregatedItem) -> WriteBack {
             reason: f.reason,
             metering_record_id: None,
             ttl: None,
-            if_attempt: AttemptCondition::Exactly(attempt),
+            if_attempt: if pending_only {
+                AttemptCondition::Any
+            } else {
+                AttemptCondition::Exactly(attempt)
+            },
         };
     }
     WriteBack {
@@ -124,7 +160,7 @@ fn expiry_write(item: &AggregatedItem) -> WriteBack {
         metering_record_id: None,
         ttl: None,
         // The mutant ignores attempts altogether: its write lands whatever is on file.
-        if_attempt: if ignores_attempts {
+        if_attempt: if ignores_attempts || pending_only {
             AttemptCondition::Any
         } else {
             AttemptCondition::NoAttempt

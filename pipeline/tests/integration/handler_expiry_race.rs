@@ -23,7 +23,7 @@ use awsmp_pipeline::domain::clock::FixedClock;
 use awsmp_pipeline::domain::keys::{GroupKey, HourBucket};
 use awsmp_pipeline::domain::results::ApiResponse;
 use awsmp_pipeline::emf::MetricsSink;
-use awsmp_pipeline::handlers::expiry::{ExpiryOutput, expire_with};
+use awsmp_pipeline::handlers::expiry::{ATTEMPT_IN_FLIGHT_SECS, ExpiryOutput, expire_with};
 use awsmp_pipeline::handlers::submitter::{SubmitterOutput, submit_with};
 use awsmp_pipeline::handlers::{ExpiryDeps, SubmitterDeps};
 use awsmp_pipeline::ports::{
@@ -218,7 +218,8 @@ impl Table {
     /// quantity on file when `attempted`.
     async fn commit(&self, quantity: u64, attempted: bool) {
         let item = AggregatedItem::new(self.group.clone(), quantity, None);
-        let earlier = self.run_starts() - Duration::minutes(5);
+        // Ten minutes before the run: a mark older than any submitter run (expiry decides on it).
+        let earlier = self.run_starts() - Duration::minutes(10);
         assert!(self.store.put_if_absent(&item, earlier).await.unwrap());
         if attempted {
             self.store
@@ -248,7 +249,19 @@ async fn race(
     aws: &Arc<MemoryMeteringApi>,
     submitter: Pauses,
     expiry: Pauses,
+    calls: (Pause, Pause),
+) -> Raced {
+    race_at(table, aws, submitter, expiry, calls, table.expiry_reads()).await
+}
+
+/// [`race`] with expiry's clock at `expiry_at`.
+async fn race_at(
+    table: &Table,
+    aws: &Arc<MemoryMeteringApi>,
+    submitter: Pauses,
+    expiry: Pauses,
     (before_call, after_call): (Pause, Pause),
+    expiry_at: DateTime<Utc>,
 ) -> Raced {
     let config = handler_support::config(&[("AWSMP_BILLABLE_WINDOW_HOURS", "6")]);
     let submitter_metrics = MetricsSink::capture("submitter");
@@ -270,7 +283,7 @@ async fn race(
             pauses: expiry,
         }),
         metrics: expiry_metrics.clone(),
-        clock: Arc::new(FixedClock::new(table.expiry_reads())),
+        clock: Arc::new(FixedClock::new(expiry_at)),
     };
     let api = StagedAws {
         inner: aws.clone(),
@@ -470,18 +483,87 @@ async fn reconciliation_of_an_attempt_that_was_resent_meanwhile_does_not_land_in
     reconciled_while_expiry_decides(Table::dynamodb().await).await;
 }
 
-/// What is left: expiry reads *after* the run's mark (the attempt in flight is the one it
-/// reads) and writes `NeedsReconciliation` before AWS answers. The status is true (possibly
-/// billed); the submitter's `Success` write-back then finds the record finalized, and that is
-/// an error with a metric, carrying the `MeteringRecordId` — never dropped.
+/// Expiry reads *after* the run's mark (the attempt in flight is the one it reads) and would
+/// decide before AWS answers. The mark is seconds old: the run that wrote it may still be
+/// answered, so expiry leaves the record (`records_attempt_in_flight`), and the answer decides:
+/// `Success` with AWS's id, no reconciliation, no conflict. (Before expiry waited for marks in
+/// flight, it wrote `NeedsReconciliation` here, on usage AWS had billed and the run knew it.)
+async fn answered_while_expiry_reads_the_mark(table: Table) {
+    // GIVEN the record, no attempt on file
+    table.commit(40, false).await;
+    let aws = Arc::new(MemoryMeteringApi::default());
+    let (marked, expiry_done) = (Gate::new(), Gate::new());
+
+    // WHEN expiry reads after the mark and finishes before the call is answered
+    let out = race(
+        &table,
+        &aws,
+        Pauses {
+            after_mark: Pause::opens(&[&marked]),
+            ..Pauses::default()
+        },
+        Pauses {
+            before_read: Pause::waits(&[&marked]),
+            after_write: Pause::opens(&[&expiry_done]),
+            ..Pauses::default()
+        },
+        (Pause::waits(&[&marked]), Pause::default()),
+    )
+    .await;
+
+    // THEN expiry left it, and the answer is the record's status
+    let ledger = aws.ledger();
+    assert_eq!(ledger.len(), 1);
+    let stored = table.stored().await;
+    assert_eq!(
+        (stored.pending, stored.status, stored.metering_record_id),
+        (
+            false,
+            Some(AggregatedStatus::Success),
+            Some(ledger[0].metering_record_id.clone())
+        )
+    );
+    assert_eq!(
+        (
+            out.expiry.records_unresolved,
+            out.expiry.records_attempt_in_flight
+        ),
+        (0, 1)
+    );
+    assert_eq!(
+        out.expiry_metrics
+            .total(metrics::USAGE_NEEDS_RECONCILIATION.name()),
+        0.0
+    );
+    out.submitter.expect("the run succeeds");
+}
+
+#[tokio::test]
+async fn an_attempt_in_flight_is_left_to_its_answer() {
+    answered_while_expiry_reads_the_mark(Table::memory()).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local stack (awsmp-local up); run by scripts/test"]
+async fn an_attempt_in_flight_is_left_to_its_answer_in_dynamodb() {
+    answered_while_expiry_reads_the_mark(Table::dynamodb().await).await;
+}
+
+/// The guard behind it: a mark expiry reads as older than any run (expiry's clock past
+/// `ATTEMPT_IN_FLIGHT_SECS` after the mark, as if the run's clock lagged) is decided
+/// `NeedsReconciliation`, true (possibly billed); if that run's answer still comes, its
+/// `Success` write-back finds the record finalized, and that is an error with a metric,
+/// carrying the `MeteringRecordId` — never dropped.
 async fn answered_after_reconciliation(table: Table) {
     // GIVEN the record, no attempt on file
     table.commit(40, false).await;
     let aws = Arc::new(MemoryMeteringApi::default());
     let (marked, expiry_wrote) = (Gate::new(), Gate::new());
+    let late = table.run_starts() + Duration::seconds(ATTEMPT_IN_FLIGHT_SECS);
 
-    // WHEN expiry reads after the mark and writes before the call is answered
-    let out = race(
+    // WHEN expiry reads after the mark, as of a mark older than any run, and writes before
+    // the call is answered
+    let out = race_at(
         &table,
         &aws,
         Pauses {
@@ -494,6 +576,7 @@ async fn answered_after_reconciliation(table: Table) {
             ..Pauses::default()
         },
         (Pause::waits(&[&expiry_wrote]), Pause::default()),
+        late,
     )
     .await;
 

@@ -17,6 +17,7 @@ use awsmp_lifecycle::domain::event::LicenseKey;
 use awsmp_lifecycle::domain::state::DEPROVISIONING_WINDOW;
 use awsmp_loadtest::conservation::{self, Inputs};
 use awsmp_pipeline::contract::attrs as a;
+use awsmp_pipeline::contract::status::AggregatedStatus;
 use awsmp_pipeline::domain::clock::Clock;
 use awsmp_pipeline::domain::keys::{GroupKey, HourBucket, parse_usage_timestamp};
 use awsmp_pipeline::domain::time::FLUSH_CURRENT_HOUR_LEAD_MINUTES;
@@ -87,13 +88,29 @@ impl World {
         let text = |r: &awsmp_pipeline::domain::row::RawUsageRow, k: &str| {
             r.get(k).and_then(|v| v.as_s()).map(str::to_owned)
         };
-        let short_window = self.setup.window_hours < 24;
-        let window_exit = |r: &awsmp_pipeline::domain::row::RawUsageRow| {
+        let faulted = self.faults.attempt_faults();
+        let edge = lock(&self.truth).edge_hours.clone();
+        let expired: BTreeSet<GroupKey> = self
+            .aggregated
+            .items()
+            .into_iter()
+            .filter(|i| match i.status {
+                Some(AggregatedStatus::SubmissionExpired) => true,
+                // Unresolved at the window's close because a fault hit its attempt.
+                Some(AggregatedStatus::NeedsReconciliation) => {
+                    crate::causes::attempt_cause(&faulted, &i.group).is_some()
+                }
+                _ => false,
+            })
+            .map(|i| i.group)
+            .collect();
+        let window_exit = |r: &awsmp_pipeline::domain::row::RawUsageRow, group: &GroupKey| {
             let status = text(r, a::METERING_STATUS);
             let reason = text(r, a::METERING_STATUS_REASON).unwrap_or_default();
             status.as_deref() == Some("AggregationExpired")
                 || (status.as_deref() == Some("RejectedClientSide")
                     && reason.contains("TimestampOutOfWindow"))
+                || (status.as_deref() == Some("Aggregated") && expired.contains(group))
         };
         self.usage
             .rows()
@@ -110,13 +127,26 @@ impl World {
                     text(r, a::DIMENSION).unwrap_or_default(),
                     HourBucket::containing(*at),
                 );
-                text(r, a::METERING_STATUS).as_deref() != Some("Aggregated")
-                    || !billed.contains(&group)
+                let unbilled = text(r, a::METERING_STATUS).as_deref() != Some("Aggregated")
+                    || !billed.contains(&group);
+                // A caused window exit (`simulation/src/causes.rs`): an hour whose window
+                // closed under faults, or an edge input, ends expired with its reason, for a
+                // deprovisioned license as for any other.
+                // An edge hour holds only the race backlog, injected late arrivals whose
+                // `LateUsage` conservation allows up to their quantity.
+                let caused = (window_exit(r, &group)
+                    && crate::causes::window_cause(self, group.hour).is_some())
+                    || edge.contains(&group.hour);
+                if unbilled && !caused {
+                    self.log(format!(
+                        "lifecycle: row {} ({:?} {:?}) unbilled at its license's close",
+                        text(r, a::USAGE_SORT_KEY).unwrap_or_default(),
+                        text(r, a::METERING_STATUS),
+                        text(r, a::METERING_STATUS_REASON)
+                    ));
+                }
+                unbilled && !caused
             })
-            // A short window's exits (invariants.rs, `allow_window_exits`): an hour the
-            // compressed window closed before faults let it be billed ends expired, with its
-            // reason, for a deprovisioned license as for any other.
-            .filter(|(r, _)| !(short_window && window_exit(r)))
             .count()
     }
 
