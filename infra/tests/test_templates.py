@@ -192,3 +192,17 @@ def test_stage_name_is_required_and_parameters_validated():
     main = load("main")["Parameters"]
     assert (main["MeteringLockHours"]["MinValue"], main["MeteringLockHours"]["MaxValue"]) == (1, 20)
     assert main["ProductCode"]["AllowedPattern"] and "Default" not in main["ProductCode"]
+
+
+def test_expiry_leaves_an_attempt_to_a_submitter_run_for_longer_than_the_run_can_last():
+    """Expiry leaves an attempt marked less than ATTEMPT_IN_FLIGHT_SECS ago to the submitter run
+    that marked it (pipeline/src/handlers/expiry.rs): that must outlast the submitter's Lambda
+    timeout, or expiry could reconcile a call whose answer is on its way."""
+    import re
+
+    source = (INFRA.parent / "pipeline/src/handlers/expiry.rs").read_text(encoding="utf-8")
+    m = re.search(r"pub const ATTEMPT_IN_FLIGHT_SECS: i64 = ([0-9 +]+);", source)
+    assert m, "ATTEMPT_IN_FLIGHT_SECS in pipeline/src/handlers/expiry.rs"
+    in_flight = sum(int(x) for x in m.group(1).split("+"))
+    timeout = load("main")["Resources"]["SubmitterFunction"]["Properties"]["Timeout"]
+    assert in_flight >= timeout + 60, (in_flight, timeout)
