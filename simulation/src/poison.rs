@@ -20,7 +20,7 @@ const POISON_EVENTS: u64 = 3;
 /// for their group. With the producer's, a re-drive that comes after a later record of the
 /// same shard and key wrote the same per-second row is taken for a replay by the row's
 /// per-lane watermark and adds nothing (docs/guarantees.md, "Known limitations";
-/// `simulation/tests/on_failure_destination.rs` shows the loss).
+/// `simulation/tests/integration/on_failure_destination.rs` shows the loss).
 fn poison_partition_key(e: &Event, own_lane: bool) -> String {
     if own_lane {
         return format!("poison-batch-{}", e.event_id);

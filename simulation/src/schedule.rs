@@ -78,7 +78,7 @@ pub fn setup_for(seed: u64) -> Setup {
             Duration::seconds(r.random_range(0..=5)),
             // ParallelizationFactor 1: with more lanes per shard the per-shard ingest watermark
             // is unsound (docs/guarantees.md, "Known limitations";
-            // `simulation/tests/known_limitations.rs` shows the loss).
+            // `simulation/tests/integration/known_limitations.rs` shows the loss).
             1,
             r.random_bool(0.5),
         ),

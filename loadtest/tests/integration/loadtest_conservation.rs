@@ -119,7 +119,13 @@ fn every_fault_class_on_conserves_exactly_over_several_seeds() -> Result<()> {
             "seed {seed}: report written"
         );
     }
-    // The catalog (and so the product code) is the run's; the services stay where they were.
+    assert_services_unmoved(&std::fs::read_to_string(&env_file)?, &env_before);
+    Ok(())
+}
+
+/// A load run loads a catalog of its own (and so a product code), but every service stays where
+/// the env file written before it says.
+fn assert_services_unmoved(after: &str, before: &str) {
     let services = |env: &str| -> Vec<String> {
         env.lines()
             .filter(|l| l.contains("=http://"))
@@ -127,11 +133,11 @@ fn every_fault_class_on_conserves_exactly_over_several_seeds() -> Result<()> {
             .collect()
     };
     assert_eq!(
-        services(&std::fs::read_to_string(&env_file)?),
-        services(&env_before),
+        services(after),
+        services(before),
         "the load runs moved a service the env file names"
     );
-    for line in env_before.lines() {
+    for line in before.lines() {
         if let Some((_, url)) = line.split_once("=http://") {
             let url = url.trim_matches(|c| c == '"' || c == '\'');
             let addr = url.split('/').next().unwrap_or(url);
@@ -141,7 +147,6 @@ fn every_fault_class_on_conserves_exactly_over_several_seeds() -> Result<()> {
             );
         }
     }
-    Ok(())
 }
 
 /// Nothing rejected in the workload, every accepted unit billed once, and the faults happened.

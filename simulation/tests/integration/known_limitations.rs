@@ -4,8 +4,11 @@
 
 use awsmp_simulation::{run_setup, setup_for};
 
+/// Usage the fence let through lost: stamped `LateUsage`, or left neither billed nor terminal.
 fn late_usage(violations: &[String]) -> bool {
-    violations.iter().any(|v| v.contains("LateUsage"))
+    violations.iter().any(|v| {
+        v.contains("LateUsage") || v.contains("accepted units neither billed nor terminal")
+    })
 }
 
 #[test]

@@ -58,13 +58,16 @@ fn under_unbounded_retries_the_poison_batch_waits_and_nothing_is_discarded() {
 
 #[test]
 fn a_redrive_behind_a_later_record_of_its_lane_is_taken_for_a_replay() {
-    let report = run_setup(poisoned(1, Some(3), false), false);
-    assert!(
-        report
+    // Whether a later record of the poison's lane is read before the re-drive depends on the
+    // schedule; some of the first seeds' schedules have one.
+    let lost = (0..8).filter(|&seed| {
+        run_setup(poisoned(seed, Some(3), false), false)
             .violations
             .iter()
-            .any(|v| v.contains("units lost between producer and rows")),
-        "the re-drive behind a later record of its lane was applied: {:?}",
-        report.violations
+            .any(|v| v.contains("units lost between producer and rows"))
+    });
+    assert!(
+        lost.count() > 0,
+        "no re-drive behind a later record of its lane was lost: the limitation is fixed?"
     );
 }

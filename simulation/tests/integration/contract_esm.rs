@@ -24,7 +24,7 @@
 //! full batch from the checkpoint, the local one first finishes the records it had read.
 //!
 //! Run against the stack: `awsmp-local up && set -a && . $AWSMP_LOCAL_DIR/env && set +a &&
-//! cargo test -p awsmp-simulation --test contract_esm -- --include-ignored`
+//! cargo test -p awsmp-simulation --test integration contract_esm:: -- --include-ignored`
 
 use async_trait::async_trait;
 use aws_lambda_events::event::kinesis::KinesisEvent;
