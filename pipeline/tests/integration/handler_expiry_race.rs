@@ -88,6 +88,8 @@ impl Pause {
 #[derive(Clone, Default)]
 struct Pauses {
     before_read: Pause,
+    /// After a pending read that found a record.
+    after_found: Pause,
     before_mark: Pause,
     after_mark: Pause,
     before_write: Pause,
@@ -117,7 +119,11 @@ impl AggregatedStore for Staged {
         license: Option<&str>,
     ) -> awsmp_pipeline::Result<Vec<AggregatedItem>> {
         self.pauses.before_read.run().await;
-        self.inner.pending(bucket, license).await
+        let found = self.inner.pending(bucket, license).await;
+        if found.as_ref().is_ok_and(|items| !items.is_empty()) {
+            self.pauses.after_found.run().await;
+        }
+        found
     }
     async fn mark_attempted(
         &self,
@@ -492,9 +498,9 @@ async fn answered_while_expiry_reads_the_mark(table: Table) {
     // GIVEN the record, no attempt on file
     table.commit(40, false).await;
     let aws = Arc::new(MemoryMeteringApi::default());
-    let (marked, expiry_done) = (Gate::new(), Gate::new());
+    let (marked, expiry_read) = (Gate::new(), Gate::new());
 
-    // WHEN expiry reads after the mark and finishes before the call is answered
+    // WHEN expiry reads after the mark, and the call is answered only once it has
     let out = race(
         &table,
         &aws,
@@ -504,10 +510,10 @@ async fn answered_while_expiry_reads_the_mark(table: Table) {
         },
         Pauses {
             before_read: Pause::waits(&[&marked]),
-            after_write: Pause::opens(&[&expiry_done]),
+            after_found: Pause::opens(&[&expiry_read]),
             ..Pauses::default()
         },
-        (Pause::waits(&[&marked]), Pause::default()),
+        (Pause::waits(&[&expiry_read]), Pause::default()),
     )
     .await;
 
