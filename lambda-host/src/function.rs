@@ -11,7 +11,7 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{Notify, watch};
 
 /// How long a function's init may take: Lambda's limit for the init phase, 10 seconds
 /// (<https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html#runtimes-lifecycle-ib>).
@@ -40,7 +40,7 @@ pub struct FunctionSpec {
 
 struct Proc {
     exit: watch::Receiver<Option<ExitStatus>>,
-    kill: Option<oneshot::Sender<()>>,
+    kill: Arc<Notify>,
     stderr: Arc<Mutex<VecDeque<String>>>,
 }
 
@@ -55,9 +55,7 @@ impl Proc {
     }
 
     async fn kill(&mut self) {
-        if let Some(k) = self.kill.take() {
-            let _ = k.send(());
-        }
+        self.kill.notify_one();
         let _ = self.exit.wait_for(Option::is_some).await;
     }
 }
@@ -69,6 +67,8 @@ pub struct Function {
     addr: SocketAddr,
     server: tokio::task::JoinHandle<()>,
     proc: tokio::sync::Mutex<Option<Proc>>,
+    /// The kill switch of the current process, reachable while an invocation holds `proc`.
+    kill: Mutex<Option<Arc<Notify>>>,
     stdout: Arc<Mutex<Vec<String>>>,
 }
 
@@ -87,6 +87,7 @@ impl Function {
             addr,
             server,
             proc: tokio::sync::Mutex::new(None),
+            kill: Mutex::default(),
             stdout: Arc::default(),
         };
         let mut proc = f.proc.lock().await;
@@ -174,6 +175,15 @@ impl Function {
         }
     }
 
+    /// Kill its process as a crash would (`SIGKILL`), whatever it is doing: an invocation in
+    /// flight ends in [`Error::Crashed`], and the next invocation starts a new process. The
+    /// Runtime API stays. Returns at once, so it may be called mid-invocation.
+    pub fn crash(&self) {
+        if let Some(kill) = self.kill.lock().expect("kill").as_ref() {
+            kill.notify_one();
+        }
+    }
+
     /// Stop its process and its Runtime API.
     pub async fn stop(&self) {
         if let Some(mut p) = self.proc.lock().await.take() {
@@ -216,19 +226,17 @@ impl Function {
             }));
         }
         let (exit_tx, exit) = watch::channel(None);
-        let (kill, kill_rx) = oneshot::channel::<()>();
+        let kill = Arc::new(Notify::new());
+        let kill_rx = kill.clone();
+        *self.kill.lock().expect("kill") = Some(kill.clone());
         tokio::spawn(async move {
             let status = tokio::select! {
                 s = child.wait() => s.ok(),
-                _ = kill_rx => { let _ = child.kill().await; child.wait().await.ok() }
+                () = kill_rx.notified() => { let _ = child.kill().await; child.wait().await.ok() }
             };
             let _ = exit_tx.send(status.or_else(|| Some(ExitStatus::default())));
         });
-        let mut proc = Proc {
-            exit,
-            kill: Some(kill),
-            stderr,
-        };
+        let mut proc = Proc { exit, kill, stderr };
         match self.await_init(&mut proc).await {
             Ok(()) => Ok(proc),
             Err(e) => {

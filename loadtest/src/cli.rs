@@ -11,6 +11,8 @@ use std::path::PathBuf;
 #[derive(Parser)]
 #[command(
     version,
+    // A later `--duration` replaces an earlier one (`scripts/demo --duration 20`).
+    args_override_self = true,
     about = "Drive awsmp at volume end to end and check that every unit is billed exactly once or accounted for"
 )]
 struct Cli {
@@ -134,6 +136,12 @@ struct Common {
     /// docs/local-stack.md, "Many products, many regions").
     #[arg(long, value_parser = ["all"])]
     sites: Option<String>,
+    /// How a local run runs the Lambdas: `in-process` (default) calls their handler functions
+    /// in this process, as fast as the load test needs; `host` runs each Lambda as its built
+    /// binary in its own process under the Lambda Runtime API (`awsmp-lambda-host`), the
+    /// scheduled ones on the run's virtual clock through libfaketime (`scripts/demo`).
+    #[arg(long, default_value = "in-process", value_parser = ["in-process", "host"])]
+    lambdas: String,
 }
 
 /// What a command runs.
@@ -206,6 +214,10 @@ impl Common {
             bad_inputs,
             progress: !self.quiet && !self.json,
             command_line: std::env::args().collect::<Vec<_>>().join(" "),
+            lambdas: match self.lambdas.as_str() {
+                "host" => loadrun::Lambdas::Host,
+                _ => loadrun::Lambdas::InProcess,
+            },
         })
     }
 }

@@ -123,6 +123,9 @@ pub struct RunReport {
     pub settings: BTreeMap<String, String>,
     /// Wall-clock seconds.
     pub elapsed_secs: f64,
+    /// How the Lambdas ran: "lambda runtime: built binaries, one process each" or "in-process
+    /// handlers" (empty: none ran, e.g. a deployment's own).
+    pub lambdas: String,
     /// Counter samples over time.
     pub timeline: Vec<Sample>,
     /// Latencies by stage: `recordToAck`, `eventToRow`, `eventToBilled` (virtual time).
@@ -150,6 +153,9 @@ impl RunReport {
             write_funnel(&mut s, &c.funnel);
         }
         let _ = writeln!(s, "run: {:.1} s wall clock", self.elapsed_secs);
+        if !self.lambdas.is_empty() {
+            let _ = writeln!(s, "lambdas: {}", self.lambdas);
+        }
         self.write_throughput(&mut s);
         let _ = writeln!(
             s,

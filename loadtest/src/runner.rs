@@ -6,6 +6,7 @@
 
 use crate::kinesis_esm::{EsmOptions, KinesisEsm};
 use crate::local::LocalEnv;
+use crate::local::hosted::{Hosted, scheduled_event};
 use anyhow::{Context, Result, bail};
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_sqs::types::{
@@ -67,6 +68,12 @@ pub struct Runner {
     /// The subscription and deprovision-cleanup Lambdas, when the stack has their table and
     /// queue.
     pub lifecycle: Option<crate::local::lifecycle::LocalLifecycle>,
+    /// The Lambdas as processes ([`Runner::with_hosted`]); `None`: the handlers in process.
+    hosted: Option<Arc<Hosted>>,
+    /// Under the host, deliver every SQS batch twice (duplicate deliveries from outside).
+    pub redeliver: bool,
+    /// The hosted functions' stdout lines this runner took.
+    hosted_lines: std::sync::Mutex<Vec<String>>,
 }
 
 /// What one `tick` did.
@@ -226,7 +233,29 @@ impl Runner {
             http: reqwest::Client::new(),
             queues,
             lifecycle,
+            hosted: None,
+            redeliver: false,
+            hosted_lines: std::sync::Mutex::default(),
         })
+    }
+
+    /// Invoke the Lambdas as the processes of `hosted` instead of calling their handlers: each
+    /// tick's scheduled targets, the queues' batches and the virtual clock go to them.
+    pub fn with_hosted(mut self, hosted: Arc<Hosted>) -> Self {
+        self.hosted = Some(hosted);
+        self
+    }
+
+    /// The EMF metric lines of the pipeline's and lifecycle's functions so far: captured in
+    /// process, or written to the hosted processes' stdout.
+    pub fn metric_lines(&self) -> Vec<String> {
+        let mut lines = self.metrics.lines();
+        let mut taken = self.hosted_lines.lock().expect("lines");
+        if let Some(h) = &self.hosted {
+            taken.extend(h.take_stdout(&crate::local::hosted::VIRTUAL_CLOCK));
+        }
+        lines.extend(taken.iter().cloned());
+        lines
     }
 
     /// Attach the Kinesis consumer: each tick first polls the usage stream
@@ -300,6 +329,9 @@ impl Runner {
     /// Set the one instant for handlers and the simulator.
     pub async fn set_time(&self, at: DateTime<Utc>) -> Result<()> {
         self.clock.set(at);
+        if let Some(h) = &self.hosted {
+            h.set_time(at)?;
+        }
         if let Some(admin) = self.env.vars.get("AWSMP_SIM_ADMIN_URL") {
             let res = self
                 .http
@@ -363,10 +395,22 @@ impl Runner {
                 targets.push(DiscovererInput::FlushDeprovisioning);
             }
             let svc = self.discoverer_services();
-            for t in targets {
-                let out = discoverer::discover(&svc, t)
-                    .await
-                    .with_context(|| format!("discoverer {t:?}"))?;
+            let hosted = self.hosted.as_deref();
+            let inputs: Vec<Value> = match hosted {
+                Some(h) => h.discoverer_inputs().to_vec(),
+                None => targets
+                    .iter()
+                    .map(serde_json::to_value)
+                    .collect::<Result<_, _>>()?,
+            };
+            for input in inputs {
+                let out: DiscovererOutput = match hosted {
+                    Some(h) => h.call("discoverer", &input).await,
+                    None => Ok(
+                        discoverer::discover(&svc, serde_json::from_value(input.clone())?).await?,
+                    ),
+                }
+                .with_context(|| format!("discoverer {input}"))?;
                 report.discoverer.buckets += out.buckets;
                 report.discoverer.groups_enqueued += out.groups_enqueued;
                 report.discoverer.rows_expired += out.rows_expired;
@@ -379,13 +423,30 @@ impl Runner {
                 entry.failed += c.failed;
             }
         }
-        match submitter::submit(&self.svc, &self.metering).await {
+        let submitted = match self.hosted.as_deref() {
+            Some(h) => h.call("submitter", &scheduled_event("submitter", at)).await,
+            None => Ok(submitter::submit(&self.svc, &self.metering).await?),
+        };
+        match submitted {
             Ok(out) => report.submitter = Some(out),
             Err(e) => report.submitter_error = Some(format!("{e:#}")),
         }
-        report.expiry = Some(expiry::expire(&self.svc).await.context("expiry")?);
+        report.expiry = Some(
+            match self.hosted.as_deref() {
+                Some(h) => h.call("expiry", &scheduled_event("expiry", at)).await,
+                None => Ok(expiry::expire(&self.svc).await?),
+            }
+            .context("expiry")?,
+        );
         if let Some(l) = &self.lifecycle {
-            report.deprovision_cleanup = Some(l.cleanup(at).await.context("deprovision-cleanup")?);
+            let event = scheduled_event("deprovision-cleanup", at);
+            report.deprovision_cleanup = Some(
+                match self.hosted.as_deref() {
+                    Some(h) => h.call("deprovision-cleanup", &event).await,
+                    None => l.cleanup(at).await,
+                }
+                .context("deprovision-cleanup")?,
+            );
         }
         Ok(report)
     }
@@ -435,22 +496,33 @@ impl Runner {
         }
         let (event, handles) = sqs_event(&messages);
         let svc = &self.svc;
-        let response = match consumer {
-            Consumer::Aggregator => {
-                handle_sqs_batch("aggregator", event, |body| async move {
-                    aggregator::aggregate(svc, &body).await.map(drop)
-                })
-                .await
+        let response = match self.hosted.as_deref() {
+            Some(h) => {
+                let function = match consumer {
+                    Consumer::Aggregator => "aggregator",
+                    Consumer::Cleanup => "cleanup",
+                    Consumer::Subscription => "subscription",
+                };
+                h.sqs_batch(function, &event, 1 + usize::from(self.redeliver))
+                    .await?
             }
-            Consumer::Cleanup => {
-                handle_sqs_batch("cleanup", event, |body| async move {
-                    cleanup::cleanup(svc, &body).await.map(drop)
-                })
-                .await
-            }
-            Consumer::Subscription => match &self.lifecycle {
-                Some(l) => l.handle(event).await,
-                None => bail!("no subscription Lambda on this stack"),
+            None => match consumer {
+                Consumer::Aggregator => {
+                    handle_sqs_batch("aggregator", event, |body| async move {
+                        aggregator::aggregate(svc, &body).await.map(drop)
+                    })
+                    .await
+                }
+                Consumer::Cleanup => {
+                    handle_sqs_batch("cleanup", event, |body| async move {
+                        cleanup::cleanup(svc, &body).await.map(drop)
+                    })
+                    .await
+                }
+                Consumer::Subscription => match &self.lifecycle {
+                    Some(l) => l.handle(event).await,
+                    None => bail!("no subscription Lambda on this stack"),
+                },
             },
         };
         let failed: std::collections::BTreeSet<&str> = response

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::ports::SubscriberStore;
 
 /// What one run did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct CleanupReport {
     /// Index entries whose window had closed.
     pub expired: usize,

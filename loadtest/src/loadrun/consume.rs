@@ -8,6 +8,7 @@ use super::timings::{Timings, observe_batch};
 use crate::faults::FaultClass;
 use crate::kinesis_esm::{EsmOptions, EsmReport, KinesisEsm, SHARD_POLL_INTERVAL};
 use crate::local::LocalEnv;
+use crate::local::hosted::{Hosted, scheduled_event};
 use anyhow::{Result, bail};
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use aws_lambda_events::kinesis::KinesisEvent;
@@ -33,10 +34,19 @@ struct Consumers {
     /// Crash about one batch in four.
     crash: bool,
     rng: Mutex<rand::rngs::StdRng>,
+    /// The consumer and the heartbeat as processes; `None`: in process.
+    hosted: Option<Arc<Hosted>>,
+    /// The hosted consumer's stdout lines (its EMF metrics).
+    lines: Mutex<Vec<String>>,
 }
 
 impl Consumers {
-    async fn new(env: &LocalEnv, metrics: MetricsSink, crash: bool, seed: u64) -> Result<Self> {
+    async fn new(
+        env: &LocalEnv,
+        metrics: MetricsSink,
+        (crash, seed): (bool, u64),
+        hosted: Option<Arc<Hosted>>,
+    ) -> Result<Self> {
         use awsmp_consumer::adapters::dynamodb::{DynamoDbDedupStore, DynamoDbUsageRows};
         let config = awsmp_consumer::Config::from_lookup(|k| {
             env.vars.get(k).cloned().or_else(|| std::env::var(k).ok())
@@ -61,7 +71,73 @@ impl Consumers {
             store_faults,
             crash,
             rng: Mutex::new(rand::rngs::StdRng::seed_from_u64(seed ^ 0xc0ffee)),
+            hosted,
+            lines: Mutex::default(),
         })
+    }
+
+    /// The heartbeat's scheduled run: the stream-heartbeat process on its scheduled event, or
+    /// its function in process.
+    async fn heartbeat(
+        &self,
+        kinesis: &aws_sdk_kinesis::Client,
+        stream: &str,
+        marks: &dyn awsmp_pipeline::ports::WatermarkStore,
+    ) -> Result<()> {
+        match &self.hosted {
+            Some(h) => {
+                let event = scheduled_event("stream-heartbeat", Utc::now());
+                h.invoke("stream-heartbeat", &event).await?;
+            }
+            None => {
+                awsmp_consumer::heartbeat::scheduled(kinesis, stream, Some(marks)).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One invocation of the consumer's process. With consumer crashes on, about one in four
+    /// is killed (`SIGKILL`) 0–300 ms in, part-way through its writes or not: the mapping
+    /// replays the batch.
+    async fn handle_hosted(
+        &self,
+        h: &Hosted,
+        event: KinesisEvent,
+        counters: &RunCounters,
+        timings: &Mutex<Timings>,
+    ) -> std::result::Result<KinesisEventResponse, String> {
+        let (started, invoked) = (Instant::now(), Utc::now());
+        counters.delivered.lock().expect("poisoned").observe(&event);
+        let crash_after = {
+            let mut rng = self.rng.lock().expect("poisoned");
+            (self.crash && rng.random_bool(0.25))
+                .then(|| Duration::from_millis(rng.random_range(0..300)))
+        };
+        let payload = serde_json::to_value(&event).map_err(|e| e.to_string())?;
+        let out = h
+            .invoke_crashing("kinesis-consumer", &payload, crash_after)
+            .await;
+        RunCounters::add(&counters.consumer_invocations, 1);
+        let ms = started.elapsed().as_micros().div_ceil(1000) as u64;
+        RunCounters::add(&counters.consumer_billed_ms, ms);
+        let lines = h.take_stdout(&["kinesis-consumer"]);
+        RunCounters::add(&counters.consumed, events_accepted(&lines));
+        self.lines.lock().expect("poisoned").extend(lines);
+        match out {
+            Err(e @ awsmp_lambda_host::Error::Crashed { .. }) if crash_after.is_some() => {
+                RunCounters::add(&counters.crashes, 1);
+                Err(format!("injected crash: {e}"))
+            }
+            Err(e) => Err(e.to_string()),
+            Ok(answer) => {
+                let response: KinesisEventResponse =
+                    serde_json::from_value(answer).map_err(|e| e.to_string())?;
+                if response.batch_item_failures.is_empty() {
+                    observe_batch(&event, timings, invoked, Utc::now());
+                }
+                Ok(response)
+            }
+        }
     }
 
     /// One invocation: either the function "dies" part-way through its writes (an error), or
@@ -72,6 +148,9 @@ impl Consumers {
         counters: &RunCounters,
         timings: &Mutex<Timings>,
     ) -> std::result::Result<KinesisEventResponse, String> {
+        if let Some(h) = &self.hosted {
+            return self.handle_hosted(h, event, counters, timings).await;
+        }
         let started = Instant::now();
         let invoked = Utc::now();
         counters.delivered.lock().expect("poisoned").observe(&event);
@@ -120,8 +199,8 @@ impl Consumers {
 pub(super) async fn consume(
     ctx: &RunContext<'_>,
     env: &LocalEnv,
-    stream: &str,
-    checkpoint: &Path,
+    (stream, checkpoint): (&str, &Path),
+    hosted: Option<Arc<Hosted>>,
 ) -> Result<ConsumeOutcome> {
     let options = EsmOptions {
         batch_size: 500,
@@ -146,13 +225,9 @@ pub(super) async fn consume(
     .await?;
     let metrics = MetricsSink::capture("kinesis-consumer");
     let faults = &ctx.spec.produce.faults;
-    let consumers = Consumers::new(
-        env,
-        metrics.clone(),
-        faults.has(FaultClass::ConsumerCrashes),
-        ctx.spec.produce.workload.seed,
-    )
-    .await?;
+    let crash = faults.has(FaultClass::ConsumerCrashes);
+    let seed = ctx.spec.produce.workload.seed;
+    let consumers = Consumers::new(env, metrics.clone(), (crash, seed), hosted).await?;
     let mut totals: BTreeMap<String, u64> = BTreeMap::new();
     let kinesis = env.kinesis().await?;
     if !consumers.crash {
@@ -167,7 +242,7 @@ pub(super) async fn consume(
             && !production_finished
             && last_beat.is_none_or(|b| b.elapsed() >= HEARTBEAT_EVERY)
         {
-            awsmp_consumer::heartbeat::scheduled(&kinesis, stream, Some(marks)).await?;
+            consumers.heartbeat(&kinesis, stream, marks).await?;
             last_beat = Some(Instant::now());
         }
         let polled = Instant::now();
@@ -183,7 +258,9 @@ pub(super) async fn consume(
         add_esm_counts(&mut totals, &report);
         ensure_no_discards(&report)?;
         if production_finished && report.records_delivered == 0 {
-            return Ok(outcome(totals, &ctx.counters, &metrics));
+            let mut lines = metrics.lines();
+            lines.append(&mut consumers.lines.lock().expect("poisoned"));
+            return Ok(outcome(totals, &ctx.counters, &lines));
         }
         if Instant::now() > ctx.deadline {
             bail!("the consumer did not catch up before the timeout");
@@ -212,7 +289,7 @@ async fn follow(
     let (report, beats) = tokio::time::timeout_at(deadline, async {
         futures::join!(
             esm.follow(handle, finished),
-            heartbeats(ctx, kinesis, stream, marks)
+            heartbeats(ctx, consumers, (kinesis, stream), marks)
         )
     })
     .await
@@ -227,8 +304,8 @@ async fn follow(
 /// marker each second, so an idle shard's watermark keeps up (docs/guarantees.md).
 async fn heartbeats(
     ctx: &RunContext<'_>,
-    kinesis: &aws_sdk_kinesis::Client,
-    stream: &str,
+    consumers: &Consumers,
+    (kinesis, stream): (&aws_sdk_kinesis::Client, &str),
     marks: Option<&dyn awsmp_pipeline::ports::WatermarkStore>,
 ) -> Result<()> {
     let Some(marks) = marks else {
@@ -236,7 +313,7 @@ async fn heartbeats(
     };
     while !ctx.production_done.load(Ordering::SeqCst) {
         let beat = Instant::now();
-        awsmp_consumer::heartbeat::scheduled(kinesis, stream, Some(marks)).await?;
+        consumers.heartbeat(kinesis, stream, marks).await?;
         let next = beat + HEARTBEAT_EVERY;
         while Instant::now() < next && !ctx.production_done.load(Ordering::SeqCst) {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -272,7 +349,7 @@ fn add_esm_counts(totals: &mut BTreeMap<String, u64>, report: &EsmReport) {
 fn outcome(
     mut faults: BTreeMap<String, u64>,
     counters: &RunCounters,
-    metrics: &MetricsSink,
+    lines: &[String],
 ) -> ConsumeOutcome {
     faults.retain(|_, v| *v > 0);
     let crashes = RunCounters::get(&counters.crashes);
@@ -280,8 +357,8 @@ fn outcome(
         faults.insert("consumer:crashes".into(), crashes);
     }
     let mut rejects = BTreeMap::new();
-    for line in metrics.lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+    for line in lines {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
         if v.get("EventRejected").is_some() {
@@ -295,4 +372,14 @@ fn outcome(
         rejects,
         overlap: BTreeMap::new(),
     }
+}
+
+/// The events the consumer accepted, from its `EventsAccepted` metric lines.
+fn events_accepted(lines: &[String]) -> u64 {
+    lines
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v.get("EventsAccepted").and_then(serde_json::Value::as_f64))
+        .map(|n| n as u64)
+        .sum()
 }

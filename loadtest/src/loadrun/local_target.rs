@@ -9,8 +9,11 @@ use super::fence::RunWatermarks;
 use super::meter::Stack;
 use super::sim_admin::{SimAdmin, ledger_group_hour};
 use super::target::{ConsumeOutcome, RunTarget};
-use super::{RUN_STREAM_SHARDS, RunContext, RunSpec, catalog, licenses_needed, run_license};
+use super::{
+    Lambdas, RUN_STREAM_SHARDS, RunContext, RunSpec, catalog, licenses_needed, run_license,
+};
 use crate::conservation::{GroupHour, Inputs};
+use crate::local::hosted::{Hosted, HostedSpec};
 use crate::local::{self, LocalEnv, Paths, UpOptions};
 use crate::report::RunReport;
 use anyhow::{Context, Result};
@@ -19,6 +22,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+
+/// How each fault class is injected when the Lambdas run as processes: every class applies,
+/// each from outside the binaries (docs/local-stack.md, "The demo: every Lambda a process").
+const FAULTS_UNDER_HOST: &str = "all apply, from outside the binaries: throttling, \
+    partial-put-records, lost-responses in the producer's sink; consumer-crashes kill the \
+    consumer's process 0-300 ms into about one invocation in four (SIGKILL; the mapping \
+    replays); duplicate-deliveries deliver every SQS batch to the function twice (the same \
+    messages, as after a lost delete); marketplace-faults and submitter-crashes in the \
+    simulator (its admin API); clock-jumps on the virtual clock (libfaketime)";
 
 /// A run on the local stack.
 pub(super) struct LocalTarget {
@@ -36,6 +48,8 @@ pub(super) struct LocalTarget {
     injects: bool,
     /// The stack's DynamoDB emulator, whose CPU the report gives (`None`: not measured).
     dynamodb_pid: Option<u32>,
+    /// The Lambdas as processes (`--lambdas host`); `None`: their handlers in process.
+    hosted: Option<Arc<Hosted>>,
 }
 
 impl LocalTarget {
@@ -126,7 +140,24 @@ impl LocalTarget {
             sim.post("/_sim/reset", serde_json::json!({})).await?;
         }
         let watermarks = RunWatermarks::of_stack(&env, &stream).await?;
+        let hosted = match spec.lambdas {
+            Lambdas::Host if !spec.produce_only => {
+                let dir = checkpoint.parent().unwrap_or(&checkpoint);
+                let consumers = RUN_STREAM_SHARDS as usize * spec.overlap.parallelization_factor;
+                let hosted_spec = HostedSpec::load_run(
+                    &dir.join(format!("lambdas-{stream}")),
+                    consumers,
+                    &stream,
+                )?;
+                let hosted = Hosted::start(&env, &hosted_spec)
+                    .await
+                    .context("starting the Lambdas under the host")?;
+                Some(Arc::new(hosted))
+            }
+            _ => None,
+        };
         Ok(Self {
+            hosted,
             watermarks,
             injects: spec.bad_inputs,
             env,
@@ -160,6 +191,7 @@ impl LocalTarget {
             sim: &self.sim,
             licenses: &self.licenses,
             fence: self.watermarks.as_ref(),
+            hosted: self.hosted.as_ref(),
         }
     }
 }
@@ -206,7 +238,9 @@ impl RunTarget for LocalTarget {
         let consuming = async {
             let emulator = self.dynamodb_pid.and_then(CpuWatch::start);
             let this = CpuWatch::start(std::process::id());
-            let out = super::consume::consume(ctx, &self.env, &self.stream, &self.checkpoint).await;
+            let (stream, checkpoint) = (&self.stream, &self.checkpoint);
+            let hosted = self.hosted.clone();
+            let out = super::consume::consume(ctx, &self.env, (stream, checkpoint), hosted).await;
             ctx.consumption_done.store(true, Ordering::SeqCst);
             let mut t = ctx.timings.lock().expect("poisoned");
             t.emulator = emulator.and_then(CpuWatch::stop);
@@ -242,6 +276,10 @@ impl RunTarget for LocalTarget {
             "batchingWindowMs".to_owned(),
             ctx.spec.overlap.batching_window.as_millis().to_string(),
         );
+        if let Some(h) = &self.hosted {
+            settings.insert("lambdaProcesses".to_owned(), h.describe());
+            settings.insert("faultsUnderHost".to_owned(), FAULTS_UNDER_HOST.to_owned());
+        }
         super::meter::meter(ctx, &self.stack(), scope, report, settings).await
     }
 
@@ -282,6 +320,9 @@ impl RunTarget for LocalTarget {
     }
 
     async fn tear_down(&self) -> Result<()> {
+        if let Some(h) = &self.hosted {
+            h.stop().await;
+        }
         if self.owns_stream {
             let kinesis = self.env.kinesis().await?;
             let deleted = kinesis

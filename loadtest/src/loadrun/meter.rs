@@ -10,6 +10,7 @@ use super::sim_admin::SimAdmin;
 use crate::conservation::GroupHour;
 use crate::faults::FaultClass;
 use crate::local::LocalEnv;
+use crate::local::hosted::Hosted;
 use crate::report::RunReport;
 use crate::runner::Runner;
 use anyhow::{Context, Result};
@@ -65,7 +66,7 @@ pub(super) async fn meter(
 /// metric lines).
 pub(super) fn pipeline_rejects(runner: &Runner) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
-    for line in runner.metrics.lines() {
+    for line in runner.metric_lines() {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
             continue;
         };
@@ -84,6 +85,8 @@ pub(super) struct Stack<'a> {
     pub(super) sim: &'a SimAdmin,
     pub(super) licenses: &'a [(String, String)],
     pub(super) fence: Option<&'a Arc<RunWatermarks>>,
+    /// The Lambdas as processes; `None`: their handlers in process.
+    pub(super) hosted: Option<&'a Arc<Hosted>>,
 }
 
 /// A runner over the stack, fenced on the run's watermarks, with the run's duplicate
@@ -93,8 +96,16 @@ async fn runner(ctx: &RunContext<'_>, stack: &Stack<'_>) -> Result<Runner> {
     if let Some(fence) = stack.fence {
         runner = runner.with_ingest_fence(fence.table(), fence.stream());
     }
+    if let Some(hosted) = stack.hosted {
+        runner = runner.with_hosted(hosted.clone());
+    }
     if ctx.spec.produce.faults.has(FaultClass::DuplicateDeliveries) {
-        duplicate_deliveries(&mut runner);
+        // Under the host the binaries send their own messages: the runner's mapping delivers
+        // every batch twice instead.
+        match stack.hosted {
+            Some(_) => runner.redeliver = true,
+            None => duplicate_deliveries(&mut runner),
+        }
     }
     Ok(runner)
 }

@@ -99,6 +99,29 @@ pub struct RunSpec {
     pub progress: bool,
     /// For the report.
     pub command_line: String,
+    /// How a local run runs the Lambdas.
+    pub lambdas: Lambdas,
+}
+
+/// How a local run runs the Lambdas (docs/local-stack.md, "The demo: every Lambda a process").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Lambdas {
+    /// Their handler functions, called in this process: the load test's speed.
+    #[default]
+    InProcess,
+    /// Each Lambda its built binary in its own process under the Lambda Runtime API
+    /// (`awsmp-lambda-host`), the scheduled ones on the run's virtual clock through libfaketime.
+    Host,
+}
+
+impl Lambdas {
+    /// What the report says ran.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::InProcess => crate::local::hosted::IN_PROCESS_DESCRIPTION,
+            Self::Host => crate::local::hosted::HOST_DESCRIPTION,
+        }
+    }
 }
 
 /// How a local run's stages overlap. By default, as in AWS: the consumer polls the stream on
@@ -272,6 +295,9 @@ async fn run_on<T: RunTarget>(target: &T, ctx: &RunContext<'_>) -> Result<RunRep
     settings.insert("target".into(), target.describe().0);
     report.settings = settings;
     report.mode = if spec.produce_only { "produce" } else { "run" }.into();
+    if spec.target == Target::Local && !spec.produce_only {
+        report.lambdas = spec.lambdas.describe().into();
+    }
     report.elapsed_secs = ctx.started.elapsed().as_secs_f64();
     Ok(report)
 }

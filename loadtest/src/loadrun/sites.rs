@@ -320,6 +320,7 @@ mod tests {
             bad_inputs: false,
             progress: false,
             command_line: String::new(),
+            lambdas: super::super::Lambdas::InProcess,
         }
     }
 

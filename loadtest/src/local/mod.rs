@@ -7,6 +7,7 @@
 //! what runs where.
 
 pub mod env;
+pub mod hosted;
 pub mod ingest;
 pub mod lifecycle;
 pub mod procs;

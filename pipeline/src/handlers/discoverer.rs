@@ -122,7 +122,7 @@ pub enum DiscovererInput {
 }
 
 /// What one invocation did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DiscovererOutput {
     /// Buckets examined.

@@ -43,7 +43,7 @@ const EXPIRY_CONCURRENCY: usize = 8;
 pub const ATTEMPT_IN_FLIGHT_SECS: i64 = 300 + 60;
 
 /// What one run did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExpiryOutput {
     /// Buckets examined.

@@ -70,7 +70,7 @@ const MAX_WRITE_BACKS_IN_FLIGHT: usize = 100;
 const BUDGET_SPENT: &str = "time budget spent";
 
 /// What one run did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SubmitterOutput {
     /// Pending records read.
