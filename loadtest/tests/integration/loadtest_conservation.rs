@@ -9,12 +9,12 @@ use anyhow::Result;
 use std::path::PathBuf;
 use std::process::Command;
 
-fn bin(name: &str) -> PathBuf {
+pub(crate) fn bin(name: &str) -> PathBuf {
     awsmp_loadtest::local::sibling_binary(name).unwrap()
 }
 
 /// Stops the run's stack even when the test fails.
-struct Stack(tempfile::TempDir);
+pub(crate) struct Stack(pub(crate) tempfile::TempDir);
 
 impl Drop for Stack {
     fn drop(&mut self) {
@@ -22,7 +22,7 @@ impl Drop for Stack {
     }
 }
 
-fn local(stack: &Stack, args: &[&str]) -> Command {
+pub(crate) fn local(stack: &Stack, args: &[&str]) -> Command {
     let mut cmd = Command::new(bin("awsmp-local"));
     cmd.args(args);
     env_for(&mut cmd, stack);
@@ -30,7 +30,7 @@ fn local(stack: &Stack, args: &[&str]) -> Command {
 }
 
 /// Only this stack's settings: never the suite stack's endpoints from the environment.
-fn env_for(cmd: &mut Command, stack: &Stack) {
+pub(crate) fn env_for(cmd: &mut Command, stack: &Stack) {
     for (k, _) in std::env::vars() {
         if k.starts_with("AWS") {
             cmd.env_remove(k);

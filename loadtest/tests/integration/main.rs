@@ -7,6 +7,7 @@ mod common;
 mod esm_batching_window;
 mod exactness_cleanup;
 mod exactness_submitter;
+mod host_demo;
 mod lifecycle_e2e;
 mod loadtest_conservation;
 mod local_lifecycle;
