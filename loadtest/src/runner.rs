@@ -1,17 +1,17 @@
 //! The local runner: plays the parts AWS plays for the pipeline — EventBridge schedules, SQS
 //! event source mappings (batches, visibility timeout, redelivery, partial batch failures,
 //! DLQ after maxReceiveCount via the queue's own redrive policy) — and invokes the very
-//! handler functions the Lambdas run. Time reaches handlers only through one settable clock,
-//! shared with the Marketplace simulator.
+//! handler functions the Lambdas run, or with [`Runner::with_hosted`] the Lambdas' built
+//! binaries, each its own process. Time reaches handlers only through one settable clock,
+//! shared with the Marketplace simulator (the processes read it through libfaketime).
+
+mod sqs_mapping;
 
 use crate::kinesis_esm::{EsmOptions, KinesisEsm};
 use crate::local::LocalEnv;
 use crate::local::hosted::{Hosted, scheduled_event};
 use anyhow::{Context, Result, bail};
-use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use aws_sdk_sqs::types::{
-    DeleteMessageBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
-};
+use aws_lambda_events::sqs::SqsEvent;
 use awsmp_pipeline::adapters::marketplace::MarketplaceMeteringApi;
 use awsmp_pipeline::config::{Config, DeploymentMode};
 use awsmp_pipeline::domain::clock::{Clock, FixedClock};
@@ -25,7 +25,7 @@ use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Visibility timeout the runner asks for when it receives (the ReceiveMessage override):
 /// short, so a failed message is redelivered within a tick instead of minutes later.
@@ -390,204 +390,82 @@ impl Runner {
         let full =
             self.svc.config.deployment_mode == DeploymentMode::Full && self.svc.usage.is_some();
         if full {
-            let mut targets = scheduled_targets();
-            if self.svc.deprovisioning.is_some() {
-                targets.push(DiscovererInput::FlushDeprovisioning);
-            }
-            let svc = self.discoverer_services();
-            let hosted = self.hosted.as_deref();
-            let inputs: Vec<Value> = match hosted {
-                Some(h) => h.discoverer_inputs().to_vec(),
-                None => targets
-                    .iter()
-                    .map(serde_json::to_value)
-                    .collect::<Result<_, _>>()?,
-            };
-            for input in inputs {
-                let out: DiscovererOutput = match hosted {
-                    Some(h) => h.call("discoverer", &input).await,
-                    None => Ok(
-                        discoverer::discover(&svc, serde_json::from_value(input.clone())?).await?,
-                    ),
-                }
-                .with_context(|| format!("discoverer {input}"))?;
-                report.discoverer.buckets += out.buckets;
-                report.discoverer.groups_enqueued += out.groups_enqueued;
-                report.discoverer.rows_expired += out.rows_expired;
-                report.discoverer.quantity_expired += out.quantity_expired;
-                report.discoverer.buckets_fenced += out.buckets_fenced;
-            }
+            self.discover_all(&mut report).await?;
             for (name, c) in self.drain().await? {
                 let entry = report.drained.entry(name).or_default();
                 entry.succeeded += c.succeeded;
                 entry.failed += c.failed;
             }
         }
-        let submitted = match self.hosted.as_deref() {
+        self.submit_and_expire(at, &mut report).await?;
+        Ok(report)
+    }
+
+    /// Every discoverer target once: the template's constant inputs to the hosted process, or
+    /// the handler on each target in process.
+    async fn discover_all(&self, report: &mut TickReport) -> Result<()> {
+        let mut targets = scheduled_targets();
+        if self.svc.deprovisioning.is_some() {
+            targets.push(DiscovererInput::FlushDeprovisioning);
+        }
+        let svc = self.discoverer_services();
+        let hosted = self.hosted.as_deref();
+        let inputs: Vec<Value> = match hosted {
+            Some(h) => h.discoverer_inputs().to_vec(),
+            None => targets
+                .iter()
+                .map(serde_json::to_value)
+                .collect::<Result<_, _>>()?,
+        };
+        for input in inputs {
+            let out: DiscovererOutput = match hosted {
+                Some(h) => h.call("discoverer", &input).await,
+                None => {
+                    Ok(discoverer::discover(&svc, serde_json::from_value(input.clone())?).await?)
+                }
+            }
+            .with_context(|| format!("discoverer {input}"))?;
+            report.discoverer.buckets += out.buckets;
+            report.discoverer.groups_enqueued += out.groups_enqueued;
+            report.discoverer.rows_expired += out.rows_expired;
+            report.discoverer.quantity_expired += out.quantity_expired;
+            report.discoverer.buckets_fenced += out.buckets_fenced;
+        }
+        Ok(())
+    }
+
+    /// The submitter (its failure recorded, not raised: the next tick retries), the expiry
+    /// sweep and the deprovision-cleanup run, each on its scheduled event when hosted.
+    async fn submit_and_expire(&self, at: DateTime<Utc>, report: &mut TickReport) -> Result<()> {
+        let hosted = self.hosted.as_deref();
+        let submitted = match hosted {
             Some(h) => h.call("submitter", &scheduled_event("submitter", at)).await,
-            None => Ok(submitter::submit(&self.svc, &self.metering).await?),
+            None => submitter::submit(&self.svc, &self.metering)
+                .await
+                .map_err(anyhow::Error::from),
         };
         match submitted {
             Ok(out) => report.submitter = Some(out),
             Err(e) => report.submitter_error = Some(format!("{e:#}")),
         }
         report.expiry = Some(
-            match self.hosted.as_deref() {
+            match hosted {
                 Some(h) => h.call("expiry", &scheduled_event("expiry", at)).await,
-                None => Ok(expiry::expire(&self.svc).await?),
+                None => expiry::expire(&self.svc).await.map_err(anyhow::Error::from),
             }
             .context("expiry")?,
         );
         if let Some(l) = &self.lifecycle {
             let event = scheduled_event("deprovision-cleanup", at);
             report.deprovision_cleanup = Some(
-                match self.hosted.as_deref() {
+                match hosted {
                     Some(h) => h.call("deprovision-cleanup", &event).await,
                     None => l.cleanup(at).await,
                 }
                 .context("deprovision-cleanup")?,
             );
         }
-        Ok(report)
-    }
-
-    /// Deliver queued messages to their handlers, as an SQS event source mapping does, until
-    /// every queue is empty (nothing visible, nothing in flight).
-    pub async fn drain(&self) -> Result<BTreeMap<String, DrainCount>> {
-        let started = Instant::now();
-        let mut counts: BTreeMap<String, DrainCount> = BTreeMap::new();
-        loop {
-            let mut delivered = false;
-            for (name, url, consumer) in &self.queues {
-                let c = self
-                    .deliver_once(url, *consumer)
-                    .await
-                    .with_context(|| format!("draining {name}"))?;
-                let entry = counts.entry(name.clone()).or_default();
-                entry.succeeded += c.succeeded;
-                entry.failed += c.failed;
-                delivered |= c.succeeded + c.failed > 0;
-            }
-            if !delivered {
-                if self.all_empty().await? {
-                    return Ok(counts);
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            if started.elapsed() > DRAIN_TIMEOUT {
-                bail!("queues did not drain within {DRAIN_TIMEOUT:?}: {counts:?}");
-            }
-        }
-    }
-
-    async fn deliver_once(&self, url: &str, consumer: Consumer) -> Result<DrainCount> {
-        let out = self
-            .sqs
-            .receive_message()
-            .queue_url(url)
-            .max_number_of_messages(RECEIVE_BATCH)
-            .visibility_timeout(LOCAL_VISIBILITY_SECS)
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .send()
-            .await?;
-        let messages = out.messages.unwrap_or_default();
-        if messages.is_empty() {
-            return Ok(DrainCount::default());
-        }
-        let (event, handles) = sqs_event(&messages);
-        let svc = &self.svc;
-        let response = match self.hosted.as_deref() {
-            Some(h) => {
-                let function = match consumer {
-                    Consumer::Aggregator => "aggregator",
-                    Consumer::Cleanup => "cleanup",
-                    Consumer::Subscription => "subscription",
-                };
-                h.sqs_batch(function, &event, 1 + usize::from(self.redeliver))
-                    .await?
-            }
-            None => match consumer {
-                Consumer::Aggregator => {
-                    handle_sqs_batch("aggregator", event, |body| async move {
-                        aggregator::aggregate(svc, &body).await.map(drop)
-                    })
-                    .await
-                }
-                Consumer::Cleanup => {
-                    handle_sqs_batch("cleanup", event, |body| async move {
-                        cleanup::cleanup(svc, &body).await.map(drop)
-                    })
-                    .await
-                }
-                Consumer::Subscription => match &self.lifecycle {
-                    Some(l) => l.handle(event).await,
-                    None => bail!("no subscription Lambda on this stack"),
-                },
-            },
-        };
-        let failed: std::collections::BTreeSet<&str> = response
-            .batch_item_failures
-            .iter()
-            .map(|f| f.item_identifier.as_str())
-            .collect();
-        // As Lambda does with ReportBatchItemFailures: delete the successes, leave the failures
-        // to reappear after the visibility timeout (and move to the DLQ after maxReceiveCount).
-        let deletes: Vec<DeleteMessageBatchRequestEntry> = handles
-            .iter()
-            .filter(|(id, _)| !failed.contains(id.as_str()))
-            .enumerate()
-            .map(|(i, (_, handle))| {
-                DeleteMessageBatchRequestEntry::builder()
-                    .id(i.to_string())
-                    .receipt_handle(handle)
-                    .build()
-            })
-            .collect::<Result<_, _>>()?;
-        let succeeded = deletes.len() as u64;
-        if !deletes.is_empty() {
-            let out = self
-                .sqs
-                .delete_message_batch()
-                .queue_url(url)
-                .set_entries(Some(deletes))
-                .send()
-                .await?;
-            if !out.failed.is_empty() {
-                bail!("DeleteMessageBatch failed for {} entries", out.failed.len());
-            }
-        }
-        Ok(DrainCount {
-            succeeded,
-            failed: failed.len() as u64,
-        })
-    }
-
-    async fn all_empty(&self) -> Result<bool> {
-        for (_, url, _) in &self.queues {
-            let attrs = self
-                .sqs
-                .get_queue_attributes()
-                .queue_url(url)
-                .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-                .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-                .send()
-                .await?
-                .attributes
-                .unwrap_or_default();
-            let n = |k: QueueAttributeName| {
-                attrs
-                    .get(&k)
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .unwrap_or(0)
-            };
-            if n(QueueAttributeName::ApproximateNumberOfMessages)
-                + n(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-                > 0
-            {
-                return Ok(false);
-            }
-        }
-        Ok(true)
+        Ok(())
     }
 
     /// Invoke one function with a JSON event, as `lambda invoke` would; returns its response.
@@ -633,33 +511,4 @@ impl Runner {
             ),
         })
     }
-}
-
-/// The Lambda event for received messages, as SQS's event source mapping builds it, and each
-/// message's receipt handle by message id.
-fn sqs_event(messages: &[aws_sdk_sqs::types::Message]) -> (SqsEvent, BTreeMap<String, String>) {
-    let mut event = SqsEvent::default();
-    let mut handles = BTreeMap::new();
-    for m in messages {
-        let mut msg = SqsMessage::default();
-        msg.message_id = m.message_id.clone();
-        msg.receipt_handle = m.receipt_handle.clone();
-        msg.body = m.body.clone();
-        msg.attributes = m
-            .attributes
-            .as_ref()
-            .map(|a| {
-                a.iter()
-                    .map(|(k, v)| (k.as_str().to_owned(), v.clone()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        msg.event_source = Some("aws:sqs".into());
-        handles.insert(
-            m.message_id.clone().unwrap_or_default(),
-            m.receipt_handle.clone().unwrap_or_default(),
-        );
-        event.records.push(msg);
-    }
-    (event, handles)
 }

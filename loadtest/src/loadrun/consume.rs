@@ -121,7 +121,8 @@ impl Consumers {
         let ms = started.elapsed().as_micros().div_ceil(1000) as u64;
         RunCounters::add(&counters.consumer_billed_ms, ms);
         let lines = h.take_stdout(&["kinesis-consumer"]);
-        RunCounters::add(&counters.consumed, events_accepted(&lines));
+        RunCounters::add(&counters.consumed, metric_sum(&lines, "EventsAccepted"));
+        RunCounters::add(&counters.rows_written, metric_sum(&lines, "RowsWritten"));
         self.lines.lock().expect("poisoned").extend(lines);
         match out {
             Err(e @ awsmp_lambda_host::Error::Crashed { .. }) if crash_after.is_some() => {
@@ -374,12 +375,12 @@ fn outcome(
     }
 }
 
-/// The events the consumer accepted, from its `EventsAccepted` metric lines.
-fn events_accepted(lines: &[String]) -> u64 {
+/// The sum of the consumer's `metric` (`EventsAccepted`, `RowsWritten`) over its EMF lines.
+fn metric_sum(lines: &[String], metric: &str) -> u64 {
     lines
         .iter()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|v| v.get("EventsAccepted").and_then(serde_json::Value::as_f64))
+        .filter_map(|v| v.get(metric).and_then(serde_json::Value::as_f64))
         .map(|n| n as u64)
         .sum()
 }
