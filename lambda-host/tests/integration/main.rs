@@ -9,5 +9,4 @@ mod ingest;
 mod init_error;
 mod lifecycle;
 mod pipeline;
-mod poison;
 mod render;
