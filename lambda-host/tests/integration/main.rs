@@ -9,4 +9,5 @@ mod ingest;
 mod init_error;
 mod lifecycle;
 mod pipeline;
+mod poison;
 mod render;
