@@ -14,7 +14,8 @@ use crate::common::{
 use crate::ingest::{usage_record, usage_rows};
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use aws_sdk_dynamodb::types::AttributeValue;
-use awsmp_loadtest::kinesis_esm::{EsmOptions, KinesisEsm};
+use awsmp_loadtest::kinesis_esm::{EsmOptions, EsmReport, KinesisEsm};
+use serde_json::Value;
 use std::sync::Mutex;
 
 /// A dimension whose usage row's sort key (`{account}#{dimension}#{second}`) passes DynamoDB's
@@ -49,16 +50,10 @@ async fn put_three(stream: &str, license: &str, account: &str) -> Vec<String> {
     out
 }
 
-#[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs the built binaries and the local stack (awsmp-local up); run by scripts/test"]
-async fn a_record_whose_row_cannot_be_written_is_the_one_failure_and_the_mapping_resumes_there() {
-    let _ = NEEDS_STACK;
+/// The consumer's process behind the mapping, one record a batch, two retries, no bisection:
+/// the first sequence number of every batch delivered, every answer, the mapping's report.
+async fn drain_one_record_a_batch(stream: &str) -> (Vec<String>, Vec<Value>, EsmReport) {
     let env = clients_env();
-    let stream = own_stream(1).await;
-    let license = fresh_license();
-    let account = "210000000046";
-    let records = put_three(&stream, &license, account).await;
-    let poison_seq = records[1].clone();
     // Without the billing archive: an archive write that fails fails the batch from its first
     // record (its object key carries the dimension too), which would hide where the row failed.
     let consumer = start_with("kinesis-consumer", &[("AWSMP_BILLING_ARCHIVE_BUCKET", "")]).await;
@@ -73,7 +68,7 @@ async fn a_record_whose_row_cannot_be_written_is_the_one_failure_and_the_mapping
     };
     let mut esm = KinesisEsm::new(
         env.kinesis().await.unwrap(),
-        &stream,
+        stream,
         options,
         dir.join("checkpoints.json"),
     )
@@ -96,9 +91,24 @@ async fn a_record_whose_row_cannot_be_written_is_the_one_failure_and_the_mapping
         .unwrap();
     consumer.stop().await;
     std::fs::remove_dir_all(&dir).ok();
+    (
+        firsts.into_inner().unwrap(),
+        answers.into_inner().unwrap(),
+        report,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the built binaries and the local stack (awsmp-local up); run by scripts/test"]
+async fn a_record_whose_row_cannot_be_written_is_the_one_failure_and_the_mapping_resumes_there() {
+    let _ = NEEDS_STACK;
+    let stream = own_stream(1).await;
+    let license = fresh_license();
+    let account = "210000000046";
+    let records = put_three(&stream, &license, account).await;
+    let poison_seq = records[1].clone();
+    let (firsts, answers, report) = drain_one_record_a_batch(&stream).await;
     delete_stream(&stream).await;
-    let firsts = firsts.into_inner().unwrap();
-    let answers = answers.into_inner().unwrap();
     // Batches: the first record, the poison three times (the first delivery and its two
     // retries), then the last record; the first record never again.
     assert_eq!(
