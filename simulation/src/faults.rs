@@ -259,6 +259,15 @@ impl FaultPlan {
         }
     }
 
+    /// True when [`FaultPlan::call`] would say nothing about the current frame's next call,
+    /// whatever its operation and key: faults are off and the invocation has not stopped. A
+    /// port then need not name the call's key (the fault-free drain's lookback scans make
+    /// most calls of a schedule, and formatting their keys cost a tenth of it).
+    pub fn quiet(&self) -> bool {
+        let s = lock(&self.state);
+        !s.enabled && !s.frames[current_frame()].stopped
+    }
+
     /// Everything the plan says about this call of `operation` on `key`: whether its
     /// invocation has stopped, its fault, and (racing) its yields. Before deciding, the clock
     /// may move, and an invocation past its Lambda timeout stops here.
