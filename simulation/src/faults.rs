@@ -142,9 +142,22 @@ struct State {
     frames: [Frame; FRAMES],
     enabled: bool,
     racing: bool,
+    /// Tables the scheduler knows hold nothing pending during the current run.
+    empty: EmptyTables,
     /// Groups (`GroupKey` text) a fault hit on the attempt path (mark, send, take back, write
     /// back): the only groups whose attempt may be left unresolved.
     attempt_faults: std::collections::BTreeSet<String>,
+}
+
+/// Tables whose pending index holds nothing, as the scheduler saw them at the start of a
+/// fault-free run in which nothing else runs: that run's scans of them can only read nothing
+/// ([`FaultPlan::empty_tables`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EmptyTables {
+    /// No raw usage row is pending.
+    pub usage: bool,
+    /// No aggregated record is pending.
+    pub aggregated: bool,
 }
 
 /// The submitter's calls on one record's attempt: a fault on one of them (or the invocation
@@ -266,6 +279,24 @@ impl FaultPlan {
     pub fn quiet(&self) -> bool {
         let s = lock(&self.state);
         !s.enabled && !s.frames[current_frame()].stopped
+    }
+
+    /// Declare (or, with the default, withdraw) which tables hold nothing pending for the run
+    /// about to start; only a fault-free run in which no other stage runs may declare any.
+    pub fn set_empty_tables(&self, empty: EmptyTables) {
+        lock(&self.state).empty = empty;
+    }
+
+    /// The tables declared empty, while the plan is [quiet](FaultPlan::quiet) (none
+    /// otherwise): an index scan of one reads nothing, so a port may answer it without
+    /// reading (the drain's age-out and expiry scan a year and a month of empty hours).
+    pub fn empty_tables(&self) -> EmptyTables {
+        let s = lock(&self.state);
+        if !s.enabled && !s.frames[current_frame()].stopped {
+            s.empty
+        } else {
+            EmptyTables::default()
+        }
     }
 
     /// Everything the plan says about this call of `operation` on `key`: whether its

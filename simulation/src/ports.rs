@@ -216,6 +216,9 @@ impl<T: UsageStore> UsageStore for Faulty<T> {
         bucket: HourBucket,
         license: Option<&str>,
     ) -> PResult<Vec<GroupKey>> {
+        if self.ctx.faults.empty_tables().usage {
+            return Ok(Vec::new());
+        }
         let call = self.inner.pending_groups(bucket, license);
         self.call_keyed("pending_groups", || bucket.to_string(), false, call)
             .await
@@ -259,6 +262,9 @@ impl<T: UsageStore> UsageStore for Faulty<T> {
         reason: &str,
         now: DateTime<Utc>,
     ) -> PResult<Vec<ExpiredRow>> {
+        if self.ctx.faults.empty_tables().usage {
+            return Ok(Vec::new());
+        }
         let call = self.inner.expire_bucket(bucket, reason, now);
         self.call_keyed("expire_bucket", || bucket.to_string(), true, call)
             .await
@@ -284,6 +290,9 @@ impl<T: AggregatedStore> AggregatedStore for Faulty<T> {
         bucket: HourBucket,
         license: Option<&str>,
     ) -> PResult<Vec<AggregatedItem>> {
+        if self.ctx.faults.empty_tables().aggregated {
+            return Ok(Vec::new());
+        }
         let call = self.inner.pending(bucket, license);
         self.call_keyed("pending", || bucket.to_string(), false, call)
             .await
