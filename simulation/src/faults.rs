@@ -478,6 +478,37 @@ mod tests {
         assert!(xs.iter().any(Option::is_some) && xs.iter().any(Option::is_none));
     }
 
+    /// Tables are declared empty only to a quiet plan: faults off, the invocation running.
+    #[test]
+    fn empty_tables_are_told_only_while_the_plan_is_quiet() {
+        let plan = FaultPlan::new(
+            1,
+            Rates {
+                crash: 1000,
+                ..Rates::default()
+            },
+        );
+        let empty = EmptyTables {
+            usage: true,
+            aggregated: false,
+        };
+        plan.set_empty_tables(empty);
+        assert_eq!(plan.empty_tables(), EmptyTables::default(), "faults on");
+        plan.set_enabled(false);
+        assert!(plan.quiet());
+        assert_eq!(plan.empty_tables(), empty);
+        plan.set_enabled(true);
+        plan.begin(Duration::minutes(1));
+        assert!(plan.call("op", "k", true).stopped || plan.crashed());
+        plan.set_enabled(false);
+        assert!(!plan.quiet(), "a stopped invocation still fails its calls");
+        assert_eq!(plan.empty_tables(), EmptyTables::default());
+        plan.end();
+        assert_eq!(plan.empty_tables(), empty);
+        plan.set_empty_tables(EmptyTables::default());
+        assert_eq!(plan.empty_tables(), EmptyTables::default());
+    }
+
     #[test]
     fn epochs_are_masked_out_of_keys() {
         let id = format!("p:{}:3:42", "ab".repeat(16));

@@ -425,20 +425,6 @@ impl World {
         self.log(format!("{line}{}", if crashed { " [crashed]" } else { "" }));
     }
 
-    /// In the fault-free drain a run is the only thing running (no interleaving, no other
-    /// stage: rows become pending only in a consumer batch, records only in an aggregator
-    /// run), so a table with nothing pending as it starts has nothing pending throughout:
-    /// its index scans, a bucket per hour of the age-out and expiry lookbacks, read nothing
-    /// and are answered so without reading ([`FaultPlan::empty_tables`]).
-    fn declare_empty_tables(&self) {
-        if !self.faults.enabled() {
-            self.faults.set_empty_tables(EmptyTables {
-                usage: !self.usage.any_pending(),
-                aggregated: !self.aggregated.any_pending(),
-            });
-        }
-    }
-
     /// One discoverer run of `input`.
     pub async fn discover(&self, input: DiscovererInput) {
         self.faults.begin(timeout::of(timeout::DISCOVERER));

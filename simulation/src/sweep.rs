@@ -88,26 +88,56 @@ pub fn sweep(first: u64, count: u64) -> Sweep {
 /// lowest failing seed of the range is among those found. At most one schedule per thread
 /// runs past it.
 pub fn first_failure(first: u64, count: u64) -> Option<ScheduleReport> {
+    lowest_failing(first, first + count, &|seed| {
+        Some(run(seed, false)).filter(|r| !r.violations.is_empty())
+    })
+    .map(|(_, report)| report)
+}
+
+/// The lowest seed of `first..end` that `fails` (its answer with it), run as
+/// [`first_failure`] runs schedules.
+fn lowest_failing<R: Send>(
+    first: u64,
+    end: u64,
+    fails: &(dyn Fn(u64) -> Option<R> + Sync),
+) -> Option<(u64, R)> {
     let lowest = AtomicU64::new(u64::MAX);
     let found = spread(
         first,
-        first + count,
+        end,
         &|seed| seed > lowest.load(Ordering::Relaxed),
         &|seed| {
-            let report = run(seed, false);
-            if report.violations.is_empty() {
-                return None;
-            }
+            let failure = fails(seed)?;
             lowest.fetch_min(seed, Ordering::Relaxed);
-            Some(report)
+            Some((seed, failure))
         },
     );
-    found.into_iter().min_by_key(|r| r.seed)
+    found.into_iter().min_by_key(|(seed, _)| *seed)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The lowest failing seed, however long the lower seeds take and whichever thread finds a
+    /// higher one first; the seeds past it are mostly never run.
+    #[test]
+    fn the_search_returns_the_lowest_failing_seed() {
+        let ran = AtomicU64::new(0);
+        let fails = |seed: u64| {
+            ran.fetch_add(1, Ordering::Relaxed);
+            // Low seeds are slow, so a higher failing seed is found first.
+            std::thread::sleep(std::time::Duration::from_millis(40u64.saturating_sub(seed)));
+            [13, 21, 30].contains(&seed).then_some(seed * 10)
+        };
+        assert_eq!(lowest_failing(10, 1000, &fails), Some((13, 130)));
+        assert!(
+            ran.load(Ordering::Relaxed) < 20,
+            "searched on past the failure"
+        );
+        assert_eq!(lowest_failing(31, 60, &fails), None);
+        assert_eq!(lowest_failing(14, 60, &fails), Some((21, 210)));
+    }
 
     #[test]
     fn a_search_finds_nothing_on_the_real_code_and_counts_every_seed() {

@@ -3,7 +3,7 @@
 //! (`simulation/src/ports.rs`), on one virtual clock.
 
 use crate::esm::{EventSourceMapping, MappingConfig};
-use crate::faults::{FaultPlan, Rates};
+use crate::faults::{EmptyTables, FaultPlan, Rates};
 use crate::lifecycle::Lifecycle;
 use crate::ports::{
     AggregatedFinalized, ConsumerRows, Ctx, Faulty, FaultyAggregated, FaultyMetering, FaultyUsage,
@@ -399,6 +399,20 @@ impl World {
         });
         tokio::task::spawn_local(Interleaver::drive(&world));
         world
+    }
+
+    /// In the fault-free drain a run is the only thing running (no interleaving, no other
+    /// stage: rows become pending only in a consumer batch, records only in an aggregator
+    /// run), so a table with nothing pending as it starts has nothing pending throughout:
+    /// its index scans, a bucket per hour of the age-out and expiry lookbacks, read nothing
+    /// and are answered so without reading ([`FaultPlan::empty_tables`]).
+    pub(crate) fn declare_empty_tables(&self) {
+        if !self.faults.enabled() {
+            self.faults.set_empty_tables(EmptyTables {
+                usage: !self.usage.any_pending(),
+                aggregated: !self.aggregated.any_pending(),
+            });
+        }
     }
 
     /// Append a line to the trace, stamped with the virtual time.
