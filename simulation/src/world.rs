@@ -261,14 +261,24 @@ fn consumer_over(
     marks: Arc<FaultyWatermarks>,
     clock: Arc<FixedClock>,
 ) -> Consumer {
+    // A store call's retries without a pause (as many as the handler's policy allows): a
+    // retry sleeps an unseeded full-jitter delay on Tokio's clock, and the consumer runs its id
+    // and lane claims, and its refusals and row writes, side by side, so with a pause the
+    // branch whose delay drew shorter ran its next call first, and a crash stopping the
+    // invocation left a different set of calls counted (seed 23 of the default sweep replayed
+    // as either of two traces).
+    let mut store_retry = awsmp_consumer::handler::STORE_RETRY;
+    store_retry.base = std::time::Duration::ZERO;
+    store_retry.cap = std::time::Duration::ZERO;
     Consumer {
         settings: Settings {
             verify: awsmp_consumer::domain::verify::VerifyPolicy {
                 time,
                 ..Default::default()
             },
-            // One call at a time: its retries (unseeded jitter) then never reorder calls.
+            // One call at a time within each branch.
             concurrency: 1,
+            store_retry,
             ..Settings::default()
         },
         dedup: Arc::new(Faulty::new(MemoryDedupStore::new(), ctx)),
