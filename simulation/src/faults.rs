@@ -142,9 +142,22 @@ struct State {
     frames: [Frame; FRAMES],
     enabled: bool,
     racing: bool,
+    /// Tables the scheduler knows hold nothing pending during the current run.
+    empty: EmptyTables,
     /// Groups (`GroupKey` text) a fault hit on the attempt path (mark, send, take back, write
     /// back): the only groups whose attempt may be left unresolved.
     attempt_faults: std::collections::BTreeSet<String>,
+}
+
+/// Tables whose pending index holds nothing, as the scheduler saw them at the start of a
+/// fault-free run in which nothing else runs: that run's scans of them can only read nothing
+/// ([`FaultPlan::empty_tables`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EmptyTables {
+    /// No raw usage row is pending.
+    pub usage: bool,
+    /// No aggregated record is pending.
+    pub aggregated: bool,
 }
 
 /// The submitter's calls on one record's attempt: a fault on one of them (or the invocation
@@ -256,6 +269,33 @@ impl FaultPlan {
             Some(Fault::CrashBefore)
         } else {
             call.fault
+        }
+    }
+
+    /// True when [`FaultPlan::call`] would say nothing about the current frame's next call,
+    /// whatever its operation and key: faults are off and the invocation has not stopped. A
+    /// port then need not name the call's key (the fault-free drain's lookback scans make
+    /// most calls of a schedule, and formatting their keys cost a tenth of it).
+    pub fn quiet(&self) -> bool {
+        let s = lock(&self.state);
+        !s.enabled && !s.frames[current_frame()].stopped
+    }
+
+    /// Declare (or, with the default, withdraw) which tables hold nothing pending for the run
+    /// about to start; only a fault-free run in which no other stage runs may declare any.
+    pub fn set_empty_tables(&self, empty: EmptyTables) {
+        lock(&self.state).empty = empty;
+    }
+
+    /// The tables declared empty, while the plan is [quiet](FaultPlan::quiet) (none
+    /// otherwise): an index scan of one reads nothing, so a port may answer it without
+    /// reading (the drain's age-out and expiry scan a year and a month of empty hours).
+    pub fn empty_tables(&self) -> EmptyTables {
+        let s = lock(&self.state);
+        if !s.enabled && !s.frames[current_frame()].stopped {
+            s.empty
+        } else {
+            EmptyTables::default()
         }
     }
 
@@ -436,6 +476,37 @@ mod tests {
             .collect();
         assert_eq!(xs, ys.into_iter().rev().collect::<Vec<_>>());
         assert!(xs.iter().any(Option::is_some) && xs.iter().any(Option::is_none));
+    }
+
+    /// Tables are declared empty only to a quiet plan: faults off, the invocation running.
+    #[test]
+    fn empty_tables_are_told_only_while_the_plan_is_quiet() {
+        let plan = FaultPlan::new(
+            1,
+            Rates {
+                crash: 1000,
+                ..Rates::default()
+            },
+        );
+        let empty = EmptyTables {
+            usage: true,
+            aggregated: false,
+        };
+        plan.set_empty_tables(empty);
+        assert_eq!(plan.empty_tables(), EmptyTables::default(), "faults on");
+        plan.set_enabled(false);
+        assert!(plan.quiet());
+        assert_eq!(plan.empty_tables(), empty);
+        plan.set_enabled(true);
+        plan.begin(Duration::minutes(1));
+        assert!(plan.call("op", "k", true).stopped || plan.crashed());
+        plan.set_enabled(false);
+        assert!(!plan.quiet(), "a stopped invocation still fails its calls");
+        assert_eq!(plan.empty_tables(), EmptyTables::default());
+        plan.end();
+        assert_eq!(plan.empty_tables(), empty);
+        plan.set_empty_tables(EmptyTables::default());
+        assert_eq!(plan.empty_tables(), EmptyTables::default());
     }
 
     #[test]

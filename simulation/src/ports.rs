@@ -181,6 +181,22 @@ impl<T> Faulty<T> {
             _ => Ok(out),
         }
     }
+
+    /// [`Faulty::call`] with a key that is costly to name (a bucket's or a group's text):
+    /// named only when the plan may decide something ([`FaultPlan::quiet`]); a quiet call
+    /// runs as [`Faulty::call`] runs it, with no fault and no yield.
+    pub async fn call_keyed<R, E: Injected>(
+        &self,
+        op: &'static str,
+        key: impl FnOnce() -> String,
+        write: bool,
+        call: impl Future<Output = Result<R, E>>,
+    ) -> Result<R, E> {
+        if self.ctx.faults.quiet() {
+            return call.await;
+        }
+        self.call(op, &key(), write, call).await
+    }
 }
 
 /// The raw usage table, faulty.
@@ -200,8 +216,11 @@ impl<T: UsageStore> UsageStore for Faulty<T> {
         bucket: HourBucket,
         license: Option<&str>,
     ) -> PResult<Vec<GroupKey>> {
+        if self.ctx.faults.empty_tables().usage {
+            return Ok(Vec::new());
+        }
         let call = self.inner.pending_groups(bucket, license);
-        self.call("pending_groups", &bucket.to_string(), false, call)
+        self.call_keyed("pending_groups", || bucket.to_string(), false, call)
             .await
     }
 
@@ -210,9 +229,9 @@ impl<T: UsageStore> UsageStore for Faulty<T> {
         group: &GroupKey,
         each: &mut (dyn FnMut(awsmp_pipeline::domain::fold::UsageRow) + Send),
     ) -> PResult<()> {
-        let key = group.to_string();
         let call = self.inner.read_pending_rows(group, each);
-        self.call("read_pending_rows", &key, false, call).await
+        self.call_keyed("read_pending_rows", || group.to_string(), false, call)
+            .await
     }
 
     async fn finalize_row(
@@ -243,8 +262,11 @@ impl<T: UsageStore> UsageStore for Faulty<T> {
         reason: &str,
         now: DateTime<Utc>,
     ) -> PResult<Vec<ExpiredRow>> {
+        if self.ctx.faults.empty_tables().usage {
+            return Ok(Vec::new());
+        }
         let call = self.inner.expire_bucket(bucket, reason, now);
-        self.call("expire_bucket", &bucket.to_string(), true, call)
+        self.call_keyed("expire_bucket", || bucket.to_string(), true, call)
             .await
     }
 }
@@ -253,13 +275,14 @@ impl<T: UsageStore> UsageStore for Faulty<T> {
 impl<T: AggregatedStore> AggregatedStore for Faulty<T> {
     async fn put_if_absent(&self, item: &AggregatedItem, now: DateTime<Utc>) -> PResult<bool> {
         let call = self.inner.put_if_absent(item, now);
-        self.call("put_if_absent", &item.group.to_string(), true, call)
+        self.call_keyed("put_if_absent", || item.group.to_string(), true, call)
             .await
     }
 
     async fn get(&self, group: &GroupKey) -> PResult<Option<AggregatedItem>> {
         let call = self.inner.get(group);
-        self.call("get", &group.to_string(), false, call).await
+        self.call_keyed("get", || group.to_string(), false, call)
+            .await
     }
 
     async fn pending(
@@ -267,8 +290,12 @@ impl<T: AggregatedStore> AggregatedStore for Faulty<T> {
         bucket: HourBucket,
         license: Option<&str>,
     ) -> PResult<Vec<AggregatedItem>> {
+        if self.ctx.faults.empty_tables().aggregated {
+            return Ok(Vec::new());
+        }
         let call = self.inner.pending(bucket, license);
-        self.call("pending", &bucket.to_string(), false, call).await
+        self.call_keyed("pending", || bucket.to_string(), false, call)
+            .await
     }
 
     async fn mark_attempted(
@@ -278,7 +305,7 @@ impl<T: AggregatedStore> AggregatedStore for Faulty<T> {
         now: DateTime<Utc>,
     ) -> PResult<bool> {
         let call = self.inner.mark_attempted(group, quantity, now);
-        self.call("mark_attempted", &group.to_string(), true, call)
+        self.call_keyed("mark_attempted", || group.to_string(), true, call)
             .await
     }
 
@@ -290,7 +317,7 @@ impl<T: AggregatedStore> AggregatedStore for Faulty<T> {
         now: DateTime<Utc>,
     ) -> PResult<()> {
         let call = self.inner.retract_attempt(group, quantity, previous, now);
-        self.call("retract_attempt", &group.to_string(), true, call)
+        self.call_keyed("retract_attempt", || group.to_string(), true, call)
             .await
     }
 
@@ -301,7 +328,7 @@ impl<T: AggregatedStore> AggregatedStore for Faulty<T> {
         now: DateTime<Utc>,
     ) -> PResult<bool> {
         let call = self.inner.write_back(group, outcome, now);
-        self.call("write_back", &group.to_string(), true, call)
+        self.call_keyed("write_back", || group.to_string(), true, call)
             .await
     }
 }

@@ -4,7 +4,7 @@
 //! discarded as Lambda discards a crashed invocation (nothing acknowledged).
 
 use crate::esm::Completion;
-use crate::faults::{Fault, NESTED_FRAME, in_frame};
+use crate::faults::{EmptyTables, Fault, NESTED_FRAME, in_frame};
 use crate::timeout;
 use crate::world::{World, lock};
 use aws_lambda_events::sqs::SqsEvent;
@@ -411,7 +411,9 @@ impl World {
     /// One expiry run.
     pub async fn expire(&self) {
         self.faults.begin(timeout::of(timeout::EXPIRY));
+        self.declare_empty_tables();
         let out = expiry::expire(&self.svc).await;
+        self.faults.set_empty_tables(EmptyTables::default());
         let crashed = self.faults.end();
         let line = match out {
             Ok(o) => format!(
@@ -426,7 +428,9 @@ impl World {
     /// One discoverer run of `input`.
     pub async fn discover(&self, input: DiscovererInput) {
         self.faults.begin(timeout::of(timeout::DISCOVERER));
+        self.declare_empty_tables();
         let out = discover(&self.svc, input).await;
+        self.faults.set_empty_tables(EmptyTables::default());
         let crashed = self.faults.end();
         let line = match out {
             Ok(o) => format!(

@@ -56,6 +56,10 @@ struct State {
     /// Calls (and entries) seen per partition key, naming each fault site stably: the
     /// producer's concurrent calls to different shards may run in either order.
     put_calls: std::collections::BTreeMap<String, u64>,
+    /// The open shards as a [`ShardMap`], built once per reshard: the producer lists the
+    /// shards every minute of Tokio's paused time (an hour of it at every produce step), and a
+    /// map's lookup index is thousands of searches to build.
+    map: Option<ShardMap>,
 }
 
 impl State {
@@ -70,6 +74,7 @@ impl State {
     fn open_shard(&mut self, start: u128, end: u128, parents: Vec<String>) -> String {
         let id = format!("shardId-{:012}", self.next_shard);
         self.next_shard += 1;
+        self.map = None;
         self.shards.push(Shard {
             id: id.clone(),
             start,
@@ -183,6 +188,7 @@ impl SimStream {
             return None;
         }
         let mid = start + (end - start) / 2;
+        s.map = None;
         s.shards[i].closed = true;
         let parent = s.shards[i].id.clone();
         let a = s.open_shard(start, mid, vec![parent.clone()]);
@@ -203,6 +209,7 @@ impl SimStream {
         }
         let k = index % (open.len() - 1);
         let (i, j) = (open[k], open[k + 1]);
+        s.map = None;
         s.shards[i].closed = true;
         s.shards[j].closed = true;
         let (a, b) = (s.shards[i].id.clone(), s.shards[j].id.clone());
@@ -213,18 +220,21 @@ impl SimStream {
 
     /// The open shards as the producer sees them (ListShards).
     pub fn shard_map(&self) -> ShardMap {
-        let s = self.lock();
-        let ranges = s
-            .shards
-            .iter()
-            .filter(|s| !s.closed)
-            .map(|s| ShardRange {
-                shard_id: s.id.clone(),
-                starting_hash_key: s.start,
-                ending_hash_key: s.end,
-            })
-            .collect();
-        ShardMap::new(ranges).expect("open shards have non-empty ranges")
+        let mut s = self.lock();
+        if s.map.is_none() {
+            let ranges = s
+                .shards
+                .iter()
+                .filter(|s| !s.closed)
+                .map(|s| ShardRange {
+                    shard_id: s.id.clone(),
+                    starting_hash_key: s.start,
+                    ending_hash_key: s.end,
+                })
+                .collect();
+            s.map = Some(ShardMap::new(ranges).expect("open shards have non-empty ranges"));
+        }
+        s.map.clone().expect("built above")
     }
 
     /// Records put so far.
@@ -321,6 +331,28 @@ mod tests {
         assert_eq!(s.open_shards().len(), 2);
         let c = s.shards().into_iter().find(|x| x.id == child).unwrap();
         assert_eq!(c.parents, vec![x, y]);
+    }
+
+    /// The producer's listing follows every reshard (the map is built once per reshard).
+    #[test]
+    fn the_shard_map_lists_the_open_shards_after_each_reshard() {
+        let s = stream(2);
+        let ids = |m: &ShardMap| -> Vec<String> {
+            m.shards().iter().map(|r| r.shard_id.clone()).collect()
+        };
+        let open = |s: &SimStream| -> Vec<String> {
+            let mut o = s.open_shards();
+            o.sort_by_key(|(_, start)| *start);
+            o.into_iter().map(|(id, _)| id).collect()
+        };
+        assert_eq!(ids(&s.shard_map()), open(&s));
+        assert_eq!(s.shard_map(), s.shard_map());
+        s.split(0).unwrap();
+        assert_eq!(ids(&s.shard_map()).len(), 3);
+        assert_eq!(ids(&s.shard_map()), open(&s));
+        s.merge(1).unwrap();
+        assert_eq!(ids(&s.shard_map()).len(), 2);
+        assert_eq!(ids(&s.shard_map()), open(&s));
     }
 
     #[test]

@@ -40,6 +40,9 @@ fn the_default_sweep_catches_every_mutant() {
     );
 }
 
+/// The command line's verdict and replay line on a mutant. Two schedules: seed 0 already
+/// catches this mutant (the test above shows which seed catches each), and a sweep runs every
+/// schedule it is given (100 took a minute of CPU, half this binary's).
 #[test]
 fn the_binary_exits_non_zero_on_a_mutant() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_awsmp-simulate"))
@@ -47,7 +50,7 @@ fn the_binary_exits_non_zero_on_a_mutant() {
             "--mutant",
             "submitter-forgets-write-back",
             "--schedules",
-            "100",
+            "2",
         ])
         .output()
         .expect("awsmp-simulate runs");
