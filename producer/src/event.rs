@@ -12,6 +12,15 @@ pub const MAX_ALLOCATIONS_PER_RECORD: usize = 2_500;
 /// Longest accepted event id, in bytes. Our own bound: ids become dedup keys downstream, and
 /// DynamoDB keys must stay well under their 1,024-byte sort-key limit.
 pub const MAX_EVENT_ID_BYTES: usize = 256;
+/// Longest accepted dimension, in bytes. `UsageRecord.Dimension` is 1 to 255 characters
+/// (<https://docs.aws.amazon.com/marketplacemetering/latest/APIReference/API_UsageRecord.html>),
+/// so a longer one can never be billed. Counted in bytes (never fewer than characters), the
+/// bound also keeps every key built from a dimension — the usage row's sort key
+/// `{account}#{dimension}#{second}`, the aggregated record's, the rejected-event and billing
+/// archive keys — under DynamoDB's 1,024-byte sort-key limit
+/// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html#limits-partition-sort-keys>):
+/// without it, an event whose row can never be written would fail its batch on every retry.
+pub const MAX_DIMENSION_BYTES: usize = 255;
 
 /// One metered usage event: `quantity` units of `dimension` used by the buyer identified by
 /// (`license_arn`, `customer_aws_account_id`) at `timestamp`.
@@ -159,12 +168,20 @@ impl Event {
 }
 
 /// The group's rules: a license ARN of its shape, a 12-digit account id, a non-empty
-/// dimension.
+/// dimension of at most [`MAX_DIMENSION_BYTES`].
 pub(crate) fn validate_group(group: GroupRef<'_>) -> Result<(), ValidationError> {
     validate_license_arn(group.license_arn)?;
     validate_account_id(group.customer_aws_account_id)?;
-    if group.dimension.is_empty() {
+    validate_dimension(group.dimension)
+}
+
+/// A non-empty dimension of at most [`MAX_DIMENSION_BYTES`] bytes.
+pub fn validate_dimension(dimension: &str) -> Result<(), ValidationError> {
+    if dimension.is_empty() {
         return Err(ValidationError::EmptyDimension);
+    }
+    if dimension.len() > MAX_DIMENSION_BYTES {
+        return Err(ValidationError::DimensionTooLong(dimension.len()));
     }
     Ok(())
 }
@@ -411,6 +428,18 @@ mod tests {
         let mut e = ev();
         e.dimension.clear();
         assert_eq!(e.validate(true).unwrap_err().reason(), "EmptyDimension");
+    }
+
+    #[test]
+    fn a_dimension_longer_than_the_limit_is_rejected() {
+        let mut e = ev();
+        e.dimension = "x".repeat(MAX_DIMENSION_BYTES);
+        assert_eq!(e.validate(true), Ok(()));
+        e.dimension.push('x');
+        assert_eq!(e.validate(true).unwrap_err().reason(), "DimensionTooLong");
+        // Counted in bytes: 128 two-byte characters are 256 bytes.
+        e.dimension = "é".repeat(128);
+        assert_eq!(e.validate(true).unwrap_err().reason(), "DimensionTooLong");
     }
 
     #[test]

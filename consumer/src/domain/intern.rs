@@ -6,7 +6,7 @@
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
-use awsmp_producer::event::validate_account_id;
+use awsmp_producer::event::{validate_account_id, validate_dimension};
 use awsmp_producer::wire::v2::GroupV2;
 use foldhash::fast::FixedState;
 use hashbrown::HashTable;
@@ -118,7 +118,7 @@ impl GroupName {
             hash,
             valid: license_arn_ok(license_arn)
                 && validate_account_id(account).is_ok()
-                && !dimension.is_empty(),
+                && validate_dimension(dimension).is_ok(),
             keyed: !license_arn.contains('|') && !account.contains('|'),
             license_len: field_len(license_arn),
             account_len: field_len(account),
@@ -143,7 +143,7 @@ impl GroupName {
     }
 
     /// The name passes the event's checks of its group (`Event::validate`: license ARN,
-    /// account id, non-empty dimension).
+    /// account id, a non-empty dimension within `MAX_DIMENSION_BYTES`).
     pub fn is_valid(&self) -> bool {
         self.valid
     }

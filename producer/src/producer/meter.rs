@@ -10,7 +10,7 @@ use super::Producer;
 use super::prepare::{Check, Prepared, Route, quantity_slack};
 use crate::error::{ProducerError, ValidationError};
 use crate::event::{
-    Event, GroupRef, UsageAllocation, second_in_range, truncate_to_millis, validate_account_id,
+    Event, GroupRef, UsageAllocation, second_in_range, truncate_to_millis, validate_account_id, validate_dimension,
     validate_license_arn, validate_timestamp,
 };
 use crate::event_id::GeneratedId;
@@ -100,9 +100,7 @@ impl Producer {
         );
         validate_license_arn(&license_arn)?;
         validate_account_id(&customer_aws_account_id)?;
-        if dimension.is_empty() {
-            return Err(ValidationError::EmptyDimension);
-        }
+        validate_dimension(&dimension)?;
         let group = GroupRef {
             license_arn: &license_arn,
             customer_aws_account_id: &customer_aws_account_id,
