@@ -19,7 +19,8 @@ use awsmp_consumer::ports::{FinalizedGroups, UsageRowWriter};
 use awsmp_consumer::{Consumer, Settings};
 use awsmp_pipeline::domain::clock::FixedClock;
 use awsmp_pipeline::domain::keys::{GroupKey, RowKey};
-use awsmp_pipeline::domain::row::RawUsageRow;
+use awsmp_consumer::domain::seq::{Lane, SeqNum};
+use awsmp_pipeline::domain::row::{AttrValue, RawUsageRow};
 use awsmp_producer::Event;
 use awsmp_producer::event::MAX_DIMENSION_BYTES;
 use awsmp_producer::partition::partition_key;
@@ -80,9 +81,16 @@ async fn an_over_long_dimension_in_the_middle_is_refused_and_the_rest_written_on
     let rejected = stores.rejected.items();
     assert_eq!(rejected.len(), 1, "{rejected:?}");
     let (key, refused) = rejected.iter().next().unwrap();
-    assert!(key.ends_with("/2/1"), "the middle record's event: {key}");
+    assert!(key.ends_with("/2/record"), "the middle record: {key}");
     assert_eq!(refused.reason, "DimensionTooLong");
-    assert_eq!(refused.quantity, Some(2));
+    // A record refused by the event rules keeps its bytes (the event's 2 units with them).
+    let data = base64::Engine::decode(
+        &base64::engine::general_purpose::STANDARD,
+        refused.data_base64.as_deref().unwrap(),
+    )
+    .unwrap();
+    let event: serde_json::Value = serde_json::from_slice(&data).unwrap();
+    assert_eq!(event["quantity"], 2);
     assert_eq!(refused.sequence_number, "2");
     assert_eq!(consumer.metrics.total("EventRejected"), 1.0);
 }
@@ -214,42 +222,99 @@ async fn a_finalized_lookup_failing_for_one_group_names_that_groups_record() {
     );
 }
 
-/// Exploration: what the consumer does with each shape of existing row at the key.
+/// The row of dimension `mid` at the events' second, with `attrs` besides its keys.
+fn row_at_mid(attrs: Vec<(&str, AttrValue)>) -> RawUsageRow {
+    let mut row = RawUsageRow::new();
+    row.insert("licenseArn".into(), AttrValue::s(ARN));
+    row.insert(
+        "customerAWSAccountId_dimension_timestamp".into(),
+        AttrValue::s(format!("{ACCOUNT}#mid#2026-11-30T12:00:07")),
+    );
+    for (k, v) in attrs {
+        row.insert(k.into(), v);
+    }
+    row
+}
+
+/// Whatever row of another shape already sits at the middle record's row key, its 2 units are
+/// either added to that row or recorded as rejected with a reason — never skipped as a replay
+/// the row cannot prove, never lost, never a batch failure.
 #[tokio::test]
-async fn explore_existing_row_shapes() {
-    use awsmp_consumer::domain::seq::{Lane, SeqNum};
-    use awsmp_pipeline::domain::row::AttrValue as V;
+async fn an_existing_row_of_another_shape_never_absorbs_units_silently() {
+    use AttrValue as V;
     let pk = partition_key(ARN, ACCOUNT, "mid");
     let lane = Lane::new(SHARD, &pk).attribute();
-    let hi = SeqNum::parse("99").unwrap().sortable().to_owned();
+    let high = || V::s(SeqNum::parse("99").unwrap().sortable());
+    let pending = || ("meteringPending", V::s("2026-11-30T12"));
     let shapes: Vec<(&str, Vec<(&str, V)>)> = vec![
         ("keys only", vec![]),
-        ("finalized", vec![("quantity", V::n(5u64))]),
-        ("pending null", vec![("meteringPending", V::Null), ("quantity", V::n(5u64))]),
-        ("pending N", vec![("meteringPending", V::n(1u64)), ("quantity", V::n(5u64))]),
-        ("quantity S", vec![("meteringPending", V::s("2026-11-30T12")), ("quantity", V::s("5"))]),
-        ("quantity 1.5", vec![("meteringPending", V::s("2026-11-30T12")), ("quantity", V::N("1.5".into()))]),
-        ("alloc S", vec![("meteringPending", V::s("2026-11-30T12")), ("usageAllocations", V::s("x"))]),
-        ("alloc empty", vec![("meteringPending", V::s("2026-11-30T12")), ("usageAllocations", V::L(vec![]))]),
-        ("rowVersion S", vec![("meteringPending", V::s("2026-11-30T12")), ("rowVersion", V::s("1"))]),
-        ("wm high", vec![("meteringPending", V::s("2026-11-30T12")), (lane.as_str(), V::s(hi.clone()))]),
-        ("wm high no pending", vec![(lane.as_str(), V::s(hi.clone())), ("quantity", V::n(5u64))]),
-        ("wm N", vec![("meteringPending", V::s("2026-11-30T12")), (lane.as_str(), V::n(5u64))]),
-        ("other", vec![("meteringPending", V::s("2026-11-30T12")), ("quantity", V::Other)]),
-        ("bool", vec![("meteringPending", V::Bool(true)), ("quantity", V::n(5u64))]),
+        ("not pending", vec![("quantity", V::n(5u64))]),
+        ("pending NULL", vec![("meteringPending", V::Null), ("quantity", V::n(5u64))]),
+        ("quantity a string", vec![pending(), ("quantity", V::s("5"))]),
+        ("quantity a fraction", vec![pending(), ("quantity", V::N("1.5".into()))]),
+        ("allocations a string", vec![pending(), ("usageAllocations", V::s("x"))]),
+        ("allocations empty", vec![pending(), ("usageAllocations", V::L(vec![]))]),
+        ("rowVersion a string", vec![pending(), ("rowVersion", V::s("1"))]),
+        ("a watermark past the record, no rowVersion", vec![pending(), (lane.as_str(), high())]),
+        ("the same, not pending", vec![(lane.as_str(), high()), ("quantity", V::n(5u64))]),
+        ("a watermark of another type", vec![pending(), (lane.as_str(), V::n(5u64))]),
+        ("quantity of another type", vec![pending(), ("quantity", V::Other)]),
     ];
     for (name, attrs) in shapes {
         let stores = MemoryStores::new();
         let consumer = consumer(&stores);
-        let mut row = RawUsageRow::new();
-        row.insert("licenseArn".into(), V::s(ARN));
-        row.insert("customerAWSAccountId_dimension_timestamp".into(), V::s(format!("{ACCOUNT}#mid#2026-11-30T12:00:07")));
-        for (k, v) in attrs { row.insert(k.into(), v); }
-        stores.rows.put(row.clone());
-        let (resp, report) = consumer.process(three("mid")).await;
-        let after = stores.rows.rows().get(&RowKey { license_arn: ARN.into(), sort_key: format!("{ACCOUNT}#mid#2026-11-30T12:00:07") }).cloned();
-        let rej: Vec<String> = stores.rejected.items().values().map(|r| format!("{}:{:?}", r.reason, r.quantity)).collect();
-        eprintln!("SHAPE {name}: failures={:?} written={} replayed={} rejected={rej:?} changed={} q={:?}",
-            resp.batch_item_failures.len(), report.quantity_written, report.replayed_parts, after.as_ref() != Some(&row), after.and_then(|r| r.get("quantity").cloned()));
+        let before = row_at_mid(attrs);
+        let held = before.get("quantity").and_then(|q| q.as_n()?.parse::<u64>().ok());
+        stores.rows.put(before.clone());
+        let (response, report) = consumer.process(three("mid")).await;
+        assert!(response.batch_item_failures.is_empty(), "{name}");
+        assert_eq!(report.replayed_parts, 0, "{name}: no replay the row cannot prove");
+        let added = quantity(&stores, "mid").map(|q| q - held.unwrap_or(0));
+        let rejected: Vec<(String, Option<u64>)> = stores
+            .rejected
+            .items()
+            .values()
+            .map(|r| (r.reason.clone(), r.quantity))
+            .collect();
+        match added {
+            Some(2) => assert!(rejected.is_empty(), "{name}: {rejected:?}"),
+            _ => {
+                assert_eq!(rejected.len(), 1, "{name}: {rejected:?}");
+                assert_eq!(rejected[0].1, Some(2), "{name}: {rejected:?}");
+                let row = &stores.rows.rows()[&mid_key()];
+                assert_eq!(row, &before, "{name}: a refused row is left as it was");
+            }
+        }
+        assert_eq!(quantity(&stores, "a"), Some(1), "{name}");
+        assert_eq!(quantity(&stores, "b"), Some(4), "{name}");
     }
+}
+
+/// The row key of dimension `mid`.
+fn mid_key() -> RowKey {
+    RowKey {
+        license_arn: ARN.into(),
+        sort_key: format!("{ACCOUNT}#mid#2026-11-30T12:00:07"),
+    }
+}
+
+/// A row the consumer wrote, its watermark past the record: a true replay, skipped.
+#[tokio::test]
+async fn a_consumer_row_whose_watermark_holds_the_record_skips_it_as_a_replay() {
+    let stores = MemoryStores::new();
+    let consumer = consumer(&stores);
+    let pk = partition_key(ARN, ACCOUNT, "mid");
+    let lane = Lane::new(SHARD, &pk).attribute();
+    let row = row_at_mid(vec![
+        ("meteringPending", AttrValue::s("2026-11-30T12")),
+        ("quantity", AttrValue::n(2u64)),
+        ("rowVersion", AttrValue::n(1u64)),
+        (lane.as_str(), AttrValue::s(SeqNum::parse("2").unwrap().sortable())),
+    ]);
+    stores.rows.put(row.clone());
+    let (response, report) = consumer.process(three("mid")).await;
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(report.replayed_parts, 1);
+    assert_eq!(stores.rows.rows()[&mid_key()], row);
+    assert!(stores.rejected.items().is_empty());
 }
