@@ -86,7 +86,10 @@ impl Consumer {
 
     /// The finalized groups among `groups`, each looked up alone, and the groups whose lookup
     /// failed.
-    async fn finalized_each(&self, groups: Vec<GroupKey>) -> (HashSet<GroupKey>, HashSet<GroupKey>) {
+    async fn finalized_each(
+        &self,
+        groups: Vec<GroupKey>,
+    ) -> (HashSet<GroupKey>, HashSet<GroupKey>) {
         let results: Vec<(GroupKey, Result<HashSet<GroupKey>>)> = futures::stream::iter(groups)
             .map(|g| async move {
                 let one = std::slice::from_ref(&g);

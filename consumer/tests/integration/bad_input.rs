@@ -13,13 +13,13 @@ use async_trait::async_trait;
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use awsmp_consumer::adapters::memory::MemoryStores;
 use awsmp_consumer::domain::row::RowWrite;
+use awsmp_consumer::domain::seq::{Lane, SeqNum};
 use awsmp_consumer::error::{ConsumerError, Result};
 use awsmp_consumer::handler::kinesis_record;
 use awsmp_consumer::ports::{FinalizedGroups, UsageRowWriter};
 use awsmp_consumer::{Consumer, Settings};
 use awsmp_pipeline::domain::clock::FixedClock;
 use awsmp_pipeline::domain::keys::{GroupKey, RowKey};
-use awsmp_consumer::domain::seq::{Lane, SeqNum};
 use awsmp_pipeline::domain::row::{AttrValue, RawUsageRow};
 use awsmp_producer::Event;
 use awsmp_producer::event::MAX_DIMENSION_BYTES;
@@ -39,14 +39,19 @@ fn at() -> DateTime<Utc> {
 
 /// A plain record (sequence number `seq`) of one event: `quantity` units of `dimension`.
 fn plain(seq: &str, dimension: &str, quantity: u64) -> KinesisEventRecord {
-    let event = Event::new(ARN, ACCOUNT, dimension, quantity, at()).with_event_id(format!("e{seq}"));
+    let event =
+        Event::new(ARN, ACCOUNT, dimension, quantity, at()).with_event_id(format!("e{seq}"));
     let pk = partition_key(ARN, ACCOUNT, dimension);
     kinesis_record(STREAM, SHARD, seq, &pk, at(), encode_event(&event))
 }
 
 /// Records 1, 2, 3: dimension `a` (1 unit), `middle` (2 units), `b` (4 units).
 fn three(middle: &str) -> KinesisEvent {
-    common::event(&[plain("1", "a", 1), plain("2", middle, 2), plain("3", "b", 4)])
+    common::event(&[
+        plain("1", "a", 1),
+        plain("2", middle, 2),
+        plain("3", "b", 4),
+    ])
 }
 
 fn consumer(stores: &MemoryStores) -> Consumer {
@@ -67,12 +72,20 @@ async fn an_over_long_dimension_in_the_middle_is_refused_and_the_rest_written_on
     let stores = MemoryStores::new();
     let consumer = consumer(&stores);
     let long = "x".repeat(1100);
-    for _delivery in 0..2 {
-        let (response, _) = consumer.process(three(&long)).await;
+    // Delivered twice (a replay of the same batch): the same outcome, nothing added twice.
+    for delivery in 1..=2 {
+        let (response, report) = consumer.process(three(&long)).await;
         assert!(
             response.batch_item_failures.is_empty(),
             "{:?}",
             response.batch_item_failures
+        );
+        assert_eq!(report.rejected.get("DimensionTooLong"), Some(&1));
+        assert_eq!(
+            consumer.metrics.total("EventRejected"),
+            f64::from(delivery),
+            "{:?}",
+            consumer.metrics.lines()
         );
     }
     assert_eq!(quantity(&stores, "a"), Some(1));
@@ -92,7 +105,6 @@ async fn an_over_long_dimension_in_the_middle_is_refused_and_the_rest_written_on
     let event: serde_json::Value = serde_json::from_slice(&data).unwrap();
     assert_eq!(event["quantity"], 2);
     assert_eq!(refused.sequence_number, "2");
-    assert_eq!(consumer.metrics.total("EventRejected"), 1.0);
 }
 
 #[tokio::test]
@@ -150,18 +162,27 @@ async fn a_row_write_that_fails_in_the_middle_names_its_own_record() {
         .iter()
         .map(|f| f.item_identifier.as_deref().unwrap_or_default())
         .collect();
-    assert_eq!(failed, vec!["2"], "the failed record, not the batch's first");
+    assert_eq!(
+        failed,
+        vec!["2"],
+        "the failed record, not the batch's first"
+    );
     assert_eq!(report.failed_from.as_deref(), Some("2"));
     assert_eq!(quantity(&stores, "a"), Some(1));
     assert_eq!(quantity(&stores, "bad"), None);
     // The mapping retries from the reported item; the row can be written now.
-    rows.broken.store(false, std::sync::atomic::Ordering::SeqCst);
+    rows.broken
+        .store(false, std::sync::atomic::Ordering::SeqCst);
     let retry = common::event(&batch.records[1..]);
     let (response, _) = consumer.process(retry).await;
     assert!(response.batch_item_failures.is_empty());
     assert_eq!(quantity(&stores, "a"), Some(1));
     assert_eq!(quantity(&stores, "bad"), Some(2));
-    assert_eq!(quantity(&stores, "b"), Some(4), "written once, not again on the retry");
+    assert_eq!(
+        quantity(&stores, "b"),
+        Some(4),
+        "written once, not again on the retry"
+    );
     assert!(stores.rejected.items().is_empty());
 }
 
@@ -205,11 +226,17 @@ async fn a_finalized_lookup_failing_for_one_group_names_that_groups_record() {
         .iter()
         .map(|f| f.item_identifier.as_deref().unwrap_or_default())
         .collect();
-    assert_eq!(failed, vec!["2"], "the failed record, not the batch's first");
+    assert_eq!(
+        failed,
+        vec!["2"],
+        "the failed record, not the batch's first"
+    );
     assert_eq!(quantity(&stores, "a"), Some(1));
     assert_eq!(quantity(&stores, "bad"), None);
     assert_eq!(quantity(&stores, "b"), Some(4));
-    lookup.broken.store(false, std::sync::atomic::Ordering::SeqCst);
+    lookup
+        .broken
+        .store(false, std::sync::atomic::Ordering::SeqCst);
     let (response, _) = consumer.process(common::event(&batch.records[1..])).await;
     assert!(response.batch_item_failures.is_empty());
     assert_eq!(
@@ -249,26 +276,61 @@ async fn an_existing_row_of_another_shape_never_absorbs_units_silently() {
     let shapes: Vec<(&str, Vec<(&str, V)>)> = vec![
         ("keys only", vec![]),
         ("not pending", vec![("quantity", V::n(5u64))]),
-        ("pending NULL", vec![("meteringPending", V::Null), ("quantity", V::n(5u64))]),
-        ("quantity a string", vec![pending(), ("quantity", V::s("5"))]),
-        ("quantity a fraction", vec![pending(), ("quantity", V::N("1.5".into()))]),
-        ("allocations a string", vec![pending(), ("usageAllocations", V::s("x"))]),
-        ("allocations empty", vec![pending(), ("usageAllocations", V::L(vec![]))]),
-        ("rowVersion a string", vec![pending(), ("rowVersion", V::s("1"))]),
-        ("a watermark past the record, no rowVersion", vec![pending(), (lane.as_str(), high())]),
-        ("the same, not pending", vec![(lane.as_str(), high()), ("quantity", V::n(5u64))]),
-        ("a watermark of another type", vec![pending(), (lane.as_str(), V::n(5u64))]),
-        ("quantity of another type", vec![pending(), ("quantity", V::Other)]),
+        (
+            "pending NULL",
+            vec![("meteringPending", V::Null), ("quantity", V::n(5u64))],
+        ),
+        (
+            "quantity a string",
+            vec![pending(), ("quantity", V::s("5"))],
+        ),
+        (
+            "quantity a fraction",
+            vec![pending(), ("quantity", V::N("1.5".into()))],
+        ),
+        (
+            "allocations a string",
+            vec![pending(), ("usageAllocations", V::s("x"))],
+        ),
+        (
+            "allocations empty",
+            vec![pending(), ("usageAllocations", V::L(vec![]))],
+        ),
+        (
+            "rowVersion a string",
+            vec![pending(), ("rowVersion", V::s("1"))],
+        ),
+        (
+            "a watermark past the record, no rowVersion",
+            vec![pending(), (lane.as_str(), high())],
+        ),
+        (
+            "the same, not pending",
+            vec![(lane.as_str(), high()), ("quantity", V::n(5u64))],
+        ),
+        (
+            "a watermark of another type",
+            vec![pending(), (lane.as_str(), V::n(5u64))],
+        ),
+        (
+            "quantity of another type",
+            vec![pending(), ("quantity", V::Other)],
+        ),
     ];
     for (name, attrs) in shapes {
         let stores = MemoryStores::new();
         let consumer = consumer(&stores);
         let before = row_at_mid(attrs);
-        let held = before.get("quantity").and_then(|q| q.as_n()?.parse::<u64>().ok());
+        let held = before
+            .get("quantity")
+            .and_then(|q| q.as_n()?.parse::<u64>().ok());
         stores.rows.put(before.clone());
         let (response, report) = consumer.process(three("mid")).await;
         assert!(response.batch_item_failures.is_empty(), "{name}");
-        assert_eq!(report.replayed_parts, 0, "{name}: no replay the row cannot prove");
+        assert_eq!(
+            report.replayed_parts, 0,
+            "{name}: no replay the row cannot prove"
+        );
         let added = quantity(&stores, "mid").map(|q| q - held.unwrap_or(0));
         let rejected: Vec<(String, Option<u64>)> = stores
             .rejected
@@ -309,7 +371,10 @@ async fn a_consumer_row_whose_watermark_holds_the_record_skips_it_as_a_replay() 
         ("meteringPending", AttrValue::s("2026-11-30T12")),
         ("quantity", AttrValue::n(2u64)),
         ("rowVersion", AttrValue::n(1u64)),
-        (lane.as_str(), AttrValue::s(SeqNum::parse("2").unwrap().sortable())),
+        (
+            lane.as_str(),
+            AttrValue::s(SeqNum::parse("2").unwrap().sortable()),
+        ),
     ]);
     stores.rows.put(row.clone());
     let (response, report) = consumer.process(three("mid")).await;

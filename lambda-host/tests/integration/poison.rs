@@ -5,7 +5,9 @@
 //! in the middle — answers no batch item failure, so the event source mapping never retries it,
 //! and the rows of the records around it are written once.
 
-use crate::common::{NEEDS_STACK, clients_env, delete_stream, fresh_license, own_stream, start, uuid_hex};
+use crate::common::{
+    NEEDS_STACK, clients_env, delete_stream, fresh_license, own_stream, start, uuid_hex,
+};
 use crate::ingest::{usage_record, usage_rows};
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use aws_sdk_dynamodb::types::AttributeValue;

@@ -10,8 +10,8 @@ use super::Producer;
 use super::prepare::{Check, Prepared, Route, quantity_slack};
 use crate::error::{ProducerError, ValidationError};
 use crate::event::{
-    Event, GroupRef, UsageAllocation, second_in_range, truncate_to_millis, validate_account_id, validate_dimension,
-    validate_license_arn, validate_timestamp,
+    Event, GroupRef, UsageAllocation, second_in_range, truncate_to_millis, validate_account_id,
+    validate_dimension, validate_license_arn, validate_timestamp,
 };
 use crate::event_id::GeneratedId;
 use crate::fold::{Charged, FoldKey, FoldSlot, GroupFields, GroupHash, Joined, SumHead};

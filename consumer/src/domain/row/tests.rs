@@ -205,9 +205,18 @@ fn allocations_that_would_pass_the_item_limit_are_recorded_not_written() {
     );
     assert_eq!(d.accepted_quantity, 3);
     // A tag set the row already holds adds no bytes: still written.
-    let again = contribution(&[(0, ev(1, Some("a"))), (1, ev(2, Some("b"))), (2, ev(4, Some("a")))]);
-    let Resolve::Decided(d) = resolve(&again.get(0).unwrap(), &m, Observation::Absent, false, limits)
-    else {
+    let again = contribution(&[
+        (0, ev(1, Some("a"))),
+        (1, ev(2, Some("b"))),
+        (2, ev(4, Some("a"))),
+    ]);
+    let Resolve::Decided(d) = resolve(
+        &again.get(0).unwrap(),
+        &m,
+        Observation::Absent,
+        false,
+        limits,
+    ) else {
         panic!()
     };
     assert!(d.rejected.is_empty());
