@@ -21,6 +21,14 @@ pub const MAX_EVENT_ID_BYTES: usize = 256;
 /// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html#limits-partition-sort-keys>):
 /// without it, an event whose row can never be written would fail its batch on every retry.
 pub const MAX_DIMENSION_BYTES: usize = 255;
+/// Longest accepted license ARN, in bytes: the form's fixed parts take 77, which leaves 179 for
+/// the partition (AWS's partition names are a dozen characters at most). Our bound: the ARN is
+/// the usage row's and the aggregated record's partition key, which DynamoDB takes up to 2,048
+/// bytes
+/// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html#limits-partition-sort-keys>),
+/// and it is part of the rejected-event keys beside a row's sort key; bounded this far below,
+/// every key built from an event fits.
+pub const MAX_LICENSE_ARN_BYTES: usize = 256;
 
 /// One metered usage event: `quantity` units of `dimension` used by the buyer identified by
 /// (`license_arn`, `customer_aws_account_id`) at `timestamp`.
@@ -231,9 +239,13 @@ pub(crate) fn validate_event_id(id: &str, allow_missing: bool) -> Result<(), Val
     Ok(())
 }
 
-/// `arn:<partition>:license-manager::<12 digits>:license:l-<32 lowercase hex>`.
+/// `arn:<partition>:license-manager::<12 digits>:license:l-<32 lowercase hex>`, at most
+/// [`MAX_LICENSE_ARN_BYTES`].
 pub fn validate_license_arn(arn: &str) -> Result<(), ValidationError> {
     let bad = || ValidationError::InvalidLicenseArn(arn.to_owned());
+    if arn.len() > MAX_LICENSE_ARN_BYTES {
+        return Err(bad());
+    }
     let rest = arn.strip_prefix("arn:").ok_or_else(bad)?;
     let (partition, rest) = rest.split_once(':').ok_or_else(bad)?;
     if partition.is_empty()
@@ -440,6 +452,23 @@ mod tests {
         // Counted in bytes: 128 two-byte characters are 256 bytes.
         e.dimension = "é".repeat(128);
         assert_eq!(e.validate(true).unwrap_err().reason(), "DimensionTooLong");
+    }
+
+    #[test]
+    fn a_license_arn_longer_than_the_limit_is_rejected() {
+        let arn = |partition: &str| {
+            format!(
+                "arn:{partition}:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef"
+            )
+        };
+        let longest = arn(&"a".repeat(MAX_LICENSE_ARN_BYTES - arn("").len()));
+        assert_eq!(longest.len(), MAX_LICENSE_ARN_BYTES);
+        assert_eq!(validate_license_arn(&longest), Ok(()));
+        let longer = arn(&"a".repeat(MAX_LICENSE_ARN_BYTES + 1 - arn("").len()));
+        assert_eq!(
+            validate_license_arn(&longer).unwrap_err().reason(),
+            "InvalidLicenseArn"
+        );
     }
 
     #[test]
