@@ -159,7 +159,8 @@ REFUSALS = [
     ("MalformedAllocations", InvalidEventError, dict(quantity=1, usage_allocations="team=a")),
     ("NegativeOrNonIntegerAllocation", InvalidEventError,
      dict(quantity=1, usage_allocations=[allocation(-1, ("t", "a"))])),
-    ("EventTooLarge", InvalidEventError, dict(dimension="d" * (1 << 20))),
+    ("DimensionTooLong", InvalidEventError, dict(dimension="d" * 256)),
+    ("EventTooLarge", InvalidEventError, dict(producer_id="p" * (1 << 20))),
 ]
 
 

@@ -20,6 +20,9 @@ pub enum ValidationError {
     /// Empty dimension.
     #[error("dimension is empty")]
     EmptyDimension,
+    /// A dimension longer than [`MAX_DIMENSION_BYTES`](crate::event::MAX_DIMENSION_BYTES).
+    #[error("dimension is {0} bytes, more than {max}", max = crate::event::MAX_DIMENSION_BYTES)]
+    DimensionTooLong(usize),
     /// Timestamp that cannot be carried (year outside 1970–9999).
     #[error("malformed timestamp: {0}")]
     MalformedTimestamp(String),
@@ -72,6 +75,7 @@ impl ValidationError {
             ValidationError::InvalidLicenseArn(_) => "InvalidLicenseArn",
             ValidationError::InvalidAccountId(_) => "InvalidAccountId",
             ValidationError::EmptyDimension => "EmptyDimension",
+            ValidationError::DimensionTooLong(_) => "DimensionTooLong",
             ValidationError::MalformedTimestamp(_) => "MalformedTimestamp",
             ValidationError::EmptyProducerId => "EmptyProducerId",
             ValidationError::MalformedAllocations(_) => "MalformedAllocations",

@@ -12,6 +12,23 @@ pub const MAX_ALLOCATIONS_PER_RECORD: usize = 2_500;
 /// Longest accepted event id, in bytes. Our own bound: ids become dedup keys downstream, and
 /// DynamoDB keys must stay well under their 1,024-byte sort-key limit.
 pub const MAX_EVENT_ID_BYTES: usize = 256;
+/// Longest accepted dimension, in bytes. `UsageRecord.Dimension` is 1 to 255 characters
+/// (<https://docs.aws.amazon.com/marketplacemetering/latest/APIReference/API_UsageRecord.html>),
+/// so a longer one can never be billed. Counted in bytes (never fewer than characters), the
+/// bound also keeps every key built from a dimension — the usage row's sort key
+/// `{account}#{dimension}#{second}`, the aggregated record's, the rejected-event and billing
+/// archive keys — under DynamoDB's 1,024-byte sort-key limit
+/// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html#limits-partition-sort-keys>):
+/// without it, an event whose row can never be written would fail its batch on every retry.
+pub const MAX_DIMENSION_BYTES: usize = 255;
+/// Longest accepted license ARN, in bytes: the form's fixed parts take 77, which leaves 179 for
+/// the partition (AWS's partition names are a dozen characters at most). Our bound: the ARN is
+/// the usage row's and the aggregated record's partition key, which DynamoDB takes up to 2,048
+/// bytes
+/// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html#limits-partition-sort-keys>),
+/// and it is part of the rejected-event keys beside a row's sort key; bounded this far below,
+/// every key built from an event fits.
+pub const MAX_LICENSE_ARN_BYTES: usize = 256;
 
 /// One metered usage event: `quantity` units of `dimension` used by the buyer identified by
 /// (`license_arn`, `customer_aws_account_id`) at `timestamp`.
@@ -159,12 +176,20 @@ impl Event {
 }
 
 /// The group's rules: a license ARN of its shape, a 12-digit account id, a non-empty
-/// dimension.
+/// dimension of at most [`MAX_DIMENSION_BYTES`].
 pub(crate) fn validate_group(group: GroupRef<'_>) -> Result<(), ValidationError> {
     validate_license_arn(group.license_arn)?;
     validate_account_id(group.customer_aws_account_id)?;
-    if group.dimension.is_empty() {
+    validate_dimension(group.dimension)
+}
+
+/// A non-empty dimension of at most [`MAX_DIMENSION_BYTES`] bytes.
+pub fn validate_dimension(dimension: &str) -> Result<(), ValidationError> {
+    if dimension.is_empty() {
         return Err(ValidationError::EmptyDimension);
+    }
+    if dimension.len() > MAX_DIMENSION_BYTES {
+        return Err(ValidationError::DimensionTooLong(dimension.len()));
     }
     Ok(())
 }
@@ -214,9 +239,13 @@ pub(crate) fn validate_event_id(id: &str, allow_missing: bool) -> Result<(), Val
     Ok(())
 }
 
-/// `arn:<partition>:license-manager::<12 digits>:license:l-<32 lowercase hex>`.
+/// `arn:<partition>:license-manager::<12 digits>:license:l-<32 lowercase hex>`, at most
+/// [`MAX_LICENSE_ARN_BYTES`].
 pub fn validate_license_arn(arn: &str) -> Result<(), ValidationError> {
     let bad = || ValidationError::InvalidLicenseArn(arn.to_owned());
+    if arn.len() > MAX_LICENSE_ARN_BYTES {
+        return Err(bad());
+    }
     let rest = arn.strip_prefix("arn:").ok_or_else(bad)?;
     let (partition, rest) = rest.split_once(':').ok_or_else(bad)?;
     if partition.is_empty()
@@ -411,6 +440,35 @@ mod tests {
         let mut e = ev();
         e.dimension.clear();
         assert_eq!(e.validate(true).unwrap_err().reason(), "EmptyDimension");
+    }
+
+    #[test]
+    fn a_dimension_longer_than_the_limit_is_rejected() {
+        let mut e = ev();
+        e.dimension = "x".repeat(MAX_DIMENSION_BYTES);
+        assert_eq!(e.validate(true), Ok(()));
+        e.dimension.push('x');
+        assert_eq!(e.validate(true).unwrap_err().reason(), "DimensionTooLong");
+        // Counted in bytes: 128 two-byte characters are 256 bytes.
+        e.dimension = "é".repeat(128);
+        assert_eq!(e.validate(true).unwrap_err().reason(), "DimensionTooLong");
+    }
+
+    #[test]
+    fn a_license_arn_longer_than_the_limit_is_rejected() {
+        let arn = |partition: &str| {
+            format!(
+                "arn:{partition}:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef"
+            )
+        };
+        let longest = arn(&"a".repeat(MAX_LICENSE_ARN_BYTES - arn("").len()));
+        assert_eq!(longest.len(), MAX_LICENSE_ARN_BYTES);
+        assert_eq!(validate_license_arn(&longest), Ok(()));
+        let longer = arn(&"a".repeat(MAX_LICENSE_ARN_BYTES + 1 - arn("").len()));
+        assert_eq!(
+            validate_license_arn(&longer).unwrap_err().reason(),
+            "InvalidLicenseArn"
+        );
     }
 
     #[test]

@@ -193,6 +193,10 @@ impl UpdateParts {
                 }
                 parts.push("(attribute_not_exists(#q) OR #q <= :room)".into());
                 self.value(":room", n(max_quantity_before));
+                // `ADD #rv :one` on a `rowVersion` of another type would be refused on every
+                // retry: such a row fails the condition and is read, and found malformed.
+                parts.push("(attribute_not_exists(#rv) OR attribute_type(#rv, :ntype))".into());
+                self.value(":ntype", s("N"));
                 if *require_unallocated {
                     parts.push("attribute_not_exists(#al)".into());
                     if !self.names.iter().any(|(k, _)| k == "#al") {

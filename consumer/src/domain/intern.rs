@@ -6,7 +6,7 @@
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
-use awsmp_producer::event::validate_account_id;
+use awsmp_producer::event::{MAX_LICENSE_ARN_BYTES, validate_account_id, validate_dimension};
 use awsmp_producer::wire::v2::GroupV2;
 use foldhash::fast::FixedState;
 use hashbrown::HashTable;
@@ -63,6 +63,9 @@ fn spell(text: &mut String, license_arn: &str, customer_aws_account_id: &str, di
 pub fn license_arn_ok(arn: &str) -> bool {
     const MIDDLE: &[u8] = b"license-manager::";
     const TAIL: &[u8] = b":license:l-";
+    if arn.len() > MAX_LICENSE_ARN_BYTES {
+        return false;
+    }
     let Some(rest) = arn.as_bytes().strip_prefix(b"arn:") else {
         return false;
     };
@@ -118,7 +121,7 @@ impl GroupName {
             hash,
             valid: license_arn_ok(license_arn)
                 && validate_account_id(account).is_ok()
-                && !dimension.is_empty(),
+                && validate_dimension(dimension).is_ok(),
             keyed: !license_arn.contains('|') && !account.contains('|'),
             license_len: field_len(license_arn),
             account_len: field_len(account),
@@ -143,7 +146,7 @@ impl GroupName {
     }
 
     /// The name passes the event's checks of its group (`Event::validate`: license ARN,
-    /// account id, non-empty dimension).
+    /// account id, a non-empty dimension within `MAX_DIMENSION_BYTES`).
     pub fn is_valid(&self) -> bool {
         self.valid
     }
@@ -552,5 +555,32 @@ mod tests {
         let p = i.producer("p1");
         assert!(Arc::ptr_eq(&p, &i.producer("p1")));
         assert_eq!(&*i.producer("p2"), "p2");
+    }
+
+    #[test]
+    fn a_group_past_the_key_limits_is_invalid_as_the_producer_says() {
+        use awsmp_producer::event::{MAX_DIMENSION_BYTES, validate_license_arn};
+        let arn = |partition: &str| {
+            format!(
+                "arn:{partition}:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef"
+            )
+        };
+        for n in [
+            MAX_LICENSE_ARN_BYTES - 1,
+            MAX_LICENSE_ARN_BYTES,
+            MAX_LICENSE_ARN_BYTES + 1,
+        ] {
+            let a = arn(&"a".repeat(n - arn("").len()));
+            assert_eq!(license_arn_ok(&a), validate_license_arn(&a).is_ok(), "{n}");
+            assert_eq!(license_arn_ok(&a), n <= MAX_LICENSE_ARN_BYTES, "{n}");
+        }
+        let ok = arn("aws");
+        for (len, valid) in [
+            (MAX_DIMENSION_BYTES, true),
+            (MAX_DIMENSION_BYTES + 1, false),
+        ] {
+            let name = GroupName::new(&ok, "123456789012", &"d".repeat(len));
+            assert_eq!(name.is_valid(), valid, "{len}");
+        }
     }
 }

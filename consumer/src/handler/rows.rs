@@ -30,8 +30,8 @@ struct RowOutcome {
 }
 
 impl Consumer {
-    /// Write every folded row; a row that cannot be written fails from its first record, and
-    /// when the finalized lookup fails no row is written.
+    /// Write every folded row; a row that cannot be written — its write failed, or whether its
+    /// group-hour is finalized could not be looked up — fails from its own first record.
     pub(super) async fn write_rows(&self, batch: &mut Batch<'_>, folded: &Folded) {
         let rows = &folded.rows;
         let groups: Vec<GroupKey> = rows
@@ -46,19 +46,23 @@ impl Consumer {
         } else {
             self.with_retry(|| self.finalized.finalized(&groups)).await
         };
-        batch.report.phases.finalized = lookup.elapsed();
-        let finalized = match finalized {
-            Ok(finalized) => finalized,
+        let (finalized, unknown) = match finalized {
+            Ok(finalized) => (finalized, HashSet::new()),
             Err(e) => {
-                tracing::warn!(error = %ErrorChain(&e), "finalized-group lookup failed; no row written");
-                if let Some(first) = rows.iter().map(|r| r.first_record() as usize).min() {
-                    batch.fail_at(first);
-                }
-                return;
+                // One group's lookup may fail the whole call (a key DynamoDB refuses): each
+                // group alone, so only the rows of the groups that still fail are left, and the
+                // batch resumes from their earliest record, not from its first.
+                tracing::warn!(error = %ErrorChain(&e), "finalized-group lookup failed; looking up each group alone");
+                self.finalized_each(groups).await
             }
         };
+        batch.report.phases.finalized = lookup.elapsed();
+        for row in rows.iter().filter(|r| unknown.contains(&r.id.group())) {
+            batch.fail_at(row.first_record() as usize);
+        }
         let (slots, metas, finalized, now) = (&batch.slots, &folded.metas, &finalized, batch.now);
         let outcomes: Vec<(usize, Result<RowOutcome>)> = futures::stream::iter(rows.iter())
+            .filter(|row| std::future::ready(!unknown.contains(&row.id.group())))
             .map(|row| async move {
                 let fin = finalized.contains(&row.id.group());
                 (
@@ -78,6 +82,34 @@ impl Consumer {
                 }
             }
         }
+    }
+
+    /// The finalized groups among `groups`, each looked up alone, and the groups whose lookup
+    /// failed.
+    async fn finalized_each(
+        &self,
+        groups: Vec<GroupKey>,
+    ) -> (HashSet<GroupKey>, HashSet<GroupKey>) {
+        let results: Vec<(GroupKey, Result<HashSet<GroupKey>>)> = futures::stream::iter(groups)
+            .map(|g| async move {
+                let one = std::slice::from_ref(&g);
+                let r = self.with_retry(|| self.finalized.finalized(one)).await;
+                (g, r)
+            })
+            .buffer_unordered(self.settings.concurrency)
+            .collect()
+            .await;
+        let (mut finalized, mut unknown) = (HashSet::new(), HashSet::new());
+        for (g, r) in results {
+            match r {
+                Ok(found) => finalized.extend(found),
+                Err(e) => {
+                    tracing::warn!(error = %ErrorChain(&e), group = ?g, "finalized-group lookup failed; the group's rows are left for the retry");
+                    unknown.insert(g);
+                }
+            }
+        }
+        (finalized, unknown)
     }
 
     /// Add a written (or fully rejected) row to the report and the metrics.

@@ -2,6 +2,7 @@
 //! linked once, not once per file (docs/testing.md, "Where the tests live").
 
 mod adapters_stack;
+mod bad_input;
 mod common;
 mod contract_dedup;
 mod decode_paths;

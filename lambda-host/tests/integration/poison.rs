@@ -1,15 +1,12 @@
-//! The real consumer answering a batch item failure: a record whose usage row can never be
-//! written (its dimension is so long that the row's sort key passes DynamoDB's 1,024-byte limit,
-//! so every write of it is refused) is answered as the batch's `batchItemFailures` entry; the
-//! event source mapping, one record a batch, checkpoints the record before it, retries only it
-//! until its retries run out, sends it to the on-failure destination and goes on with the next
-//! record. The rows of the other records are each written once, none of the poison.
-//!
-//! One record a batch: in a batch of several, this record fails the batch from its first record
-//! (the answer names the batch's first record), so the retry would begin there.
+//! The real consumer and an event whose usage row could never be written: its dimension is so
+//! long (1,100 bytes) that the row's sort key would pass DynamoDB's 1,024-byte limit. The
+//! consumer refuses it before any write, with its reason code (`DimensionTooLong`) in the
+//! rejected-events table, like any other invalid event; the batch — three records, the bad one
+//! in the middle — answers no batch item failure, so the event source mapping never retries it,
+//! and the rows of the records around it are written once.
 
 use crate::common::{
-    NEEDS_STACK, clients_env, delete_stream, fresh_license, own_stream, start_with, uuid_hex,
+    NEEDS_STACK, clients_env, delete_stream, fresh_license, own_stream, start, uuid_hex,
 };
 use crate::ingest::{usage_record, usage_rows};
 use aws_lambda_events::event::streams::KinesisEventResponse;
@@ -18,8 +15,8 @@ use awsmp_loadtest::kinesis_esm::{EsmOptions, EsmReport, KinesisEsm};
 use serde_json::Value;
 use std::sync::Mutex;
 
-/// A dimension whose usage row's sort key (`{account}#{dimension}#{second}`) passes DynamoDB's
-/// 1,024-byte limit for a sort key
+/// A dimension whose usage row's sort key (`{account}#{dimension}#{second}`) would pass
+/// DynamoDB's 1,024-byte limit for a sort key
 /// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html#limits-partition-sort-keys>).
 fn poison_dimension() -> String {
     "x".repeat(1100)
@@ -50,17 +47,16 @@ async fn put_three(stream: &str, license: &str, account: &str) -> Vec<String> {
     out
 }
 
-/// The consumer's process behind the mapping, one record a batch, two retries, no bisection:
-/// the first sequence number of every batch delivered, every answer, the mapping's report.
-async fn drain_one_record_a_batch(stream: &str) -> (Vec<String>, Vec<Value>, EsmReport) {
+/// The consumer's process (as rendered: the billing archive on) behind the mapping, ten records
+/// a batch, two retries, no bisection: the first sequence number of every batch delivered,
+/// every answer, the mapping's report.
+async fn drain(stream: &str) -> (Vec<String>, Vec<Value>, EsmReport) {
     let env = clients_env();
-    // Without the billing archive: an archive write that fails fails the batch from its first
-    // record (its object key carries the dimension too), which would hide where the row failed.
-    let consumer = start_with("kinesis-consumer", &[("AWSMP_BILLING_ARCHIVE_BUCKET", "")]).await;
+    let consumer = start("kinesis-consumer").await;
     let dir = std::env::temp_dir().join(format!("lambda-host-poison-{}", uuid_hex()));
     std::fs::create_dir_all(&dir).unwrap();
     let options = EsmOptions {
-        batch_size: 1,
+        batch_size: 10,
         max_retry_attempts: Some(2),
         bisect_on_error: false,
         retry_backoff: std::time::Duration::from_millis(10),
@@ -98,52 +94,55 @@ async fn drain_one_record_a_batch(stream: &str) -> (Vec<String>, Vec<Value>, Esm
     )
 }
 
+/// The rejected-events items of the record `seq` (a test's scan of its own few items).
+async fn rejected_items(seq: &str) -> Vec<std::collections::HashMap<String, AttributeValue>> {
+    let env = clients_env();
+    let ddb = env.dynamodb().await.unwrap();
+    ddb.scan()
+        .table_name(env.get("AWSMP_REJECTED_EVENTS_TABLE").unwrap())
+        .filter_expression("sequenceNumber = :s")
+        .expression_attribute_values(":s", AttributeValue::S(seq.into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .items
+        .unwrap_or_default()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the built binaries and the local stack (awsmp-local up); run by scripts/test"]
-async fn a_record_whose_row_cannot_be_written_is_the_one_failure_and_the_mapping_resumes_there() {
+async fn an_event_whose_row_cannot_be_written_is_refused_and_the_batch_around_it_written_once() {
     let _ = NEEDS_STACK;
     let stream = own_stream(1).await;
     let license = fresh_license();
     let account = "210000000046";
     let records = put_three(&stream, &license, account).await;
     let poison_seq = records[1].clone();
-    let (firsts, answers, report) = drain_one_record_a_batch(&stream).await;
+    let (firsts, answers, report) = drain(&stream).await;
     delete_stream(&stream).await;
-    // Batches: the first record, the poison three times (the first delivery and its two
-    // retries), then the last record; the first record never again.
+    // One batch of the three records, answered without a batch item failure: nothing retried.
+    assert_eq!(firsts, vec![records[0].clone()], "{answers:?}");
     assert_eq!(
-        firsts,
-        vec![
-            records[0].clone(),
-            poison_seq.clone(),
-            poison_seq.clone(),
-            poison_seq.clone(),
-            records[2].clone()
-        ],
+        answers[0]["batchItemFailures"],
+        serde_json::json!([]),
         "{answers:?}"
     );
-    // The real consumer answered each delivery of the poison with it as the batch item failure.
-    for answer in &answers[1..4] {
-        assert_eq!(
-            answer["batchItemFailures"],
-            serde_json::json!([{"itemIdentifier": poison_seq}]),
-            "{answers:?}"
-        );
-    }
-    for answer in [&answers[0], &answers[4]] {
-        assert_eq!(
-            answer["batchItemFailures"],
-            serde_json::json!([]),
-            "{answers:?}"
-        );
-    }
     assert_eq!(report.function_errors, 0, "{report:?}");
-    assert_eq!(report.partial_failures, 3, "{report:?}");
+    assert_eq!(report.partial_failures, 0, "{report:?}");
+    assert!(report.discarded.is_empty(), "{report:?}");
+    // The poison is refused with its reason code and its quantity.
+    let refused = rejected_items(&poison_seq).await;
+    assert_eq!(refused.len(), 1, "{refused:?}");
     assert_eq!(
-        report.discarded.len(),
-        1,
-        "the poison, after its retries: {report:?}"
+        refused[0]["reason"],
+        AttributeValue::S("DimensionTooLong".into())
     );
+    // Refused by the event rules, it keeps its bytes (its 2 units with them).
+    let data = refused[0]["data"].as_s().unwrap();
+    let data = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, data).unwrap();
+    let event: Value = serde_json::from_slice(&data).unwrap();
+    assert_eq!(event["quantity"], 2, "{event}");
     // Rows: `a` and `b` once each, none of the poison record.
     let rows = usage_rows(&license).await;
     let quantity = |dimension: &str| -> Vec<AttributeValue> {

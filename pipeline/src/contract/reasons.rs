@@ -56,6 +56,10 @@ pub const MIXED_ALLOCATED_AND_UNALLOCATED: &str =
 /// [`MAX_ALLOCATIONS_PER_RECORD`](super::limits::MAX_ALLOCATIONS_PER_RECORD) distinct tag sets
 /// (the guardrail's reason).
 pub const TOO_MANY_ALLOCATIONS: &str = RejectReason::TooManyAllocations.as_str();
+/// Consumer: the row's allocations would pass DynamoDB's 400 KB item limit
+/// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html>), so
+/// the row could never be written; the part is recorded instead, before any write.
+pub const ROW_ITEM_TOO_LARGE: &str = "RowItemTooLarge";
 /// Pipeline: the part of a group-hour's sum above the `BatchMeterUsage` `Quantity` maximum
 /// (<https://docs.aws.amazon.com/marketplacemetering/latest/APIReference/API_UsageRecord.html>):
 /// the maximum is billed, the remainder recorded on the aggregated record

@@ -40,7 +40,7 @@ class ProducerError(Exception):
 class InvalidEventError(ProducerError, ValueError):
     """The event breaks a rule and was not recorded; nothing else is affected. `reason` is
     the Rust `ValidationError`'s code (`InvalidLicenseArn`, `InvalidAccountId`,
-    `EmptyDimension`, `MalformedTimestamp`, `EmptyProducerId`, `InvalidEventId`,
+    `EmptyDimension`, `DimensionTooLong`, `MalformedTimestamp`, `EmptyProducerId`, `InvalidEventId`,
     `MalformedAllocations`, `TooManyTags`, `MissingTagKeyOrValue`, `TooManyAllocations`,
     `AllocationSumMismatch`, `EventTooLarge`) or, for what Rust's types rule out, the code
     the consumer gives the same fault on the wire (`NegativeQuantity`, `NonIntegerQuantity`,

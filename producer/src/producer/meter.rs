@@ -11,7 +11,7 @@ use super::prepare::{Check, Prepared, Route, quantity_slack};
 use crate::error::{ProducerError, ValidationError};
 use crate::event::{
     Event, GroupRef, UsageAllocation, second_in_range, truncate_to_millis, validate_account_id,
-    validate_license_arn, validate_timestamp,
+    validate_dimension, validate_license_arn, validate_timestamp,
 };
 use crate::event_id::GeneratedId;
 use crate::fold::{Charged, FoldKey, FoldSlot, GroupFields, GroupHash, Joined, SumHead};
@@ -100,9 +100,7 @@ impl Producer {
         );
         validate_license_arn(&license_arn)?;
         validate_account_id(&customer_aws_account_id)?;
-        if dimension.is_empty() {
-            return Err(ValidationError::EmptyDimension);
-        }
+        validate_dimension(&dimension)?;
         let group = GroupRef {
             license_arn: &license_arn,
             customer_aws_account_id: &customer_aws_account_id,

@@ -230,15 +230,15 @@ async fn a_group_too_large_for_a_record_is_refused_on_every_call() {
     let p = producer(&sink, 16 * 1024 * 1024);
     let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
     let mut e = event(1, t0, 1);
-    // The group passes its checks (and is kept by the thread's cache); its events do not
-    // fit a record.
-    e.dimension = "d".repeat(1024 * 1024);
+    // The group passes its checks (and is kept by the thread's cache); the event, its
+    // producer id a mebibyte long, does not fit a record.
+    e.producer_id = Some("p".repeat(1024 * 1024));
     for _ in 0..3 {
         match p.record(e.clone()).await {
             Err(ProducerError::Invalid {
                 source: ValidationError::EventTooLarge { .. },
                 event,
-            }) => assert_eq!(event.dimension, e.dimension),
+            }) => assert_eq!(event.producer_id, e.producer_id),
             other => panic!("not refused: {other:?}"),
         }
     }

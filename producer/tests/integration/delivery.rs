@@ -444,7 +444,7 @@ async fn errors_give_the_event_back_with_a_reason() {
     assert_eq!(err.into_event().unwrap(), bad);
 
     let mut huge = events(1, 1, 11).remove(0);
-    huge.dimension = "x".repeat(2 * 1024 * 1024);
+    huge.producer_id = Some("x".repeat(2 * 1024 * 1024));
     assert_eq!(p.record(huge).await.unwrap_err().reason(), "EventTooLarge");
 
     p.shutdown().await.unwrap();
@@ -593,7 +593,7 @@ async fn calls_fill_up_to_the_put_records_limits_and_no_further() {
     let big: Vec<Event> = events(24, 24, 18)
         .into_iter()
         .map(|mut e| {
-            e.dimension = format!("{}-{}", e.dimension, "x".repeat(900_000));
+            e.producer_id = Some(format!("big-{}", "x".repeat(900_000)));
             e
         })
         .collect();

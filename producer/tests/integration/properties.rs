@@ -15,15 +15,19 @@ use bytes::Bytes;
 use chrono::Duration as ChronoDuration;
 use proptest::prelude::*;
 
+/// An event of group `group`, `pad` bytes larger by its producer id (a group's fields are
+/// bounded: a dimension is at most 255 bytes).
 fn event(group: usize, ms: i64, quantity: u64, pad: usize, id: String) -> Event {
-    Event::new(
+    let mut e = Event::new(
         common::arn(group),
         "123456789012",
-        format!("d{group}-{}", "p".repeat(pad)),
+        format!("d{group}"),
         quantity,
         common::t0() + ChronoDuration::milliseconds(ms),
     )
-    .with_event_id(id)
+    .with_event_id(id);
+    e.producer_id = Some(format!("p{}", "p".repeat(pad)));
+    e
 }
 
 proptest! {

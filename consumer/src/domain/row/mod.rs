@@ -29,7 +29,8 @@ mod tests;
 mod write;
 
 pub use resolve::{
-    Decision, Observation, PartRejection, RecordMeta, Resolve, RowLimits, WritePlan, resolve,
+    Decision, MAX_ITEM_BYTES, MAX_ROW_ALLOCATION_BYTES, Observation, PartRejection, RecordMeta,
+    Resolve, RowLimits, WritePlan, allocation_bytes, resolve,
 };
 pub use state::RowState;
 pub use write::{Change, Guard, RowWrite, row_write};

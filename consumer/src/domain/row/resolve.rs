@@ -34,6 +34,32 @@ pub enum Observation<'a> {
     Present(&'a RowState),
 }
 
+/// DynamoDB's item size limit, 400 KB, attribute names included
+/// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html>).
+pub const MAX_ITEM_BYTES: usize = 400 * 1024;
+
+/// The most a row's `usageAllocations` may take: [`MAX_ITEM_BYTES`] less 16 KiB for the row's
+/// other attributes (its keys — the sort key at most 1,024 bytes — the audit stamps and a
+/// watermark of about 100 bytes per lane). Our bound: a row past the item limit could never
+/// be written, and its batch would fail on every retry.
+pub const MAX_ROW_ALLOCATION_BYTES: usize = MAX_ITEM_BYTES - 16 * 1024;
+
+/// An upper estimate of the bytes one allocation of `tags` adds to a row, by DynamoDB's item
+/// size rules (names and strings by their UTF-8 length, a number at most 21 bytes, a list or
+/// map 3 bytes plus 1 per element:
+/// <https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/CapacityUnitCalculations.html>).
+pub fn allocation_bytes(tags: &[Tag]) -> usize {
+    // The allocation's map (3 + 1 as an element), `AllocatedUsageQuantity` and its number,
+    // `Tags` and its list.
+    let fixed = 4 + "AllocatedUsageQuantity".len() + 21 + "Tags".len() + 3;
+    // Each tag: its map (3 + 1), `Key` and `Value` with their strings.
+    fixed
+        + tags
+            .iter()
+            .map(|t| 4 + "Key".len() + t.key.len() + "Value".len() + t.value.len())
+            .sum::<usize>()
+}
+
 /// Row-level limits (the aggregator's guardrails; tests may shrink them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RowLimits {
@@ -41,6 +67,8 @@ pub struct RowLimits {
     pub max_quantity: u64,
     /// Most distinct tag sets in one row.
     pub max_allocations: usize,
+    /// Most bytes of a row's allocations ([`allocation_bytes`] summed).
+    pub max_allocation_bytes: usize,
 }
 
 impl Default for RowLimits {
@@ -48,6 +76,7 @@ impl Default for RowLimits {
         Self {
             max_quantity: MAX_USAGE_QUANTITY,
             max_allocations: MAX_ALLOCATIONS_PER_RECORD,
+            max_allocation_bytes: MAX_ROW_ALLOCATION_BYTES,
         }
     }
 }
@@ -182,7 +211,8 @@ fn optimistic(
                 *merged.entry(t.clone()).or_default() += q;
             }
         }
-        if merged.len() > limits.max_allocations {
+        let bytes: usize = merged.keys().map(|t| allocation_bytes(t)).sum();
+        if merged.len() > limits.max_allocations || bytes > limits.max_allocation_bytes {
             return Resolve::NeedsRead;
         }
         return Resolve::Decided(Decision {
@@ -253,10 +283,12 @@ fn decide(
             .collect();
         return d;
     }
+    let merged = st.allocations.clone().unwrap_or_default();
     let mut acc = RowAccumulator {
         kind: st.kind(),
         quantity: st.quantity,
-        merged: st.allocations.clone().unwrap_or_default(),
+        bytes: merged.keys().map(|t| allocation_bytes(t)).sum(),
+        merged,
         any_written: false,
     };
     for &i in &pending {
@@ -290,6 +322,8 @@ struct RowAccumulator {
     kind: Option<Kind>,
     quantity: u64,
     merged: BTreeMap<Vec<Tag>, u64>,
+    /// [`allocation_bytes`] of `merged`.
+    bytes: usize,
     any_written: bool,
 }
 
@@ -322,6 +356,7 @@ impl RowAccumulator {
                 }),
                 None => {
                     if k == Kind::Allocated {
+                        self.bytes += self.new_set_bytes(p);
                         for (t, a) in p.allocations() {
                             *self.merged.entry(t.clone()).or_default() += a;
                         }
@@ -351,7 +386,18 @@ impl RowAccumulator {
             if self.merged.len() + new_sets > limits.max_allocations {
                 return Some(reasons::TOO_MANY_ALLOCATIONS);
             }
+            if self.bytes + self.new_set_bytes(p) > limits.max_allocation_bytes {
+                return Some(reasons::ROW_ITEM_TOO_LARGE);
+            }
         }
         None
+    }
+
+    /// [`allocation_bytes`] of `p`'s tag sets the row does not hold yet.
+    fn new_set_bytes(&self, p: &Part) -> usize {
+        p.allocations()
+            .filter(|(t, _)| !self.merged.contains_key(*t))
+            .map(|(t, _)| allocation_bytes(t))
+            .sum()
     }
 }

@@ -71,6 +71,16 @@ impl RowState {
                 }
             }
         }
+        // A watermark says the row holds the lane's parts up to it: only the consumer's own
+        // conditional write sets one, and that write always sets `rowVersion`. On a row without
+        // it the watermark proves nothing, and trusting it would skip the parts as replays
+        // while no row holds their units: the row is one the consumer cannot add to.
+        if st.version.is_none() && !st.watermarks.is_empty() {
+            st.watermarks.clear();
+            bad(format!(
+                "{WATERMARK_ATTR_PREFIX}… watermarks without {ROW_VERSION}: not a row the consumer wrote"
+            ));
+        }
         st
     }
 

@@ -171,3 +171,66 @@ fn finalized_and_unreadable_rows_are_never_written() {
     let (d, _) = apply(&row, &m, Some(&finalized));
     assert_eq!(d.rejected[0].reason, reasons::LATE_USAGE);
 }
+
+#[test]
+fn allocations_that_would_pass_the_item_limit_are_recorded_not_written() {
+    // Three events of one tag set each; the limit holds the first two tag sets only.
+    let m = metas(3);
+    let row_rows = contribution(&[
+        (0, ev(1, Some("a"))),
+        (1, ev(2, Some("b"))),
+        (2, ev(4, Some("c"))),
+    ]);
+    let row = row_rows.get(0).expect("one row");
+    let one = allocation_bytes(&[Tag::new("team", "a")]);
+    let limits = RowLimits {
+        max_allocation_bytes: 2 * one,
+        ..RowLimits::default()
+    };
+    assert_eq!(
+        resolve(&row, &m, Observation::Unknown, false, limits),
+        Resolve::NeedsRead
+    );
+    let Resolve::Decided(d) = resolve(&row, &m, Observation::Absent, false, limits) else {
+        panic!("a read row is always decided")
+    };
+    assert_eq!(
+        d.rejected,
+        vec![PartRejection {
+            part: 2,
+            reason: reasons::ROW_ITEM_TOO_LARGE,
+            quantity: 4,
+            kind: Some(Kind::Allocated),
+        }]
+    );
+    assert_eq!(d.accepted_quantity, 3);
+    // A tag set the row already holds adds no bytes: still written.
+    let again = contribution(&[
+        (0, ev(1, Some("a"))),
+        (1, ev(2, Some("b"))),
+        (2, ev(4, Some("a"))),
+    ]);
+    let Resolve::Decided(d) = resolve(
+        &again.get(0).unwrap(),
+        &m,
+        Observation::Absent,
+        false,
+        limits,
+    ) else {
+        panic!()
+    };
+    assert!(d.rejected.is_empty());
+    assert_eq!(d.accepted_quantity, 7);
+}
+
+#[test]
+fn the_allocation_estimate_of_the_largest_allowed_tag_set_is_conservative() {
+    // Five tags of the longest key and value (100 and 256 characters).
+    let tags: Vec<Tag> = (0..5)
+        .map(|i| Tag::new(format!("{i}{}", "k".repeat(99)), "v".repeat(256)))
+        .collect();
+    let strings: usize = tags.iter().map(|t| t.key.len() + t.value.len()).sum();
+    assert!(allocation_bytes(&tags) > strings + 5 * "KeyValue".len());
+    // At the limit, a row holds over a hundred such tag sets.
+    assert!(MAX_ROW_ALLOCATION_BYTES / allocation_bytes(&tags) > 100);
+}

@@ -16,7 +16,8 @@ use super::WritePlan;
 pub enum Guard {
     /// Optimistic first write: the row is absent or pending; each lane's watermark is absent or
     /// below the given (first) sequence number; the stored quantity is at most
-    /// `max_quantity_before`; and, when `require_unallocated`, the row has no allocations.
+    /// `max_quantity_before`; `rowVersion` is absent or a number (the write adds 1 to it); and,
+    /// when `require_unallocated`, the row has no allocations.
     Fresh {
         /// (lane, first sequence number of the batch's parts in that lane).
         lanes: Vec<(Lane, SeqNum)>,
@@ -106,6 +107,11 @@ impl RowWrite {
                         Some(AttrValue::N(n)) => {
                             parse_non_negative_integer(n).is_ok_and(|q| q <= *max_quantity_before)
                         }
+                        Some(_) => false,
+                    }
+                    && match row.get(ROW_VERSION) {
+                        None => true,
+                        Some(AttrValue::N(n)) => n.parse::<u64>().is_ok(),
                         Some(_) => false,
                     }
                     && !(*require_unallocated && row.contains_key(attrs::USAGE_ALLOCATIONS))

@@ -7,6 +7,7 @@ use std::time::Duration;
 use chrono::{TimeZone, Timelike, Utc};
 use proptest::prelude::*;
 
+use crate::event::MAX_DIMENSION_BYTES;
 use crate::partition::ShardMap;
 use crate::sink::StoredRecord;
 use crate::test_support::paused_runtime;
@@ -225,10 +226,10 @@ async fn a_meter_is_refused_what_record_is_refused() {
         "EmptyDimension"
     );
     assert_eq!(
-        p.meter(l.clone(), a.clone(), "d".repeat(2 * 1024 * 1024))
+        p.meter(l.clone(), a.clone(), "d".repeat(MAX_DIMENSION_BYTES + 1))
             .unwrap_err()
             .reason(),
-        "EventTooLarge"
+        "DimensionTooLong"
     );
     let m = p.meter(l.clone(), a.clone(), d.clone()).unwrap();
     let at = |y, mo, day, h, mi, sec, nanos| {
