@@ -6,14 +6,16 @@
 use super::collect::Scope;
 use super::emulator_cpu::CpuWatch;
 use super::fence::RunWatermarks;
+use super::front_doors::{self, IngestPlan, IngestSent};
 use super::meter::Stack;
 use super::sim_admin::{SimAdmin, ledger_group_hour};
 use super::target::{ConsumeOutcome, RunTarget};
 use super::{
-    Lambdas, RUN_STREAM_SHARDS, RunContext, RunSpec, catalog, licenses_needed, run_license,
+    LOADTEST_PRODUCT_CODE, Lambdas, RUN_STREAM_SHARDS, RunContext, RunSpec, catalog,
+    licenses_needed, run_license,
 };
 use crate::conservation::{GroupHour, Inputs};
-use crate::local::hosted::{Hosted, HostedSpec};
+use crate::local::hosted::{FunctionRun, Hosted, HostedSpec};
 use crate::local::{self, LocalEnv, Paths, UpOptions};
 use crate::report::RunReport;
 use anyhow::{Context, Result};
@@ -50,6 +52,8 @@ pub(super) struct LocalTarget {
     dynamodb_pid: Option<u32>,
     /// The Lambdas as processes (`--lambdas host`); `None`: their handlers in process.
     hosted: Option<Arc<Hosted>>,
+    /// What the run sends through meter-ingest (hosted runs).
+    ingest: Option<IngestPlan>,
 }
 
 impl LocalTarget {
@@ -79,10 +83,13 @@ impl LocalTarget {
         for old in std::fs::read_dir(&dir)?.flatten() {
             std::fs::remove_file(old.path()).ok();
         }
+        // Under the host the buyers subscribe and register through the front door instead.
+        let registering = spec.lambdas == Lambdas::Host && !spec.produce_only;
+        let in_catalog = if registering { &[][..] } else { &licenses[..] };
         let catalog_path = dir.join(format!("catalog-{nonce:08x}.json"));
         std::fs::write(
             &catalog_path,
-            serde_json::to_string_pretty(&catalog(&licenses, &w.dimensions))?,
+            serde_json::to_string_pretty(&catalog(in_catalog, &w.dimensions))?,
         )?;
         let options = UpOptions {
             catalog: Some(catalog_path),
@@ -93,13 +100,25 @@ impl LocalTarget {
             .await
             .context("starting the local stack")?;
         let site = Site {
-            licenses,
+            licenses: licenses.clone(),
             checkpoint: dir.join(format!("esm-{nonce:08x}.json")),
             stream: format!("awsmp-loadtest-{nonce:08x}"),
             reset: true,
         };
         let mut target = Self::on_site(env, spec, site).await?;
         target.dynamodb_pid = local::service_pid(paths, "dynamodb");
+        if let (Some(hosted), true) = (target.hosted.clone(), registering) {
+            target.licenses = front_doors::register_customers(
+                &hosted,
+                &target.env,
+                &target.sim,
+                LOADTEST_PRODUCT_CODE,
+                &licenses,
+            )
+            .await
+            .context("registering the run's buyers through the register binary")?;
+            target.ingest = ingest_plan(spec, &target.licenses, nonce);
+        }
         Ok(target)
     }
 
@@ -158,6 +177,7 @@ impl LocalTarget {
         };
         Ok(Self {
             hosted,
+            ingest: None,
             watermarks,
             injects: spec.bad_inputs,
             env,
@@ -169,6 +189,37 @@ impl LocalTarget {
             dynamodb_pid: None,
         })
     }
+}
+
+/// What a hosted run sends through meter-ingest: `--ingest-share` of its events, from a module
+/// granted about that share of its licenses (never the first, which a deprovisioning run
+/// flushes, nor the one carrying the bad inputs) and every dimension; `None` for a share of 0.
+fn ingest_plan(spec: &RunSpec, licenses: &[(String, String)], nonce: u32) -> Option<IngestPlan> {
+    let p = &spec.produce;
+    let seconds = p
+        .duration
+        .unwrap_or_else(|| p.events.unwrap_or(0) as f64 / p.rate);
+    let total = p.events.map_or(p.rate * seconds, |e| e as f64);
+    let events = (total * spec.ingest_share).ceil() as usize;
+    if events == 0 {
+        return None;
+    }
+    let usable = &licenses[..licenses.len() - usize::from(spec.bad_inputs)];
+    let pool = if usable.len() > 1 {
+        &usable[1..]
+    } else {
+        usable
+    };
+    let granted = ((pool.len() as f64 * spec.ingest_share).ceil() as usize).clamp(1, pool.len());
+    Some(IngestPlan {
+        module: format!("loadtest-{nonce:08x}"),
+        licenses: pool[..granted].to_vec(),
+        dimensions: p.workload.dimensions.clone(),
+        events,
+        over: std::time::Duration::from_secs_f64(seconds.max(0.0)),
+        crashes: p.faults.has(crate::faults::FaultClass::ConsumerCrashes),
+        seed: p.workload.seed,
+    })
 }
 
 /// One site's share of a run ([`LocalTarget::on_site`]).
@@ -317,6 +368,24 @@ impl RunTarget for LocalTarget {
             }
         }
         Ok(out)
+    }
+
+    /// A share of the usage through the meter-ingest binary, beside the producers.
+    async fn ingest(&self, _ctx: &RunContext<'_>) -> Result<Option<IngestSent>> {
+        let (Some(hosted), Some(plan)) = (&self.hosted, &self.ingest) else {
+            return Ok(None);
+        };
+        let sent = front_doors::ingest(hosted, &self.env, plan)
+            .await
+            .context("sending usage through the meter-ingest binary")?;
+        Ok(Some(sent))
+    }
+
+    fn functions(&self) -> Vec<FunctionRun> {
+        self.hosted
+            .as_ref()
+            .map(|h| h.functions())
+            .unwrap_or_default()
     }
 
     async fn tear_down(&self) -> Result<()> {
