@@ -251,7 +251,7 @@ pub(super) async fn ingest(
         sent.events += events.len() as u64;
         sent.invokes += 1;
         let payload = json!({"events": events.iter().map(|e| e.json.clone()).collect::<Vec<_>>()});
-        let crash_after = (plan.crashes && mix(plan.seed, b as u64) % 4 == 0)
+        let crash_after = (plan.crashes && mix(plan.seed, b as u64).is_multiple_of(4))
             .then(|| Duration::from_millis(mix(plan.seed ^ 0x5eed, b as u64) % 300));
         let ended = async_invoke(
             hosted,
@@ -262,7 +262,9 @@ pub(super) async fn ingest(
         )
         .await?;
         account(&mut sent, &events, &ended);
-        tokio::time::sleep(pause).await;
+        if b + 1 < batches {
+            tokio::time::sleep(pause).await;
+        }
     }
     Ok(sent)
 }

@@ -281,6 +281,11 @@ async fn run_on<T: RunTarget>(target: &T, ctx: &RunContext<'_>) -> Result<RunRep
             *inputs.produced.entry(g.clone()).or_default() += q;
         }
         inputs.ingest_refused.clone_from(&sent.refused);
+        if sent.crashes > 0 {
+            report
+                .faults
+                .insert("meter-ingest:crashes".into(), sent.crashes);
+        }
     }
     report.ingest = ingested;
     let record_to_ack = timings::producer_latency();
