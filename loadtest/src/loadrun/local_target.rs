@@ -30,7 +30,8 @@ use std::sync::atomic::Ordering;
 const FAULTS_UNDER_HOST: &str = "all apply, from outside the binaries: throttling, \
     partial-put-records, lost-responses in the producer's sink; consumer-crashes kill the \
     consumer's process 0-300 ms into about one invocation in four (SIGKILL; the mapping \
-    replays); duplicate-deliveries deliver every SQS batch to the function twice (the same \
+    replays), and meter-ingest's into the first attempt of about one async invoke in four \
+    (Lambda retries it under the same request id); duplicate-deliveries deliver every SQS batch to the function twice (the same \
     messages, as after a lost delete); marketplace-faults and submitter-crashes in the \
     simulator (its admin API); clock-jumps on the virtual clock (libfaketime)";
 
