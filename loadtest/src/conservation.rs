@@ -601,6 +601,46 @@ mod tests {
     }
 
     #[test]
+    fn meter_ingest_refusals_account_for_sent_units_and_are_violations_unless_injected() {
+        // 10 units sent through meter-ingest: 7 reached the rows and were billed, 3 refused.
+        let mut i = clean();
+        i.produced.insert(g("m"), 10);
+        i.rows.insert(gh("m", "2026-11-30T10"), 7);
+        i.billed.insert(gh("m", "2026-11-30T10"), 7);
+        let refused = (g("m"), format!("{METER_INGEST}DimensionNotGranted"));
+        i.ingest_refused.insert(refused.clone(), 3);
+        let v = check(&i);
+        // Accounted for (no ingest violation), but refused units of a valid event are unbilled.
+        assert!(
+            v.violations.iter().all(|x| x.stage != "ingest"),
+            "{:?}",
+            v.violations
+        );
+        let unbilled: Vec<_> = v
+            .violations
+            .iter()
+            .filter(|x| x.stage == "unbilled")
+            .collect();
+        assert_eq!(unbilled.len(), 1, "{:?}", v.violations);
+        assert_eq!((unbilled[0].expected, unbilled[0].found), (0, 3));
+        assert_eq!(v.terminal.get(&refused.1), Some(&3));
+        assert!(
+            v.funnel
+                .exits
+                .iter()
+                .any(|e| e.between == "produced→accepted" && e.reason == refused.1 && e.units == 3),
+            "{:?}",
+            v.funnel.exits
+        );
+        // Injected with that reason, it conserves; sent units missing from the rows do not.
+        i.injected.insert(refused, 3);
+        assert!(check(&i).conserved, "{:?}", check(&i).violations);
+        i.rows.insert(gh("m", "2026-11-30T10"), 6);
+        i.billed.insert(gh("m", "2026-11-30T10"), 6);
+        assert!(check(&i).violations.iter().any(|x| x.stage == "ingest"));
+    }
+
+    #[test]
     fn terminal_reasons_account_for_unbilled_units() {
         let mut i = clean();
         i.produced.insert(g("b"), 5);

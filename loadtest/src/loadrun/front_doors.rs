@@ -154,6 +154,10 @@ pub(super) struct IngestPlan {
     pub(super) crashes: bool,
     /// The run's seed.
     pub(super) seed: u64,
+    /// Send two bad invokes too, each declared with the reason it must end with: an event of a
+    /// dimension the module is not granted, and a malformed payload (an unknown field), which
+    /// fails every attempt and ends at the on-failure destination.
+    pub(super) bad_inputs: bool,
 }
 
 /// What the run sent through meter-ingest, for the check and the report.
@@ -181,9 +185,14 @@ pub struct IngestSent {
     /// Units sent, per group (license, account, dimension).
     #[serde(skip)]
     pub sent: BTreeMap<crate::conservation::Group, u64>,
+    /// Units sent as bad inputs on purpose, by the reason each must end with.
+    pub injected_units: BTreeMap<String, u64>,
     /// Units refused, per group and `meter-ingest:<reason>`.
     #[serde(skip)]
     pub refused: BTreeMap<(crate::conservation::Group, String), u64>,
+    /// Units sent as bad inputs, per group and the reason they must end with.
+    #[serde(skip)]
+    pub injected: BTreeMap<(crate::conservation::Group, String), u64>,
 }
 
 /// Seed the module's mapping entry for the environment meter-ingest runs in; its invoked ARN.
@@ -266,7 +275,73 @@ pub(super) async fn ingest(
             tokio::time::sleep(pause).await;
         }
     }
+    if plan.bad_inputs {
+        send_bad_inputs(hosted, env, plan, &invoked_arn, &mut sent).await?;
+    }
     Ok(sent)
+}
+
+/// The plan's two bad invokes (see [`IngestPlan::bad_inputs`]), their units declared with the
+/// reasons they must end with; each in a dimension of its own, so its group holds only them.
+async fn send_bad_inputs(
+    hosted: &Hosted,
+    env: &LocalEnv,
+    plan: &IngestPlan,
+    invoked_arn: &str,
+    sent: &mut IngestSent,
+) -> Result<()> {
+    use awsmp_pipeline::contract::reasons;
+    let (license, buyer) = &plan.licenses[0];
+    let bad = [
+        (
+            "not-granted",
+            3,
+            false,
+            format!(
+                "{}{}",
+                crate::conservation::METER_INGEST,
+                reasons::UNAUTHORIZED_DIMENSION
+            ),
+        ),
+        (
+            "malformed-payload",
+            2,
+            true,
+            format!(
+                "{}RetriesExhausted:{}",
+                crate::conservation::METER_INGEST,
+                reasons::MALFORMED_PAYLOAD
+            ),
+        ),
+    ];
+    for (dimension, quantity, malformed, reason) in bad {
+        let id = format!("{}-bad-{dimension}", plan.module);
+        let mut json = json!({"eventId": id, "licenseArn": license,
+            "customerAWSAccountId": buyer, "dimension": dimension, "quantity": quantity,
+            "recordedAtHint": Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)});
+        if malformed {
+            json["unexpectedField"] = json!(true);
+        }
+        let event = Sent {
+            id,
+            json,
+            group: (license.clone(), buyer.clone(), dimension.to_owned()),
+            quantity,
+        };
+        *sent.sent.entry(event.group.clone()).or_default() += quantity;
+        *sent
+            .injected
+            .entry((event.group.clone(), reason.clone()))
+            .or_default() += quantity;
+        *sent.injected_units.entry(reason).or_default() += quantity;
+        sent.units += quantity;
+        sent.events += 1;
+        sent.invokes += 1;
+        let payload = json!({"events": [event.json.clone()]});
+        let ended = async_invoke(hosted, env, (invoked_arn, &payload), None, sent).await?;
+        account(sent, std::slice::from_ref(&event), &ended);
+    }
+    Ok(())
 }
 
 /// One event sent: its JSON, its group and its units.

@@ -73,9 +73,18 @@ impl LocalTarget {
             );
         }
         let w = &spec.produce.workload;
-        // One more license than the workload needs carries the injected bad inputs.
+        // Under the host the buyers subscribe and register through the front door instead, and
+        // a module of the run's own bills licenses of its own through meter-ingest (after the
+        // producers'). One more license than that carries the injected bad inputs.
+        let registering = spec.lambdas == Lambdas::Host && !spec.produce_only;
+        let needed = licenses_needed(spec);
+        let module = if registering {
+            module_licenses(spec, needed)
+        } else {
+            0
+        };
         let injection = usize::from(spec.bad_inputs);
-        let licenses: Vec<(String, String)> = (0..licenses_needed(spec) + injection)
+        let licenses: Vec<(String, String)> = (0..needed + module + injection)
             .map(|i| run_license(nonce, i))
             .collect();
         // The run's local state (its catalog, its mapping's checkpoints); older runs' goes.
@@ -84,8 +93,6 @@ impl LocalTarget {
         for old in std::fs::read_dir(&dir)?.flatten() {
             std::fs::remove_file(old.path()).ok();
         }
-        // Under the host the buyers subscribe and register through the front door instead.
-        let registering = spec.lambdas == Lambdas::Host && !spec.produce_only;
         let in_catalog = if registering { &[][..] } else { &licenses[..] };
         let catalog_path = dir.join(format!("catalog-{nonce:08x}.json"));
         std::fs::write(
@@ -118,7 +125,8 @@ impl LocalTarget {
             )
             .await
             .context("registering the run's buyers through the register binary")?;
-            target.ingest = ingest_plan(spec, &target.licenses, nonce);
+            let granted = &target.licenses[needed..needed + module];
+            target.ingest = ingest_plan(spec, granted, nonce);
         }
         Ok(target)
     }
@@ -192,9 +200,19 @@ impl LocalTarget {
     }
 }
 
+/// Licenses of the run's meter-ingest module: about `--ingest-share` of the producers' (at
+/// least one), none for a share of 0. They are the module's alone: a group metered by both a
+/// producer that allocates usage (VMT) and a module that does not would mix allocated and
+/// unallocated usage in one hour, which Marketplace refuses.
+fn module_licenses(spec: &RunSpec, producers: usize) -> usize {
+    if spec.ingest_share <= 0.0 {
+        return 0;
+    }
+    ((producers as f64 * spec.ingest_share).ceil() as usize).max(1)
+}
+
 /// What a hosted run sends through meter-ingest: `--ingest-share` of its events, from a module
-/// granted about that share of its licenses (never the first, which a deprovisioning run
-/// flushes, nor the one carrying the bad inputs) and every dimension; `None` for a share of 0.
+/// granted `licenses` and every dimension; `None` when it sends none.
 fn ingest_plan(spec: &RunSpec, licenses: &[(String, String)], nonce: u32) -> Option<IngestPlan> {
     let p = &spec.produce;
     let seconds = p
@@ -202,24 +220,18 @@ fn ingest_plan(spec: &RunSpec, licenses: &[(String, String)], nonce: u32) -> Opt
         .unwrap_or_else(|| p.events.unwrap_or(0) as f64 / p.rate);
     let total = p.events.map_or(p.rate * seconds, |e| e as f64);
     let events = (total * spec.ingest_share).ceil() as usize;
-    if events == 0 {
+    if events == 0 || licenses.is_empty() {
         return None;
     }
-    let usable = &licenses[..licenses.len() - usize::from(spec.bad_inputs)];
-    let pool = if usable.len() > 1 {
-        &usable[1..]
-    } else {
-        usable
-    };
-    let granted = ((pool.len() as f64 * spec.ingest_share).ceil() as usize).clamp(1, pool.len());
     Some(IngestPlan {
         module: format!("loadtest-{nonce:08x}"),
-        licenses: pool[..granted].to_vec(),
+        licenses: licenses.to_vec(),
         dimensions: p.workload.dimensions.clone(),
         events,
         over: std::time::Duration::from_secs_f64(seconds.max(0.0)),
         crashes: p.faults.has(crate::faults::FaultClass::ConsumerCrashes),
         seed: p.workload.seed,
+        bad_inputs: spec.bad_inputs,
     })
 }
 

@@ -281,6 +281,14 @@ async fn run_on<T: RunTarget>(target: &T, ctx: &RunContext<'_>) -> Result<RunRep
             *inputs.produced.entry(g.clone()).or_default() += q;
         }
         inputs.ingest_refused.clone_from(&sent.refused);
+        for (k, q) in &sent.injected {
+            *inputs.injected.entry(k.clone()).or_default() += q;
+        }
+        if !sent.injected.is_empty() {
+            report
+                .faults
+                .insert("meter-ingest:badInputs".into(), sent.injected.len() as u64);
+        }
         if sent.crashes > 0 {
             report
                 .faults

@@ -28,7 +28,8 @@ pub(super) fn write_summary(
         let _ = writeln!(
             s,
             "meter-ingest: {} events, {} units in {} async invokes as {} ({} retries, {} crashed, \
-             {} to the on-failure destination); {} units accepted, {} refused",
+             {} to the on-failure destination); {} units accepted, {} refused ({} of them bad \
+             inputs sent on purpose)",
             i.events,
             i.units,
             i.invokes,
@@ -37,7 +38,8 @@ pub(super) fn write_summary(
             i.crashes,
             i.on_failure,
             i.accepted_units,
-            i.refused_units.values().sum::<u64>()
+            i.refused_units.values().sum::<u64>(),
+            i.injected_units.values().sum::<u64>()
         );
     }
 }
@@ -85,9 +87,10 @@ pub(super) fn html(functions: &[FunctionRun], ingest: Option<&IngestSent>) -> St
             i.accepted_units
         );
         for (reason, units) in &i.refused_units {
+            let declared = i.injected_units.get(reason).copied().unwrap_or(0);
             let _ = write!(
                 h,
-                "<tr><th>refused: {}</th><td>{units}</td></tr>",
+                "<tr><th>refused: {}</th><td>{units} ({declared} sent as bad inputs)</td></tr>",
                 escape(reason)
             );
         }

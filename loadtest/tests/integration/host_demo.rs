@@ -108,8 +108,8 @@ fn assert_every_function_invoked(v: &serde_json::Value) {
 }
 
 /// Usage went through meter-ingest (async invokes as the module's alias, its first attempts
-/// crashed now and then and retried), all of it accepted, and is part of what conservation
-/// counted as produced (and so, the run conserving, billed).
+/// crashed now and then and retried), all of it accepted but the bad inputs sent on purpose,
+/// and is part of what conservation counted as produced (and so, the run conserving, billed).
 fn assert_ingest_sent_and_counted(v: &serde_json::Value) {
     let ingest = &v["ingest"];
     let units = ingest["units"].as_u64().expect("ingest units");
@@ -124,8 +124,26 @@ fn assert_ingest_sent_and_counted(v: &serde_json::Value) {
             .contains(":function:meter-ingest:loadtest-"),
         "invoked as the module's alias: {ingest}"
     );
-    assert_eq!(ingest["acceptedUnits"], units, "nothing refused: {ingest}");
-    assert_eq!(ingest["onFailure"], 0, "{ingest}");
+    // Only the two bad invokes sent on purpose were refused, each with its declared reason; the
+    // malformed one's retries ran out and it went to the on-failure destination.
+    assert_eq!(ingest["refusedUnits"], ingest["injectedUnits"], "{ingest}");
+    let injected: u64 = ingest["injectedUnits"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|q| q.as_u64().unwrap())
+        .sum();
+    assert_eq!(injected, 5, "{ingest}");
+    assert_eq!(
+        ingest["acceptedUnits"].as_u64().unwrap() + injected,
+        units,
+        "every other unit accepted: {ingest}"
+    );
+    assert_eq!(ingest["onFailure"], 1, "{ingest}");
+    assert!(
+        ingest["retries"].as_u64().unwrap() >= 2,
+        "Lambda's two retries of the malformed invoke: {ingest}"
+    );
     let funnel = &v["funnel"];
     assert!(
         funnel["produced"].as_u64().unwrap() > units,
