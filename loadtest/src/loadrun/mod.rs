@@ -275,26 +275,7 @@ async fn run_on<T: RunTarget>(target: &T, ctx: &RunContext<'_>) -> Result<RunRep
         ..Default::default()
     };
     declare(&mut inputs, injection, &mut report);
-    if let Some(sent) = &ingested {
-        // What meter-ingest was sent is produced usage; what it refused ended there.
-        for (g, q) in &sent.sent {
-            *inputs.produced.entry(g.clone()).or_default() += q;
-        }
-        inputs.ingest_refused.clone_from(&sent.refused);
-        for (k, q) in &sent.injected {
-            *inputs.injected.entry(k.clone()).or_default() += q;
-        }
-        if !sent.injected.is_empty() {
-            report
-                .faults
-                .insert("meter-ingest:badInputs".into(), sent.injected.len() as u64);
-        }
-        if sent.crashes > 0 {
-            report
-                .faults
-                .insert("meter-ingest:crashes".into(), sent.crashes);
-        }
-    }
+    count_ingested(&mut inputs, ingested.as_ref(), &mut report);
     report.ingest = ingested;
     let record_to_ack = timings::producer_latency();
     if spec.produce_only {
@@ -368,6 +349,30 @@ fn stages(o: &Overlap) -> String {
         s.push_str(", deprovisioning flush");
     }
     s
+}
+
+/// What meter-ingest was sent into the check's inputs: produced usage of its groups, what it
+/// refused ended there, its bad inputs declared with their reasons; its crashes and bad inputs
+/// among the report's faults.
+fn count_ingested(inputs: &mut Inputs, ingested: Option<&IngestSent>, report: &mut RunReport) {
+    let Some(sent) = ingested else {
+        return;
+    };
+    for (g, q) in &sent.sent {
+        *inputs.produced.entry(g.clone()).or_default() += q;
+    }
+    inputs.ingest_refused.clone_from(&sent.refused);
+    for (k, q) in &sent.injected {
+        *inputs.injected.entry(k.clone()).or_default() += q;
+    }
+    for (name, n) in [
+        ("meter-ingest:badInputs", sent.injected.len() as u64),
+        ("meter-ingest:crashes", sent.crashes),
+    ] {
+        if n > 0 {
+            report.faults.insert(name.into(), n);
+        }
+    }
 }
 
 /// The injected bad inputs into the check's inputs (their units are produced, and the

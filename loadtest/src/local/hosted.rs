@@ -143,8 +143,9 @@ pub struct HostedSpec {
 }
 
 impl HostedSpec {
-    /// The functions of a load run on the local stack (the ones its ticks and its mapping
-    /// invoke), `consumers` processes of the consumer, binaries next to this one.
+    /// The functions of a load run on the local stack (the ones its ticks and its mappings
+    /// invoke, and its front doors: `register` and `meter-ingest`), `consumers` processes of
+    /// the consumer, binaries next to this one.
     pub fn load_run(state_dir: &Path, consumers: usize, stream: &str) -> Result<Self> {
         let mut functions: BTreeMap<String, usize> =
             VIRTUAL_CLOCK.iter().map(|f| ((*f).to_owned(), 1)).collect();
