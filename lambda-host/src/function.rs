@@ -118,6 +118,17 @@ impl Function {
     /// started again on the next invocation; one that overruns its timeout is killed
     /// ([`Error::Timeout`]).
     pub async fn invoke(&self, payload: &Value, invoked_arn: Option<&str>) -> Result<Value, Error> {
+        self.invoke_as(payload, invoked_arn, None).await
+    }
+
+    /// [`Function::invoke`] under `request_id` (a fresh one when `None`): Lambda's retries of an
+    /// async invocation keep its request id, and so does a caller replaying them.
+    pub async fn invoke_as(
+        &self,
+        payload: &Value,
+        invoked_arn: Option<&str>,
+        request_id: Option<&str>,
+    ) -> Result<Value, Error> {
         let mut guard = self.proc.lock().await;
         let needs_start = guard.as_ref().is_none_or(|p| p.exited().is_some());
         if needs_start {
@@ -126,7 +137,7 @@ impl Function {
         }
         let proc = guard.as_mut().expect("started");
         let deadline = SystemTime::now() + self.spec.timeout;
-        let request_id = uuid::Uuid::new_v4().to_string();
+        let request_id = request_id.map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned);
         let rx = self.api.submit(Invocation {
             request_id: request_id.clone(),
             payload: serde_json::to_vec(payload).expect("a JSON value serializes"),

@@ -142,6 +142,11 @@ struct Common {
     /// scheduled ones on the run's virtual clock through libfaketime (`scripts/demo`).
     #[arg(long, default_value = "in-process", value_parser = ["in-process", "host"])]
     lambdas: String,
+    /// Under `--lambdas host`: the share of the run's events a module of its own sends through
+    /// the `meter-ingest` binary (async invokes as its alias ARN), beside the producers; 0
+    /// sends none (docs/local-stack.md, "The demo: every Lambda a process").
+    #[arg(long, default_value_t = 0.02)]
+    ingest_share: f64,
 }
 
 /// What a command runs.
@@ -173,6 +178,10 @@ impl Common {
             },
             _ => Target::Local,
         };
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&self.ingest_share),
+            "--ingest-share is a share: 0 to 1"
+        );
         let faults = Faults::parse(&self.faults)?;
         let bad_inputs = match self.bad_inputs.as_str() {
             "on" => true,
@@ -214,6 +223,7 @@ impl Common {
             bad_inputs,
             progress: !self.quiet && !self.json,
             command_line: std::env::args().collect::<Vec<_>>().join(" "),
+            ingest_share: self.ingest_share,
             lambdas: match self.lambdas.as_str() {
                 "host" => loadrun::Lambdas::Host,
                 _ => loadrun::Lambdas::InProcess,

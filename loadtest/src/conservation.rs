@@ -25,6 +25,9 @@ pub const PIPELINE_ROW: &str = "pipeline:row:";
 /// (`pipeline:record:<status>`): left between aggregated records and the ledger.
 pub const PIPELINE_RECORD: &str = "pipeline:record:";
 
+/// Reason prefix of units meter-ingest refused (`meter-ingest:<reason>`): left before the stream.
+pub const METER_INGEST: &str = "meter-ingest:";
+
 /// What every tier reports, summed.
 #[derive(Debug, Clone, Default)]
 pub struct Inputs {
@@ -32,6 +35,10 @@ pub struct Inputs {
     pub produced: BTreeMap<Group, u64>,
     /// Quantity the producer handed back as undeliverable, per group (terminal at the producer).
     pub producer_returned: BTreeMap<Group, u64>,
+    /// Quantity sent through meter-ingest that it refused (held or rejected, or its invoke's
+    /// retries spent), per group and `meter-ingest:<reason>`: terminal before the stream. What
+    /// meter-ingest was sent is part of `produced`.
+    pub ingest_refused: BTreeMap<(Group, String), u64>,
     /// Quantity written into usage rows, per group-hour (what the consumer accepted).
     pub rows: BTreeMap<GroupHour, u64>,
     /// Quantity the consumer rejected, per group and reason (rejected-events store, late usage).
@@ -237,6 +244,9 @@ pub fn unbilled(inp: &Inputs) -> BTreeMap<(Group, String), u64> {
         *out.entry((g.clone(), format!("{CONSUMER}{reason}")))
             .or_default() += q;
     }
+    for ((g, reason), q) in &inp.ingest_refused {
+        *out.entry((g.clone(), reason.clone())).or_default() += q;
+    }
     for ((gh, reason), q) in &inp.pipeline_terminal {
         *out.entry((group_of(gh), format!("pipeline:{reason}")))
             .or_default() += q;
@@ -312,6 +322,7 @@ fn valid_only(inp: &Inputs) -> Inputs {
     let mut v = inp.clone();
     v.produced.retain(|g, _| keep(g));
     v.producer_returned.retain(|g, _| keep(g));
+    v.ingest_refused.retain(|(g, _), _| keep(g));
     v.consumer_rejected.retain(|(g, _), _| keep(g));
     v.injected.retain(|(g, _), _| keep(g));
     v.rows.retain(|gh, _| keep_hour(gh));
@@ -381,6 +392,10 @@ fn check_ingest(inp: &Inputs, v: &mut Verdict) {
     }
     for q in inp.producer_returned.values() {
         *v.terminal.entry("producer:Undelivered".into()).or_default() += q;
+    }
+    for ((g, reason), q) in &inp.ingest_refused {
+        *rejected_per_group.entry(g.clone()).or_default() += q;
+        *v.terminal.entry(reason.clone()).or_default() += q;
     }
     let groups: BTreeSet<&Group> = inp
         .produced
@@ -474,7 +489,8 @@ fn check_billing(inp: &Inputs, v: &mut Verdict) {
 fn funnel(inp: &Inputs) -> Funnel {
     let total = |m: &BTreeMap<GroupHour, u64>| m.values().sum::<u64>();
     let produced: u64 = inp.produced.values().sum();
-    let returned: u64 = inp.producer_returned.values().sum();
+    let returned: u64 =
+        inp.producer_returned.values().sum::<u64>() + inp.ingest_refused.values().sum::<u64>();
     let mut f = Funnel {
         produced,
         accepted: produced.saturating_sub(returned),
@@ -487,7 +503,7 @@ fn funnel(inp: &Inputs) -> Funnel {
     let mut by_stage: BTreeMap<(&'static str, String), (u64, u64)> = BTreeMap::new();
     let ended = unbilled(inp);
     for ((g, reason), q) in &ended {
-        let between = if reason == PRODUCER_UNDELIVERED {
+        let between = if reason == PRODUCER_UNDELIVERED || reason.starts_with(METER_INGEST) {
             "produced→accepted"
         } else if reason.starts_with(CONSUMER) {
             "accepted→rows"
@@ -582,6 +598,46 @@ mod tests {
             (v.produced, v.accepted, v.billed, v.group_hours),
             (10, 10, 10, 2)
         );
+    }
+
+    #[test]
+    fn meter_ingest_refusals_account_for_sent_units_and_are_violations_unless_injected() {
+        // 10 units sent through meter-ingest: 7 reached the rows and were billed, 3 refused.
+        let mut i = clean();
+        i.produced.insert(g("m"), 10);
+        i.rows.insert(gh("m", "2026-11-30T10"), 7);
+        i.billed.insert(gh("m", "2026-11-30T10"), 7);
+        let refused = (g("m"), format!("{METER_INGEST}DimensionNotGranted"));
+        i.ingest_refused.insert(refused.clone(), 3);
+        let v = check(&i);
+        // Accounted for (no ingest violation), but refused units of a valid event are unbilled.
+        assert!(
+            v.violations.iter().all(|x| x.stage != "ingest"),
+            "{:?}",
+            v.violations
+        );
+        let unbilled: Vec<_> = v
+            .violations
+            .iter()
+            .filter(|x| x.stage == "unbilled")
+            .collect();
+        assert_eq!(unbilled.len(), 1, "{:?}", v.violations);
+        assert_eq!((unbilled[0].expected, unbilled[0].found), (0, 3));
+        assert_eq!(v.terminal.get(&refused.1), Some(&3));
+        assert!(
+            v.funnel
+                .exits
+                .iter()
+                .any(|e| e.between == "produced→accepted" && e.reason == refused.1 && e.units == 3),
+            "{:?}",
+            v.funnel.exits
+        );
+        // Injected with that reason, it conserves; sent units missing from the rows do not.
+        i.injected.insert(refused, 3);
+        assert!(check(&i).conserved, "{:?}", check(&i).violations);
+        i.rows.insert(gh("m", "2026-11-30T10"), 6);
+        i.billed.insert(gh("m", "2026-11-30T10"), 6);
+        assert!(check(&i).violations.iter().any(|x| x.stage == "ingest"));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use crate::conservation::{Funnel, TableRow, Verdict};
 use crate::cost::{CostComparison, CostEstimate};
 use anyhow::Result;
+mod functions;
 mod plots;
 
 use plots::{bars_svg, latency_svg, throughput_svg};
@@ -126,6 +127,11 @@ pub struct RunReport {
     /// How the Lambdas ran: "lambda runtime: built binaries, one process each" or "in-process
     /// handlers" (empty: none ran, e.g. a deployment's own).
     pub lambdas: String,
+    /// The functions that ran as processes under the host, with their invocations (empty: the
+    /// handlers ran in process, or a deployment's own ran).
+    pub functions: Vec<crate::local::hosted::FunctionRun>,
+    /// What the run sent through the meter-ingest binary (hosted runs).
+    pub ingest: Option<crate::loadrun::IngestSent>,
     /// Counter samples over time.
     pub timeline: Vec<Sample>,
     /// Latencies by stage: `recordToAck`, `eventToRow`, `eventToBilled` (virtual time).
@@ -156,6 +162,7 @@ impl RunReport {
         if !self.lambdas.is_empty() {
             let _ = writeln!(s, "lambdas: {}", self.lambdas);
         }
+        functions::write_summary(&mut s, &self.functions, self.ingest.as_ref());
         self.write_throughput(&mut s);
         let _ = writeln!(
             s,
@@ -289,6 +296,7 @@ impl RunReport {
         if !self.stages.is_empty() {
             h.push_str(&stages_html(&self.stages));
         }
+        h.push_str(&functions::html(&self.functions, self.ingest.as_ref()));
         if let Some(cost) = &self.cost {
             h.push_str(&cost_html(cost));
         }

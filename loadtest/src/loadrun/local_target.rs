@@ -6,14 +6,16 @@
 use super::collect::Scope;
 use super::emulator_cpu::CpuWatch;
 use super::fence::RunWatermarks;
+use super::front_doors::{self, IngestPlan, IngestSent};
 use super::meter::Stack;
 use super::sim_admin::{SimAdmin, ledger_group_hour};
 use super::target::{ConsumeOutcome, RunTarget};
 use super::{
-    Lambdas, RUN_STREAM_SHARDS, RunContext, RunSpec, catalog, licenses_needed, run_license,
+    LOADTEST_PRODUCT_CODE, Lambdas, RUN_STREAM_SHARDS, RunContext, RunSpec, catalog,
+    licenses_needed, run_license,
 };
 use crate::conservation::{GroupHour, Inputs};
-use crate::local::hosted::{Hosted, HostedSpec};
+use crate::local::hosted::{FunctionRun, Hosted, HostedSpec};
 use crate::local::{self, LocalEnv, Paths, UpOptions};
 use crate::report::RunReport;
 use anyhow::{Context, Result};
@@ -28,7 +30,8 @@ use std::sync::atomic::Ordering;
 const FAULTS_UNDER_HOST: &str = "all apply, from outside the binaries: throttling, \
     partial-put-records, lost-responses in the producer's sink; consumer-crashes kill the \
     consumer's process 0-300 ms into about one invocation in four (SIGKILL; the mapping \
-    replays); duplicate-deliveries deliver every SQS batch to the function twice (the same \
+    replays), and meter-ingest's into the first attempt of about one async invoke in four \
+    (Lambda retries it under the same request id); duplicate-deliveries deliver every SQS batch to the function twice (the same \
     messages, as after a lost delete); marketplace-faults and submitter-crashes in the \
     simulator (its admin API); clock-jumps on the virtual clock (libfaketime)";
 
@@ -50,6 +53,8 @@ pub(super) struct LocalTarget {
     dynamodb_pid: Option<u32>,
     /// The Lambdas as processes (`--lambdas host`); `None`: their handlers in process.
     hosted: Option<Arc<Hosted>>,
+    /// What the run sends through meter-ingest (hosted runs).
+    ingest: Option<IngestPlan>,
 }
 
 impl LocalTarget {
@@ -68,9 +73,18 @@ impl LocalTarget {
             );
         }
         let w = &spec.produce.workload;
-        // One more license than the workload needs carries the injected bad inputs.
+        // Under the host the buyers subscribe and register through the front door instead, and
+        // a module of the run's own bills licenses of its own through meter-ingest (after the
+        // producers'). One more license than that carries the injected bad inputs.
+        let registering = spec.lambdas == Lambdas::Host && !spec.produce_only;
+        let needed = licenses_needed(spec);
+        let module = if registering {
+            module_licenses(spec, needed)
+        } else {
+            0
+        };
         let injection = usize::from(spec.bad_inputs);
-        let licenses: Vec<(String, String)> = (0..licenses_needed(spec) + injection)
+        let licenses: Vec<(String, String)> = (0..needed + module + injection)
             .map(|i| run_license(nonce, i))
             .collect();
         // The run's local state (its catalog, its mapping's checkpoints); older runs' goes.
@@ -79,10 +93,11 @@ impl LocalTarget {
         for old in std::fs::read_dir(&dir)?.flatten() {
             std::fs::remove_file(old.path()).ok();
         }
+        let in_catalog = if registering { &[][..] } else { &licenses[..] };
         let catalog_path = dir.join(format!("catalog-{nonce:08x}.json"));
         std::fs::write(
             &catalog_path,
-            serde_json::to_string_pretty(&catalog(&licenses, &w.dimensions))?,
+            serde_json::to_string_pretty(&catalog(in_catalog, &w.dimensions))?,
         )?;
         let options = UpOptions {
             catalog: Some(catalog_path),
@@ -93,13 +108,26 @@ impl LocalTarget {
             .await
             .context("starting the local stack")?;
         let site = Site {
-            licenses,
+            licenses: licenses.clone(),
             checkpoint: dir.join(format!("esm-{nonce:08x}.json")),
             stream: format!("awsmp-loadtest-{nonce:08x}"),
             reset: true,
         };
         let mut target = Self::on_site(env, spec, site).await?;
         target.dynamodb_pid = local::service_pid(paths, "dynamodb");
+        if let (Some(hosted), true) = (target.hosted.clone(), registering) {
+            target.licenses = front_doors::register_customers(
+                &hosted,
+                &target.env,
+                &target.sim,
+                LOADTEST_PRODUCT_CODE,
+                &licenses,
+            )
+            .await
+            .context("registering the run's buyers through the register binary")?;
+            let granted = &target.licenses[needed..needed + module];
+            target.ingest = ingest_plan(spec, granted, nonce);
+        }
         Ok(target)
     }
 
@@ -158,6 +186,7 @@ impl LocalTarget {
         };
         Ok(Self {
             hosted,
+            ingest: None,
             watermarks,
             injects: spec.bad_inputs,
             env,
@@ -169,6 +198,41 @@ impl LocalTarget {
             dynamodb_pid: None,
         })
     }
+}
+
+/// Licenses of the run's meter-ingest module: about `--ingest-share` of the producers' (at
+/// least one), none for a share of 0. They are the module's alone: a group metered by both a
+/// producer that allocates usage (VMT) and a module that does not would mix allocated and
+/// unallocated usage in one hour, which Marketplace refuses.
+fn module_licenses(spec: &RunSpec, producers: usize) -> usize {
+    if spec.ingest_share <= 0.0 {
+        return 0;
+    }
+    ((producers as f64 * spec.ingest_share).ceil() as usize).max(1)
+}
+
+/// What a hosted run sends through meter-ingest: `--ingest-share` of its events, from a module
+/// granted `licenses` and every dimension; `None` when it sends none.
+fn ingest_plan(spec: &RunSpec, licenses: &[(String, String)], nonce: u32) -> Option<IngestPlan> {
+    let p = &spec.produce;
+    let seconds = p
+        .duration
+        .unwrap_or_else(|| p.events.unwrap_or(0) as f64 / p.rate);
+    let total = p.events.map_or(p.rate * seconds, |e| e as f64);
+    let events = (total * spec.ingest_share).ceil() as usize;
+    if events == 0 || licenses.is_empty() {
+        return None;
+    }
+    Some(IngestPlan {
+        module: format!("loadtest-{nonce:08x}"),
+        licenses: licenses.to_vec(),
+        dimensions: p.workload.dimensions.clone(),
+        events,
+        over: std::time::Duration::from_secs_f64(seconds.max(0.0)),
+        crashes: p.faults.has(crate::faults::FaultClass::ConsumerCrashes),
+        seed: p.workload.seed,
+        bad_inputs: spec.bad_inputs,
+    })
 }
 
 /// One site's share of a run ([`LocalTarget::on_site`]).
@@ -317,6 +381,24 @@ impl RunTarget for LocalTarget {
             }
         }
         Ok(out)
+    }
+
+    /// A share of the usage through the meter-ingest binary, beside the producers.
+    async fn ingest(&self, _ctx: &RunContext<'_>) -> Result<Option<IngestSent>> {
+        let (Some(hosted), Some(plan)) = (&self.hosted, &self.ingest) else {
+            return Ok(None);
+        };
+        let sent = front_doors::ingest(hosted, &self.env, plan)
+            .await
+            .context("sending usage through the meter-ingest binary")?;
+        Ok(Some(sent))
+    }
+
+    fn functions(&self) -> Vec<FunctionRun> {
+        self.hosted
+            .as_ref()
+            .map(|h| h.functions())
+            .unwrap_or_default()
     }
 
     async fn tear_down(&self) -> Result<()> {

@@ -17,6 +17,7 @@ mod counters;
 mod deployment;
 mod emulator_cpu;
 mod fence;
+mod front_doors;
 mod inject;
 mod local_target;
 mod meter;
@@ -28,6 +29,7 @@ mod target;
 mod timings;
 
 pub use counters::RunCounters;
+pub use front_doors::IngestSent;
 pub use sites::{SiteReport, SitesReport, run_sites};
 
 use crate::conservation::{self, Inputs, Verdict, Violation};
@@ -101,6 +103,8 @@ pub struct RunSpec {
     pub command_line: String,
     /// How a local run runs the Lambdas.
     pub lambdas: Lambdas,
+    /// Under [`Lambdas::Host`]: the share of the run's events sent through meter-ingest.
+    pub ingest_share: f64,
 }
 
 /// How a local run runs the Lambdas (docs/local-stack.md, "The demo: every Lambda a process").
@@ -245,7 +249,8 @@ async fn run_on<T: RunTarget>(target: &T, ctx: &RunContext<'_>) -> Result<RunRep
         producers.clone(),
         ctx.progress.clone(),
     );
-    let (produced, injection, consumed) = produce_and_consume(target, ctx, producers).await?;
+    let (produced, injection, ingested, consumed) =
+        produce_and_consume(target, ctx, producers).await?;
     let mut report = RunReport {
         faults: produced.faults.clone(),
         ..Default::default()
@@ -270,6 +275,8 @@ async fn run_on<T: RunTarget>(target: &T, ctx: &RunContext<'_>) -> Result<RunRep
         ..Default::default()
     };
     declare(&mut inputs, injection, &mut report);
+    count_ingested(&mut inputs, ingested.as_ref(), &mut report);
+    report.ingest = ingested;
     let record_to_ack = timings::producer_latency();
     if spec.produce_only {
         ctx.progress.phase("done");
@@ -291,6 +298,7 @@ async fn run_on<T: RunTarget>(target: &T, ctx: &RunContext<'_>) -> Result<RunRep
     );
     report.timeline = sampler.stop().await;
     ctx.progress.finish();
+    report.functions = target.functions();
     target.tear_down().await?;
     settings.insert("target".into(), target.describe().0);
     report.settings = settings;
@@ -343,6 +351,30 @@ fn stages(o: &Overlap) -> String {
     s
 }
 
+/// What meter-ingest was sent into the check's inputs: produced usage of its groups, what it
+/// refused ended there, its bad inputs declared with their reasons; its crashes and bad inputs
+/// among the report's faults.
+fn count_ingested(inputs: &mut Inputs, ingested: Option<&IngestSent>, report: &mut RunReport) {
+    let Some(sent) = ingested else {
+        return;
+    };
+    for (g, q) in &sent.sent {
+        *inputs.produced.entry(g.clone()).or_default() += q;
+    }
+    inputs.ingest_refused.clone_from(&sent.refused);
+    for (k, q) in &sent.injected {
+        *inputs.injected.entry(k.clone()).or_default() += q;
+    }
+    for (name, n) in [
+        ("meter-ingest:badInputs", sent.injected.len() as u64),
+        ("meter-ingest:crashes", sent.crashes),
+    ] {
+        if n > 0 {
+            report.faults.insert(name.into(), n);
+        }
+    }
+}
+
 /// The injected bad inputs into the check's inputs (their units are produced, and the
 /// reasons they must end with declared), and into the report's faults.
 fn declare(inputs: &mut Inputs, injection: Option<inject::Injection>, report: &mut RunReport) {
@@ -372,7 +404,12 @@ async fn produce_and_consume<T: RunTarget>(
     target: &T,
     ctx: &RunContext<'_>,
     producers: Arc<Mutex<Vec<Producer>>>,
-) -> Result<(ProduceOutcome, Option<inject::Injection>, ConsumeOutcome)> {
+) -> Result<(
+    ProduceOutcome,
+    Option<inject::Injection>,
+    Option<IngestSent>,
+    ConsumeOutcome,
+)> {
     let spec = ctx.spec;
     let consuming = async {
         if spec.produce_only {
@@ -392,16 +429,23 @@ async fn produce_and_consume<T: RunTarget>(
             _ => None,
         };
         let counters = ctx.counters.clone();
-        let out = produce(env, stream, licenses, &spec.produce, counters, producers).await;
+        let producing = produce(env, stream, licenses, &spec.produce, counters, producers);
+        let ingesting = async {
+            if spec.produce_only {
+                return Ok(None);
+            }
+            target.ingest(ctx).await
+        };
+        let (out, ingested) = tokio::join!(producing, ingesting);
         ctx.production_done.store(true, Ordering::SeqCst);
         if out.is_ok() && !spec.produce_only {
             ctx.progress.phase("consuming");
         }
-        anyhow::Ok((out?, injection))
+        anyhow::Ok((out?, injection, ingested?))
     };
     let (produced, consumed) = tokio::join!(producing, consuming);
-    let (produced, injection) = produced?;
-    Ok((produced, injection, consumed?))
+    let (produced, injection, ingested) = produced?;
+    Ok((produced, injection, ingested, consumed?))
 }
 
 /// Ingestion only: every accepted event was acknowledged by Kinesis or handed back.

@@ -19,6 +19,15 @@ impl SimAdmin {
     }
 
     pub(super) async fn post(&self, path: &str, body: serde_json::Value) -> Result<()> {
+        self.call(path, body).await.map(drop)
+    }
+
+    /// POST `body` to `path`; the answer's JSON (`null` when it has none).
+    pub(super) async fn call(
+        &self,
+        path: &str,
+        body: serde_json::Value,
+    ) -> Result<serde_json::Value> {
         let res = self
             .http
             .post(format!("{}{path}", self.url))
@@ -32,7 +41,11 @@ impl SimAdmin {
                 res.text().await.unwrap_or_default()
             );
         }
-        Ok(())
+        let text = res.text().await?;
+        if text.trim().is_empty() {
+            return Ok(serde_json::Value::Null);
+        }
+        Ok(serde_json::from_str(&text)?)
     }
 
     pub(super) async fn ledger(&self) -> Result<serde_json::Value> {

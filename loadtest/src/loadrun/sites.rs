@@ -321,6 +321,7 @@ mod tests {
             progress: false,
             command_line: String::new(),
             lambdas: super::super::Lambdas::InProcess,
+            ingest_share: 0.0,
         }
     }
 

@@ -65,5 +65,14 @@ pub(super) trait RunTarget {
         scope: &Scope<'_>,
     ) -> Result<BTreeMap<GroupHour, DateTime<Utc>>>;
     /// Remove what the run created for itself.
+    /// Send the run's share of usage through meter-ingest while the producers produce; `None`
+    /// when the target sends none.
+    async fn ingest(&self, _ctx: &RunContext<'_>) -> Result<Option<super::IngestSent>> {
+        Ok(None)
+    }
+    /// The functions that ran as processes, with their invocations (none: not hosted).
+    fn functions(&self) -> Vec<crate::local::hosted::FunctionRun> {
+        Vec::new()
+    }
     async fn tear_down(&self) -> Result<()>;
 }

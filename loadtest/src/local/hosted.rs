@@ -66,8 +66,14 @@ pub const VIRTUAL_CLOCK: [&str; 7] = [
     "deprovision-cleanup",
 ];
 
-/// The functions on the wall clock, beside the producers.
-pub const WALL_CLOCK: [&str; 2] = ["kinesis-consumer", "stream-heartbeat"];
+/// The functions on the wall clock, beside the producers: the ingest stack's, and register (its
+/// registrations are the run's customers before it produces).
+pub const WALL_CLOCK: [&str; 4] = [
+    "kinesis-consumer",
+    "stream-heartbeat",
+    "meter-ingest",
+    "register",
+];
 
 /// How the Lambdas of a local run are run, for the report.
 pub const HOST_DESCRIPTION: &str = "lambda runtime: built binaries, one process each";
@@ -101,6 +107,10 @@ pub fn libfaketime() -> Result<PathBuf> {
 /// A function's processes: one per concurrent invocation (Lambda's concurrency), each taking
 /// one invocation at a time.
 struct Pool {
+    /// The unqualified function ARN and the environment its processes got.
+    spec: awsmp_lambda_host::FunctionSpec,
+    /// Invocations so far (each retry and each redelivery one).
+    invocations: std::sync::atomic::AtomicU64,
     members: Vec<Function>,
     free: Mutex<Vec<usize>>,
     slots: tokio::sync::Semaphore,
@@ -133,13 +143,16 @@ pub struct HostedSpec {
 }
 
 impl HostedSpec {
-    /// The functions of a load run on the local stack (the ones its ticks and its mapping
-    /// invoke), `consumers` processes of the consumer, binaries next to this one.
+    /// The functions of a load run on the local stack (the ones its ticks and its mappings
+    /// invoke, and its front doors: `register` and `meter-ingest`), `consumers` processes of
+    /// the consumer, binaries next to this one.
     pub fn load_run(state_dir: &Path, consumers: usize, stream: &str) -> Result<Self> {
         let mut functions: BTreeMap<String, usize> =
             VIRTUAL_CLOCK.iter().map(|f| ((*f).to_owned(), 1)).collect();
         functions.insert("kinesis-consumer".into(), consumers.max(1));
-        functions.insert("stream-heartbeat".into(), 1);
+        for f in ["stream-heartbeat", "meter-ingest", "register"] {
+            functions.insert(f.into(), 1);
+        }
         Ok(Self {
             functions,
             overrides: BTreeMap::from([("AWSMP_USAGE_STREAM".to_owned(), stream.to_owned())]),
@@ -203,6 +216,8 @@ impl Hosted {
             pools.insert(
                 name.clone(),
                 Pool {
+                    spec: fs,
+                    invocations: std::sync::atomic::AtomicU64::new(0),
                     free: Mutex::new((0..members.len()).rev().collect()),
                     slots: tokio::sync::Semaphore::new(members.len()),
                     members,
@@ -247,10 +262,32 @@ impl Hosted {
         event: &Value,
         crash_after: Option<Duration>,
     ) -> Result<Value, HostError> {
+        let invocation = Invocation {
+            crash_after,
+            ..Invocation::default()
+        };
+        self.invoke_with(function, event, &invocation).await
+    }
+
+    /// Invoke `function` with `event` as `invocation` says: as the ARN it names (an alias's),
+    /// under its request id (a retry's), crashing its process that long into it.
+    pub async fn invoke_with(
+        &self,
+        function: &str,
+        event: &Value,
+        invocation: &Invocation<'_>,
+    ) -> Result<Value, HostError> {
+        let Invocation {
+            invoked_arn,
+            request_id,
+            crash_after,
+        } = *invocation;
         let Some(pool) = self.pools.get(function) else {
             return Err(HostError::Template(format!("{function} is not started")));
         };
         let _permit = pool.slots.acquire().await.expect("never closed");
+        pool.invocations
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let i = pool
             .free
             .lock()
@@ -258,7 +295,7 @@ impl Hosted {
             .pop()
             .expect("a permit's slot");
         let member = &pool.members[i];
-        let invocation = member.invoke(event, None);
+        let invocation = member.invoke_as(event, invoked_arn, request_id);
         tokio::pin!(invocation);
         let out = match crash_after {
             None => invocation.await,
@@ -335,18 +372,37 @@ impl Hosted {
         serde_json::from_value(answer).with_context(|| format!("{function}'s answer"))
     }
 
+    /// The unqualified ARN of `function` (its aliases' ARNs add `:alias`).
+    pub fn function_arn(&self, function: &str) -> Option<&str> {
+        self.pools.get(function).map(|p| p.spec.arn.as_str())
+    }
+
+    /// The value of `var` in the environment `function`'s processes got.
+    pub fn env_var(&self, function: &str, var: &str) -> Option<&str> {
+        self.pools
+            .get(function)
+            .and_then(|p| p.spec.env.get(var))
+            .map(String::as_str)
+    }
+
+    /// Every function that ran here: its processes, its clock and how many invocations it had.
+    pub fn functions(&self) -> Vec<FunctionRun> {
+        self.pools
+            .iter()
+            .map(|(name, p)| FunctionRun {
+                name: name.clone(),
+                processes: p.members.len(),
+                clock: clock_of(name).to_owned(),
+                invocations: p.invocations.load(std::sync::atomic::Ordering::Relaxed),
+            })
+            .collect()
+    }
+
     /// The functions and their processes, for the report: `name ×n` (clock) each.
     pub fn describe(&self) -> String {
         self.pools
             .iter()
-            .map(|(name, p)| {
-                let clock = if VIRTUAL_CLOCK.contains(&name.as_str()) {
-                    "virtual clock"
-                } else {
-                    "wall clock"
-                };
-                format!("{name} ×{} ({clock})", p.members.len())
-            })
+            .map(|(name, p)| format!("{name} ×{} ({})", p.members.len(), clock_of(name)))
             .collect::<Vec<_>>()
             .join(", ")
     }
@@ -359,6 +415,40 @@ impl Hosted {
             }
         }
     }
+}
+
+/// Which clock `function` reads under the host.
+fn clock_of(function: &str) -> &'static str {
+    if VIRTUAL_CLOCK.contains(&function) {
+        "virtual clock"
+    } else {
+        "wall clock"
+    }
+}
+
+/// How one invocation is made ([`Hosted::invoke_with`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Invocation<'a> {
+    /// The ARN invoked (an alias's for meter-ingest); the function's own when `None`.
+    pub invoked_arn: Option<&'a str>,
+    /// The request id (an async retry keeps its first attempt's); fresh when `None`.
+    pub request_id: Option<&'a str>,
+    /// Kill the process this long into the invocation (a crash).
+    pub crash_after: Option<Duration>,
+}
+
+/// One function of a hosted run, for the report.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FunctionRun {
+    /// Its binary's name.
+    pub name: String,
+    /// Its processes (its concurrency).
+    pub processes: usize,
+    /// `virtual clock` (libfaketime) or `wall clock`.
+    pub clock: String,
+    /// Invocations it had, retries and redeliveries included.
+    pub invocations: u64,
 }
 
 /// The variables that put a process on the file's clock: libfaketime preloaded, the offset read

@@ -6,6 +6,7 @@
 //!
 //! It starts a stack of its own (a load run loads a catalog of its own into the simulator).
 
+use crate::common::run_conserving;
 use crate::loadtest_conservation::{Stack, bin, env_for, local};
 use anyhow::Result;
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -42,40 +43,13 @@ async fn every_lambda_a_process_on_the_virtual_clock_conserves_under_every_fault
     ])
     .arg(&report);
     env_for(&mut cmd, &stack);
-    let out = cmd.output()?;
-    let stdout = String::from_utf8(out.stdout)?;
-    let v: serde_json::Value = serde_json::from_str(stdout.trim()).map_err(|e| {
-        anyhow::anyhow!(
-            "no JSON on stdout ({e}); stderr:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })?;
-    assert_eq!(
-        v["conserved"], true,
-        "{}\nfunnel: {}",
-        v["violations"], v["funnel"]
-    );
-    assert!(out.status.success(), "exit {:?}", out.status);
+    let v = run_conserving(&mut cmd, "host run")?.v;
     assert_eq!(
         v["lambdas"], "lambda runtime: built binaries, one process each",
         "the report says the binaries ran"
     );
-    let processes = v["settings"]["lambdaProcesses"]
-        .as_str()
-        .unwrap_or_default();
-    for f in [
-        "kinesis-consumer",
-        "stream-heartbeat",
-        "discoverer",
-        "aggregator",
-        "cleanup",
-        "submitter",
-        "expiry",
-        "subscription",
-        "deprovision-cleanup",
-    ] {
-        assert!(processes.contains(f), "{f} ran as a process: {processes}");
-    }
+    assert_every_function_invoked(&v);
+    assert_ingest_sent_and_counted(&v);
     assert!(
         v["settings"]["faultsUnderHost"].is_string(),
         "the report says how each fault class ran under the host"
@@ -87,7 +61,132 @@ async fn every_lambda_a_process_on_the_virtual_clock_conserves_under_every_fault
     );
     let html = std::fs::read_to_string(report.join("report.html"))?;
     assert!(html.contains("lambda runtime: built binaries, one process each"));
+    assert!(html.contains("Functions under the host (11)") && html.contains("meter-ingest"));
+    assert_customers_registered(&stack, &v).await?;
     assert_aggregates_stamped_on_the_virtual_clock(&stack).await
+}
+
+/// The functions of the two stacks, every one a process of the run.
+const FUNCTIONS: [&str; 11] = [
+    "kinesis-consumer",
+    "stream-heartbeat",
+    "meter-ingest",
+    "register",
+    "discoverer",
+    "aggregator",
+    "cleanup",
+    "submitter",
+    "expiry",
+    "subscription",
+    "deprovision-cleanup",
+];
+
+/// The report lists exactly the eleven functions, each invoked at least once.
+fn assert_every_function_invoked(v: &serde_json::Value) {
+    let functions = v["functions"].as_array().expect("functions");
+    let mut names: Vec<&str> = functions
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    names.sort_unstable();
+    let mut expected = FUNCTIONS.to_vec();
+    expected.sort_unstable();
+    assert_eq!(names, expected, "the functions under the host");
+    for f in functions {
+        assert!(
+            f["invocations"].as_u64().unwrap() > 0 && f["processes"].as_u64().unwrap() > 0,
+            "{} ran and was invoked: {f}",
+            f["name"]
+        );
+    }
+    let processes = v["settings"]["lambdaProcesses"]
+        .as_str()
+        .unwrap_or_default();
+    for f in FUNCTIONS {
+        assert!(processes.contains(f), "{f} ran as a process: {processes}");
+    }
+}
+
+/// Usage went through meter-ingest (async invokes as the module's alias, its first attempts
+/// crashed now and then and retried), all of it accepted but the bad inputs sent on purpose,
+/// and is part of what conservation counted as produced (and so, the run conserving, billed).
+fn assert_ingest_sent_and_counted(v: &serde_json::Value) {
+    let ingest = &v["ingest"];
+    let units = ingest["units"].as_u64().expect("ingest units");
+    assert!(
+        units > 0 && ingest["invokes"].as_u64().unwrap() > 0,
+        "{ingest}"
+    );
+    assert!(
+        ingest["invokedArn"]
+            .as_str()
+            .unwrap()
+            .contains(":function:meter-ingest:loadtest-"),
+        "invoked as the module's alias: {ingest}"
+    );
+    // Only the two bad invokes sent on purpose were refused, each with its declared reason; the
+    // malformed one's retries ran out and it went to the on-failure destination.
+    assert_eq!(ingest["refusedUnits"], ingest["injectedUnits"], "{ingest}");
+    let injected: u64 = ingest["injectedUnits"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|q| q.as_u64().unwrap())
+        .sum();
+    assert_eq!(injected, 5, "{ingest}");
+    assert_eq!(
+        ingest["acceptedUnits"].as_u64().unwrap() + injected,
+        units,
+        "every other unit accepted: {ingest}"
+    );
+    assert_eq!(ingest["onFailure"], 1, "{ingest}");
+    assert!(
+        ingest["retries"].as_u64().unwrap() >= 2,
+        "Lambda's two retries of the malformed invoke: {ingest}"
+    );
+    let funnel = &v["funnel"];
+    assert!(
+        funnel["produced"].as_u64().unwrap() > units,
+        "the producers' units and meter-ingest's: {funnel}"
+    );
+    assert_eq!(funnel["produced"], funnel["billed"], "{funnel}");
+}
+
+/// The register binary wrote a subscribers row of every customer the run metered, through
+/// the simulator's `ResolveCustomer` (its `registeredRegions`).
+async fn assert_customers_registered(stack: &Stack, v: &serde_json::Value) -> Result<()> {
+    let local = awsmp_loadtest::local::LocalEnv::read(&stack.0.path().join("env"))?;
+    let rows = local
+        .dynamodb()
+        .await?
+        .scan()
+        .table_name(local.get("AWSMP_SUBSCRIBERS_TABLE")?)
+        .send()
+        .await?
+        .items
+        .unwrap_or_default();
+    let registered: std::collections::BTreeSet<String> = rows
+        .iter()
+        .filter(|r| r.contains_key("registeredRegions"))
+        .filter_map(|r| r.get("licenseArn")?.as_s().ok().cloned())
+        .collect();
+    let metered: std::collections::BTreeSet<String> = v["conservation"]["table"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| {
+            r["groupHour"]
+                .as_str()?
+                .split('|')
+                .next()
+                .map(str::to_owned)
+        })
+        .collect();
+    assert!(!metered.is_empty());
+    for l in &metered {
+        assert!(registered.contains(l), "{l} metered but never registered");
+    }
+    Ok(())
 }
 
 /// Every aggregate the aggregator's process wrote carries its clock's instant (`createdAt`):

@@ -5,6 +5,7 @@
 //! Each run gets a stack of its own (a temporary state dir), because a load run loads a
 //! catalog of its own into the simulator.
 
+use crate::common::{RunJson, run_conserving, run_json};
 use anyhow::Result;
 use std::path::PathBuf;
 use std::process::Command;
@@ -76,20 +77,7 @@ fn every_fault_class_on_conserves_exactly_over_several_seeds() -> Result<()> {
         .arg("--report")
         .arg(&report);
         env_for(&mut cmd, &stack);
-        let out = cmd.output()?;
-        let stdout = String::from_utf8(out.stdout)?;
-        let v: serde_json::Value = serde_json::from_str(stdout.trim()).map_err(|e| {
-            anyhow::anyhow!(
-                "seed {seed}: no JSON on stdout ({e}); stderr:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        })?;
-        assert_eq!(
-            v["conserved"], true,
-            "seed {seed}: {}\nfunnel: {}",
-            v["violations"], v["funnel"]
-        );
-        assert!(out.status.success(), "seed {seed}: exit {:?}", out.status);
+        let RunJson { v, stdout, .. } = run_conserving(&mut cmd, &format!("seed {seed}"))?;
         assert_funnel_closed(&v, seed);
         assert!(
             stdout.trim_start().starts_with("{\"conserved\":")
@@ -249,14 +237,7 @@ fn overlapping_stages_with_consumer_lag_across_an_hour_and_a_deprovisioning_flus
     .args(["--consumer-lag", &lag]);
     env_for(&mut cmd, &stack);
     // WHEN the stages overlap
-    let out = cmd.output()?;
-    let v: serde_json::Value = serde_json::from_str(String::from_utf8(out.stdout)?.trim())
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "no JSON ({e}); stderr:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        })?;
+    let v = run_json(&mut cmd, "seed 7")?.v;
     // THEN every unit is billed exactly once all the same
     assert_eq!(
         v["conserved"], true,
@@ -294,8 +275,7 @@ fn sequential_stages_still_conserve() -> Result<()> {
         "--sequential",
     ]);
     env_for(&mut cmd, &stack);
-    let out = cmd.output()?;
-    let v: serde_json::Value = serde_json::from_str(String::from_utf8(out.stdout)?.trim())?;
+    let v = run_json(&mut cmd, "sequential")?.v;
     assert_eq!(v["conserved"], true, "{}", v["violations"]);
     assert_eq!(v["settings"]["stages"], "sequential");
     assert_funnel_closed(&v, 1);
@@ -322,9 +302,8 @@ fn produce_only_delivers_every_event() -> Result<()> {
         "--json",
     ]);
     env_for(&mut cmd, &stack);
-    let out = cmd.output()?;
-    let v: serde_json::Value = serde_json::from_str(String::from_utf8(out.stdout)?.trim())?;
-    assert!(out.status.success());
+    let RunJson { v, success, .. } = run_json(&mut cmd, "produce")?;
+    assert!(success);
     assert_eq!(v["conserved"], true, "{}", v["violations"]);
     assert_eq!(v["mode"], "produce");
     assert_eq!(
@@ -398,14 +377,7 @@ fn against_a_deployment_named_by_the_environment() -> Result<()> {
     env_for(&mut cmd, &stack);
     // A deployment is named by the environment, not by a state dir.
     cmd.env_remove("AWSMP_LOCAL_DIR").envs(&env.vars);
-    let out = cmd.output()?;
-    let v: serde_json::Value = serde_json::from_str(String::from_utf8(out.stdout)?.trim())
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "no JSON ({e}); stderr:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        })?;
+    let v = run_json(&mut cmd, "deployment")?.v;
     assert_eq!(v["conserved"], true, "{}", v["violations"]);
     let c = &v["conservation"];
     assert!(c["produced"].as_u64().unwrap() > 0);
@@ -450,9 +422,8 @@ fn produce_into_a_named_stream_leaves_it_and_every_event_in_it() -> Result<()> {
     cmd.args(["produce", "--events", "1500", "--rate", "3000", "--json"])
         .args(["--stream", name]);
     env_for(&mut cmd, &stack);
-    let out = cmd.output()?;
-    let v: serde_json::Value = serde_json::from_str(String::from_utf8(out.stdout)?.trim())?;
-    assert!(out.status.success());
+    let RunJson { v, success, .. } = run_json(&mut cmd, "produce")?;
+    assert!(success);
     assert_eq!(v["conserved"], true, "{}", v["violations"]);
     assert!(v["settings"]["stream"].as_str().unwrap().starts_with(name));
     // THEN the stream is still there, holding every event produced

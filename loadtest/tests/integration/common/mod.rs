@@ -9,7 +9,10 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 pub mod multi_stack;
+pub mod runs;
 pub mod streams;
+
+pub use runs::{RunJson, run_conserving, run_json};
 
 use anyhow::{Context, Result, bail, ensure};
 use async_trait::async_trait;
