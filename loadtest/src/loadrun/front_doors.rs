@@ -54,7 +54,7 @@ pub(super) async fn register_customers(
             .as_str()
             .context("the simulator's subscription carries no registration token")?;
         let answer = hosted
-            .invoke("register", &register_request(token, i))
+            .invoke("register", &register_request(token, i)?)
             .await
             .with_context(|| format!("register {license}"))?;
         let body = answer["body"].as_str().unwrap_or_default();
@@ -88,18 +88,15 @@ pub(super) async fn register_customers(
 
 /// The registration form's POST as API Gateway's REST API proxies it to the function
 /// (<https://docs.aws.amazon.com/apigateway/latest/developerguide/set-up-lambda-proxy-integrations.html>).
-fn register_request(token: &str, buyer: usize) -> Value {
-    let body = [
+fn register_request(token: &str, buyer: usize) -> Result<Value> {
+    let body = serde_urlencoded::to_string([
         ("x-amzn-marketplace-token", token.to_owned()),
         ("companyName", format!("Load test buyer {buyer}")),
         ("contactEmail", format!("buyer-{buyer}@example.com")),
-    ]
-    .iter()
-    .map(|(k, v)| format!("{k}={}", form_encode(v)))
-    .collect::<Vec<_>>()
-    .join("&");
+    ])
+    .context("encoding the registration form")?;
     let request_id = uuid::Uuid::new_v4().to_string();
-    json!({
+    Ok(json!({
         "resource": "/register",
         "path": "/register",
         "httpMethod": "POST",
@@ -118,23 +115,7 @@ fn register_request(token: &str, buyer: usize) -> Value {
         },
         "body": body,
         "isBase64Encoded": false
-    })
-}
-
-/// `application/x-www-form-urlencoded`'s encoding of one value
-/// (<https://url.spec.whatwg.org/#application/x-www-form-urlencoded>).
-fn form_encode(v: &str) -> String {
-    let mut out = String::with_capacity(v.len());
-    for b in v.bytes() {
-        match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'*' | b'-' | b'.' | b'_' => {
-                out.push(char::from(b));
-            }
-            b' ' => out.push('+'),
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
+    }))
 }
 
 /// What a run sends through meter-ingest.
