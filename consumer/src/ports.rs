@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use async_trait::async_trait;
-use awsmp_pipeline::domain::keys::{GroupKey, RowKey};
+use awsmp_contract::keys::{GroupKey, RowKey};
 use awsmp_pipeline::domain::row::RawUsageRow;
 use chrono::{DateTime, Utc};
 

@@ -7,10 +7,10 @@
 use crate::sources::HourSources;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue as Av;
-use awsmp_pipeline::contract::attrs as a;
-use awsmp_pipeline::contract::status::{AggregatedStatus, RawStatus};
-use awsmp_pipeline::domain::keys::GroupKey;
-use awsmp_pipeline::domain::time::{TimeConfig, is_billable};
+use awsmp_contract::attrs as a;
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::status::{AggregatedStatus, RawStatus};
+use awsmp_contract::time::{TimeConfig, is_billable};
 use awsmp_pipeline::error::{PipelineError, Result};
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;

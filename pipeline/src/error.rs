@@ -1,8 +1,8 @@
 //! The pipeline's error type.
 
-use crate::contract::status::AggregatedStatus;
-use crate::domain::DomainError;
-use crate::domain::keys::GroupKey;
+use awsmp_contract::DomainError;
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::status::AggregatedStatus;
 
 /// Boxed SDK error, kept as the source (never stringified) so callers can classify it.
 pub type SdkError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -108,7 +108,7 @@ impl PipelineError {
     }
 }
 
-impl awsmp_retry::Retryable for PipelineError {
+impl awsmp_contract::retry::Retryable for PipelineError {
     fn is_retryable(&self) -> bool {
         PipelineError::is_retryable(self)
     }

@@ -1,12 +1,12 @@
 //! Ports: the small capabilities the pipeline stages need from the outside world. Adapters
 //! over `aws-sdk-*` live in [`crate::adapters`]; handlers only see these traits.
 
-use crate::contract::status::{AggregatedStatus, RawStatus};
 use crate::domain::fold::UsageRow;
-use crate::domain::keys::{GroupKey, HourBucket, RowKey};
 use crate::domain::row::Allocation;
 use crate::error::Result;
 use async_trait::async_trait;
+use awsmp_contract::keys::{GroupKey, HourBucket, RowKey};
+use awsmp_contract::status::{AggregatedStatus, RawStatus};
 use chrono::{DateTime, Utc};
 
 /// One aggregated-usage record as stored (`awsmp-aggregated-usage`).

@@ -5,8 +5,8 @@
 
 use bytes::Bytes;
 
-use crate::limits::{MAX_BYTES_PER_PUT, MAX_RECORD_BYTES, MAX_RECORDS_PER_PUT};
 use crate::sink::PutEntry;
+use awsmp_contract::limits::kinesis::{MAX_BYTES_PER_PUT, MAX_RECORD_BYTES, MAX_RECORDS_PER_PUT};
 use std::ops::Range;
 use std::sync::Arc;
 

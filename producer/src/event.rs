@@ -4,11 +4,10 @@ use chrono::{DateTime, Datelike, Timelike, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::error::ValidationError;
+pub use awsmp_contract::limits::marketplace::{
+    MAX_ALLOCATIONS_PER_RECORD, MAX_TAGS_PER_ALLOCATION,
+};
 
-/// Tags per allocation (BatchMeterUsage `UsageAllocation.Tags`: at most 5).
-pub const MAX_TAGS_PER_ALLOCATION: usize = 5;
-/// Allocations per usage record (BatchMeterUsage `UsageAllocations`: at most 2,500).
-pub const MAX_ALLOCATIONS_PER_RECORD: usize = 2_500;
 /// Longest accepted event id, in bytes. Our own bound: ids become dedup keys downstream, and
 /// DynamoDB keys must stay well under their 1,024-byte sort-key limit.
 pub const MAX_EVENT_ID_BYTES: usize = 256;

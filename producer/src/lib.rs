@@ -11,7 +11,6 @@ pub mod event_id;
 mod fold;
 mod handoff;
 mod key_cache;
-pub mod limits;
 pub mod metrics;
 mod outcome;
 pub mod partition;

@@ -368,7 +368,7 @@ mod tests {
     use super::*;
     use crate::faults::{FaultPlan, Rates};
     use aws_lambda_events::event::streams::KinesisBatchItemFailure;
-    use awsmp_pipeline::domain::clock::FixedClock;
+    use awsmp_contract::clock::FixedClock;
     use bytes::Bytes;
     use std::sync::Arc;
 

@@ -9,7 +9,7 @@ use crate::esm::{Completion, Delivery};
 use crate::faults::hash;
 use crate::steps::{DIMENSIONS, account, license};
 use crate::world::{World, lock};
-use awsmp_pipeline::domain::clock::Clock;
+use awsmp_contract::clock::Clock;
 use awsmp_producer::Event;
 use bytes::Bytes;
 

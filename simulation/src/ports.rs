@@ -26,13 +26,13 @@ use awsmp_consumer::ports::{
     ClaimOutcome, DedupClaim, DedupStore, FinalizedGroups, FirstSeen, LaneItem, RejectedEvent,
     RejectedEventStore, UsageRowWriter,
 };
+use awsmp_contract::keys::{GroupKey, HourBucket, RowKey};
+use awsmp_contract::status::RawStatus;
 use awsmp_pipeline::adapters::memory::{
     CallFault, InjectedFault, MemoryAggregatedStore, MemoryMeteringApi, MemoryUsageStore,
     MemoryWatermarkStore,
 };
-use awsmp_pipeline::contract::status::RawStatus;
 use awsmp_pipeline::domain::batch::{CallKind, SubmitRecord};
-use awsmp_pipeline::domain::keys::{GroupKey, HourBucket, RowKey};
 use awsmp_pipeline::domain::results::ApiResponse;
 use awsmp_pipeline::domain::row::RawUsageRow;
 use awsmp_pipeline::error::PipelineError;
@@ -361,7 +361,7 @@ pub struct FaultyMetering {
     /// An outage: every call in `[from, until)` is applied and its answer lost.
     pub outage: Option<(DateTime<Utc>, DateTime<Utc>)>,
     /// The virtual clock.
-    pub clock: Arc<awsmp_pipeline::domain::clock::FixedClock>,
+    pub clock: Arc<awsmp_contract::clock::FixedClock>,
 }
 
 #[async_trait]
@@ -383,7 +383,7 @@ impl MeteringApi for FaultyMetering {
             self.inner.script([CallFault::NoResponse]);
             return self.inner.batch_meter_usage(kind, records).await;
         }
-        let now = awsmp_pipeline::domain::clock::Clock::now(self.clock.as_ref());
+        let now = awsmp_contract::clock::Clock::now(self.clock.as_ref());
         if self
             .outage
             .is_some_and(|(from, until)| from <= now && now < until)

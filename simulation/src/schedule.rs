@@ -4,13 +4,13 @@
 //!
 //! Everything runs in one current-thread Tokio runtime whose time is paused (sleeps of retry
 //! back-offs and of the producer's linger complete at once, in order); the billing clock is
-//! the virtual [`FixedClock`](awsmp_pipeline::domain::clock::FixedClock) the scheduler moves.
+//! the virtual [`FixedClock`](awsmp_contract::clock::FixedClock) the scheduler moves.
 
 use crate::esm::MappingConfig;
 use crate::faults::{Rates, mix};
 use crate::invariants;
 use crate::world::{Setup, World, lock};
-use awsmp_pipeline::domain::clock::Clock;
+use awsmp_contract::clock::Clock;
 use awsmp_pipeline::handlers::discoverer::DiscovererInput;
 use chrono::{DateTime, Duration, Utc};
 use rand::rngs::StdRng;

@@ -8,9 +8,9 @@ use crate::faults::{EmptyTables, Fault, NESTED_FRAME, in_frame};
 use crate::timeout;
 use crate::world::{World, lock};
 use aws_lambda_events::sqs::SqsEvent;
-use awsmp_pipeline::contract::stream::{HEARTBEAT_MARKER, HEARTBEAT_PARTITION_KEY};
-use awsmp_pipeline::domain::clock::Clock;
-use awsmp_pipeline::domain::keys::GroupKey;
+use awsmp_contract::clock::Clock;
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::stream::{HEARTBEAT_MARKER, HEARTBEAT_PARTITION_KEY};
 use awsmp_pipeline::handlers::discoverer::{DiscovererInput, discover};
 use awsmp_pipeline::handlers::{aggregator, cleanup, expiry, handle_sqs_batch, submitter};
 use awsmp_producer::Event;
@@ -222,8 +222,8 @@ impl World {
         let prefix = group.usage_prefix();
         let rows = self.usage.rows_with_prefix(&group.license_arn, &prefix);
         let second = rows.iter().find_map(|r| {
-            let ts = r.get(awsmp_pipeline::contract::attrs::TIMESTAMP)?.as_s()?;
-            awsmp_pipeline::domain::keys::parse_usage_timestamp(ts).ok()
+            let ts = r.get(awsmp_contract::attrs::TIMESTAMP)?.as_s()?;
+            awsmp_contract::keys::parse_usage_timestamp(ts).ok()
         });
         let Some(arrival) = second else {
             return;
@@ -533,8 +533,8 @@ impl World {
         let before = self.clock.now();
         self.clock.advance(by);
         let after = self.clock.now();
-        let crossed = awsmp_pipeline::domain::keys::HourBucket::containing(before)
-            != awsmp_pipeline::domain::keys::HourBucket::containing(after);
+        let crossed = awsmp_contract::keys::HourBucket::containing(before)
+            != awsmp_contract::keys::HourBucket::containing(after);
         if crossed {
             *lock(&self.interleavings)
                 .entry("hours-crossed".into())

@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{
     AttributeValue as Av, ReturnValue, ReturnValuesOnConditionCheckFailure,
 };
-use awsmp_pipeline::contract::attrs::audit_timestamp;
+use awsmp_contract::attrs::audit_timestamp;
 use chrono::{DateTime, TimeZone, Utc};
 
 use super::dynamodb::{ddb_err, n, s};

@@ -8,9 +8,9 @@
 use std::collections::HashSet;
 
 use async_trait::async_trait;
-use awsmp_pipeline::domain::keys::{GroupKey, RowKey};
+use awsmp_contract::keys::{GroupKey, RowKey};
+use awsmp_contract::retry::Retryable;
 use awsmp_pipeline::domain::row::RawUsageRow;
-use awsmp_retry::Retryable;
 use chrono::{DateTime, Utc};
 
 pub use awsmp_pipeline::adapters::fault::{FaultKind, FaultSchedule, Injected};

@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use awsmp_pipeline::contract::attrs;
-use awsmp_pipeline::domain::keys::{GroupKey, RowKey, split_usage_sort_key};
+use awsmp_contract::attrs;
+use awsmp_contract::keys::{GroupKey, RowKey, split_usage_sort_key};
 use awsmp_pipeline::domain::row::{AttrValue, RawUsageRow};
 use chrono::{DateTime, Utc};
 
@@ -303,7 +303,7 @@ impl MemoryStores {
     pub fn consumer(
         &self,
         settings: crate::Settings,
-        clock: Arc<dyn awsmp_pipeline::domain::clock::Clock>,
+        clock: Arc<dyn awsmp_contract::clock::Clock>,
     ) -> crate::Consumer {
         crate::Consumer {
             settings,
@@ -313,7 +313,7 @@ impl MemoryStores {
             finalized: Arc::new(self.finalized.clone()),
             watermarks: Some(self.watermarks.clone()),
             archive: None,
-            metrics: awsmp_pipeline::emf::MetricsSink::capture("kinesis-consumer"),
+            metrics: awsmp_aws::emf::MetricsSink::capture("kinesis-consumer"),
             clock,
             names: crate::domain::intern::NameCache::new(),
         }

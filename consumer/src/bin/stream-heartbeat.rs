@@ -9,14 +9,14 @@ use lambda_runtime::{Error, LambdaEvent, service_fn};
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
-    let stream = awsmp_pipeline::lambda_init::init("stream-heartbeat", async {
+    let stream = awsmp_aws::lambda_init::init("stream-heartbeat", async {
         std::env::var("AWSMP_USAGE_STREAM")
             .ok()
             .filter(|s| !s.is_empty())
             .ok_or("AWSMP_USAGE_STREAM is not set")
     })
     .await?;
-    let sdk = awsmp_pipeline::aws::sdk_config().await;
+    let sdk = awsmp_aws::sdk::sdk_config().await;
     let client = aws_sdk_kinesis::Client::new(&sdk);
     let marks = std::env::var("AWSMP_INGEST_WATERMARK_TABLE")
         .ok()

@@ -20,7 +20,7 @@
 
 use std::sync::Arc;
 
-use awsmp_pipeline::contract::limits::MAX_USAGE_QUANTITY;
+use awsmp_contract::limits::marketplace::MAX_USAGE_QUANTITY;
 use awsmp_producer::event::MAX_EVENT_ID_BYTES;
 use awsmp_producer::event_id::GeneratedId;
 use awsmp_producer::wire::KPL_MAGIC;

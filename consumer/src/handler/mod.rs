@@ -39,9 +39,9 @@ use std::time::{Duration, Instant};
 
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
-use awsmp_pipeline::domain::clock::Clock;
-use awsmp_pipeline::emf::MetricsSink;
-use awsmp_retry::RetryPolicy;
+use awsmp_aws::emf::MetricsSink;
+use awsmp_contract::clock::Clock;
+use awsmp_contract::retry::RetryPolicy;
 use chrono::{DateTime, Utc};
 
 use crate::domain::intern::NameCache;
@@ -277,7 +277,7 @@ impl Consumer {
         if crate::mutants::active(crate::mutants::Mutant::WatermarkBeforeRows) {
             return retry_every_error(op).await;
         }
-        awsmp_retry::retry(&self.settings.store_retry, op).await
+        awsmp_aws::retry(&self.settings.store_retry, op).await
     }
 
     /// The rejected-events TTL for an item recorded at `now` (`None`: keep).

@@ -2,7 +2,7 @@
 //! from the mapping entry, timestamp authority, anomaly bounds and rate limits, the dedup key,
 //! and the event as it goes onto the usage stream.
 
-use awsmp_pipeline::contract::reasons;
+use awsmp_contract::reasons;
 use awsmp_producer::Event;
 use awsmp_producer::partition::partition_key;
 use awsmp_producer::sink::PutEntry;

@@ -103,7 +103,7 @@ impl IngestConfig {
                 DEFAULT_MAPPING_CACHE_SECONDS,
             )?)),
             metrics_namespace: set("AWSMP_METRICS_NAMESPACE")
-                .unwrap_or_else(|| awsmp_pipeline::emf::DEFAULT_NAMESPACE.to_owned()),
+                .unwrap_or_else(|| awsmp_aws::emf::DEFAULT_NAMESPACE.to_owned()),
             settings: IngestSettings {
                 allowlist: Allowlist {
                     environment: required("AWSMP_ENVIRONMENT")?,

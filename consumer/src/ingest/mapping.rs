@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use awsmp_pipeline::contract::limits::MAX_USAGE_QUANTITY;
+use awsmp_contract::limits::marketplace::MAX_USAGE_QUANTITY;
 use awsmp_producer::event::{validate_account_id, validate_license_arn};
 use serde::{Deserialize, Serialize};
 

@@ -8,7 +8,7 @@ use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use awsmp_consumer::Consumer;
 use awsmp_consumer::adapters::fault::Faults;
 use awsmp_consumer::handler::kinesis_record;
-use awsmp_pipeline::domain::keys::{RowKey, format_usage_timestamp};
+use awsmp_contract::keys::{RowKey, format_usage_timestamp};
 use awsmp_producer::partition::partition_key;
 use awsmp_producer::sink::StoredRecord;
 use awsmp_producer::wire::{encode_aggregated, encode_event};

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use awsmp_consumer::Settings;
 use awsmp_consumer::adapters::memory::MemoryStores;
 use awsmp_consumer::handler::kinesis_record;
-use awsmp_pipeline::domain::clock::FixedClock;
+use awsmp_contract::clock::FixedClock;
 use awsmp_producer::Event;
 use awsmp_producer::partition::partition_key;
 use awsmp_producer::wire::{encode_aggregated, encode_event};

@@ -6,9 +6,9 @@ use aws_lambda_events::event::kinesis::KinesisEvent;
 use awsmp_consumer::Settings;
 use awsmp_consumer::adapters::memory::MemoryStores;
 use awsmp_consumer::domain::verify::TimestampPolicy;
-use awsmp_pipeline::contract::attrs;
-use awsmp_pipeline::domain::clock::FixedClock;
-use awsmp_pipeline::domain::keys::RowKey;
+use awsmp_contract::attrs;
+use awsmp_contract::clock::FixedClock;
+use awsmp_contract::keys::RowKey;
 use awsmp_pipeline::domain::row::AttrValue;
 use chrono::{TimeZone, Utc};
 
@@ -190,7 +190,7 @@ async fn late_usage_and_finalized_rows_are_not_reopened() {
     let (stores, consumer) = stores_and_consumer();
     stores
         .finalized
-        .finalize(awsmp_pipeline::domain::keys::GroupKey::new(
+        .finalize(awsmp_contract::keys::GroupKey::new(
             ARN,
             "210987654321",
             "api",
@@ -245,7 +245,7 @@ async fn a_failed_row_write_does_not_advance_the_watermark_past_it() {
 
 #[tokio::test]
 async fn a_heartbeat_marker_advances_an_idle_shard_and_bills_nothing() {
-    use awsmp_pipeline::contract::stream::HEARTBEAT_MARKER;
+    use awsmp_contract::stream::HEARTBEAT_MARKER;
     use awsmp_pipeline::ports::WatermarkStore;
     // GIVEN a batch holding only the heartbeat marker of shard 3
     let (stores, consumer) = stores_and_consumer();

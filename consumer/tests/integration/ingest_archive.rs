@@ -11,7 +11,7 @@ use awsmp_consumer::adapters::archive::MemoryBillingArchive;
 use awsmp_consumer::adapters::memory::MemoryStores;
 use awsmp_consumer::archive::{ArchiveObject, BillingArchive};
 use awsmp_consumer::error::{ConsumerError, Result};
-use awsmp_pipeline::domain::clock::FixedClock;
+use awsmp_contract::clock::FixedClock;
 use awsmp_producer::Event;
 use chrono::{TimeZone, Utc};
 

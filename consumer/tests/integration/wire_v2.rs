@@ -10,7 +10,7 @@ use aws_lambda_events::event::kinesis::KinesisEventRecord;
 use awsmp_consumer::Settings;
 use awsmp_consumer::adapters::memory::MemoryStores;
 use awsmp_consumer::handler::kinesis_record;
-use awsmp_pipeline::domain::clock::FixedClock;
+use awsmp_contract::clock::FixedClock;
 use awsmp_producer::event_id::GeneratedId;
 use awsmp_producer::partition::partition_key;
 use awsmp_producer::wire::{

@@ -1,8 +1,8 @@
 //! The deprovision-cleanup Lambda (every 15 minutes): finalize the licenses whose flush
 //! window closed to `inactive`, emptying the sparse deprovisioning index.
 
-use awsmp_pipeline::contract::metrics;
-use awsmp_pipeline::emf::{Metric, MetricsSink};
+use awsmp_aws::emf::{Metric, MetricsSink};
+use awsmp_contract::metrics;
 use awsmp_pipeline::mutants::{self, Mutant};
 use chrono::{DateTime, Utc};
 

@@ -24,7 +24,7 @@ fn env(name: &str) -> String {
 }
 
 async fn sdk() -> aws_config::SdkConfig {
-    awsmp_pipeline::aws::sdk_config().await
+    awsmp_aws::sdk::sdk_config().await
 }
 
 async fn subscribers() -> DynamoDbSubscriberStore {

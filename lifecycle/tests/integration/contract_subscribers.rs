@@ -229,7 +229,7 @@ async fn the_memory_subscribers_table_keeps_the_contract() {
 async fn dynamodb_local_keeps_the_contract() {
     let table = std::env::var("AWSMP_SUBSCRIBERS_TABLE")
         .expect("AWSMP_SUBSCRIBERS_TABLE not set: source the local stack's env");
-    let client = aws_sdk_dynamodb::Client::new(&awsmp_pipeline::aws::sdk_config().await);
+    let client = aws_sdk_dynamodb::Client::new(&awsmp_aws::sdk::sdk_config().await);
     let store = DynamoDbSubscriberStore::new(client.clone(), table.clone());
     let index = DynamoDbDeprovisioningIndex::new(client, table);
     contract(&Subject {

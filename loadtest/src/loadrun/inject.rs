@@ -161,7 +161,7 @@ mod tests {
         );
         assert!(reasons[3..].iter().all(Result::is_ok), "{reasons:?}");
         assert_eq!(inj.records.values().sum::<u64>(), 3);
-        assert!(!awsmp_pipeline::contract::limits::matches_tag_pattern(
+        assert!(!awsmp_contract::limits::marketplace::matches_tag_pattern(
             BAD_TAG_VALUE
         ));
         assert_eq!(

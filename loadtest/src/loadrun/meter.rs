@@ -14,7 +14,7 @@ use crate::local::hosted::Hosted;
 use crate::report::RunReport;
 use crate::runner::Runner;
 use anyhow::{Context, Result};
-use awsmp_pipeline::domain::keys::HourBucket;
+use awsmp_contract::keys::HourBucket;
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -9,7 +9,7 @@ use super::phases::Invocations;
 use crate::conservation::GroupHour;
 use crate::report::{Percentiles, RunReport, StageBound};
 use aws_lambda_events::kinesis::KinesisEvent;
-use awsmp_pipeline::domain::keys::HourBucket;
+use awsmp_contract::keys::HourBucket;
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;

@@ -11,9 +11,9 @@
 use crate::common;
 
 use anyhow::{Result, ensure};
+use awsmp_contract::reasons::LATE_USAGE;
+use awsmp_contract::status::AggregatedStatus;
 use awsmp_loadtest::runner::TickReport;
-use awsmp_pipeline::contract::reasons::LATE_USAGE;
-use awsmp_pipeline::contract::status::AggregatedStatus;
 use awsmp_pipeline::handlers::discoverer::DiscovererInput;
 use common::*;
 use serde_json::Value;
@@ -62,7 +62,7 @@ fn tags(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
 /// ledger's MeteringRecordId. Returns the ledger line.
 async fn assert_billed(
     st: &Stack,
-    g: &awsmp_pipeline::domain::keys::GroupKey,
+    g: &awsmp_contract::keys::GroupKey,
     quantity: u64,
 ) -> Result<Value> {
     let ledger = st.ledger(&g.license_arn).await?;
@@ -177,7 +177,7 @@ async fn line_has_no_duplicates(st: &Stack, license: &str) -> Result<bool> {
 async fn assert_group_rejected(
     st: &Stack,
     rows: &[awsmp_pipeline::domain::row::RawUsageRow],
-    g: &awsmp_pipeline::domain::keys::GroupKey,
+    g: &awsmp_contract::keys::GroupKey,
     reason: &str,
 ) -> Result<()> {
     for r in rows {

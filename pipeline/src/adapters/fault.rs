@@ -29,10 +29,8 @@
 //! # });
 //! ```
 
-use crate::contract::status::RawStatus;
 use crate::domain::batch::{CallKind, SubmitRecord};
 use crate::domain::fold::UsageRow;
-use crate::domain::keys::{GroupKey, HourBucket, RowKey};
 use crate::domain::results::ApiResponse;
 use crate::error::{PipelineError, Result};
 use crate::ports::{
@@ -41,7 +39,9 @@ use crate::ports::{
     WatermarkStore, WriteBack,
 };
 use async_trait::async_trait;
-use awsmp_retry::Retryable;
+use awsmp_contract::keys::{GroupKey, HourBucket, RowKey};
+use awsmp_contract::retry::Retryable;
+use awsmp_contract::status::RawStatus;
 use chrono::{DateTime, Utc};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

@@ -28,8 +28,8 @@
 //! # tokio_test_block_on(async {
 //! use awsmp_pipeline::adapters::memory::MemoryAdapters;
 //! use awsmp_pipeline::config::Config;
-//! use awsmp_pipeline::domain::clock::FixedClock;
-//! use awsmp_pipeline::emf::MetricsSink;
+//! use awsmp_contract::clock::FixedClock;
+//! use awsmp_aws::emf::MetricsSink;
 //! use awsmp_pipeline::handlers::expiry;
 //! use std::sync::Arc;
 //!
@@ -68,10 +68,10 @@ pub use usage::MemoryUsageStore;
 pub use watermark::MemoryWatermarkStore;
 
 use crate::config::Config;
-use crate::domain::clock::Clock;
-use crate::emf::MetricsSink;
 use crate::error::PipelineError;
 use crate::handlers::Services;
+use awsmp_aws::emf::MetricsSink;
+use awsmp_contract::clock::Clock;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -262,14 +262,14 @@ impl MemoryAdapters {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::contract::status::{AggregatedStatus, RawStatus};
     use crate::domain::batch::{CallKind, SubmitRecord};
-    use crate::domain::keys::{GroupKey, RowKey};
     use crate::domain::results::ApiStatus;
     use crate::domain::row::conforming_row;
     use crate::ports::{
         AggregatedItem, AggregatedStore, AttemptCondition, MeteringApi, UsageStore, WriteBack,
     };
+    use awsmp_contract::keys::{GroupKey, RowKey};
+    use awsmp_contract::status::{AggregatedStatus, RawStatus};
     use chrono::{DateTime, Utc};
 
     fn group(license: &str, dimension: &str) -> GroupKey {
@@ -518,7 +518,7 @@ mod tests {
         // A whole-item put that moves a row to another bucket moves it in the index.
         let mut moved = conforming_row(&g, 2, 4, None);
         moved.insert(
-            crate::contract::attrs::METERING_PENDING.to_owned(),
+            awsmp_contract::attrs::METERING_PENDING.to_owned(),
             crate::domain::row::AttrValue::s(later.hour.to_string()),
         );
         usage.put_row(moved);

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::keys::{GroupKey, SECONDS_PER_HOUR};
-use crate::contract::attrs;
+use awsmp_contract::attrs;
+use awsmp_contract::keys::{GroupKey, SECONDS_PER_HOUR};
 
 /// One DynamoDB attribute value, mirroring the SDK's `AttributeValue` for the types the
 /// usage-row contract uses.
@@ -309,7 +309,7 @@ pub fn conforming_row(
         second < SECONDS_PER_HOUR,
         "second {second} outside the hour"
     );
-    let ts = super::keys::format_usage_timestamp(group.hour.at_second(second));
+    let ts = awsmp_contract::keys::format_usage_timestamp(group.hour.at_second(second));
     let mut row = RawUsageRow::new();
     row.insert(
         attrs::LICENSE_ARN.to_owned(),

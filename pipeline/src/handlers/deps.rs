@@ -8,12 +8,12 @@
 
 use super::Services;
 use crate::config::Config;
-use crate::domain::clock::Clock;
-use crate::emf::MetricsSink;
 use crate::error::{PipelineError, Result};
 use crate::ports::{
     AggregatedStore, DeprovisioningIndex, MessageQueue, UsageStore, WatermarkStore,
 };
+use awsmp_aws::emf::MetricsSink;
+use awsmp_contract::clock::Clock;
 use std::sync::Arc;
 
 fn required<T: ?Sized>(stage: &str, resource: Option<&Arc<T>>, what: &str) -> Result<Arc<T>> {
@@ -227,7 +227,7 @@ debug_by_name!(
 mod tests {
     use super::*;
     use crate::adapters::memory::MemoryAdapters;
-    use crate::domain::clock::FixedClock;
+    use awsmp_contract::clock::FixedClock;
 
     fn services(mode: &str, subscribers: bool) -> Services {
         let config = Config::from_lookup(|k| match k {

@@ -11,15 +11,15 @@
 
 use super::Services;
 use super::deps::DiscovererDeps;
-use crate::contract::metrics;
-use crate::contract::reasons::PENDING_PAST_BILLABLE_WINDOW;
-use crate::domain::keys::HourBucket;
-use crate::domain::time::{
+use crate::error::{PipelineError, Result};
+use awsmp_aws::emf::Metric;
+use awsmp_contract::keys::HourBucket;
+use awsmp_contract::metrics;
+use awsmp_contract::reasons::PENDING_PAST_BILLABLE_WINDOW;
+use awsmp_contract::time::{
     FLUSH_CURRENT_HOUR_LEAD_MINUTES, ageout_shard_buckets, deprovisioning_flush_buckets,
     meter_mode_bucket,
 };
-use crate::emf::Metric;
-use crate::error::{PipelineError, Result};
 use chrono::{DateTime, Duration, Utc};
 use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};

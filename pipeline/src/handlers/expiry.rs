@@ -19,15 +19,15 @@
 
 use super::deps::ExpiryDeps;
 use super::{STORE_RETRY, Services};
-use crate::contract::metrics;
-use crate::contract::reasons::PENDING_PAST_BILLABLE_WINDOW;
-use crate::contract::status::AggregatedStatus;
 use crate::domain::results::{Decision, needs_reconciliation_decision};
-use crate::domain::time::expiry_buckets;
-use crate::emf::Metric;
 use crate::error::Result;
 use crate::ports::{AggregatedItem, AttemptCondition, WriteBack};
-use awsmp_retry::retry;
+use awsmp_aws::emf::Metric;
+use awsmp_aws::retry;
+use awsmp_contract::metrics;
+use awsmp_contract::reasons::PENDING_PAST_BILLABLE_WINDOW;
+use awsmp_contract::status::AggregatedStatus;
+use awsmp_contract::time::expiry_buckets;
 use futures::{StreamExt, TryStreamExt};
 use serde::Serialize;
 

@@ -1,7 +1,7 @@
 //! Property tests of keys, formats and exact number parsing: every accepted input is
 //! canonical, every canonical value round-trips, and arbitrary input never panics.
 
-use awsmp_pipeline::domain::keys::{
+use awsmp_contract::keys::{
     GroupKey, HourBucket, format_usage_timestamp, parse_aggregated_sort_key, parse_usage_timestamp,
     split_usage_sort_key,
 };

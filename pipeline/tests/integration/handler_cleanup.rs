@@ -3,10 +3,10 @@
 use crate::handler_support;
 
 use aws_lambda_events::sqs::SqsEvent;
-use awsmp_pipeline::contract::attrs as a;
-use awsmp_pipeline::contract::reasons::LATE_USAGE;
-use awsmp_pipeline::contract::status::RawStatus;
-use awsmp_pipeline::domain::keys::RowKey;
+use awsmp_contract::attrs as a;
+use awsmp_contract::keys::RowKey;
+use awsmp_contract::reasons::LATE_USAGE;
+use awsmp_contract::status::RawStatus;
 use awsmp_pipeline::handlers::cleanup::cleanup;
 use awsmp_pipeline::handlers::handle_sqs_batch;
 use awsmp_pipeline::ports::UsageStore;

@@ -12,10 +12,10 @@ use crate::error::{ProducerError, ValidationError};
 use crate::event::{Event, truncate_to_millis, validate_allocations, validate_timestamp};
 use crate::event_id::GeneratedId;
 use crate::key_cache::{CheckedGroup, SingleHead, checked_group, keyed_group};
-use crate::limits::MAX_RECORD_BYTES;
 use crate::partition::{partition_hash, partition_key, partition_key_len};
 use crate::wire::v2::{allocations_len, generated_single_len};
 use crate::wire::{WireVersion, single_len_as};
+use awsmp_contract::limits::kinesis::MAX_RECORD_BYTES;
 
 /// A validated event on its way to the staging area, charged `cost` bytes.
 pub(super) struct Prepared {

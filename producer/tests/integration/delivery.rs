@@ -568,7 +568,7 @@ async fn dropping_every_handle_still_delivers() {
 
 #[tokio::test(start_paused = true)]
 async fn calls_fill_up_to_the_put_records_limits_and_no_further() {
-    use awsmp_producer::limits::{MAX_BYTES_PER_PUT, MAX_RECORDS_PER_PUT};
+    use awsmp_contract::limits::kinesis::{MAX_BYTES_PER_PUT, MAX_RECORDS_PER_PUT};
     // Record limit: 1,500 plain records in one window go out as calls of at most 500.
     let map = ShardMap::uniform(8);
     let sink = MemoryRecordSink::new(map.clone());

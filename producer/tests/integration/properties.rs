@@ -6,8 +6,8 @@ use crate::common;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use awsmp_contract::limits::kinesis::{MAX_BYTES_PER_PUT, MAX_RECORD_BYTES, MAX_RECORDS_PER_PUT};
 use awsmp_producer::batch::{UserRec, pack};
-use awsmp_producer::limits::{MAX_BYTES_PER_PUT, MAX_RECORD_BYTES, MAX_RECORDS_PER_PUT};
 use awsmp_producer::partition::{ShardMap, partition_hash};
 use awsmp_producer::wire::deaggregate;
 use awsmp_producer::{Event, MemoryRecordSink, Producer, StaticShardMapSource};

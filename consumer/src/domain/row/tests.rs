@@ -2,9 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use awsmp_pipeline::contract::attrs;
-use awsmp_pipeline::contract::limits::MAX_USAGE_QUANTITY;
-use awsmp_pipeline::contract::reasons;
+use awsmp_contract::attrs;
+use awsmp_contract::limits::marketplace::MAX_USAGE_QUANTITY;
+use awsmp_contract::reasons;
 use awsmp_pipeline::domain::row::{AttrValue, RawUsageRow, Tag};
 
 use super::*;

@@ -3,11 +3,7 @@
 use super::convert::{n, s, to_domain, to_sdk};
 use super::errors::{ddb_err, is_conditional_failure, malformed};
 use super::pending::query_pending_index;
-use crate::contract::attrs as a;
-use crate::contract::reasons::QUANTITY_ABOVE_API_MAXIMUM;
-use crate::contract::status::AggregatedStatus;
 use crate::domain::fold::Overflow;
-use crate::domain::keys::{GroupKey, HourBucket, parse_aggregated_sort_key};
 use crate::domain::row::{Allocation, AttrValue, Tag, parse_non_negative_integer};
 use crate::error::{PipelineError, Result};
 use crate::ports::{AggregatedItem, AggregatedStore, Attempt, AttemptCondition, WriteBack};
@@ -15,6 +11,10 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue as Av;
+use awsmp_contract::attrs as a;
+use awsmp_contract::keys::{GroupKey, HourBucket, parse_aggregated_sort_key};
+use awsmp_contract::reasons::QUANTITY_ABOVE_API_MAXIMUM;
+use awsmp_contract::status::AggregatedStatus;
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, HashMap};
 

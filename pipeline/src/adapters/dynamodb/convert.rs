@@ -127,9 +127,9 @@ mod tests {
 
     #[test]
     fn an_item_is_compacted_exactly_as_its_domain_row() {
-        use crate::contract::attrs;
-        use crate::domain::keys::GroupKey;
         use crate::domain::row::{Allocation, Tag, conforming_row};
+        use awsmp_contract::attrs;
+        use awsmp_contract::keys::GroupKey;
         let group = GroupKey::new(
             "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef",
             "210987654321",

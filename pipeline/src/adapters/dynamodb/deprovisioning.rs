@@ -2,11 +2,11 @@
 
 use super::convert::s;
 use super::errors::{malformed, query_all};
-use crate::contract::attrs as a;
 use crate::error::Result;
 use crate::ports::{Deprovisioning, DeprovisioningIndex};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
+use awsmp_contract::attrs as a;
 use chrono::{DateTime, Utc};
 
 /// Partition value of the sparse `deprovisioning-pending-index` (a constant flag).

@@ -2,13 +2,13 @@
 
 use super::lag::{IndexLag, ReadConsistency};
 use super::{DEFAULT_PAGE_SIZE, Faults, lock};
-use crate::domain::keys::{GroupKey, HourBucket};
 use crate::error::Result;
 use crate::ports::{
     AggregatedItem, AggregatedStore, AttemptCondition, Deprovisioning, DeprovisioningIndex,
     WriteBack,
 };
 use async_trait::async_trait;
+use awsmp_contract::keys::{GroupKey, HourBucket};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;

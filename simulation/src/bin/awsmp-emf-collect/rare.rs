@@ -10,19 +10,19 @@
 
 use anyhow::{Context, bail, ensure};
 use async_trait::async_trait;
+use awsmp_aws::emf::MetricsSink;
 use awsmp_consumer::Settings;
 use awsmp_consumer::adapters::memory::MemoryStores;
+use awsmp_contract::attrs;
+use awsmp_contract::clock::FixedClock;
+use awsmp_contract::keys::{GroupKey, RowKey};
+use awsmp_contract::limits::marketplace::MAX_USAGE_QUANTITY;
+use awsmp_contract::status::AggregatedStatus;
 use awsmp_pipeline::adapters::memory::{CallFault, MemoryAdapters, MemoryMeteringApi};
 use awsmp_pipeline::config::Config;
-use awsmp_pipeline::contract::attrs;
-use awsmp_pipeline::contract::limits::MAX_USAGE_QUANTITY;
-use awsmp_pipeline::contract::status::AggregatedStatus;
 use awsmp_pipeline::domain::batch::{CallKind, SubmitRecord};
-use awsmp_pipeline::domain::clock::FixedClock;
-use awsmp_pipeline::domain::keys::{GroupKey, RowKey};
 use awsmp_pipeline::domain::results::ApiResponse;
 use awsmp_pipeline::domain::row::{AttrValue, conforming_row};
-use awsmp_pipeline::emf::MetricsSink;
 use awsmp_pipeline::handlers::Services;
 use awsmp_pipeline::handlers::aggregator::{AggregateOutcome, aggregate};
 use awsmp_pipeline::handlers::cleanup::cleanup;

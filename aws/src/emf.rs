@@ -4,13 +4,13 @@
 //! no `PutMetricData` call, no extra IAM
 //! (<https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format.html>).
 //! Locally the same lines are captured and asserted on. Names and units come from
-//! [`crate::contract::metrics`].
+//! [`awsmp_contract::metrics`].
 
 use serde_json::{Map, Value, json};
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::contract::metrics::{self, MetricName};
+use awsmp_contract::metrics::{self, MetricName};
 
 /// Default CloudWatch namespace of awsmp's business metrics.
 pub const DEFAULT_NAMESPACE: &str = "awsmp";

@@ -133,7 +133,7 @@ impl FromStr for RejectReason {
 ///
 /// ```
 /// assert_eq!(
-///     awsmp_pipeline::contract::status::aggregated_reason(42, 3),
+///     awsmp_contract::status::aggregated_reason(42, 3),
 ///     "Aggregated total quantity 42 from 3 raw usage records"
 /// );
 /// ```

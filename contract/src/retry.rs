@@ -1,5 +1,16 @@
-#![doc = include_str!("../README.md")]
-#![warn(missing_docs)]
+//! The one retry policy of awsmp. What is retryable is decided by the caller's error type
+//! ([`Retryable::is_retryable`]); how retries run — how many attempts, how long to wait — is
+//! decided here, once, for the producer's Kinesis sink, the consumer's store calls, the
+//! pipeline's store calls and the submitter's write-backs.
+//!
+//! The wait before retry `n` (0 = the first retry) is *full jitter*: a uniformly random delay in
+//! `[0, min(cap, base × 2ⁿ)]`, as described in the AWS Architecture Blog post
+//! <https://aws.amazon.com/blogs/architecture/exponential-backoff-and-jitter/>. Full jitter
+//! keeps many callers that failed together from retrying together.
+//!
+//! [`retry_with`] runs a call under the policy with the caller's sleep and delay source (the
+//! deterministic simulation passes its virtual clock); `awsmp_aws::retry` is the same loop on
+//! the tokio clock.
 
 use std::future::Future;
 use std::time::Duration;
@@ -67,27 +78,9 @@ impl RetryPolicy {
 }
 
 /// Run `op` until it succeeds, fails with an error that is not [`Retryable`], or has been
-/// called `policy.max_attempts` times; between calls, sleep a full-jitter delay on the tokio
-/// clock. The last error is returned as it was.
-pub async fn retry<T, E, F, Fut>(policy: &RetryPolicy, op: F) -> Result<T, E>
-where
-    E: Retryable,
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, E>>,
-{
-    retry_with(
-        policy,
-        // The thread-local RNG is used and dropped inside the closure, never held across an
-        // await, so the returned future stays `Send`.
-        |retry| policy.delay(retry, &mut rand::rng()),
-        tokio::time::sleep,
-        op,
-    )
-    .await
-}
-
-/// [`retry`] with the delay source and the sleep supplied by the caller: a seeded RNG and a
-/// virtual clock's sleep make a retrying call deterministic.
+/// called `policy.max_attempts` times; between calls, sleep `sleep(delay(retry))`. The last
+/// error is returned as it was. A seeded RNG and a virtual clock's sleep make a retrying call
+/// deterministic.
 pub async fn retry_with<T, E, F, Fut, D, S, SFut>(
     policy: &RetryPolicy,
     mut delay: D,
@@ -119,7 +112,6 @@ mod tests {
     use super::*;
     use rand::SeedableRng;
     use rand::rngs::StdRng;
-    use std::cell::Cell;
 
     #[derive(Debug, PartialEq)]
     enum E {
@@ -156,42 +148,10 @@ mod tests {
         );
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn retries_retryable_errors_up_to_max_attempts() {
-        let calls = Cell::new(0);
-        let out: Result<(), E> = retry(&P, || {
-            calls.set(calls.get() + 1);
-            async { Err(E::Transient) }
-        })
-        .await;
-        assert_eq!(out, Err(E::Transient));
-        assert_eq!(calls.get(), 4);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn stops_at_the_first_success_or_non_retryable_error() {
-        let calls = Cell::new(0);
-        let out = retry(&P, || {
-            calls.set(calls.get() + 1);
-            let n = calls.get();
-            async move { if n < 2 { Err(E::Transient) } else { Ok(n) } }
-        })
-        .await;
-        assert_eq!(out, Ok(2));
-
-        calls.set(0);
-        let out: Result<(), E> = retry(&P, || {
-            calls.set(calls.get() + 1);
-            async { Err(E::Fatal) }
-        })
-        .await;
-        assert_eq!((out, calls.get()), (Err(E::Fatal), 1));
-    }
-
-    #[tokio::test]
-    async fn retry_with_uses_the_given_delays_and_sleep() {
+    #[test]
+    fn retry_with_uses_the_given_delays_and_sleep() {
         let slept = std::cell::RefCell::new(Vec::new());
-        let out: Result<(), E> = retry_with(
+        let out: Result<(), E> = futures::executor::block_on(retry_with(
             &P.with_attempts(3),
             |r| Duration::from_millis(u64::from(r) + 1),
             |d| {
@@ -199,13 +159,27 @@ mod tests {
                 async {}
             },
             || async { Err(E::Transient) },
-        )
-        .await;
+        ));
         assert_eq!(out, Err(E::Transient));
         assert_eq!(
             *slept.borrow(),
             [Duration::from_millis(1), Duration::from_millis(2)]
         );
+    }
+
+    #[test]
+    fn retry_with_returns_a_non_retryable_error_at_once() {
+        let calls = std::cell::Cell::new(0);
+        let out: Result<(), E> = futures::executor::block_on(retry_with(
+            &P,
+            |_| Duration::ZERO,
+            |_| async {},
+            || {
+                calls.set(calls.get() + 1);
+                async { Err(E::Fatal) }
+            },
+        ));
+        assert_eq!((out, calls.get()), (Err(E::Fatal), 1));
     }
 
     #[test]

@@ -11,7 +11,7 @@ const LICENSE_ID_HEX_LEN: usize = 32;
 /// them: `arn:<partition>:license-manager::<12-digit account>:license:l-<32 hex>`.
 ///
 /// ```
-/// use awsmp_pipeline::ids::is_valid_license_arn;
+/// use awsmp_contract::ids::is_valid_license_arn;
 /// assert!(is_valid_license_arn(
 ///     "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef"
 /// ));
@@ -52,7 +52,7 @@ fn is_partition(p: &str) -> bool {
 /// True when `id` is a 12-digit AWS account id.
 ///
 /// ```
-/// use awsmp_pipeline::ids::is_valid_account_id;
+/// use awsmp_contract::ids::is_valid_account_id;
 /// assert!(is_valid_account_id("123456789012"));
 /// assert!(!is_valid_account_id("12345678901"));
 /// ```

@@ -1,6 +1,6 @@
 //! Business metric names, each with its CloudWatch unit, and their dimension names, as the
 //! alarms and dashboards of docs/operations.md expect them. The pipeline and the consumer emit
-//! only these (through [`crate::emf::Metric`]), so a name cannot be emitted with two units.
+//! only these (through `awsmp_aws::emf::Metric`), so a name cannot be emitted with two units.
 //!
 //! Units: a metric whose value is a number of records, events, rows or usage units is
 //! [`Unit::Count`] — `LateUsage` too: its value is the late rows' quantity, a whole number of
@@ -73,7 +73,7 @@ pub const USAGE_SUBMISSION_EXPIRED: MetricName = MetricName::count("UsageSubmiss
 /// (`NeedsReconciliation`); alarmed.
 pub const USAGE_NEEDS_RECONCILIATION: MetricName = MetricName::count("UsageNeedsReconciliation");
 /// Submitter: write-backs that found their record already finalized with another outcome
-/// ([`crate::PipelineError::WriteBackConflict`]): AWS's answer (its `MeteringRecordId` in the
+/// (`awsmp_pipeline::PipelineError::WriteBackConflict`): AWS's answer (its `MeteringRecordId` in the
 /// log line) is not on the record; alarmed, reconcile by hand (docs/operations.md).
 pub const WRITE_BACK_CONFLICT: MetricName = MetricName::count("WriteBackConflict");
 /// Pipeline: records still unprocessed after the submitter's retries (they stay pending).

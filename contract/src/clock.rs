@@ -24,7 +24,7 @@ impl Clock for SystemClock {
 /// A clock that only moves when told to; clones share the same instant.
 ///
 /// ```
-/// use awsmp_pipeline::domain::clock::{Clock, FixedClock};
+/// use awsmp_contract::clock::{Clock, FixedClock};
 /// use chrono::{Duration, TimeZone, Utc};
 /// let clock = FixedClock::new(Utc.with_ymd_and_hms(2028, 2, 29, 23, 59, 59).unwrap());
 /// clock.advance(Duration::seconds(1));

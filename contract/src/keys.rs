@@ -2,7 +2,7 @@
 //! the group key and the work message the discoverer sends to the aggregator.
 //!
 //! ```
-//! use awsmp_pipeline::domain::keys::{GroupKey, HourBucket};
+//! use awsmp_contract::keys::{GroupKey, HourBucket};
 //! let hour: HourBucket = "2026-11-30T12".parse().unwrap();
 //! let group = GroupKey::new(
 //!     "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef",
@@ -20,7 +20,7 @@ use std::str::FromStr;
 use chrono::{DateTime, Datelike, NaiveDate, NaiveTime, TimeZone, Timelike, Utc};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::DomainError;
+use crate::DomainError;
 
 /// Seconds in an hour bucket; also the most raw rows one group can have (one per second).
 pub const SECONDS_PER_HOUR: u32 = 3600;
@@ -183,7 +183,7 @@ fn digits(b: &[u8]) -> Option<u32> {
 /// (`2026-11-30T12`), leap second `:60`, and anything not zero-padded.
 ///
 /// ```
-/// use awsmp_pipeline::domain::keys::parse_usage_timestamp;
+/// use awsmp_contract::keys::parse_usage_timestamp;
 /// assert!(parse_usage_timestamp("2026-11-30T12:34:56").is_ok());
 /// for bad in ["2026-11-30T12:34:56.000", "2026-11-30T12:34:56Z", "2026-11-30T12"] {
 ///     assert!(parse_usage_timestamp(bad).is_err());

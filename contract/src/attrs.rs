@@ -33,7 +33,7 @@ pub const TAG_KEY: &str = "Key";
 pub const TAG_VALUE: &str = "Value";
 /// Sparse hour-bucket marker (`YYYY-MM-DDTHH`): present while a row / record is pending.
 pub const METERING_PENDING: &str = "meteringPending";
-/// Terminal status (see [`crate::contract::status`]).
+/// Terminal status (see [`crate::status`]).
 pub const METERING_STATUS: &str = "meteringStatus";
 /// Reason text for [`METERING_STATUS`].
 pub const METERING_STATUS_REASON: &str = "meteringStatusReason";
@@ -59,15 +59,15 @@ pub const METERING_PENDING_INDEX: &str = "metering_pending";
 /// Aggregated record: number of raw rows folded into it.
 pub const ROW_COUNT: &str = "rowCount";
 /// Aggregated record: 450-byte bitmap of the seconds of the hour that contributed
-/// ([`crate::domain::fold::SecondSet::to_bytes`]), so a re-visit can tell a lost cleanup from
+/// (`awsmp_pipeline::domain::fold::SecondSet::to_bytes`), so a re-visit can tell a lost cleanup from
 /// late usage.
 pub const CONTRIBUTED_SECONDS: &str = "contributedSeconds";
 /// Aggregated record: the folded quantity of each contributing second, ascending by second,
-/// each an unsigned LEB128 varint ([`crate::domain::fold::SecondQuantities`]); absent on records
+/// each an unsigned LEB128 varint (`awsmp_pipeline::domain::fold::SecondQuantities`); absent on records
 /// written before it existed (docs/row-contract.md, "Aggregated record").
 pub const CONTRIBUTED_QUANTITIES: &str = "contributedQuantities";
 /// Aggregated record: the part of the group-hour's sum above the `BatchMeterUsage` `Quantity`
-/// maximum, not billed, with reason [`crate::contract::reasons::QUANTITY_ABOVE_API_MAXIMUM`].
+/// maximum, not billed, with reason [`crate::reasons::QUANTITY_ABOVE_API_MAXIMUM`].
 pub const OVERFLOW_QUANTITY: &str = "overflowQuantity";
 /// Aggregated record: the allocations of [`OVERFLOW_QUANTITY`] (same shape as `usageAllocations`).
 pub const OVERFLOW_ALLOCATIONS: &str = "overflowAllocations";
@@ -78,7 +78,7 @@ pub const OVERFLOW_REASON: &str = "overflowReason";
 pub const FOLDED_QUANTITY: &str = "foldedQuantity";
 /// Raw row: the quantity it holds beyond [`FOLDED_QUANTITY`], not billed (late usage).
 pub const LATE_QUANTITY: &str = "lateQuantity";
-/// Raw row: the reason of [`LATE_QUANTITY`] ([`crate::contract::reasons::LATE_USAGE`]).
+/// Raw row: the reason of [`LATE_QUANTITY`] ([`crate::reasons::LATE_USAGE`]).
 pub const LATE_REASON: &str = "lateReason";
 /// Aggregated record: when the submitter last sent it ([`audit_timestamp`]), persisted *before* the
 /// `BatchMeterUsage` call so a replay after a crash is recognised.
@@ -95,7 +95,7 @@ pub const ATTEMPT_NUMBER: &str = "attemptNumber";
 /// ```
 /// use chrono::{TimeZone, Utc};
 /// let t = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 9).unwrap();
-/// assert_eq!(awsmp_pipeline::contract::attrs::audit_timestamp(t), "2026-11-30T12:00:09.000Z");
+/// assert_eq!(awsmp_contract::attrs::audit_timestamp(t), "2026-11-30T12:00:09.000Z");
 /// ```
 pub fn audit_timestamp(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Millis, true)

@@ -1,0 +1,18 @@
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+
+pub mod attrs;
+pub mod clock;
+pub mod error;
+pub mod ids;
+pub mod keys;
+pub mod limits;
+pub mod metrics;
+pub mod reasons;
+pub mod retry;
+pub mod status;
+pub mod stream;
+pub mod subscribers;
+pub mod time;
+
+pub use error::DomainError;
