@@ -4,6 +4,8 @@
 pub mod attrs;
 pub mod clock;
 pub mod error;
+pub mod event;
+pub mod event_id;
 pub mod ids;
 pub mod keys;
 pub mod limits;
@@ -14,5 +16,7 @@ pub mod status;
 pub mod stream;
 pub mod subscribers;
 pub mod time;
+pub mod wire;
 
-pub use error::DomainError;
+pub use error::{DecodeError, DomainError, ValidationError};
+pub use event::{Event, Tag, UsageAllocation};

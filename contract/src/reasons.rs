@@ -4,7 +4,7 @@
 //!
 //! Where the consumer refuses usage for the same cause as a guardrail, it uses the
 //! guardrail's own spelling. Decode failures use the producer's stable codes
-//! ([`awsmp_producer::DecodeError::reason`]: `Md5Mismatch`, `InvalidJson`, `UnknownVersion`,
+//! ([`awsmp_contract::DecodeError::reason`]: `Md5Mismatch`, `InvalidJson`, `UnknownVersion`,
 //! `NonIntegerQuantity`, …; for a binary user record `UnknownWireVersion`, `V2Truncated`,
 //! `V2BadVarint`, `V2UnknownGroup`, `V2Malformed`, docs/wire-format.md).
 

@@ -74,7 +74,7 @@ pub struct SimIngestStream {
 impl UsageStream for SimIngestStream {
     async fn put(&self, entries: Vec<PutEntry>) -> CResult<()> {
         for e in entries {
-            if let Ok(ev) = awsmp_producer::wire::decode_event(&e.data) {
+            if let Ok(ev) = awsmp_contract::wire::decode_event(&e.data) {
                 lock(&self.put_ids).insert(ev.event_id);
             }
             let hash = e.explicit_hash_key.and_then(|h| h.parse().ok());

@@ -8,12 +8,12 @@ use crate::faults::{EmptyTables, Fault, NESTED_FRAME, in_frame};
 use crate::timeout;
 use crate::world::{World, lock};
 use aws_lambda_events::sqs::SqsEvent;
+use awsmp_contract::Event;
 use awsmp_contract::clock::Clock;
 use awsmp_contract::keys::GroupKey;
 use awsmp_contract::stream::{HEARTBEAT_MARKER, HEARTBEAT_PARTITION_KEY};
 use awsmp_pipeline::handlers::discoverer::{DiscovererInput, discover};
 use awsmp_pipeline::handlers::{aggregator, cleanup, expiry, handle_sqs_batch, submitter};
-use awsmp_producer::Event;
 use bytes::Bytes;
 use chrono::Duration;
 use rand::Rng;
@@ -210,7 +210,7 @@ impl World {
         );
         self.stream.put_at(
             &key,
-            Bytes::from(awsmp_producer::wire::encode_event(&e)),
+            Bytes::from(awsmp_contract::wire::encode_event(&e)),
             arrival,
         );
         self.faults.count("late-arrival");
@@ -254,7 +254,7 @@ impl World {
         );
         self.stream.put_at(
             &pk,
-            Bytes::from(awsmp_producer::wire::encode_event(&e)),
+            Bytes::from(awsmp_contract::wire::encode_event(&e)),
             arrival,
         );
         self.faults.count("late-arrival");

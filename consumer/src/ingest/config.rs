@@ -77,7 +77,7 @@ impl IngestConfig {
         }
         if let Some(bad) = accounts
             .iter()
-            .find(|a| awsmp_producer::event::validate_account_id(a).is_err())
+            .find(|a| awsmp_contract::event::validate_account_id(a).is_err())
         {
             return Err(ConsumerError::Config(format!(
                 "AWSMP_ALLOWED_ACCOUNTS: {bad:?} is not a 12-digit account id"

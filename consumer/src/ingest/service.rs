@@ -16,10 +16,10 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use awsmp_aws::emf::{Metric, MetricsSink};
+use awsmp_contract::Event;
 use awsmp_contract::clock::Clock;
 use awsmp_contract::retry::RetryPolicy;
 use awsmp_contract::{metrics, reasons};
-use awsmp_producer::Event;
 use chrono::{DateTime, Duration, SubsecRound, Utc};
 use futures::{StreamExt, TryStreamExt};
 

@@ -105,7 +105,7 @@ impl World {
     }
 
     /// The events on the stream, decoded as the consumer decodes them.
-    fn streamed(&self) -> Vec<awsmp_producer::Event> {
+    fn streamed(&self) -> Vec<awsmp_contract::Event> {
         self.stores.stream.events().unwrap()
     }
 

@@ -143,7 +143,7 @@ mod tests {
 
     #[test]
     fn each_bad_input_decodes_as_it_is_declared() {
-        use awsmp_producer::wire::decode_event;
+        use awsmp_contract::wire::decode_event;
         let license = crate::loadrun::run_license(7, 3);
         let (records, inj) = plan(&license, "dim0");
         assert_eq!(records.len(), 7);

@@ -253,7 +253,7 @@ fn parse_exponent(b: &[u8], i: &mut usize) -> Result<(i64, bool), NumberError> {
 
 /// One VMT tag: the event's own tag type (`Key` / `Value`), so the producer, the consumer and
 /// the pipeline share one definition.
-pub use awsmp_producer::Tag;
+pub use awsmp_contract::Tag;
 
 /// One usage allocation in the `BatchMeterUsage` `UsageAllocation` shape.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -7,8 +7,8 @@ use crate::common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use awsmp_contract::wire::deaggregate;
 use awsmp_producer::partition::ShardMap;
-use awsmp_producer::wire::deaggregate;
 use awsmp_producer::{
     Event, FaultConfig, FaultInjectingRecordSink, MemoryRecordSink, Producer, ProducerBuilder,
     StaticShardMapSource, Undelivered,
@@ -545,7 +545,7 @@ async fn resharding_is_learned_and_routing_follows() {
     assert!(!delivered_after.is_empty());
     let mut all = Vec::new();
     for r in &records {
-        for u in awsmp_producer::wire::decode_events(&r.entry.data).unwrap() {
+        for u in awsmp_contract::wire::decode_events(&r.entry.data).unwrap() {
             all.push(u.event.unwrap());
         }
     }

@@ -339,7 +339,7 @@ async fn consumer_late_usage() -> anyhow::Result<()> {
     let consumer = stores.consumer(Settings::default(), Arc::new(FixedClock::new(arrival)));
     let hour = arrival.format("%Y-%m-%dT%H").to_string();
     stores.finalized.finalize(group("api_calls", &hour));
-    let event = awsmp_producer::Event::new(
+    let event = awsmp_contract::Event::new(
         license(0),
         account(0),
         "api_calls",
@@ -354,7 +354,7 @@ async fn consumer_late_usage() -> anyhow::Result<()> {
         "49590338271490256608559692538361571095921575989136588898",
         &pk,
         arrival,
-        awsmp_producer::wire::encode_event(&event),
+        awsmp_contract::wire::encode_event(&event),
     );
     let mut batch = aws_lambda_events::event::kinesis::KinesisEvent::default();
     batch.records.push(record);

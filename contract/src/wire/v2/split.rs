@@ -83,11 +83,7 @@ pub(super) fn resolved_single_len(
 /// The bytes every v2 single of `group` starts with when written with `producer_id` and a
 /// generated id of `epoch` (its header and entry): what a bound group handle
 /// ([`crate::Meter`]) encodes once, then [`put_generated_single`] writes per event.
-pub(crate) fn single_head(
-    group: GroupRef<'_>,
-    producer_id: Option<&str>,
-    epoch: u128,
-) -> Box<[u8]> {
+pub fn single_head(group: GroupRef<'_>, producer_id: Option<&str>, epoch: u128) -> Box<[u8]> {
     let mut out =
         BytesMut::with_capacity(HEADER_LEN + 2 + entry_len(group, producer_id, Some(epoch)));
     put_head(&mut out, group, producer_id, Some(epoch));
@@ -95,12 +91,7 @@ pub(crate) fn single_head(
 }
 
 /// The length of [`put_generated_single`]`(out, head, quantity, millis, id)`.
-pub(crate) fn generated_single_len(
-    head: &[u8],
-    quantity: u64,
-    millis: i64,
-    id: GeneratedId,
-) -> usize {
+pub fn generated_single_len(head: &[u8], quantity: u64, millis: i64, id: GeneratedId) -> usize {
     let varint = |v: u64| 1 + encoded_len_varint(v);
     let quantity = if quantity == 0 { 0 } else { varint(quantity) };
     let lane = if id.lane == 0 {
@@ -115,7 +106,7 @@ pub(crate) fn generated_single_len(
 /// [`encode_single_into`] writes for an event with generated id `id` whose head is `head`.
 /// A fast path (docs/producer-internals.md, "The fast-path rule"); equivalence test, through the producer:
 /// `producer::plain_tests::a_plain_event_is_staged_as_the_checked_path_stages_it`.
-pub(crate) fn put_single_from_head(
+pub fn put_single_from_head(
     out: &mut BytesMut,
     head: &[u8],
     quantity: u64,
@@ -133,7 +124,7 @@ pub(crate) fn put_single_from_head(
 /// `wire::v2::split::tests::a_single_from_its_head_is_the_single_of_its_event` (and, in
 /// debug builds, every sum written so is also laid out the long way and compared,
 /// `engine::window`).
-pub(crate) fn put_generated_single(
+pub fn put_generated_single(
     out: &mut BytesMut,
     head: &[u8],
     quantity: u64,
@@ -150,16 +141,17 @@ pub(crate) fn put_generated_single(
 /// [`split_single_ranges`]`(single, pk)` is `(entry..fields, fields..single.len())`. The split
 /// comes from the lengths the writer knows, so packing need not read the single back (the
 /// window's close encodes every sum this way); the id is resolved once for both.
-pub(crate) struct SplitSingle {
+pub struct SplitSingle {
     id: Option<GeneratedId>,
     /// Bytes [`SplitSingle::write`] appends.
     pub len: usize,
+    /// Where the written bytes split: the [`split_single_ranges`] boundaries.
     pub split: (u32, u32),
 }
 
 impl SplitSingle {
     /// The layout of [`encode_single_into`]`(out, event, producer_id, generated)` under `pk`.
-    pub(crate) fn of(
+    pub fn of(
         event: &Event,
         producer_id: Option<&str>,
         generated: Option<GeneratedId>,
@@ -190,7 +182,7 @@ impl SplitSingle {
     }
 
     /// Appends the single: [`encode_single_into`]'s bytes, exactly `len` of them.
-    pub(crate) fn write(&self, out: &mut BytesMut, event: &Event, producer_id: Option<&str>) {
+    pub fn write(&self, out: &mut BytesMut, event: &Event, producer_id: Option<&str>) {
         write_single(out, event, producer_id, self.id);
     }
 }
@@ -345,7 +337,7 @@ fn event_fields(out: &mut BytesMut, event: &Event, id: Option<GeneratedId>) {
 
 /// Bytes of an event's allocation fields (field 8, one per allocation: its quantity, field
 /// 1, and its tags, field 2, each a key, field 1, and a value, field 2).
-pub(crate) fn allocations_len(allocations: Option<&[UsageAllocation]>) -> usize {
+pub fn allocations_len(allocations: Option<&[UsageAllocation]>) -> usize {
     allocations
         .into_iter()
         .flatten()

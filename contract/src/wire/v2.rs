@@ -32,7 +32,7 @@ use crate::event_id::GeneratedId;
 mod in_order;
 mod split;
 pub use in_order::{RefV2, decode_ref_in_order};
-pub(crate) use split::{
+pub use split::{
     SplitSingle, allocations_len, generated_single_len, put_generated_single, put_single_from_head,
     single_head,
 };

@@ -4,9 +4,7 @@ use chrono::{DateTime, Datelike, Timelike, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::error::ValidationError;
-pub use awsmp_contract::limits::marketplace::{
-    MAX_ALLOCATIONS_PER_RECORD, MAX_TAGS_PER_ALLOCATION,
-};
+use crate::limits::marketplace::{MAX_ALLOCATIONS_PER_RECORD, MAX_TAGS_PER_ALLOCATION};
 
 /// Longest accepted event id, in bytes. Our own bound: ids become dedup keys downstream, and
 /// DynamoDB keys must stay well under their 1,024-byte sort-key limit.
@@ -154,7 +152,7 @@ impl Event {
 
     /// [`Event::validate`] with the group (license ARN, account id, dimension) checked by
     /// `group` — in the same order, so the same rule refuses the same event.
-    pub(crate) fn validate_with(
+    pub fn validate_with(
         &self,
         allow_missing_id: bool,
         group: impl FnOnce(&Event) -> Result<(), ValidationError>,
@@ -176,7 +174,7 @@ impl Event {
 
 /// The group's rules: a license ARN of its shape, a 12-digit account id, a non-empty
 /// dimension of at most [`MAX_DIMENSION_BYTES`].
-pub(crate) fn validate_group(group: GroupRef<'_>) -> Result<(), ValidationError> {
+pub fn validate_group(group: GroupRef<'_>) -> Result<(), ValidationError> {
     validate_license_arn(group.license_arn)?;
     validate_account_id(group.customer_aws_account_id)?;
     validate_dimension(group.dimension)
@@ -207,7 +205,7 @@ pub struct GroupRef<'a> {
 impl GroupRef<'_> {
     /// The hash of the group's three fields (each followed by a byte no UTF-8 text holds, so
     /// no two groups run together) by a hasher of `state`.
-    pub(crate) fn hash_with(&self, state: &impl std::hash::BuildHasher) -> u64 {
+    pub fn hash_with(&self, state: &impl std::hash::BuildHasher) -> u64 {
         use std::hash::Hasher;
         let mut h = state.build_hasher();
         for part in [
@@ -222,7 +220,8 @@ impl GroupRef<'_> {
     }
 }
 
-pub(crate) fn validate_event_id(id: &str, allow_missing: bool) -> Result<(), ValidationError> {
+/// Check an event id: non-empty (unless `allow_missing`) and within [`MAX_EVENT_ID_BYTES`].
+pub fn validate_event_id(id: &str, allow_missing: bool) -> Result<(), ValidationError> {
     if id.is_empty() {
         if allow_missing {
             return Ok(());
@@ -286,7 +285,7 @@ pub fn validate_account_id(id: &str) -> Result<(), ValidationError> {
 /// The v1 payload writes `YYYY-MM-DDTHH:MM:SS.mmmZ`; years outside 1970–9999 cannot be
 /// written that way (or are nonsense for metering). The rule is [`second_in_range`], the
 /// one every recording path checks; the refusal names the year.
-pub(crate) fn validate_timestamp(ts: &DateTime<Utc>) -> Result<(), ValidationError> {
+pub fn validate_timestamp(ts: &DateTime<Utc>) -> Result<(), ValidationError> {
     if second_in_range(ts.timestamp()) {
         return Ok(());
     }
@@ -303,12 +302,12 @@ const YEAR_10000_SECONDS: i64 = 253_402_300_800;
 /// The timestamp rule, written once: the UTC second of a timestamp in years 1970–9999 (a
 /// comparison, no calendar arithmetic, so the hot paths check it per event as
 /// [`validate_timestamp`] does).
-pub(crate) fn second_in_range(second: i64) -> bool {
+pub fn second_in_range(second: i64) -> bool {
     (0..YEAR_10000_SECONDS).contains(&second)
 }
 
 /// Drops sub-millisecond digits (the payload carries milliseconds; the second is unchanged).
-pub(crate) fn truncate_to_millis(ts: DateTime<Utc>) -> DateTime<Utc> {
+pub fn truncate_to_millis(ts: DateTime<Utc>) -> DateTime<Utc> {
     // UTC: the naive UTC time is the local one (no offset to apply, as `nanosecond()` would),
     // so the naive time is truncated and read back as UTC, with no time zone arithmetic.
     let naive = ts.naive_utc();

@@ -35,7 +35,7 @@ pub enum WireVersion {
 
 impl WireVersion {
     /// The self-contained payload of `event` in this version.
-    pub fn encode(self, event: &crate::Event) -> Vec<u8> {
+    pub fn encode(self, event: &crate::event::Event) -> Vec<u8> {
         match self {
             WireVersion::V1 => encode_event(event),
             WireVersion::V2 => encode_single(event),
@@ -46,7 +46,7 @@ impl WireVersion {
     /// id when the caller just generated it (the bytes are the same as without it).
     pub fn encode_bytes(
         self,
-        event: &crate::Event,
+        event: &crate::event::Event,
         generated: Option<crate::event_id::GeneratedId>,
     ) -> bytes::Bytes {
         match self {

@@ -284,7 +284,7 @@ impl AggregateBuilder {
 }
 
 /// Magic + `msg` + the MD5 of `msg`: one aggregated record.
-pub(crate) fn encode_message(msg: pb::AggregatedRecord) -> Bytes {
+pub fn encode_message(msg: pb::AggregatedRecord) -> Bytes {
     let body_len = msg.encoded_len();
     let mut out = BytesMut::with_capacity(AGGREGATE_OVERHEAD + body_len);
     out.put_slice(&KPL_MAGIC);
