@@ -21,7 +21,7 @@ use aws_sdk_kinesis::types::Shard;
 use awsmp_contract::stream::{HEARTBEAT_MARKER, HEARTBEAT_PARTITION_KEY};
 
 use crate::error::{ConsumerError, Result};
-use awsmp_pipeline::ports::WatermarkStore;
+use awsmp_aws::watermark::WatermarkStore;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
 
@@ -151,7 +151,7 @@ async fn list_shards(client: &Client, stream: &str) -> Result<Vec<Shard>> {
     }
 }
 
-fn store_err(e: awsmp_pipeline::PipelineError) -> ConsumerError {
+fn store_err(e: awsmp_aws::error::StoreError) -> ConsumerError {
     ConsumerError::Store {
         store: "ingest watermark",
         retryable: e.is_retryable(),

@@ -12,6 +12,7 @@ pub mod limits;
 pub mod metrics;
 pub mod reasons;
 pub mod retry;
+pub mod row;
 pub mod status;
 pub mod stream;
 pub mod subscribers;

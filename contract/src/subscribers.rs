@@ -37,6 +37,13 @@ pub const REGISTRATION_DATA: &str = "registrationData";
 /// Customer-profile table: the region the buyer registered in.
 pub const REGISTRATION_REGION: &str = "registrationRegion";
 
+/// The sparse index of the licenses in their flush window: partition
+/// [`DEPROVISIONING_PENDING_FLAG`] (always [`DEPROVISIONING_PENDING_VALUE`]), sort key
+/// [`DEPROVISIONING_EXPIRY`].
+pub const DEPROVISIONING_INDEX: &str = "deprovisioning-pending-index";
+/// The one value of [`DEPROVISIONING_PENDING_FLAG`] (a constant flag: the index's one partition).
+pub const DEPROVISIONING_PENDING_VALUE: &str = "1";
+
 /// The subscribers table's index by buyer account.
 pub const CUSTOMER_ACCOUNT_INDEX: &str = "customerAWSAccountId-index";
 /// The subscribers table's index by agreement (agreement events carry no license ARN).

@@ -383,7 +383,7 @@ mod tests {
             "dim0",
             "2026-11-30T11".parse().unwrap(),
         );
-        let row = awsmp_pipeline::domain::row::conforming_row(&group, 59, 12, None);
+        let row = awsmp_contract::row::conforming_row(&group, 59, 12, None);
         assert_eq!(units::item_bytes(&row), Assumptions::default().row_bytes);
     }
 

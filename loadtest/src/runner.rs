@@ -193,7 +193,7 @@ impl Runner {
             &config.subscribers_table,
         ) {
             svc.deprovisioning = Some(Arc::new(
-                awsmp_pipeline::adapters::dynamodb::DynamoDbDeprovisioningIndex::new(ddb, table),
+                awsmp_aws::deprovisioning::DynamoDbDeprovisioningIndex::new(ddb, table),
             ));
         }
         let mut queues = Vec::new();
@@ -302,7 +302,7 @@ impl Runner {
     /// into the same table).
     pub fn with_ingest_fence(
         mut self,
-        watermarks: Arc<dyn awsmp_pipeline::ports::WatermarkStore>,
+        watermarks: Arc<dyn awsmp_aws::watermark::WatermarkStore>,
         stream: &str,
     ) -> Self {
         self.svc.watermarks = Some(watermarks);

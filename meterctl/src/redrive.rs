@@ -159,7 +159,7 @@ pub async fn reset_record(
         .await;
     match result {
         Ok(_) => Ok(true),
-        Err(e) if awsmp_pipeline::adapters::dynamodb::is_conditional_failure(&e) => Ok(false),
+        Err(e) if awsmp_aws::dynamodb::is_conditional_failure(&e) => Ok(false),
         Err(e) => Err(dynamo("UpdateItem", table, e)),
     }
 }
@@ -229,7 +229,7 @@ pub async fn reset_rows(
             .await;
         match result {
             Ok(_) => changed += 1,
-            Err(e) if awsmp_pipeline::adapters::dynamodb::is_conditional_failure(&e) => {}
+            Err(e) if awsmp_aws::dynamodb::is_conditional_failure(&e) => {}
             Err(e) => return Err(dynamo("UpdateItem", table, e)),
         }
     }

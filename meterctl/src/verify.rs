@@ -94,8 +94,8 @@ mod tests {
     use super::*;
     use crate::trail::{TrailOutcome, TrailRecord};
     use awsmp_contract::keys::HourBucket;
+    use awsmp_contract::row::Allocation;
     use awsmp_contract::status::RawStatus;
-    use awsmp_pipeline::domain::row::Allocation;
     use awsmp_pipeline::ports::AggregatedItem;
     use chrono::{TimeZone, Utc};
 

@@ -19,4 +19,3 @@ pub mod batch;
 pub mod bisect;
 pub mod fold;
 pub mod results;
-pub mod row;

@@ -114,6 +114,28 @@ impl awsmp_contract::retry::Retryable for PipelineError {
     }
 }
 
+impl From<awsmp_aws::error::StoreError> for PipelineError {
+    /// A shared store's error is the pipeline error of the same name (same message, same source,
+    /// same retryability).
+    fn from(e: awsmp_aws::error::StoreError) -> Self {
+        use awsmp_aws::error::StoreError;
+        match e {
+            StoreError::DynamoDb {
+                operation,
+                resource,
+                source,
+                retryable,
+            } => Self::DynamoDb {
+                operation,
+                resource,
+                source,
+                retryable,
+            },
+            StoreError::MalformedItem { table, detail } => Self::MalformedItem { table, detail },
+        }
+    }
+}
+
 /// Result alias.
 pub type Result<T, E = PipelineError> = std::result::Result<T, E>;
 

@@ -7,7 +7,6 @@ pub mod domain;
 pub mod error;
 pub mod handlers;
 pub mod metering_client;
-pub mod mutants;
 pub mod ports;
 
 pub use error::{PipelineError, Result};

@@ -19,10 +19,10 @@ use crate::world::{World, lock};
 use awsmp_contract::attrs as a;
 use awsmp_contract::clock::Clock;
 use awsmp_contract::keys::{GroupKey, HourBucket, RowKey, parse_usage_timestamp};
+use awsmp_contract::row::{AttrValue, RawUsageRow};
 use awsmp_contract::status::AggregatedStatus;
 use awsmp_loadtest::conservation::{self, GroupHour, Inputs};
 use awsmp_pipeline::domain::fold::{SecondQuantities, SecondSet, folded_second};
-use awsmp_pipeline::domain::row::{AttrValue, RawUsageRow};
 use std::collections::BTreeMap;
 
 fn s<'r>(row: &'r RawUsageRow, attr: &str) -> Option<&'r str> {

@@ -201,7 +201,7 @@ pub fn run_setup(setup: Setup, trace: bool) -> ScheduleReport {
         if !setup.fresh_deployment {
             for (shard, _) in world.stream.open_shards() {
                 let at = setup.start - Duration::minutes(1);
-                let _ = awsmp_pipeline::ports::WatermarkStore::advance(
+                let _ = awsmp_aws::watermark::WatermarkStore::advance(
                     world.watermarks.as_ref(),
                     crate::esm::STREAM_NAME,
                     &shard,

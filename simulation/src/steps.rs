@@ -487,7 +487,7 @@ impl World {
             .into_iter()
             .filter(|id| !known.contains(id) && children_published(id))
         {
-            let _ = awsmp_pipeline::ports::WatermarkStore::mark_drained(
+            let _ = awsmp_aws::watermark::WatermarkStore::mark_drained(
                 self.watermarks.as_ref(),
                 crate::esm::STREAM_NAME,
                 &id,
@@ -499,7 +499,7 @@ impl World {
 
     /// The shards marked drained, and every shard with a watermark.
     async fn watermarks_drained(&self) -> (Vec<String>, Vec<String>) {
-        let all = awsmp_pipeline::ports::WatermarkStore::shards(
+        let all = awsmp_aws::watermark::WatermarkStore::shards(
             self.watermarks.as_ref(),
             crate::esm::STREAM_NAME,
         )

@@ -13,11 +13,12 @@ use crate::queue::SimQueue;
 use crate::stream::SimStream;
 use crate::trace::Trace;
 use awsmp_aws::emf::MetricsSink;
+use awsmp_aws::watermark::MemoryWatermarkStore;
 use awsmp_consumer::adapters::memory::{MemoryDedupStore, MemoryRejectedEventStore};
 use awsmp_consumer::{Consumer, Settings};
 use awsmp_contract::clock::FixedClock;
 use awsmp_pipeline::adapters::memory::{
-    MemoryAggregatedStore, MemoryMeteringApi, MemoryUsageStore, MemoryWatermarkStore,
+    MemoryAggregatedStore, MemoryMeteringApi, MemoryUsageStore,
 };
 use awsmp_pipeline::config::Config;
 use awsmp_pipeline::handlers::Services;

@@ -15,7 +15,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use super::dynamodb::{ddb_err, n, s};
 use crate::error::{ConsumerError, Result};
 use crate::ports::{ClaimOutcome, DedupClaim, DedupStore, FirstSeen, LaneItem};
-use awsmp_pipeline::adapters::dynamodb::is_conditional_failure;
+use awsmp_aws::dynamodb::is_conditional_failure;
 
 /// Dedup table attributes.
 pub mod dedup_attrs {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use awsmp_contract::attrs;
 use awsmp_contract::keys::{GroupKey, RowKey, split_usage_sort_key};
-use awsmp_pipeline::domain::row::{AttrValue, RawUsageRow};
+use awsmp_contract::row::{AttrValue, RawUsageRow};
 use chrono::{DateTime, Utc};
 
 use crate::domain::row::RowWrite;
@@ -290,7 +290,7 @@ pub struct MemoryStores {
     /// Finalized group-hours.
     pub finalized: MemoryFinalizedGroups,
     /// Ingest watermarks (the pipeline's in-memory twin: the discoverer reads what this writes).
-    pub watermarks: Arc<awsmp_pipeline::adapters::memory::MemoryWatermarkStore>,
+    pub watermarks: Arc<awsmp_aws::watermark::MemoryWatermarkStore>,
 }
 
 impl MemoryStores {

@@ -3,7 +3,7 @@
 //! `AWSMP_INGEST_WATERMARK_TABLE`, shards without a watermark are registered and closed parents
 //! a child took over are marked drained (`ListShards` against a `Query` of the stream's
 //! partition of the table; `dynamodb:Query` and `dynamodb:UpdateItem`, `infra/ingest.yaml`).
-use awsmp_pipeline::adapters::dynamodb::DynamoDbWatermarkStore;
+use awsmp_aws::watermark::DynamoDbWatermarkStore;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 
 #[tokio::main]
@@ -24,7 +24,7 @@ async fn main() -> Result<(), Error> {
     let (client, stream, marks) = (&client, stream.as_str(), marks.as_ref());
     lambda_runtime::run(service_fn(
         move |_: LambdaEvent<serde_json::Value>| async move {
-            let marks = marks.map(|m| m as &dyn awsmp_pipeline::ports::WatermarkStore);
+            let marks = marks.map(|m| m as &dyn awsmp_aws::watermark::WatermarkStore);
             let done = awsmp_consumer::heartbeat::scheduled(client, stream, marks).await?;
             Ok::<(usize, usize), Error>(done)
         },

@@ -33,7 +33,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 
 use awsmp_contract::keys::{GroupKey, HourBucket, RowKey, format_usage_timestamp};
-use awsmp_pipeline::domain::row::Tag;
+use awsmp_contract::row::Tag;
 use chrono::{DateTime, TimeZone, Utc};
 use hashbrown::HashTable;
 

@@ -8,8 +8,8 @@ use awsmp_contract::Event;
 use awsmp_contract::keys::HourBucket;
 use awsmp_contract::limits::marketplace::MAX_USAGE_QUANTITY;
 use awsmp_contract::reasons;
+use awsmp_contract::row::Tag;
 use awsmp_contract::time::{TimeConfig, is_billable};
-use awsmp_pipeline::domain::row::Tag;
 use chrono::{DateTime, Duration, Utc};
 
 /// Default `AWSMP_MAX_CLOCK_SKEW_SECONDS`: under [`TimestampPolicy::Server`] and

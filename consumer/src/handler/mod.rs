@@ -118,7 +118,7 @@ pub struct Consumer {
     /// Finalized group-hours.
     pub finalized: Arc<dyn FinalizedGroups>,
     /// Ingest watermarks; `None`: not published (no fence downstream).
-    pub watermarks: Option<Arc<dyn awsmp_pipeline::ports::WatermarkStore>>,
+    pub watermarks: Option<Arc<dyn awsmp_aws::watermark::WatermarkStore>>,
     /// The billing archive; `None`: not archived.
     pub archive: Option<Arc<dyn crate::archive::BillingArchive>>,
     /// EMF metrics.

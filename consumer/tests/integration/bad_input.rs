@@ -22,8 +22,8 @@ use awsmp_contract::Event;
 use awsmp_contract::clock::FixedClock;
 use awsmp_contract::event::MAX_DIMENSION_BYTES;
 use awsmp_contract::keys::{GroupKey, RowKey};
+use awsmp_contract::row::{AttrValue, RawUsageRow};
 use awsmp_contract::wire::encode_event;
-use awsmp_pipeline::domain::row::{AttrValue, RawUsageRow};
 use awsmp_producer::partition::partition_key;
 use chrono::{DateTime, TimeZone, Utc};
 

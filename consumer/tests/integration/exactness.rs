@@ -17,9 +17,9 @@ use awsmp_contract::clock::FixedClock;
 use awsmp_contract::keys::{GroupKey, HourBucket, parse_usage_timestamp, split_usage_sort_key};
 use awsmp_contract::reasons;
 use awsmp_contract::retry::RetryPolicy;
+use awsmp_contract::row::AttrValue;
 use awsmp_contract::time::TimeConfig;
 use awsmp_pipeline::domain::fold::{FoldOutcome, GroupFold};
-use awsmp_pipeline::domain::row::AttrValue;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

@@ -20,13 +20,13 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use awsmp_aws::deprovisioning::DeprovisioningIndex;
+use awsmp_aws::deprovisioning::DynamoDbDeprovisioningIndex;
 use awsmp_lifecycle::adapters::dynamodb::DynamoDbSubscriberStore;
 use awsmp_lifecycle::adapters::memory::MemorySubscriberStore;
 use awsmp_lifecycle::domain::event::{Change, LicenseKey};
 use awsmp_lifecycle::domain::state::LicenseStatus;
 use awsmp_lifecycle::ports::SubscriberStore;
-use awsmp_pipeline::adapters::dynamodb::DynamoDbDeprovisioningIndex;
-use awsmp_pipeline::ports::DeprovisioningIndex;
 use chrono::{DateTime, Duration, TimeZone, Utc};
 
 /// The store and the pipeline's reader of its deprovisioning index, over one table.

@@ -82,7 +82,7 @@ impl Consumers {
         &self,
         kinesis: &aws_sdk_kinesis::Client,
         stream: &str,
-        marks: &dyn awsmp_pipeline::ports::WatermarkStore,
+        marks: &dyn awsmp_aws::watermark::WatermarkStore,
     ) -> Result<()> {
         match &self.hosted {
             Some(h) => {
@@ -307,7 +307,7 @@ async fn heartbeats(
     ctx: &RunContext<'_>,
     consumers: &Consumers,
     (kinesis, stream): (&aws_sdk_kinesis::Client, &str),
-    marks: Option<&dyn awsmp_pipeline::ports::WatermarkStore>,
+    marks: Option<&dyn awsmp_aws::watermark::WatermarkStore>,
 ) -> Result<()> {
     let Some(marks) = marks else {
         return Ok(());

@@ -38,7 +38,7 @@ use crate::report::{Percentiles, RunReport};
 use crate::workload::Group;
 use anyhow::Result;
 use awsmp_contract::keys::{GroupKey, HourBucket};
-use awsmp_pipeline::domain::row::conforming_row;
+use awsmp_contract::row::conforming_row;
 use awsmp_producer::Producer;
 use chrono::{DateTime, Utc};
 use collect::{Scope, collect_tables};

@@ -6,6 +6,7 @@
 use crate::common;
 
 use anyhow::{Context, Result, ensure};
+use awsmp_aws::dynamodb::to_sdk;
 use awsmp_contract::keys::{GroupKey, HourBucket};
 use awsmp_lifecycle::adapters::dynamodb::DynamoDbSubscriberStore;
 use awsmp_lifecycle::domain::event::LicenseKey;
@@ -13,7 +14,6 @@ use awsmp_lifecycle::domain::state::LicenseStatus;
 use awsmp_lifecycle::ports::SubscriberStore;
 use awsmp_loadtest::local::LocalEnv;
 use awsmp_loadtest::local::sites::Sites;
-use awsmp_pipeline::adapters::dynamodb::to_sdk;
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use common::multi_stack::{EU, MultiStack, US};
 use common::{NEEDS_STACK, row};

@@ -176,7 +176,7 @@ async fn line_has_no_duplicates(st: &Stack, license: &str) -> Result<bool> {
 /// with `reason`: every row `RejectedClientSide`, no aggregated record, nothing billed.
 async fn assert_group_rejected(
     st: &Stack,
-    rows: &[awsmp_pipeline::domain::row::RawUsageRow],
+    rows: &[awsmp_contract::row::RawUsageRow],
     g: &awsmp_contract::keys::GroupKey,
     reason: &str,
 ) -> Result<()> {
@@ -236,8 +236,8 @@ enum AttrCase {
 }
 
 impl AttrCase {
-    fn value(&self) -> awsmp_pipeline::domain::row::AttrValue {
-        use awsmp_pipeline::domain::row::AttrValue;
+    fn value(&self) -> awsmp_contract::row::AttrValue {
+        use awsmp_contract::row::AttrValue;
         match self {
             AttrCase::N(n) => AttrValue::N((*n).into()),
             AttrCase::S(s) => AttrValue::S((*s).into()),
@@ -248,7 +248,7 @@ impl AttrCase {
 #[tokio::test]
 #[ignore = "needs the local stack (awsmp-local up); run by scripts/test"]
 async fn t5_each_sort_key_rejection_rejects_its_whole_group() -> Result<()> {
-    use awsmp_pipeline::domain::row::AttrValue;
+    use awsmp_contract::row::AttrValue;
     let _one = STACK.lock().await;
     let st = Stack::new().await?;
     let runner = runner(&[]).await?;

@@ -3,6 +3,8 @@
 //! CloudTrail's event history (`AWS_ENDPOINT_URL_CLOUDTRAIL` points it at the local simulator).
 
 use anyhow::{Context, Result, bail};
+use awsmp_aws::watermark::DynamoDbWatermarkStore;
+use awsmp_aws::watermark::WatermarkStore;
 use awsmp_contract::keys::HourBucket;
 use awsmp_meterctl::cloudtrail::CloudTrailMeteringTrail;
 use awsmp_meterctl::ledger::{EXIT_CLEAN, EXIT_UNEXPLAINED, Ledger};
@@ -11,9 +13,7 @@ use awsmp_meterctl::sources::HourSources;
 use awsmp_meterctl::status::{Moment, status};
 use awsmp_meterctl::subscription::{SubscriptionState, SubscriptionView};
 use awsmp_meterctl::{redrive, render, verify};
-use awsmp_pipeline::adapters::dynamodb::DynamoDbWatermarkStore;
 use awsmp_pipeline::config::Config;
-use awsmp_pipeline::ports::WatermarkStore;
 use chrono::{DateTime, Duration, Utc};
 use clap::{Args, Parser, Subcommand};
 use std::process::ExitCode;

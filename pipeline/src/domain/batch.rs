@@ -25,9 +25,9 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use super::row::Allocation;
 use awsmp_contract::keys::{GroupKey, Identity};
 use awsmp_contract::limits::marketplace::{MAX_REQUEST_BYTES, MAX_USAGE_RECORDS_PER_CALL};
+use awsmp_contract::row::Allocation;
 
 /// Conservative per-request JSON overhead: braces, `"UsageRecords":[]`, `"ProductCode":""`.
 const REQUEST_OVERHEAD_BYTES: usize = 64;
@@ -237,8 +237,8 @@ fn kind_bytes(kind: &CallKind) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::row::Tag;
     use awsmp_contract::keys::HourBucket;
+    use awsmp_contract::row::Tag;
 
     fn lic(n: u32) -> String {
         format!("arn:aws:license-manager::123456789012:license:l-{n:032x}")

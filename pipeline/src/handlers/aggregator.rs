@@ -207,7 +207,9 @@ async fn revisit(
         match row {
             RevisitRow::NotPending | RevisitRow::Foreign => {}
             RevisitRow::AlreadyAggregated(_)
-                if crate::mutants::active(crate::mutants::Mutant::RevisitDropsContributions) => {}
+                if awsmp_aws::mutants::active(
+                    awsmp_aws::mutants::Mutant::RevisitDropsContributions,
+                ) => {}
             RevisitRow::AlreadyAggregated(key) => {
                 let folded_q = folded
                     .as_ref()

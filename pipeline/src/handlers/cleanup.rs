@@ -115,7 +115,7 @@ pub async fn cleanup_with(svc: &CleanupDeps, body: &str) -> Result<usize> {
     if let Some(folded) = msg
         .folded
         .as_ref()
-        .filter(|_| !crate::mutants::active(crate::mutants::Mutant::CleanupUnconditional))
+        .filter(|_| !awsmp_aws::mutants::active(awsmp_aws::mutants::Mutant::CleanupUnconditional))
     {
         return match (status, msg.reason.as_deref()) {
             (Some(RawStatus::Aggregated), Some(reason)) if folded.len() == msg.keys.len() => {

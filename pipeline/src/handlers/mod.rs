@@ -11,17 +11,14 @@ pub mod discoverer;
 pub mod expiry;
 pub mod submitter;
 
-use crate::adapters::dynamodb::{
-    DynamoDbAggregatedStore, DynamoDbDeprovisioningIndex, DynamoDbUsageStore,
-    DynamoDbWatermarkStore,
-};
+use crate::adapters::dynamodb::{DynamoDbAggregatedStore, DynamoDbUsageStore};
 use crate::adapters::sqs::SqsQueue;
 use crate::config::Config;
 use crate::error::{PipelineError, Result};
-use crate::ports::{
-    AggregatedStore, DeprovisioningIndex, MessageQueue, UsageStore, WatermarkStore,
-};
+use crate::ports::{AggregatedStore, MessageQueue, UsageStore};
+use awsmp_aws::deprovisioning::{DeprovisioningIndex, DynamoDbDeprovisioningIndex};
 use awsmp_aws::emf::MetricsSink;
+use awsmp_aws::watermark::{DynamoDbWatermarkStore, WatermarkStore};
 use awsmp_contract::clock::Clock;
 pub use deps::{
     AggregatorDeps, CleanupDeps, DeprovisionFlush, DiscovererDeps, ExpiryDeps, SubmitterDeps,

@@ -7,9 +7,9 @@
 #![allow(dead_code)]
 
 use aws_sdk_dynamodb::types::AttributeValue as Av;
+use awsmp_aws::dynamodb::{row_from_item, to_sdk};
 use awsmp_contract::keys::{GroupKey, HourBucket, RowKey};
-use awsmp_pipeline::adapters::dynamodb::{row_from_item, to_sdk};
-use awsmp_pipeline::domain::row::RawUsageRow;
+use awsmp_contract::row::RawUsageRow;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 

@@ -5,7 +5,7 @@ use awsmp_contract::keys::{
     GroupKey, HourBucket, format_usage_timestamp, parse_aggregated_sort_key, parse_usage_timestamp,
     split_usage_sort_key,
 };
-use awsmp_pipeline::domain::row::{NumberError, parse_non_negative_integer};
+use awsmp_contract::row::{NumberError, parse_non_negative_integer};
 use chrono::{DateTime, TimeZone, Utc};
 use proptest::prelude::*;
 

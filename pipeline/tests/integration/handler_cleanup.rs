@@ -95,7 +95,7 @@ async fn a_status_less_message_keeps_the_status_of_a_row_that_changed() {
     let mut rewritten = w.row(&g, 900);
     rewritten.insert(
         a::METERING_PENDING.into(),
-        awsmp_pipeline::domain::row::AttrValue::s(HOUR),
+        awsmp_contract::row::AttrValue::s(HOUR),
     );
     w.put_row(rewritten);
 

@@ -85,7 +85,7 @@ impl World {
         let closing = lock(&self.lifecycle.closing);
         let empty = BTreeSet::new();
         let billed = closing.billed_at_close.get(key).unwrap_or(&empty);
-        let text = |r: &awsmp_pipeline::domain::row::RawUsageRow, k: &str| {
+        let text = |r: &awsmp_contract::row::RawUsageRow, k: &str| {
             r.get(k).and_then(|v| v.as_s()).map(str::to_owned)
         };
         let faulted = self.faults.attempt_faults();
@@ -104,7 +104,7 @@ impl World {
             })
             .map(|i| i.group)
             .collect();
-        let window_exit = |r: &awsmp_pipeline::domain::row::RawUsageRow, group: &GroupKey| {
+        let window_exit = |r: &awsmp_contract::row::RawUsageRow, group: &GroupKey| {
             let status = text(r, a::METERING_STATUS);
             let reason = text(r, a::METERING_STATUS_REASON).unwrap_or_default();
             status.as_deref() == Some("AggregationExpired")

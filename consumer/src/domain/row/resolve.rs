@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use awsmp_contract::limits::marketplace::{MAX_ALLOCATIONS_PER_RECORD, MAX_USAGE_QUANTITY};
 use awsmp_contract::reasons;
-use awsmp_pipeline::domain::row::{Allocation, Tag};
+use awsmp_contract::row::{Allocation, Tag};
 
 use crate::domain::fold::{Part, RowContribution};
 use crate::domain::seq::{Lane, SeqNum};

@@ -4,12 +4,12 @@
 use std::collections::BTreeMap;
 
 use super::checks::{Finding, finding};
-use crate::domain::row::{Allocation, AttrValue, NumberError, Tag, parse_non_negative_integer};
 use awsmp_contract::attrs;
 use awsmp_contract::limits::marketplace::{
     MAX_ALLOCATIONS_PER_RECORD, MAX_TAG_KEY_LENGTH, MAX_TAG_VALUE_LENGTH, MAX_TAGS_PER_ALLOCATION,
     MAX_USAGE_QUANTITY, matches_tag_pattern,
 };
+use awsmp_contract::row::{Allocation, AttrValue, NumberError, Tag, parse_non_negative_integer};
 use awsmp_contract::status::RejectReason::{self, *};
 
 /// A row's tags, borrowed from the row: `(key, value)` pairs.

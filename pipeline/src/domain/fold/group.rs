@@ -13,10 +13,10 @@ use super::conforming::Conforming;
 use super::membership::{MemberPrefix, Membership, membership};
 use super::overflow::{Overflow, split_at_api_maximum};
 use super::seconds::{SecondQuantities, SecondSet};
-use crate::domain::row::{Allocation, RawUsageRow};
 use awsmp_contract::DomainError;
 use awsmp_contract::keys::{GroupKey, Identity, RowKey};
 use awsmp_contract::limits::marketplace::MAX_ALLOCATIONS_PER_RECORD;
+use awsmp_contract::row::{Allocation, RawUsageRow};
 use awsmp_contract::status::{RejectReason, aggregated_reason};
 use awsmp_contract::time::{TimeConfig, is_zero_finalize_edge};
 

@@ -1,10 +1,10 @@
 //! Where a pushed row stands relative to the group being folded or re-visited.
 
 use super::RowView;
-use crate::domain::row::AttrValue;
 use awsmp_contract::keys::{
     GroupKey, SortKeySegments, parse_usage_timestamp, split_usage_sort_key,
 };
+use awsmp_contract::row::AttrValue;
 
 /// Where a row stands relative to a group.
 pub(super) enum Membership<'r> {
@@ -125,7 +125,7 @@ fn whole_second_member<'r>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::row::RawUsageRow;
+    use awsmp_contract::row::RawUsageRow;
 
     /// What the general path (split, then the calendar) makes of `sort_key`.
     fn general<'r>(

@@ -29,7 +29,7 @@
 //! ```
 //! use awsmp_pipeline::domain::fold::{FoldOutcome, GroupFold};
 //! use awsmp_contract::keys::GroupKey;
-//! use awsmp_pipeline::domain::row::conforming_row;
+//! use awsmp_contract::row::conforming_row;
 //! use awsmp_contract::time::TimeConfig;
 //! use chrono::{TimeZone, Utc};
 //!
@@ -66,7 +66,7 @@ pub use overflow::{Overflow, Split, split_at_api_maximum};
 pub use revisit::{LateRow, RevisitRow, classify_revisit, folded_second, late_difference};
 pub use seconds::{SECOND_QUANTITY_BYTES, SECOND_SET_BYTES, SecondQuantities, SecondSet};
 
-use super::row::{AttrValue, RawUsageRow};
+use awsmp_contract::row::{AttrValue, RawUsageRow};
 
 /// The attribute `name` of `row`, unless absent or NULL.
 fn present<'r>(row: &'r RawUsageRow, name: &str) -> Option<&'r AttrValue> {

@@ -3,10 +3,10 @@
 use super::membership::{MemberPrefix, Membership, membership};
 use super::seconds::SecondSet;
 use super::{RowView, present};
-use crate::domain::row::{AttrValue, RawUsageRow, parse_non_negative_integer};
 use awsmp_contract::attrs;
 use awsmp_contract::keys::{GroupKey, RowKey};
 use awsmp_contract::limits::marketplace::MAX_USAGE_QUANTITY;
+use awsmp_contract::row::{AttrValue, RawUsageRow, parse_non_negative_integer};
 
 /// A raw row seen on a re-visit of a group whose aggregated record already exists.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,11 +4,11 @@ use chrono::{DateTime, TimeZone, Utc};
 
 use super::allocations::{decode_tag_set, encode_tag_set};
 use super::*;
-use crate::domain::row::{Allocation, Tag, conforming_row};
 use awsmp_contract::DomainError;
 use awsmp_contract::attrs;
 use awsmp_contract::keys::GroupKey;
 use awsmp_contract::limits::marketplace::{MAX_ALLOCATIONS_PER_RECORD, MAX_USAGE_QUANTITY};
+use awsmp_contract::row::{Allocation, Tag, conforming_row};
 use awsmp_contract::status::RejectReason;
 use awsmp_contract::time::TimeConfig;
 

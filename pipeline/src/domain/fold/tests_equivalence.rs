@@ -11,9 +11,9 @@ use chrono::{DateTime, Duration, Utc};
 use proptest::prelude::*;
 
 use super::{FoldOutcome, GroupFold, RowShape, RowView, UsageRow};
-use crate::domain::row::{Allocation, AttrValue, RawUsageRow, Tag, conforming_row};
 use awsmp_contract::attrs;
 use awsmp_contract::keys::GroupKey;
+use awsmp_contract::row::{Allocation, AttrValue, RawUsageRow, Tag, conforming_row};
 use awsmp_contract::time::TimeConfig;
 
 const LICENSE: &str =

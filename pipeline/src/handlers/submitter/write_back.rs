@@ -46,7 +46,7 @@ impl Run<'_> {
             self.out.left_pending += 1;
             return;
         };
-        if crate::mutants::active(crate::mutants::Mutant::SubmitterForgetsWriteBack)
+        if awsmp_aws::mutants::active(awsmp_aws::mutants::Mutant::SubmitterForgetsWriteBack)
             && f.status.is_billed()
         {
             return;

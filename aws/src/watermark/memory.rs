@@ -1,12 +1,11 @@
 //! The in-memory twin of the ingest-watermark table.
 
-use super::lock;
+use super::{ShardWatermark, WatermarkStore};
 use crate::error::Result;
-use crate::ports::{ShardWatermark, WatermarkStore};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 /// Watermarks by stream (the partition) and shard id; `advance` never moves one backwards,
 /// like the DynamoDB adapter's conditional update.
@@ -65,4 +64,8 @@ impl WatermarkStore for MemoryWatermarkStore {
             .cloned()
             .collect())
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }

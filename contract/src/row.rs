@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use awsmp_contract::attrs;
-use awsmp_contract::keys::{GroupKey, SECONDS_PER_HOUR};
+use crate::attrs;
+use crate::keys::{GroupKey, SECONDS_PER_HOUR};
 
 /// One DynamoDB attribute value, mirroring the SDK's `AttributeValue` for the types the
 /// usage-row contract uses.
@@ -102,7 +102,7 @@ const MAX_EXPONENT_DIGITS: usize = 6;
 /// (the guardrail order checks integrality before sign).
 ///
 /// ```
-/// use awsmp_pipeline::domain::row::{parse_non_negative_integer, NumberError};
+/// use awsmp_contract::row::{parse_non_negative_integer, NumberError};
 /// assert_eq!(parse_non_negative_integer("4.2E1"), Ok(42));
 /// assert_eq!(parse_non_negative_integer("1.5"), Err(NumberError::NonInteger));
 /// assert_eq!(parse_non_negative_integer("-1.5"), Err(NumberError::NonInteger));
@@ -253,7 +253,7 @@ fn parse_exponent(b: &[u8], i: &mut usize) -> Result<(i64, bool), NumberError> {
 
 /// One VMT tag: the event's own tag type (`Key` / `Value`), so the producer, the consumer and
 /// the pipeline share one definition.
-pub use awsmp_contract::Tag;
+pub use crate::event::Tag;
 
 /// One usage allocation in the `BatchMeterUsage` `UsageAllocation` shape.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -309,7 +309,7 @@ pub fn conforming_row(
         second < SECONDS_PER_HOUR,
         "second {second} outside the hour"
     );
-    let ts = awsmp_contract::keys::format_usage_timestamp(group.hour.at_second(second));
+    let ts = crate::keys::format_usage_timestamp(group.hour.at_second(second));
     let mut row = RawUsageRow::new();
     row.insert(
         attrs::LICENSE_ARN.to_owned(),

@@ -2,17 +2,50 @@
 //! shard, one partition per stream — hash key `stream`, range key `shardId` — holding
 //! `appliedThrough` (epoch milliseconds) and `drained` (docs/row-contract.md, "Ingest
 //! watermarks"). A stream's watermarks are read with one paginated, strongly consistent
-//! `Query` on its partition: no `Scan`.
+//! `Query` on its partition: no `Scan`. The consumer writes it, the discoverer (its fence) and
+//! the stream heartbeat read it, so the port and both adapters live here, once.
 
-use super::convert::{n, s};
-use super::errors::{ddb_err, is_conditional_failure, malformed, query_all};
+use crate::dynamodb::{ddb_err, is_conditional_failure, malformed, n, query_all, s};
 use crate::error::Result;
-use crate::ports::{ShardWatermark, WatermarkStore};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
+
+mod memory;
+pub use memory::MemoryWatermarkStore;
+
+/// How far the consumer has applied one shard of the usage stream (docs/guarantees.md,
+/// "Ingest watermark").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardWatermark {
+    /// The stream the shard belongs to (the table's hash key, docs/row-contract.md, "Ingest
+    /// watermarks").
+    pub stream: String,
+    /// The shard id, e.g. `shardId-000000000000` (the table's range key).
+    pub shard_id: String,
+    /// The highest `approximateArrivalTimestamp` whose rows were written (or whose heartbeat
+    /// marker was seen).
+    pub applied_through: DateTime<Utc>,
+    /// The shard is closed (resharding) and the consumer reached its end: it no longer holds
+    /// the fence back.
+    pub drained: bool,
+}
+
+/// The ingest-watermark table: one item per shard, one partition per stream (hash key
+/// `stream`, range key `shardId`). The consumer writes, the discoverer and the stream
+/// heartbeat read one stream's partition.
+#[async_trait]
+pub trait WatermarkStore: Send + Sync {
+    /// Move the watermark of `stream`'s shard `shard_id` to `arrival`, never backwards (a
+    /// conditional write). True when it moved; false when it was already at or past `arrival`.
+    async fn advance(&self, stream: &str, shard_id: &str, arrival: DateTime<Utc>) -> Result<bool>;
+    /// Record that `stream`'s closed shard `shard_id` was read to its end.
+    async fn mark_drained(&self, stream: &str, shard_id: &str) -> Result<()>;
+    /// The watermark of every shard of `stream` that has one (a strongly consistent read).
+    async fn shards(&self, stream: &str) -> Result<Vec<ShardWatermark>>;
+}
 
 /// Hash key: the stream's name.
 pub const WATERMARK_STREAM: &str = "stream";

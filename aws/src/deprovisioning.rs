@@ -1,18 +1,32 @@
-//! The subscribers table's deprovisioning index.
+//! The subscribers table's deprovisioning index: the lifecycle functions write it
+//! (`License Deprovisioned`) and read it (deprovision-cleanup), the discoverer's flush reads it;
+//! the port and its DynamoDB adapter live here, once.
 
-use super::convert::s;
-use super::errors::{malformed, query_all};
+use crate::dynamodb::{malformed, query_all, s};
 use crate::error::Result;
-use crate::ports::{Deprovisioning, DeprovisioningIndex};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use awsmp_contract::attrs as a;
+use awsmp_contract::subscribers::{DEPROVISIONING_INDEX, DEPROVISIONING_PENDING_VALUE};
 use chrono::{DateTime, Utc};
 
-/// Partition value of the sparse `deprovisioning-pending-index` (a constant flag).
-pub const DEPROVISIONING_PENDING_FLAG: &str = "1";
-/// The sparse index name.
-pub const DEPROVISIONING_INDEX: &str = "deprovisioning-pending-index";
+/// A license in its deprovisioning flush window (the subscribers table's sparse index).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deprovisioning {
+    /// License ARN.
+    pub license_arn: String,
+    /// Buyer account.
+    pub customer_aws_account_id: String,
+    /// When AWS stops accepting usage for it.
+    pub expiry: DateTime<Utc>,
+}
+
+/// The subscribers table's `deprovisioning-pending-index`.
+#[async_trait]
+pub trait DeprovisioningIndex: Send + Sync {
+    /// Every license currently in its flush window.
+    async fn active(&self) -> Result<Vec<Deprovisioning>>;
+}
 
 /// The subscribers table's deprovisioning index (read-only here).
 #[derive(Debug, Clone)]
@@ -40,7 +54,7 @@ impl DeprovisioningIndex for DynamoDbDeprovisioningIndex {
             .table_name(&self.table)
             .index_name(DEPROVISIONING_INDEX)
             .key_condition_expression("deprovisioningPendingFlag = :f")
-            .expression_attribute_values(":f", s(DEPROVISIONING_PENDING_FLAG));
+            .expression_attribute_values(":f", s(DEPROVISIONING_PENDING_VALUE));
         let items = query_all(query, &self.table).await?;
         items
             .iter()
