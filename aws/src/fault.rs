@@ -11,16 +11,19 @@
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-//! use awsmp_aws::fault::{FaultKind, FaultSchedule, Injected};
+//! use awsmp_aws::error::StoreError;
+//! use awsmp_aws::fault::{FaultKind, FaultSchedule};
 //! use awsmp_aws::watermark::{MemoryWatermarkStore, WatermarkStore};
 //!
 //! let faults = FaultSchedule::new(7);
 //! faults.script("advance", [FaultKind::LoseResponse]);
 //! let store = MemoryWatermarkStore::new();
 //! let at = "2026-11-30T10:00:00Z".parse().unwrap();
-//! let advance = || faults.run("watermarks", "advance", store.advance("s", "shardId-0", at), |f: Injected| f.to_string());
-//! assert!(advance().await.is_err()); // applied, answer lost
-//! assert_eq!(advance().await, Ok(false)); // the retry finds it applied
+//! let lost = |fault| StoreError::MalformedItem { table: "watermarks".into(), detail: format!("{fault}") };
+//! let first = faults.run("watermarks", "advance", store.advance("s", "shardId-0", at), lost).await;
+//! assert!(first.is_err()); // applied, answer lost
+//! let retry = faults.run("watermarks", "advance", store.advance("s", "shardId-0", at), lost).await;
+//! assert!(!retry.unwrap()); // the retry finds it applied
 //! assert_eq!(faults.injected(), 1);
 //! # });
 //! ```
