@@ -28,11 +28,11 @@ use awsmp_consumer::domain::record::{
 use awsmp_consumer::domain::trailer::{body_and_trailer, trailers_match};
 use awsmp_consumer::domain::verify::VerifyPolicy;
 use awsmp_consumer::handler::{kinesis_record, stream_record};
-use awsmp_pipeline::domain::clock::FixedClock;
-use awsmp_producer::Event;
-use awsmp_producer::event_id::{GeneratedId, lane_of};
+use awsmp_contract::Event;
+use awsmp_contract::clock::FixedClock;
+use awsmp_contract::event_id::{GeneratedId, lane_of};
+use awsmp_contract::wire::{AggregateV2Builder, WireVersion, encode_aggregated};
 use awsmp_producer::partition::{partition_hash, partition_key};
-use awsmp_producer::wire::{AggregateV2Builder, WireVersion, encode_aggregated};
 use bytes::Bytes;
 use chrono::{Duration, TimeZone, Utc};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};

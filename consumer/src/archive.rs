@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use async_trait::async_trait;
-use awsmp_pipeline::contract::attrs::audit_timestamp;
+use awsmp_contract::attrs::audit_timestamp;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 

@@ -20,9 +20,7 @@
 
 use std::collections::HashSet;
 
-use awsmp_pipeline::domain::time::{
-    DEFAULT_BILLABLE_WINDOW_HOURS, MIN_METERING_LOCK_HOURS, TimeConfig,
-};
+use awsmp_contract::time::{DEFAULT_BILLABLE_WINDOW_HOURS, MIN_METERING_LOCK_HOURS, TimeConfig};
 
 use crate::domain::verify::{DEFAULT_MAX_CLOCK_SKEW_SECONDS, TimestampPolicy, VerifyPolicy};
 use crate::error::{ConsumerError, Result};
@@ -115,7 +113,7 @@ impl Config {
             archive_bucket: get("AWSMP_BILLING_ARCHIVE_BUCKET").filter(|v| !v.is_empty()),
             metrics_namespace: get("AWSMP_METRICS_NAMESPACE")
                 .filter(|v| !v.is_empty())
-                .unwrap_or_else(|| awsmp_pipeline::emf::DEFAULT_NAMESPACE.to_owned()),
+                .unwrap_or_else(|| awsmp_aws::emf::DEFAULT_NAMESPACE.to_owned()),
             settings: Settings {
                 verify: VerifyPolicy {
                     timestamp: policy,

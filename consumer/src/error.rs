@@ -1,7 +1,7 @@
 //! The crate's error type.
 
-use awsmp_pipeline::domain::DomainError;
-use awsmp_retry::Retryable;
+use awsmp_contract::DomainError;
+use awsmp_contract::retry::Retryable;
 
 /// A boxed error kept as the source (never stringified), so callers can walk the chain.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -138,9 +138,7 @@ impl ConsumerError {
     /// payload, else `StoreFailure` (retried by Lambda).
     pub fn failure_type(&self) -> &'static str {
         match self {
-            ConsumerError::MalformedPayload { .. } => {
-                awsmp_pipeline::contract::reasons::MALFORMED_PAYLOAD
-            }
+            ConsumerError::MalformedPayload { .. } => awsmp_contract::reasons::MALFORMED_PAYLOAD,
             _ => "StoreFailure",
         }
     }

@@ -1,6 +1,6 @@
 //! The stream heartbeat: one [`HEARTBEAT_MARKER`] record into every open shard of the usage
 //! stream, so an idle shard's watermark advances (docs/guarantees.md, "Ingest watermark").
-//! Scheduled every [`HEARTBEAT_PERIOD_SECS`](awsmp_pipeline::contract::stream::HEARTBEAT_PERIOD_SECS)
+//! Scheduled every [`HEARTBEAT_PERIOD_SECS`](awsmp_contract::stream::HEARTBEAT_PERIOD_SECS)
 //! seconds; the local runner calls [`beat`] before it polls the stream.
 //!
 //! Both watermark steps compare Kinesis `ListShards` with the stream's own partition of the
@@ -18,10 +18,10 @@
 use aws_sdk_kinesis::Client;
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::Shard;
-use awsmp_pipeline::contract::stream::{HEARTBEAT_MARKER, HEARTBEAT_PARTITION_KEY};
+use awsmp_contract::stream::{HEARTBEAT_MARKER, HEARTBEAT_PARTITION_KEY};
 
 use crate::error::{ConsumerError, Result};
-use awsmp_pipeline::ports::WatermarkStore;
+use awsmp_aws::watermark::WatermarkStore;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
 
@@ -151,7 +151,7 @@ async fn list_shards(client: &Client, stream: &str) -> Result<Vec<Shard>> {
     }
 }
 
-fn store_err(e: awsmp_pipeline::PipelineError) -> ConsumerError {
+fn store_err(e: awsmp_aws::error::StoreError) -> ConsumerError {
     ConsumerError::Store {
         store: "ingest watermark",
         retryable: e.is_retryable(),

@@ -1,4 +1,4 @@
 //! The consumer's mutant hooks share the pipeline's registry (one active mutant per process):
-//! see `pipeline/src/mutants.rs`.
+//! see `aws/src/mutants.rs`.
 
-pub use awsmp_pipeline::mutants::{Mutant, active};
+pub use awsmp_aws::mutants::{Mutant, active};

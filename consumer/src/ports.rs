@@ -4,8 +4,8 @@
 use std::collections::HashSet;
 
 use async_trait::async_trait;
-use awsmp_pipeline::domain::keys::{GroupKey, RowKey};
-use awsmp_pipeline::domain::row::RawUsageRow;
+use awsmp_contract::keys::{GroupKey, RowKey};
+use awsmp_contract::row::RawUsageRow;
 use chrono::{DateTime, Utc};
 
 use crate::domain::row::RowWrite;

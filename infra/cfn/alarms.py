@@ -1,6 +1,6 @@
 """CloudWatch alarms: one per failure mode, each notifying the optional seller SNS topic.
 
-Business metrics are the EMF metrics of pipeline/src/contract/metrics.rs, in the stack's
+Business metrics are the EMF metrics of contract/src/metrics.rs, in the stack's
 namespace (`AWSMP_METRICS_NAMESPACE`), with the dimensions the code emits: `Service` always,
 plus `Reason`, `Exception`, `DedupKind` or `Producer` on some. A metric with an extra dimension
 is alarmed through a Metrics Insights query summing over it

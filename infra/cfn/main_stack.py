@@ -169,7 +169,7 @@ def deprovisioning_index() -> dict:
 
 def watermark_query() -> dict:
     """The discoverer's fence reads its stream's partition of the ingest-watermark table (hash
-    key `stream`, pipeline/src/adapters/dynamodb/watermark.rs): a `Query`, never a `Scan`."""
+    key `stream`, aws/src/watermark.rs): a `Query`, never a `Scan`."""
     arn = table_arn("awsmp-ingest-watermarks", "ingest")
     return if_("UseWatermark", statement(["dynamodb:Query"], [arn]), NO_VALUE)
 

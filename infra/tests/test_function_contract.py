@@ -182,7 +182,7 @@ CALLS = {
         ("DedupTable", "dynamodb:GetItem"): "consumer/src/adapters/dedup_table.rs",
         ("DedupTable", "dynamodb:PutItem"): "consumer/src/adapters/dedup_table.rs",
         ("RejectedEventsTable", "dynamodb:PutItem"): "consumer/src/adapters/dynamodb.rs",
-        ("IngestWatermarkTable", "dynamodb:UpdateItem"): "pipeline/src/adapters/dynamodb/watermark.rs",
+        ("IngestWatermarkTable", "dynamodb:UpdateItem"): "aws/src/watermark.rs",
         ("BillingArchiveBucket/*", "s3:PutObject"): "consumer/src/adapters/archive.rs",
         ("ConsumerFailureQueue", "sqs:SendMessage"): MAPPING,
         **{("UsageStream", a): MAPPING for a in ("kinesis:DescribeStream", "kinesis:DescribeStreamSummary", "kinesis:GetRecords", "kinesis:GetShardIterator", "kinesis:ListShards")},

@@ -1,6 +1,6 @@
 """Every business metric an alarm or dashboard of the templates reads is one the code emits,
 with the dimensions it emits it with and a service that exists: names from
-pipeline/src/contract/metrics.rs, dimensions from the `.with(metrics::…)` calls of the emitting
+contract/src/metrics.rs, dimensions from the `.with(metrics::…)` calls of the emitting
 code, services from the binaries' `services_from_env("…")` and the consumer's metrics sink."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from stack_templates import INFRA, ROOT, STACKS, load, sub_text
 sys.path.insert(0, str(INFRA))
 from cfn.alarms import EXTRA_DIMENSIONS, NAMESPACE  # noqa: E402
 
-METRICS_RS = ROOT / "pipeline/src/contract/metrics.rs"
+METRICS_RS = ROOT / "contract/src/metrics.rs"
 CONST_METRIC = re.compile(r'pub const ([A-Z_]+): MetricName =\s*MetricName(?:::\w+\(|\s*\{\s*name:\s*)"(\w+)"')
 CONST_DIM = re.compile(r'pub const ([A-Z_]+): &str = "(\w+)";')
 WITH = re.compile(r"metrics::([A-Z_]+)\b(?:(?!metrics::)[^;]){0,200}?\.with\(\s*metrics::([A-Z_]+)")
@@ -99,7 +99,7 @@ def test_alarms_and_dashboards_read_emitted_metrics_with_their_dimensions():
     for stack in STACKS:
         for name, dims, service in used_metrics(load(stack)):
             seen.add(name)
-            assert name in names, f"{stack}: {name} is not in pipeline/src/contract/metrics.rs"
+            assert name in names, f"{stack}: {name} is not in contract/src/metrics.rs"
             assert dims == {"Service", *EXTRA_DIMENSIONS.get(name, [])}, f"{stack}: {name} read with {dims}"
             assert service is None or service in known_services, f"{stack}: {name} of unknown service {service}"
     # The failure-mode metrics are all alarmed or charted.

@@ -1,5 +1,5 @@
 //! SDK clients, built once per process over the workspace's one HTTP stack
-//! ([`awsmp_pipeline::aws::sdk_config`]), optionally in another region than the Lambda's.
+//! ([`awsmp_aws::sdk::sdk_config`]), optionally in another region than the Lambda's.
 
 use aws_config::{Region, SdkConfig};
 

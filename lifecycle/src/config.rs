@@ -33,7 +33,7 @@ fn optional(lookup: &impl Fn(&str) -> Option<String>, name: &str) -> Option<Stri
 
 fn namespace(lookup: &impl Fn(&str) -> Option<String>) -> String {
     optional(lookup, METRICS_NAMESPACE)
-        .unwrap_or_else(|| awsmp_pipeline::emf::DEFAULT_NAMESPACE.to_owned())
+        .unwrap_or_else(|| awsmp_aws::emf::DEFAULT_NAMESPACE.to_owned())
 }
 
 /// The subscription and deprovision-cleanup Lambdas (events stack).
@@ -86,7 +86,7 @@ impl RegisterConfig {
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let region = required(&lookup, AWS_REGION)?;
         let product_code = required(&lookup, PRODUCT_CODE)?;
-        if !awsmp_pipeline::ids::is_valid_product_code(&product_code) {
+        if !awsmp_contract::ids::is_valid_product_code(&product_code) {
             return Err(LifecycleError::Config(format!(
                 "{PRODUCT_CODE} {product_code:?} is not a product code"
             )));

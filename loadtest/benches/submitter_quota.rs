@@ -14,6 +14,10 @@
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
+use awsmp_aws::emf::MetricsSink;
+use awsmp_contract::clock::FixedClock;
+use awsmp_contract::keys::{GroupKey, HourBucket};
+use awsmp_contract::status::AggregatedStatus;
 use awsmp_loadtest::local::{
     DEMO_DIMENSIONS, LocalEnv, demo_account, demo_catalog, demo_license_arn,
 };
@@ -21,12 +25,8 @@ use awsmp_loadtest::sim::{Catalog, Faults, SimConfig, SimHandle, spawn_on};
 use awsmp_pipeline::adapters::dynamodb::aggregated_to_item;
 use awsmp_pipeline::adapters::marketplace::MarketplaceMeteringApi;
 use awsmp_pipeline::config::Config;
-use awsmp_pipeline::contract::status::AggregatedStatus;
 use awsmp_pipeline::domain::batch::{CallKind, SubmitRecord};
-use awsmp_pipeline::domain::clock::FixedClock;
-use awsmp_pipeline::domain::keys::{GroupKey, HourBucket};
 use awsmp_pipeline::domain::results::ApiResponse;
-use awsmp_pipeline::emf::MetricsSink;
 use awsmp_pipeline::handlers::{Services, submitter};
 use awsmp_pipeline::ports::{AggregatedItem, MeterCallError, MeteringApi};
 use chrono::{DateTime, Duration as ChronoDuration, TimeZone, Utc};

@@ -4,11 +4,12 @@
 //! `awsmp-loadtest capacity` prints it; a test keeps docs/capacity.md equal to it.
 
 use crate::cost::{CostComparison, RunCounts, units};
-use awsmp_pipeline::contract::limits::{
-    BATCH_METER_USAGE_CALLS_PER_SECOND, MAX_CLEANUP_KEYS_PER_MESSAGE, MAX_USAGE_RECORDS_PER_CALL,
+use awsmp_contract::keys::SECONDS_PER_HOUR;
+use awsmp_contract::limits::kinesis::{SHARD_BYTES_PER_SECOND, SHARD_RECORDS_PER_SECOND};
+use awsmp_contract::limits::marketplace::{
+    BATCH_METER_USAGE_CALLS_PER_SECOND, MAX_USAGE_RECORDS_PER_CALL,
 };
-use awsmp_pipeline::domain::keys::SECONDS_PER_HOUR;
-use awsmp_producer::limits::{SHARD_BYTES_PER_SECOND, SHARD_RECORDS_PER_SECOND};
+use awsmp_contract::limits::sqs::MAX_CLEANUP_KEYS_PER_MESSAGE;
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -376,13 +377,13 @@ mod tests {
 
     #[test]
     fn the_default_row_size_is_a_run_row() {
-        let group = awsmp_pipeline::domain::keys::GroupKey::new(
+        let group = awsmp_contract::keys::GroupKey::new(
             crate::loadrun::run_license(0x1234_5678, 7).0,
             crate::loadrun::run_license(0x1234_5678, 7).1,
             "dim0",
             "2026-11-30T11".parse().unwrap(),
         );
-        let row = awsmp_pipeline::domain::row::conforming_row(&group, 59, 12, None);
+        let row = awsmp_contract::row::conforming_row(&group, 59, 12, None);
         assert_eq!(units::item_bytes(&row), Assumptions::default().row_bytes);
     }
 

@@ -338,12 +338,12 @@ fn read_licenses(path: &std::path::Path) -> Result<Vec<(String, String)>> {
         };
         let (license, account) = (license.trim(), account.trim());
         anyhow::ensure!(
-            awsmp_pipeline::ids::is_valid_license_arn(license),
+            awsmp_contract::ids::is_valid_license_arn(license),
             "{}:{n}: not a license ARN: {license}",
             path.display()
         );
         anyhow::ensure!(
-            awsmp_pipeline::ids::is_valid_account_id(account),
+            awsmp_contract::ids::is_valid_account_id(account),
             "{}:{n}: not an account id: {account}",
             path.display()
         );

@@ -6,11 +6,11 @@
 use crate::conservation::{TableRow, Verdict, Violation};
 use crate::local::LocalEnv;
 use anyhow::{Context, Result};
+use awsmp_contract::keys::{GroupKey, HourBucket};
 use awsmp_meterctl::cloudtrail::CloudTrailMeteringTrail;
 use awsmp_meterctl::ledger::{Ledger, LedgerLine};
 use awsmp_meterctl::read::{OpsTables, Query, sources};
 use awsmp_pipeline::config::Config;
-use awsmp_pipeline::domain::keys::{GroupKey, HourBucket};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -12,10 +12,10 @@ use crate::local::LocalEnv;
 use crate::local::hosted::{Hosted, scheduled_event};
 use anyhow::{Context, Result, bail};
 use aws_lambda_events::sqs::SqsEvent;
+use awsmp_aws::emf::MetricsSink;
+use awsmp_contract::clock::{Clock, FixedClock};
 use awsmp_pipeline::adapters::marketplace::MarketplaceMeteringApi;
 use awsmp_pipeline::config::{Config, DeploymentMode};
-use awsmp_pipeline::domain::clock::{Clock, FixedClock};
-use awsmp_pipeline::emf::MetricsSink;
 use awsmp_pipeline::handlers::discoverer::{DiscovererInput, DiscovererOutput, scheduled_targets};
 use awsmp_pipeline::handlers::{
     Services, aggregator, cleanup, discoverer, expiry, handle_sqs_batch, submitter,
@@ -193,7 +193,7 @@ impl Runner {
             &config.subscribers_table,
         ) {
             svc.deprovisioning = Some(Arc::new(
-                awsmp_pipeline::adapters::dynamodb::DynamoDbDeprovisioningIndex::new(ddb, table),
+                awsmp_aws::deprovisioning::DynamoDbDeprovisioningIndex::new(ddb, table),
             ));
         }
         let mut queues = Vec::new();
@@ -302,7 +302,7 @@ impl Runner {
     /// into the same table).
     pub fn with_ingest_fence(
         mut self,
-        watermarks: Arc<dyn awsmp_pipeline::ports::WatermarkStore>,
+        watermarks: Arc<dyn awsmp_aws::watermark::WatermarkStore>,
         stream: &str,
     ) -> Self {
         self.svc.watermarks = Some(watermarks);

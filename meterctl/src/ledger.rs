@@ -5,9 +5,9 @@
 
 use crate::sources::HourSources;
 use crate::trail::{TrailOutcome, TrailRecord};
-use awsmp_pipeline::contract::reasons::{LATE_USAGE, QUANTITY_ABOVE_API_MAXIMUM};
-use awsmp_pipeline::contract::status::AggregatedStatus;
-use awsmp_pipeline::domain::keys::GroupKey;
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::reasons::{LATE_USAGE, QUANTITY_ABOVE_API_MAXIMUM};
+use awsmp_contract::status::AggregatedStatus;
 use awsmp_pipeline::ports::AggregatedItem;
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;

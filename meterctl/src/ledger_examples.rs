@@ -7,8 +7,8 @@ use crate::ledger::{EXIT_BILLING_RISK, EXIT_CLEAN, EXIT_UNEXPLAINED, Ledger};
 use crate::render::ledger_table;
 use crate::sources::{HourSources, trail_by_group};
 use crate::trail::{MeteringTrail, TrailWindow};
-use awsmp_pipeline::contract::status::{AggregatedStatus, RawStatus};
-use awsmp_pipeline::domain::keys::{GroupKey, HourBucket};
+use awsmp_contract::keys::{GroupKey, HourBucket};
+use awsmp_contract::status::{AggregatedStatus, RawStatus};
 use awsmp_pipeline::ports::AggregatedItem;
 use chrono::{DateTime, Duration, TimeZone, Utc};
 

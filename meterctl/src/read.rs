@@ -9,11 +9,11 @@ use crate::subscription::SubscriptionView;
 use crate::trail::TrailRecord;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue as Av;
+use awsmp_contract::attrs as a;
+use awsmp_contract::keys::{GroupKey, HourBucket, split_usage_sort_key};
+use awsmp_contract::status::RawStatus;
+use awsmp_contract::subscribers as sub;
 use awsmp_pipeline::adapters::dynamodb::aggregated_from_item;
-use awsmp_pipeline::contract::attrs as a;
-use awsmp_pipeline::contract::status::RawStatus;
-use awsmp_pipeline::contract::subscribers as sub;
-use awsmp_pipeline::domain::keys::{GroupKey, HourBucket, split_usage_sort_key};
 use awsmp_pipeline::error::{PipelineError, Result};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -311,7 +311,7 @@ pub async fn sources(
     tables: &OpsTables,
     trail: &dyn crate::trail::MeteringTrail,
     q: &Query,
-    time: &awsmp_pipeline::domain::time::TimeConfig,
+    time: &awsmp_contract::time::TimeConfig,
 ) -> crate::Result<Vec<HourSources>> {
     let window =
         crate::trail::TrailWindow::for_hours(q.from, q.to, time.billable_window_hours(), q.now);

@@ -7,10 +7,10 @@
 use crate::sources::HourSources;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue as Av;
-use awsmp_pipeline::contract::attrs as a;
-use awsmp_pipeline::contract::status::{AggregatedStatus, RawStatus};
-use awsmp_pipeline::domain::keys::GroupKey;
-use awsmp_pipeline::domain::time::{TimeConfig, is_billable};
+use awsmp_contract::attrs as a;
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::status::{AggregatedStatus, RawStatus};
+use awsmp_contract::time::{TimeConfig, is_billable};
 use awsmp_pipeline::error::{PipelineError, Result};
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
@@ -159,7 +159,7 @@ pub async fn reset_record(
         .await;
     match result {
         Ok(_) => Ok(true),
-        Err(e) if awsmp_pipeline::adapters::dynamodb::is_conditional_failure(&e) => Ok(false),
+        Err(e) if awsmp_aws::dynamodb::is_conditional_failure(&e) => Ok(false),
         Err(e) => Err(dynamo("UpdateItem", table, e)),
     }
 }
@@ -229,7 +229,7 @@ pub async fn reset_rows(
             .await;
         match result {
             Ok(_) => changed += 1,
-            Err(e) if awsmp_pipeline::adapters::dynamodb::is_conditional_failure(&e) => {}
+            Err(e) if awsmp_aws::dynamodb::is_conditional_failure(&e) => {}
             Err(e) => return Err(dynamo("UpdateItem", table, e)),
         }
     }

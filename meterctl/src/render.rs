@@ -5,7 +5,7 @@ use crate::status::HourStatus;
 use crate::verify::Mismatch;
 use std::fmt::Write;
 
-fn group_hour(g: &awsmp_pipeline::domain::keys::GroupKey) -> String {
+fn group_hour(g: &awsmp_contract::keys::GroupKey) -> String {
     format!(
         "{} {} {} {}",
         g.license_arn, g.customer_aws_account_id, g.dimension, g.hour

@@ -3,8 +3,8 @@
 //! reading is in `crate::read`.
 
 use crate::trail::TrailRecord;
-use awsmp_pipeline::contract::status::RawStatus;
-use awsmp_pipeline::domain::keys::GroupKey;
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::status::RawStatus;
 use awsmp_pipeline::ports::AggregatedItem;
 use serde::Serialize;
 use std::collections::BTreeMap;

@@ -3,10 +3,10 @@
 //! "status"). Pure: it takes [`HourSources`] and the facts of the moment ([`Moment`]).
 
 use crate::sources::{HourSources, RowSummary};
-use awsmp_pipeline::contract::status::AggregatedStatus;
-use awsmp_pipeline::domain::keys::GroupKey;
-use awsmp_pipeline::domain::time::{EffectiveLock, TimeConfig, effective_lock, is_billable};
-use awsmp_pipeline::ports::Deprovisioning;
+use awsmp_aws::deprovisioning::Deprovisioning;
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::status::AggregatedStatus;
+use awsmp_contract::time::{EffectiveLock, TimeConfig, effective_lock, is_billable};
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
 use std::collections::BTreeMap;

@@ -3,8 +3,8 @@
 //! (docs/meterctl.md, "status"; the states are docs/lifecycle.md's). Pure: it takes the
 //! subscriber entry and the moment of asking.
 
-use awsmp_pipeline::contract::subscribers as s;
-use awsmp_pipeline::ports::Deprovisioning;
+use awsmp_aws::deprovisioning::Deprovisioning;
+use awsmp_contract::subscribers as s;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 

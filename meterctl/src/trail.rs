@@ -4,7 +4,7 @@
 
 use crate::error::MeterctlError;
 use async_trait::async_trait;
-use awsmp_pipeline::domain::keys::{GroupKey, HourBucket};
+use awsmp_contract::keys::{GroupKey, HourBucket};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 

@@ -3,8 +3,8 @@
 //! row count, allocations, status, MeteringRecordId). Pure.
 
 use crate::sources::HourSources;
-use awsmp_pipeline::contract::status::AggregatedStatus;
-use awsmp_pipeline::domain::keys::GroupKey;
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::status::AggregatedStatus;
 use serde::Serialize;
 
 /// One stored value that does not match its recomputation.
@@ -93,9 +93,9 @@ pub fn verify(s: &HourSources) -> Vec<Mismatch> {
 mod tests {
     use super::*;
     use crate::trail::{TrailOutcome, TrailRecord};
-    use awsmp_pipeline::contract::status::RawStatus;
-    use awsmp_pipeline::domain::keys::HourBucket;
-    use awsmp_pipeline::domain::row::Allocation;
+    use awsmp_contract::keys::HourBucket;
+    use awsmp_contract::row::Allocation;
+    use awsmp_contract::status::RawStatus;
     use awsmp_pipeline::ports::AggregatedItem;
     use chrono::{TimeZone, Utc};
 

@@ -17,13 +17,14 @@
 //! `cargo bench -p awsmp-pipeline --bench aggregate_group`
 
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
-use awsmp_pipeline::adapters::dynamodb::{DynamoDbUsageStore, to_sdk};
+use awsmp_aws::dynamodb::to_sdk;
+use awsmp_contract::keys::{GroupKey, SECONDS_PER_HOUR};
+use awsmp_contract::row::AttrValue;
+use awsmp_contract::row::{RawUsageRow, conforming_row};
+use awsmp_contract::time::TimeConfig;
+use awsmp_pipeline::adapters::dynamodb::DynamoDbUsageStore;
 use awsmp_pipeline::adapters::pages::{Page, prefetched, sequential};
 use awsmp_pipeline::domain::fold::{FoldOutcome, GroupFold};
-use awsmp_pipeline::domain::keys::{GroupKey, SECONDS_PER_HOUR};
-use awsmp_pipeline::domain::row::AttrValue;
-use awsmp_pipeline::domain::row::{RawUsageRow, conforming_row};
-use awsmp_pipeline::domain::time::TimeConfig;
 use awsmp_pipeline::ports::UsageStore;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::collections::HashMap;
@@ -179,7 +180,7 @@ fn aggregate_group(c: &mut Criterion) {
         return;
     }
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
-    let sdk = rt.block_on(awsmp_pipeline::aws::sdk_config());
+    let sdk = rt.block_on(awsmp_aws::sdk::sdk_config());
     let client = aws_sdk_dynamodb::Client::new(&sdk);
     let table = std::env::var("AWSMP_USAGE_TABLE").unwrap_or_else(|_| "awsmp-usage".into());
     let group = bench_group();

@@ -15,11 +15,12 @@
 use std::hint::black_box;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use awsmp_pipeline::adapters::dynamodb::{to_sdk, usage_row_from_owned_item};
+use awsmp_aws::dynamodb::to_sdk;
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::row::{Allocation, RawUsageRow, Tag, conforming_row};
+use awsmp_contract::time::TimeConfig;
+use awsmp_pipeline::adapters::dynamodb::usage_row_from_owned_item;
 use awsmp_pipeline::domain::fold::{FoldOutcome, GroupFold, RowShape, UsageRow};
-use awsmp_pipeline::domain::keys::GroupKey;
-use awsmp_pipeline::domain::row::{Allocation, RawUsageRow, Tag, conforming_row};
-use awsmp_pipeline::domain::time::TimeConfig;
 use chrono::{TimeZone, Utc};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use std::collections::HashMap;

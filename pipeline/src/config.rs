@@ -1,8 +1,8 @@
 //! Stage configuration, read once from the environment at start-up (fail fast).
 
-use crate::contract::limits::BATCH_METER_USAGE_CALLS_PER_SECOND;
-use crate::domain::time::TimeConfig;
 use crate::error::{PipelineError, Result};
+use awsmp_contract::limits::marketplace::BATCH_METER_USAGE_CALLS_PER_SECOND;
+use awsmp_contract::time::TimeConfig;
 use std::collections::BTreeSet;
 
 /// `DeploymentMode`: which components exist.
@@ -161,7 +161,7 @@ impl Config {
                 u64::from(DEFAULT_SUBMITTER_CALLS_PER_SECOND),
             )?)?,
             metrics_namespace: get("AWSMP_METRICS_NAMESPACE")
-                .unwrap_or_else(|| crate::emf::DEFAULT_NAMESPACE.into()),
+                .unwrap_or_else(|| awsmp_aws::emf::DEFAULT_NAMESPACE.into()),
             ingest_watermark_table: get("AWSMP_INGEST_WATERMARK_TABLE").filter(|v| !v.is_empty()),
             usage_stream: get("AWSMP_USAGE_STREAM").filter(|v| !v.is_empty()),
             watermark_settle_secs: num(
@@ -333,5 +333,23 @@ mod tests {
             let err = region(Some(bad)).unwrap_err().to_string();
             assert!(err.contains("AWSMP_EVENTS_REGION"), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn the_flush_lead_covers_the_chain_from_fence_to_billed_with_one_flush_run_lost() {
+        // Seconds from the flush's instant until the hour is billed, worst case: the fence's
+        // settle margin (this file), a heartbeat (infra/ingest.yaml), two runs of
+        // the flush (one failed) and one of the submitter (infra/main.yaml).
+        const HEARTBEAT_SECS: u64 = 60;
+        const FLUSH_EVERY_SECS: u64 = 300;
+        const SUBMIT_EVERY_SECS: u64 = 300;
+        let chain = DEFAULT_WATERMARK_SETTLE_SECS
+            + HEARTBEAT_SECS
+            + 2 * FLUSH_EVERY_SECS
+            + SUBMIT_EVERY_SECS;
+        assert!(
+            chain <= awsmp_contract::time::FLUSH_CURRENT_HOUR_LEAD_MINUTES as u64 * 60,
+            "{chain} s"
+        );
     }
 }

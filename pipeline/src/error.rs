@@ -1,8 +1,8 @@
 //! The pipeline's error type.
 
-use crate::contract::status::AggregatedStatus;
-use crate::domain::DomainError;
-use crate::domain::keys::GroupKey;
+use awsmp_contract::DomainError;
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::status::AggregatedStatus;
 
 /// Boxed SDK error, kept as the source (never stringified) so callers can classify it.
 pub type SdkError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -108,9 +108,31 @@ impl PipelineError {
     }
 }
 
-impl awsmp_retry::Retryable for PipelineError {
+impl awsmp_contract::retry::Retryable for PipelineError {
     fn is_retryable(&self) -> bool {
         PipelineError::is_retryable(self)
+    }
+}
+
+impl From<awsmp_aws::error::StoreError> for PipelineError {
+    /// A shared store's error is the pipeline error of the same name (same message, same source,
+    /// same retryability).
+    fn from(e: awsmp_aws::error::StoreError) -> Self {
+        use awsmp_aws::error::StoreError;
+        match e {
+            StoreError::DynamoDb {
+                operation,
+                resource,
+                source,
+                retryable,
+            } => Self::DynamoDb {
+                operation,
+                resource,
+                source,
+                retryable,
+            },
+            StoreError::MalformedItem { table, detail } => Self::MalformedItem { table, detail },
+        }
     }
 }
 

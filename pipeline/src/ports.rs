@@ -1,12 +1,12 @@
 //! Ports: the small capabilities the pipeline stages need from the outside world. Adapters
 //! over `aws-sdk-*` live in [`crate::adapters`]; handlers only see these traits.
 
-use crate::contract::status::{AggregatedStatus, RawStatus};
 use crate::domain::fold::UsageRow;
-use crate::domain::keys::{GroupKey, HourBucket, RowKey};
-use crate::domain::row::Allocation;
 use crate::error::Result;
 use async_trait::async_trait;
+use awsmp_contract::keys::{GroupKey, HourBucket, RowKey};
+use awsmp_contract::row::Allocation;
+use awsmp_contract::status::{AggregatedStatus, RawStatus};
 use chrono::{DateTime, Utc};
 
 /// One aggregated-usage record as stored (`awsmp-aggregated-usage`).
@@ -261,24 +261,6 @@ pub trait MessageQueue: Send + Sync {
     async fn send_all(&self, bodies: &[String]) -> Result<()>;
 }
 
-/// A license in its deprovisioning flush window (the subscribers table's sparse index).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Deprovisioning {
-    /// License ARN.
-    pub license_arn: String,
-    /// Buyer account.
-    pub customer_aws_account_id: String,
-    /// When AWS stops accepting usage for it.
-    pub expiry: DateTime<Utc>,
-}
-
-/// The subscribers table's `deprovisioning-pending-index`.
-#[async_trait]
-pub trait DeprovisioningIndex: Send + Sync {
-    /// Every license currently in its flush window.
-    async fn active(&self) -> Result<Vec<Deprovisioning>>;
-}
-
 /// A failed `BatchMeterUsage` call.
 #[derive(Debug, thiserror::Error)]
 pub enum MeterCallError {
@@ -332,35 +314,4 @@ pub trait MeteringApi: Send + Sync {
         kind: &crate::domain::batch::CallKind,
         records: &[crate::domain::batch::SubmitRecord],
     ) -> std::result::Result<crate::domain::results::ApiResponse, MeterCallError>;
-}
-
-/// How far the consumer has applied one shard of the usage stream (docs/guarantees.md,
-/// "Ingest watermark").
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShardWatermark {
-    /// The stream the shard belongs to (the table's hash key, docs/row-contract.md, "Ingest
-    /// watermarks").
-    pub stream: String,
-    /// The shard id, e.g. `shardId-000000000000` (the table's range key).
-    pub shard_id: String,
-    /// The highest `approximateArrivalTimestamp` whose rows were written (or whose heartbeat
-    /// marker was seen).
-    pub applied_through: DateTime<Utc>,
-    /// The shard is closed (resharding) and the consumer reached its end: it no longer holds
-    /// the fence back.
-    pub drained: bool,
-}
-
-/// The ingest-watermark table: one item per shard, one partition per stream (hash key
-/// `stream`, range key `shardId`). The consumer writes, the discoverer and the stream
-/// heartbeat read one stream's partition.
-#[async_trait]
-pub trait WatermarkStore: Send + Sync {
-    /// Move the watermark of `stream`'s shard `shard_id` to `arrival`, never backwards (a
-    /// conditional write). True when it moved; false when it was already at or past `arrival`.
-    async fn advance(&self, stream: &str, shard_id: &str, arrival: DateTime<Utc>) -> Result<bool>;
-    /// Record that `stream`'s closed shard `shard_id` was read to its end.
-    async fn mark_drained(&self, stream: &str, shard_id: &str) -> Result<()>;
-    /// The watermark of every shard of `stream` that has one (a strongly consistent read).
-    async fn shards(&self, stream: &str) -> Result<Vec<ShardWatermark>>;
 }

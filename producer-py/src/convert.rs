@@ -4,7 +4,7 @@
 //! the reason code the producer's decoder gives the same fault on the wire (`DecodeError`);
 //! every other rule is the Rust producer's own validation at `record()`.
 
-use awsmp_producer::error::DecodeError;
+use awsmp_contract::error::DecodeError;
 use awsmp_producer::{Event, Tag, UsageAllocation, ValidationError};
 use chrono::{DateTime, Utc};
 use pyo3::prelude::*;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use awsmp_producer::wire::WireVersion;
+use awsmp_contract::wire::WireVersion;
 use awsmp_producer::{Event, Producer, ProducerError};
 use pyo3::prelude::*;
 use pyo3::types::PyDelta;

@@ -15,8 +15,8 @@
 
 use std::time::{Duration, Instant};
 
+use awsmp_contract::wire::{AggregateBuilder, WireVersion, encode_event, encode_single};
 use awsmp_producer::partition::{ShardMap, partition_key};
-use awsmp_producer::wire::{AggregateBuilder, WireVersion, encode_event, encode_single};
 use awsmp_producer::{
     Event, MemoryRecordSink, Meter, Producer, StaticShardMapSource, Tag, UsageAllocation,
 };

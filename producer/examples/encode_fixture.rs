@@ -11,8 +11,8 @@
 
 use std::time::Duration;
 
+use awsmp_contract::wire::{WireVersion, encode_event};
 use awsmp_producer::partition::ShardMap;
-use awsmp_producer::wire::{WireVersion, encode_event};
 use awsmp_producer::{
     Event, MemoryRecordSink, Producer, StaticShardMapSource, Tag, UsageAllocation,
 };

@@ -5,13 +5,13 @@
 
 use bytes::Bytes;
 
-use crate::limits::{MAX_BYTES_PER_PUT, MAX_RECORD_BYTES, MAX_RECORDS_PER_PUT};
 use crate::sink::PutEntry;
+use awsmp_contract::limits::kinesis::{MAX_BYTES_PER_PUT, MAX_RECORD_BYTES, MAX_RECORDS_PER_PUT};
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::wire::v2::split_single_ranges;
-use crate::wire::{AggregateBuilder, AggregateV2Builder};
+use awsmp_contract::wire::v2::split_single_ranges;
+use awsmp_contract::wire::{AggregateBuilder, AggregateV2Builder};
 
 /// A user record waiting to be packed.
 #[derive(Debug)]

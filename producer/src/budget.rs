@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::limits::{SHARD_BYTES_PER_SECOND, SHARD_RECORDS_PER_SECOND};
+use awsmp_contract::limits::kinesis::{SHARD_BYTES_PER_SECOND, SHARD_RECORDS_PER_SECOND};
 
 /// Token buckets of one shard, holding at most one second of budget.
 #[derive(Debug, Clone)]

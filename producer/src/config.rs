@@ -2,13 +2,13 @@
 
 use std::time::Duration;
 
-use crate::limits::MAX_RECORD_BYTES;
 use crate::partition::MAX_PARTITION_KEY_CHARS;
+use awsmp_contract::limits::kinesis::MAX_RECORD_BYTES;
 
-pub use crate::wire::WireVersion;
-/// The workspace's one retry policy (`awsmp-retry`), re-exported so a seller needs no second
+/// The workspace's one retry policy (`awsmp_contract::retry`), re-exported so a seller needs no second
 /// import: full-jitter delays doubling from `base` up to `cap`.
-pub use awsmp_retry::RetryPolicy;
+pub use awsmp_contract::retry::RetryPolicy;
+pub use awsmp_contract::wire::WireVersion;
 
 /// Ceiling of the delay before the first re-send of a failed entry.
 pub const RETRY_BASE: Duration = Duration::from_millis(100);

@@ -17,7 +17,7 @@ use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 use tokio::time::Instant;
 
-use crate::event::{Event, GroupRef, UsageAllocation};
+use awsmp_contract::event::{Event, GroupRef, UsageAllocation};
 
 mod key;
 #[cfg(test)]

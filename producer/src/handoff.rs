@@ -14,13 +14,13 @@ use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::config::ProducerConfig;
-use crate::event::{Event, UsageAllocation};
 use crate::event_id::IdGenerator;
 use crate::fold::{
     Absorbed, Charged, Counted, FoldKey, FoldSlot, FoldTable, Folded, GroupHash, Joined,
 };
 use crate::metrics::{Metrics, StatCounters};
 use crate::outcome::{FlushOutcome, Undelivered, UndeliveredCallback};
+use awsmp_contract::event::{Event, UsageAllocation};
 
 /// Bytes charged per user record on top of its payload and partition key: the bookkeeping the
 /// producer keeps for it while it is held.

@@ -4,9 +4,9 @@
 //! pure functions it caches are in [`crate::partition`]. How the fast paths use it:
 //! docs/producer-internals.md.
 
-use crate::error::ValidationError;
-use crate::event::GroupRef;
 use crate::partition::{head_entry_start, partition_hash, partition_key};
+use awsmp_contract::error::ValidationError;
+use awsmp_contract::event::GroupRef;
 
 /// Groups remembered per thread by [`keyed_group`]; past this the memory is dropped and
 /// refilled (a bound on memory, not on correctness).
@@ -39,7 +39,7 @@ pub(crate) struct CachedSlot {
     pub slot: std::sync::Arc<crate::fold::FoldSlot>,
 }
 
-/// A group's v2 single head ([`crate::wire::v2::single_head`]) for one producer id and epoch.
+/// A group's v2 single head ([`awsmp_contract::wire::v2::single_head`]) for one producer id and epoch.
 struct CachedHead {
     epoch: u128,
     producer_id: Option<Box<str>>,
@@ -47,12 +47,12 @@ struct CachedHead {
 }
 
 /// A group's v2 single head and where its aggregate table entry starts in it
-/// ([`crate::wire::v2::split_single_ranges`] of the head under the group's partition key):
+/// ([`awsmp_contract::wire::v2::split_single_ranges`] of the head under the group's partition key):
 /// every single written from the head splits there, and its event fields start at the
 /// head's end, so packing need not read the single again.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct SingleHead {
-    /// The head's bytes ([`crate::wire::v2::single_head`]).
+    /// The head's bytes ([`awsmp_contract::wire::v2::single_head`]).
     pub bytes: std::sync::Arc<[u8]>,
     /// Where its table entry starts (`None` if it does not split, which a head never does).
     pub entry_start: Option<usize>,
@@ -77,7 +77,7 @@ const KEY_CACHE_HASHER: foldhash::fast::FixedState =
 
 /// [`partition_key`] and its [`partition_hash`] of a valid group, remembered per thread for
 /// the groups it sees often, so a hot group costs one lookup instead of an MD5 per event.
-/// Called only for groups that passed [`crate::event::validate_group`], so the cache holds
+/// Called only for groups that passed [`awsmp_contract::event::validate_group`], so the cache holds
 /// only valid groups: [`checked_group`] relies on it.
 pub(crate) fn keyed_group(
     license_arn: &str,
@@ -93,7 +93,7 @@ pub(crate) fn keyed_group(
     (c.partition_key, c.hash)
 }
 
-/// [`keyed_group`] of a group checked by [`crate::event::validate_group`]: a group found in
+/// [`keyed_group`] of a group checked by [`awsmp_contract::event::validate_group`]: a group found in
 /// this thread's cache passed the check before (every entry did), so a hot group is checked
 /// once per thread, not once per event. With `head_for` (a producer id and an epoch), also
 /// the group's v2 single head for them, encoded once per thread while they stay the same.
@@ -101,7 +101,11 @@ pub(crate) fn checked_group(
     group: GroupRef<'_>,
     head_for: Option<(Option<&str>, u128)>,
 ) -> Result<CheckedGroup, ValidationError> {
-    cached_group(group, || crate::event::validate_group(group), head_for)
+    cached_group(
+        group,
+        || awsmp_contract::event::validate_group(group),
+        head_for,
+    )
 }
 
 /// The cache's lookup; `check` runs before a group is added.
@@ -252,7 +256,7 @@ fn head_of(
         Some(h) if h.epoch == epoch && h.producer_id.as_deref() == producer_id => h.head.clone(),
         _ => {
             let bytes: std::sync::Arc<[u8]> =
-                crate::wire::v2::single_head(group, producer_id, epoch).into();
+                awsmp_contract::wire::v2::single_head(group, producer_id, epoch).into();
             let entry_start = head_entry_start(&bytes, &c.partition_key);
             let head = SingleHead { bytes, entry_start };
             c.head = Some(CachedHead {
@@ -335,7 +339,7 @@ mod tests {
         let first = head(Some("svc-a"), 7);
         assert_eq!(
             &first[..],
-            &crate::wire::v2::single_head(group, Some("svc-a"), 7)[..]
+            &awsmp_contract::wire::v2::single_head(group, Some("svc-a"), 7)[..]
         );
         // Asked again for the same producer id and epoch: the head kept, not a new one.
         assert!(std::sync::Arc::ptr_eq(&first, &head(Some("svc-a"), 7)));
@@ -344,13 +348,13 @@ mod tests {
             let other = head(producer_id, epoch);
             assert_eq!(
                 &other[..],
-                &crate::wire::v2::single_head(group, producer_id, epoch)[..]
+                &awsmp_contract::wire::v2::single_head(group, producer_id, epoch)[..]
             );
             assert_ne!(&other[..], &first[..]);
         }
         // Its entry, without the group its partition key names, starts after the group.
         let at = checked_group(group, Some((None, 7))).unwrap().head.unwrap();
-        let entry = crate::wire::v2::split_single_ranges(
+        let entry = awsmp_contract::wire::v2::split_single_ranges(
             &at.bytes,
             &partition_key(arn, "123456789012", "gb"),
         )

@@ -6,26 +6,26 @@ pub mod budget;
 pub mod config;
 mod engine;
 pub mod error;
-pub mod event;
-pub mod event_id;
+mod event_id;
 mod fold;
 mod handoff;
 mod key_cache;
-pub mod limits;
 pub mod metrics;
 mod outcome;
 pub mod partition;
 mod producer;
 pub mod shards;
 pub mod sink;
-pub mod wire;
 
 #[cfg(test)]
 mod test_support;
 
 pub use config::{DEFAULT_RETRY_POLICY, ProducerConfig, RetryPolicy};
-pub use error::{DecodeError, ProducerError, ValidationError};
-pub use event::{Event, Tag, UsageAllocation};
+// The event and its errors are the contract's (`awsmp-contract`); they are the types of the
+// producer's own API, so a seller needs no second dependency to call it.
+pub use awsmp_contract::error::{DecodeError, ValidationError};
+pub use awsmp_contract::event::{Event, Tag, UsageAllocation};
+pub use error::ProducerError;
 pub use handoff::RECORD_OVERHEAD_BYTES;
 pub use metrics::ProducerStats;
 pub use outcome::{FlushOutcome, Undelivered, UndeliveredCallback, UndeliveredReason};

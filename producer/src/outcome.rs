@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::event::Event;
+use awsmp_contract::event::Event;
 
 /// Why events came back undelivered.
 #[derive(Debug, Clone, PartialEq, Eq)]

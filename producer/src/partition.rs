@@ -63,14 +63,14 @@ pub fn partition_hash(partition_key: &str) -> u128 {
 }
 
 /// Where the table entry of every single written from the v2 single head `head` starts, under
-/// partition key `pk` ([`crate::wire::v2::split_single_ranges`] of the head itself: the
+/// partition key `pk` ([`awsmp_contract::wire::v2::split_single_ranges`] of the head itself: the
 /// entry ends where the head does). `None` when the head does not split so.
 ///
 /// A fast path (docs/producer-internals.md, "The fast-path rule"): packing takes the split from here instead of reading each single.
 /// Equivalence tests: `partition::tests::a_single_from_its_head_splits_where_the_head_says`
 /// and `wire_v2::pack_with_given_splits_writes_the_same_records` (tests/integration).
 pub(crate) fn head_entry_start(head: &[u8], pk: &str) -> Option<usize> {
-    crate::wire::v2::split_single_ranges(head, pk)
+    awsmp_contract::wire::v2::split_single_ranges(head, pk)
         .filter(|(entry, fields)| entry.end == head.len() && fields.is_empty())
         .map(|(entry, _)| entry.start)
 }
@@ -210,7 +210,7 @@ impl ShardMap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::GroupRef;
+    use awsmp_contract::event::GroupRef;
     use proptest::prelude::*;
 
     /// What `shard_index` answers, by a search of the whole map.
@@ -298,7 +298,7 @@ mod tests {
             (epoch, lane, seq) in (any::<u128>(), 0u8..64, any::<u64>()),
             other_key in any::<bool>(),
         ) {
-            use crate::wire::v2::{put_generated_single, single_head, split_single_ranges};
+            use awsmp_contract::wire::v2::{put_generated_single, single_head, split_single_ranges};
             let group = GroupRef {
                 license_arn: &license,
                 customer_aws_account_id: &account,
@@ -310,7 +310,7 @@ mod tests {
                 partition_key(&license, &account, &dimension)
             };
             let head = single_head(group, producer_id.as_deref(), epoch);
-            let id = crate::event_id::GeneratedId { epoch, lane, seq };
+            let id = awsmp_contract::event_id::GeneratedId { epoch, lane, seq };
             let mut single = bytes::BytesMut::new();
             put_generated_single(&mut single, &head, quantity, millis, id);
             let entry = head_entry_start(&head, &pk);

@@ -19,14 +19,14 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::config::ProducerConfig;
 use crate::error::ProducerError;
-use crate::event::Event;
 use crate::event_id::IdGenerator;
 use crate::fold::{Absorbed, Charged, FoldKey};
 use crate::handoff::{Command, RECORD_OVERHEAD_BYTES, Staging};
 use crate::metrics::{Metrics, ProducerStats, StatCounters};
 use crate::outcome::{FlushOutcome, Undelivered};
-use crate::wire::encode_single_into;
-use crate::wire::v2::put_single_from_head;
+use awsmp_contract::event::Event;
+use awsmp_contract::wire::encode_single_into;
+use awsmp_contract::wire::v2::put_single_from_head;
 
 /// A call waiting for buffer space.
 type Waiting<'a> = std::pin::Pin<Box<dyn Future<Output = Result<(), ProducerError>> + Send + 'a>>;
@@ -274,7 +274,11 @@ impl Producer {
 
     /// [`ProducerError::Closed`] giving `event` back with its generated id `id`.
     #[cold]
-    fn closed_with(&self, event: Event, id: crate::event_id::GeneratedId) -> ProducerError {
+    fn closed_with(
+        &self,
+        event: Event,
+        id: awsmp_contract::event_id::GeneratedId,
+    ) -> ProducerError {
         let event = self.give_back(Plain::as_prepared(event), Some(id));
         ProducerError::Closed(Some(Box::new(event)))
     }

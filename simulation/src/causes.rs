@@ -14,9 +14,9 @@
 
 use crate::lifecycle::closing::DRAIN_LEAD;
 use crate::world::{World, lock};
+use awsmp_contract::keys::{GroupKey, HourBucket};
+use awsmp_contract::time::is_billable;
 use awsmp_loadtest::conservation::{GroupHour, Inputs};
-use awsmp_pipeline::domain::keys::{GroupKey, HourBucket};
-use awsmp_pipeline::domain::time::is_billable;
 use chrono::{DateTime, Duration, Utc};
 use std::collections::BTreeSet;
 

@@ -45,7 +45,7 @@ pub struct Args {
 pub fn main() -> ExitCode {
     let args = Args::parse();
     if args.list_mutants {
-        for m in awsmp_pipeline::mutants::Mutant::ALL {
+        for m in awsmp_aws::mutants::Mutant::ALL {
             println!("{}", m.name());
         }
         return ExitCode::SUCCESS;

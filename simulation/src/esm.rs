@@ -303,8 +303,7 @@ impl EventSourceMapping {
         *lane = Lane::at(next, config.batch_size);
         let discarded = Discarded::of(delivery, condition, invocations);
         *self.stats.entry("batches-discarded").or_default() += 1;
-        if !awsmp_pipeline::mutants::active(awsmp_pipeline::mutants::Mutant::EsmDropsExhaustedBatch)
-        {
+        if !awsmp_aws::mutants::active(awsmp_aws::mutants::Mutant::EsmDropsExhaustedBatch) {
             self.destination.send(&discarded.record(now));
         }
         self.discarded.push(discarded);
@@ -368,7 +367,7 @@ mod tests {
     use super::*;
     use crate::faults::{FaultPlan, Rates};
     use aws_lambda_events::event::streams::KinesisBatchItemFailure;
-    use awsmp_pipeline::domain::clock::FixedClock;
+    use awsmp_contract::clock::FixedClock;
     use bytes::Bytes;
     use std::sync::Arc;
 

@@ -8,7 +8,7 @@
 //! call ([`FaultPlan::on_clock`]), so time passes between one call of an invocation and the
 //! next — across an hour boundary, a window's close, a submitter run's budget.
 
-use awsmp_pipeline::domain::clock::{Clock, FixedClock};
+use awsmp_contract::clock::{Clock, FixedClock};
 use chrono::{DateTime, Duration, Timelike, Utc};
 use std::collections::BTreeMap;
 use std::future::Future;

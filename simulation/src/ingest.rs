@@ -22,6 +22,7 @@ use crate::steps::{DIMENSIONS, account, license};
 use crate::stream::SimStream;
 use crate::world::{Setup, World, lock};
 use async_trait::async_trait;
+use awsmp_aws::emf::MetricsSink;
 use awsmp_consumer::adapters::ingest_memory::{
     MemoryHeldStore, MemoryMappingStore, MemoryRateCounter,
 };
@@ -32,9 +33,8 @@ use awsmp_consumer::ingest::identity::Allowlist;
 use awsmp_consumer::ingest::mapping::{LicenseGrant, MappingEntry};
 use awsmp_consumer::ingest::ports::{Disposition, HeldEvent, MappingStore, UsageStream};
 use awsmp_consumer::ingest::{IngestSettings, Invocation, MeterIngest};
-use awsmp_pipeline::contract::reasons;
-use awsmp_pipeline::domain::clock::{Clock, FixedClock};
-use awsmp_pipeline::emf::MetricsSink;
+use awsmp_contract::clock::{Clock, FixedClock};
+use awsmp_contract::reasons;
 use awsmp_producer::sink::PutEntry;
 use chrono::{DateTime, Duration, SecondsFormat, Utc};
 use serde_json::{Value, json};
@@ -74,7 +74,7 @@ pub struct SimIngestStream {
 impl UsageStream for SimIngestStream {
     async fn put(&self, entries: Vec<PutEntry>) -> CResult<()> {
         for e in entries {
-            if let Ok(ev) = awsmp_producer::wire::decode_event(&e.data) {
+            if let Ok(ev) = awsmp_contract::wire::decode_event(&e.data) {
                 lock(&self.put_ids).insert(ev.event_id);
             }
             let hash = e.explicit_hash_key.and_then(|h| h.parse().ok());

@@ -16,13 +16,13 @@
 //!    are conserved with the producers' in 1).
 
 use crate::world::{World, lock};
+use awsmp_contract::attrs as a;
+use awsmp_contract::clock::Clock;
+use awsmp_contract::keys::{GroupKey, HourBucket, RowKey, parse_usage_timestamp};
+use awsmp_contract::row::{AttrValue, RawUsageRow};
+use awsmp_contract::status::AggregatedStatus;
 use awsmp_loadtest::conservation::{self, GroupHour, Inputs};
-use awsmp_pipeline::contract::attrs as a;
-use awsmp_pipeline::contract::status::AggregatedStatus;
-use awsmp_pipeline::domain::clock::Clock;
 use awsmp_pipeline::domain::fold::{SecondQuantities, SecondSet, folded_second};
-use awsmp_pipeline::domain::keys::{GroupKey, HourBucket, RowKey, parse_usage_timestamp};
-use awsmp_pipeline::domain::row::{AttrValue, RawUsageRow};
 use std::collections::BTreeMap;
 
 fn s<'r>(row: &'r RawUsageRow, attr: &str) -> Option<&'r str> {
@@ -37,7 +37,7 @@ fn n(row: &RawUsageRow, attr: &str) -> Option<u64> {
 fn row_group(row: &RawUsageRow) -> Option<(RowKey, GroupKey)> {
     let license = s(row, a::LICENSE_ARN)?;
     let sort_key = s(row, a::USAGE_SORT_KEY)?;
-    let seg = awsmp_pipeline::domain::keys::split_usage_sort_key(sort_key)?;
+    let seg = awsmp_contract::keys::split_usage_sort_key(sort_key)?;
     let t = parse_usage_timestamp(seg.timestamp).ok()?;
     let group = GroupKey::new(
         license,

@@ -1,6 +1,6 @@
-//! Choosing the active mutant (`pipeline/src/mutants.rs`) from the command line.
+//! Choosing the active mutant (`aws/src/mutants.rs`) from the command line.
 
-use awsmp_pipeline::mutants::Mutant;
+use awsmp_aws::mutants::Mutant;
 
 /// Make the mutant named `name` active for this process.
 pub fn activate(name: &str) -> Result<Mutant, String> {
@@ -13,7 +13,7 @@ pub fn activate(name: &str) -> Result<Mutant, String> {
 /// Make `mutant` active (`None`: the real code).
 #[cfg(feature = "mutants")]
 pub fn set(mutant: Option<Mutant>) -> Result<(), String> {
-    awsmp_pipeline::mutants::set(mutant);
+    awsmp_aws::mutants::set(mutant);
     Ok(())
 }
 

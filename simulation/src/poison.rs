@@ -9,8 +9,8 @@ use crate::esm::{Completion, Delivery};
 use crate::faults::hash;
 use crate::steps::{DIMENSIONS, account, license};
 use crate::world::{World, lock};
-use awsmp_pipeline::domain::clock::Clock;
-use awsmp_producer::Event;
+use awsmp_contract::Event;
+use awsmp_contract::clock::Clock;
 use bytes::Bytes;
 
 /// Events in the poison batch.
@@ -50,7 +50,7 @@ impl World {
             let e = Event::new(license(l), account(l), DIMENSIONS[d], q, now)
                 .with_event_id(format!("poison-batch-{i}"));
             let pk = poison_partition_key(&e, own_lane);
-            let data = Bytes::from(awsmp_producer::wire::encode_event(&e));
+            let data = Bytes::from(awsmp_contract::wire::encode_event(&e));
             let shard = self.stream.put(&pk, None, data);
             let seq = self.stream.with_shards(|shards| {
                 shards

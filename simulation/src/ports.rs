@@ -16,6 +16,7 @@
 use crate::faults::{Fault, FaultPlan};
 use crate::world::Interleaver;
 use async_trait::async_trait;
+use awsmp_aws::watermark::MemoryWatermarkStore;
 use awsmp_consumer::domain::row::RowWrite;
 use awsmp_consumer::error::ConsumerError;
 use awsmp_consumer::ingest::mapping::MappingEntry;
@@ -26,25 +27,27 @@ use awsmp_consumer::ports::{
     ClaimOutcome, DedupClaim, DedupStore, FinalizedGroups, FirstSeen, LaneItem, RejectedEvent,
     RejectedEventStore, UsageRowWriter,
 };
+use awsmp_contract::keys::{GroupKey, HourBucket, RowKey};
+use awsmp_contract::row::RawUsageRow;
+use awsmp_contract::status::RawStatus;
 use awsmp_pipeline::adapters::memory::{
     CallFault, InjectedFault, MemoryAggregatedStore, MemoryMeteringApi, MemoryUsageStore,
-    MemoryWatermarkStore,
 };
-use awsmp_pipeline::contract::status::RawStatus;
 use awsmp_pipeline::domain::batch::{CallKind, SubmitRecord};
-use awsmp_pipeline::domain::keys::{GroupKey, HourBucket, RowKey};
 use awsmp_pipeline::domain::results::ApiResponse;
-use awsmp_pipeline::domain::row::RawUsageRow;
 use awsmp_pipeline::error::PipelineError;
 use awsmp_pipeline::ports::{
     AggregatedItem, AggregatedStore, ExpiredRow, FoldedFinalize, MeterCallError, MeteringApi,
-    ShardWatermark, UsageStore, WatermarkStore, WriteBack,
+    UsageStore, WriteBack,
 };
 use awsmp_producer::sink::PutEntry;
 use chrono::{DateTime, Utc};
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
+
+mod shared;
+pub use shared::injected_store;
 
 /// What every wrapper shares: the plan and the interleaver.
 #[derive(Debug, Clone)]
@@ -333,24 +336,6 @@ impl<T: AggregatedStore> AggregatedStore for Faulty<T> {
     }
 }
 
-#[async_trait]
-impl<T: WatermarkStore> WatermarkStore for Faulty<T> {
-    async fn advance(&self, stream: &str, shard_id: &str, arrival: DateTime<Utc>) -> PResult<bool> {
-        let call = self.inner.advance(stream, shard_id, arrival);
-        self.call("advance", shard_id, true, call).await
-    }
-
-    async fn mark_drained(&self, stream: &str, shard_id: &str) -> PResult<()> {
-        let call = self.inner.mark_drained(stream, shard_id);
-        self.call("mark_drained", shard_id, true, call).await
-    }
-
-    async fn shards(&self, stream: &str) -> PResult<Vec<ShardWatermark>> {
-        let call = self.inner.shards(stream);
-        self.call("shards", "", false, call).await
-    }
-}
-
 /// `BatchMeterUsage`, faulty: each call may be throttled, lost before or after AWS applied
 /// it, or answered with some records unprocessed (the in-memory API's own fault script).
 pub struct FaultyMetering {
@@ -361,7 +346,7 @@ pub struct FaultyMetering {
     /// An outage: every call in `[from, until)` is applied and its answer lost.
     pub outage: Option<(DateTime<Utc>, DateTime<Utc>)>,
     /// The virtual clock.
-    pub clock: Arc<awsmp_pipeline::domain::clock::FixedClock>,
+    pub clock: Arc<awsmp_contract::clock::FixedClock>,
 }
 
 #[async_trait]
@@ -383,7 +368,7 @@ impl MeteringApi for FaultyMetering {
             self.inner.script([CallFault::NoResponse]);
             return self.inner.batch_meter_usage(kind, records).await;
         }
-        let now = awsmp_pipeline::domain::clock::Clock::now(self.clock.as_ref());
+        let now = awsmp_contract::clock::Clock::now(self.clock.as_ref());
         if self
             .outage
             .is_some_and(|(from, until)| from <= now && now < until)

@@ -9,7 +9,7 @@ use crate::ports::{injected_sqs, preempt};
 use crate::world::Interleaver;
 use async_trait::async_trait;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
-use awsmp_pipeline::domain::clock::{Clock, FixedClock};
+use awsmp_contract::clock::{Clock, FixedClock};
 use awsmp_pipeline::error::Result;
 use awsmp_pipeline::ports::MessageQueue;
 use chrono::{DateTime, Duration, Utc};

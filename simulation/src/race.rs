@@ -21,8 +21,8 @@ use crate::faults::{RACE_FRAME, hash, in_frame};
 use crate::ports::yield_times;
 use crate::steps::DIMENSIONS;
 use crate::world::{World, lock};
-use awsmp_pipeline::domain::clock::Clock;
-use awsmp_pipeline::domain::keys::HourBucket;
+use awsmp_contract::clock::Clock;
+use awsmp_contract::keys::HourBucket;
 use awsmp_pipeline::handlers::discoverer::DiscovererInput;
 use chrono::{Datelike, Duration};
 

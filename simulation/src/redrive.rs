@@ -99,7 +99,7 @@ impl World {
 fn units_of(event: &KinesisEvent) -> Units {
     let mut out = Units::new();
     for r in &event.records {
-        let Ok(users) = awsmp_producer::wire::decode_events(&r.kinesis.data.0) else {
+        let Ok(users) = awsmp_contract::wire::decode_events(&r.kinesis.data.0) else {
             continue;
         };
         for e in users.into_iter().filter_map(|u| u.event.ok()) {

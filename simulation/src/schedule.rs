@@ -4,13 +4,13 @@
 //!
 //! Everything runs in one current-thread Tokio runtime whose time is paused (sleeps of retry
 //! back-offs and of the producer's linger complete at once, in order); the billing clock is
-//! the virtual [`FixedClock`](awsmp_pipeline::domain::clock::FixedClock) the scheduler moves.
+//! the virtual [`FixedClock`](awsmp_contract::clock::FixedClock) the scheduler moves.
 
 use crate::esm::MappingConfig;
 use crate::faults::{Rates, mix};
 use crate::invariants;
 use crate::world::{Setup, World, lock};
-use awsmp_pipeline::domain::clock::Clock;
+use awsmp_contract::clock::Clock;
 use awsmp_pipeline::handlers::discoverer::DiscovererInput;
 use chrono::{DateTime, Duration, Utc};
 use rand::rngs::StdRng;
@@ -201,7 +201,7 @@ pub fn run_setup(setup: Setup, trace: bool) -> ScheduleReport {
         if !setup.fresh_deployment {
             for (shard, _) in world.stream.open_shards() {
                 let at = setup.start - Duration::minutes(1);
-                let _ = awsmp_pipeline::ports::WatermarkStore::advance(
+                let _ = awsmp_aws::watermark::WatermarkStore::advance(
                     world.watermarks.as_ref(),
                     crate::esm::STREAM_NAME,
                     &shard,

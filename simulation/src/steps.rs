@@ -8,12 +8,12 @@ use crate::faults::{EmptyTables, Fault, NESTED_FRAME, in_frame};
 use crate::timeout;
 use crate::world::{World, lock};
 use aws_lambda_events::sqs::SqsEvent;
-use awsmp_pipeline::contract::stream::{HEARTBEAT_MARKER, HEARTBEAT_PARTITION_KEY};
-use awsmp_pipeline::domain::clock::Clock;
-use awsmp_pipeline::domain::keys::GroupKey;
+use awsmp_contract::Event;
+use awsmp_contract::clock::Clock;
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::stream::{HEARTBEAT_MARKER, HEARTBEAT_PARTITION_KEY};
 use awsmp_pipeline::handlers::discoverer::{DiscovererInput, discover};
 use awsmp_pipeline::handlers::{aggregator, cleanup, expiry, handle_sqs_batch, submitter};
-use awsmp_producer::Event;
 use bytes::Bytes;
 use chrono::Duration;
 use rand::Rng;
@@ -210,7 +210,7 @@ impl World {
         );
         self.stream.put_at(
             &key,
-            Bytes::from(awsmp_producer::wire::encode_event(&e)),
+            Bytes::from(awsmp_contract::wire::encode_event(&e)),
             arrival,
         );
         self.faults.count("late-arrival");
@@ -222,8 +222,8 @@ impl World {
         let prefix = group.usage_prefix();
         let rows = self.usage.rows_with_prefix(&group.license_arn, &prefix);
         let second = rows.iter().find_map(|r| {
-            let ts = r.get(awsmp_pipeline::contract::attrs::TIMESTAMP)?.as_s()?;
-            awsmp_pipeline::domain::keys::parse_usage_timestamp(ts).ok()
+            let ts = r.get(awsmp_contract::attrs::TIMESTAMP)?.as_s()?;
+            awsmp_contract::keys::parse_usage_timestamp(ts).ok()
         });
         let Some(arrival) = second else {
             return;
@@ -254,7 +254,7 @@ impl World {
         );
         self.stream.put_at(
             &pk,
-            Bytes::from(awsmp_producer::wire::encode_event(&e)),
+            Bytes::from(awsmp_contract::wire::encode_event(&e)),
             arrival,
         );
         self.faults.count("late-arrival");
@@ -487,7 +487,7 @@ impl World {
             .into_iter()
             .filter(|id| !known.contains(id) && children_published(id))
         {
-            let _ = awsmp_pipeline::ports::WatermarkStore::mark_drained(
+            let _ = awsmp_aws::watermark::WatermarkStore::mark_drained(
                 self.watermarks.as_ref(),
                 crate::esm::STREAM_NAME,
                 &id,
@@ -499,7 +499,7 @@ impl World {
 
     /// The shards marked drained, and every shard with a watermark.
     async fn watermarks_drained(&self) -> (Vec<String>, Vec<String>) {
-        let all = awsmp_pipeline::ports::WatermarkStore::shards(
+        let all = awsmp_aws::watermark::WatermarkStore::shards(
             self.watermarks.as_ref(),
             crate::esm::STREAM_NAME,
         )
@@ -533,8 +533,8 @@ impl World {
         let before = self.clock.now();
         self.clock.advance(by);
         let after = self.clock.now();
-        let crossed = awsmp_pipeline::domain::keys::HourBucket::containing(before)
-            != awsmp_pipeline::domain::keys::HourBucket::containing(after);
+        let crossed = awsmp_contract::keys::HourBucket::containing(before)
+            != awsmp_contract::keys::HourBucket::containing(after);
         if crossed {
             *lock(&self.interleavings)
                 .entry("hours-crossed".into())

@@ -5,7 +5,7 @@
 //! ([`crate::esm`]) reads it.
 
 use crate::faults::FaultPlan;
-use awsmp_pipeline::domain::clock::{Clock, FixedClock};
+use awsmp_contract::clock::{Clock, FixedClock};
 use awsmp_producer::partition::{ShardMap, ShardRange, partition_hash};
 use awsmp_producer::shards::ShardMapError;
 use awsmp_producer::{EntryOutcome, PutEntry, RecordSink, ShardMapSource, SinkError};

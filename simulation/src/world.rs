@@ -12,14 +12,15 @@ use crate::ports::{
 use crate::queue::SimQueue;
 use crate::stream::SimStream;
 use crate::trace::Trace;
+use awsmp_aws::emf::MetricsSink;
+use awsmp_aws::watermark::MemoryWatermarkStore;
 use awsmp_consumer::adapters::memory::{MemoryDedupStore, MemoryRejectedEventStore};
 use awsmp_consumer::{Consumer, Settings};
+use awsmp_contract::clock::FixedClock;
 use awsmp_pipeline::adapters::memory::{
-    MemoryAggregatedStore, MemoryMeteringApi, MemoryUsageStore, MemoryWatermarkStore,
+    MemoryAggregatedStore, MemoryMeteringApi, MemoryUsageStore,
 };
 use awsmp_pipeline::config::Config;
-use awsmp_pipeline::domain::clock::FixedClock;
-use awsmp_pipeline::emf::MetricsSink;
 use awsmp_pipeline::handlers::Services;
 use awsmp_producer::{Event, Producer, ShardMapSource};
 use chrono::{DateTime, Duration, Utc};
@@ -104,7 +105,7 @@ pub struct Truth {
     /// Hours of edge inputs: usage injected in an hour that leaves the billable window (or the
     /// month's grace) as the schedule starts (`simulation/src/race.rs`); its units may end
     /// expired (`simulation/src/causes.rs`).
-    pub edge_hours: std::collections::BTreeSet<awsmp_pipeline::domain::keys::HourBucket>,
+    pub edge_hours: std::collections::BTreeSet<awsmp_contract::keys::HourBucket>,
     /// The pipeline caught up with the edge inputs before the first race.
     pub edge_prepared: bool,
 }
@@ -255,7 +256,7 @@ fn start_producer(stream: &Arc<SimStream>, seed: u64) -> Producer {
 /// The real consumer over the shared tables and the faulty stores.
 fn consumer_over(
     ctx: &Ctx,
-    time: awsmp_pipeline::domain::time::TimeConfig,
+    time: awsmp_contract::time::TimeConfig,
     (usage, aggregated): (&Arc<MemoryUsageStore>, &Arc<MemoryAggregatedStore>),
     rejected: &MemoryRejectedEventStore,
     marks: Arc<FaultyWatermarks>,
@@ -427,7 +428,7 @@ impl World {
 
     /// Append a line to the trace, stamped with the virtual time.
     pub fn log(&self, line: impl AsRef<str>) {
-        let now = awsmp_pipeline::domain::clock::Clock::now(self.clock.as_ref());
+        let now = awsmp_contract::clock::Clock::now(self.clock.as_ref());
         lock(&self.trace).push(now, line.as_ref());
     }
 }

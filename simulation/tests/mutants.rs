@@ -2,7 +2,7 @@
 //! `scripts/test` runs this with `cargo test -p awsmp-simulation --features mutants`).
 #![cfg(feature = "mutants")]
 
-use awsmp_pipeline::mutants::{Mutant, set};
+use awsmp_aws::mutants::{Mutant, set};
 use awsmp_simulation::cli::DEFAULT_SCHEDULES;
 
 /// Mutants the default sweep is not yet shown to catch.

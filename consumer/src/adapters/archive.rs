@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
-use awsmp_pipeline::adapters::dynamodb::is_retryable;
+use awsmp_aws::dynamodb::is_retryable;
 use base64::Engine;
 use md5::{Digest, Md5};
 

@@ -9,13 +9,13 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{
     AttributeValue as Av, ReturnValue, ReturnValuesOnConditionCheckFailure,
 };
-use awsmp_pipeline::contract::attrs::audit_timestamp;
+use awsmp_contract::attrs::audit_timestamp;
 use chrono::{DateTime, TimeZone, Utc};
 
 use super::dynamodb::{ddb_err, n, s};
 use crate::error::{ConsumerError, Result};
 use crate::ports::{ClaimOutcome, DedupClaim, DedupStore, FirstSeen, LaneItem};
-use awsmp_pipeline::adapters::dynamodb::is_conditional_failure;
+use awsmp_aws::dynamodb::is_conditional_failure;
 
 /// Dedup table attributes.
 pub mod dedup_attrs {

@@ -10,12 +10,10 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue as Av, KeysAndAttributes};
-use awsmp_pipeline::adapters::dynamodb::{
-    is_conditional_failure, is_retryable, row_from_item, to_sdk,
-};
-use awsmp_pipeline::contract::attrs::{self as a, ROW_VERSION, audit_timestamp};
-use awsmp_pipeline::domain::keys::{GroupKey, RowKey, parse_aggregated_sort_key};
-use awsmp_pipeline::domain::row::{Allocation, AttrValue, RawUsageRow};
+use awsmp_aws::dynamodb::{is_conditional_failure, is_retryable, row_from_item, to_sdk};
+use awsmp_contract::attrs::{self as a, ROW_VERSION, audit_timestamp};
+use awsmp_contract::keys::{GroupKey, RowKey, parse_aggregated_sort_key};
+use awsmp_contract::row::{Allocation, AttrValue, RawUsageRow};
 
 use crate::domain::row::{Change, Guard, RowWrite};
 use crate::error::{ConsumerError, Result};
@@ -485,15 +483,15 @@ pub fn consumer_from_config(config: &crate::Config, client: Client) -> crate::Co
             &config.aggregated_table,
         )),
         watermarks: config.ingest_watermark_table.as_ref().map(|t| {
-            Arc::new(awsmp_pipeline::adapters::dynamodb::DynamoDbWatermarkStore::new(client, t))
-                as Arc<dyn awsmp_pipeline::ports::WatermarkStore>
+            Arc::new(awsmp_aws::watermark::DynamoDbWatermarkStore::new(client, t))
+                as Arc<dyn awsmp_aws::watermark::WatermarkStore>
         }),
         archive: None,
-        metrics: awsmp_pipeline::emf::MetricsSink::stdout(
+        metrics: awsmp_aws::emf::MetricsSink::stdout(
             config.metrics_namespace.clone(),
             "kinesis-consumer",
         ),
-        clock: Arc::new(awsmp_pipeline::domain::clock::SystemClock),
+        clock: Arc::new(awsmp_contract::clock::SystemClock),
         names: crate::domain::intern::NameCache::new(),
     }
 }

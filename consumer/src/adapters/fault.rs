@@ -2,18 +2,18 @@
 //! lost responses (applies, then fails) and a crash (after N operations every call fails until
 //! [`Faults::recover`]), shared by every wrapped store so a crash stops them all at once —
 //! like a Lambda process dying mid-batch. The schedule is the pipeline's
-//! ([`awsmp_pipeline::adapters::fault::FaultSchedule`]): one form of fault injection for every
+//! ([`awsmp_aws::fault::FaultSchedule`]): one form of fault injection for every
 //! port of both crates, so one schedule can drive the consumer and the pipeline together.
 
 use std::collections::HashSet;
 
 use async_trait::async_trait;
-use awsmp_pipeline::domain::keys::{GroupKey, RowKey};
-use awsmp_pipeline::domain::row::RawUsageRow;
-use awsmp_retry::Retryable;
+use awsmp_contract::keys::{GroupKey, RowKey};
+use awsmp_contract::retry::Retryable;
+use awsmp_contract::row::RawUsageRow;
 use chrono::{DateTime, Utc};
 
-pub use awsmp_pipeline::adapters::fault::{FaultKind, FaultSchedule, Injected};
+pub use awsmp_aws::fault::{FaultKind, FaultSchedule, Injected};
 
 use crate::domain::row::RowWrite;
 use crate::error::{ConsumerError, Result};

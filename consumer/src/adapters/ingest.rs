@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue as Av, ReturnValue};
-use awsmp_pipeline::contract::attrs::audit_timestamp;
-use awsmp_pipeline::domain::clock::Clock;
+use awsmp_contract::attrs::audit_timestamp;
+use awsmp_contract::clock::Clock;
+use awsmp_contract::retry::RetryPolicy;
 use awsmp_producer::sink::{EntryOutcome, PutEntry, RecordSink};
-use awsmp_retry::RetryPolicy;
 use chrono::{DateTime, Utc};
 
 use super::dedup_table::dedup_attrs;
@@ -384,7 +384,7 @@ impl<S: RecordSink> RecordSinkStream<S> {
 impl<S: RecordSink> UsageStream for RecordSinkStream<S> {
     async fn put(&self, entries: Vec<PutEntry>) -> Result<()> {
         let pending = Mutex::new(entries);
-        awsmp_retry::retry(&self.retry, || async {
+        awsmp_aws::retry(&self.retry, || async {
             let batch = pending.lock().unwrap_or_else(|e| e.into_inner()).clone();
             let outcomes = self.sink.put_records(batch.clone()).await.map_err(|e| {
                 ConsumerError::StreamPut {
@@ -435,7 +435,7 @@ pub fn meter_ingest_from_config(
     ddb: Client,
     kinesis: aws_sdk_kinesis::Client,
 ) -> crate::ingest::MeterIngest {
-    let clock: Arc<dyn Clock> = Arc::new(awsmp_pipeline::domain::clock::SystemClock);
+    let clock: Arc<dyn Clock> = Arc::new(awsmp_contract::clock::SystemClock);
     let mapping = Arc::new(DynamoDbMappingStore::new(
         ddb.clone(),
         &config.mapping_table,
@@ -459,10 +459,7 @@ pub fn meter_ingest_from_config(
             config.settings.store_retry,
         )),
         held: Arc::new(DynamoDbHeldStore::new(ddb, &config.held_table)),
-        metrics: awsmp_pipeline::emf::MetricsSink::stdout(
-            &config.metrics_namespace,
-            "meter-ingest",
-        ),
+        metrics: awsmp_aws::emf::MetricsSink::stdout(&config.metrics_namespace, "meter-ingest"),
         clock,
     }
 }

@@ -129,7 +129,7 @@ pub struct MemoryIngestStores {
     /// The usage stream.
     pub stream: awsmp_producer::MemoryRecordSink,
     /// Captured EMF lines.
-    pub metrics: awsmp_pipeline::emf::MetricsSink,
+    pub metrics: awsmp_aws::emf::MetricsSink,
 }
 
 impl Default for MemoryIngestStores {
@@ -142,7 +142,7 @@ impl Default for MemoryIngestStores {
             stream: awsmp_producer::MemoryRecordSink::new(
                 awsmp_producer::partition::ShardMap::uniform(2),
             ),
-            metrics: awsmp_pipeline::emf::MetricsSink::capture("meter-ingest"),
+            metrics: awsmp_aws::emf::MetricsSink::capture("meter-ingest"),
         }
     }
 }
@@ -157,7 +157,7 @@ impl MemoryIngestStores {
     pub fn ingest(
         &self,
         settings: crate::ingest::IngestSettings,
-        clock: Arc<dyn awsmp_pipeline::domain::clock::Clock>,
+        clock: Arc<dyn awsmp_contract::clock::Clock>,
     ) -> crate::ingest::MeterIngest {
         let stream = super::ingest::RecordSinkStream::new(
             self.stream.clone(),

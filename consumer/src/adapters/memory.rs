@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use awsmp_pipeline::contract::attrs;
-use awsmp_pipeline::domain::keys::{GroupKey, RowKey, split_usage_sort_key};
-use awsmp_pipeline::domain::row::{AttrValue, RawUsageRow};
+use awsmp_contract::attrs;
+use awsmp_contract::keys::{GroupKey, RowKey, split_usage_sort_key};
+use awsmp_contract::row::{AttrValue, RawUsageRow};
 use chrono::{DateTime, Utc};
 
 use crate::domain::row::RowWrite;
@@ -290,7 +290,7 @@ pub struct MemoryStores {
     /// Finalized group-hours.
     pub finalized: MemoryFinalizedGroups,
     /// Ingest watermarks (the pipeline's in-memory twin: the discoverer reads what this writes).
-    pub watermarks: Arc<awsmp_pipeline::adapters::memory::MemoryWatermarkStore>,
+    pub watermarks: Arc<awsmp_aws::watermark::MemoryWatermarkStore>,
 }
 
 impl MemoryStores {
@@ -303,7 +303,7 @@ impl MemoryStores {
     pub fn consumer(
         &self,
         settings: crate::Settings,
-        clock: Arc<dyn awsmp_pipeline::domain::clock::Clock>,
+        clock: Arc<dyn awsmp_contract::clock::Clock>,
     ) -> crate::Consumer {
         crate::Consumer {
             settings,
@@ -313,7 +313,7 @@ impl MemoryStores {
             finalized: Arc::new(self.finalized.clone()),
             watermarks: Some(self.watermarks.clone()),
             archive: None,
-            metrics: awsmp_pipeline::emf::MetricsSink::capture("kinesis-consumer"),
+            metrics: awsmp_aws::emf::MetricsSink::capture("kinesis-consumer"),
             clock,
             names: crate::domain::intern::NameCache::new(),
         }

@@ -8,8 +8,8 @@ use lambda_runtime::{Error, LambdaEvent, service_fn};
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let config =
-        awsmp_pipeline::lambda_init::init("kinesis-consumer", async { Config::from_env() }).await?;
-    let sdk = awsmp_pipeline::aws::sdk_config().await;
+        awsmp_aws::lambda_init::init("kinesis-consumer", async { Config::from_env() }).await?;
+    let sdk = awsmp_aws::sdk::sdk_config().await;
     let mut consumer = consumer_from_config(&config, aws_sdk_dynamodb::Client::new(&sdk));
     consumer.archive = config.archive_bucket.as_ref().map(|b| {
         let s3 = aws_sdk_s3::Client::new(&sdk);

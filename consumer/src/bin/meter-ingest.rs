@@ -9,9 +9,8 @@ use lambda_runtime::{Diagnostic, Error, LambdaEvent, service_fn};
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let config =
-        awsmp_pipeline::lambda_init::init("meter-ingest", async { IngestConfig::from_env() })
-            .await?;
-    let sdk = awsmp_pipeline::aws::sdk_config().await;
+        awsmp_aws::lambda_init::init("meter-ingest", async { IngestConfig::from_env() }).await?;
+    let sdk = awsmp_aws::sdk::sdk_config().await;
     let ingest = meter_ingest_from_config(
         &config,
         aws_sdk_dynamodb::Client::new(&sdk),

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use awsmp_pipeline::domain::row::Tag;
-use awsmp_producer::event_id::{GeneratedId, ID_LANES};
+use awsmp_contract::event_id::{GeneratedId, ID_LANES};
+use awsmp_contract::row::Tag;
 
 use super::dedup::IdForm;
 use super::intern::Group;

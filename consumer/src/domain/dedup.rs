@@ -21,7 +21,7 @@
 
 use std::collections::HashSet;
 
-pub use awsmp_producer::event_id::GeneratedId;
+pub use awsmp_contract::event_id::GeneratedId;
 use md5::{Digest, Md5};
 
 use super::seq::SeqNum;

@@ -20,11 +20,11 @@
 
 use std::sync::Arc;
 
-use awsmp_pipeline::contract::limits::MAX_USAGE_QUANTITY;
-use awsmp_producer::event::MAX_EVENT_ID_BYTES;
-use awsmp_producer::event_id::GeneratedId;
-use awsmp_producer::wire::KPL_MAGIC;
-use awsmp_producer::wire::v2::{
+use awsmp_contract::event::MAX_EVENT_ID_BYTES;
+use awsmp_contract::event_id::GeneratedId;
+use awsmp_contract::limits::marketplace::MAX_USAGE_QUANTITY;
+use awsmp_contract::wire::KPL_MAGIC;
+use awsmp_contract::wire::v2::{
     EntryAt, EntryV2, EventV2, GroupV2, IdV2, KIND_TABLE, RecordV2, V2, decode_ref_in_order,
     decode_v2, is_binary,
 };

@@ -32,8 +32,8 @@ use std::collections::BTreeMap;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use awsmp_pipeline::domain::keys::{GroupKey, HourBucket, RowKey, format_usage_timestamp};
-use awsmp_pipeline::domain::row::Tag;
+use awsmp_contract::keys::{GroupKey, HourBucket, RowKey, format_usage_timestamp};
+use awsmp_contract::row::Tag;
 use chrono::{DateTime, TimeZone, Utc};
 use hashbrown::HashTable;
 

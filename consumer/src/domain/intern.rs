@@ -6,8 +6,8 @@
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
-use awsmp_producer::event::{MAX_LICENSE_ARN_BYTES, validate_account_id, validate_dimension};
-use awsmp_producer::wire::v2::GroupV2;
+use awsmp_contract::event::{MAX_LICENSE_ARN_BYTES, validate_account_id, validate_dimension};
+use awsmp_contract::wire::v2::GroupV2;
 use foldhash::fast::FixedState;
 use hashbrown::HashTable;
 
@@ -498,7 +498,7 @@ mod tests {
             }
             let poked = String::from_utf8(bytes).unwrap();
             for s in [&arn, &poked, &any, &format!("{arn}:"), &format!("{arn}{any}")] {
-                let producers = awsmp_producer::event::validate_license_arn(s).is_ok();
+                let producers = awsmp_contract::event::validate_license_arn(s).is_ok();
                 proptest::prop_assert_eq!(license_arn_ok(s), producers, "{}", s);
             }
         }
@@ -516,7 +516,7 @@ mod tests {
             "arn:Aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef",
         ] {
             assert!(!license_arn_ok(bad), "{bad}");
-            assert!(awsmp_producer::event::validate_license_arn(bad).is_err());
+            assert!(awsmp_contract::event::validate_license_arn(bad).is_err());
         }
     }
 
@@ -559,7 +559,7 @@ mod tests {
 
     #[test]
     fn a_group_past_the_key_limits_is_invalid_as_the_producer_says() {
-        use awsmp_producer::event::{MAX_DIMENSION_BYTES, validate_license_arn};
+        use awsmp_contract::event::{MAX_DIMENSION_BYTES, validate_license_arn};
         let arn = |partition: &str| {
             format!(
                 "arn:{partition}:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef"

@@ -1,6 +1,6 @@
 //! Pure consumer logic: no AWS, no environment, no wall clock. The names it shares with the
 //! pipeline (row attributes, reason codes, metric names and units, AWS limits) come from the
-//! row contract, [`awsmp_pipeline::contract`].
+//! row contract, [`awsmp_contract`].
 //!
 //! | module | what it owns |
 //! |---|---|

@@ -3,7 +3,7 @@
 //! borrowing hot path ([`super::fast`]); any other record the general path below, which reads
 //! owned events and says why each refused one is refused.
 
-use awsmp_producer::wire::{MD5_LEN, decode_events, is_aggregated};
+use awsmp_contract::wire::{MD5_LEN, decode_events, is_aggregated};
 use bytes::Bytes;
 use chrono::{DateTime, Duration, Utc};
 use md5::{Digest, Md5};
@@ -106,7 +106,7 @@ fn hex_key(prefix: &str, md5: &[u8]) -> String {
     key
 }
 
-fn summary(e: &awsmp_producer::Event) -> EventSummary {
+fn summary(e: &awsmp_contract::Event) -> EventSummary {
     EventSummary {
         event_id: e.event_id.clone(),
         license_arn: e.license_arn.clone(),
@@ -243,8 +243,8 @@ pub fn accepted(v: VerifiedEvent, interner: &mut Interner) -> Accepted {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use awsmp_producer::Event;
-    use awsmp_producer::wire::{encode_aggregated, encode_event};
+    use awsmp_contract::Event;
+    use awsmp_contract::wire::{encode_aggregated, encode_event};
     use chrono::TimeZone;
 
     const ARN: &str =

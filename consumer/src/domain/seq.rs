@@ -18,7 +18,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use awsmp_pipeline::contract::attrs::WATERMARK_ATTR_PREFIX;
+use awsmp_contract::attrs::WATERMARK_ATTR_PREFIX;
 use md5::{Digest, Md5};
 
 /// Longest sequence number Kinesis issues (API: `0|([1-9]\d{0,128})`, i.e. 129 digits).

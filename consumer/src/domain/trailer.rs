@@ -10,7 +10,7 @@
 
 use std::sync::LazyLock;
 
-use awsmp_producer::wire::{AGGREGATE_OVERHEAD, KPL_MAGIC, MD5_LEN, is_aggregated};
+use awsmp_contract::wire::{AGGREGATE_OVERHEAD, KPL_MAGIC, MD5_LEN, is_aggregated};
 use md5_many::Md5Many;
 
 /// The engine for this CPU (its SIMD level detected once per process).

@@ -4,12 +4,12 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use awsmp_pipeline::contract::limits::MAX_USAGE_QUANTITY;
-use awsmp_pipeline::contract::reasons;
-use awsmp_pipeline::domain::keys::HourBucket;
-use awsmp_pipeline::domain::row::Tag;
-use awsmp_pipeline::domain::time::{TimeConfig, is_billable};
-use awsmp_producer::Event;
+use awsmp_contract::Event;
+use awsmp_contract::keys::HourBucket;
+use awsmp_contract::limits::marketplace::MAX_USAGE_QUANTITY;
+use awsmp_contract::reasons;
+use awsmp_contract::row::Tag;
+use awsmp_contract::time::{TimeConfig, is_billable};
 use chrono::{DateTime, Duration, Utc};
 
 /// Default `AWSMP_MAX_CLOCK_SKEW_SECONDS`: under [`TimestampPolicy::Server`] and
@@ -24,7 +24,7 @@ pub enum TimestampPolicy {
     /// (`approximateArrivalTimestamp`) is the billing time, whatever the client clock says. An
     /// event the producer's buffers, retries or the stream delayed is billed at the second it
     /// arrived, never refused as stale; the client's skew is reported as
-    /// [`awsmp_pipeline::contract::metrics::CLIENT_CLOCK_SKEW`].
+    /// [`awsmp_contract::metrics::CLIENT_CLOCK_SKEW`].
     Arrival,
     /// An untrusted ingest path: the arrival time is the billing time and the client time must
     /// lie within the allowed skew of it (`StaleTimestamp`, `FutureTimestamp` otherwise).
@@ -124,7 +124,7 @@ impl VerifiedEvent {
 /// A verification failure: reason code and detail.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
-    /// Stable reason code (see [`awsmp_pipeline::contract::reasons`]).
+    /// Stable reason code (see [`awsmp_contract::reasons`]).
     pub reason: &'static str,
     /// Human-readable detail.
     pub detail: String,

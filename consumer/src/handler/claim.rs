@@ -11,8 +11,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use awsmp_pipeline::contract::metrics;
-use awsmp_pipeline::emf::Metric;
+use awsmp_aws::emf::Metric;
+use awsmp_contract::metrics;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 

@@ -4,7 +4,7 @@
 //! batch by the consumer's `NameCache`).
 
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
-use awsmp_pipeline::contract::stream::HEARTBEAT_MARKER;
+use awsmp_contract::stream::HEARTBEAT_MARKER;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use awsmp_pipeline::contract::metrics;
-use awsmp_pipeline::emf::Metric;
+use awsmp_aws::emf::Metric;
+use awsmp_contract::metrics;
 
 use super::{Batch, Consumer};
 use crate::archive::ArchivedEvent;

@@ -39,9 +39,9 @@ use std::time::{Duration, Instant};
 
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
-use awsmp_pipeline::domain::clock::Clock;
-use awsmp_pipeline::emf::MetricsSink;
-use awsmp_retry::RetryPolicy;
+use awsmp_aws::emf::MetricsSink;
+use awsmp_contract::clock::Clock;
+use awsmp_contract::retry::RetryPolicy;
 use chrono::{DateTime, Utc};
 
 use crate::domain::intern::NameCache;
@@ -118,7 +118,7 @@ pub struct Consumer {
     /// Finalized group-hours.
     pub finalized: Arc<dyn FinalizedGroups>,
     /// Ingest watermarks; `None`: not published (no fence downstream).
-    pub watermarks: Option<Arc<dyn awsmp_pipeline::ports::WatermarkStore>>,
+    pub watermarks: Option<Arc<dyn awsmp_aws::watermark::WatermarkStore>>,
     /// The billing archive; `None`: not archived.
     pub archive: Option<Arc<dyn crate::archive::BillingArchive>>,
     /// EMF metrics.
@@ -277,7 +277,7 @@ impl Consumer {
         if crate::mutants::active(crate::mutants::Mutant::WatermarkBeforeRows) {
             return retry_every_error(op).await;
         }
-        awsmp_retry::retry(&self.settings.store_retry, op).await
+        awsmp_aws::retry(&self.settings.store_retry, op).await
     }
 
     /// The rejected-events TTL for an item recorded at `now` (`None`: keep).

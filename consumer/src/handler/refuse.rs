@@ -5,8 +5,8 @@
 //! record either way, before the watermark is published.
 
 use aws_lambda_events::event::kinesis::KinesisEventRecord;
-use awsmp_pipeline::contract::{metrics, reasons};
-use awsmp_pipeline::emf::Metric;
+use awsmp_aws::emf::Metric;
+use awsmp_contract::{metrics, reasons};
 use base64::Engine;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;

@@ -4,8 +4,8 @@
 //! (<https://docs.aws.amazon.com/lambda/latest/dg/services-kinesis-batchfailurereporting.html>).
 
 use aws_lambda_events::event::streams::KinesisEventResponse;
-use awsmp_pipeline::contract::metrics;
-use awsmp_pipeline::emf::Metric;
+use awsmp_aws::emf::Metric;
+use awsmp_contract::metrics;
 
 use super::{Batch, BatchReport, Consumer};
 

@@ -4,10 +4,10 @@
 
 use std::collections::HashSet;
 
-use awsmp_pipeline::contract::attrs::audit_timestamp;
-use awsmp_pipeline::contract::{metrics, reasons};
-use awsmp_pipeline::domain::keys::GroupKey;
-use awsmp_pipeline::emf::Metric;
+use awsmp_aws::emf::Metric;
+use awsmp_contract::attrs::audit_timestamp;
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::{metrics, reasons};
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt};
 

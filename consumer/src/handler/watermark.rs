@@ -27,7 +27,7 @@ impl Consumer {
             record.arrival,
         );
         if let Err(e) =
-            awsmp_retry::retry(&STORE_RETRY, || store.advance(stream, shard, arrival)).await
+            awsmp_aws::retry(&STORE_RETRY, || store.advance(stream, shard, arrival)).await
         {
             tracing::warn!(
                 error = &e as &dyn std::error::Error,

@@ -2,11 +2,11 @@
 //! from the mapping entry, timestamp authority, anomaly bounds and rate limits, the dedup key,
 //! and the event as it goes onto the usage stream.
 
-use awsmp_pipeline::contract::reasons;
-use awsmp_producer::Event;
+use awsmp_contract::Event;
+use awsmp_contract::reasons;
+use awsmp_contract::wire::encode_event;
 use awsmp_producer::partition::partition_key;
 use awsmp_producer::sink::PutEntry;
-use awsmp_producer::wire::encode_event;
 use bytes::Bytes;
 use chrono::{DateTime, Duration, Utc};
 use md5::{Digest, Md5};
@@ -339,7 +339,7 @@ mod tests {
         let now = Utc.with_ymd_and_hms(2026, 12, 1, 10, 0, 0).unwrap();
         let ev = stream_event(ARN, &grant(L1, "222222222222"), &event(None, None), now);
         ev.validate(false).unwrap();
-        let decoded = awsmp_producer::wire::decode_event(&put_entry(&ev).data).unwrap();
+        let decoded = awsmp_contract::wire::decode_event(&put_entry(&ev).data).unwrap();
         assert_eq!(decoded, ev);
         assert_eq!(decoded.timestamp, now);
         assert_eq!(decoded.producer_id.as_deref(), Some(ARN));

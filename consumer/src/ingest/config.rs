@@ -77,7 +77,7 @@ impl IngestConfig {
         }
         if let Some(bad) = accounts
             .iter()
-            .find(|a| awsmp_producer::event::validate_account_id(a).is_err())
+            .find(|a| awsmp_contract::event::validate_account_id(a).is_err())
         {
             return Err(ConsumerError::Config(format!(
                 "AWSMP_ALLOWED_ACCOUNTS: {bad:?} is not a 12-digit account id"
@@ -103,7 +103,7 @@ impl IngestConfig {
                 DEFAULT_MAPPING_CACHE_SECONDS,
             )?)),
             metrics_namespace: set("AWSMP_METRICS_NAMESPACE")
-                .unwrap_or_else(|| awsmp_pipeline::emf::DEFAULT_NAMESPACE.to_owned()),
+                .unwrap_or_else(|| awsmp_aws::emf::DEFAULT_NAMESPACE.to_owned()),
             settings: IngestSettings {
                 allowlist: Allowlist {
                     environment: required("AWSMP_ENVIRONMENT")?,

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use awsmp_pipeline::contract::reasons;
+use awsmp_contract::reasons;
 
 use crate::domain::verify::Refusal;
 

@@ -4,8 +4,8 @@
 
 use std::collections::HashSet;
 
-use awsmp_pipeline::contract::limits::MAX_USAGE_QUANTITY;
-use awsmp_producer::event::{validate_account_id, validate_license_arn};
+use awsmp_contract::event::{validate_account_id, validate_license_arn};
+use awsmp_contract::limits::marketplace::MAX_USAGE_QUANTITY;
 use serde::{Deserialize, Serialize};
 
 use super::identity::parse_invoked_arn;

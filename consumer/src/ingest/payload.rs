@@ -3,12 +3,12 @@
 //! quantity, a missing `recordedAtHint` make the whole invocation malformed, and nothing of
 //! it is applied.
 
-use awsmp_producer::UsageAllocation;
-use awsmp_producer::event::validate_allocations;
+use awsmp_contract::UsageAllocation;
+use awsmp_contract::event::validate_allocations;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use awsmp_producer::event::MAX_EVENT_ID_BYTES;
+use awsmp_contract::event::MAX_EVENT_ID_BYTES;
 
 /// Events of one invocation at most. Our bound: all of them go to the usage stream in one
 /// `PutRecords` call, which takes at most 500 records

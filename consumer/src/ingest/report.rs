@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use awsmp_pipeline::contract::metrics;
-use awsmp_pipeline::emf::{Metric, MetricsSink};
+use awsmp_aws::emf::{Metric, MetricsSink};
+use awsmp_contract::metrics;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 

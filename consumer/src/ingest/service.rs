@@ -15,11 +15,11 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use awsmp_pipeline::contract::{metrics, reasons};
-use awsmp_pipeline::domain::clock::Clock;
-use awsmp_pipeline::emf::{Metric, MetricsSink};
-use awsmp_producer::Event;
-use awsmp_retry::RetryPolicy;
+use awsmp_aws::emf::{Metric, MetricsSink};
+use awsmp_contract::Event;
+use awsmp_contract::clock::Clock;
+use awsmp_contract::retry::RetryPolicy;
+use awsmp_contract::{metrics, reasons};
 use chrono::{DateTime, Duration, SubsecRound, Utc};
 use futures::{StreamExt, TryStreamExt};
 
@@ -453,7 +453,7 @@ impl MeterIngest {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
-        awsmp_retry::retry(&self.settings.store_retry, op).await
+        awsmp_aws::retry(&self.settings.store_retry, op).await
     }
 }
 

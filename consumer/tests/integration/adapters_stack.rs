@@ -13,9 +13,9 @@ use awsmp_consumer::adapters::memory::{MemoryDedupStore, MemoryUsageRows};
 use awsmp_consumer::domain::row::{Change, Guard, RowWrite};
 use awsmp_consumer::domain::seq::{Lane, SeqNum};
 use awsmp_consumer::ports::{ClaimOutcome, DedupClaim, DedupStore, LaneItem, UsageRowWriter};
+use awsmp_contract::keys::RowKey;
+use awsmp_contract::row::{Allocation, Tag};
 use awsmp_loadtest::local::LocalEnv;
-use awsmp_pipeline::domain::keys::RowKey;
-use awsmp_pipeline::domain::row::{Allocation, Tag};
 use chrono::{Duration, TimeZone, Utc};
 
 fn seq(n: u64) -> SeqNum {

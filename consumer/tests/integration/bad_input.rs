@@ -18,13 +18,13 @@ use awsmp_consumer::error::{ConsumerError, Result};
 use awsmp_consumer::handler::kinesis_record;
 use awsmp_consumer::ports::{FinalizedGroups, UsageRowWriter};
 use awsmp_consumer::{Consumer, Settings};
-use awsmp_pipeline::domain::clock::FixedClock;
-use awsmp_pipeline::domain::keys::{GroupKey, RowKey};
-use awsmp_pipeline::domain::row::{AttrValue, RawUsageRow};
-use awsmp_producer::Event;
-use awsmp_producer::event::MAX_DIMENSION_BYTES;
+use awsmp_contract::Event;
+use awsmp_contract::clock::FixedClock;
+use awsmp_contract::event::MAX_DIMENSION_BYTES;
+use awsmp_contract::keys::{GroupKey, RowKey};
+use awsmp_contract::row::{AttrValue, RawUsageRow};
+use awsmp_contract::wire::encode_event;
 use awsmp_producer::partition::partition_key;
-use awsmp_producer::wire::encode_event;
 use chrono::{DateTime, TimeZone, Utc};
 
 const ARN: &str =

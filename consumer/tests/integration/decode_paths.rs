@@ -14,9 +14,9 @@ use awsmp_consumer::domain::record::{
 };
 use awsmp_consumer::domain::seq::SeqNum;
 use awsmp_consumer::domain::verify::{TimestampPolicy, VerifyPolicy};
-use awsmp_producer::event_id::GeneratedId;
+use awsmp_contract::event_id::GeneratedId;
+use awsmp_contract::wire::{AggregateV2Builder, encode_aggregated, encode_event, encode_single};
 use awsmp_producer::partition::partition_key;
-use awsmp_producer::wire::{AggregateV2Builder, encode_aggregated, encode_event, encode_single};
 use awsmp_producer::{Event, Tag, UsageAllocation};
 use bytes::Bytes;
 use chrono::{DateTime, Duration, TimeZone, Utc};
@@ -234,7 +234,7 @@ fn a_ref_of_a_lane_out_of_range_is_answered_as_the_general_path_does() {
     let events: Vec<Event> = (0..3u64)
         .map(|k| event(2 * k, 0, 10, k + 1, false))
         .collect();
-    let users = awsmp_producer::wire::deaggregate(&encode(&events, 3)).unwrap();
+    let users = awsmp_contract::wire::deaggregate(&encode(&events, 3)).unwrap();
     for lane in [16u8, 0x7f] {
         let records: Vec<(String, Vec<u8>)> = users
             .iter()

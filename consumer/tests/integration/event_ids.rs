@@ -9,10 +9,10 @@ use std::sync::Arc;
 use awsmp_consumer::Settings;
 use awsmp_consumer::adapters::memory::MemoryStores;
 use awsmp_consumer::handler::kinesis_record;
-use awsmp_pipeline::domain::clock::FixedClock;
-use awsmp_producer::Event;
+use awsmp_contract::Event;
+use awsmp_contract::clock::FixedClock;
+use awsmp_contract::wire::{encode_aggregated, encode_event};
 use awsmp_producer::partition::partition_key;
-use awsmp_producer::wire::{encode_aggregated, encode_event};
 use chrono::{DateTime, TimeZone, Utc};
 
 use common::event;
@@ -73,7 +73,7 @@ async fn a_caller_id_re_recorded_in_a_later_batch_is_billed_once() {
 }
 
 fn generated(seq: u64) -> String {
-    awsmp_producer::event_id::GeneratedId {
+    awsmp_contract::event_id::GeneratedId {
         epoch: 0x5eed,
         lane: 3,
         seq,
@@ -134,8 +134,8 @@ async fn generated_ids_cost_one_dedup_write_per_lane_per_batch_caller_ids_one_pe
 /// own joins no sum) is dropped by its lane's sequences — billed once, with no per-id claim.
 #[tokio::test]
 async fn a_collapsed_sum_re_recorded_after_a_hand_back_is_billed_once_by_its_sequence() {
+    use awsmp_contract::wire::decode_events;
     use awsmp_producer::partition::ShardMap;
-    use awsmp_producer::wire::decode_events;
     use awsmp_producer::{MemoryRecordSink, Producer, StaticShardMapSource};
 
     let map = ShardMap::uniform(1);
@@ -159,7 +159,7 @@ async fn a_collapsed_sum_re_recorded_after_a_hand_back_is_billed_once_by_its_seq
     assert_eq!(sent.len(), 1, "one sum: {sent:?}");
     let sum = sent[0].clone();
     assert_eq!(sum.quantity, 9);
-    assert!(awsmp_producer::event_id::GeneratedId::parse(&sum.event_id).is_some());
+    assert!(awsmp_contract::event_id::GeneratedId::parse(&sum.event_id).is_some());
 
     // The caller re-records the sum as handed back, beside a new event of its group-second.
     p.record(sum).await.unwrap();

@@ -15,12 +15,12 @@ use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::StreamStatus;
 use awsmp_consumer::Config;
 use awsmp_consumer::adapters::dynamodb::consumer_from_config;
+use awsmp_contract::Event;
+use awsmp_contract::event_id::GeneratedId;
+use awsmp_contract::wire::{encode_aggregated, encode_event};
 use awsmp_loadtest::kinesis_esm::{EsmOptions, KinesisEsm};
 use awsmp_loadtest::local::LocalEnv;
-use awsmp_producer::Event;
-use awsmp_producer::event_id::GeneratedId;
 use awsmp_producer::partition::partition_key;
-use awsmp_producer::wire::{encode_aggregated, encode_event};
 use chrono::Utc;
 
 async fn create_stream(client: &aws_sdk_kinesis::Client) -> Result<String> {

@@ -12,16 +12,14 @@ use awsmp_consumer::Settings;
 use awsmp_consumer::adapters::fault::{Faults, Faulty};
 use awsmp_consumer::adapters::memory::MemoryStores;
 use awsmp_consumer::handler::STORE_RETRY;
-use awsmp_pipeline::contract::attrs;
-use awsmp_pipeline::contract::reasons;
-use awsmp_pipeline::domain::clock::FixedClock;
+use awsmp_contract::attrs;
+use awsmp_contract::clock::FixedClock;
+use awsmp_contract::keys::{GroupKey, HourBucket, parse_usage_timestamp, split_usage_sort_key};
+use awsmp_contract::reasons;
+use awsmp_contract::retry::RetryPolicy;
+use awsmp_contract::row::AttrValue;
+use awsmp_contract::time::TimeConfig;
 use awsmp_pipeline::domain::fold::{FoldOutcome, GroupFold};
-use awsmp_pipeline::domain::keys::{
-    GroupKey, HourBucket, parse_usage_timestamp, split_usage_sort_key,
-};
-use awsmp_pipeline::domain::row::AttrValue;
-use awsmp_pipeline::domain::time::TimeConfig;
-use awsmp_retry::RetryPolicy;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

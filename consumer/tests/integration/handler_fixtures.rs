@@ -6,10 +6,10 @@ use aws_lambda_events::event::kinesis::KinesisEvent;
 use awsmp_consumer::Settings;
 use awsmp_consumer::adapters::memory::MemoryStores;
 use awsmp_consumer::domain::verify::TimestampPolicy;
-use awsmp_pipeline::contract::attrs;
-use awsmp_pipeline::domain::clock::FixedClock;
-use awsmp_pipeline::domain::keys::RowKey;
-use awsmp_pipeline::domain::row::AttrValue;
+use awsmp_contract::attrs;
+use awsmp_contract::clock::FixedClock;
+use awsmp_contract::keys::RowKey;
+use awsmp_contract::row::AttrValue;
 use chrono::{TimeZone, Utc};
 
 /// The stream of the fixtures' records (their `eventSourceARN`).
@@ -190,7 +190,7 @@ async fn late_usage_and_finalized_rows_are_not_reopened() {
     let (stores, consumer) = stores_and_consumer();
     stores
         .finalized
-        .finalize(awsmp_pipeline::domain::keys::GroupKey::new(
+        .finalize(awsmp_contract::keys::GroupKey::new(
             ARN,
             "210987654321",
             "api",
@@ -206,7 +206,7 @@ async fn late_usage_and_finalized_rows_are_not_reopened() {
 
 #[tokio::test]
 async fn the_shard_watermark_is_published_after_the_rows_are_written() {
-    use awsmp_pipeline::ports::WatermarkStore;
+    use awsmp_aws::watermark::WatermarkStore;
     // GIVEN the consumer with a watermark table
     let (stores, consumer) = stores_and_consumer();
     // WHEN it applies the mixed batch (arrivals at 12:00:07 and a fraction)
@@ -233,8 +233,8 @@ async fn the_shard_watermark_is_published_after_the_rows_are_written() {
 
 #[tokio::test]
 async fn a_failed_row_write_does_not_advance_the_watermark_past_it() {
+    use awsmp_aws::watermark::WatermarkStore;
     use awsmp_consumer::adapters::fault::{Faults, Faulty};
-    use awsmp_pipeline::ports::WatermarkStore;
     let (stores, mut consumer) = stores_and_consumer();
     let faults = Faults::new(7).throttle(1.0);
     consumer.rows = Arc::new(Faulty::new(stores.rows.clone(), faults));
@@ -245,8 +245,8 @@ async fn a_failed_row_write_does_not_advance_the_watermark_past_it() {
 
 #[tokio::test]
 async fn a_heartbeat_marker_advances_an_idle_shard_and_bills_nothing() {
-    use awsmp_pipeline::contract::stream::HEARTBEAT_MARKER;
-    use awsmp_pipeline::ports::WatermarkStore;
+    use awsmp_aws::watermark::WatermarkStore;
+    use awsmp_contract::stream::HEARTBEAT_MARKER;
     // GIVEN a batch holding only the heartbeat marker of shard 3
     let (stores, consumer) = stores_and_consumer();
     let arrival = Utc.with_ymd_and_hms(2026, 11, 30, 13, 1, 0).unwrap();

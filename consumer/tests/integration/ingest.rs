@@ -14,9 +14,9 @@ use awsmp_consumer::ingest::mapping::{LicenseGrant, MappingEntry};
 use awsmp_consumer::ingest::ports::{Disposition, MappingStore};
 use awsmp_consumer::ingest::{IngestReport, IngestSettings, Invocation, MeterIngest, Outcome};
 use awsmp_consumer::{ConsumerError, Settings};
-use awsmp_pipeline::contract::{metrics, reasons};
-use awsmp_pipeline::domain::clock::FixedClock;
-use awsmp_pipeline::domain::keys::RowKey;
+use awsmp_contract::clock::FixedClock;
+use awsmp_contract::keys::RowKey;
+use awsmp_contract::{metrics, reasons};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use serde_json::{Value, json};
 
@@ -105,7 +105,7 @@ impl World {
     }
 
     /// The events on the stream, decoded as the consumer decodes them.
-    fn streamed(&self) -> Vec<awsmp_producer::Event> {
+    fn streamed(&self) -> Vec<awsmp_contract::Event> {
         self.stores.stream.events().unwrap()
     }
 

@@ -11,8 +11,8 @@ use awsmp_consumer::adapters::archive::MemoryBillingArchive;
 use awsmp_consumer::adapters::memory::MemoryStores;
 use awsmp_consumer::archive::{ArchiveObject, BillingArchive};
 use awsmp_consumer::error::{ConsumerError, Result};
-use awsmp_pipeline::domain::clock::FixedClock;
-use awsmp_producer::Event;
+use awsmp_contract::Event;
+use awsmp_contract::clock::FixedClock;
 use chrono::{TimeZone, Utc};
 
 const LICENSE: &str =
@@ -30,7 +30,7 @@ fn batch(n: usize) -> KinesisEvent {
                 &(100 + i).to_string(),
                 "pk",
                 at,
-                awsmp_producer::wire::encode_event(&ev),
+                awsmp_contract::wire::encode_event(&ev),
             )
         })
         .collect();

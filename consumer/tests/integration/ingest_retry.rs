@@ -21,9 +21,9 @@ use awsmp_consumer::ingest::ports::{Disposition, HeldStore, MappingStore, UsageS
 use awsmp_consumer::ingest::{IngestSettings, Invocation, MeterIngest, Outcome};
 use awsmp_consumer::ports::{ClaimOutcome, DedupClaim, DedupStore, FirstSeen, LaneItem};
 use awsmp_consumer::{ConsumerError, Settings};
-use awsmp_pipeline::contract::reasons;
-use awsmp_pipeline::domain::clock::{Clock, FixedClock};
-use awsmp_pipeline::domain::keys::RowKey;
+use awsmp_contract::clock::{Clock, FixedClock};
+use awsmp_contract::keys::RowKey;
+use awsmp_contract::reasons;
 use awsmp_producer::sink::PutEntry;
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use serde_json::{Value, json};

@@ -12,8 +12,8 @@ use awsmp_consumer::ingest::identity::Allowlist;
 use awsmp_consumer::ingest::mapping::{LicenseGrant, MappingEntry};
 use awsmp_consumer::ingest::ports::MappingStore;
 use awsmp_consumer::ingest::{IngestReport, IngestSettings, Invocation, MeterIngest, Outcome};
-use awsmp_pipeline::contract::reasons;
-use awsmp_pipeline::domain::clock::FixedClock;
+use awsmp_contract::clock::FixedClock;
+use awsmp_contract::reasons;
 use chrono::{DateTime, Duration, Utc};
 use serde_json::Value;
 

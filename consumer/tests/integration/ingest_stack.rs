@@ -273,11 +273,11 @@ async fn produce(env: &LocalEnv) -> Result<()> {
     let entries = (0..15)
         .map(|i| {
             let ev =
-                awsmp_producer::Event::new(&license, &account, "api_calls", 9, chrono::Utc::now())
+                awsmp_contract::Event::new(&license, &account, "api_calls", 9, chrono::Utc::now())
                     .with_event_id(format!("trusted-{i}"))
                     .with_producer_id("seller-service");
             PutEntry {
-                data: awsmp_producer::wire::encode_event(&ev).into(),
+                data: awsmp_contract::wire::encode_event(&ev).into(),
                 partition_key: awsmp_producer::partition::partition_key(
                     &license,
                     &account,

@@ -10,14 +10,12 @@ use std::sync::Arc;
 use awsmp_consumer::Settings;
 use awsmp_consumer::adapters::memory::MemoryStores;
 use awsmp_consumer::handler::kinesis_record;
-use awsmp_pipeline::contract::limits::MAX_USAGE_QUANTITY;
-use awsmp_pipeline::domain::clock::FixedClock;
+use awsmp_contract::clock::FixedClock;
+use awsmp_contract::keys::{GroupKey, HourBucket, parse_usage_timestamp, split_usage_sort_key};
+use awsmp_contract::limits::marketplace::MAX_USAGE_QUANTITY;
+use awsmp_contract::time::TimeConfig;
+use awsmp_contract::wire::{encode_aggregated, encode_event};
 use awsmp_pipeline::domain::fold::{FoldOutcome, GroupFold};
-use awsmp_pipeline::domain::keys::{
-    GroupKey, HourBucket, parse_usage_timestamp, split_usage_sort_key,
-};
-use awsmp_pipeline::domain::time::TimeConfig;
-use awsmp_producer::wire::{encode_aggregated, encode_event};
 use awsmp_producer::{Event, Tag, UsageAllocation};
 use chrono::Duration;
 use proptest::prelude::*;

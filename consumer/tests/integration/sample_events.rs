@@ -6,8 +6,8 @@ use std::sync::Arc;
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use awsmp_consumer::Settings;
 use awsmp_consumer::adapters::memory::MemoryStores;
-use awsmp_pipeline::domain::clock::FixedClock;
-use awsmp_pipeline::domain::keys::RowKey;
+use awsmp_contract::clock::FixedClock;
+use awsmp_contract::keys::RowKey;
 use chrono::{TimeZone, Utc};
 
 #[tokio::test]

@@ -16,15 +16,15 @@ use aws_lambda_events::event::streams::KinesisEventResponse;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::{ShardIteratorType, StreamStatus};
+use awsmp_aws::emf::MetricsSink;
 use awsmp_consumer::Config;
 use awsmp_consumer::adapters::dynamodb::{DynamoDbUsageRows, consumer_from_config};
 use awsmp_consumer::adapters::fault::{Faults, Faulty};
+use awsmp_contract::keys::format_usage_timestamp;
+use awsmp_contract::wire::{decode_events, encode_aggregated, encode_event};
 use awsmp_loadtest::kinesis_esm::{EsmOptions, KinesisEsm};
 use awsmp_loadtest::local::LocalEnv;
-use awsmp_pipeline::domain::keys::format_usage_timestamp;
-use awsmp_pipeline::emf::MetricsSink;
 use awsmp_producer::partition::partition_key;
-use awsmp_producer::wire::{decode_events, encode_aggregated, encode_event};
 use awsmp_producer::{
     Event, FaultConfig, FaultInjectingRecordSink, KinesisRecordSink, KinesisShardMapSource,
     Producer, Tag, UsageAllocation,

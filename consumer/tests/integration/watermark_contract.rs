@@ -6,10 +6,10 @@
 //! cargo test -p awsmp-consumer --test integration watermark_contract:: -- --include-ignored`
 
 use anyhow::Result;
+use awsmp_aws::watermark::DynamoDbWatermarkStore;
+use awsmp_aws::watermark::MemoryWatermarkStore;
+use awsmp_aws::watermark::WatermarkStore;
 use awsmp_loadtest::local::LocalEnv;
-use awsmp_pipeline::adapters::dynamodb::DynamoDbWatermarkStore;
-use awsmp_pipeline::adapters::memory::MemoryWatermarkStore;
-use awsmp_pipeline::ports::WatermarkStore;
 use chrono::{DateTime, Duration, TimeZone, Utc};
 
 fn t0() -> DateTime<Utc> {
@@ -47,7 +47,7 @@ async fn contract(store: &dyn WatermarkStore, run: &str) -> Result<()> {
         "a drained shard still moves forward"
     );
     store.mark_drained(&other, b).await?;
-    let listed = |shards: Vec<awsmp_pipeline::ports::ShardWatermark>| {
+    let listed = |shards: Vec<awsmp_aws::watermark::ShardWatermark>| {
         let mut out: Vec<_> = shards
             .into_iter()
             .map(|s| (s.stream, s.shard_id, s.applied_through, s.drained))

@@ -10,13 +10,13 @@ use aws_lambda_events::event::kinesis::KinesisEventRecord;
 use awsmp_consumer::Settings;
 use awsmp_consumer::adapters::memory::MemoryStores;
 use awsmp_consumer::handler::kinesis_record;
-use awsmp_pipeline::domain::clock::FixedClock;
-use awsmp_producer::event_id::GeneratedId;
-use awsmp_producer::partition::partition_key;
-use awsmp_producer::wire::{
+use awsmp_contract::clock::FixedClock;
+use awsmp_contract::event_id::GeneratedId;
+use awsmp_contract::wire::{
     AggregateBuilder, AggregateV2Builder, deaggregate, encode_aggregated, encode_event,
     encode_single,
 };
+use awsmp_producer::partition::partition_key;
 use awsmp_producer::{Event, Tag, UsageAllocation};
 use bytes::Bytes;
 use chrono::Duration;

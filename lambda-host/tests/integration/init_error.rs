@@ -1,5 +1,5 @@
 //! A binary whose configuration is missing or wrong fails at init with a named error, posted to
-//! `/runtime/init/error` (the binaries' `awsmp_pipeline::lambda_init`), which the host reports
+//! `/runtime/init/error` (the binaries' `awsmp_aws::lambda_init`), which the host reports
 //! as `Error::Init`.
 
 use crate::common::{NEEDS_STACK, bin_dir, manifest};

@@ -97,17 +97,17 @@ impl SubscriberStore for MemorySubscriberStore {
 
 /// The pipeline's reader of the sparse deprovisioning index over the same rows: every license
 /// whose flag is set (its flush window open or not yet finalized), as
-/// `awsmp_pipeline::adapters::dynamodb::DynamoDbDeprovisioningIndex` reads the table.
+/// `awsmp_aws::deprovisioning::DynamoDbDeprovisioningIndex` reads the table.
 #[async_trait]
-impl awsmp_pipeline::ports::DeprovisioningIndex for MemorySubscriberStore {
+impl awsmp_aws::deprovisioning::DeprovisioningIndex for MemorySubscriberStore {
     async fn active(
         &self,
-    ) -> awsmp_pipeline::error::Result<Vec<awsmp_pipeline::ports::Deprovisioning>> {
+    ) -> awsmp_aws::error::Result<Vec<awsmp_aws::deprovisioning::Deprovisioning>> {
         Ok(lock(&self.rows)
             .values()
             .filter_map(|r| {
                 r.deprovisioning_expiry
-                    .map(|expiry| awsmp_pipeline::ports::Deprovisioning {
+                    .map(|expiry| awsmp_aws::deprovisioning::Deprovisioning {
                         license_arn: r.key.license_arn.clone(),
                         customer_aws_account_id: r.key.customer_aws_account_id.clone(),
                         expiry,

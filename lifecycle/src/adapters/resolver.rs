@@ -6,7 +6,7 @@ use aws_sdk_marketplacemetering::Client;
 use aws_sdk_marketplacemetering::operation::resolve_customer::{
     ResolveCustomerError, ResolveCustomerOutput,
 };
-use awsmp_pipeline::ids::{is_valid_account_id, is_valid_license_arn};
+use awsmp_contract::ids::{is_valid_account_id, is_valid_license_arn};
 
 use crate::domain::event::LicenseKey;
 use crate::domain::registration::ResolvedCustomer;

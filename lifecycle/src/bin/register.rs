@@ -1,17 +1,16 @@
 //! Lambda `register`: the registration page and `ResolveCustomer` (API Gateway).
+use awsmp_aws::emf::MetricsSink;
 use awsmp_lifecycle::adapters::dynamodb::{DynamoDbProfileStore, DynamoDbSubscriberStore};
 use awsmp_lifecycle::adapters::resolver::MarketplaceCustomerResolver;
 use awsmp_lifecycle::handlers::register::{RegisterService, lambda};
 use awsmp_lifecycle::{aws, config::RegisterConfig};
-use awsmp_pipeline::emf::MetricsSink;
 use lambda_http::{Error, Request, service_fn};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_http::tracing::init_default_subscriber();
-    let c =
-        awsmp_pipeline::lambda_init::init("register", async { RegisterConfig::from_env() }).await?;
-    let sdk = awsmp_pipeline::aws::sdk_config().await;
+    let c = awsmp_aws::lambda_init::init("register", async { RegisterConfig::from_env() }).await?;
+    let sdk = awsmp_aws::sdk::sdk_config().await;
     let resolver =
         MarketplaceCustomerResolver::new(aws::metering(&sdk, &c.resolve_customer_region));
     let profiles = DynamoDbProfileStore::new(aws::dynamodb(&sdk, None), &c.customer_profile_table);

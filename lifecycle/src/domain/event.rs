@@ -6,8 +6,8 @@
 //! role as a suffix (`License Updated - Manufacturer`, `Purchase Agreement Ended - Proposer`);
 //! the suffix is dropped here, so either role's copy is the same event.
 
-use awsmp_pipeline::contract::reasons;
-use awsmp_pipeline::ids::{is_valid_account_id, is_valid_license_arn};
+use awsmp_contract::ids::{is_valid_account_id, is_valid_license_arn};
+use awsmp_contract::reasons;
 use chrono::{DateTime, SubsecRound, Utc};
 use serde_json::Value;
 
@@ -132,7 +132,7 @@ pub enum Parsed {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{reason}: {detail}")]
 pub struct MalformedEvent {
-    /// A reason code of [`awsmp_pipeline::contract::reasons`].
+    /// A reason code of [`awsmp_contract::reasons`].
     pub reason: &'static str,
     /// What is wrong, for the operator.
     pub detail: String,

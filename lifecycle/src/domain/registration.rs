@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use awsmp_pipeline::contract::reasons;
+use awsmp_contract::reasons;
 
 use super::event::LicenseKey;
 
@@ -85,7 +85,7 @@ pub struct Form {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{reason}: {message}")]
 pub struct FormError {
-    /// A reason code of [`awsmp_pipeline::contract::reasons`].
+    /// A reason code of [`awsmp_contract::reasons`].
     pub reason: &'static str,
     /// What the buyer is told (no field values).
     pub message: String,

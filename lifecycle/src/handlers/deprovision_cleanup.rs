@@ -1,9 +1,9 @@
 //! The deprovision-cleanup Lambda (every 15 minutes): finalize the licenses whose flush
 //! window closed to `inactive`, emptying the sparse deprovisioning index.
 
-use awsmp_pipeline::contract::metrics;
-use awsmp_pipeline::emf::{Metric, MetricsSink};
-use awsmp_pipeline::mutants::{self, Mutant};
+use awsmp_aws::emf::{Metric, MetricsSink};
+use awsmp_aws::mutants::{self, Mutant};
+use awsmp_contract::metrics;
 use chrono::{DateTime, Utc};
 
 use crate::domain::registration::mask;
@@ -26,7 +26,7 @@ pub async fn run(
     metrics_sink: &MetricsSink,
     now: DateTime<Utc>,
 ) -> Result<CleanupReport> {
-    // Mutant: as if every window closed an hour early (pipeline/src/mutants.rs).
+    // Mutant: as if every window closed an hour early (aws/src/mutants.rs).
     let now = if mutants::active(Mutant::CleanupFinalizesOpenWindow) {
         now + crate::domain::state::DEPROVISIONING_WINDOW
     } else {

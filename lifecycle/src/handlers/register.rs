@@ -3,8 +3,8 @@
 //! registration (docs/lifecycle.md, "Registration"). HTTP-framework-free: the Lambda binary
 //! and the local stack's server both translate to and from [`RegisterRequest`] and [`Page`].
 
-use awsmp_pipeline::contract::{metrics, reasons};
-use awsmp_pipeline::emf::{Metric, MetricsSink};
+use awsmp_aws::emf::{Metric, MetricsSink};
+use awsmp_contract::{metrics, reasons};
 use chrono::{DateTime, Utc};
 
 use crate::domain::registration::{Form, FormError, ResolvedCustomer, mask, parse_form};

@@ -2,8 +2,8 @@
 //! subscribers table; per-message failures become `batchItemFailures`.
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
-use awsmp_pipeline::contract::metrics;
-use awsmp_pipeline::emf::{Metric, MetricsSink};
+use awsmp_aws::emf::{Metric, MetricsSink};
+use awsmp_contract::metrics;
 
 use crate::domain::event::{LicenseKey, LifecycleEvent, Parsed, Target, parse};
 use crate::domain::registration::mask;
@@ -116,7 +116,7 @@ pub async fn handle_batch(svc: &SubscriptionService<'_>, event: SqsEvent) -> Sqs
             Some(body) => handle_message(svc, body).await.map(drop),
             None => Err(LifecycleError::MalformedEvent(
                 crate::domain::event::MalformedEvent {
-                    reason: awsmp_pipeline::contract::reasons::EVENT_NOT_JSON,
+                    reason: awsmp_contract::reasons::EVENT_NOT_JSON,
                     detail: "SQS message without a body".into(),
                 },
             )),

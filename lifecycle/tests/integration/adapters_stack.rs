@@ -5,6 +5,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use aws_sdk_dynamodb::types::AttributeValue as Av;
+use awsmp_aws::deprovisioning::DeprovisioningIndex;
+use awsmp_aws::deprovisioning::DynamoDbDeprovisioningIndex;
 use awsmp_lifecycle::adapters::dynamodb::{DynamoDbProfileStore, DynamoDbSubscriberStore};
 use awsmp_lifecycle::adapters::memory::MemorySubscriberStore;
 use awsmp_lifecycle::adapters::resolver::MarketplaceCustomerResolver;
@@ -14,8 +16,6 @@ use awsmp_lifecycle::domain::registration::{Registration, ResolvedCustomer};
 use awsmp_lifecycle::ports::{
     CustomerProfileStore, CustomerResolver, DeadLetters, ResolveError, SubscriberStore,
 };
-use awsmp_pipeline::adapters::dynamodb::DynamoDbDeprovisioningIndex;
-use awsmp_pipeline::ports::DeprovisioningIndex;
 use chrono::{DateTime, Duration, SubsecRound, TimeZone, Utc};
 use proptest::prelude::*;
 
@@ -24,7 +24,7 @@ fn env(name: &str) -> String {
 }
 
 async fn sdk() -> aws_config::SdkConfig {
-    awsmp_pipeline::aws::sdk_config().await
+    awsmp_aws::sdk::sdk_config().await
 }
 
 async fn subscribers() -> DynamoDbSubscriberStore {

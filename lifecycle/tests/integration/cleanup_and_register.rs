@@ -1,5 +1,6 @@
 //! The deprovision-cleanup and register handlers over the memory adapters.
 
+use awsmp_aws::emf::MetricsSink;
 use awsmp_lifecycle::adapters::memory::{
     MemoryProfileStore, MemoryResolver, MemorySubscriberStore, TokenOutcome,
 };
@@ -9,7 +10,6 @@ use awsmp_lifecycle::domain::state::LicenseStatus;
 use awsmp_lifecycle::handlers::deprovision_cleanup;
 use awsmp_lifecycle::handlers::register::{Page, RegisterRequest, RegisterService, respond};
 use awsmp_lifecycle::ports::SubscriberStore;
-use awsmp_pipeline::emf::MetricsSink;
 use chrono::{DateTime, Duration, TimeZone, Utc};
 
 fn key(n: u8) -> LicenseKey {

@@ -20,13 +20,13 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use awsmp_aws::deprovisioning::DeprovisioningIndex;
+use awsmp_aws::deprovisioning::DynamoDbDeprovisioningIndex;
 use awsmp_lifecycle::adapters::dynamodb::DynamoDbSubscriberStore;
 use awsmp_lifecycle::adapters::memory::MemorySubscriberStore;
 use awsmp_lifecycle::domain::event::{Change, LicenseKey};
 use awsmp_lifecycle::domain::state::LicenseStatus;
 use awsmp_lifecycle::ports::SubscriberStore;
-use awsmp_pipeline::adapters::dynamodb::DynamoDbDeprovisioningIndex;
-use awsmp_pipeline::ports::DeprovisioningIndex;
 use chrono::{DateTime, Duration, TimeZone, Utc};
 
 /// The store and the pipeline's reader of its deprovisioning index, over one table.
@@ -229,7 +229,7 @@ async fn the_memory_subscribers_table_keeps_the_contract() {
 async fn dynamodb_local_keeps_the_contract() {
     let table = std::env::var("AWSMP_SUBSCRIBERS_TABLE")
         .expect("AWSMP_SUBSCRIBERS_TABLE not set: source the local stack's env");
-    let client = aws_sdk_dynamodb::Client::new(&awsmp_pipeline::aws::sdk_config().await);
+    let client = aws_sdk_dynamodb::Client::new(&awsmp_aws::sdk::sdk_config().await);
     let store = DynamoDbSubscriberStore::new(client.clone(), table.clone());
     let index = DynamoDbDeprovisioningIndex::new(client, table);
     contract(&Subject {

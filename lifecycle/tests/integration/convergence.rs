@@ -2,12 +2,12 @@
 //! subscription handler as SQS would (an unresolved message is redelivered later), ends in
 //! the same subscriber row.
 
+use awsmp_aws::emf::MetricsSink;
 use awsmp_lifecycle::adapters::memory::{MemoryDeadLetters, MemorySubscriberStore};
 use awsmp_lifecycle::domain::event::LicenseKey;
 use awsmp_lifecycle::domain::state::{LicenseStatus, Subscriber};
 use awsmp_lifecycle::handlers::subscription::{SubscriptionService, handle_message};
 use awsmp_lifecycle::ports::SubscriberStore;
-use awsmp_pipeline::emf::MetricsSink;
 use proptest::prelude::*;
 use serde_json::json;
 use std::collections::VecDeque;

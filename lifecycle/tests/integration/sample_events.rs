@@ -4,6 +4,7 @@
 
 use aws_lambda_events::event::cloudwatch_events::CloudWatchEvent;
 use aws_lambda_events::sqs::SqsEvent;
+use awsmp_aws::emf::MetricsSink;
 use awsmp_lifecycle::adapters::memory::{
     MemoryDeadLetters, MemoryProfileStore, MemoryResolver, MemorySubscriberStore, TokenOutcome,
 };
@@ -14,7 +15,6 @@ use awsmp_lifecycle::handlers::deprovision_cleanup;
 use awsmp_lifecycle::handlers::register::{RegisterService, lambda};
 use awsmp_lifecycle::handlers::subscription::{SubscriptionService, handle_batch};
 use awsmp_lifecycle::ports::SubscriberStore;
-use awsmp_pipeline::emf::MetricsSink;
 use chrono::{DateTime, Duration, Utc};
 
 fn sample(name: &str) -> String {

@@ -3,6 +3,8 @@
 //! over the memory adapters.
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use awsmp_aws::emf::MetricsSink;
+use awsmp_contract::reasons;
 use awsmp_lifecycle::LifecycleError;
 use awsmp_lifecycle::adapters::memory::{MemoryDeadLetters, MemorySubscriberStore};
 use awsmp_lifecycle::domain::event::{Change, LicenseKey};
@@ -11,8 +13,6 @@ use awsmp_lifecycle::handlers::subscription::{
     Handled, SubscriptionService, handle_batch, handle_message,
 };
 use awsmp_lifecycle::ports::SubscriberStore;
-use awsmp_pipeline::contract::reasons;
-use awsmp_pipeline::emf::MetricsSink;
 use chrono::{DateTime, TimeZone, Utc};
 
 const LICENSE: &str =

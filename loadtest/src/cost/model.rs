@@ -12,9 +12,10 @@
 
 use super::Operations;
 use super::units::{gb_seconds, read_units, write_units};
-use awsmp_pipeline::contract::limits::{MAX_CLEANUP_KEYS_PER_MESSAGE, MAX_USAGE_RECORDS_PER_CALL};
+use awsmp_contract::keys::SECONDS_PER_HOUR;
+use awsmp_contract::limits::marketplace::MAX_USAGE_RECORDS_PER_CALL;
+use awsmp_contract::limits::sqs::MAX_CLEANUP_KEYS_PER_MESSAGE;
 use awsmp_pipeline::domain::fold::{SECOND_QUANTITY_BYTES, SECOND_SET_BYTES};
-use awsmp_pipeline::domain::keys::SECONDS_PER_HOUR;
 use serde::Serialize;
 
 /// The consumer function's memory (`infra/ingest.yaml`, `KinesisConsumerFunction`).

@@ -1,6 +1,6 @@
 //! How AWS rounds what an operation did into the units it bills.
 
-use awsmp_pipeline::domain::row::{AttrValue, RawUsageRow};
+use awsmp_contract::row::{AttrValue, RawUsageRow};
 
 /// A Kinesis PUT payload unit is a 25 KB chunk of a record
 /// (<https://aws.amazon.com/kinesis/data-streams/pricing/>).

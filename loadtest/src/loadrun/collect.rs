@@ -6,7 +6,7 @@ use crate::conservation::{self, GroupHour, Inputs};
 use crate::local::LocalEnv;
 use anyhow::Result;
 use aws_sdk_dynamodb::types::AttributeValue as Av;
-use awsmp_pipeline::domain::keys::HourBucket;
+use awsmp_contract::keys::HourBucket;
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

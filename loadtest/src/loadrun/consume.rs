@@ -12,9 +12,9 @@ use crate::local::hosted::{Hosted, scheduled_event};
 use anyhow::{Result, bail};
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use aws_lambda_events::kinesis::KinesisEvent;
+use awsmp_aws::emf::MetricsSink;
 use awsmp_consumer::Consumer;
 use awsmp_consumer::adapters::fault::{Faults as StoreFaults, Faulty};
-use awsmp_pipeline::emf::MetricsSink;
 use chrono::Utc;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -82,7 +82,7 @@ impl Consumers {
         &self,
         kinesis: &aws_sdk_kinesis::Client,
         stream: &str,
-        marks: &dyn awsmp_pipeline::ports::WatermarkStore,
+        marks: &dyn awsmp_aws::watermark::WatermarkStore,
     ) -> Result<()> {
         match &self.hosted {
             Some(h) => {
@@ -307,7 +307,7 @@ async fn heartbeats(
     ctx: &RunContext<'_>,
     consumers: &Consumers,
     (kinesis, stream): (&aws_sdk_kinesis::Client, &str),
-    marks: Option<&dyn awsmp_pipeline::ports::WatermarkStore>,
+    marks: Option<&dyn awsmp_aws::watermark::WatermarkStore>,
 ) -> Result<()> {
     let Some(marks) = marks else {
         return Ok(());

@@ -13,8 +13,8 @@
 
 use crate::local::LocalEnv;
 use anyhow::{Context, Result};
-use awsmp_pipeline::adapters::dynamodb::DynamoDbWatermarkStore;
-use awsmp_pipeline::ports::WatermarkStore;
+use awsmp_aws::watermark::DynamoDbWatermarkStore;
+use awsmp_aws::watermark::WatermarkStore;
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 
@@ -87,7 +87,7 @@ impl RunWatermarks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use awsmp_pipeline::adapters::memory::MemoryWatermarkStore;
+    use awsmp_aws::watermark::MemoryWatermarkStore;
     use chrono::TimeZone;
 
     #[tokio::test]

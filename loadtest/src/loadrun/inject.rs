@@ -143,7 +143,7 @@ mod tests {
 
     #[test]
     fn each_bad_input_decodes_as_it_is_declared() {
-        use awsmp_producer::wire::decode_event;
+        use awsmp_contract::wire::decode_event;
         let license = crate::loadrun::run_license(7, 3);
         let (records, inj) = plan(&license, "dim0");
         assert_eq!(records.len(), 7);
@@ -161,7 +161,7 @@ mod tests {
         );
         assert!(reasons[3..].iter().all(Result::is_ok), "{reasons:?}");
         assert_eq!(inj.records.values().sum::<u64>(), 3);
-        assert!(!awsmp_pipeline::contract::limits::matches_tag_pattern(
+        assert!(!awsmp_contract::limits::marketplace::matches_tag_pattern(
             BAD_TAG_VALUE
         ));
         assert_eq!(

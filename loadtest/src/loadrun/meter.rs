@@ -14,7 +14,7 @@ use crate::local::hosted::Hosted;
 use crate::report::RunReport;
 use crate::runner::Runner;
 use anyhow::{Context, Result};
-use awsmp_pipeline::domain::keys::HourBucket;
+use awsmp_contract::keys::HourBucket;
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -170,7 +170,7 @@ async fn deprovision(
     expiry: DateTime<Utc>,
 ) -> Result<()> {
     use aws_sdk_dynamodb::types::AttributeValue as Av;
-    use awsmp_pipeline::adapters::dynamodb::DEPROVISIONING_PENDING_FLAG;
+    use awsmp_contract::subscribers::DEPROVISIONING_PENDING_VALUE;
     let table = env.get("AWSMP_SUBSCRIBERS_TABLE")?;
     env.dynamodb()
         .await?
@@ -180,7 +180,7 @@ async fn deprovision(
         .item("customerAWSAccountId", Av::S(license.1.clone()))
         .item(
             "deprovisioningPendingFlag",
-            Av::S(DEPROVISIONING_PENDING_FLAG.into()),
+            Av::S(DEPROVISIONING_PENDING_VALUE.into()),
         )
         .item(
             "deprovisioningExpiry",

@@ -39,8 +39,8 @@ use crate::produce::{ProduceOutcome, ProduceSpec, produce};
 use crate::report::{Percentiles, RunReport};
 use crate::workload::Group;
 use anyhow::Result;
-use awsmp_pipeline::domain::keys::{GroupKey, HourBucket};
-use awsmp_pipeline::domain::row::conforming_row;
+use awsmp_contract::keys::{GroupKey, HourBucket};
+use awsmp_contract::row::conforming_row;
 use awsmp_producer::Producer;
 use chrono::{DateTime, Utc};
 use collect::{Scope, collect_tables};
@@ -558,8 +558,8 @@ mod tests {
     fn run_identities_are_valid_and_distinct() {
         let (l0, a0) = run_license(0xdead_beef, 0);
         let (l1, a1) = run_license(0xdead_beef, 1);
-        assert!(awsmp_pipeline::ids::is_valid_license_arn(&l0), "{l0}");
-        assert!(awsmp_pipeline::ids::is_valid_account_id(&a0), "{a0}");
+        assert!(awsmp_contract::ids::is_valid_license_arn(&l0), "{l0}");
+        assert!(awsmp_contract::ids::is_valid_account_id(&a0), "{a0}");
         assert_ne!(l0, l1);
         assert_ne!(a0, a1);
         assert_ne!(run_license(1, 0).0, run_license(2, 0).0);

@@ -9,7 +9,7 @@ use super::phases::Invocations;
 use crate::conservation::GroupHour;
 use crate::report::{Percentiles, RunReport, StageBound};
 use aws_lambda_events::kinesis::KinesisEvent;
-use awsmp_pipeline::domain::keys::HourBucket;
+use awsmp_contract::keys::HourBucket;
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
@@ -80,7 +80,7 @@ pub(super) fn observe_batch(
     let invocation = micros_between(invoked, finished);
     for r in &event.records {
         let arrival = r.kinesis.approximate_arrival_timestamp.0;
-        let Ok(user_records) = awsmp_producer::wire::decode_events(&r.kinesis.data.0) else {
+        let Ok(user_records) = awsmp_contract::wire::decode_events(&r.kinesis.data.0) else {
             continue;
         };
         for u in user_records {
@@ -216,7 +216,7 @@ mod tests {
         let records = ids
             .iter()
             .map(|id| {
-                let e = awsmp_producer::Event::new(
+                let e = awsmp_contract::Event::new(
                     "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef",
                     "210987654321",
                     "requests",
@@ -225,7 +225,7 @@ mod tests {
                 )
                 .with_event_id(*id);
                 let mut r = KinesisEventRecord::default();
-                r.kinesis.data.0 = awsmp_producer::wire::encode_event(&e);
+                r.kinesis.data.0 = awsmp_contract::wire::encode_event(&e);
                 r.kinesis.approximate_arrival_timestamp.0 = arrival;
                 r.kinesis.sequence_number = (*id).to_owned();
                 r

@@ -113,7 +113,7 @@ impl LocalEnv {
 
     /// SDK configuration pointed at these endpoints (without touching the process environment).
     pub async fn sdk_config(&self) -> aws_config::SdkConfig {
-        let mut loader = awsmp_pipeline::aws::config_loader().region(aws_config::Region::new(
+        let mut loader = awsmp_aws::sdk::config_loader().region(aws_config::Region::new(
             self.vars
                 .get("AWS_REGION")
                 .cloned()

@@ -12,7 +12,7 @@ use awsmp_consumer::error::ErrorChain;
 use awsmp_consumer::ingest::mapping::MappingFile;
 use awsmp_consumer::ingest::ports::MappingStore;
 use awsmp_consumer::ingest::{IngestConfig, Invocation, MeterIngest};
-use awsmp_pipeline::domain::clock::FixedClock;
+use awsmp_contract::clock::FixedClock;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
@@ -73,7 +73,7 @@ pub async fn meter_ingest(env: &LocalEnv, at: Option<DateTime<Utc>>) -> Result<M
         "meter-ingest is not configured on this stack: run `awsmp-local up --ingest-mapping FILE`"
     })?;
     let mut ingest = meter_ingest_from_config(&config, env.dynamodb().await?, env.kinesis().await?);
-    ingest.metrics = awsmp_pipeline::emf::MetricsSink::capture("meter-ingest");
+    ingest.metrics = awsmp_aws::emf::MetricsSink::capture("meter-ingest");
     ingest.clock = Arc::new(FixedClock::new(at.unwrap_or_else(Utc::now)));
     Ok(ingest)
 }

@@ -5,13 +5,13 @@
 
 use anyhow::{Context, Result, bail};
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+use awsmp_aws::emf::MetricsSink;
 use awsmp_lifecycle::adapters::dynamodb::{DynamoDbProfileStore, DynamoDbSubscriberStore};
 use awsmp_lifecycle::adapters::resolver::MarketplaceCustomerResolver;
 use awsmp_lifecycle::adapters::sqs::SqsDeadLetters;
 use awsmp_lifecycle::handlers::deprovision_cleanup::{self, CleanupReport};
 use awsmp_lifecycle::handlers::register::{RegisterRequest, RegisterService, respond};
 use awsmp_lifecycle::handlers::subscription::{SubscriptionService, handle_batch};
-use awsmp_pipeline::emf::MetricsSink;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -145,7 +145,7 @@ impl LocalRegister {
             ),
             product_code,
             region: env.get("AWS_REGION")?.to_owned(),
-            metrics: MetricsSink::stdout(awsmp_pipeline::emf::DEFAULT_NAMESPACE, "register"),
+            metrics: MetricsSink::stdout(awsmp_aws::emf::DEFAULT_NAMESPACE, "register"),
         })
     }
 

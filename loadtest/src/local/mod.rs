@@ -460,13 +460,13 @@ mod tests {
     fn demo_identifiers_have_marketplace_shapes() {
         for i in [0, 1, DEMO_LICENSES - 1, DEMO_LICENSES] {
             assert!(
-                awsmp_pipeline::ids::is_valid_license_arn(&demo_license_arn(i)),
+                awsmp_contract::ids::is_valid_license_arn(&demo_license_arn(i)),
                 "{}",
                 demo_license_arn(i)
             );
-            assert!(awsmp_pipeline::ids::is_valid_account_id(&demo_account(i)));
+            assert!(awsmp_contract::ids::is_valid_account_id(&demo_account(i)));
         }
-        assert!(awsmp_pipeline::ids::is_valid_product_code(
+        assert!(awsmp_contract::ids::is_valid_product_code(
             DEMO_PRODUCT_CODE
         ));
     }

@@ -608,17 +608,17 @@ mod tests {
         assert_eq!(products[2]["productCode"], demo_product_code(2));
         let mut arns = std::collections::BTreeSet::new();
         for p in products {
-            assert!(awsmp_pipeline::ids::is_valid_product_code(
+            assert!(awsmp_contract::ids::is_valid_product_code(
                 p["productCode"].as_str().unwrap()
             ));
             for l in p["licenses"].as_array().unwrap() {
                 let arn = l["licenseArn"].as_str().unwrap();
-                assert!(awsmp_pipeline::ids::is_valid_license_arn(arn), "{arn}");
+                assert!(awsmp_contract::ids::is_valid_license_arn(arn), "{arn}");
                 assert!(arns.insert(arn.to_owned()), "{arn} twice");
             }
         }
         assert_eq!(arns.len(), 201 + 2 * EXTRA_PRODUCT_LICENSES);
-        assert!(awsmp_pipeline::ids::is_valid_account_id(
+        assert!(awsmp_contract::ids::is_valid_account_id(
             &demo_product_account(7, 49)
         ));
     }

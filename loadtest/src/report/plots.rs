@@ -3,7 +3,7 @@
 
 use super::{Percentiles, Sample};
 use anyhow::Result;
-use awsmp_pipeline::contract::limits::{
+use awsmp_contract::limits::marketplace::{
     BATCH_METER_USAGE_CALLS_PER_SECOND, MAX_USAGE_RECORDS_PER_CALL,
 };
 use plotters::prelude::*;

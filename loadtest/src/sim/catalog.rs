@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use awsmp_pipeline::ids::{is_valid_account_id, is_valid_license_arn, is_valid_product_code};
+use awsmp_contract::ids::{is_valid_account_id, is_valid_license_arn, is_valid_product_code};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 

@@ -18,10 +18,10 @@ use std::time::Instant;
 use async_trait::async_trait;
 use aws_sdk_marketplacemetering::primitives::DateTime as SmithyTime;
 use aws_sdk_marketplacemetering::types::{UsageRecord, UsageRecordResult, UsageRecordResultStatus};
+use awsmp_contract::clock::Clock;
+use awsmp_contract::keys::Identity;
 use awsmp_pipeline::adapters::marketplace::match_response;
 use awsmp_pipeline::domain::batch::{CallKind, SubmitRecord};
-use awsmp_pipeline::domain::clock::Clock;
-use awsmp_pipeline::domain::keys::Identity;
 use awsmp_pipeline::domain::results::ApiResponse;
 use awsmp_pipeline::ports::{MeterCallError, MeteringApi};
 use chrono::{DateTime, Utc};
@@ -200,8 +200,8 @@ impl MeteringApi for InProcessMeteringApi {
 mod tests {
     use super::*;
     use crate::sim::{Catalog, Faults};
-    use awsmp_pipeline::domain::clock::FixedClock;
-    use awsmp_pipeline::domain::keys::GroupKey;
+    use awsmp_contract::clock::FixedClock;
+    use awsmp_contract::keys::GroupKey;
     use awsmp_pipeline::domain::results::ApiStatus;
 
     const L1: &str =

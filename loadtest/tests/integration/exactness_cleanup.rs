@@ -7,10 +7,10 @@ use crate::common;
 
 use anyhow::{Context, Result, ensure};
 use aws_sdk_dynamodb::types::AttributeValue as Av;
-use awsmp_pipeline::contract::attrs as a;
-use awsmp_pipeline::contract::reasons::LATE_USAGE;
-use awsmp_pipeline::domain::keys::GroupKey;
-use awsmp_pipeline::domain::row::RawUsageRow;
+use awsmp_contract::attrs as a;
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::reasons::LATE_USAGE;
+use awsmp_contract::row::RawUsageRow;
 use common::*;
 use serde_json::json;
 

@@ -9,8 +9,8 @@
 use crate::common;
 
 use anyhow::{Result, ensure};
+use awsmp_contract::status::AggregatedStatus;
 use awsmp_loadtest::runner::TickReport;
-use awsmp_pipeline::contract::status::AggregatedStatus;
 use awsmp_pipeline::domain::batch::{CallKind, SubmitRecord};
 use awsmp_pipeline::ports::MeteringApi;
 use chrono::Duration;

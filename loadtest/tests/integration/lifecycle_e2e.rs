@@ -9,11 +9,11 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context, Result};
+use awsmp_contract::keys::{GroupKey, HourBucket};
 use awsmp_lifecycle::adapters::dynamodb::DynamoDbSubscriberStore;
 use awsmp_lifecycle::domain::event::LicenseKey;
 use awsmp_lifecycle::domain::state::{AgreementStatus, LicenseStatus, Subscriber};
 use awsmp_lifecycle::ports::SubscriberStore;
-use awsmp_pipeline::domain::keys::{GroupKey, HourBucket};
 use chrono::{DateTime, Duration, Utc};
 use common::{NEEDS_STACK, STACK, Stack, row, runner, utc};
 use serde_json::{Value, json};

@@ -440,7 +440,7 @@ fn produce_into_a_named_stream_leaves_it_and_every_event_in_it() -> Result<()> {
         esm.drain(|e: aws_lambda_events::kinesis::KinesisEvent| {
             for r in &e.records {
                 // Events, not user records: a v2 aggregate also carries its group table.
-                events += awsmp_producer::wire::decode_events(&r.kinesis.data.0)
+                events += awsmp_contract::wire::decode_events(&r.kinesis.data.0)
                     .map_or(0, |u| u.iter().filter(|u| u.event.is_ok()).count());
             }
             async {

@@ -10,10 +10,10 @@ use crate::common;
 
 use anyhow::{Context, Result, ensure};
 use aws_sdk_dynamodb::types::AttributeValue as Av;
-use awsmp_pipeline::contract::attrs as a;
-use awsmp_pipeline::contract::status::AggregatedStatus;
-use awsmp_pipeline::domain::keys::GroupKey;
-use awsmp_pipeline::domain::row::AttrValue;
+use awsmp_contract::attrs as a;
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::row::AttrValue;
+use awsmp_contract::status::AggregatedStatus;
 use chrono::{DateTime, Duration, SecondsFormat, Utc};
 use common::*;
 use std::process::{Command, Output};

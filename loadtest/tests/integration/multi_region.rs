@@ -6,14 +6,14 @@
 use crate::common;
 
 use anyhow::{Context, Result, ensure};
+use awsmp_aws::dynamodb::to_sdk;
+use awsmp_contract::keys::{GroupKey, HourBucket};
 use awsmp_lifecycle::adapters::dynamodb::DynamoDbSubscriberStore;
 use awsmp_lifecycle::domain::event::LicenseKey;
 use awsmp_lifecycle::domain::state::LicenseStatus;
 use awsmp_lifecycle::ports::SubscriberStore;
 use awsmp_loadtest::local::LocalEnv;
 use awsmp_loadtest::local::sites::Sites;
-use awsmp_pipeline::adapters::dynamodb::to_sdk;
-use awsmp_pipeline::domain::keys::{GroupKey, HourBucket};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use common::multi_stack::{EU, MultiStack, US};
 use common::{NEEDS_STACK, row};

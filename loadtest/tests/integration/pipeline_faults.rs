@@ -12,15 +12,15 @@ use crate::common;
 
 use anyhow::{Context, Result, ensure};
 use async_trait::async_trait;
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::row::RawUsageRow;
+use awsmp_contract::status::AggregatedStatus;
 use awsmp_loadtest::local::{DEMO_DIMENSIONS, demo_catalog};
 use awsmp_loadtest::runner::{Runner, TickReport};
 use awsmp_loadtest::sim::{Catalog, SimConfig, spawn_on};
 use awsmp_pipeline::adapters::marketplace::MarketplaceMeteringApi;
-use awsmp_pipeline::contract::status::AggregatedStatus;
 use awsmp_pipeline::domain::batch::{CallKind, SubmitRecord};
-use awsmp_pipeline::domain::keys::GroupKey;
 use awsmp_pipeline::domain::results::ApiResponse;
-use awsmp_pipeline::domain::row::RawUsageRow;
 use awsmp_pipeline::handlers::discoverer::DiscovererInput;
 use awsmp_pipeline::handlers::submitter;
 use awsmp_pipeline::ports::{MessageQueue, MeterCallError, MeteringApi};

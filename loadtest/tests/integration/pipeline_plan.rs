@@ -11,9 +11,9 @@
 use crate::common;
 
 use anyhow::{Result, ensure};
+use awsmp_contract::reasons::LATE_USAGE;
+use awsmp_contract::status::AggregatedStatus;
 use awsmp_loadtest::runner::TickReport;
-use awsmp_pipeline::contract::reasons::LATE_USAGE;
-use awsmp_pipeline::contract::status::AggregatedStatus;
 use awsmp_pipeline::handlers::discoverer::DiscovererInput;
 use common::*;
 use serde_json::Value;
@@ -62,7 +62,7 @@ fn tags(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
 /// ledger's MeteringRecordId. Returns the ledger line.
 async fn assert_billed(
     st: &Stack,
-    g: &awsmp_pipeline::domain::keys::GroupKey,
+    g: &awsmp_contract::keys::GroupKey,
     quantity: u64,
 ) -> Result<Value> {
     let ledger = st.ledger(&g.license_arn).await?;
@@ -176,8 +176,8 @@ async fn line_has_no_duplicates(st: &Stack, license: &str) -> Result<bool> {
 /// with `reason`: every row `RejectedClientSide`, no aggregated record, nothing billed.
 async fn assert_group_rejected(
     st: &Stack,
-    rows: &[awsmp_pipeline::domain::row::RawUsageRow],
-    g: &awsmp_pipeline::domain::keys::GroupKey,
+    rows: &[awsmp_contract::row::RawUsageRow],
+    g: &awsmp_contract::keys::GroupKey,
     reason: &str,
 ) -> Result<()> {
     for r in rows {
@@ -236,8 +236,8 @@ enum AttrCase {
 }
 
 impl AttrCase {
-    fn value(&self) -> awsmp_pipeline::domain::row::AttrValue {
-        use awsmp_pipeline::domain::row::AttrValue;
+    fn value(&self) -> awsmp_contract::row::AttrValue {
+        use awsmp_contract::row::AttrValue;
         match self {
             AttrCase::N(n) => AttrValue::N((*n).into()),
             AttrCase::S(s) => AttrValue::S((*s).into()),
@@ -248,7 +248,7 @@ impl AttrCase {
 #[tokio::test]
 #[ignore = "needs the local stack (awsmp-local up); run by scripts/test"]
 async fn t5_each_sort_key_rejection_rejects_its_whole_group() -> Result<()> {
-    use awsmp_pipeline::domain::row::AttrValue;
+    use awsmp_contract::row::AttrValue;
     let _one = STACK.lock().await;
     let st = Stack::new().await?;
     let runner = runner(&[]).await?;

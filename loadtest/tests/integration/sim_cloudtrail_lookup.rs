@@ -8,10 +8,10 @@ use aws_config::{Region, retry::RetryConfig};
 use aws_credential_types::Credentials;
 use aws_sdk_marketplacemetering::types::UsageRecord;
 use aws_smithy_types::DateTime as SdkTime;
+use awsmp_contract::keys::HourBucket;
 use awsmp_loadtest::sim::{Catalog, SimConfig, spawn_on};
 use awsmp_meterctl::cloudtrail::CloudTrailMeteringTrail;
 use awsmp_meterctl::trail::{MeteringTrail, TrailWindow};
-use awsmp_pipeline::domain::keys::HourBucket;
 use awsmp_pipeline::metering_client::metering_client;
 use chrono::{Duration, Utc};
 
@@ -22,7 +22,7 @@ fn license(i: usize) -> String {
 }
 
 async fn sdk_config(url: &str) -> aws_config::SdkConfig {
-    awsmp_pipeline::aws::config_loader()
+    awsmp_aws::sdk::config_loader()
         .region(Region::new("us-east-1"))
         .credentials_provider(Credentials::from_keys("awsmp-test", "awsmp-test", None))
         .endpoint_url(url)

@@ -61,7 +61,7 @@ fn subscribe_emits_the_events_and_a_token_reusable_until_it_expires() {
     let mut s = sim(t0());
     let sub = subscribed(&mut s);
     let license = sub["licenseArn"].as_str().unwrap().to_owned();
-    assert!(awsmp_pipeline::ids::is_valid_license_arn(&license));
+    assert!(awsmp_contract::ids::is_valid_license_arn(&license));
     let kinds: Vec<&str> = sub["events"]
         .as_array()
         .unwrap()

@@ -59,7 +59,7 @@ struct Env {
 }
 
 async fn sdk_config(url: &str, retry: RetryConfig) -> aws_config::SdkConfig {
-    awsmp_pipeline::aws::config_loader()
+    awsmp_aws::sdk::config_loader()
         .region(Region::new("us-east-1"))
         .credentials_provider(Credentials::from_keys("awsmp-test", "awsmp-test", None))
         .endpoint_url(url)

@@ -3,6 +3,9 @@
 //! CloudTrail's event history (`AWS_ENDPOINT_URL_CLOUDTRAIL` points it at the local simulator).
 
 use anyhow::{Context, Result, bail};
+use awsmp_aws::watermark::DynamoDbWatermarkStore;
+use awsmp_aws::watermark::WatermarkStore;
+use awsmp_contract::keys::HourBucket;
 use awsmp_meterctl::cloudtrail::CloudTrailMeteringTrail;
 use awsmp_meterctl::ledger::{EXIT_CLEAN, EXIT_UNEXPLAINED, Ledger};
 use awsmp_meterctl::read::{OpsTables, Query, sources};
@@ -10,10 +13,7 @@ use awsmp_meterctl::sources::HourSources;
 use awsmp_meterctl::status::{Moment, status};
 use awsmp_meterctl::subscription::{SubscriptionState, SubscriptionView};
 use awsmp_meterctl::{redrive, render, verify};
-use awsmp_pipeline::adapters::dynamodb::DynamoDbWatermarkStore;
 use awsmp_pipeline::config::Config;
-use awsmp_pipeline::domain::keys::HourBucket;
-use awsmp_pipeline::ports::WatermarkStore;
 use chrono::{DateTime, Duration, Utc};
 use clap::{Args, Parser, Subcommand};
 use std::process::ExitCode;
@@ -125,7 +125,7 @@ async fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> Result<u8> {
     let config = Config::from_env().context("reading the stage configuration")?;
-    let sdk = awsmp_pipeline::aws::sdk_config().await;
+    let sdk = awsmp_aws::sdk::sdk_config().await;
     let tables = OpsTables {
         client: aws_sdk_dynamodb::Client::new(&sdk),
         usage: config.usage_table.clone(),
@@ -269,8 +269,7 @@ async fn status_cmd(ctx: &Ctx, s: &Selection) -> Result<u8> {
 }
 
 async fn redrive_cmd(ctx: &Ctx, g: &GroupHour) -> Result<u8> {
-    let group =
-        awsmp_pipeline::domain::keys::GroupKey::new(&g.license, &g.account, &g.dimension, g.hour);
+    let group = awsmp_contract::keys::GroupKey::new(&g.license, &g.account, &g.dimension, g.hour);
     let sources = read(ctx, vec![g.license.clone()], g.hour, g.hour).await?;
     let s = sources
         .into_iter()

@@ -7,7 +7,7 @@
 
 use crate::error::MeterctlError;
 use crate::trail::{TrailOutcome, TrailRecord};
-use awsmp_pipeline::domain::keys::{GroupKey, HourBucket};
+use awsmp_contract::keys::{GroupKey, HourBucket};
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::Deserialize;
 

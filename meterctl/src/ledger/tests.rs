@@ -1,8 +1,8 @@
 use super::*;
 use crate::sources::RowSummary;
-use awsmp_pipeline::contract::status::RawStatus;
+use awsmp_contract::keys::HourBucket;
+use awsmp_contract::status::RawStatus;
 use awsmp_pipeline::domain::fold::Overflow;
-use awsmp_pipeline::domain::keys::HourBucket;
 use chrono::TimeZone;
 
 fn now() -> DateTime<Utc> {

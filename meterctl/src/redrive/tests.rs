@@ -1,6 +1,6 @@
 use super::*;
 use crate::trail::{TrailOutcome, TrailRecord};
-use awsmp_pipeline::domain::keys::HourBucket;
+use awsmp_contract::keys::HourBucket;
 use awsmp_pipeline::ports::AggregatedItem;
 use chrono::TimeZone;
 

@@ -1,6 +1,6 @@
 use super::*;
-use awsmp_pipeline::contract::status::RawStatus;
-use awsmp_pipeline::domain::keys::HourBucket;
+use awsmp_contract::keys::HourBucket;
+use awsmp_contract::status::RawStatus;
 use awsmp_pipeline::ports::AggregatedItem;
 use chrono::TimeZone;
 

@@ -3,7 +3,6 @@
 //! `CustomerIdentifier` the SDK would otherwise send.
 
 use crate::domain::batch::{CallKind, SubmitRecord};
-use crate::domain::keys::Identity;
 use crate::domain::results::{ApiResponse, ApiResult, ApiStatus};
 use crate::ports::{MeterCallError, MeteringApi};
 use async_trait::async_trait;
@@ -13,6 +12,7 @@ use aws_sdk_marketplacemetering::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_marketplacemetering::operation::batch_meter_usage::BatchMeterUsageError;
 use aws_sdk_marketplacemetering::primitives::DateTime as SmithyTime;
 use aws_sdk_marketplacemetering::types::{Tag, UsageAllocation, UsageRecord, UsageRecordResult};
+use awsmp_contract::keys::Identity;
 
 /// `BatchMeterUsage` over the SDK.
 #[derive(Debug, Clone)]
@@ -187,8 +187,8 @@ impl MeteringApi for MarketplaceMeteringApi {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::keys::GroupKey;
     use aws_sdk_marketplacemetering::types::UsageRecordResultStatus;
+    use awsmp_contract::keys::GroupKey;
 
     fn rec(dim: &str) -> SubmitRecord {
         SubmitRecord::new(

@@ -8,8 +8,7 @@
 //! |---|---|---|
 //! | [`MemoryUsageStore`] | [`UsageStore`](crate::ports::UsageStore) | the sparse `metering_pending` index, paged; `begins_with` group reads; updates that never create a row; age-out only of rows still pending in their bucket |
 //! | [`MemoryAggregatedStore`] | [`AggregatedStore`](crate::ports::AggregatedStore) | first-write-wins puts (the commit point); attempt marks (numbered) and write-backs only while pending, write-backs also only for the attempt mark they require |
-//! | [`MemoryDeprovisioningIndex`] | [`DeprovisioningIndex`](crate::ports::DeprovisioningIndex) | the subscribers table's deprovisioning index |
-//! | [`MemoryWatermarkStore`] | [`WatermarkStore`](crate::ports::WatermarkStore) | one watermark per stream and shard, never moving backwards; `shards(stream)` lists one stream |
+//! | [`MemoryDeprovisioningIndex`] | [`DeprovisioningIndex`](awsmp_aws::deprovisioning::DeprovisioningIndex) | the subscribers table's deprovisioning index |
 //! | [`MemoryQueue`] | [`MessageQueue`](crate::ports::MessageQueue) | an SQS standard queue on a [`Clock`]: visibility timeout, redelivery, receive counts, `maxReceiveCount` → dead-letter queue, deletes by receipt handle (a stale one deletes nothing), partial `SendMessageBatch` failures |
 //! | [`MemoryMeteringApi`] | [`MeteringApi`](crate::ports::MeteringApi) | the BatchMeterUsage ledger: first write per group-hour wins, an identical retry is `Success` with the same id, a different one `DuplicateRecord`; scripted exceptions, lost responses and `UnprocessedRecords` |
 //!
@@ -28,8 +27,8 @@
 //! # tokio_test_block_on(async {
 //! use awsmp_pipeline::adapters::memory::MemoryAdapters;
 //! use awsmp_pipeline::config::Config;
-//! use awsmp_pipeline::domain::clock::FixedClock;
-//! use awsmp_pipeline::emf::MetricsSink;
+//! use awsmp_contract::clock::FixedClock;
+//! use awsmp_aws::emf::MetricsSink;
 //! use awsmp_pipeline::handlers::expiry;
 //! use std::sync::Arc;
 //!
@@ -56,7 +55,6 @@ mod lag;
 mod metering;
 mod queue;
 mod usage;
-mod watermark;
 
 pub use aggregated::{MemoryAggregatedStore, MemoryDeprovisioningIndex};
 pub use lag::ReadConsistency;
@@ -65,13 +63,13 @@ pub use queue::{
     DEFAULT_VISIBILITY_TIMEOUT_SECONDS, DeleteOutcome, MAX_RECEIVE_MESSAGES, MemoryQueue, Redrive,
 };
 pub use usage::MemoryUsageStore;
-pub use watermark::MemoryWatermarkStore;
 
 use crate::config::Config;
-use crate::domain::clock::Clock;
-use crate::emf::MetricsSink;
 use crate::error::PipelineError;
 use crate::handlers::Services;
+use awsmp_aws::emf::MetricsSink;
+use awsmp_aws::watermark::MemoryWatermarkStore;
+use awsmp_contract::clock::Clock;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -122,6 +120,23 @@ impl Faults {
         match self.take(operation, "ProvisionedThroughputExceededException") {
             None => Ok(()),
             Some(fault) => Err(PipelineError::DynamoDb {
+                operation,
+                resource: table.to_owned(),
+                source: Box::new(fault),
+                retryable: true,
+            }),
+        }
+    }
+
+    /// [`Faults::dynamodb`] for the shared stores (`awsmp_aws`), whose error is `StoreError`.
+    fn store(
+        &self,
+        operation: &'static str,
+        table: &str,
+    ) -> Result<(), awsmp_aws::error::StoreError> {
+        match self.take(operation, "ProvisionedThroughputExceededException") {
+            None => Ok(()),
+            Some(fault) => Err(awsmp_aws::error::StoreError::DynamoDb {
                 operation,
                 resource: table.to_owned(),
                 source: Box::new(fault),
@@ -241,17 +256,17 @@ impl MemoryAdapters {
         Services {
             usage: full.then(|| self.usage.clone() as Arc<dyn crate::ports::UsageStore>),
             aggregated: self.aggregated.clone(),
-            deprovisioning: config
-                .subscribers_table
-                .as_ref()
-                .map(|_| self.deprovisioning.clone() as Arc<dyn crate::ports::DeprovisioningIndex>),
+            deprovisioning: config.subscribers_table.as_ref().map(|_| {
+                self.deprovisioning.clone()
+                    as Arc<dyn awsmp_aws::deprovisioning::DeprovisioningIndex>
+            }),
             work_queue: queue(&self.work_queue),
             deprovision_queue: queue(&self.deprovision_queue),
             cleanup_queue: queue(&self.cleanup_queue),
             watermarks: config
                 .ingest_watermark_table
                 .as_ref()
-                .map(|_| self.watermarks.clone() as Arc<dyn crate::ports::WatermarkStore>),
+                .map(|_| self.watermarks.clone() as Arc<dyn awsmp_aws::watermark::WatermarkStore>),
             metrics,
             clock,
             config,
@@ -262,14 +277,14 @@ impl MemoryAdapters {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::contract::status::{AggregatedStatus, RawStatus};
     use crate::domain::batch::{CallKind, SubmitRecord};
-    use crate::domain::keys::{GroupKey, RowKey};
     use crate::domain::results::ApiStatus;
-    use crate::domain::row::conforming_row;
     use crate::ports::{
         AggregatedItem, AggregatedStore, AttemptCondition, MeteringApi, UsageStore, WriteBack,
     };
+    use awsmp_contract::keys::{GroupKey, RowKey};
+    use awsmp_contract::row::conforming_row;
+    use awsmp_contract::status::{AggregatedStatus, RawStatus};
     use chrono::{DateTime, Utc};
 
     fn group(license: &str, dimension: &str) -> GroupKey {
@@ -518,8 +533,8 @@ mod tests {
         // A whole-item put that moves a row to another bucket moves it in the index.
         let mut moved = conforming_row(&g, 2, 4, None);
         moved.insert(
-            crate::contract::attrs::METERING_PENDING.to_owned(),
-            crate::domain::row::AttrValue::s(later.hour.to_string()),
+            awsmp_contract::attrs::METERING_PENDING.to_owned(),
+            awsmp_contract::row::AttrValue::s(later.hour.to_string()),
         );
         usage.put_row(moved);
         assert_eq!(

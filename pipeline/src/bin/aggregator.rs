@@ -8,7 +8,7 @@ use lambda_runtime::{Error, LambdaEvent, service_fn};
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     // Resolved once: a missing table or queue stops the process here, named.
-    let deps = awsmp_pipeline::lambda_init::init("aggregator", async {
+    let deps = awsmp_aws::lambda_init::init("aggregator", async {
         Ok::<_, Error>(AggregatorDeps::from_services(
             &services_from_env("aggregator").await?,
         )?)

@@ -7,7 +7,7 @@ use lambda_runtime::{Error, LambdaEvent, service_fn};
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     // Resolved once: a missing table stops the process here, named.
-    let deps = awsmp_pipeline::lambda_init::init("cleanup", async {
+    let deps = awsmp_aws::lambda_init::init("cleanup", async {
         Ok::<_, Error>(CleanupDeps::from_services(
             &services_from_env("cleanup").await?,
         )?)

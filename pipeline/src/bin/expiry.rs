@@ -5,7 +5,7 @@ use lambda_runtime::{Error, LambdaEvent, service_fn};
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
-    let deps = awsmp_pipeline::lambda_init::init("expiry", async {
+    let deps = awsmp_aws::lambda_init::init("expiry", async {
         Ok::<_, Error>(ExpiryDeps::from_services(
             &services_from_env("expiry").await?,
         )?)

@@ -7,14 +7,13 @@ use lambda_runtime::{Error, LambdaEvent, service_fn};
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
-    let svc = awsmp_pipeline::lambda_init::init("submitter", async {
+    let svc = awsmp_aws::lambda_init::init("submitter", async {
         Ok::<_, Error>(SubmitterDeps::from_services(
             &services_from_env("submitter").await?,
         )?)
     })
     .await?;
-    let api =
-        MarketplaceMeteringApi::new(metering_client(&awsmp_pipeline::aws::sdk_config().await));
+    let api = MarketplaceMeteringApi::new(metering_client(&awsmp_aws::sdk::sdk_config().await));
     let (svc, api) = (&svc, &api);
     lambda_runtime::run(service_fn(
         move |_: LambdaEvent<serde_json::Value>| async move { submitter::submit_with(svc, api).await },

@@ -8,9 +8,9 @@
 //! of their first record.
 //!
 //! ```
-//! use awsmp_pipeline::contract::limits::MAX_USAGE_RECORDS_PER_CALL;
+//! use awsmp_contract::limits::marketplace::MAX_USAGE_RECORDS_PER_CALL;
 //! use awsmp_pipeline::domain::batch::{plan_calls, SubmitRecord};
-//! use awsmp_pipeline::domain::keys::{GroupKey, HourBucket};
+//! use awsmp_contract::keys::{GroupKey, HourBucket};
 //! let hour: HourBucket = "2026-11-30T11".parse().unwrap();
 //! let records: Vec<SubmitRecord> = (0..30)
 //!     .map(|i| SubmitRecord::new(GroupKey::new(
@@ -25,9 +25,9 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use super::keys::{GroupKey, Identity};
-use super::row::Allocation;
-use crate::contract::limits::{MAX_REQUEST_BYTES, MAX_USAGE_RECORDS_PER_CALL};
+use awsmp_contract::keys::{GroupKey, Identity};
+use awsmp_contract::limits::marketplace::{MAX_REQUEST_BYTES, MAX_USAGE_RECORDS_PER_CALL};
+use awsmp_contract::row::Allocation;
 
 /// Conservative per-request JSON overhead: braces, `"UsageRecords":[]`, `"ProductCode":""`.
 const REQUEST_OVERHEAD_BYTES: usize = 64;
@@ -154,7 +154,7 @@ pub struct Plan {
     pub calls: Vec<PlannedCall>,
     /// Records that alone exceed [`MAX_REQUEST_BYTES`]: they can never be sent (the submitter
     /// should mark them `Error` with reason
-    /// [`RECORD_EXCEEDS_REQUEST_SIZE_LIMIT`](crate::contract::reasons::RECORD_EXCEEDS_REQUEST_SIZE_LIMIT)
+    /// [`RECORD_EXCEEDS_REQUEST_SIZE_LIMIT`](awsmp_contract::reasons::RECORD_EXCEEDS_REQUEST_SIZE_LIMIT)
     /// and alarm).
     pub oversized: Vec<SubmitRecord>,
 }
@@ -237,8 +237,8 @@ fn kind_bytes(kind: &CallKind) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::keys::HourBucket;
-    use crate::domain::row::Tag;
+    use awsmp_contract::keys::HourBucket;
+    use awsmp_contract::row::Tag;
 
     fn lic(n: u32) -> String {
         format!("arn:aws:license-manager::123456789012:license:l-{n:032x}")

@@ -4,7 +4,7 @@
 //! A request-level validation exception fails the whole call, so one poison record would
 //! block its co-batched records. [`Bisector`] is a pure state machine the async submitter
 //! drives: it hands out calls (sets of record indices), the submitter sends each one (retrying
-//! throttling and transport errors itself, with the `awsmp-retry` policy) and reports how it
+//! throttling and transport errors itself, with the retry policy of `awsmp-contract`) and reports how it
 //! ended; a failed call is split in halves until the poison record stands alone, at most
 //! [`MAX_BISECTION_DEPTH`] levels deep.
 //!
@@ -25,7 +25,7 @@
 //! assert!(result.verdicts.iter().enumerate().all(|(i, v)| i == poison || matches!(v, Verdict::Submitted { .. })));
 //! ```
 
-use super::DomainError;
+use awsmp_contract::DomainError;
 use std::collections::{BTreeMap, VecDeque};
 
 /// Bisection depth bound: ⌈log2 25⌉ = 5 levels isolate any record of a 25-record call, and

@@ -16,9 +16,9 @@
 //!
 //! ```
 //! use awsmp_pipeline::domain::batch::SubmitRecord;
-//! use awsmp_pipeline::domain::keys::GroupKey;
+//! use awsmp_contract::keys::GroupKey;
 //! use awsmp_pipeline::domain::results::{decide, ApiResult, ApiStatus, Decision};
-//! use awsmp_pipeline::contract::status::AggregatedStatus;
+//! use awsmp_contract::status::AggregatedStatus;
 //! let group = GroupKey::new("arn:aws:license-manager::123456789012:license:l-0", "123456789012", "api",
 //!     "2026-11-30T11".parse().unwrap());
 //! let mut record = SubmitRecord::new(group.clone(), 42, None);
@@ -31,14 +31,14 @@
 use std::collections::HashMap;
 
 use super::batch::SubmitRecord;
-use super::keys::GroupKey;
-use crate::contract::metrics::{self, MetricName};
-use crate::contract::reasons::{
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::metrics::{self, MetricName};
+use awsmp_contract::reasons::{
     ATTEMPT_UNRESOLVED_AT_WINDOW_CLOSE, ATTEMPTED_QUANTITY_CHANGED,
     DUPLICATE_RECORD_OF_OWN_ATTEMPT, PENDING_PAST_BILLABLE_WINDOW,
     RECORD_EXCEEDS_REQUEST_SIZE_LIMIT,
 };
-use crate::contract::status::AggregatedStatus;
+use awsmp_contract::status::AggregatedStatus;
 
 /// Why a record listed in `UnprocessedRecords` stays pending (AWS did not process it).
 pub const UNPROCESSED_RECORDS: &str = "UnprocessedRecords";

@@ -5,19 +5,19 @@
 use super::cleanup::{CleanupMessage, report_late};
 use super::deps::AggregatorDeps;
 use super::{STORE_RETRY, Services};
-use crate::contract::metrics;
-use crate::contract::reasons::{LATE_USAGE, QUANTITY_ABOVE_API_MAXIMUM};
-use crate::contract::status::{RawStatus, aggregated_reason};
-use crate::domain::DomainError;
 use crate::domain::fold::{
     AggregatedRecord, FoldOutcome, GroupFold, Rejection, RevisitRow, SecondQuantities, SecondSet,
     UsageRow, classify_revisit, folded_second,
 };
-use crate::domain::keys::{GroupKey, Identity, RowKey};
-use crate::emf::Metric;
 use crate::error::{PipelineError, Result};
 use crate::ports::{AggregatedItem, FoldedFinalize};
-use awsmp_retry::retry;
+use awsmp_aws::emf::Metric;
+use awsmp_aws::retry;
+use awsmp_contract::DomainError;
+use awsmp_contract::keys::{GroupKey, Identity, RowKey};
+use awsmp_contract::metrics;
+use awsmp_contract::reasons::{LATE_USAGE, QUANTITY_ABOVE_API_MAXIMUM};
+use awsmp_contract::status::{RawStatus, aggregated_reason};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
@@ -207,7 +207,9 @@ async fn revisit(
         match row {
             RevisitRow::NotPending | RevisitRow::Foreign => {}
             RevisitRow::AlreadyAggregated(_)
-                if crate::mutants::active(crate::mutants::Mutant::RevisitDropsContributions) => {}
+                if awsmp_aws::mutants::active(
+                    awsmp_aws::mutants::Mutant::RevisitDropsContributions,
+                ) => {}
             RevisitRow::AlreadyAggregated(key) => {
                 let folded_q = folded
                     .as_ref()

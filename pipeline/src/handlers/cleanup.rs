@@ -11,13 +11,13 @@
 
 use super::deps::CleanupDeps;
 use super::{STORE_RETRY, Services};
-use crate::contract::limits::MAX_CLEANUP_KEYS_PER_MESSAGE;
-use crate::contract::status::RawStatus;
-use crate::domain::keys::RowKey;
-use crate::emf::Metric;
 use crate::error::{PipelineError, Result};
 use crate::ports::FoldedFinalize;
-use awsmp_retry::retry;
+use awsmp_aws::emf::Metric;
+use awsmp_aws::retry;
+use awsmp_contract::keys::RowKey;
+use awsmp_contract::limits::sqs::MAX_CLEANUP_KEYS_PER_MESSAGE;
+use awsmp_contract::status::RawStatus;
 use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 
@@ -115,7 +115,7 @@ pub async fn cleanup_with(svc: &CleanupDeps, body: &str) -> Result<usize> {
     if let Some(folded) = msg
         .folded
         .as_ref()
-        .filter(|_| !crate::mutants::active(crate::mutants::Mutant::CleanupUnconditional))
+        .filter(|_| !awsmp_aws::mutants::active(awsmp_aws::mutants::Mutant::CleanupUnconditional))
     {
         return match (status, msg.reason.as_deref()) {
             (Some(RawStatus::Aggregated), Some(reason)) if folded.len() == msg.keys.len() => {
@@ -175,14 +175,14 @@ async fn cleanup_folded(
 }
 
 /// A folded row held `quantity` more than was billed: log it and count it on `LateUsage`.
-pub(crate) fn report_late(metrics: &crate::emf::MetricsSink, key: &RowKey, quantity: u64) {
+pub(crate) fn report_late(metrics: &awsmp_aws::emf::MetricsSink, key: &RowKey, quantity: u64) {
     tracing::error!(
         row = %key.sort_key,
         quantity,
         "usage added to a row after its group-hour was folded; recorded as late usage, not billed"
     );
     metrics.emit(Metric::counts(
-        crate::contract::metrics::LATE_USAGE,
+        awsmp_contract::metrics::LATE_USAGE,
         quantity,
     ));
 }

@@ -8,12 +8,12 @@
 
 use super::Services;
 use crate::config::Config;
-use crate::domain::clock::Clock;
-use crate::emf::MetricsSink;
 use crate::error::{PipelineError, Result};
-use crate::ports::{
-    AggregatedStore, DeprovisioningIndex, MessageQueue, UsageStore, WatermarkStore,
-};
+use crate::ports::{AggregatedStore, MessageQueue, UsageStore};
+use awsmp_aws::deprovisioning::DeprovisioningIndex;
+use awsmp_aws::emf::MetricsSink;
+use awsmp_aws::watermark::WatermarkStore;
+use awsmp_contract::clock::Clock;
 use std::sync::Arc;
 
 fn required<T: ?Sized>(stage: &str, resource: Option<&Arc<T>>, what: &str) -> Result<Arc<T>> {
@@ -227,7 +227,7 @@ debug_by_name!(
 mod tests {
     use super::*;
     use crate::adapters::memory::MemoryAdapters;
-    use crate::domain::clock::FixedClock;
+    use awsmp_contract::clock::FixedClock;
 
     fn services(mode: &str, subscribers: bool) -> Services {
         let config = Config::from_lookup(|k| match k {
@@ -285,9 +285,7 @@ mod tests {
         assert!(e.contains("AWSMP_DEPROVISION_WORK_QUEUE_URL"), "{e}");
         // A watermark table without its stream: the fence would have no shards to wait for.
         let mut svc = services("full", true);
-        svc.watermarks = Some(Arc::new(
-            crate::adapters::memory::MemoryWatermarkStore::new(),
-        ));
+        svc.watermarks = Some(Arc::new(awsmp_aws::watermark::MemoryWatermarkStore::new()));
         let e = DiscovererDeps::from_services(&svc).unwrap_err().to_string();
         assert!(e.contains("AWSMP_USAGE_STREAM"), "{e}");
         svc.config.usage_stream = Some("awsmp-usage".into());

@@ -11,15 +11,15 @@
 
 use super::Services;
 use super::deps::DiscovererDeps;
-use crate::contract::metrics;
-use crate::contract::reasons::PENDING_PAST_BILLABLE_WINDOW;
-use crate::domain::keys::HourBucket;
-use crate::domain::time::{
+use crate::error::{PipelineError, Result};
+use awsmp_aws::emf::Metric;
+use awsmp_contract::keys::HourBucket;
+use awsmp_contract::metrics;
+use awsmp_contract::reasons::PENDING_PAST_BILLABLE_WINDOW;
+use awsmp_contract::time::{
     FLUSH_CURRENT_HOUR_LEAD_MINUTES, ageout_shard_buckets, deprovisioning_flush_buckets,
     meter_mode_bucket,
 };
-use crate::emf::Metric;
-use crate::error::{PipelineError, Result};
 use chrono::{DateTime, Duration, Utc};
 use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
@@ -50,7 +50,7 @@ impl Fence {
 
     /// The fence over `shards` (one stream's watermarks): drained (closed, read to their end)
     /// shards are done.
-    pub fn over(shards: &[crate::ports::ShardWatermark], settle: Duration) -> Self {
+    pub fn over(shards: &[awsmp_aws::watermark::ShardWatermark], settle: Duration) -> Self {
         let low = shards
             .iter()
             .filter(|s| !s.drained)
@@ -64,11 +64,9 @@ impl Fence {
 /// emitted; `None` when no watermark table is configured. A table without the stream is a
 /// configuration error: the fence would have no shards to wait for.
 async fn read_fence(svc: &DiscovererDeps, now: DateTime<Utc>) -> Result<Option<Fence>> {
-    let Some(store) = svc
-        .watermarks
-        .as_deref()
-        .filter(|_| !crate::mutants::active(crate::mutants::Mutant::FenceIgnoresWatermarks))
-    else {
+    let Some(store) = svc.watermarks.as_deref().filter(|_| {
+        !awsmp_aws::mutants::active(awsmp_aws::mutants::Mutant::FenceIgnoresWatermarks)
+    }) else {
         return Ok(None);
     };
     let stream = svc.config.usage_stream.as_deref().ok_or_else(|| {
@@ -202,7 +200,7 @@ pub async fn discover_with(
             let mut bodies = Vec::new();
             for d in flush.index.active().await? {
                 for bucket in deprovisioning_flush_buckets(now, d.expiry, cfg) {
-                    if crate::mutants::active(crate::mutants::Mutant::FlushSkipsCurrentHour)
+                    if awsmp_aws::mutants::active(awsmp_aws::mutants::Mutant::FlushSkipsCurrentHour)
                         && bucket == HourBucket::containing(now)
                     {
                         continue;
@@ -235,7 +233,7 @@ pub fn scheduled_targets() -> Vec<DiscovererInput> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ports::ShardWatermark;
+    use awsmp_aws::watermark::ShardWatermark;
     use chrono::TimeZone;
 
     #[test]

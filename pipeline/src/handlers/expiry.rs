@@ -19,15 +19,15 @@
 
 use super::deps::ExpiryDeps;
 use super::{STORE_RETRY, Services};
-use crate::contract::metrics;
-use crate::contract::reasons::PENDING_PAST_BILLABLE_WINDOW;
-use crate::contract::status::AggregatedStatus;
 use crate::domain::results::{Decision, needs_reconciliation_decision};
-use crate::domain::time::expiry_buckets;
-use crate::emf::Metric;
 use crate::error::Result;
 use crate::ports::{AggregatedItem, AttemptCondition, WriteBack};
-use awsmp_retry::retry;
+use awsmp_aws::emf::Metric;
+use awsmp_aws::retry;
+use awsmp_contract::metrics;
+use awsmp_contract::reasons::PENDING_PAST_BILLABLE_WINDOW;
+use awsmp_contract::status::AggregatedStatus;
+use awsmp_contract::time::expiry_buckets;
 use futures::{StreamExt, TryStreamExt};
 use serde::Serialize;
 
@@ -125,7 +125,7 @@ pub async fn expire_with(svc: &ExpiryDeps) -> Result<ExpiryOutput> {
 /// Whether `item`'s attempt mark may belong to a submitter run still in flight at `now`
 /// ([`ATTEMPT_IN_FLIGHT_SECS`]). A mark without its time (written before it existed) is not.
 fn attempt_in_flight(item: &AggregatedItem, now: chrono::DateTime<chrono::Utc>) -> bool {
-    !crate::mutants::active(crate::mutants::Mutant::ExpiryDecidesInFlight)
+    !awsmp_aws::mutants::active(awsmp_aws::mutants::Mutant::ExpiryDecidesInFlight)
         && item.attempted_quantity.is_some()
         && item
             .submission_attempted_at
@@ -137,8 +137,10 @@ fn attempt_in_flight(item: &AggregatedItem, now: chrono::DateTime<chrono::Utc>) 
 /// is. A submitter run that marked (and so may have sent) the record since makes the write fail
 /// instead of overwriting a call AWS may have billed.
 fn expiry_write(item: &AggregatedItem) -> WriteBack {
-    let ignores_attempts = crate::mutants::active(crate::mutants::Mutant::ExpiryIgnoresAttempts);
-    let pending_only = crate::mutants::active(crate::mutants::Mutant::ExpiryWritePendingOnly);
+    let ignores_attempts =
+        awsmp_aws::mutants::active(awsmp_aws::mutants::Mutant::ExpiryIgnoresAttempts);
+    let pending_only =
+        awsmp_aws::mutants::active(awsmp_aws::mutants::Mutant::ExpiryWritePendingOnly);
     if let Some(attempt) = item.attempt().filter(|_| !ignores_attempts)
         && let Decision::Finalize(f) = needs_reconciliation_decision(attempt.quantity)
     {

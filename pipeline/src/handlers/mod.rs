@@ -11,23 +11,20 @@ pub mod discoverer;
 pub mod expiry;
 pub mod submitter;
 
-use crate::adapters::dynamodb::{
-    DynamoDbAggregatedStore, DynamoDbDeprovisioningIndex, DynamoDbUsageStore,
-    DynamoDbWatermarkStore,
-};
+use crate::adapters::dynamodb::{DynamoDbAggregatedStore, DynamoDbUsageStore};
 use crate::adapters::sqs::SqsQueue;
 use crate::config::Config;
-use crate::domain::clock::Clock;
-use crate::emf::MetricsSink;
 use crate::error::{PipelineError, Result};
-use crate::ports::{
-    AggregatedStore, DeprovisioningIndex, MessageQueue, UsageStore, WatermarkStore,
-};
+use crate::ports::{AggregatedStore, MessageQueue, UsageStore};
+use awsmp_aws::deprovisioning::{DeprovisioningIndex, DynamoDbDeprovisioningIndex};
+use awsmp_aws::emf::MetricsSink;
+use awsmp_aws::watermark::{DynamoDbWatermarkStore, WatermarkStore};
+use awsmp_contract::clock::Clock;
 pub use deps::{
     AggregatorDeps, CleanupDeps, DeprovisionFlush, DiscovererDeps, ExpiryDeps, SubmitterDeps,
 };
 
-use awsmp_retry::RetryPolicy;
+use awsmp_contract::retry::RetryPolicy;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -191,12 +188,12 @@ where
 /// EMF metrics on stdout, the system clock.
 pub async fn services_from_env(stage: &str) -> Result<Services> {
     let config = Config::from_env()?;
-    let sdk = crate::aws::sdk_config().await;
+    let sdk = awsmp_aws::sdk::sdk_config().await;
     let metrics = MetricsSink::stdout(config.metrics_namespace.clone(), stage);
     Ok(Services::from_sdk(
         config,
         &sdk,
         metrics,
-        Arc::new(crate::domain::clock::SystemClock),
+        Arc::new(awsmp_contract::clock::SystemClock),
     ))
 }

@@ -12,13 +12,13 @@
 use crate::contract_support;
 
 use async_trait::async_trait;
+use awsmp_contract::attrs as a;
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::keys::HourBucket;
+use awsmp_contract::row::AttrValue;
+use awsmp_contract::status::AggregatedStatus;
 use awsmp_pipeline::adapters::dynamodb::DynamoDbAggregatedStore;
 use awsmp_pipeline::adapters::memory::MemoryAggregatedStore;
-use awsmp_pipeline::contract::attrs as a;
-use awsmp_pipeline::contract::status::AggregatedStatus;
-use awsmp_pipeline::domain::keys::GroupKey;
-use awsmp_pipeline::domain::keys::HourBucket;
-use awsmp_pipeline::domain::row::AttrValue;
 use awsmp_pipeline::ports::{
     AggregatedItem, AggregatedStore, Attempt, AttemptCondition, WriteBack,
 };

@@ -19,11 +19,11 @@ use crate::contract_support;
 
 use async_trait::async_trait;
 use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
+use awsmp_contract::clock::FixedClock;
 use awsmp_pipeline::adapters::memory::{
     MemoryQueue, PIPELINE_QUEUE_MAX_RECEIVE_COUNT, PIPELINE_QUEUE_VISIBILITY_SECONDS,
 };
 use awsmp_pipeline::adapters::sqs::SqsQueue;
-use awsmp_pipeline::domain::clock::FixedClock;
 use awsmp_pipeline::ports::MessageQueue;
 use contract_support::*;
 use std::collections::BTreeSet;

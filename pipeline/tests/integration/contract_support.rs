@@ -7,9 +7,9 @@
 #![allow(dead_code)]
 
 use aws_sdk_dynamodb::types::AttributeValue as Av;
-use awsmp_pipeline::adapters::dynamodb::{row_from_item, to_sdk};
-use awsmp_pipeline::domain::keys::{GroupKey, HourBucket, RowKey};
-use awsmp_pipeline::domain::row::RawUsageRow;
+use awsmp_aws::dynamodb::{row_from_item, to_sdk};
+use awsmp_contract::keys::{GroupKey, HourBucket, RowKey};
+use awsmp_contract::row::RawUsageRow;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 
@@ -64,12 +64,12 @@ pub fn stack_var(name: &str) -> String {
 
 /// A DynamoDB client on the local stack.
 pub async fn dynamodb() -> aws_sdk_dynamodb::Client {
-    aws_sdk_dynamodb::Client::new(&awsmp_pipeline::aws::sdk_config().await)
+    aws_sdk_dynamodb::Client::new(&awsmp_aws::sdk::sdk_config().await)
 }
 
 /// An SQS client on the local stack.
 pub async fn sqs() -> aws_sdk_sqs::Client {
-    aws_sdk_sqs::Client::new(&awsmp_pipeline::aws::sdk_config().await)
+    aws_sdk_sqs::Client::new(&awsmp_aws::sdk::sdk_config().await)
 }
 
 /// Write `row` as a whole item (as the consumer does).

@@ -11,13 +11,13 @@
 use crate::contract_support;
 
 use async_trait::async_trait;
+use awsmp_contract::attrs as a;
+use awsmp_contract::keys::{GroupKey, RowKey};
+use awsmp_contract::reasons::LATE_USAGE;
+use awsmp_contract::row::{AttrValue, RawUsageRow, conforming_row};
+use awsmp_contract::status::RawStatus;
 use awsmp_pipeline::adapters::dynamodb::DynamoDbUsageStore;
 use awsmp_pipeline::adapters::memory::MemoryUsageStore;
-use awsmp_pipeline::contract::attrs as a;
-use awsmp_pipeline::contract::reasons::LATE_USAGE;
-use awsmp_pipeline::contract::status::RawStatus;
-use awsmp_pipeline::domain::keys::{GroupKey, RowKey};
-use awsmp_pipeline::domain::row::{AttrValue, RawUsageRow, conforming_row};
 use awsmp_pipeline::ports::{FoldedFinalize, UsageStore};
 use contract_support::*;
 

@@ -3,16 +3,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use awsmp_pipeline::contract::attrs;
-use awsmp_pipeline::contract::limits::MAX_USAGE_QUANTITY;
-use awsmp_pipeline::contract::status::RejectReason;
-use awsmp_pipeline::domain::DomainError;
+use awsmp_contract::DomainError;
+use awsmp_contract::attrs;
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::limits::marketplace::MAX_USAGE_QUANTITY;
+use awsmp_contract::row::{Allocation, AttrValue, RawUsageRow, Tag, conforming_row};
+use awsmp_contract::status::RejectReason;
+use awsmp_contract::time::TimeConfig;
 use awsmp_pipeline::domain::fold::{
     FoldOutcome, GroupFold, Pushed, RevisitRow, classify_revisit, split_at_api_maximum,
 };
-use awsmp_pipeline::domain::keys::GroupKey;
-use awsmp_pipeline::domain::row::{Allocation, AttrValue, RawUsageRow, Tag, conforming_row};
-use awsmp_pipeline::domain::time::TimeConfig;
 use chrono::{DateTime, TimeZone, Utc};
 use proptest::prelude::*;
 

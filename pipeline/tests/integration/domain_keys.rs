@@ -1,11 +1,11 @@
 //! Property tests of keys, formats and exact number parsing: every accepted input is
 //! canonical, every canonical value round-trips, and arbitrary input never panics.
 
-use awsmp_pipeline::domain::keys::{
+use awsmp_contract::keys::{
     GroupKey, HourBucket, format_usage_timestamp, parse_aggregated_sort_key, parse_usage_timestamp,
     split_usage_sort_key,
 };
-use awsmp_pipeline::domain::row::{NumberError, parse_non_negative_integer};
+use awsmp_contract::row::{NumberError, parse_non_negative_integer};
 use chrono::{DateTime, TimeZone, Utc};
 use proptest::prelude::*;
 

@@ -2,15 +2,15 @@
 
 use std::collections::BTreeMap;
 
-use awsmp_pipeline::contract::limits::{MAX_REQUEST_BYTES, MAX_USAGE_RECORDS_PER_CALL};
-use awsmp_pipeline::contract::status::AggregatedStatus;
+use awsmp_contract::keys::{GroupKey, HourBucket, Identity};
+use awsmp_contract::limits::marketplace::{MAX_REQUEST_BYTES, MAX_USAGE_RECORDS_PER_CALL};
+use awsmp_contract::row::{Allocation, Tag};
+use awsmp_contract::status::AggregatedStatus;
 use awsmp_pipeline::domain::batch::{CallKind, SubmitRecord, plan_calls, submission_order};
 use awsmp_pipeline::domain::bisect::{
     Bisector, CallOutcome, MAX_BISECTION_DEPTH, POISON_EXCEPTIONS, Verdict,
 };
-use awsmp_pipeline::domain::keys::{GroupKey, HourBucket, Identity};
 use awsmp_pipeline::domain::results::{ApiResponse, ApiResult, ApiStatus, Decision, map_response};
-use awsmp_pipeline::domain::row::{Allocation, Tag};
 use proptest::prelude::*;
 
 fn license(n: u8) -> String {

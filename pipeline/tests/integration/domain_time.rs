@@ -3,8 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use awsmp_pipeline::domain::keys::HourBucket;
-use awsmp_pipeline::domain::time::{
+use awsmp_contract::keys::HourBucket;
+use awsmp_contract::time::{
     AGEOUT_SHARDS, EffectiveLock, MAX_HOUR_OFFSET, MonthPhase, TimeConfig, age_hours,
     ageout_shard_buckets, effective_lock, expiry_buckets, is_ageout_eligible, is_billable,
     is_submission_expired, is_zero_finalize_edge, meter_mode_bucket, month_phase,

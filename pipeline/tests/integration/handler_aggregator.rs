@@ -5,11 +5,11 @@
 use crate::handler_support;
 
 use aws_lambda_events::sqs::SqsEvent;
-use awsmp_pipeline::contract::attrs as a;
-use awsmp_pipeline::contract::metrics;
-use awsmp_pipeline::contract::reasons::LATE_USAGE;
-use awsmp_pipeline::contract::status::{RawStatus, aggregated_reason};
-use awsmp_pipeline::domain::row::AttrValue;
+use awsmp_contract::attrs as a;
+use awsmp_contract::metrics;
+use awsmp_contract::reasons::LATE_USAGE;
+use awsmp_contract::row::AttrValue;
+use awsmp_contract::status::{RawStatus, aggregated_reason};
 use awsmp_pipeline::handlers::aggregator::{AggregateOutcome, aggregate};
 use awsmp_pipeline::handlers::cleanup::{CleanupMessage, cleanup};
 use awsmp_pipeline::handlers::handle_sqs_batch;

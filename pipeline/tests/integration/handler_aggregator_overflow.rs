@@ -4,11 +4,11 @@
 
 use crate::handler_support;
 
-use awsmp_pipeline::contract::attrs as a;
-use awsmp_pipeline::contract::limits::MAX_USAGE_QUANTITY;
-use awsmp_pipeline::contract::metrics;
-use awsmp_pipeline::contract::reasons::QUANTITY_ABOVE_API_MAXIMUM;
-use awsmp_pipeline::contract::status::RawStatus;
+use awsmp_contract::attrs as a;
+use awsmp_contract::limits::marketplace::MAX_USAGE_QUANTITY;
+use awsmp_contract::metrics;
+use awsmp_contract::reasons::QUANTITY_ABOVE_API_MAXIMUM;
+use awsmp_contract::status::RawStatus;
 use awsmp_pipeline::handlers::aggregator::{AggregateOutcome, aggregate};
 use handler_support::*;
 

@@ -3,10 +3,10 @@
 use crate::handler_support;
 
 use aws_lambda_events::sqs::SqsEvent;
-use awsmp_pipeline::contract::attrs as a;
-use awsmp_pipeline::contract::reasons::LATE_USAGE;
-use awsmp_pipeline::contract::status::RawStatus;
-use awsmp_pipeline::domain::keys::RowKey;
+use awsmp_contract::attrs as a;
+use awsmp_contract::keys::RowKey;
+use awsmp_contract::reasons::LATE_USAGE;
+use awsmp_contract::status::RawStatus;
 use awsmp_pipeline::handlers::cleanup::cleanup;
 use awsmp_pipeline::handlers::handle_sqs_batch;
 use awsmp_pipeline::ports::UsageStore;
@@ -95,7 +95,7 @@ async fn a_status_less_message_keeps_the_status_of_a_row_that_changed() {
     let mut rewritten = w.row(&g, 900);
     rewritten.insert(
         a::METERING_PENDING.into(),
-        awsmp_pipeline::domain::row::AttrValue::s(HOUR),
+        awsmp_contract::row::AttrValue::s(HOUR),
     );
     w.put_row(rewritten);
 

@@ -5,12 +5,12 @@
 
 use crate::handler_support;
 
-use awsmp_pipeline::contract::attrs as a;
-use awsmp_pipeline::contract::metrics;
-use awsmp_pipeline::contract::reasons::LATE_USAGE;
-use awsmp_pipeline::contract::status::{RawStatus, aggregated_reason};
-use awsmp_pipeline::domain::keys::GroupKey;
-use awsmp_pipeline::domain::row::AttrValue;
+use awsmp_contract::attrs as a;
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::metrics;
+use awsmp_contract::reasons::LATE_USAGE;
+use awsmp_contract::row::AttrValue;
+use awsmp_contract::status::{RawStatus, aggregated_reason};
 use awsmp_pipeline::handlers::aggregator::{AggregateOutcome, aggregate};
 use awsmp_pipeline::handlers::cleanup::cleanup;
 use handler_support::*;
@@ -30,7 +30,7 @@ fn grow(w: &World, g: &GroupKey, second: u32, delta: u64) {
     w.put_row(row);
 }
 
-fn number(row: &awsmp_pipeline::domain::row::RawUsageRow, name: &str) -> Option<u64> {
+fn number(row: &awsmp_contract::row::RawUsageRow, name: &str) -> Option<u64> {
     row.get(name)?.as_n()?.parse().ok()
 }
 

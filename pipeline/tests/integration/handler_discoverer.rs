@@ -3,14 +3,14 @@
 
 use crate::handler_support;
 
+use awsmp_aws::deprovisioning::Deprovisioning;
+use awsmp_contract::attrs as a;
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::metrics;
+use awsmp_contract::reasons::PENDING_PAST_BILLABLE_WINDOW;
+use awsmp_contract::status::RawStatus;
 use awsmp_pipeline::adapters::memory::{MemoryAdapters, MemoryUsageStore};
-use awsmp_pipeline::contract::attrs as a;
-use awsmp_pipeline::contract::metrics;
-use awsmp_pipeline::contract::reasons::PENDING_PAST_BILLABLE_WINDOW;
-use awsmp_pipeline::contract::status::RawStatus;
-use awsmp_pipeline::domain::keys::GroupKey;
 use awsmp_pipeline::handlers::discoverer::{DiscovererInput, discover};
-use awsmp_pipeline::ports::Deprovisioning;
 use handler_support::*;
 use std::sync::Arc;
 

@@ -2,10 +2,10 @@
 
 use crate::handler_support;
 
-use awsmp_pipeline::contract::metrics;
-use awsmp_pipeline::contract::reasons::PENDING_PAST_BILLABLE_WINDOW;
-use awsmp_pipeline::contract::status::AggregatedStatus;
-use awsmp_pipeline::domain::keys::GroupKey;
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::metrics;
+use awsmp_contract::reasons::PENDING_PAST_BILLABLE_WINDOW;
+use awsmp_contract::status::AggregatedStatus;
 use awsmp_pipeline::handlers::expiry::expire;
 use handler_support::*;
 

@@ -4,10 +4,11 @@
 
 use crate::handler_support;
 
-use awsmp_pipeline::contract::metrics;
-use awsmp_pipeline::domain::keys::GroupKey;
+use awsmp_aws::deprovisioning::Deprovisioning;
+use awsmp_aws::watermark::WatermarkStore;
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::metrics;
 use awsmp_pipeline::handlers::discoverer::{DiscovererInput, discover};
-use awsmp_pipeline::ports::{Deprovisioning, WatermarkStore};
 use handler_support::*;
 
 /// The usage stream the discoverer fences on.

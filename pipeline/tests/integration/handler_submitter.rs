@@ -5,12 +5,13 @@
 
 use crate::handler_support;
 
+use awsmp_aws::fault::{FaultKind, FaultSchedule};
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::metrics;
+use awsmp_contract::status::AggregatedStatus;
 use awsmp_pipeline::PipelineError;
-use awsmp_pipeline::adapters::fault::{FaultKind, FaultSchedule, Faulty};
+use awsmp_pipeline::adapters::fault::Faulty;
 use awsmp_pipeline::adapters::memory::{CallFault, MemoryAggregatedStore};
-use awsmp_pipeline::contract::metrics;
-use awsmp_pipeline::contract::status::AggregatedStatus;
-use awsmp_pipeline::domain::keys::GroupKey;
 use awsmp_pipeline::handlers::SubmitterDeps;
 use awsmp_pipeline::handlers::submitter::{
     CALL_RETRY, SubmitterOutput, UNPROCESSED_RETRY, submit, submit_with,

@@ -3,7 +3,7 @@
 
 use crate::handler_support;
 
-use awsmp_pipeline::contract::metrics;
+use awsmp_contract::metrics;
 use awsmp_pipeline::handlers::submitter::submit;
 use handler_support::*;
 

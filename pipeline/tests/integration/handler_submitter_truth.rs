@@ -5,11 +5,11 @@
 
 use crate::handler_support;
 
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::metrics;
+use awsmp_contract::status::AggregatedStatus;
 use awsmp_pipeline::PipelineError;
 use awsmp_pipeline::adapters::memory::CallFault;
-use awsmp_pipeline::contract::metrics;
-use awsmp_pipeline::contract::status::AggregatedStatus;
-use awsmp_pipeline::domain::keys::GroupKey;
 use awsmp_pipeline::handlers::expiry::expire;
 use awsmp_pipeline::handlers::submitter::{CALL_RETRY, SubmitterOutput, submit};
 use awsmp_pipeline::ports::AggregatedItem;

@@ -3,13 +3,13 @@
 #![allow(dead_code)] // each test binary uses part of it
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+use awsmp_aws::emf::MetricsSink;
+use awsmp_contract::attrs as a;
+use awsmp_contract::clock::FixedClock;
+use awsmp_contract::keys::{GroupKey, HourBucket, RowKey};
+use awsmp_contract::row::{AttrValue, RawUsageRow, conforming_row};
 use awsmp_pipeline::adapters::memory::MemoryAdapters;
 use awsmp_pipeline::config::Config;
-use awsmp_pipeline::contract::attrs as a;
-use awsmp_pipeline::domain::clock::FixedClock;
-use awsmp_pipeline::domain::keys::{GroupKey, HourBucket, RowKey};
-use awsmp_pipeline::domain::row::{AttrValue, RawUsageRow, conforming_row};
-use awsmp_pipeline::emf::MetricsSink;
 use awsmp_pipeline::handlers::Services;
 use awsmp_pipeline::ports::AggregatedItem;
 use chrono::{DateTime, Utc};

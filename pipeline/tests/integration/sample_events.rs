@@ -6,7 +6,7 @@ use crate::handler_support;
 
 use aws_lambda_events::eventbridge::EventBridgeEvent;
 use aws_lambda_events::sqs::SqsEvent;
-use awsmp_pipeline::contract::status::AggregatedStatus;
+use awsmp_contract::status::AggregatedStatus;
 use awsmp_pipeline::handlers::aggregator::aggregate;
 use awsmp_pipeline::handlers::cleanup::cleanup;
 use awsmp_pipeline::handlers::discoverer::{DiscovererInput, discover};

@@ -13,7 +13,7 @@ use crate::outcome::{FlushOutcome, Undelivered, UndeliveredReason};
 use crate::partition::partition_key;
 use crate::shards::ShardMapSource;
 use crate::sink::RecordSink;
-use crate::wire::decode_events;
+use awsmp_contract::wire::decode_events;
 
 impl<S: RecordSink, M: ShardMapSource> Engine<S, M> {
     /// Settles the users of one record, one map update per run of equal epochs.

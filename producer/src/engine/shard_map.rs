@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use awsmp_retry::RetryPolicy;
+use awsmp_contract::retry::RetryPolicy;
 use tokio::task::JoinError;
 use tokio::time::Instant;
 use tracing::{Instrument, debug, info_span, warn};

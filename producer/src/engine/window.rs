@@ -16,19 +16,19 @@ use super::Engine;
 use super::record::{KRecord, UserAck, UserMeta};
 use crate::batch::{Packed, Packer, UserRec};
 use crate::config::ProducerConfig;
-use crate::event::Event;
-use crate::event_id::GeneratedId;
 #[cfg(debug_assertions)]
 use crate::fold::GroupFields;
 use crate::fold::{Folded, SumHead};
 use crate::handoff::{Incoming, RECORD_OVERHEAD_BYTES, Reservation};
 use crate::key_cache::keyed_group;
-use crate::limits::MAX_BYTES_PER_PUT;
 use crate::partition::ShardMap;
 use crate::shards::ShardMapSource;
 use crate::sink::RecordSink;
-use crate::wire::v2::{SplitSingle, generated_single_len, put_generated_single};
-use crate::wire::{WireVersion, encode_event};
+use awsmp_contract::event::Event;
+use awsmp_contract::event_id::GeneratedId;
+use awsmp_contract::limits::kinesis::MAX_BYTES_PER_PUT;
+use awsmp_contract::wire::v2::{SplitSingle, generated_single_len, put_generated_single};
+use awsmp_contract::wire::{WireVersion, encode_event};
 
 /// Size trigger: a window worth a few full PutRecords calls, or a quarter of the buffer, goes
 /// out without waiting for the linger.

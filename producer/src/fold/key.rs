@@ -8,7 +8,7 @@ use std::sync::Arc;
 use foldhash::fast::FixedState;
 
 use super::{Bucket, FOLD_SHARDS};
-use crate::event::{Event, GroupRef};
+use awsmp_contract::event::{Event, GroupRef};
 
 /// Fixed seed: a sum's place depends on its key only.
 const KEY_HASHER: FixedState = FixedState::with_seed(0x666f_6c64_5f6b_6579);

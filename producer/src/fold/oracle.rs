@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use super::sum::Sum;
-use crate::event::Event;
+use awsmp_contract::event::Event;
 
 #[derive(Hash, PartialEq, Eq)]
 struct Key {
@@ -109,9 +109,9 @@ mod tests {
     use proptest::prelude::*;
 
     use super::Collapser;
-    use crate::event::{Event, Tag, UsageAllocation};
     use crate::partition::partition_key;
-    use crate::wire::{decode_event, encode_event};
+    use awsmp_contract::event::{Event, Tag, UsageAllocation};
+    use awsmp_contract::wire::{decode_event, encode_event};
 
     fn event(group: usize, ms: i64, quantity: u64, id: String) -> Event {
         Event::new(

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use chrono::{DateTime, NaiveDate, Timelike, Utc};
 
 use super::Bucket;
-use crate::event::truncate_to_millis;
 use crate::metrics::StatCounters;
+use awsmp_contract::event::truncate_to_millis;
 
 /// A bound group handle's hold on its group's open sum ([`crate::Meter`], collapse): once
 /// attached to the sum of a second, the handle's later events of that second are added here

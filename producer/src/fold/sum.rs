@@ -10,9 +10,8 @@ use chrono::{DateTime, Utc};
 use foldhash::fast::FixedState;
 use hashbrown::HashTable;
 
-use crate::event::{
-    Event, MAX_ALLOCATIONS_PER_RECORD, MAX_TAGS_PER_ALLOCATION, Tag, UsageAllocation,
-};
+use awsmp_contract::event::{Event, Tag, UsageAllocation};
+use awsmp_contract::limits::marketplace::{MAX_ALLOCATIONS_PER_RECORD, MAX_TAGS_PER_ALLOCATION};
 
 /// A sum stops growing past this estimated payload size (new events of its group-second
 /// start another one), keeping every record far below the 1 MiB Kinesis limit.

@@ -7,8 +7,8 @@ use proptest::prelude::*;
 
 use super::oracle::Collapser;
 use super::*;
-use crate::event::{Tag, UsageAllocation};
 use crate::partition::partition_key;
+use awsmp_contract::event::{Tag, UsageAllocation};
 
 fn event(g: usize, ms: i64, q: u64) -> Event {
     Event::new(

@@ -98,7 +98,7 @@ impl ProducerBuilder {
     }
 
     /// The encoding written: v2 (the default) or v1 JSON (docs/wire-format.md).
-    pub fn wire_version(mut self, version: crate::wire::WireVersion) -> Self {
+    pub fn wire_version(mut self, version: awsmp_contract::wire::WireVersion) -> Self {
         self.config.wire_version = version;
         self
     }

@@ -8,16 +8,17 @@ use chrono::{DateTime, Utc};
 
 use super::Producer;
 use super::prepare::{Check, Prepared, Route, quantity_slack};
-use crate::error::{ProducerError, ValidationError};
-use crate::event::{
+use crate::error::ProducerError;
+use crate::fold::{Charged, FoldKey, FoldSlot, GroupFields, GroupHash, Joined, SumHead};
+use crate::partition::{partition_hash, partition_key};
+use awsmp_contract::error::ValidationError;
+use awsmp_contract::event::{
     Event, GroupRef, UsageAllocation, second_in_range, truncate_to_millis, validate_account_id,
     validate_dimension, validate_license_arn, validate_timestamp,
 };
-use crate::event_id::GeneratedId;
-use crate::fold::{Charged, FoldKey, FoldSlot, GroupFields, GroupHash, Joined, SumHead};
-use crate::partition::{partition_hash, partition_key};
-use crate::wire::v2::{generated_single_len, put_generated_single, single_head};
-use crate::wire::{WireVersion, encode_event};
+use awsmp_contract::event_id::GeneratedId;
+use awsmp_contract::wire::v2::{generated_single_len, put_generated_single, single_head};
+use awsmp_contract::wire::{WireVersion, encode_event};
 
 /// A [`Producer`] bound to one group (license ARN, customer account, dimension), for a hot
 /// loop that records the same group again and again — what `metrics`' `Counter` handles or

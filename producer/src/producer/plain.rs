@@ -10,14 +10,14 @@ use chrono::{DateTime, Utc};
 
 use super::Producer;
 use super::prepare::{Keyed, Payload, Prepared, Route, quantity_slack};
-use crate::event::{
-    Event, UsageAllocation, second_in_range, truncate_to_millis, validate_allocations,
-};
-use crate::event_id::GeneratedId;
 use crate::fold::{Absorbed, FoldKey, FoldSlot, GroupHash, SumHead};
 use crate::key_cache::{cached_head, with_cached_head, with_cached_slot};
-use crate::wire::v2::{allocations_len, generated_single_len, put_single_from_head};
-use crate::wire::{WireVersion, single_len_as};
+use awsmp_contract::event::{
+    Event, UsageAllocation, second_in_range, truncate_to_millis, validate_allocations,
+};
+use awsmp_contract::event_id::GeneratedId;
+use awsmp_contract::wire::v2::{allocations_len, generated_single_len, put_single_from_head};
+use awsmp_contract::wire::{WireVersion, single_len_as};
 
 #[cfg(test)]
 thread_local! {

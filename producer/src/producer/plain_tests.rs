@@ -9,15 +9,15 @@ use chrono::{DateTime, TimeZone, Utc};
 use proptest::prelude::*;
 
 use super::plain::{PLAIN_ABSORBED, PLAIN_STAGED};
-use crate::error::ValidationError;
 use crate::partition::ShardMap;
 use crate::sink::StoredRecord;
 use crate::test_support::paused_runtime;
-use crate::wire::WireVersion;
 use crate::{
     Event, MemoryRecordSink, Producer, ProducerError, ProducerStats, StaticShardMapSource, Tag,
     UsageAllocation,
 };
+use awsmp_contract::error::ValidationError;
+use awsmp_contract::wire::WireVersion;
 
 const EPOCH: u128 = 0x5555_0123_4567_89ab_cdef_0123_4567_89ab;
 const PRODUCER_ID: &str = "svc";
@@ -393,7 +393,7 @@ async fn allocated_events_join_their_sum_on_the_fast_path() {
     let sums: Vec<Event> = sink
         .records()
         .iter()
-        .flat_map(|r| crate::wire::decode_events(&r.entry.data).unwrap())
+        .flat_map(|r| awsmp_contract::wire::decode_events(&r.entry.data).unwrap())
         .map(|u| u.event.unwrap())
         .collect();
     assert_eq!(sums.len(), 1, "one sum: {sums:?}");
@@ -459,7 +459,7 @@ async fn plain_events_and_a_meter_of_the_group_share_their_sums() {
     let mut sums: Vec<Event> = sink
         .records()
         .iter()
-        .flat_map(|r| crate::wire::decode_events(&r.entry.data).unwrap())
+        .flat_map(|r| awsmp_contract::wire::decode_events(&r.entry.data).unwrap())
         .map(|u| u.event.unwrap())
         .collect();
     sums.sort_by_key(|e| e.timestamp);

@@ -8,14 +8,15 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 
 use super::Producer;
-use crate::error::{ProducerError, ValidationError};
-use crate::event::{Event, truncate_to_millis, validate_allocations, validate_timestamp};
-use crate::event_id::GeneratedId;
+use crate::error::ProducerError;
 use crate::key_cache::{CheckedGroup, SingleHead, checked_group, keyed_group};
-use crate::limits::MAX_RECORD_BYTES;
 use crate::partition::{partition_hash, partition_key, partition_key_len};
-use crate::wire::v2::{allocations_len, generated_single_len};
-use crate::wire::{WireVersion, single_len_as};
+use awsmp_contract::error::ValidationError;
+use awsmp_contract::event::{Event, truncate_to_millis, validate_allocations, validate_timestamp};
+use awsmp_contract::event_id::GeneratedId;
+use awsmp_contract::limits::kinesis::MAX_RECORD_BYTES;
+use awsmp_contract::wire::v2::{allocations_len, generated_single_len};
+use awsmp_contract::wire::{WireVersion, single_len_as};
 
 /// A validated event on its way to the staging area, charged `cost` bytes.
 pub(super) struct Prepared {

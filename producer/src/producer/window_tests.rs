@@ -80,7 +80,7 @@ fn run(yield_every: Option<usize>) -> (Vec<StoredRecord>, usize) {
 fn ids_by_key(records: &[StoredRecord]) -> BTreeMap<String, Vec<String>> {
     let mut by_key: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for r in records {
-        for u in crate::wire::decode_events(&r.entry.data).unwrap() {
+        for u in awsmp_contract::wire::decode_events(&r.entry.data).unwrap() {
             let key = u
                 .partition_key
                 .unwrap_or_else(|| r.entry.partition_key.clone());

@@ -5,10 +5,10 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 use super::{EntryOutcome, PutEntry, RecordSink, SinkError};
-use crate::error::DecodeError;
-use crate::event::Event;
 use crate::partition::{ShardMap, partition_hash};
-use crate::wire::decode_events;
+use awsmp_contract::error::DecodeError;
+use awsmp_contract::event::Event;
+use awsmp_contract::wire::decode_events;
 
 /// A record the sink accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -153,7 +153,7 @@ impl SinkError {
 }
 
 /// What to retry is the sink's to say ([`SinkError::is_retryable`]); how, the shared policy's.
-impl awsmp_retry::Retryable for SinkError {
+impl awsmp_contract::retry::Retryable for SinkError {
     fn is_retryable(&self) -> bool {
         SinkError::is_retryable(self)
     }
@@ -163,8 +163,8 @@ impl awsmp_retry::Retryable for SinkError {
 ///
 /// On `Ok`, the vector has exactly one outcome per entry, in order.
 pub trait RecordSink: Send + Sync + 'static {
-    /// Puts `entries` (≤ [`crate::limits::MAX_RECORDS_PER_PUT`] entries, ≤
-    /// [`crate::limits::MAX_BYTES_PER_PUT`] bytes).
+    /// Puts `entries` (≤ [`awsmp_contract::limits::kinesis::MAX_RECORDS_PER_PUT`] entries, ≤
+    /// [`awsmp_contract::limits::kinesis::MAX_BYTES_PER_PUT`] bytes).
     fn put_records(
         &self,
         entries: Vec<PutEntry>,

@@ -3,9 +3,9 @@
 
 use std::collections::HashMap;
 
+use awsmp_contract::wire::decode_events;
 use awsmp_producer::partition::{ShardMap, partition_hash, partition_key};
 use awsmp_producer::sink::StoredRecord;
-use awsmp_producer::wire::decode_events;
 use awsmp_producer::{Event, FlushOutcome, Tag, UsageAllocation};
 use chrono::{DateTime, TimeZone, Utc};
 use rand::rngs::StdRng;

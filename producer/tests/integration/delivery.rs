@@ -7,8 +7,8 @@ use crate::common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use awsmp_contract::wire::deaggregate;
 use awsmp_producer::partition::ShardMap;
-use awsmp_producer::wire::deaggregate;
 use awsmp_producer::{
     Event, FaultConfig, FaultInjectingRecordSink, MemoryRecordSink, Producer, ProducerBuilder,
     StaticShardMapSource, Undelivered,
@@ -545,7 +545,7 @@ async fn resharding_is_learned_and_routing_follows() {
     assert!(!delivered_after.is_empty());
     let mut all = Vec::new();
     for r in &records {
-        for u in awsmp_producer::wire::decode_events(&r.entry.data).unwrap() {
+        for u in awsmp_contract::wire::decode_events(&r.entry.data).unwrap() {
             all.push(u.event.unwrap());
         }
     }
@@ -568,7 +568,7 @@ async fn dropping_every_handle_still_delivers() {
 
 #[tokio::test(start_paused = true)]
 async fn calls_fill_up_to_the_put_records_limits_and_no_further() {
-    use awsmp_producer::limits::{MAX_BYTES_PER_PUT, MAX_RECORDS_PER_PUT};
+    use awsmp_contract::limits::kinesis::{MAX_BYTES_PER_PUT, MAX_RECORDS_PER_PUT};
     // Record limit: 1,500 plain records in one window go out as calls of at most 500.
     let map = ShardMap::uniform(8);
     let sink = MemoryRecordSink::new(map.clone());

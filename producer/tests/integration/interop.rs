@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use awsmp_producer::wire::{
+use awsmp_contract::wire::{
     AggregateBuilder, deaggregate, decode_event, encode_event, is_aggregated,
 };
 use bytes::Bytes;

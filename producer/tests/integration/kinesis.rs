@@ -13,9 +13,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use aws_sdk_kinesis::Client;
 use aws_sdk_kinesis::types::{ShardIteratorType, StreamStatus};
+use awsmp_contract::wire::decode_events;
 use awsmp_producer::partition::{ShardMap, partition_hash, partition_key};
 use awsmp_producer::shards::shard_map_from_listing;
-use awsmp_producer::wire::decode_events;
 use awsmp_producer::{Event, Producer};
 
 async fn sdk_config() -> aws_config::SdkConfig {

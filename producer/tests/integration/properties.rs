@@ -6,10 +6,10 @@ use crate::common;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use awsmp_contract::limits::kinesis::{MAX_BYTES_PER_PUT, MAX_RECORD_BYTES, MAX_RECORDS_PER_PUT};
+use awsmp_contract::wire::deaggregate;
 use awsmp_producer::batch::{UserRec, pack};
-use awsmp_producer::limits::{MAX_BYTES_PER_PUT, MAX_RECORD_BYTES, MAX_RECORDS_PER_PUT};
 use awsmp_producer::partition::{ShardMap, partition_hash};
-use awsmp_producer::wire::deaggregate;
 use awsmp_producer::{Event, MemoryRecordSink, Producer, StaticShardMapSource};
 use bytes::Bytes;
 use chrono::Duration as ChronoDuration;
@@ -163,7 +163,7 @@ async fn collapse_cuts_records_for_hot_groups_and_conserves_units() {
 /// its id and is merged with nothing, so a consumer that applied it once drops it.
 #[tokio::test(start_paused = true)]
 async fn collapse_merges_only_events_without_an_id_and_names_each_sum() {
-    use awsmp_producer::event_id::GeneratedId;
+    use awsmp_contract::event_id::GeneratedId;
     let map = ShardMap::uniform(2);
     let sink = MemoryRecordSink::new(map.clone());
     let p = Producer::builder("s")

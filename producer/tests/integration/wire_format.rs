@@ -1,6 +1,6 @@
 //! The v1 payload and the KPL aggregate format: exact shape, strict decoding, round trips.
 
-use awsmp_producer::wire::{
+use awsmp_contract::wire::{
     AggregateBuilder, KPL_MAGIC, deaggregate, decode_aggregated, decode_event, encode_aggregated,
     encode_event, pb,
 };
@@ -421,18 +421,18 @@ prop_compose! {
 proptest! {
     #[test]
     fn a_v2_singles_length_is_known_without_encoding(e in arb_event()) {
-        let encoded = awsmp_producer::wire::encode_single_bytes(&e, None);
-        prop_assert_eq!(awsmp_producer::wire::single_len(&e, None), encoded.len());
-        prop_assert_eq!(&encoded[..], &awsmp_producer::wire::encode_single(&e)[..]);
-        let generated = awsmp_producer::event_id::GeneratedId { epoch: 0xabc, lane: (e.quantity % 16) as u8, seq: 1 + e.quantity % 1_000_000 };
+        let encoded = awsmp_contract::wire::encode_single_bytes(&e, None);
+        prop_assert_eq!(awsmp_contract::wire::single_len(&e, None), encoded.len());
+        prop_assert_eq!(&encoded[..], &awsmp_contract::wire::encode_single(&e)[..]);
+        let generated = awsmp_contract::event_id::GeneratedId { epoch: 0xabc, lane: (e.quantity % 16) as u8, seq: 1 + e.quantity % 1_000_000 };
         let with_id = Event { event_id: generated.to_string(), ..e };
         prop_assert_eq!(
-            awsmp_producer::wire::single_len(&with_id, Some(generated)),
-            awsmp_producer::wire::encode_single(&with_id).len()
+            awsmp_contract::wire::single_len(&with_id, Some(generated)),
+            awsmp_contract::wire::encode_single(&with_id).len()
         );
         prop_assert_eq!(
-            &awsmp_producer::wire::encode_single_bytes(&with_id, Some(generated))[..],
-            &awsmp_producer::wire::encode_single(&with_id)[..]
+            &awsmp_contract::wire::encode_single_bytes(&with_id, Some(generated))[..],
+            &awsmp_contract::wire::encode_single(&with_id)[..]
         );
     }
 

@@ -4,17 +4,17 @@
 
 use crate::common;
 
-use awsmp_producer::batch::{Packer, UserRec, pack};
-use awsmp_producer::event_id::GeneratedId;
-use awsmp_producer::partition::{ShardMap, partition_hash, partition_key};
-use awsmp_producer::wire::v2::{
+use awsmp_contract::event_id::GeneratedId;
+use awsmp_contract::wire::v2::{
     EventV2, IdV2, KIND_REF, RecordV2, V2, decode_ref_in_order, decode_v2, is_binary,
     split_single_ranges,
 };
-use awsmp_producer::wire::{
+use awsmp_contract::wire::{
     AggregateBuilder, AggregateV2Builder, deaggregate, decode_events, decode_payload, encode_event,
     encode_single,
 };
+use awsmp_producer::batch::{Packer, UserRec, pack};
+use awsmp_producer::partition::{ShardMap, partition_hash, partition_key};
 use awsmp_producer::{Event, Tag, UsageAllocation};
 use bytes::Bytes;
 use chrono::Duration;

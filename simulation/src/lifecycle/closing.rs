@@ -2,7 +2,7 @@
 //! schedule takes as its clock passes them (docs/simulation.md, invariant 5):
 //!
 //! - at the flush's instant (`expiry − FLUSH_CURRENT_HOUR_LEAD_MINUTES`,
-//!   `pipeline/src/domain/time.rs`), the quantity produced so far for the license: from then
+//!   `contract/src/time.rs`), the quantity produced so far for the license: from then
 //!   on the flush commits the license's still open hour, and AWS keeps one record per hour
 //!   (<https://docs.aws.amazon.com/marketplacemetering/latest/APIReference/API_BatchMeterUsage.html>),
 //!   so usage arriving later may end `LateUsage` — only up to what was produced after it;
@@ -13,14 +13,14 @@
 //!   billed by then, whenever the pipeline later bills it in the simulated ledger.
 
 use crate::world::{World, lock};
+use awsmp_contract::attrs as a;
+use awsmp_contract::clock::Clock;
+use awsmp_contract::keys::{GroupKey, HourBucket, parse_usage_timestamp};
+use awsmp_contract::status::AggregatedStatus;
+use awsmp_contract::time::FLUSH_CURRENT_HOUR_LEAD_MINUTES;
 use awsmp_lifecycle::domain::event::LicenseKey;
 use awsmp_lifecycle::domain::state::DEPROVISIONING_WINDOW;
 use awsmp_loadtest::conservation::{self, Inputs};
-use awsmp_pipeline::contract::attrs as a;
-use awsmp_pipeline::contract::status::AggregatedStatus;
-use awsmp_pipeline::domain::clock::Clock;
-use awsmp_pipeline::domain::keys::{GroupKey, HourBucket, parse_usage_timestamp};
-use awsmp_pipeline::domain::time::FLUSH_CURRENT_HOUR_LEAD_MINUTES;
 use chrono::{DateTime, Duration, Utc};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -85,7 +85,7 @@ impl World {
         let closing = lock(&self.lifecycle.closing);
         let empty = BTreeSet::new();
         let billed = closing.billed_at_close.get(key).unwrap_or(&empty);
-        let text = |r: &awsmp_pipeline::domain::row::RawUsageRow, k: &str| {
+        let text = |r: &awsmp_contract::row::RawUsageRow, k: &str| {
             r.get(k).and_then(|v| v.as_s()).map(str::to_owned)
         };
         let faulted = self.faults.attempt_faults();
@@ -104,7 +104,7 @@ impl World {
             })
             .map(|i| i.group)
             .collect();
-        let window_exit = |r: &awsmp_pipeline::domain::row::RawUsageRow, group: &GroupKey| {
+        let window_exit = |r: &awsmp_contract::row::RawUsageRow, group: &GroupKey| {
             let status = text(r, a::METERING_STATUS);
             let reason = text(r, a::METERING_STATUS_REASON).unwrap_or_default();
             status.as_deref() == Some("AggregationExpired")

@@ -3,14 +3,14 @@
 //! deprovisioning index (throttling, lost responses, crashes before and after every call).
 
 use crate::faults::Fault;
-use crate::ports::{Faulty, Injected, injected_dynamodb};
+use crate::ports::{Faulty, Injected, injected_dynamodb, injected_store};
 use async_trait::async_trait;
+use awsmp_aws::deprovisioning::{Deprovisioning, DeprovisioningIndex};
 use awsmp_lifecycle::adapters::memory::MemorySubscriberStore;
 use awsmp_lifecycle::domain::event::{Change, LicenseKey};
 use awsmp_lifecycle::domain::state::{Outcome, Subscriber};
 use awsmp_lifecycle::error::LifecycleError;
 use awsmp_lifecycle::ports::SubscriberStore;
-use awsmp_pipeline::ports::{Deprovisioning, DeprovisioningIndex};
 use chrono::{DateTime, Utc};
 
 /// The subscribers table under the fault plan.
@@ -92,7 +92,7 @@ impl<T: SubscriberStore> SubscriberStore for Faulty<T> {
 
 #[async_trait]
 impl<T: DeprovisioningIndex> DeprovisioningIndex for Faulty<T> {
-    async fn active(&self) -> awsmp_pipeline::error::Result<Vec<Deprovisioning>> {
+    async fn active(&self) -> awsmp_aws::error::Result<Vec<Deprovisioning>> {
         // A read that only fails (throttled, or the invocation crashes before it): no
         // interleaving here.
         let fault = self
@@ -100,7 +100,7 @@ impl<T: DeprovisioningIndex> DeprovisioningIndex for Faulty<T> {
             .faults
             .decide("deprovisioning-index", "index", false);
         match fault {
-            Some(Fault::Throttle | Fault::CrashBefore) => Err(injected_dynamodb("Query", fault)),
+            Some(Fault::Throttle | Fault::CrashBefore) => Err(injected_store("Query", fault)),
             _ => self.inner.active().await,
         }
     }

@@ -30,7 +30,7 @@ use async_trait::async_trait;
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use awsmp_consumer::domain::seq::SeqNum;
-use awsmp_pipeline::domain::clock::{Clock, FixedClock};
+use awsmp_contract::clock::{Clock, FixedClock};
 use awsmp_simulation::destination::InvocationRecord;
 use awsmp_simulation::esm::{Completion, EventSourceMapping, MappingConfig};
 use awsmp_simulation::faults::{FaultPlan, Rates};

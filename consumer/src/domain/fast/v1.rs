@@ -6,8 +6,8 @@
 use chrono::{DateTime, NaiveDate, Timelike, Utc};
 use serde::Deserialize;
 
-use awsmp_producer::event_id::canonical_decimal;
-use awsmp_producer::wire::PAYLOAD_VERSION;
+use awsmp_contract::event_id::canonical_decimal;
+use awsmp_contract::wire::PAYLOAD_VERSION;
 
 use super::super::accepted::EventId;
 use super::super::intern::Interner;
@@ -208,7 +208,7 @@ mod tests {
             poke in prop::option::of((0usize..24, any::<u8>())),
         ) {
             let t = DateTime::from_timestamp_millis(ms).unwrap();
-            let mut spelled = awsmp_producer::wire::format_timestamp(&t);
+            let mut spelled = awsmp_contract::wire::format_timestamp(&t);
             prop_assert_eq!(v1_timestamp(&spelled), by_chrono(&spelled));
             if spelled.len() == 24 {
                 prop_assert_eq!(canonical_timestamp(&spelled), Some(t));
@@ -236,10 +236,10 @@ mod tests {
     fn payload(strings: &[String; 5], quantity: u64, producer: bool) -> Vec<u8> {
         let [id, arn, account, dimension, producer_id] = strings;
         let t = DateTime::from_timestamp_millis(1_796_040_000_123).unwrap();
-        let mut e = awsmp_producer::Event::new(arn, account, dimension, quantity, t)
+        let mut e = awsmp_contract::Event::new(arn, account, dimension, quantity, t)
             .with_event_id(id.as_str());
         e.producer_id = producer.then(|| producer_id.clone());
-        awsmp_producer::wire::encode_event(&e)
+        awsmp_contract::wire::encode_event(&e)
     }
 
     /// A change to a payload's bytes, at a position taken modulo its length.

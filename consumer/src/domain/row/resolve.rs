@@ -3,9 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use awsmp_pipeline::contract::limits::{MAX_ALLOCATIONS_PER_RECORD, MAX_USAGE_QUANTITY};
-use awsmp_pipeline::contract::reasons;
-use awsmp_pipeline::domain::row::{Allocation, Tag};
+use awsmp_contract::limits::marketplace::{MAX_ALLOCATIONS_PER_RECORD, MAX_USAGE_QUANTITY};
+use awsmp_contract::reasons;
+use awsmp_contract::row::{Allocation, Tag};
 
 use crate::domain::fold::{Part, RowContribution};
 use crate::domain::seq::{Lane, SeqNum};

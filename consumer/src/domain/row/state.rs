@@ -2,8 +2,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use awsmp_pipeline::contract::attrs::{self, ROW_VERSION, WATERMARK_ATTR_PREFIX};
-use awsmp_pipeline::domain::row::{AttrValue, RawUsageRow, Tag, parse_non_negative_integer};
+use awsmp_contract::attrs::{self, ROW_VERSION, WATERMARK_ATTR_PREFIX};
+use awsmp_contract::row::{AttrValue, RawUsageRow, Tag, parse_non_negative_integer};
 
 use crate::domain::seq::{Lane, SeqNum};
 use crate::domain::verify::Kind;

@@ -2,10 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use awsmp_pipeline::contract::attrs;
-use awsmp_pipeline::contract::limits::MAX_USAGE_QUANTITY;
-use awsmp_pipeline::contract::reasons;
-use awsmp_pipeline::domain::row::{AttrValue, RawUsageRow, Tag};
+use awsmp_contract::attrs;
+use awsmp_contract::limits::marketplace::MAX_USAGE_QUANTITY;
+use awsmp_contract::reasons;
+use awsmp_contract::row::{AttrValue, RawUsageRow, Tag};
 
 use super::*;
 use crate::domain::fold::{BatchFold, FoldedRows, RowContribution};

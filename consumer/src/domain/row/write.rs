@@ -2,9 +2,9 @@
 //! the row it produces (what the in-memory store applies and the DynamoDB adapter's
 //! expressions implement).
 
-use awsmp_pipeline::contract::attrs::{self, ROW_VERSION};
-use awsmp_pipeline::domain::keys::RowKey;
-use awsmp_pipeline::domain::row::{Allocation, AttrValue, RawUsageRow, parse_non_negative_integer};
+use awsmp_contract::attrs::{self, ROW_VERSION};
+use awsmp_contract::keys::RowKey;
+use awsmp_contract::row::{Allocation, AttrValue, RawUsageRow, parse_non_negative_integer};
 
 use crate::domain::fold::RowId;
 use crate::domain::seq::{Lane, SeqNum};

@@ -9,8 +9,8 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::AttributeValue as Av;
-use awsmp_pipeline::adapters::dynamodb::is_retryable;
-use awsmp_pipeline::contract::attrs::{CUSTOMER_AWS_ACCOUNT_ID, LICENSE_ARN};
+use awsmp_aws::dynamodb::is_retryable;
+use awsmp_contract::attrs::{CUSTOMER_AWS_ACCOUNT_ID, LICENSE_ARN};
 
 use crate::domain::event::LicenseKey;
 use crate::error::LifecycleError;

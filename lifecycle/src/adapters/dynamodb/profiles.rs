@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue as Av;
-use awsmp_pipeline::contract::attrs::{CREATED_AT, UPDATED_AT, audit_timestamp};
-use awsmp_pipeline::contract::subscribers as s;
+use awsmp_contract::attrs::{CREATED_AT, UPDATED_AT, audit_timestamp};
+use awsmp_contract::subscribers as s;
 use chrono::{DateTime, Utc};
 
 use super::{ddb_err, key_item, s_val};

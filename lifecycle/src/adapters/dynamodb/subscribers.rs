@@ -7,12 +7,13 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue as Av;
-use awsmp_pipeline::adapters::dynamodb::DEPROVISIONING_PENDING_FLAG as FLAG_VALUE;
-use awsmp_pipeline::adapters::dynamodb::{DEPROVISIONING_INDEX, is_conditional_failure};
-use awsmp_pipeline::contract::attrs::{
+use awsmp_aws::dynamodb::is_conditional_failure;
+use awsmp_contract::attrs::{
     CREATED_AT, CUSTOMER_AWS_ACCOUNT_ID, LICENSE_ARN, UPDATED_AT, audit_timestamp,
 };
-use awsmp_pipeline::contract::subscribers as s;
+use awsmp_contract::subscribers as s;
+use awsmp_contract::subscribers::DEPROVISIONING_INDEX;
+use awsmp_contract::subscribers::DEPROVISIONING_PENDING_VALUE as FLAG_VALUE;
 use chrono::{DateTime, Utc};
 
 use super::{ddb_err, key_item, s_val};

@@ -15,7 +15,7 @@
 
 use std::collections::BTreeSet;
 
-use awsmp_pipeline::ids::{is_valid_license_arn, is_valid_product_code};
+use awsmp_contract::ids::{is_valid_license_arn, is_valid_product_code};
 use chrono::{DateTime, Datelike, Duration, TimeZone, Timelike, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

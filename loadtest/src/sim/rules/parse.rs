@@ -2,10 +2,10 @@
 //! record count, and each record's required members, ranges and identifier combination (the
 //! first step of the check order in [`super`]).
 
-use awsmp_pipeline::contract::limits::{
+use awsmp_contract::ids::is_valid_account_id;
+use awsmp_contract::limits::marketplace::{
     MAX_TAG_KEY_LENGTH, MAX_TAG_VALUE_LENGTH, TAG_PATTERN, matches_tag_pattern,
 };
-use awsmp_pipeline::ids::is_valid_account_id;
 use chrono::{DateTime, TimeZone, Utc};
 use serde::Deserialize;
 use serde_json::Value;

@@ -1,20 +1,21 @@
 //! The aggregated-usage table and its item conversion.
 
-use super::convert::{n, s, to_domain, to_sdk};
-use super::errors::{ddb_err, is_conditional_failure, malformed};
+use super::errors::{ddb_err, malformed};
 use super::pending::query_pending_index;
-use crate::contract::attrs as a;
-use crate::contract::reasons::QUANTITY_ABOVE_API_MAXIMUM;
-use crate::contract::status::AggregatedStatus;
 use crate::domain::fold::Overflow;
-use crate::domain::keys::{GroupKey, HourBucket, parse_aggregated_sort_key};
-use crate::domain::row::{Allocation, AttrValue, Tag, parse_non_negative_integer};
 use crate::error::{PipelineError, Result};
 use crate::ports::{AggregatedItem, AggregatedStore, Attempt, AttemptCondition, WriteBack};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue as Av;
+use awsmp_aws::dynamodb::is_conditional_failure;
+use awsmp_aws::dynamodb::{n, s, to_domain, to_sdk};
+use awsmp_contract::attrs as a;
+use awsmp_contract::keys::{GroupKey, HourBucket, parse_aggregated_sort_key};
+use awsmp_contract::reasons::QUANTITY_ABOVE_API_MAXIMUM;
+use awsmp_contract::row::{Allocation, AttrValue, Tag, parse_non_negative_integer};
+use awsmp_contract::status::AggregatedStatus;
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, HashMap};
 
@@ -393,7 +394,7 @@ pub fn is_billed(status: Option<AggregatedStatus>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::row::Tag;
+    use awsmp_contract::row::Tag;
 
     fn group() -> GroupKey {
         GroupKey {

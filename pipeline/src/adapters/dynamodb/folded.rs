@@ -5,18 +5,19 @@
 //!
 //! [`UsageStore::finalize_folded`]: crate::ports::UsageStore::finalize_folded
 
-use super::convert::{row_from_item, s, to_sdk};
-use super::errors::{ddb_err, is_conditional_failure};
-use crate::contract::attrs as a;
-use crate::contract::reasons::LATE_USAGE;
-use crate::contract::status::RawStatus;
+use super::errors::ddb_err;
 use crate::domain::fold::late_difference;
-use crate::domain::keys::RowKey;
-use crate::domain::row::{AttrValue, RawUsageRow, parse_non_negative_integer};
 use crate::error::{PipelineError, Result};
 use crate::ports::FoldedFinalize;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue as Av;
+use awsmp_aws::dynamodb::is_conditional_failure;
+use awsmp_aws::dynamodb::{row_from_item, s, to_sdk};
+use awsmp_contract::attrs as a;
+use awsmp_contract::keys::RowKey;
+use awsmp_contract::reasons::LATE_USAGE;
+use awsmp_contract::row::{AttrValue, RawUsageRow, parse_non_negative_integer};
+use awsmp_contract::status::RawStatus;
 use chrono::{DateTime, Utc};
 
 /// Read-and-stamp rounds when the row keeps changing between our read and our stamp. Only the

@@ -1,12 +1,12 @@
 //! The sparse `metering_pending` index, shared by the usage and aggregated-usage tables.
 
-use super::convert::s;
 use super::errors::ddb_err;
-use crate::contract::attrs as a;
-use crate::domain::keys::HourBucket;
 use crate::error::Result;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue as Av;
+use awsmp_aws::dynamodb::s;
+use awsmp_contract::attrs as a;
+use awsmp_contract::keys::HourBucket;
 use std::collections::HashMap;
 
 /// Every item of `table`'s sparse `metering_pending` index in `bucket` (paginated), optionally

@@ -1,20 +1,22 @@
 //! The raw usage table.
 
-use super::convert::{row_from_item, s, usage_row_from_owned_item};
-use super::errors::{ddb_err, is_conditional_failure, malformed};
+use super::convert::usage_row_from_owned_item;
+use super::errors::{ddb_err, malformed};
 use super::folded::FoldedStamp;
 use super::pending::query_pending_index;
 use crate::adapters::pages::{Page, prefetched};
-use crate::contract::attrs as a;
-use crate::contract::status::RawStatus;
 use crate::domain::fold::{RowShape, UsageRow};
-use crate::domain::keys::{GroupKey, HourBucket, RowKey, split_usage_sort_key};
-use crate::domain::row::parse_non_negative_integer;
 use crate::error::Result;
 use crate::ports::{ExpiredRow, FoldedFinalize, UsageStore};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue as Av, ReturnValue};
+use awsmp_aws::dynamodb::is_conditional_failure;
+use awsmp_aws::dynamodb::{row_from_item, s};
+use awsmp_contract::attrs as a;
+use awsmp_contract::keys::{GroupKey, HourBucket, RowKey, split_usage_sort_key};
+use awsmp_contract::row::parse_non_negative_integer;
+use awsmp_contract::status::RawStatus;
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use std::collections::{BTreeSet, HashMap};

@@ -2,13 +2,11 @@
 
 use super::lag::{IndexLag, ReadConsistency};
 use super::{DEFAULT_PAGE_SIZE, Faults, lock};
-use crate::domain::keys::{GroupKey, HourBucket};
 use crate::error::Result;
-use crate::ports::{
-    AggregatedItem, AggregatedStore, AttemptCondition, Deprovisioning, DeprovisioningIndex,
-    WriteBack,
-};
+use crate::ports::{AggregatedItem, AggregatedStore, AttemptCondition, WriteBack};
 use async_trait::async_trait;
+use awsmp_aws::deprovisioning::{Deprovisioning, DeprovisioningIndex};
+use awsmp_contract::keys::{GroupKey, HourBucket};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
@@ -324,8 +322,8 @@ impl MemoryDeprovisioningIndex {
 
 #[async_trait]
 impl DeprovisioningIndex for MemoryDeprovisioningIndex {
-    async fn active(&self) -> Result<Vec<Deprovisioning>> {
-        self.faults.dynamodb("active", "subscribers")?;
+    async fn active(&self) -> Result<Vec<Deprovisioning>, awsmp_aws::error::StoreError> {
+        self.faults.store("active", "subscribers")?;
         Ok(lock(&self.entries).clone())
     }
 }

@@ -3,11 +3,11 @@
 use super::{InjectedFault, lock};
 use crate::domain::batch::{CallKind, SubmitRecord};
 use crate::domain::bisect::DISABLED_API_EXCEPTION;
-use crate::domain::keys::GroupKey;
 use crate::domain::results::{ApiResponse, ApiResult, ApiStatus};
-use crate::domain::row::Allocation;
 use crate::ports::{MeterCallError, MeteringApi};
 use async_trait::async_trait;
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::row::Allocation;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Mutex;
 

@@ -17,11 +17,11 @@
 
 use super::{Faults, lock};
 use crate::adapters::sqs::MAX_BATCH_ENTRIES;
-use crate::domain::clock::{Clock, SystemClock};
 use crate::error::{PipelineError, Result};
 use crate::ports::MessageQueue;
 use async_trait::async_trait;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use awsmp_contract::clock::{Clock, SystemClock};
 use chrono::{DateTime, Duration, Utc};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -402,7 +402,7 @@ impl MessageQueue for MemoryQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::clock::FixedClock;
+    use awsmp_contract::clock::FixedClock;
 
     fn clock() -> FixedClock {
         FixedClock::new("2026-11-30T12:00:00Z".parse().unwrap())

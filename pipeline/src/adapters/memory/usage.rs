@@ -2,15 +2,15 @@
 
 use super::lag::{IndexLag, ReadConsistency};
 use super::{DEFAULT_PAGE_SIZE, Faults, lock};
-use crate::contract::attrs as a;
-use crate::contract::reasons::LATE_USAGE;
-use crate::contract::status::RawStatus;
 use crate::domain::fold::{RowShape, UsageRow, late_difference};
-use crate::domain::keys::{GroupKey, HourBucket, RowKey, split_usage_sort_key};
-use crate::domain::row::{AttrValue, RawUsageRow, parse_non_negative_integer};
 use crate::error::Result;
 use crate::ports::{ExpiredRow, FoldedFinalize, UsageStore};
 use async_trait::async_trait;
+use awsmp_contract::attrs as a;
+use awsmp_contract::keys::{GroupKey, HourBucket, RowKey, split_usage_sort_key};
+use awsmp_contract::reasons::LATE_USAGE;
+use awsmp_contract::row::{AttrValue, RawUsageRow, parse_non_negative_integer};
+use awsmp_contract::status::RawStatus;
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;

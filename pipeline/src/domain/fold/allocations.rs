@@ -4,13 +4,13 @@
 use std::collections::BTreeMap;
 
 use super::checks::{Finding, finding};
-use crate::contract::attrs;
-use crate::contract::limits::{
+use awsmp_contract::attrs;
+use awsmp_contract::limits::marketplace::{
     MAX_ALLOCATIONS_PER_RECORD, MAX_TAG_KEY_LENGTH, MAX_TAG_VALUE_LENGTH, MAX_TAGS_PER_ALLOCATION,
     MAX_USAGE_QUANTITY, matches_tag_pattern,
 };
-use crate::contract::status::RejectReason::{self, *};
-use crate::domain::row::{Allocation, AttrValue, NumberError, Tag, parse_non_negative_integer};
+use awsmp_contract::row::{Allocation, AttrValue, NumberError, Tag, parse_non_negative_integer};
+use awsmp_contract::status::RejectReason::{self, *};
 
 /// A row's tags, borrowed from the row: `(key, value)` pairs.
 pub(super) type BorrowedTags<'r> = Vec<(&'r str, &'r str)>;

@@ -6,13 +6,13 @@ use chrono::{DateTime, Utc};
 
 use super::RowView;
 use super::allocations::{BorrowedTags, parse_allocations};
-use crate::contract::attrs;
-use crate::contract::limits::MAX_USAGE_QUANTITY;
-use crate::contract::status::RejectReason::{self, *};
-use crate::domain::keys::{GroupKey, LICENSE_ARN_PREFIX, SortKeySegments};
-use crate::domain::row::{AttrValue, NumberError, parse_non_negative_integer};
-use crate::domain::time::{TimeConfig, is_billable};
-use crate::ids::{is_valid_account_id, is_valid_license_arn, is_valid_product_code};
+use awsmp_contract::attrs;
+use awsmp_contract::ids::{is_valid_account_id, is_valid_license_arn, is_valid_product_code};
+use awsmp_contract::keys::{GroupKey, LICENSE_ARN_PREFIX, SortKeySegments};
+use awsmp_contract::limits::marketplace::MAX_USAGE_QUANTITY;
+use awsmp_contract::row::{AttrValue, NumberError, parse_non_negative_integer};
+use awsmp_contract::status::RejectReason::{self, *};
+use awsmp_contract::time::{TimeConfig, is_billable};
 
 /// A reason with its detail, as found on one row or the group.
 #[derive(Debug)]

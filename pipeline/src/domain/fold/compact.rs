@@ -14,10 +14,10 @@
 
 use super::checks::partition_is_legacy;
 use super::conforming::same_bytes;
-use crate::contract::attrs;
-use crate::contract::limits::MAX_USAGE_QUANTITY;
-use crate::domain::keys::GroupKey;
-use crate::domain::row::{AttrValue, RawUsageRow};
+use awsmp_contract::attrs;
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::limits::marketplace::MAX_USAGE_QUANTITY;
+use awsmp_contract::row::{AttrValue, RawUsageRow};
 
 /// A pending row as a usage store hands it to the fold ([`super::GroupFold::push_row`]).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,10 +9,10 @@
 use super::RowView;
 use super::checks::RowChecks;
 use super::membership::MemberPrefix;
-use crate::contract::limits::MAX_USAGE_QUANTITY;
-use crate::domain::keys::GroupKey;
-use crate::domain::row::{AttrValue, parse_non_negative_integer};
-use crate::ids::is_valid_account_id;
+use awsmp_contract::ids::is_valid_account_id;
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::limits::marketplace::MAX_USAGE_QUANTITY;
+use awsmp_contract::row::{AttrValue, parse_non_negative_integer};
 
 /// What a conforming row of the group must hold, evaluated once per group; `None` when no row
 /// of the group can pass every check without the general path (an invalid partition key, a

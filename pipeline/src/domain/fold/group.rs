@@ -13,19 +13,19 @@ use super::conforming::Conforming;
 use super::membership::{MemberPrefix, Membership, membership};
 use super::overflow::{Overflow, split_at_api_maximum};
 use super::seconds::{SecondQuantities, SecondSet};
-use crate::contract::limits::MAX_ALLOCATIONS_PER_RECORD;
-use crate::contract::status::{RejectReason, aggregated_reason};
-use crate::domain::DomainError;
-use crate::domain::keys::{GroupKey, Identity, RowKey};
-use crate::domain::row::{Allocation, RawUsageRow};
-use crate::domain::time::{TimeConfig, is_zero_finalize_edge};
+use awsmp_contract::DomainError;
+use awsmp_contract::keys::{GroupKey, Identity, RowKey};
+use awsmp_contract::limits::marketplace::MAX_ALLOCATIONS_PER_RECORD;
+use awsmp_contract::row::{Allocation, RawUsageRow};
+use awsmp_contract::status::{RejectReason, aggregated_reason};
+use awsmp_contract::time::{TimeConfig, is_zero_finalize_edge};
 
 /// One valid group, ready for the conditional put (the commit point).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AggregatedRecord {
     /// The group (license / product code, account / customer identifier, dimension, hour).
     pub group: GroupKey,
-    /// Quantity to bill: the exact sum of the rows' quantities, or [`MAX_USAGE_QUANTITY`](crate::contract::limits::MAX_USAGE_QUANTITY) when
+    /// Quantity to bill: the exact sum of the rows' quantities, or [`MAX_USAGE_QUANTITY`](awsmp_contract::limits::marketplace::MAX_USAGE_QUANTITY) when
     /// the sum exceeds it (the rest is [`Self::overflow`]).
     pub quantity: u64,
     /// Merged VMT allocations (one per distinct tag set, ordered by tag set; each tag set's
@@ -53,7 +53,7 @@ impl AggregatedRecord {
     }
 
     /// Keys of every raw row folded in, in second order (for cleanup messages of at most
-    /// [`MAX_CLEANUP_KEYS_PER_MESSAGE`](crate::contract::limits::MAX_CLEANUP_KEYS_PER_MESSAGE) keys).
+    /// [`MAX_CLEANUP_KEYS_PER_MESSAGE`](awsmp_contract::limits::sqs::MAX_CLEANUP_KEYS_PER_MESSAGE) keys).
     pub fn raw_row_keys(&self) -> impl Iterator<Item = RowKey> + '_ {
         self.seconds.iter().map(|s| RowKey {
             license_arn: self.group.license_arn.clone(),

@@ -1,8 +1,10 @@
 //! Where a pushed row stands relative to the group being folded or re-visited.
 
 use super::RowView;
-use crate::domain::keys::{GroupKey, SortKeySegments, parse_usage_timestamp, split_usage_sort_key};
-use crate::domain::row::AttrValue;
+use awsmp_contract::keys::{
+    GroupKey, SortKeySegments, parse_usage_timestamp, split_usage_sort_key,
+};
+use awsmp_contract::row::AttrValue;
 
 /// Where a row stands relative to a group.
 pub(super) enum Membership<'r> {
@@ -123,7 +125,7 @@ fn whole_second_member<'r>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::row::RawUsageRow;
+    use awsmp_contract::row::RawUsageRow;
 
     /// What the general path (split, then the calendar) makes of `sort_key`.
     fn general<'r>(
@@ -195,11 +197,11 @@ mod tests {
             );
             let mut row = RawUsageRow::new();
             row.insert(
-                crate::contract::attrs::METERING_PENDING.into(),
+                awsmp_contract::attrs::METERING_PENDING.into(),
                 AttrValue::s("2026-11-30T11"),
             );
             row.insert(
-                crate::contract::attrs::USAGE_SORT_KEY.into(),
+                awsmp_contract::attrs::USAGE_SORT_KEY.into(),
                 AttrValue::s(&key),
             );
             match membership(&group, &prefix, &RowView::of(&row)) {

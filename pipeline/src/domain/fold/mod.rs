@@ -7,7 +7,7 @@
 //! never O(rows).
 //!
 //! **Precedence.** Each row is checked in the exact order of
-//! [`RejectReason`](crate::contract::status::RejectReason); the row's first failing check is its
+//! [`RejectReason`](awsmp_contract::status::RejectReason); the row's first failing check is its
 //! reason. One bad row rejects the whole group-hour, and the group's
 //! reason is the earliest-ranked reason over all its rows and the group-level checks
 //! (`MixedAllocatedAndUnallocated`, `TooManyAllocations`, merged `AllocationSumMismatch`),
@@ -28,9 +28,9 @@
 //!
 //! ```
 //! use awsmp_pipeline::domain::fold::{FoldOutcome, GroupFold};
-//! use awsmp_pipeline::domain::keys::GroupKey;
-//! use awsmp_pipeline::domain::row::conforming_row;
-//! use awsmp_pipeline::domain::time::TimeConfig;
+//! use awsmp_contract::keys::GroupKey;
+//! use awsmp_contract::row::conforming_row;
+//! use awsmp_contract::time::TimeConfig;
 //! use chrono::{TimeZone, Utc};
 //!
 //! let group = GroupKey::new(
@@ -66,7 +66,7 @@ pub use overflow::{Overflow, Split, split_at_api_maximum};
 pub use revisit::{LateRow, RevisitRow, classify_revisit, folded_second, late_difference};
 pub use seconds::{SECOND_QUANTITY_BYTES, SECOND_SET_BYTES, SecondQuantities, SecondSet};
 
-use super::row::{AttrValue, RawUsageRow};
+use awsmp_contract::row::{AttrValue, RawUsageRow};
 
 /// The attribute `name` of `row`, unless absent or NULL.
 fn present<'r>(row: &'r RawUsageRow, name: &str) -> Option<&'r AttrValue> {
@@ -90,7 +90,7 @@ struct RowView<'r> {
 
 impl<'r> RowView<'r> {
     fn of(row: &'r RawUsageRow) -> Self {
-        use crate::contract::attrs;
+        use awsmp_contract::attrs;
         // The eight names have eight different lengths: the length picks the one candidate,
         // and one comparison decides (a shared length would be an unreachable pattern, which
         // the lints refuse).
@@ -129,7 +129,7 @@ impl<'r> RowView<'r> {
 #[cfg(test)]
 mod view_tests {
     use super::*;
-    use crate::contract::attrs;
+    use awsmp_contract::attrs;
     use proptest::prelude::*;
 
     /// The row's attributes and near misses of their names.

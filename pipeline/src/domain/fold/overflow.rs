@@ -8,11 +8,11 @@
 //! (the billed part and the remainder carry the same tags); every later allocation is wholly
 //! remainder. So per tag set, billed + remainder = merged, and each side sums to its quantity.
 
-use crate::contract::limits::MAX_USAGE_QUANTITY;
-use crate::domain::row::Allocation;
+use awsmp_contract::limits::marketplace::MAX_USAGE_QUANTITY;
+use awsmp_contract::row::Allocation;
 
 /// The part of a group-hour above the API maximum: not billed, recorded with reason
-/// [`QUANTITY_ABOVE_API_MAXIMUM`](crate::contract::reasons::QUANTITY_ABOVE_API_MAXIMUM).
+/// [`QUANTITY_ABOVE_API_MAXIMUM`](awsmp_contract::reasons::QUANTITY_ABOVE_API_MAXIMUM).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Overflow {
     /// Exact quantity above the maximum.

@@ -3,10 +3,10 @@
 use super::membership::{MemberPrefix, Membership, membership};
 use super::seconds::SecondSet;
 use super::{RowView, present};
-use crate::contract::attrs;
-use crate::contract::limits::MAX_USAGE_QUANTITY;
-use crate::domain::keys::{GroupKey, RowKey};
-use crate::domain::row::{AttrValue, RawUsageRow, parse_non_negative_integer};
+use awsmp_contract::attrs;
+use awsmp_contract::keys::{GroupKey, RowKey};
+use awsmp_contract::limits::marketplace::MAX_USAGE_QUANTITY;
+use awsmp_contract::row::{AttrValue, RawUsageRow, parse_non_negative_integer};
 
 /// A raw row seen on a re-visit of a group whose aggregated record already exists.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,7 +18,7 @@ pub enum RevisitRow {
     /// Its second is in the stored record: its cleanup was lost. Clear `meteringPending`
     /// (without restamping a sum from this visit).
     AlreadyAggregated(RowKey),
-    /// Written after aggregation: terminal `RejectedClientSide` + [`LATE_USAGE`](crate::contract::reasons::LATE_USAGE),
+    /// Written after aggregation: terminal `RejectedClientSide` + [`LATE_USAGE`](awsmp_contract::reasons::LATE_USAGE),
     /// `LateUsage` metric carrying its quantity.
     Late(LateRow),
 }
@@ -69,8 +69,8 @@ pub fn classify_revisit(group: &GroupKey, stored: &SecondSet, row: &RawUsageRow)
 /// The second of the hour of a raw row of `group`, from its key (as [`classify_revisit`] reads
 /// it); `None` for a key that is not a well-formed whole second of the group's hour.
 pub fn folded_second(group: &GroupKey, key: &RowKey) -> Option<u32> {
-    let segments = crate::domain::keys::split_usage_sort_key(&key.sort_key)?;
-    let t = crate::domain::keys::parse_usage_timestamp(segments.timestamp).ok()?;
+    let segments = awsmp_contract::keys::split_usage_sort_key(&key.sort_key)?;
+    let t = awsmp_contract::keys::parse_usage_timestamp(segments.timestamp).ok()?;
     group.hour.second_of(t)
 }
 

@@ -2,8 +2,8 @@
 
 use std::fmt;
 
-use crate::domain::DomainError;
-use crate::domain::keys::SECONDS_PER_HOUR;
+use awsmp_contract::DomainError;
+use awsmp_contract::keys::SECONDS_PER_HOUR;
 
 /// Size of a stored [`SecondSet`]: one bit per second of the hour.
 pub const SECOND_SET_BYTES: usize = (SECONDS_PER_HOUR / 8) as usize;
@@ -100,7 +100,7 @@ impl SecondSet {
 }
 
 /// Bytes per second in the stored form of [`SecondQuantities`]: a raw row's quantity is at most
-/// [`MAX_USAGE_QUANTITY`](crate::contract::limits::MAX_USAGE_QUANTITY) (2³¹ − 1), so four bytes.
+/// [`MAX_USAGE_QUANTITY`](awsmp_contract::limits::marketplace::MAX_USAGE_QUANTITY) (2³¹ − 1), so four bytes.
 pub const SECOND_QUANTITY_BYTES: usize = 4;
 
 /// The folded quantity of every contributing second of an aggregated record, so a cleanup or a

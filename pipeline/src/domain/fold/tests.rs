@@ -4,13 +4,13 @@ use chrono::{DateTime, TimeZone, Utc};
 
 use super::allocations::{decode_tag_set, encode_tag_set};
 use super::*;
-use crate::contract::attrs;
-use crate::contract::limits::{MAX_ALLOCATIONS_PER_RECORD, MAX_USAGE_QUANTITY};
-use crate::contract::status::RejectReason;
-use crate::domain::DomainError;
-use crate::domain::keys::GroupKey;
-use crate::domain::row::{Allocation, Tag, conforming_row};
-use crate::domain::time::TimeConfig;
+use awsmp_contract::DomainError;
+use awsmp_contract::attrs;
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::limits::marketplace::{MAX_ALLOCATIONS_PER_RECORD, MAX_USAGE_QUANTITY};
+use awsmp_contract::row::{Allocation, Tag, conforming_row};
+use awsmp_contract::status::RejectReason;
+use awsmp_contract::time::TimeConfig;
 
 const LICENSE: &str =
     "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef";

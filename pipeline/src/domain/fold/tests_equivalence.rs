@@ -11,10 +11,10 @@ use chrono::{DateTime, Duration, Utc};
 use proptest::prelude::*;
 
 use super::{FoldOutcome, GroupFold, RowShape, RowView, UsageRow};
-use crate::contract::attrs;
-use crate::domain::keys::GroupKey;
-use crate::domain::row::{Allocation, AttrValue, RawUsageRow, Tag, conforming_row};
-use crate::domain::time::TimeConfig;
+use awsmp_contract::attrs;
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::row::{Allocation, AttrValue, RawUsageRow, Tag, conforming_row};
+use awsmp_contract::time::TimeConfig;
 
 const LICENSE: &str =
     "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef";

@@ -10,7 +10,6 @@
 //! A record found finalized is not sent.
 
 use super::{CALL_RETRY, Run};
-use crate::contract::metrics;
 use crate::domain::batch::{CallKind, SubmitRecord};
 use crate::domain::bisect::{
     BisectCall, BisectResult, Bisector, CallOutcome, ExceptionClass, Halt, Verdict,
@@ -19,10 +18,12 @@ use crate::domain::bisect::{
 use crate::domain::results::{
     ApiResponse, Decision, UNPROCESSED_RECORDS, map_response, poison_decision_for,
 };
-use crate::emf::Metric;
 use crate::handlers::STORE_RETRY;
 use crate::ports::MeterCallError;
-use awsmp_retry::{Retryable, retry};
+use awsmp_aws::emf::Metric;
+use awsmp_aws::retry;
+use awsmp_contract::metrics;
+use awsmp_contract::retry::Retryable;
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -11,16 +11,16 @@
 //! (docs/operations.md, "Write-back conflict").
 
 use super::{MAX_WRITE_BACKS_IN_FLIGHT, Run, WRITE_BACK_RETRY};
-use crate::contract::metrics;
-use crate::contract::status::AggregatedStatus;
 use crate::domain::batch::SubmitRecord;
-use crate::domain::keys::GroupKey;
 use crate::domain::results::Decision;
-use crate::emf::Metric;
 use crate::error::{PipelineError, Result};
 use crate::handlers::STORE_RETRY;
 use crate::ports::{AggregatedStore, AttemptCondition, WriteBack};
-use awsmp_retry::retry;
+use awsmp_aws::emf::Metric;
+use awsmp_aws::retry;
+use awsmp_contract::keys::GroupKey;
+use awsmp_contract::metrics;
+use awsmp_contract::status::AggregatedStatus;
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 
@@ -46,7 +46,7 @@ impl Run<'_> {
             self.out.left_pending += 1;
             return;
         };
-        if crate::mutants::active(crate::mutants::Mutant::SubmitterForgetsWriteBack)
+        if awsmp_aws::mutants::active(awsmp_aws::mutants::Mutant::SubmitterForgetsWriteBack)
             && f.status.is_billed()
         {
             return;

@@ -7,14 +7,14 @@ use std::time::Duration;
 use chrono::{TimeZone, Timelike, Utc};
 use proptest::prelude::*;
 
-use crate::event::MAX_DIMENSION_BYTES;
 use crate::partition::ShardMap;
 use crate::sink::StoredRecord;
 use crate::test_support::paused_runtime;
-use crate::wire::WireVersion;
 use crate::{
     Event, MemoryRecordSink, Producer, ProducerError, ProducerStats, StaticShardMapSource,
 };
+use awsmp_contract::event::MAX_DIMENSION_BYTES;
+use awsmp_contract::wire::WireVersion;
 
 const EPOCH: u128 = 0x0123_4567_89ab_cdef_0123_4567_89ab_cdef;
 
@@ -137,7 +137,7 @@ proptest! {
         let sent: u128 = usage.iter().map(|u| u128::from(u.2)).sum();
         let got: u128 = metered
             .iter()
-            .flat_map(|r| crate::wire::decode_events(&r.entry.data).unwrap())
+            .flat_map(|r| awsmp_contract::wire::decode_events(&r.entry.data).unwrap())
             .map(|u| u128::from(u.event.unwrap().quantity))
             .sum();
         prop_assert_eq!(sent, got, "every unit delivered");

@@ -6,7 +6,7 @@
 //! The paths: the deterministic simulation's sweep (every fault class, deprovisioning,
 //! meter-ingest; `awsmp_simulation::sweep`), then the rare paths a sweep does not reach
 //! (`rare.rs` beside this file). Every line any sink emits is seen through
-//! `awsmp_pipeline::emf::tee_all_lines` and checked against the EMF structure
+//! `awsmp_aws::emf::tee_all_lines` and checked against the EMF structure
 //! (<https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html>).
 
 mod rare;
@@ -81,7 +81,7 @@ fn main() -> anyhow::Result<()> {
     let lines = Arc::new(std::sync::atomic::AtomicU64::new(0));
     {
         let (seen, errors, lines) = (seen.clone(), errors.clone(), lines.clone());
-        let installed = awsmp_pipeline::emf::tee_all_lines(move |line| {
+        let installed = awsmp_aws::emf::tee_all_lines(move |line| {
             lines.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             match signatures(line) {
                 Ok(sigs) => seen.lock().expect("collector poisoned").extend(sigs),

@@ -10,19 +10,19 @@
 
 use anyhow::{Context, bail, ensure};
 use async_trait::async_trait;
+use awsmp_aws::emf::MetricsSink;
 use awsmp_consumer::Settings;
 use awsmp_consumer::adapters::memory::MemoryStores;
+use awsmp_contract::attrs;
+use awsmp_contract::clock::FixedClock;
+use awsmp_contract::keys::{GroupKey, RowKey};
+use awsmp_contract::limits::marketplace::MAX_USAGE_QUANTITY;
+use awsmp_contract::row::{AttrValue, conforming_row};
+use awsmp_contract::status::AggregatedStatus;
 use awsmp_pipeline::adapters::memory::{CallFault, MemoryAdapters, MemoryMeteringApi};
 use awsmp_pipeline::config::Config;
-use awsmp_pipeline::contract::attrs;
-use awsmp_pipeline::contract::limits::MAX_USAGE_QUANTITY;
-use awsmp_pipeline::contract::status::AggregatedStatus;
 use awsmp_pipeline::domain::batch::{CallKind, SubmitRecord};
-use awsmp_pipeline::domain::clock::FixedClock;
-use awsmp_pipeline::domain::keys::{GroupKey, RowKey};
 use awsmp_pipeline::domain::results::ApiResponse;
-use awsmp_pipeline::domain::row::{AttrValue, conforming_row};
-use awsmp_pipeline::emf::MetricsSink;
 use awsmp_pipeline::handlers::Services;
 use awsmp_pipeline::handlers::aggregator::{AggregateOutcome, aggregate};
 use awsmp_pipeline::handlers::cleanup::cleanup;
@@ -339,7 +339,7 @@ async fn consumer_late_usage() -> anyhow::Result<()> {
     let consumer = stores.consumer(Settings::default(), Arc::new(FixedClock::new(arrival)));
     let hour = arrival.format("%Y-%m-%dT%H").to_string();
     stores.finalized.finalize(group("api_calls", &hour));
-    let event = awsmp_producer::Event::new(
+    let event = awsmp_contract::Event::new(
         license(0),
         account(0),
         "api_calls",
@@ -354,7 +354,7 @@ async fn consumer_late_usage() -> anyhow::Result<()> {
         "49590338271490256608559692538361571095921575989136588898",
         &pk,
         arrival,
-        awsmp_producer::wire::encode_event(&event),
+        awsmp_contract::wire::encode_event(&event),
     );
     let mut batch = aws_lambda_events::event::kinesis::KinesisEvent::default();
     batch.records.push(record);

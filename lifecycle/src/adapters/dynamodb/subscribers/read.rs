@@ -3,8 +3,8 @@
 use std::collections::{BTreeSet, HashMap};
 
 use aws_sdk_dynamodb::types::AttributeValue as Av;
-use awsmp_pipeline::contract::attrs::{CUSTOMER_AWS_ACCOUNT_ID, LICENSE_ARN};
-use awsmp_pipeline::contract::subscribers as s;
+use awsmp_contract::attrs::{CUSTOMER_AWS_ACCOUNT_ID, LICENSE_ARN};
+use awsmp_contract::subscribers as s;
 use chrono::{DateTime, Utc};
 
 use crate::domain::event::{AgreementTerms, LicenseKey};
