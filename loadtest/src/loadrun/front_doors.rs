@@ -271,7 +271,7 @@ async fn send_bad_inputs(
     invoked_arn: &str,
     sent: &mut IngestSent,
 ) -> Result<()> {
-    use awsmp_pipeline::contract::reasons;
+    use awsmp_contract::reasons;
     let (license, buyer) = &plan.licenses[0];
     let bad = [
         (
