@@ -165,9 +165,10 @@ const POISON_PER_MILLE: u32 = 150;
 /// The poison-batch class (`simulation/src/poison.rs`), drawn from its own RNG so every other
 /// schedule stays as it was: a batch that fails every retry, under the template's unbounded
 /// `MaximumRetryAttempts` (the shard waits) or a finite one a seller may set (the poison goes
-/// to the on-failure destination and is re-driven). A re-drive of records whose lane moved on
-/// is unsound (docs/guarantees.md, "Known limitations"): the poison events keep a lane of their
-/// own and only they use up the retries.
+/// to the on-failure destination and is re-driven). In half the class the poison events share
+/// the producer's partition key, so the mapping moves their lane on past them and later
+/// records write the same rows before the re-drive; in the other half they keep a lane of
+/// their own.
 fn poison_class(seed: u64, mut setup: Setup) -> Setup {
     let mut r = StdRng::seed_from_u64(mix(seed ^ 0x0de5_7a7e));
     if r.random_range(0..1000) >= POISON_PER_MILLE {
@@ -178,6 +179,7 @@ fn poison_class(seed: u64, mut setup: Setup) -> Setup {
     // batch is the poison isolated by bisection (the template's `BisectBatchOnFunctionError`).
     setup.mapping.max_retry_attempts = [None, Some(3), Some(5)][r.random_range(0..3)];
     setup.mapping.bisect = true;
+    setup.poison_own_lane = r.random_bool(0.5);
     setup
 }
 
