@@ -236,7 +236,7 @@ fn the_allocation_estimate_of_the_largest_allowed_tag_set_is_conservative() {
 }
 
 /// The consumer's write of `row` onto `stored`: the optimistic write, and when its guard
-/// fails, the decision on the row as read and its compare-and-set (`handler/rows.rs`).
+/// fails, the decision on the row as read and its compare-and-set (`src/handler/rows.rs`).
 fn write_through(
     row: &RowContribution,
     m: &[RecordMeta],
