@@ -180,23 +180,7 @@ impl RowWrite {
         for (lane, seq) in &self.watermarks {
             set(&mut r, &lane.attribute(), AttrValue::s(seq.sortable()));
         }
-        for (lane, spans) in &self.spans {
-            let name = coverage::attribute(lane);
-            let list = match spans {
-                SpanWrite::Append(item) => {
-                    // `list_append(if_not_exists(…, []), [item])`.
-                    let mut list = match r.get(&name) {
-                        None => Vec::new(),
-                        Some(AttrValue::L(l)) => l.clone(),
-                        Some(_) => return None,
-                    };
-                    list.push(AttrValue::s(item));
-                    list
-                }
-                SpanWrite::Replace(items) => items.iter().map(AttrValue::s).collect(),
-            };
-            set(&mut r, &name, AttrValue::L(list));
-        }
+        self.apply_spans(&mut r)?;
         match &self.change {
             Change::Add(q) => {
                 let old = match r.get(attrs::QUANTITY) {
@@ -225,6 +209,30 @@ impl RowWrite {
         };
         set(&mut r, ROW_VERSION, AttrValue::n(version + 1));
         Some(r)
+    }
+}
+
+impl RowWrite {
+    /// Set each lane's spans on `r`; `None` when an appended list is not a list.
+    fn apply_spans(&self, r: &mut RawUsageRow) -> Option<()> {
+        for (lane, spans) in &self.spans {
+            let name = coverage::attribute(lane);
+            let list = match spans {
+                SpanWrite::Append(item) => {
+                    // `list_append(if_not_exists(…, []), [item])`.
+                    let mut list = match r.get(&name) {
+                        None => Vec::new(),
+                        Some(AttrValue::L(l)) => l.clone(),
+                        Some(_) => return None,
+                    };
+                    list.push(AttrValue::s(item));
+                    list
+                }
+                SpanWrite::Replace(items) => items.iter().map(AttrValue::s).collect(),
+            };
+            r.insert(name, AttrValue::L(list));
+        }
+        Some(())
     }
 }
 
