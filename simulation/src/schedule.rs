@@ -101,7 +101,27 @@ pub fn setup_for(seed: u64) -> Setup {
         race: false,
         race_grace: false,
     };
-    race_class(seed, ingest_class(seed, poison_class(seed, setup)))
+    let setup = discard_class(seed, poison_class(seed, setup));
+    race_class(seed, ingest_class(seed, setup))
+}
+
+/// Schedules, per thousand, whose mapping gives up on any failing batch (outside the poison
+/// class).
+const DISCARD_PER_MILLE: u32 = 100;
+
+/// The discard class, drawn from an RNG of its own so every other schedule stays as it was:
+/// `MaximumRetryAttempts` 0 or 1 (bisection as the schedule drew it), so a batch the
+/// schedule's ordinary faults fail — often after some of its rows were written — is discarded
+/// to the on-failure destination while later records of its lanes move on, and re-driven by
+/// the operator in the drain (docs/guarantees.md, "Consumer: a re-drive from the on-failure
+/// queue is billed once").
+fn discard_class(seed: u64, mut setup: Setup) -> Setup {
+    let mut r = StdRng::seed_from_u64(mix(seed ^ 0xd15_ca4d));
+    if r.random_range(0..1000) >= DISCARD_PER_MILLE || setup.poison_from.is_some() {
+        return setup;
+    }
+    setup.mapping.max_retry_attempts = Some(r.random_range(0..=1));
+    setup
 }
 
 /// Schedules of the window-close race class, per thousand.
