@@ -68,6 +68,10 @@ pub const QUANTITY_ABOVE_API_MAXIMUM: &str = "QuantityAboveApiMaximum";
 /// Consumer: a row not written by the consumer holds a quantity or allocations it cannot add
 /// to.
 pub const EXISTING_ROW_MALFORMED: &str = "ExistingRowMalformed";
+/// Consumer: a delivered record (a re-drive) falls where the row's coverage of its lane was
+/// compacted away, so whether the row holds it can be proved neither way; recorded instead of
+/// guessed.
+pub const REDRIVE_UNPROVEN: &str = "RedriveUnproven";
 
 /// Subscription Lambda: the message body is not a JSON EventBridge event.
 pub const EVENT_NOT_JSON: &str = "EventNotJson";

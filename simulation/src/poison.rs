@@ -16,11 +16,12 @@ use bytes::Bytes;
 /// Events in the poison batch.
 const POISON_EVENTS: u64 = 3;
 
-/// The poison events' Kinesis partition key: their own (the default sweep), or the producer's
-/// for their group. With the producer's, a re-drive that comes after a later record of the
-/// same shard and key wrote the same per-second row is taken for a replay by the row's
-/// per-lane watermark and adds nothing (docs/guarantees.md, "Known limitations";
-/// `simulation/tests/integration/on_failure_destination.rs` shows the loss).
+/// The poison events' Kinesis partition key: their own, or the producer's for their group
+/// (half the poison schedules of the default sweep each). With the producer's, later records of
+/// the same shard and key write the same per-second rows before the re-drive, whose records
+/// then lie below the rows' watermarks: the rows' spans prove them new
+/// (docs/guarantees.md, "Consumer: per-row, per-lane coverage";
+/// `simulation/tests/integration/on_failure_destination.rs`).
 fn poison_partition_key(e: &Event, own_lane: bool) -> String {
     if own_lane {
         return format!("poison-batch-{}", e.event_id);

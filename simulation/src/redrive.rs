@@ -2,9 +2,11 @@
 //! "Re-driving the consumer's on-failure queue"): for each message, read the shard's records
 //! from `startSequenceNumber` to `endSequenceNumber` (in AWS: `GetShardIterator`
 //! `AT_SEQUENCE_NUMBER`, then `GetRecords`), invoke the consumer with them as the mapping
-//! would, and delete the message once the invocation succeeded. The consumer's dedup makes a
-//! re-drive of records it had partly applied safe; records whose hour was finalized meanwhile
-//! are refused as `LateUsage`, each with its reason in the rejected-events store.
+//! would, and delete the message once the invocation succeeded. The consumer's dedup and each
+//! row's spans make a re-drive of records it had partly applied safe, also when later records
+//! of the same lanes wrote the same rows meanwhile (docs/guarantees.md, "Consumer: per-row,
+//! per-lane coverage"); records whose hour was finalized meanwhile are refused as `LateUsage`,
+//! each with its reason in the rejected-events store.
 
 use crate::destination::{InvocationRecord, KinesisBatchInfo};
 use crate::esm::delivered;
@@ -75,13 +77,14 @@ impl World {
             }
             drop(truth);
             self.log(format!(
-                "operator: re-drove {} {}..{} ({} records): {} events, +{} units, {} dedup hits, rejected {:?}",
+                "operator: re-drove {} {}..{} ({} records): {} events, +{} units ({} row parts behind their lane's watermark), {} dedup hits, rejected {:?}",
                 info.shard_id,
                 info.start_sequence_number,
                 info.end_sequence_number,
                 report.records,
                 report.events_accepted,
                 report.quantity_written,
+                report.behind_watermark_parts,
                 report.dedup_hits,
                 report.rejected
             ));

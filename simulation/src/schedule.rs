@@ -101,7 +101,27 @@ pub fn setup_for(seed: u64) -> Setup {
         race: false,
         race_grace: false,
     };
-    race_class(seed, ingest_class(seed, poison_class(seed, setup)))
+    let setup = discard_class(seed, poison_class(seed, setup));
+    race_class(seed, ingest_class(seed, setup))
+}
+
+/// Schedules, per thousand, whose mapping gives up on any failing batch (outside the poison
+/// class).
+const DISCARD_PER_MILLE: u32 = 100;
+
+/// The discard class, drawn from an RNG of its own so every other schedule stays as it was:
+/// `MaximumRetryAttempts` 0 or 1 (bisection as the schedule drew it), so a batch the
+/// schedule's ordinary faults fail — often after some of its rows were written — is discarded
+/// to the on-failure destination while later records of its lanes move on, and re-driven by
+/// the operator in the drain (docs/guarantees.md, "Consumer: a re-drive from the on-failure
+/// queue is billed once").
+fn discard_class(seed: u64, mut setup: Setup) -> Setup {
+    let mut r = StdRng::seed_from_u64(mix(seed ^ 0xd15_ca4d));
+    if r.random_range(0..1000) >= DISCARD_PER_MILLE || setup.poison_from.is_some() {
+        return setup;
+    }
+    setup.mapping.max_retry_attempts = Some(r.random_range(0..=1));
+    setup
 }
 
 /// Schedules of the window-close race class, per thousand.
@@ -165,9 +185,10 @@ const POISON_PER_MILLE: u32 = 150;
 /// The poison-batch class (`simulation/src/poison.rs`), drawn from its own RNG so every other
 /// schedule stays as it was: a batch that fails every retry, under the template's unbounded
 /// `MaximumRetryAttempts` (the shard waits) or a finite one a seller may set (the poison goes
-/// to the on-failure destination and is re-driven). A re-drive of records whose lane moved on
-/// is unsound (docs/guarantees.md, "Known limitations"): the poison events keep a lane of their
-/// own and only they use up the retries.
+/// to the on-failure destination and is re-driven). In half the class the poison events share
+/// the producer's partition key, so the mapping moves their lane on past them and later
+/// records write the same rows before the re-drive; in the other half they keep a lane of
+/// their own.
 fn poison_class(seed: u64, mut setup: Setup) -> Setup {
     let mut r = StdRng::seed_from_u64(mix(seed ^ 0x0de5_7a7e));
     if r.random_range(0..1000) >= POISON_PER_MILLE {
@@ -178,6 +199,7 @@ fn poison_class(seed: u64, mut setup: Setup) -> Setup {
     // batch is the poison isolated by bisection (the template's `BisectBatchOnFunctionError`).
     setup.mapping.max_retry_attempts = [None, Some(3), Some(5)][r.random_range(0..3)];
     setup.mapping.bisect = true;
+    setup.poison_own_lane = r.random_bool(0.5);
     setup
 }
 

@@ -15,7 +15,7 @@ use awsmp_contract::attrs::{self as a, ROW_VERSION, audit_timestamp};
 use awsmp_contract::keys::{GroupKey, RowKey, parse_aggregated_sort_key};
 use awsmp_contract::row::{Allocation, AttrValue, RawUsageRow};
 
-use crate::domain::row::{Change, Guard, RowWrite};
+use crate::domain::row::{Change, Guard, RowWrite, SpanWrite, coverage};
 use crate::error::{ConsumerError, Result};
 use crate::ports::{FinalizedGroups, RejectedEvent, RejectedEventStore, UsageRowWriter};
 
@@ -186,8 +186,18 @@ impl UpdateParts {
                     vec!["(attribute_not_exists(#la) OR attribute_exists(#mp))".to_owned()];
                 for (i, (lane, first)) in lanes.iter().enumerate() {
                     let nm = self.lane_name(lane.attribute());
-                    parts.push(format!("(attribute_not_exists({nm}) OR {nm} < :first{i})"));
+                    let cov = self.lane_name(coverage::attribute(lane));
+                    // Neither watermark nor spans, or a watermark below the first part and a
+                    // list with room (`RowWrite::guard_holds`, `Guard::Fresh`).
+                    parts.push(format!(
+                        "((attribute_not_exists({nm}) AND attribute_not_exists({cov})) OR \
+                         ({nm} < :first{i} AND attribute_type({cov}, :ltype) AND size({cov}) < :spans))"
+                    ));
                     self.value(format!(":first{i}"), s(first.sortable()));
+                }
+                if !lanes.is_empty() {
+                    self.value(":ltype", s("L"));
+                    self.value(":spans", n(coverage::MAX_LANE_SPANS as u64));
                 }
                 parts.push("(attribute_not_exists(#q) OR #q <= :room)".into());
                 self.value(":room", n(max_quantity_before));
@@ -220,6 +230,25 @@ pub fn update_request(mut req: UpdateItemFluentBuilder, w: &RowWrite) -> UpdateI
         let nm = p.lane_name(lane.attribute());
         p.set.push(format!("{nm} = :wm{i}"));
         p.value(format!(":wm{i}"), s(seq.sortable()));
+    }
+    for (i, (lane, spans)) in w.spans.iter().enumerate() {
+        let nm = p.lane_name(coverage::attribute(lane));
+        let list = |items: &[String]| Av::L(items.iter().map(s).collect());
+        match spans {
+            SpanWrite::Append(item) => {
+                p.set.push(format!(
+                    "{nm} = list_append(if_not_exists({nm}, :nil), :cov{i})"
+                ));
+                p.value(format!(":cov{i}"), list(std::slice::from_ref(item)));
+                if !p.values.iter().any(|(k, _)| k == ":nil") {
+                    p.value(":nil", Av::L(Vec::new()));
+                }
+            }
+            SpanWrite::Replace(items) => {
+                p.set.push(format!("{nm} = :cov{i}"));
+                p.value(format!(":cov{i}"), list(items));
+            }
+        }
     }
     p.change(&w.change);
     let condition = p.condition(&w.guard);

@@ -15,7 +15,7 @@
 //! assert_eq!(lane.claim(&[("r1".into(), 1), ("r1".into(), 2)]), [Verdict::New, Verdict::New]);
 //! // Event 2 re-packed into record r2 with a new event 3: only 3 is new.
 //! assert_eq!(lane.claim(&[("r2".into(), 2), ("r2".into(), 3)]), [Verdict::Duplicate, Verdict::New]);
-//! // r1 delivered again (a replay): it passes, nothing is applied twice by the row watermark.
+//! // r1 delivered again (a replay): it passes, nothing is applied twice by the row's spans.
 //! assert_eq!(lane.claim(&[("r1".into(), 1)]), [Verdict::Replay]);
 //! ```
 
@@ -76,7 +76,7 @@ pub fn owner_token(shard_id: &str, seq: &SeqNum) -> String {
 pub enum Verdict {
     /// Not applied before: this record applies it.
     New,
-    /// Applied by this very record (a replay): apply again (the row watermark skips what the
+    /// Applied by this very record (a replay): apply again (the row's spans skip what the
     /// row already holds).
     Replay,
     /// Applied by another record, or twice in this claim: a duplicate.

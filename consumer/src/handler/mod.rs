@@ -160,6 +160,9 @@ pub struct BatchReport {
     pub update_items: u64,
     /// Row parts skipped because the row already held them (replays).
     pub replayed_parts: u64,
+    /// Row parts added although their lane's watermark had passed them: records of a batch
+    /// the mapping discarded, re-driven from its on-failure destination.
+    pub behind_watermark_parts: u64,
     /// The sequence number reported as the batch item failure, if any.
     pub failed_from: Option<String>,
     /// The batch's largest client-clock skew in seconds, rounded (either direction), if any

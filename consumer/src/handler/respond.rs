@@ -1,5 +1,5 @@
 //! Step 8: the batch's metrics, and the partial batch response: the lowest failed record is
-//! the one batch item failure — Lambda resumes there, and the rows' watermarks skip what this
+//! the one batch item failure — Lambda resumes there, and the rows' spans skip what this
 //! invocation already applied
 //! (<https://docs.aws.amazon.com/lambda/latest/dg/services-kinesis-batchfailurereporting.html>).
 

@@ -119,6 +119,7 @@ impl Consumer {
         report.row_writes += u64::from(o.written);
         report.quantity_written += o.decision.accepted_quantity;
         report.replayed_parts += o.decision.applied.len() as u64;
+        report.behind_watermark_parts += o.decision.behind_watermark;
         for rej in &o.decision.rejected {
             *report.rejected.entry(rej.reason.to_owned()).or_default() += 1;
             if rej.reason == reasons::LATE_USAGE {

@@ -10,7 +10,8 @@ use anyhow::Result;
 use awsmp_consumer::Config;
 use awsmp_consumer::adapters::dynamodb::{DynamoDbDedupStore, DynamoDbUsageRows};
 use awsmp_consumer::adapters::memory::{MemoryDedupStore, MemoryUsageRows};
-use awsmp_consumer::domain::row::{Change, Guard, RowWrite};
+use awsmp_consumer::domain::row::coverage::MAX_LANE_SPANS;
+use awsmp_consumer::domain::row::{Change, Coverage, Guard, RowWrite, SpanWrite};
 use awsmp_consumer::domain::seq::{Lane, SeqNum};
 use awsmp_consumer::ports::{ClaimOutcome, DedupClaim, DedupStore, LaneItem, UsageRowWriter};
 use awsmp_contract::keys::RowKey;
@@ -29,6 +30,22 @@ fn write(
     wm: Vec<(Lane, SeqNum)>,
     now: &str,
 ) -> RowWrite {
+    // The spans the consumer writes with each guard: the optimistic write appends its span
+    // (from its first part to its watermark), a decided write replaces the list.
+    let spans = wm
+        .iter()
+        .map(|(lane, hi)| {
+            let first = match &guard {
+                Guard::Fresh { lanes, .. } => lanes.iter().find(|(l, _)| l == lane).map(|f| &f.1),
+                _ => None,
+            };
+            let w = match first {
+                Some(lo) => SpanWrite::Append(Coverage::span_item(lo, hi)),
+                None => SpanWrite::Replace(vec![Coverage::span_item(hi, hi)]),
+            };
+            (lane.clone(), w)
+        })
+        .collect();
     RowWrite {
         key: key.clone(),
         customer_aws_account_id: "210987654321".into(),
@@ -40,6 +57,7 @@ fn write(
         guard,
         change,
         watermarks: wm,
+        spans,
     }
 }
 
@@ -156,6 +174,29 @@ fn cas_steps(key: &RowKey) -> Vec<RowWrite> {
             vec![(a.clone(), seq(301))],
             "t10",
         ),
+        // Lane a's spans filled to the cap: the optimistic write is refused (the row is read
+        // and its spans compacted instead).
+        {
+            let mut full = write(
+                key,
+                Guard::Version(Some(5)),
+                Change::Add(0),
+                vec![(a.clone(), seq(400))],
+                "t11",
+            );
+            let items = (0..MAX_LANE_SPANS as u64)
+                .map(|i| Coverage::span_item(&seq(310 + 10 * i), &seq(311 + 10 * i)))
+                .collect();
+            full.spans = vec![(a.clone(), SpanWrite::Replace(items))];
+            full
+        },
+        write(
+            key,
+            fresh(vec![(a.clone(), seq(500))], 1000, false),
+            Change::Add(0),
+            vec![(a.clone(), seq(500))],
+            "t12",
+        ),
     ]
 }
 
@@ -205,7 +246,7 @@ async fn conditional_row_writes_behave_like_the_in_memory_model() -> Result<()> 
     let a = lanes().0;
     let steps: Vec<RowWrite> = [add_steps(&key), cas_steps(&key)].concat();
     let expected_outcomes = [
-        true, false, true, false, false, true, false, true, false, true,
+        true, false, true, false, false, true, false, true, false, true, true, false,
     ];
     for (i, w) in steps.iter().enumerate() {
         let m = mem.write(w).await?;

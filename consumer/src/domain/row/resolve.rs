@@ -11,8 +11,9 @@ use crate::domain::fold::{Part, RowContribution};
 use crate::domain::seq::{Lane, SeqNum};
 use crate::domain::verify::Kind;
 
+use super::coverage::{Coverage, Proof};
 use super::state::RowState;
-use super::write::{Change, Guard};
+use super::write::{Change, Guard, SpanWrite};
 
 /// Where a part of a row is ordered: its record's lane and sequence number.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,8 +95,9 @@ pub struct PartRejection {
     pub kind: Option<Kind>,
 }
 
-/// A decided write: its guard, its change and the new watermark per lane.
-pub type WritePlan = (Guard, Change, Vec<(Lane, SeqNum)>);
+/// A decided write: its guard, its change, the new watermark per lane and the new spans per
+/// lane.
+pub type WritePlan = (Guard, Change, Vec<(Lane, SeqNum)>, Vec<(Lane, SpanWrite)>);
 
 /// The write decision for one row.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -106,6 +108,9 @@ pub struct Decision {
     pub rejected: Vec<PartRejection>,
     /// Quantity this decision adds to the row.
     pub accepted_quantity: u64,
+    /// Parts added although their lane's watermark had passed them: records the mapping
+    /// skipped (a batch discarded to the on-failure destination) and a re-drive delivered.
+    pub behind_watermark: u64,
     /// The conditional write, if any.
     pub write: Option<WritePlan>,
 }
@@ -204,6 +209,20 @@ fn optimistic(
         .iter()
         .map(|(l, (_, hi))| (l.clone(), hi.clone()))
         .collect();
+    let span = |append: bool| -> Vec<(Lane, SpanWrite)> {
+        bounds
+            .iter()
+            .map(|(l, (lo, hi))| {
+                let item = Coverage::span_item(lo, hi);
+                let w = if append {
+                    SpanWrite::Append(item)
+                } else {
+                    SpanWrite::Replace(vec![item])
+                };
+                (l.clone(), w)
+            })
+            .collect()
+    };
     if kinds.first() == Some(&Kind::Allocated) {
         let mut merged: BTreeMap<Vec<Tag>, u64> = BTreeMap::new();
         for p in &row.parts {
@@ -224,10 +243,12 @@ fn optimistic(
                     allocations: Some(to_allocations(merged)),
                 },
                 watermarks,
+                span(false),
             )),
             ..Decision::default()
         });
     }
+    let spans = span(true);
     Resolve::Decided(Decision {
         accepted_quantity: total,
         write: Some((
@@ -238,6 +259,7 @@ fn optimistic(
             },
             Change::Add(total),
             watermarks,
+            spans,
         )),
         ..Decision::default()
     })
@@ -255,10 +277,16 @@ fn decide(
     let mut pending = Vec::new();
     for (i, p) in row.parts.iter().enumerate() {
         let m = &records[p.record as usize];
-        if st.watermarks.get(&m.lane).is_some_and(|wm| *wm >= m.seq) {
-            d.applied.push(i);
-        } else {
-            pending.push(i);
+        match st.proof(&m.lane, &m.seq) {
+            Proof::Applied => d.applied.push(i),
+            Proof::NotApplied => pending.push(i),
+            // Recorded, never guessed: neither skipped as held nor added a second time.
+            Proof::Unknown => d.rejected.push(PartRejection {
+                part: i,
+                reason: reasons::REDRIVE_UNPROVEN,
+                quantity: p.quantity(),
+                kind: None,
+            }),
         }
     }
     if pending.is_empty() {
@@ -272,15 +300,12 @@ fn decide(
         None
     };
     if let Some(reason) = whole_row_reason {
-        d.rejected = pending
-            .iter()
-            .map(|&i| PartRejection {
-                part: i,
-                reason,
-                quantity: row.parts[i].quantity(),
-                kind: None,
-            })
-            .collect();
+        d.rejected.extend(pending.iter().map(|&i| PartRejection {
+            part: i,
+            reason,
+            quantity: row.parts[i].quantity(),
+            kind: None,
+        }));
         return d;
     }
     let merged = st.allocations.clone().unwrap_or_default();
@@ -294,11 +319,25 @@ fn decide(
     for &i in &pending {
         acc.add_part(i, &row.parts[i], limits, &mut d);
     }
+    d.behind_watermark = pending
+        .iter()
+        .filter(|&&i| {
+            let m = &records[row.parts[i].record as usize];
+            st.watermarks.get(&m.lane).is_some_and(|wm| *wm >= m.seq)
+        })
+        .count() as u64;
     if acc.any_written {
-        let watermarks = lane_bounds(pending.iter().map(|&i| &row.parts[i]), records)
+        // Every part of the lane is now held or recorded, so the span runs from the lowest to
+        // the highest of them; the watermark never moves back (a re-drive lies below it).
+        let (watermarks, spans) = lane_bounds(row.parts.iter(), records)
             .into_iter()
-            .map(|(l, (_, hi))| (l, hi))
-            .collect();
+            .map(|(l, (lo, hi))| {
+                let wm = st.watermarks.get(&l).filter(|w| **w > hi).unwrap_or(&hi);
+                let mut c = st.coverage.get(&l).cloned().unwrap_or_default();
+                c.add(&lo, &hi);
+                ((l.clone(), wm.clone()), (l, SpanWrite::Replace(c.encode())))
+            })
+            .unzip();
         let guard = if present {
             Guard::Version(st.version)
         } else {
@@ -312,6 +351,7 @@ fn decide(
                 allocations,
             },
             watermarks,
+            spans,
         ));
     }
     d

@@ -8,6 +8,8 @@ use awsmp_contract::row::{AttrValue, RawUsageRow, Tag, parse_non_negative_intege
 use crate::domain::seq::{Lane, SeqNum};
 use crate::domain::verify::Kind;
 
+use super::coverage::{COVERAGE_ATTR_PREFIX, Coverage, Proof};
+
 /// What the consumer reads from a stored row.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RowState {
@@ -21,6 +23,9 @@ pub struct RowState {
     pub version: Option<u64>,
     /// Watermark per lane.
     pub watermarks: HashMap<Lane, SeqNum>,
+    /// The records each lane's writes covered ([`Coverage`]); a lane with a watermark and no
+    /// spans (a row written before spans) covers the prefix up to its watermark.
+    pub coverage: HashMap<Lane, Coverage>,
     /// Why the consumer cannot add to this row (a quantity, allocation list or watermark it
     /// did not write and cannot read).
     pub malformed: Option<String>,
@@ -69,19 +74,41 @@ impl RowState {
                     }
                     _ => bad(format!("watermark {k} = {v:?}")),
                 }
+            } else if let Some(lane) = k.strip_prefix(COVERAGE_ATTR_PREFIX) {
+                match Coverage::decode(v) {
+                    Ok(c) => {
+                        st.coverage.insert(Lane::from_name(lane), c);
+                    }
+                    Err(e) => bad(format!("coverage {k}: {e}")),
+                }
             }
+        }
+        for (lane, wm) in &st.watermarks {
+            st.coverage
+                .entry(lane.clone())
+                .or_insert_with(|| Coverage::prefix(wm));
         }
         // A watermark says the row holds the lane's parts up to it: only the consumer's own
         // conditional write sets one, and that write always sets `rowVersion`. On a row without
         // it the watermark proves nothing, and trusting it would skip the parts as replays
         // while no row holds their units: the row is one the consumer cannot add to.
-        if st.version.is_none() && !st.watermarks.is_empty() {
+        if st.version.is_none() && !(st.watermarks.is_empty() && st.coverage.is_empty()) {
             st.watermarks.clear();
+            st.coverage.clear();
             bad(format!(
                 "{WATERMARK_ATTR_PREFIX}… watermarks without {ROW_VERSION}: not a row the consumer wrote"
             ));
         }
         st
+    }
+
+    /// Whether the row holds record `seq` of `lane`.
+    pub fn proof(&self, lane: &Lane, seq: &SeqNum) -> Proof {
+        let wm = self.watermarks.get(lane);
+        match self.coverage.get(lane) {
+            Some(c) => c.proof(seq, wm),
+            None => Proof::NotApplied,
+        }
     }
 
     /// The kind of usage the row holds, if decided.

@@ -234,3 +234,136 @@ fn the_allocation_estimate_of_the_largest_allowed_tag_set_is_conservative() {
     // At the limit, a row holds over a hundred such tag sets.
     assert!(MAX_ROW_ALLOCATION_BYTES / allocation_bytes(&tags) > 100);
 }
+
+/// The consumer's write of `row` onto `stored`: the optimistic write, and when its guard
+/// fails, the decision on the row as read and its compare-and-set (`src/handler/rows.rs`).
+fn write_through(
+    row: &RowContribution,
+    m: &[RecordMeta],
+    stored: Option<&RawUsageRow>,
+) -> (Decision, Option<RawUsageRow>) {
+    let Resolve::Decided(d) = resolve(row, m, Observation::Unknown, false, RowLimits::default())
+    else {
+        panic!("plain usage goes optimistic")
+    };
+    let plan = d.write.clone().expect("an optimistic write");
+    let optimistic = row_write(row.id, plan, None, "2026-11-30T12:00:08.000Z".into());
+    match optimistic.apply(stored) {
+        Some(after) => (d, Some(after)),
+        None => {
+            let (d, after) = apply(row, m, stored);
+            (d, after.or_else(|| stored.cloned()))
+        }
+    }
+}
+
+#[test]
+fn a_redriven_record_behind_a_later_record_of_its_lane_is_added_once() {
+    // Record 0 (sequence 100) was discarded to the on-failure destination; record 1 (101), of
+    // the same shard and partition key, wrote the row after the mapping moved on.
+    let m = metas(2);
+    let later_rows = contribution(&[(1, ev(6, None))]);
+    let (_, row) = write_through(&later_rows.get(0).unwrap(), &m, None);
+    let row = row.unwrap();
+    assert_eq!(
+        row[&m[0].lane.attribute()],
+        AttrValue::s(m[1].seq.sortable())
+    );
+
+    // The re-drive: record 0 lies below the watermark, in no span: added.
+    let redrive_rows = contribution(&[(0, ev(5, None))]);
+    let redrive = redrive_rows.get(0).unwrap();
+    let (d, after) = write_through(&redrive, &m, Some(&row));
+    let after = after.unwrap();
+    assert_eq!((d.accepted_quantity, d.behind_watermark), (5, 1));
+    assert_eq!(after[attrs::QUANTITY], AttrValue::n(11));
+    assert_eq!(
+        after[&m[0].lane.attribute()],
+        AttrValue::s(m[1].seq.sortable()),
+        "the watermark never moves back"
+    );
+
+    // The same re-drive again (the operator re-ran it, or its response was lost): held.
+    let (d, again) = write_through(&redrive, &m, Some(&after));
+    assert_eq!((d.applied.clone(), d.accepted_quantity), (vec![0], 0));
+    assert_eq!(again.unwrap()[attrs::QUANTITY], AttrValue::n(11));
+
+    // And the later record's replay is still a replay.
+    let (d, replayed) = write_through(&later_rows.get(0).unwrap(), &m, Some(&after));
+    assert_eq!((d.applied, d.accepted_quantity), (vec![0], 0));
+    assert_eq!(replayed.unwrap()[attrs::QUANTITY], AttrValue::n(11));
+}
+
+#[test]
+fn a_row_written_before_spans_keeps_its_prefix_and_is_read_once() {
+    let m = metas(3);
+    let rows = contribution(&[(1, ev(6, None))]);
+    let (_, row) = write_through(&rows.get(0).unwrap(), &m, None);
+    let mut legacy = row.unwrap();
+    legacy.remove(&coverage::attribute(&m[0].lane));
+    // Record 0 below the watermark of a row without spans: a replay, as before spans.
+    let (d, _) = apply(
+        &contribution(&[(0, ev(5, None))]).get(0).unwrap(),
+        &m,
+        Some(&legacy),
+    );
+    assert_eq!((d.applied.len(), d.accepted_quantity), (1, 0));
+    // A later batch is not written optimistically (its span would hide the prefix): the row
+    // is read, and the prefix becomes a span beside the new one.
+    let next_rows = contribution(&[(2, ev(7, None))]);
+    let next = next_rows.get(0).unwrap();
+    let Resolve::Decided(d) = resolve(&next, &m, Observation::Unknown, false, RowLimits::default())
+    else {
+        panic!()
+    };
+    let w = row_write(next.id, d.write.unwrap(), None, "now".into());
+    assert!(w.apply(Some(&legacy)).is_none());
+    let (_, after) = write_through(&next, &m, Some(&legacy));
+    let st = RowState::from_row(&after.unwrap());
+    assert_eq!(st.quantity, 13);
+    assert_eq!(st.proof(&m[0].lane, &m[0].seq), Proof::Applied);
+    assert_eq!(st.proof(&m[0].lane, &m[2].seq), Proof::Applied);
+}
+
+#[test]
+fn a_record_in_compacted_spans_is_recorded_never_guessed() {
+    let m = metas(1);
+    let lane = &m[0].lane;
+    let mut row = write_through(&contribution(&[(0, ev(1, None))]).get(0).unwrap(), &m, None)
+        .1
+        .unwrap();
+    // Spans compacted past the cap up to sequence 150: record 100 is in the unknown prefix.
+    let mut c = Coverage::default();
+    for i in 0..=coverage::MAX_LANE_SPANS as u64 {
+        let s = SeqNum::parse(&(150 + 10 * i).to_string()).unwrap();
+        c.add(&s, &s);
+    }
+    row.insert(
+        coverage::attribute(lane),
+        AttrValue::L(c.encode().into_iter().map(AttrValue::S).collect()),
+    );
+    row.insert(lane.attribute(), AttrValue::s("003300"));
+    let (d, after) = apply(
+        &contribution(&[(0, ev(1, None))]).get(0).unwrap(),
+        &m,
+        Some(&row),
+    );
+    assert_eq!(d.rejected[0].reason, reasons::REDRIVE_UNPROVEN);
+    assert_eq!((d.rejected[0].quantity, d.accepted_quantity), (1, 0));
+    assert!(after.is_none(), "nothing to write");
+}
+
+#[test]
+fn malformed_spans_make_the_row_one_the_consumer_cannot_add_to() {
+    let m = metas(2);
+    let (_, row) = write_through(&contribution(&[(0, ev(1, None))]).get(0).unwrap(), &m, None);
+    let mut row = row.unwrap();
+    row.insert(coverage::attribute(&m[0].lane), AttrValue::s("not a list"));
+    let (d, after) = apply(
+        &contribution(&[(1, ev(2, None))]).get(0).unwrap(),
+        &m,
+        Some(&row),
+    );
+    assert_eq!(d.rejected[0].reason, reasons::EXISTING_ROW_MALFORMED);
+    assert!(after.is_none());
+}

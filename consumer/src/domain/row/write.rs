@@ -10,12 +10,15 @@ use crate::domain::fold::RowId;
 use crate::domain::seq::{Lane, SeqNum};
 
 use super::WritePlan;
+use super::coverage::{self, MAX_LANE_SPANS};
 
 /// The condition of a row write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Guard {
-    /// Optimistic first write: the row is absent or pending; each lane's watermark is absent or
-    /// below the given (first) sequence number; the stored quantity is at most
+    /// Optimistic first write: the row is absent or pending; each lane has neither watermark
+    /// nor spans, or a watermark below the given (first) sequence number and a list of fewer
+    /// than [`MAX_LANE_SPANS`] spans (a row written before spans is read once instead, so its
+    /// prefix becomes a span); the stored quantity is at most
     /// `max_quantity_before`; `rowVersion` is absent or a number (the write adds 1 to it); and,
     /// when `require_unallocated`, the row has no allocations.
     Fresh {
@@ -30,6 +33,16 @@ pub enum Guard {
     Absent,
     /// The row must be pending and carry this `rowVersion` (`None`: no version attribute).
     Version(Option<u64>),
+}
+
+/// How a lane's spans ([`coverage::Coverage`]) change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpanWrite {
+    /// Append one span (the optimistic write: it starts above the watermark, so above every
+    /// stored span).
+    Append(String),
+    /// Replace the list (a write decided on the row as read).
+    Replace(Vec<String>),
 }
 
 /// How the quantity changes.
@@ -69,6 +82,8 @@ pub struct RowWrite {
     pub change: Change,
     /// New watermark per lane.
     pub watermarks: Vec<(Lane, SeqNum)>,
+    /// New spans per lane (`cov#<lane>`).
+    pub spans: Vec<(Lane, SpanWrite)>,
 }
 
 impl RowWrite {
@@ -95,13 +110,18 @@ impl RowWrite {
                 require_unallocated,
             } => {
                 pending
-                    && lanes
-                        .iter()
-                        .all(|(lane, first)| match row.get(&lane.attribute()) {
-                            None => true,
-                            Some(AttrValue::S(s)) => s.as_str() < first.sortable(),
-                            Some(_) => false,
-                        })
+                    && lanes.iter().all(|(lane, first)| {
+                        match (
+                            row.get(&lane.attribute()),
+                            row.get(&coverage::attribute(lane)),
+                        ) {
+                            (None, None) => true,
+                            (Some(AttrValue::S(s)), Some(AttrValue::L(l))) => {
+                                s.as_str() < first.sortable() && l.len() < MAX_LANE_SPANS
+                            }
+                            _ => false,
+                        }
+                    })
                     && match row.get(attrs::QUANTITY) {
                         None => true,
                         Some(AttrValue::N(n)) => {
@@ -160,6 +180,7 @@ impl RowWrite {
         for (lane, seq) in &self.watermarks {
             set(&mut r, &lane.attribute(), AttrValue::s(seq.sortable()));
         }
+        self.apply_spans(&mut r)?;
         match &self.change {
             Change::Add(q) => {
                 let old = match r.get(attrs::QUANTITY) {
@@ -191,10 +212,34 @@ impl RowWrite {
     }
 }
 
+impl RowWrite {
+    /// Set each lane's spans on `r`; `None` when an appended list is not a list.
+    fn apply_spans(&self, r: &mut RawUsageRow) -> Option<()> {
+        for (lane, spans) in &self.spans {
+            let name = coverage::attribute(lane);
+            let list = match spans {
+                SpanWrite::Append(item) => {
+                    // `list_append(if_not_exists(…, []), [item])`.
+                    let mut list = match r.get(&name) {
+                        None => Vec::new(),
+                        Some(AttrValue::L(l)) => l.clone(),
+                        Some(_) => return None,
+                    };
+                    list.push(AttrValue::s(item));
+                    list
+                }
+                SpanWrite::Replace(items) => items.iter().map(AttrValue::s).collect(),
+            };
+            r.insert(name, AttrValue::L(list));
+        }
+        Some(())
+    }
+}
+
 /// The [`RowWrite`] for `row` with the decided guard, change and watermarks.
 pub fn row_write(
     id: &RowId,
-    (guard, change, watermarks): WritePlan,
+    (guard, change, watermarks, spans): WritePlan,
     ttl: Option<i64>,
     now: String,
 ) -> RowWrite {
@@ -209,5 +254,6 @@ pub fn row_write(
         guard,
         change,
         watermarks,
+        spans,
     }
 }
