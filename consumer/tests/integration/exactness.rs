@@ -234,7 +234,7 @@ async fn a_discarded_batch_redriven_after_its_lanes_moved_on_is_applied_once() {
             "seed {seed}: the second re-drive"
         );
         let per_group =
-            |rows: &std::collections::BTreeMap<awsmp_pipeline::domain::keys::RowKey, u64>| {
+            |rows: &std::collections::BTreeMap<awsmp_contract::keys::RowKey, u64>| {
                 let mut out = std::collections::BTreeMap::<(String, String), u64>::new();
                 for (k, q) in rows {
                     let group = k.sort_key.rsplit_once('#').unwrap().0.to_owned();

@@ -30,7 +30,7 @@
 //! assert_eq!(c.proof(&s(30), Some(&s(50))), Proof::NotApplied); // below the watermark, yet new
 //! ```
 
-use awsmp_pipeline::domain::row::AttrValue;
+use awsmp_contract::row::AttrValue;
 
 use crate::domain::seq::{Lane, SeqNum};
 
