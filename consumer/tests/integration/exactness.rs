@@ -233,15 +233,14 @@ async fn a_discarded_batch_redriven_after_its_lanes_moved_on_is_applied_once() {
             again.quantity_written, 0,
             "seed {seed}: the second re-drive"
         );
-        let per_group =
-            |rows: &std::collections::BTreeMap<awsmp_contract::keys::RowKey, u64>| {
-                let mut out = std::collections::BTreeMap::<(String, String), u64>::new();
-                for (k, q) in rows {
-                    let group = k.sort_key.rsplit_once('#').unwrap().0.to_owned();
-                    *out.entry((k.license_arn.clone(), group)).or_default() += q;
-                }
-                out
-            };
+        let per_group = |rows: &std::collections::BTreeMap<awsmp_contract::keys::RowKey, u64>| {
+            let mut out = std::collections::BTreeMap::<(String, String), u64>::new();
+            for (k, q) in rows {
+                let group = k.sort_key.rsplit_once('#').unwrap().0.to_owned();
+                *out.entry((k.license_arn.clone(), group)).or_default() += q;
+            }
+            out
+        };
         assert_eq!(
             per_group(&stores.rows.quantities()),
             per_group(&stream.expected),
