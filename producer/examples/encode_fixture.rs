@@ -24,7 +24,8 @@ fn events() -> Vec<Event> {
         "requests",
         "gb-hours",
         "caf\u{e9}-\u{fc}nits \u{2603}",
-        &"long-dimension-".repeat(20),
+        // 255 bytes: the longest dimension the producer accepts (BatchMeterUsage takes 255).
+        &"long-dimension-".repeat(17),
     ];
     (0..120u64)
         .map(|i| {
