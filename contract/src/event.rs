@@ -174,6 +174,7 @@ impl Event {
 
 /// The group's rules: a license ARN of its shape, a 12-digit account id, a non-empty
 /// dimension of at most [`MAX_DIMENSION_BYTES`].
+#[inline]
 pub fn validate_group(group: GroupRef<'_>) -> Result<(), ValidationError> {
     validate_license_arn(group.license_arn)?;
     validate_account_id(group.customer_aws_account_id)?;
@@ -181,6 +182,7 @@ pub fn validate_group(group: GroupRef<'_>) -> Result<(), ValidationError> {
 }
 
 /// A non-empty dimension of at most [`MAX_DIMENSION_BYTES`] bytes.
+#[inline]
 pub fn validate_dimension(dimension: &str) -> Result<(), ValidationError> {
     if dimension.is_empty() {
         return Err(ValidationError::EmptyDimension);
@@ -221,6 +223,7 @@ impl GroupRef<'_> {
 }
 
 /// Check an event id: non-empty (unless `allow_missing`) and within [`MAX_EVENT_ID_BYTES`].
+#[inline]
 pub fn validate_event_id(id: &str, allow_missing: bool) -> Result<(), ValidationError> {
     if id.is_empty() {
         if allow_missing {
@@ -274,6 +277,7 @@ fn is_account_id(s: &str) -> bool {
 }
 
 /// Exactly 12 ASCII digits.
+#[inline]
 pub fn validate_account_id(id: &str) -> Result<(), ValidationError> {
     if is_account_id(id) {
         Ok(())
@@ -285,6 +289,7 @@ pub fn validate_account_id(id: &str) -> Result<(), ValidationError> {
 /// The v1 payload writes `YYYY-MM-DDTHH:MM:SS.mmmZ`; years outside 1970–9999 cannot be
 /// written that way (or are nonsense for metering). The rule is [`second_in_range`], the
 /// one every recording path checks; the refusal names the year.
+#[inline]
 pub fn validate_timestamp(ts: &DateTime<Utc>) -> Result<(), ValidationError> {
     if second_in_range(ts.timestamp()) {
         return Ok(());
@@ -307,6 +312,7 @@ pub fn second_in_range(second: i64) -> bool {
 }
 
 /// Drops sub-millisecond digits (the payload carries milliseconds; the second is unchanged).
+#[inline]
 pub fn truncate_to_millis(ts: DateTime<Utc>) -> DateTime<Utc> {
     // UTC: the naive UTC time is the local one (no offset to apply, as `nanosecond()` would),
     // so the naive time is truncated and read back as UTC, with no time zone arithmetic.

@@ -97,6 +97,7 @@ impl fmt::Display for GeneratedId {
 }
 
 /// The lane of an event with partition hash `hash`.
+#[inline]
 pub fn lane_of(hash: u128) -> u8 {
     // ID_LANES = 16: the top 4 bits.
     (hash >> 124) as u8

@@ -45,6 +45,7 @@ struct V1<'a> {
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ`, the timestamp form of the v1 payload.
+#[inline]
 pub fn format_timestamp(ts: &DateTime<Utc>) -> String {
     let (y, mo, d) = (ts.year(), ts.month(), ts.day());
     if !(0..=9999).contains(&y) {
@@ -74,6 +75,7 @@ pub fn format_timestamp(ts: &DateTime<Utc>) -> String {
 
 /// Encodes `event` as a v1 payload. The event should have passed [`Event::validate`]; the
 /// producer guarantees that before it encodes.
+#[inline]
 pub fn encode_event(event: &Event) -> Vec<u8> {
     let v1 = V1 {
         v: PAYLOAD_VERSION,

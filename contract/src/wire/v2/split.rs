@@ -24,6 +24,7 @@ pub fn single_len(event: &Event, generated: Option<GeneratedId>) -> usize {
 }
 
 /// The length of [`encode_single_into`]`(out, event, producer_id, generated)`.
+#[inline]
 pub fn single_len_as(
     event: &Event,
     producer_id: Option<&str>,
@@ -43,6 +44,7 @@ pub(super) fn resolve_id(event: &Event, generated: Option<GeneratedId>) -> Optio
 /// [`super::encode_single_bytes`] appended to `out` (exactly [`single_len_as`] bytes), with
 /// `producer_id` written as the event's (the producer's default for an event without one,
 /// borrowed instead of copied into the event).
+#[inline]
 pub fn encode_single_into(
     out: &mut BytesMut,
     event: &Event,
@@ -106,6 +108,7 @@ pub fn generated_single_len(head: &[u8], quantity: u64, millis: i64, id: Generat
 /// [`encode_single_into`] writes for an event with generated id `id` whose head is `head`.
 /// A fast path (docs/producer-internals.md, "The fast-path rule"); equivalence test, through the producer:
 /// `producer::plain_tests::a_plain_event_is_staged_as_the_checked_path_stages_it`.
+#[inline]
 pub fn put_single_from_head(
     out: &mut BytesMut,
     head: &[u8],
