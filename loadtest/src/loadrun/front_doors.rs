@@ -15,9 +15,7 @@ use crate::local::hosted::{Hosted, Invocation};
 use crate::local::ingest::{ASYNC_RETRY_ATTEMPTS, failure_record};
 use anyhow::{Context, Result, bail};
 use aws_sdk_dynamodb::types::AttributeValue;
-use awsmp_consumer::adapters::ingest::DynamoDbMappingStore;
 use awsmp_consumer::ingest::mapping::MappingFile;
-use awsmp_consumer::ingest::ports::MappingStore;
 use chrono::Utc;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -203,16 +201,7 @@ pub(super) async fn seed_mapping(
         }]
     });
     let mapping = MappingFile::parse(&mapping.to_string()).map_err(anyhow::Error::msg)?;
-    let store = DynamoDbMappingStore::new(
-        env.dynamodb().await?,
-        env.get("AWSMP_INGEST_MAPPING_TABLE")?,
-    );
-    for m in &mapping.modules {
-        store
-            .put(m)
-            .await
-            .with_context(|| format!("seeding {}", m.invoked_arn))?;
-    }
+    crate::local::ingest::seed_modules(env, &mapping).await?;
     Ok(invoked_arn)
 }
 

@@ -47,16 +47,7 @@ pub async fn seed_mapping(
     }
     let mapping =
         MappingFile::parse(&std::fs::read_to_string(&saved)?).map_err(anyhow::Error::msg)?;
-    let store = DynamoDbMappingStore::new(
-        env.dynamodb().await?,
-        env.get("AWSMP_INGEST_MAPPING_TABLE")?,
-    );
-    for m in &mapping.modules {
-        store
-            .put(m)
-            .await
-            .with_context(|| format!("seeding {}", m.invoked_arn))?;
-    }
+    seed_modules(env, &mapping).await?;
     env.vars
         .insert("AWSMP_ENVIRONMENT".into(), mapping.environment.clone());
     env.vars.insert(
@@ -188,4 +179,19 @@ pub async fn check_alias(env: &LocalEnv, invoked_arn: &str) -> Result<Value> {
             r.detail
         ),
     }
+}
+
+/// Put every module of `mapping` into the stack's mapping table.
+pub async fn seed_modules(env: &LocalEnv, mapping: &MappingFile) -> Result<()> {
+    let store = DynamoDbMappingStore::new(
+        env.dynamodb().await?,
+        env.get("AWSMP_INGEST_MAPPING_TABLE")?,
+    );
+    for m in &mapping.modules {
+        store
+            .put(m)
+            .await
+            .with_context(|| format!("seeding {}", m.invoked_arn))?;
+    }
+    Ok(())
 }
