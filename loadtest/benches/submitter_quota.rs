@@ -21,7 +21,7 @@ use awsmp_contract::status::AggregatedStatus;
 use awsmp_loadtest::local::{
     DEMO_DIMENSIONS, LocalEnv, demo_account, demo_catalog, demo_license_arn,
 };
-use awsmp_loadtest::sim::{Catalog, Faults, SimConfig, SimHandle, spawn_on};
+use awsmp_marketplace_sim::{Catalog, Faults, SimConfig, SimHandle, spawn_on};
 use awsmp_pipeline::adapters::dynamodb::aggregated_to_item;
 use awsmp_pipeline::adapters::marketplace::MarketplaceMeteringApi;
 use awsmp_pipeline::config::Config;

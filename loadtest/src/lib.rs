@@ -14,5 +14,4 @@ pub mod metrics_capture;
 pub mod produce;
 pub mod report;
 pub mod runner;
-pub mod sim;
 pub mod workload;

@@ -1,4 +1,4 @@
-//! The simulator's admin API (`/_sim/...`, see `loadtest/README.md`), as a local run uses it.
+//! The simulator's admin API (`/_sim/...`, see `marketplace-sim/README.md`), as a local run uses it.
 
 use crate::conservation::GroupHour;
 use crate::local::LocalEnv;

@@ -19,8 +19,4 @@ mod multi_site_load;
 mod pipeline_faults;
 mod pipeline_plan;
 mod reshard_fence;
-mod sim_bin;
-mod sim_cloudtrail_lookup;
-mod sim_lifecycle;
-mod sim_sdk;
 mod stream_to_ledger;

@@ -17,7 +17,7 @@ use awsmp_contract::row::RawUsageRow;
 use awsmp_contract::status::AggregatedStatus;
 use awsmp_loadtest::local::{DEMO_DIMENSIONS, demo_catalog};
 use awsmp_loadtest::runner::{Runner, TickReport};
-use awsmp_loadtest::sim::{Catalog, SimConfig, spawn_on};
+use awsmp_marketplace_sim::{Catalog, SimConfig, spawn_on};
 use awsmp_pipeline::adapters::marketplace::MarketplaceMeteringApi;
 use awsmp_pipeline::domain::batch::{CallKind, SubmitRecord};
 use awsmp_pipeline::domain::results::ApiResponse;

@@ -199,7 +199,7 @@ impl MeteringApi for InProcessMeteringApi {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::{Catalog, Faults};
+    use crate::{Catalog, Faults};
     use awsmp_contract::clock::FixedClock;
     use awsmp_contract::keys::GroupKey;
     use awsmp_pipeline::domain::results::ApiStatus;

@@ -9,7 +9,7 @@ use aws_credential_types::Credentials;
 use aws_sdk_marketplacemetering::types::UsageRecord;
 use aws_smithy_types::DateTime as SdkTime;
 use awsmp_contract::keys::HourBucket;
-use awsmp_loadtest::sim::{Catalog, SimConfig, spawn_on};
+use awsmp_marketplace_sim::{Catalog, SimConfig, spawn_on};
 use awsmp_meterctl::cloudtrail::CloudTrailMeteringTrail;
 use awsmp_meterctl::trail::{MeteringTrail, TrailWindow};
 use awsmp_pipeline::metering_client::metering_client;

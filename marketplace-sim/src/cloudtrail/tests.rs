@@ -3,7 +3,7 @@
 //! `LookupEvents` with CloudTrail's paging, limits and errors.
 
 use super::*;
-use crate::sim::{Catalog, Faults, SimConfig, Simulator};
+use crate::{Catalog, Faults, SimConfig, Simulator};
 use awsmp_meterctl::cloudtrail::event::parse_event;
 use awsmp_meterctl::trail::TrailOutcome;
 

@@ -1,12 +1,13 @@
-//! `marketplace-sim`: the AWS Marketplace Metering simulator as a process (see
-//! `awsmp_loadtest::sim`). Prints `listening on http://127.0.0.1:PORT` as its first stdout line.
+//! `marketplace-sim`: the AWS Marketplace Metering simulator as a process (see the
+//! `awsmp-marketplace-sim` library). Prints `listening on http://127.0.0.1:PORT` as its first
+//! stdout line.
 
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use awsmp_loadtest::sim::{Catalog, Faults, SimConfig, spawn_on};
+use awsmp_marketplace_sim::{Catalog, Faults, SimConfig, spawn_on};
 use clap::Parser;
 use tokio::signal::unix::{SignalKind, signal};
 

@@ -14,7 +14,7 @@ use super::{
     BatchRequest, MAX_QUANTITY, MAX_REQUEST_BYTES, MAX_USAGE_RECORDS_PER_CALL, RecordIdentity, Tag,
     UsageAllocation, UsageRecord, err,
 };
-use crate::sim::error::{ApiError, ErrorCode};
+use crate::error::{ApiError, ErrorCode};
 
 #[derive(Deserialize)]
 struct WireRequest {

@@ -3,7 +3,7 @@ BatchMeterUsage call is logged as the event AWS writes (docs/meterctl.md, "Cloud
 read, pacing, lag") and served by LookupEvents in CloudTrail's own protocol, paginated and
 delayed by the configured delivery lag.
 
-Run: `pytest loadtest/tests/python` after `cargo build -p awsmp-loadtest --bin marketplace-sim`.
+Run: `pytest marketplace-sim/tests/python` after `cargo build -p awsmp-marketplace-sim --bin marketplace-sim`.
 """
 
 import json

@@ -3,8 +3,8 @@
 
 use std::time::Instant;
 
-use awsmp_loadtest::sim::lifecycle::{self, LicenseRequest, SubscribeRequest};
-use awsmp_loadtest::sim::{Catalog, SimConfig, Simulator};
+use awsmp_marketplace_sim::lifecycle::{self, LicenseRequest, SubscribeRequest};
+use awsmp_marketplace_sim::{Catalog, SimConfig, Simulator};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use serde_json::{Value, json};
 

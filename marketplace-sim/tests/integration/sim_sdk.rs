@@ -15,7 +15,7 @@ use aws_sdk_marketplacemetering::types::{
     Tag, UsageAllocation, UsageRecord, UsageRecordResultStatus,
 };
 use aws_smithy_types::DateTime as SdkTime;
-use awsmp_loadtest::sim::{Catalog, SimConfig, SimError, SimHandle, spawn_on};
+use awsmp_marketplace_sim::{Catalog, SimConfig, SimError, SimHandle, spawn_on};
 use awsmp_pipeline::metering_client::metering_client;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -806,7 +806,7 @@ async fn invalid_faults_are_refused() {
 #[tokio::test]
 async fn start_time_faults_are_active_from_the_first_call() {
     let mut config = SimConfig::new(catalog(1000));
-    config.faults = awsmp_loadtest::sim::Faults::from_json(r#"{"throttleRate":1.0}"#).unwrap();
+    config.faults = awsmp_marketplace_sim::Faults::from_json(r#"{"throttleRate":1.0}"#).unwrap();
     let env = start_with(config).await;
     assert!(
         env.meter_err(vec![ca(L1, "requests", 1)])

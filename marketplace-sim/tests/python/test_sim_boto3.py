@@ -1,6 +1,6 @@
 """marketplace-sim checked with boto3, a client that shares no code with awsmp.
 
-Run: `pytest loadtest/tests/python` after `cargo build -p awsmp-loadtest --bin marketplace-sim`
+Run: `pytest marketplace-sim/tests/python` after `cargo build -p awsmp-marketplace-sim --bin marketplace-sim`
 (or point MARKETPLACE_SIM_BIN at the binary).
 """
 
@@ -112,7 +112,7 @@ class Sim:
 @pytest.fixture
 def sim(tmp_path):
     if not SIM_BIN.is_file():
-        pytest.fail(f"{SIM_BIN} not found: run `cargo build -p awsmp-loadtest --bin marketplace-sim` or set MARKETPLACE_SIM_BIN")
+        pytest.fail(f"{SIM_BIN} not found: run `cargo build -p awsmp-marketplace-sim --bin marketplace-sim` or set MARKETPLACE_SIM_BIN")
     catalog = tmp_path / "catalog.json"
     catalog.write_text(json.dumps(_catalog()))
     proc = subprocess.Popen(

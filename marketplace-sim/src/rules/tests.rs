@@ -1,7 +1,7 @@
 //! Unit tests of every BatchMeterUsage rule, over plain JSON bodies.
 
 use super::*;
-use crate::sim::catalog::Catalog;
+use crate::catalog::Catalog;
 use chrono::TimeZone;
 use serde_json::json;
 
