@@ -216,7 +216,7 @@ impl Simulator {
         Ok(())
     }
 
-    /// Lifecycle state (`sim::lifecycle`).
+    /// Lifecycle state (`crate::lifecycle`).
     pub fn lifecycle(&self) -> &super::lifecycle::LifecycleState {
         &self.lifecycle
     }

@@ -1,10 +1,11 @@
-//! A seller's shape on a stack of the test's own: two products in two regions
-//! (`awsmp-local up --ephemeral --products 2 --regions us-east-1,eu-west-1` in a temporary
-//! directory), taken down and wiped on drop.
+//! What the integration tests of this crate and of the crates above it share: a seller's shape
+//! on a stack of the test's own — two products in two regions (`awsmp-local up --ephemeral
+//! --products 2 --regions us-east-1,eu-west-1` in a temporary directory), taken down and wiped
+//! on drop.
 
+use crate::local::topology::Topology;
+use crate::local::{LocalEnv, Paths};
 use anyhow::{Context, Result, ensure};
-use awsmp_loadtest::local::topology::Topology;
-use awsmp_loadtest::local::{LocalEnv, Paths};
 use std::process::Command;
 
 /// The events region, where the first site of each product is.
@@ -14,11 +15,13 @@ pub const EU: &str = "eu-west-1";
 
 /// Two products in [`US`] and [`EU`].
 pub struct MultiStack {
+    /// The stack's state directory and the installed emulators.
     pub paths: Paths,
     _dir: tempfile::TempDir,
 }
 
 impl MultiStack {
+    /// Start the stack (the emulators installed in `AWSMP_LOCAL_TOOLS_DIR`).
     pub fn up() -> Result<Self> {
         let dir = tempfile::tempdir()?;
         let tools = std::env::var("AWSMP_LOCAL_TOOLS_DIR")
@@ -46,7 +49,7 @@ impl MultiStack {
     /// One of the workspace's binaries, with only this stack's settings (no `AWS*` variable
     /// of the calling shell).
     pub fn cmd(&self, name: &str) -> Result<Command> {
-        let mut cmd = Command::new(awsmp_loadtest::local::sibling_binary(name)?);
+        let mut cmd = Command::new(crate::local::sibling_binary(name)?);
         for (k, _) in std::env::vars() {
             if k.starts_with("AWS") {
                 cmd.env_remove(k);
@@ -57,6 +60,7 @@ impl MultiStack {
         Ok(cmd)
     }
 
+    /// The stack's topology (`topology.json`).
     pub fn topology(&self) -> Result<Topology> {
         Topology::load(&self.paths)?.context("no topology.json")
     }

@@ -15,8 +15,8 @@ use async_trait::async_trait;
 use awsmp_contract::keys::GroupKey;
 use awsmp_contract::row::RawUsageRow;
 use awsmp_contract::status::AggregatedStatus;
-use awsmp_loadtest::local::{DEMO_DIMENSIONS, demo_catalog};
-use awsmp_loadtest::runner::{Runner, TickReport};
+use awsmp_local_stack::local::{DEMO_DIMENSIONS, demo_catalog};
+use awsmp_local_stack::runner::{Runner, TickReport};
 use awsmp_marketplace_sim::{Catalog, SimConfig, spawn_on};
 use awsmp_pipeline::adapters::marketplace::MarketplaceMeteringApi;
 use awsmp_pipeline::domain::batch::{CallKind, SubmitRecord};
@@ -345,7 +345,7 @@ async fn throttling_storm_bills_everything_once_and_loses_no_write_back() -> Res
     let mut billed = 0;
     for i in 60..80 {
         billed += st
-            .ledger(&awsmp_loadtest::local::demo_license_arn(i))
+            .ledger(&awsmp_local_stack::local::demo_license_arn(i))
             .await?
             .records
             .len();

@@ -10,7 +10,7 @@ use crate::common;
 
 use anyhow::{Result, ensure};
 use awsmp_contract::status::AggregatedStatus;
-use awsmp_loadtest::runner::TickReport;
+use awsmp_local_stack::runner::TickReport;
 use awsmp_pipeline::domain::batch::{CallKind, SubmitRecord};
 use awsmp_pipeline::ports::MeteringApi;
 use chrono::Duration;

@@ -29,7 +29,7 @@
 //!
 //! ```no_run
 //! # async fn demo(kinesis: aws_sdk_kinesis::Client) -> anyhow::Result<()> {
-//! use awsmp_loadtest::kinesis_esm::{EsmOptions, KinesisEsm};
+//! use awsmp_local_stack::kinesis_esm::{EsmOptions, KinesisEsm};
 //! use aws_lambda_events::event::streams::KinesisEventResponse;
 //! let mut esm = KinesisEsm::new(kinesis, "awsmp-usage-events", EsmOptions::default(),
 //!     ".awsmp-local/kinesis-esm.json".into()).await?;

@@ -19,7 +19,7 @@ use common::*;
 use std::process::{Command, Output};
 
 fn meterctl(st: &Stack, now: DateTime<Utc>, args: &[&str]) -> Result<Output> {
-    let mut cmd = Command::new(awsmp_loadtest::local::sibling_binary("meterctl")?);
+    let mut cmd = Command::new(awsmp_local_stack::local::sibling_binary("meterctl")?);
     cmd.env_clear().envs(&st.env.vars);
     cmd.args([
         "--json",

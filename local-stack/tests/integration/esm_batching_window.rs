@@ -5,7 +5,7 @@
 //! (<https://docs.aws.amazon.com/lambda/latest/dg/with-kinesis.html>, "batching window").
 //!
 //! Run: `awsmp-local up && set -a && . .awsmp-local/env && set +a &&
-//! cargo test -p awsmp-loadtest --test integration esm_batching_window:: -- --include-ignored`
+//! cargo test -p awsmp-local-stack --test integration esm_batching_window:: -- --include-ignored`
 
 use crate::common;
 
@@ -13,8 +13,8 @@ use anyhow::{Context, Result};
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use aws_lambda_events::kinesis::KinesisEvent;
 use aws_sdk_kinesis::primitives::Blob;
-use awsmp_loadtest::kinesis_esm::{EsmOptions, KinesisEsm};
-use awsmp_loadtest::local::LocalEnv;
+use awsmp_local_stack::kinesis_esm::{EsmOptions, KinesisEsm};
+use awsmp_local_stack::local::LocalEnv;
 use common::streams::fresh_stream;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -8,11 +8,7 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
-pub mod multi_stack;
-pub mod runs;
 pub mod streams;
-
-pub use runs::{RunJson, run_conserving, run_json};
 
 use anyhow::{Context, Result, bail, ensure};
 use async_trait::async_trait;
@@ -21,8 +17,8 @@ use awsmp_aws::dynamodb::{to_domain, to_sdk};
 use awsmp_contract::attrs as a;
 use awsmp_contract::keys::{GroupKey, HourBucket};
 use awsmp_contract::row::{Allocation, AttrValue, RawUsageRow, Tag, conforming_row};
-use awsmp_loadtest::local::{LocalEnv, demo_account, demo_license_arn};
-use awsmp_loadtest::runner::Runner;
+use awsmp_local_stack::local::{LocalEnv, demo_account, demo_license_arn};
+use awsmp_local_stack::runner::Runner;
 use awsmp_pipeline::adapters::dynamodb::DynamoDbAggregatedStore;
 use awsmp_pipeline::error::PipelineError;
 use awsmp_pipeline::ports::{AggregatedItem, AggregatedStore, MessageQueue, WriteBack};

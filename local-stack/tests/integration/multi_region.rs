@@ -12,10 +12,10 @@ use awsmp_lifecycle::adapters::dynamodb::DynamoDbSubscriberStore;
 use awsmp_lifecycle::domain::event::LicenseKey;
 use awsmp_lifecycle::domain::state::LicenseStatus;
 use awsmp_lifecycle::ports::SubscriberStore;
-use awsmp_loadtest::local::LocalEnv;
-use awsmp_loadtest::local::sites::Sites;
+use awsmp_local_stack::local::LocalEnv;
+use awsmp_local_stack::local::sites::Sites;
+use awsmp_local_stack::testing::{EU, MultiStack, US};
 use chrono::{DateTime, Duration, TimeZone, Utc};
-use common::multi_stack::{EU, MultiStack, US};
 use common::{NEEDS_STACK, row};
 use serde_json::{Value, json};
 

@@ -4,8 +4,8 @@
 //! what was produced, also when the same records reach the stream twice.
 
 use anyhow::Result;
-use awsmp_loadtest::local::{LocalEnv, demo_account, demo_license_arn};
-use awsmp_loadtest::runner::Runner;
+use awsmp_local_stack::local::{LocalEnv, demo_account, demo_license_arn};
+use awsmp_local_stack::runner::Runner;
 use awsmp_producer::sink::{FaultConfig, FaultInjectingRecordSink, KinesisRecordSink};
 use awsmp_producer::{Event, KinesisShardMapSource, Producer};
 use chrono::{Duration, Utc};

@@ -9,7 +9,7 @@
 //!
 //! Needs the local stack's DynamoDB (the simulator runs in-process, so its quota and clock are
 //! this bench's alone): `awsmp-local up`, source its env file, then
-//! `cargo bench -p awsmp-loadtest --bench submitter_quota`. Without
+//! `cargo bench -p awsmp-local-stack --bench submitter_quota`. Without
 //! `AWS_ENDPOINT_URL_DYNAMODB` it says so and measures nothing.
 
 use async_trait::async_trait;
@@ -18,7 +18,7 @@ use awsmp_aws::emf::MetricsSink;
 use awsmp_contract::clock::FixedClock;
 use awsmp_contract::keys::{GroupKey, HourBucket};
 use awsmp_contract::status::AggregatedStatus;
-use awsmp_loadtest::local::{
+use awsmp_local_stack::local::{
     DEMO_DIMENSIONS, LocalEnv, demo_account, demo_catalog, demo_license_arn,
 };
 use awsmp_marketplace_sim::{Catalog, Faults, SimConfig, SimHandle, spawn_on};

@@ -5,7 +5,7 @@
 //! watermark fences every hour").
 //!
 //! Run: `awsmp-local up && set -a && . .awsmp-local/env && set +a &&
-//! cargo test -p awsmp-loadtest --test integration reshard_fence:: -- --include-ignored`
+//! cargo test -p awsmp-local-stack --test integration reshard_fence:: -- --include-ignored`
 
 use crate::common;
 
@@ -14,8 +14,8 @@ use aws_lambda_events::kinesis::KinesisEvent;
 use aws_sdk_kinesis::primitives::Blob;
 use awsmp_aws::watermark::{ShardWatermark, WatermarkStore};
 use awsmp_consumer::Consumer;
-use awsmp_loadtest::kinesis_esm::{EsmOptions, KinesisEsm};
-use awsmp_loadtest::local::{LocalEnv, demo_account, demo_license_arn};
+use awsmp_local_stack::kinesis_esm::{EsmOptions, KinesisEsm};
+use awsmp_local_stack::local::{LocalEnv, demo_account, demo_license_arn};
 use awsmp_pipeline::handlers::discoverer::Fence;
 use chrono::{DateTime, Duration, SecondsFormat, Utc};
 use common::streams::{fresh_stream, wait_active};

@@ -3,14 +3,14 @@
 //! of a stream that no longer exists are reset with a warning, never a crash.
 
 use anyhow::Result;
-use awsmp_loadtest::local::procs::{ServiceState, is_alive, is_listening};
+use awsmp_local_stack::local::procs::{ServiceState, is_alive, is_listening};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn local_bin() -> PathBuf {
     std::env::var_os("AWSMP_LOCAL_BIN")
         .map(PathBuf::from)
-        .unwrap_or_else(|| awsmp_loadtest::local::sibling_binary("awsmp-local").unwrap())
+        .unwrap_or_else(|| awsmp_local_stack::local::sibling_binary("awsmp-local").unwrap())
 }
 
 fn run(dir: &Path, args: &[&str]) -> Result<String> {
@@ -52,7 +52,7 @@ fn tick(dir: &Path) -> Result<(serde_json::Value, String)> {
 
 /// `awsmp-loadtest produce` into the stack's usage stream (the default stream).
 fn produce(dir: &Path, events: &str) -> Result<serde_json::Value> {
-    let bin = awsmp_loadtest::local::sibling_binary("awsmp-loadtest")?;
+    let bin = awsmp_local_stack::local::sibling_binary("awsmp-loadtest")?;
     let args = [
         "produce", "--events", events, "--rate", "2000", "--groups", "6", "--json",
     ];

@@ -13,7 +13,7 @@ use crate::common;
 use anyhow::{Result, ensure};
 use awsmp_contract::reasons::LATE_USAGE;
 use awsmp_contract::status::AggregatedStatus;
-use awsmp_loadtest::runner::TickReport;
+use awsmp_local_stack::runner::TickReport;
 use awsmp_pipeline::handlers::discoverer::DiscovererInput;
 use common::*;
 use serde_json::Value;
@@ -253,7 +253,7 @@ async fn t5_each_sort_key_rejection_rejects_its_whole_group() -> Result<()> {
     let st = Stack::new().await?;
     let runner = runner(&[]).await?;
     let sk = "customerAWSAccountId_dimension_timestamp";
-    let acct = awsmp_loadtest::local::demo_account(13);
+    let acct = awsmp_local_stack::local::demo_account(13);
     let mut cases = Vec::new();
 
     // MalformedSortKey: fewer than three #-segments (underscores instead), beside a good row
@@ -759,7 +759,7 @@ async fn d5_direct_submit_record_past_the_window_expires() -> Result<()> {
 async fn dry_run_never_calls_the_api() -> Result<()> {
     let _one = STACK.lock().await;
     let st = Stack::new().await?;
-    let allowed = awsmp_loadtest::local::demo_account(26);
+    let allowed = awsmp_local_stack::local::demo_account(26);
     let runner = runner(&[
         ("AWSMP_METERING_MODE", "dry-run"),
         ("AWSMP_DRY_RUN_ACCOUNTS", &allowed),

@@ -302,7 +302,7 @@ pub fn sibling_binary(name: &str) -> Result<PathBuf> {
         }
     }
     bail!(
-        "{name} not found next to {} (build it: cargo build -p awsmp-loadtest --bins)",
+        "{name} not found next to {} (build it: cargo build --workspace --bins)",
         exe.display()
     )
 }

@@ -1,9 +1,9 @@
 //! `awsmp-local`: run awsmp on one machine, with no AWS account.
 
 use anyhow::{Context, Result};
-use awsmp_loadtest::local::LocalEnv;
-use awsmp_loadtest::local::{self, Paths, UpOptions};
-use awsmp_loadtest::runner::Runner;
+use awsmp_local_stack::local::LocalEnv;
+use awsmp_local_stack::local::{self, Paths, UpOptions};
+use awsmp_local_stack::runner::Runner;
 use chrono::{DateTime, Utc};
 use clap::{Parser, Subcommand};
 use std::collections::BTreeMap;

@@ -5,8 +5,8 @@
 
 use anyhow::Result;
 use aws_sdk_dynamodb::types::{AttributeValue as Av, ReturnValue};
-use awsmp_loadtest::local::LocalEnv;
-use awsmp_loadtest::local::resources::{GsiDef, Resources, TableDef, ensure_table};
+use awsmp_local_stack::local::LocalEnv;
+use awsmp_local_stack::local::resources::{GsiDef, Resources, TableDef, ensure_table};
 use std::time::Duration;
 
 const NEEDS_STACK: &str = "needs the local stack (awsmp-local up); run by scripts/test";
@@ -284,14 +284,14 @@ async fn kinesis_put_and_read_back() -> Result<()> {
     use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType};
     let env = env();
     let kinesis = env.kinesis().await?;
-    let stream = awsmp_loadtest::local::resources::StreamDef {
+    let stream = awsmp_local_stack::local::resources::StreamDef {
         logical_id: "Scratch".into(),
         stack: "test".into(),
         name: unique("s"),
         env: String::new(),
         shards: 1,
     };
-    awsmp_loadtest::local::resources::ensure_stream(&kinesis, &stream).await?;
+    awsmp_local_stack::local::resources::ensure_stream(&kinesis, &stream).await?;
     let entries: Vec<_> = (0..20)
         .map(|i| {
             PutRecordsRequestEntry::builder()
@@ -356,19 +356,19 @@ async fn sqs_send_receive_visibility_and_redrive_to_dlq() -> Result<()> {
     let _one = crate::common::STACK.lock().await;
     let env = env();
     let sqs = env.sqs().await?;
-    let def = awsmp_loadtest::local::resources::QueueDef {
+    let def = awsmp_local_stack::local::resources::QueueDef {
         logical_id: "Scratch".into(),
         stack: "test".into(),
         name: unique("q"),
         env: "Q".into(),
         visibility_timeout_seconds: 30,
-        dlq: Some(awsmp_loadtest::local::resources::DlqDef {
+        dlq: Some(awsmp_local_stack::local::resources::DlqDef {
             name: unique("dlq"),
             env: "D".into(),
             max_receive_count: 2,
         }),
     };
-    let urls = awsmp_loadtest::local::resources::ensure_queue(&sqs, &def).await?;
+    let urls = awsmp_local_stack::local::resources::ensure_queue(&sqs, &def).await?;
     let (queue, dlq) = (&urls[0].1, &urls[1].1);
 
     sqs.send_message()
