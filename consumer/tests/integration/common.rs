@@ -11,7 +11,6 @@ use awsmp_consumer::handler::kinesis_record;
 use awsmp_contract::keys::{RowKey, format_usage_timestamp};
 use awsmp_contract::wire::{encode_aggregated, encode_event};
 use awsmp_producer::partition::partition_key;
-use awsmp_producer::sink::StoredRecord;
 use awsmp_producer::{Event, Tag, UsageAllocation};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use rand::rngs::StdRng;
@@ -202,27 +201,6 @@ pub fn workload(seed: u64, shards: usize, groups: usize, records: usize) -> Stre
 pub fn event(records: &[KinesisEventRecord]) -> KinesisEvent {
     let mut e = KinesisEvent::default();
     e.records = records.to_vec();
-    e
-}
-
-/// What a producer sink accepted, delivered to the consumer as one batch: sequence numbers
-/// from 1000, every record arriving at `arrival`.
-pub fn delivered(records: &[StoredRecord], arrival: DateTime<Utc>) -> KinesisEvent {
-    let mut e = KinesisEvent::default();
-    e.records = records
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            kinesis_record(
-                STREAM_ARN,
-                &r.shard_id,
-                &(1000 + i).to_string(),
-                &r.entry.partition_key,
-                arrival,
-                r.entry.data.to_vec(),
-            )
-        })
-        .collect();
     e
 }
 
