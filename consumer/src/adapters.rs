@@ -4,6 +4,4 @@ pub mod archive;
 mod dedup_table;
 pub mod dynamodb;
 pub mod fault;
-pub mod ingest;
-pub mod ingest_memory;
 pub mod memory;

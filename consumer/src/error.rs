@@ -81,24 +81,6 @@ pub enum ConsumerError {
         /// The lane's dedup key.
         lane: String,
     },
-    /// meter-ingest: the invocation's payload is not a valid event batch (reason
-    /// `MalformedPayload`); nothing of it was applied.
-    #[error("MalformedPayload: {detail}")]
-    MalformedPayload {
-        /// What is wrong.
-        detail: String,
-    },
-    /// meter-ingest: some records could not be put on the usage stream.
-    #[error("PutRecords to {stream} failed")]
-    StreamPut {
-        /// Stream name.
-        stream: String,
-        /// The sink's error, or the failed entries' codes.
-        #[source]
-        source: BoxError,
-        /// Whether a retry may succeed.
-        retryable: bool,
-    },
     /// A store implemented outside this crate's DynamoDB adapters failed (for instance the
     /// fault-injecting wrapper of [`crate::adapters::fault`]).
     #[error("{store} store call failed")]
@@ -117,9 +99,9 @@ impl Retryable for ConsumerError {
     /// True for errors a retry may cure (throttling, 5xx, transport, contention).
     fn is_retryable(&self) -> bool {
         match self {
-            ConsumerError::DynamoDb { retryable, .. }
-            | ConsumerError::Store { retryable, .. }
-            | ConsumerError::StreamPut { retryable, .. } => *retryable,
+            ConsumerError::DynamoDb { retryable, .. } | ConsumerError::Store { retryable, .. } => {
+                *retryable
+            }
             ConsumerError::UnprocessedKeys { .. }
             | ConsumerError::Contention { .. }
             | ConsumerError::LaneContention { .. } => true,
@@ -127,19 +109,7 @@ impl Retryable for ConsumerError {
             | ConsumerError::Kinesis { .. }
             | ConsumerError::Domain(_)
             | ConsumerError::Request { .. }
-            | ConsumerError::MalformedItem { .. }
-            | ConsumerError::MalformedPayload { .. } => false,
-        }
-    }
-}
-
-impl ConsumerError {
-    /// The `errorType` a Lambda reports for this error: the reason code of a malformed
-    /// payload, else `StoreFailure` (retried by Lambda).
-    pub fn failure_type(&self) -> &'static str {
-        match self {
-            ConsumerError::MalformedPayload { .. } => awsmp_contract::reasons::MALFORMED_PAYLOAD,
-            _ => "StoreFailure",
+            | ConsumerError::MalformedItem { .. } => false,
         }
     }
 }

@@ -8,7 +8,6 @@ pub mod domain;
 pub mod error;
 pub mod handler;
 pub mod heartbeat;
-pub mod ingest;
 pub mod mutants;
 pub mod ports;
 

@@ -2,7 +2,7 @@
 
 Each function is `provided.al2023` on arm64, built by cargo-lambda (`scripts/build-lambdas`;
 `sam build` reads the same `Metadata`), and configured only through the environment variables
-its handler reads (pipeline/src/config.rs, consumer/src/config.rs). Its role grants exactly the
+its handler reads (pipeline/src/config.rs, consumer/src/config.rs, meter-ingest/src/config.rs). Its role grants exactly the
 statements given here; infra/tests/test_least_privilege.py proves none is wider than the
 function's own resources.
 """
@@ -18,6 +18,7 @@ from .base import NO_VALUE, get_att, if_, ref, sub
 CRATES = {
     "pipeline": "awsmp-pipeline",
     "consumer": "awsmp-consumer",
+    "meter-ingest": "awsmp-meter-ingest",
     "lifecycle": "awsmp-lifecycle",
 }
 

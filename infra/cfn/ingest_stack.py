@@ -138,7 +138,7 @@ def functions() -> list[Function]:
             memory=128, timeout=30, reserved=1,
         ),
         Function(
-            "MeterIngest", "meter-ingest", "consumer",
+            "MeterIngest", "meter-ingest", "meter-ingest",
             "Accepts metering calls by async invoke from untrusted modules, checks them against their alias's mapping entry, deduplicates and puts them on the usage stream.",
             {
                 "AWSMP_INGEST_MAPPING_TABLE": ref("IngestMappingTable"),
@@ -154,7 +154,7 @@ def functions() -> list[Function]:
                 "AWSMP_CONSUMER_CONCURRENCY": ref("ConsumerConcurrency"),
                 "AWSMP_METRICS_NAMESPACE": sub(al.NAMESPACE),
             },
-            # consumer/src/adapters/ingest.rs (meter_ingest_from_config): the mapping entry is a
+            # meter-ingest/src/adapters/dynamodb.rs (meter_ingest_from_config): the mapping entry is a
             # GetItem; event-id claims a conditional PutItem and rate counters an UpdateItem on
             # the dedup table; held and rejected events a PutItem; accepted events PutRecords.
             # Lambda sends a failed invocation to the on-failure queue with this role.

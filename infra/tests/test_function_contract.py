@@ -32,7 +32,7 @@ ENV_SOURCES = {
     **{b: ("pipeline/src/config.rs", None) for b in ("discoverer", "aggregator", "cleanup", "submitter", "expiry")},
     "kinesis-consumer": ("consumer/src/config.rs", None),
     "stream-heartbeat": ("consumer/src/bin/stream-heartbeat.rs", None),
-    "meter-ingest": ("consumer/src/ingest/config.rs", None),
+    "meter-ingest": ("meter-ingest/src/config.rs", None),
     "subscription": ("lifecycle/src/config.rs", "impl EventsConfig"),
     "deprovision-cleanup": ("lifecycle/src/config.rs", "impl EventsConfig"),
     "register": ("lifecycle/src/config.rs", "impl RegisterConfig"),
@@ -168,10 +168,10 @@ CALLS = {
         ("*", "aws-marketplace:ResolveCustomer"): "lifecycle/src/adapters/resolver.rs",
     },
     ("ingest", "MeterIngestFunction"): {
-        ("IngestMappingTable", "dynamodb:GetItem"): "consumer/src/adapters/ingest.rs",
+        ("IngestMappingTable", "dynamodb:GetItem"): "meter-ingest/src/adapters/dynamodb.rs",
         ("DedupTable", "dynamodb:PutItem"): "consumer/src/adapters/dedup_table.rs",
-        ("DedupTable", "dynamodb:UpdateItem"): "consumer/src/adapters/ingest.rs",
-        ("IngestHeldTable", "dynamodb:PutItem"): "consumer/src/adapters/ingest.rs",
+        ("DedupTable", "dynamodb:UpdateItem"): "meter-ingest/src/adapters/dynamodb.rs",
+        ("IngestHeldTable", "dynamodb:PutItem"): "meter-ingest/src/adapters/dynamodb.rs",
         ("UsageStream", "kinesis:PutRecords"): "producer/src/sink/kinesis.rs",
         ("MeterIngestFailureQueue", "sqs:SendMessage"): MAPPING,
     },
@@ -269,7 +269,7 @@ NOT_LAMBDAS = {"meterctl"}
 def test_every_lambda_binary_is_deployed_from_its_crate():
     """scripts/build-lambdas builds what the templates name: no Lambda binary is left out."""
     deployed = {fn["Metadata"]["BuildProperties"]["Binary"]: fn["Properties"]["CodeUri"] for _, _, fn in all_functions()}
-    for crate in ("pipeline", "consumer", "lifecycle"):
+    for crate in ("pipeline", "consumer", "meter-ingest", "lifecycle"):
         for binary in crate_binaries(crate) - NOT_LAMBDAS:
             assert deployed.get(binary) == f"../{crate}", f"{crate}'s {binary} is not deployed from ../{crate}"
     assert {"subscription", "deprovision-cleanup", "register", "meter-ingest"} <= set(deployed)

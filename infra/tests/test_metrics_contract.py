@@ -29,7 +29,7 @@ def contract() -> tuple[dict[str, str], dict[str, str]]:
 
 
 def rust_sources() -> str:
-    files = [*(ROOT / "pipeline/src").rglob("*.rs"), *(ROOT / "consumer/src").rglob("*.rs")]
+    files = [p for crate in ("pipeline", "consumer", "meter-ingest") for p in (ROOT / crate / "src").rglob("*.rs")]
     return "\n".join(p.read_text(encoding="utf-8") for p in files)
 
 

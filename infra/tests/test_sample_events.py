@@ -2,7 +2,7 @@
 Lambda delivers it; the discoverer's samples are inputs its rules really send, and the
 subscription sample is an event its rule really matches. The Rust handlers run the samples in
 pipeline/tests/integration/sample_events.rs, consumer/tests/integration/sample_events.rs,
-consumer/tests/integration/ingest_sample_events.rs and lifecycle/tests/integration/sample_events.rs."""
+meter-ingest/tests/integration/sample_events.rs and lifecycle/tests/integration/sample_events.rs."""
 
 from __future__ import annotations
 

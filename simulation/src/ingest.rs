@@ -23,18 +23,18 @@ use crate::stream::SimStream;
 use crate::world::{Setup, World, lock};
 use async_trait::async_trait;
 use awsmp_aws::emf::MetricsSink;
-use awsmp_consumer::adapters::ingest_memory::{
-    MemoryHeldStore, MemoryMappingStore, MemoryRateCounter,
-};
 use awsmp_consumer::adapters::memory::MemoryDedupStore;
-use awsmp_consumer::error::Result as CResult;
-use awsmp_consumer::ingest::check::{held_key, request_key};
-use awsmp_consumer::ingest::identity::Allowlist;
-use awsmp_consumer::ingest::mapping::{LicenseGrant, MappingEntry};
-use awsmp_consumer::ingest::ports::{Disposition, HeldEvent, MappingStore, UsageStream};
-use awsmp_consumer::ingest::{IngestSettings, Invocation, MeterIngest};
 use awsmp_contract::clock::{Clock, FixedClock};
 use awsmp_contract::reasons;
+use awsmp_meter_ingest::adapters::memory::{
+    MemoryHeldStore, MemoryMappingStore, MemoryRateCounter,
+};
+use awsmp_meter_ingest::check::{held_key, request_key};
+use awsmp_meter_ingest::error::Result as IResult;
+use awsmp_meter_ingest::identity::Allowlist;
+use awsmp_meter_ingest::mapping::{LicenseGrant, MappingEntry};
+use awsmp_meter_ingest::ports::{Disposition, HeldEvent, MappingStore, UsageStream};
+use awsmp_meter_ingest::{IngestSettings, Invocation, MeterIngest};
 use awsmp_producer::sink::PutEntry;
 use chrono::{DateTime, Duration, SecondsFormat, Utc};
 use serde_json::{Value, json};
@@ -72,7 +72,7 @@ pub struct SimIngestStream {
 
 #[async_trait]
 impl UsageStream for SimIngestStream {
-    async fn put(&self, entries: Vec<PutEntry>) -> CResult<()> {
+    async fn put(&self, entries: Vec<PutEntry>) -> IResult<()> {
         for e in entries {
             if let Ok(ev) = awsmp_contract::wire::decode_event(&e.data) {
                 lock(&self.put_ids).insert(ev.event_id);

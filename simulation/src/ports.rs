@@ -1,6 +1,6 @@
 //! One fault wrapper, [`Faulty<T>`], around every port the consumer, the pipeline and
 //! meter-ingest use, over the in-memory adapters of `pipeline/src/adapters/memory.rs`,
-//! `consumer/src/adapters/memory.rs` and `consumer/src/adapters/ingest_memory.rs`. Each call
+//! `consumer/src/adapters/memory.rs` and `meter-ingest/src/adapters/memory.rs`. Each call
 //! asks the [`FaultPlan`] whether to fail before applying (throttled, or the invocation
 //! crashes), to apply and then fail (a lost response, or a crash after the write), or to let
 //! another stage run first ([`Interleaver`]); the port's error type says how an injected fault
@@ -19,10 +19,6 @@ use async_trait::async_trait;
 use awsmp_aws::watermark::MemoryWatermarkStore;
 use awsmp_consumer::domain::row::RowWrite;
 use awsmp_consumer::error::ConsumerError;
-use awsmp_consumer::ingest::mapping::MappingEntry;
-use awsmp_consumer::ingest::ports::{
-    Disposition, HeldEvent, HeldStore, MappingStore, RateCounter, UsageStream,
-};
 use awsmp_consumer::ports::{
     ClaimOutcome, DedupClaim, DedupStore, FinalizedGroups, FirstSeen, LaneItem, RejectedEvent,
     RejectedEventStore, UsageRowWriter,
@@ -30,6 +26,11 @@ use awsmp_consumer::ports::{
 use awsmp_contract::keys::{GroupKey, HourBucket, RowKey};
 use awsmp_contract::row::RawUsageRow;
 use awsmp_contract::status::RawStatus;
+use awsmp_meter_ingest::IngestError;
+use awsmp_meter_ingest::mapping::MappingEntry;
+use awsmp_meter_ingest::ports::{
+    Disposition, HeldEvent, HeldStore, MappingStore, RateCounter, UsageStream,
+};
 use awsmp_pipeline::adapters::memory::{
     CallFault, InjectedFault, MemoryAggregatedStore, MemoryMeteringApi, MemoryUsageStore,
 };
@@ -126,6 +127,19 @@ impl Injected for ConsumerError {
     }
 }
 
+impl Injected for IngestError {
+    fn injected(store: &'static str, fault: Option<Fault>) -> Self {
+        IngestError::Store {
+            store,
+            source: Box::new(InjectedFault {
+                operation: store,
+                code: code(fault),
+            }),
+            retryable: retryable(fault),
+        }
+    }
+}
+
 /// Let another stage run one step before the call at `site`.
 pub async fn preempt(interleaver: &Interleaver, site: &'static str) {
     interleaver.run(site).await;
@@ -211,6 +225,7 @@ pub type FaultyWatermarks = Faulty<MemoryWatermarkStore>;
 
 type PResult<T> = awsmp_pipeline::error::Result<T>;
 type CResult<T> = awsmp_consumer::error::Result<T>;
+type IResult<T> = awsmp_meter_ingest::error::Result<T>;
 
 #[async_trait]
 impl<T: UsageStore> UsageStore for Faulty<T> {
@@ -519,7 +534,7 @@ impl<T: FinalizedGroups> FinalizedGroups for Faulty<T> {
 
 #[async_trait]
 impl<T: UsageStream> UsageStream for Faulty<T> {
-    async fn put(&self, entries: Vec<PutEntry>) -> CResult<()> {
+    async fn put(&self, entries: Vec<PutEntry>) -> IResult<()> {
         let key = entries
             .first()
             .map(|e| format!("{}+{}", e.partition_key, entries.len()))
@@ -531,13 +546,13 @@ impl<T: UsageStream> UsageStream for Faulty<T> {
 
 #[async_trait]
 impl<T: MappingStore> MappingStore for Faulty<T> {
-    async fn get(&self, invoked_arn: &str) -> CResult<Option<MappingEntry>> {
+    async fn get(&self, invoked_arn: &str) -> IResult<Option<MappingEntry>> {
         let call = self.inner.get(invoked_arn);
         self.call("ingest-mapping-get", invoked_arn, false, call)
             .await
     }
 
-    async fn put(&self, entry: &MappingEntry) -> CResult<()> {
+    async fn put(&self, entry: &MappingEntry) -> IResult<()> {
         let call = self.inner.put(entry);
         self.call("ingest-mapping-put", &entry.invoked_arn, true, call)
             .await
@@ -546,7 +561,7 @@ impl<T: MappingStore> MappingStore for Faulty<T> {
 
 #[async_trait]
 impl<T: RateCounter> RateCounter for Faulty<T> {
-    async fn add(&self, key: &str, n: u64, expires_at: DateTime<Utc>) -> CResult<u64> {
+    async fn add(&self, key: &str, n: u64, expires_at: DateTime<Utc>) -> IResult<u64> {
         let call = self.inner.add(key, n, expires_at);
         self.call("ingest-rate-add", key, true, call).await
     }
@@ -554,12 +569,12 @@ impl<T: RateCounter> RateCounter for Faulty<T> {
 
 #[async_trait]
 impl<T: HeldStore> HeldStore for Faulty<T> {
-    async fn put(&self, event: &HeldEvent) -> CResult<()> {
+    async fn put(&self, event: &HeldEvent) -> IResult<()> {
         let call = self.inner.put(event);
         self.call("ingest-held-put", &event.key, true, call).await
     }
 
-    async fn list(&self, disposition: Disposition) -> CResult<Vec<HeldEvent>> {
+    async fn list(&self, disposition: Disposition) -> IResult<Vec<HeldEvent>> {
         let call = self.inner.list(disposition);
         self.call("ingest-held-list", disposition.as_str(), false, call)
             .await

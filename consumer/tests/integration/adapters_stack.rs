@@ -1,18 +1,21 @@
 //! The DynamoDB adapters against dynalite, checked against the in-memory fakes: the same
 //! conditional writes succeed or fail the same way and leave the same rows, and dedup claims
 //! tell first claims, replays, duplicates and expired claims apart, and generated-id lanes are
-//! written by compare-and-set.
+//! written by compare-and-set; the S3 billing archive reads back what was put, each event once.
 //!
 //! Run: `awsmp-local up && set -a && . .awsmp-local/env && set +a &&
 //! cargo test -p awsmp-consumer --test integration adapters_stack:: -- --include-ignored`
 
 use anyhow::Result;
 use awsmp_consumer::Config;
+use awsmp_consumer::adapters::archive::S3BillingArchive;
 use awsmp_consumer::adapters::dynamodb::{DynamoDbDedupStore, DynamoDbUsageRows};
 use awsmp_consumer::adapters::memory::{MemoryDedupStore, MemoryUsageRows};
+use awsmp_consumer::archive::{ArchivedEvent, BillingArchive, archive_objects};
 use awsmp_consumer::domain::row::coverage::MAX_LANE_SPANS;
 use awsmp_consumer::domain::row::{Change, Coverage, Guard, RowWrite, SpanWrite};
 use awsmp_consumer::domain::seq::{Lane, SeqNum};
+use awsmp_consumer::domain::verify::VerifiedEvent;
 use awsmp_consumer::ports::{ClaimOutcome, DedupClaim, DedupStore, LaneItem, UsageRowWriter};
 use awsmp_contract::keys::RowKey;
 use awsmp_contract::row::{Allocation, Tag};
@@ -364,5 +367,44 @@ async fn lane_writes_are_compare_and_set_in_dynamodb_as_in_memory() -> Result<()
     assert_eq!(stored, Some(item(2, "2|1-2@2@aa")));
     assert_eq!(stored, mem.read_lane(&key).await?);
     assert_eq!(ddb.read_lane("seq:absent:0").await?, None);
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs the local stack (awsmp-local up); run by scripts/test"]
+async fn the_s3_archive_reads_back_what_was_put_each_event_once() -> Result<()> {
+    let env = LocalEnv::from_process();
+    let archive = S3BillingArchive::new(env.s3().await?, env.get("AWSMP_BILLING_ARCHIVE_BUCKET")?);
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let ev = |i: u32| {
+        let v = VerifiedEvent {
+            license_arn: format!("l-{run}"),
+            customer_aws_account_id: "a".into(),
+            dimension: "d".into(),
+            second: 1_796_169_000 + i64::from(i),
+            quantity: 2,
+            allocations: None,
+            event_id: format!("{run}-{i}"),
+            producer_id: None,
+        };
+        ArchivedEvent::new(&v, ("s", &run, &i.to_string(), None), Utc::now())
+    };
+    let batch = [ev(1), ev(2), ev(3)];
+    for o in archive_objects(&batch) {
+        archive.put(&o).await?;
+        archive.put(&o).await?; // a replay: same key, same content
+    }
+    // A retried part of the batch under another key.
+    for o in archive_objects(&batch[1..]) {
+        archive.put(&o).await?;
+    }
+    let mine: Vec<_> = archive
+        .read_all()
+        .await?
+        .into_iter()
+        .filter(|e| e.shard_id == run)
+        .collect();
+    assert_eq!(mine.len(), 3, "{mine:?}");
+    assert_eq!(mine.iter().map(|e| e.quantity).sum::<u64>(), 6);
     Ok(())
 }

@@ -8,11 +8,11 @@ use crate::common::{
     uuid_hex,
 };
 use aws_lambda_events::event::streams::KinesisEventResponse;
-use awsmp_consumer::adapters::ingest::DynamoDbMappingStore;
-use awsmp_consumer::ingest::mapping::MappingFile;
-use awsmp_consumer::ingest::ports::MappingStore;
 use awsmp_lambda_host::local::LOCAL_ACCOUNT;
 use awsmp_local_stack::kinesis_esm::{EsmOptions, KinesisEsm};
+use awsmp_meter_ingest::adapters::dynamodb::DynamoDbMappingStore;
+use awsmp_meter_ingest::mapping::MappingFile;
+use awsmp_meter_ingest::ports::MappingStore;
 use serde_json::{Value, json};
 
 /// Usage rows of `license` in the raw usage table.

@@ -12,10 +12,10 @@
 use super::sim_admin::SimAdmin;
 use anyhow::{Context, Result, bail};
 use aws_sdk_dynamodb::types::AttributeValue;
-use awsmp_consumer::ingest::mapping::MappingFile;
 use awsmp_local_stack::local::LocalEnv;
 use awsmp_local_stack::local::hosted::{Hosted, Invocation};
 use awsmp_local_stack::local::ingest::{ASYNC_RETRY_ATTEMPTS, failure_record};
+use awsmp_meter_ingest::mapping::MappingFile;
 use chrono::Utc;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -385,7 +385,7 @@ async fn async_invoke(
         }
     };
     let error_type = err.error_type().unwrap_or("Unhandled").to_owned();
-    let inv = awsmp_consumer::ingest::Invocation {
+    let inv = awsmp_meter_ingest::Invocation {
         invoked_arn: invoked_arn.to_owned(),
         request_id,
         payload: payload.clone(),

@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use awsmp_consumer::adapters::ingest::{DynamoDbMappingStore, meter_ingest_from_config};
 use awsmp_consumer::error::ErrorChain;
-use awsmp_consumer::ingest::mapping::MappingFile;
-use awsmp_consumer::ingest::ports::MappingStore;
-use awsmp_consumer::ingest::{IngestConfig, Invocation, MeterIngest};
 use awsmp_contract::clock::FixedClock;
+use awsmp_meter_ingest::adapters::dynamodb::{DynamoDbMappingStore, meter_ingest_from_config};
+use awsmp_meter_ingest::mapping::MappingFile;
+use awsmp_meter_ingest::ports::MappingStore;
+use awsmp_meter_ingest::{IngestConfig, Invocation, MeterIngest};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 

@@ -2,6 +2,9 @@
 //! is linked once, not once per file (docs/testing.md, "Where the tests live"). The mutants
 //! test stays a binary of its own: it is built with the `mutants` feature.
 
+mod consumer_common;
+mod consumer_exactness;
+mod consumer_rows_property;
 mod contract_esm;
 mod ingest;
 mod known_limitations;

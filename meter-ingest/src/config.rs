@@ -17,9 +17,9 @@
 
 use std::collections::HashSet;
 
-use crate::config::{MAX_DEDUP_TTL_HOURS, MIN_DEDUP_TTL_HOURS};
-use crate::domain::verify::DEFAULT_MAX_CLOCK_SKEW_SECONDS;
-use crate::error::{ConsumerError, Result};
+use crate::error::{IngestError, Result};
+use awsmp_consumer::config::{MAX_DEDUP_TTL_HOURS, MIN_DEDUP_TTL_HOURS};
+use awsmp_consumer::domain::verify::DEFAULT_MAX_CLOCK_SKEW_SECONDS;
 
 use super::identity::Allowlist;
 use super::service::IngestSettings;
@@ -57,12 +57,12 @@ impl IngestConfig {
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let set = |k: &str| get(k).filter(|v| !v.trim().is_empty());
         let required =
-            |k: &str| set(k).ok_or_else(|| ConsumerError::Config(format!("{k} is not set")));
+            |k: &str| set(k).ok_or_else(|| IngestError::Config(format!("{k} is not set")));
         let number = |k: &str, default: u32| -> Result<u32> {
             set(k).map_or(Ok(default), |v| {
                 v.trim()
                     .parse()
-                    .map_err(|_| ConsumerError::Config(format!("{k}={v:?} is not a whole number")))
+                    .map_err(|_| IngestError::Config(format!("{k}={v:?} is not a whole number")))
             })
         };
         let accounts: HashSet<String> = required("AWSMP_ALLOWED_ACCOUNTS")?
@@ -71,7 +71,7 @@ impl IngestConfig {
             .filter(|a| !a.is_empty())
             .collect();
         if accounts.is_empty() {
-            return Err(ConsumerError::Config(
+            return Err(IngestError::Config(
                 "AWSMP_ALLOWED_ACCOUNTS lists no account".into(),
             ));
         }
@@ -79,13 +79,13 @@ impl IngestConfig {
             .iter()
             .find(|a| awsmp_contract::event::validate_account_id(a).is_err())
         {
-            return Err(ConsumerError::Config(format!(
+            return Err(IngestError::Config(format!(
                 "AWSMP_ALLOWED_ACCOUNTS: {bad:?} is not a 12-digit account id"
             )));
         }
         let dedup_hours = number("AWSMP_DEDUP_TTL_HOURS", 48)?;
         if !(MIN_DEDUP_TTL_HOURS..=MAX_DEDUP_TTL_HOURS).contains(&dedup_hours) {
-            return Err(ConsumerError::Config(format!(
+            return Err(IngestError::Config(format!(
                 "AWSMP_DEDUP_TTL_HOURS={dedup_hours} is outside {MIN_DEDUP_TTL_HOURS}-{MAX_DEDUP_TTL_HOURS}"
             )));
         }

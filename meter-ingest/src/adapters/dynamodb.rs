@@ -14,13 +14,25 @@ use awsmp_contract::retry::RetryPolicy;
 use awsmp_producer::sink::{EntryOutcome, PutEntry, RecordSink};
 use chrono::{DateTime, Utc};
 
-use super::dedup_table::dedup_attrs;
-use super::dynamodb::{ddb_err, n, s};
-use crate::error::{ConsumerError, Result};
-use crate::ingest::mapping::MappingEntry;
-use crate::ingest::ports::{
-    Disposition, HeldEvent, HeldStore, MappingStore, RateCounter, UsageStream,
-};
+use crate::error::{IngestError, Result};
+use crate::mapping::MappingEntry;
+use crate::ports::{Disposition, HeldEvent, HeldStore, MappingStore, RateCounter, UsageStream};
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use awsmp_aws::dynamodb::{is_retryable, n, s};
+use awsmp_consumer::adapters::dynamodb::{DynamoDbDedupStore, dedup_attrs};
+
+fn ddb_err<E, R>(operation: &'static str, resource: &str, e: SdkError<E, R>) -> IngestError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    IngestError::DynamoDb {
+        operation,
+        resource: resource.to_owned(),
+        retryable: is_retryable(&e),
+        source: Box::new(e),
+    }
+}
 
 /// Longest an absent mapping entry is cached. Our bound: a module deployed right after its
 /// entry was written has its first events held for at most this long (then they are released).
@@ -70,7 +82,7 @@ impl MappingStore for DynamoDbMappingStore {
         let Some(item) = out.item else {
             return Ok(None);
         };
-        let malformed = |detail: String| ConsumerError::MalformedItem {
+        let malformed = |detail: String| IngestError::MalformedItem {
             table: self.table.clone(),
             detail,
         };
@@ -85,8 +97,7 @@ impl MappingStore for DynamoDbMappingStore {
     }
 
     async fn put(&self, entry: &MappingEntry) -> Result<()> {
-        let json =
-            serde_json::to_string(entry).map_err(|e| ConsumerError::Config(e.to_string()))?;
+        let json = serde_json::to_string(entry).map_err(|e| IngestError::Config(e.to_string()))?;
         self.client
             .put_item()
             .table_name(&self.table)
@@ -209,7 +220,7 @@ impl RateCounter for DynamoDbRateCounter {
             .and_then(|a| a.get(RATE_COUNT))
             .and_then(|v| v.as_n().ok())
             .and_then(|v| v.parse().ok())
-            .ok_or_else(|| ConsumerError::MalformedItem {
+            .ok_or_else(|| IngestError::MalformedItem {
                 table: self.table.clone(),
                 detail: format!("{key}: no {RATE_COUNT} after ADD"),
             })
@@ -347,7 +358,7 @@ impl HeldStore for DynamoDbHeldStore {
                 .map_err(|e| ddb_err("Scan", &self.table, e))?;
             for item in page.items() {
                 out.push(
-                    held_from_item(item).map_err(|detail| ConsumerError::MalformedItem {
+                    held_from_item(item).map_err(|detail| IngestError::MalformedItem {
                         table: self.table.clone(),
                         detail,
                     })?,
@@ -386,13 +397,15 @@ impl<S: RecordSink> UsageStream for RecordSinkStream<S> {
         let pending = Mutex::new(entries);
         awsmp_aws::retry(&self.retry, || async {
             let batch = pending.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            let outcomes = self.sink.put_records(batch.clone()).await.map_err(|e| {
-                ConsumerError::StreamPut {
-                    stream: self.stream.clone(),
-                    retryable: e.is_retryable(),
-                    source: Box::new(e),
-                }
-            })?;
+            let outcomes =
+                self.sink
+                    .put_records(batch.clone())
+                    .await
+                    .map_err(|e| IngestError::StreamPut {
+                        stream: self.stream.clone(),
+                        retryable: e.is_retryable(),
+                        source: Box::new(e),
+                    })?;
             let failed: Vec<(PutEntry, EntryOutcome)> = batch
                 .into_iter()
                 .zip(outcomes)
@@ -418,7 +431,7 @@ impl<S: RecordSink> UsageStream for RecordSinkStream<S> {
             );
             *pending.lock().unwrap_or_else(|e| e.into_inner()) =
                 failed.into_iter().map(|(e, _)| e).collect();
-            Err(ConsumerError::StreamPut {
+            Err(IngestError::StreamPut {
                 stream: self.stream.clone(),
                 source: detail.into(),
                 retryable,
@@ -431,27 +444,24 @@ impl<S: RecordSink> UsageStream for RecordSinkStream<S> {
 /// meter-ingest over DynamoDB and Kinesis from its configuration (the Lambda's wiring), the
 /// mapping behind its cache, on the system clock.
 pub fn meter_ingest_from_config(
-    config: &crate::ingest::IngestConfig,
+    config: &crate::IngestConfig,
     ddb: Client,
     kinesis: aws_sdk_kinesis::Client,
-) -> crate::ingest::MeterIngest {
+) -> crate::MeterIngest {
     let clock: Arc<dyn Clock> = Arc::new(awsmp_contract::clock::SystemClock);
     let mapping = Arc::new(DynamoDbMappingStore::new(
         ddb.clone(),
         &config.mapping_table,
     ));
     let sink = awsmp_producer::KinesisRecordSink::new(kinesis, &config.usage_stream);
-    crate::ingest::MeterIngest {
+    crate::MeterIngest {
         settings: config.settings.clone(),
         mappings: Arc::new(CachedMappingStore::new(
             mapping,
             config.mapping_cache,
             clock.clone(),
         )),
-        dedup: Arc::new(super::dynamodb::DynamoDbDedupStore::new(
-            ddb.clone(),
-            &config.dedup_table,
-        )),
+        dedup: Arc::new(DynamoDbDedupStore::new(ddb.clone(), &config.dedup_table)),
         rates: Arc::new(DynamoDbRateCounter::new(ddb.clone(), &config.dedup_table)),
         stream: Arc::new(RecordSinkStream::new(
             sink,

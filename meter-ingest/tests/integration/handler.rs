@@ -7,16 +7,17 @@ use crate::common;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use awsmp_consumer::adapters::ingest_memory::MemoryIngestStores;
+use awsmp_consumer::Settings;
 use awsmp_consumer::adapters::memory::MemoryStores;
-use awsmp_consumer::ingest::identity::Allowlist;
-use awsmp_consumer::ingest::mapping::{LicenseGrant, MappingEntry};
-use awsmp_consumer::ingest::ports::{Disposition, MappingStore};
-use awsmp_consumer::ingest::{IngestReport, IngestSettings, Invocation, MeterIngest, Outcome};
-use awsmp_consumer::{ConsumerError, Settings};
 use awsmp_contract::clock::FixedClock;
 use awsmp_contract::keys::RowKey;
 use awsmp_contract::{metrics, reasons};
+use awsmp_meter_ingest::IngestError;
+use awsmp_meter_ingest::adapters::memory::MemoryIngestStores;
+use awsmp_meter_ingest::identity::Allowlist;
+use awsmp_meter_ingest::mapping::{LicenseGrant, MappingEntry};
+use awsmp_meter_ingest::ports::{Disposition, MappingStore};
+use awsmp_meter_ingest::{IngestReport, IngestSettings, Invocation, MeterIngest, Outcome};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use serde_json::{Value, json};
 
@@ -420,10 +421,7 @@ async fn a_malformed_payload_fails_the_invocation_and_applies_nothing() {
             payload,
         };
         let err = w.ingest.handle(&inv).await.unwrap_err();
-        assert!(
-            matches!(err, ConsumerError::MalformedPayload { .. }),
-            "{err}"
-        );
+        assert!(matches!(err, IngestError::MalformedPayload { .. }), "{err}");
         assert_eq!(err.failure_type(), reasons::MALFORMED_PAYLOAD);
     }
     assert!(w.streamed().is_empty());
@@ -518,8 +516,8 @@ async fn accepted_events_are_folded_by_the_unchanged_consumer_exactly_once() {
 
 #[tokio::test]
 async fn the_mapping_cache_serves_an_entry_for_its_ttl_and_an_absence_for_at_most_five_seconds() {
-    use awsmp_consumer::adapters::ingest::CachedMappingStore;
-    use awsmp_consumer::adapters::ingest_memory::MemoryMappingStore;
+    use awsmp_meter_ingest::adapters::dynamodb::CachedMappingStore;
+    use awsmp_meter_ingest::adapters::memory::MemoryMappingStore;
     let inner = MemoryMappingStore::new();
     let clock = Arc::new(FixedClock::new(now()));
     let cache = CachedMappingStore::new(

@@ -11,19 +11,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use async_trait::async_trait;
-use awsmp_consumer::adapters::ingest_memory::MemoryIngestStores;
 use awsmp_consumer::adapters::memory::{MemoryDedupStore, MemoryStores};
 use awsmp_consumer::error::Result as CResult;
-use awsmp_consumer::ingest::check::request_key;
-use awsmp_consumer::ingest::identity::Allowlist;
-use awsmp_consumer::ingest::mapping::{LicenseGrant, MappingEntry};
-use awsmp_consumer::ingest::ports::{Disposition, HeldStore, MappingStore, UsageStream};
-use awsmp_consumer::ingest::{IngestSettings, Invocation, MeterIngest, Outcome};
 use awsmp_consumer::ports::{ClaimOutcome, DedupClaim, DedupStore, FirstSeen, LaneItem};
 use awsmp_consumer::{ConsumerError, Settings};
 use awsmp_contract::clock::{Clock, FixedClock};
 use awsmp_contract::keys::RowKey;
 use awsmp_contract::reasons;
+use awsmp_meter_ingest::adapters::memory::MemoryIngestStores;
+use awsmp_meter_ingest::check::request_key;
+use awsmp_meter_ingest::error::{IngestError, Result as IResult};
+use awsmp_meter_ingest::identity::Allowlist;
+use awsmp_meter_ingest::mapping::{LicenseGrant, MappingEntry};
+use awsmp_meter_ingest::ports::{Disposition, HeldStore, MappingStore, UsageStream};
+use awsmp_meter_ingest::{IngestSettings, Invocation, MeterIngest, Outcome};
 use awsmp_producer::sink::PutEntry;
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use serde_json::{Value, json};
@@ -44,6 +45,14 @@ fn failure(store: &'static str) -> ConsumerError {
     }
 }
 
+fn stream_failure() -> IngestError {
+    IngestError::Store {
+        store: "stream",
+        source: Box::new(std::io::Error::other("injected")),
+        retryable: false,
+    }
+}
+
 /// The usage stream, failing its first `fail` puts.
 struct FlakyStream {
     inner: Arc<dyn UsageStream>,
@@ -52,13 +61,13 @@ struct FlakyStream {
 
 #[async_trait]
 impl UsageStream for FlakyStream {
-    async fn put(&self, entries: Vec<PutEntry>) -> CResult<()> {
+    async fn put(&self, entries: Vec<PutEntry>) -> IResult<()> {
         if self
             .fail
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok()
         {
-            return Err(failure("stream"));
+            return Err(stream_failure());
         }
         self.inner.put(entries).await
     }
@@ -163,7 +172,7 @@ impl World {
         &self,
         at: Duration,
         inv: &Invocation,
-    ) -> CResult<awsmp_consumer::ingest::IngestReport> {
+    ) -> IResult<awsmp_meter_ingest::IngestReport> {
         self.clock.set(t0() + at);
         self.ingest.handle(inv).await
     }
@@ -292,7 +301,10 @@ async fn a_first_seen_write_that_fails_fails_the_invocation_before_anything_is_a
     );
     let err = w.at(Duration::zero(), &inv).await.unwrap_err();
     assert!(
-        matches!(err, ConsumerError::Store { store: "dedup", .. }),
+        matches!(
+            err,
+            IngestError::Dedup(ConsumerError::Store { store: "dedup", .. })
+        ),
         "{err:?}"
     );
     // THEN nothing was applied: no claim, no held item, nothing streamed

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use awsmp_aws::emf::{Metric, MetricsSink};
 use awsmp_contract::Event;
 use awsmp_contract::clock::Clock;
-use awsmp_contract::retry::RetryPolicy;
+use awsmp_contract::retry::{RetryPolicy, Retryable};
 use awsmp_contract::{metrics, reasons};
 use chrono::{DateTime, Duration, SubsecRound, Utc};
 use futures::{StreamExt, TryStreamExt};
@@ -32,11 +32,11 @@ use super::mapping::MappingEntry;
 use super::payload::{ModuleEvent, parse_payload};
 use super::ports::{Disposition, HeldEvent, HeldStore, MappingStore, RateCounter, UsageStream};
 use super::report::{EventResult, IngestReport, Outcome};
-use crate::domain::seq::SeqNum;
-use crate::domain::verify::Refusal;
-use crate::error::{ConsumerError, Result};
-use crate::handler::STORE_RETRY;
-use crate::ports::{ClaimOutcome, DedupClaim, DedupStore, FirstSeen};
+use crate::error::{IngestError, Result};
+use awsmp_consumer::domain::seq::SeqNum;
+use awsmp_consumer::domain::verify::Refusal;
+use awsmp_consumer::handler::STORE_RETRY;
+use awsmp_consumer::ports::{ClaimOutcome, DedupClaim, DedupStore, FirstSeen};
 
 /// How long a per-second rate counter is kept. Our bound: a second's counter is only read in
 /// that second; a day is far past any retry.
@@ -64,7 +64,7 @@ pub struct IngestSettings {
 pub struct MeterIngest {
     /// Tunables.
     pub settings: IngestSettings,
-    /// The mapping (usually behind [`crate::adapters::ingest::CachedMappingStore`]).
+    /// The mapping (usually behind [`crate::adapters::dynamodb::CachedMappingStore`]).
     pub mappings: Arc<dyn MappingStore>,
     /// Event-id claims (the consumer's dedup table).
     pub dedup: Arc<dyn DedupStore>,
@@ -136,7 +136,7 @@ struct Slot {
 
 impl MeterIngest {
     /// Handle one invocation. `Err` for a malformed payload
-    /// ([`ConsumerError::MalformedPayload`]) and for store failures: Lambda retries, then
+    /// ([`IngestError::MalformedPayload`]) and for store failures: Lambda retries, then
     /// routes the invocation to the on-failure destination. Refused events are not errors.
     /// The receive time is the first attempt's: a retry with the same request id reads it
     /// back from the "first seen" record ([`DedupStore::first_seen`]); a failure to write
@@ -148,7 +148,7 @@ impl MeterIngest {
                 Metric::count(metrics::INGEST_MALFORMED_PAYLOAD)
                     .with(metrics::MODULE, module.clone()),
             );
-            ConsumerError::MalformedPayload { detail: m.0 }
+            IngestError::MalformedPayload { detail: m.0 }
         })?;
         let received_at = self.first_seen(inv).await?;
         let ctx = Ctx {
@@ -186,11 +186,11 @@ impl MeterIngest {
         let mut reports = Vec::with_capacity(held.len());
         for h in held {
             let payload: serde_json::Value =
-                serde_json::from_str(&h.payload).map_err(|e| ConsumerError::MalformedItem {
+                serde_json::from_str(&h.payload).map_err(|e| IngestError::MalformedItem {
                     table: "held events".into(),
                     detail: format!("{}: payload: {e}", h.key),
                 })?;
-            let events = parse_payload(&payload).map_err(|m| ConsumerError::MalformedItem {
+            let events = parse_payload(&payload).map_err(|m| IngestError::MalformedItem {
                 table: "held events".into(),
                 detail: format!("{}: {}", h.key, m.0),
             })?;
@@ -341,7 +341,7 @@ impl MeterIngest {
     async fn claim(&self, ctx: &Ctx<'_>, slots: &mut [Slot]) -> Result<()> {
         // The dedup port's owner is a (shard, sequence) pair: here the request id, at 0.
         let owner = format!("ingest:{}", ctx.request_id);
-        let zero = SeqNum::parse("0").map_err(ConsumerError::Config)?;
+        let zero = SeqNum::parse("0").map_err(IngestError::Config)?;
         let claims: Vec<(usize, DedupClaim)> = slots
             .iter()
             .enumerate()
@@ -448,12 +448,17 @@ impl MeterIngest {
         Ok(())
     }
 
-    async fn with_retry<T, F, Fut>(&self, op: F) -> Result<T>
+    /// `op` under the store retry policy; its error (this crate's, or the shared dedup
+    /// store's) classified by its own [`Retryable`] and then kept as an [`IngestError`].
+    async fn with_retry<T, E, F, Fut>(&self, op: F) -> Result<T>
     where
+        E: Retryable + Into<IngestError>,
         F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Result<T>>,
+        Fut: std::future::Future<Output = std::result::Result<T, E>>,
     {
-        awsmp_aws::retry(&self.settings.store_retry, op).await
+        awsmp_aws::retry(&self.settings.store_retry, op)
+            .await
+            .map_err(Into::into)
     }
 }
 
@@ -465,7 +470,7 @@ impl Default for IngestSettings {
                 accounts: HashSet::new(),
             },
             max_clock_skew: Duration::seconds(
-                crate::domain::verify::DEFAULT_MAX_CLOCK_SKEW_SECONDS,
+                awsmp_consumer::domain::verify::DEFAULT_MAX_CLOCK_SKEW_SECONDS,
             ),
             dedup_ttl: Duration::hours(48),
             rejected_ttl_days: 400,

@@ -13,7 +13,7 @@ use md5::{Digest, Md5};
 
 use super::mapping::{LicenseGrant, MappingEntry};
 use super::payload::ModuleEvent;
-use crate::domain::verify::Refusal;
+use awsmp_consumer::domain::verify::Refusal;
 
 /// Prefix of the stream event id of an event that came through meter-ingest.
 pub const STREAM_EVENT_ID_PREFIX: &str = "mi:";

@@ -1,8 +1,8 @@
 //! Lambda `meter-ingest`: async invocations from untrusted modules, each through its own alias
 //! (docs/meter-ingest.md). A malformed payload or a store failure is a function error: Lambda
 //! retries, then sends the invocation to the on-failure destination, `errorType` the reason.
-use awsmp_consumer::adapters::ingest::meter_ingest_from_config;
-use awsmp_consumer::ingest::{IngestConfig, Invocation};
+use awsmp_meter_ingest::adapters::dynamodb::meter_ingest_from_config;
+use awsmp_meter_ingest::{IngestConfig, Invocation};
 use lambda_runtime::{Diagnostic, Error, LambdaEvent, service_fn};
 
 #[tokio::main]

@@ -3,7 +3,7 @@
 //! exactly the quantities of the unique records — per group-second — and every row passes the
 //! aggregator's guardrails.
 
-use crate::common;
+use crate::consumer_common as common;
 
 use std::sync::Arc;
 use std::time::Duration;

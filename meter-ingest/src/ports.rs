@@ -1,6 +1,6 @@
 //! The capabilities meter-ingest needs beyond the consumer's dedup store
-//! ([`crate::ports::DedupStore`], reused for its claims): DynamoDB and Kinesis adapters in
-//! [`crate::adapters::ingest`], in-memory twins in [`crate::adapters::ingest_memory`].
+//! (`awsmp_consumer::ports::DedupStore`, reused for its claims): DynamoDB and Kinesis adapters in
+//! [`crate::adapters::dynamodb`], in-memory twins in [`crate::adapters::memory`].
 
 use async_trait::async_trait;
 use awsmp_producer::sink::PutEntry;

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use awsmp_contract::reasons;
 
-use crate::domain::verify::Refusal;
+use awsmp_consumer::domain::verify::Refusal;
 
 /// The version qualifier that names no module: the unpublished code of the function.
 pub const LATEST_QUALIFIER: &str = "$LATEST";

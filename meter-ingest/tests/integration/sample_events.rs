@@ -6,14 +6,14 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use awsmp_consumer::ConsumerError;
-use awsmp_consumer::adapters::ingest_memory::MemoryIngestStores;
-use awsmp_consumer::ingest::identity::Allowlist;
-use awsmp_consumer::ingest::mapping::{LicenseGrant, MappingEntry};
-use awsmp_consumer::ingest::ports::MappingStore;
-use awsmp_consumer::ingest::{IngestReport, IngestSettings, Invocation, MeterIngest, Outcome};
 use awsmp_contract::clock::FixedClock;
 use awsmp_contract::reasons;
+use awsmp_meter_ingest::IngestError;
+use awsmp_meter_ingest::adapters::memory::MemoryIngestStores;
+use awsmp_meter_ingest::identity::Allowlist;
+use awsmp_meter_ingest::mapping::{LicenseGrant, MappingEntry};
+use awsmp_meter_ingest::ports::MappingStore;
+use awsmp_meter_ingest::{IngestReport, IngestSettings, Invocation, MeterIngest, Outcome};
 use chrono::{DateTime, Duration, Utc};
 use serde_json::Value;
 
@@ -158,9 +158,6 @@ async fn the_sample_received_late_is_stale_and_a_broken_one_is_malformed() {
         .handle(&invocation(&alias("module-a"), "req", broken))
         .await
         .unwrap_err();
-    assert!(
-        matches!(err, ConsumerError::MalformedPayload { .. }),
-        "{err}"
-    );
+    assert!(matches!(err, IngestError::MalformedPayload { .. }), "{err}");
     assert_eq!(err.failure_type(), reasons::MALFORMED_PAYLOAD);
 }

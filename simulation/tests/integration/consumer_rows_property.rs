@@ -3,7 +3,7 @@
 //! the consumer writes passes the aggregator's guardrails (`GroupFold`), and every unit is
 //! either in a row or recorded with a reason.
 
-use crate::common;
+use crate::consumer_common as common;
 
 use std::sync::Arc;
 

@@ -1,5 +1,5 @@
-//! In-memory twins of the meter-ingest ports ([`crate::ingest::ports`]), with the semantics of
-//! their DynamoDB adapters in [`super::ingest`] (the same contract tests run on both).
+//! In-memory twins of the meter-ingest ports ([`crate::ports`]), with the semantics of
+//! their DynamoDB adapters in [`super::dynamodb`] (the same contract tests run on both).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::error::Result;
-use crate::ingest::mapping::MappingEntry;
-use crate::ingest::ports::{Disposition, HeldEvent, HeldStore, MappingStore, RateCounter};
+use crate::mapping::MappingEntry;
+use crate::ports::{Disposition, HeldEvent, HeldStore, MappingStore, RateCounter};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A poisoned lock only means a test thread panicked holding plain data.
@@ -121,7 +121,7 @@ pub struct MemoryIngestStores {
     /// The mapping.
     pub mappings: MemoryMappingStore,
     /// Event-id claims.
-    pub dedup: super::memory::MemoryDedupStore,
+    pub dedup: awsmp_consumer::adapters::memory::MemoryDedupStore,
     /// Rate counters.
     pub rates: MemoryRateCounter,
     /// Held and rejected events.
@@ -136,7 +136,7 @@ impl Default for MemoryIngestStores {
     fn default() -> Self {
         Self {
             mappings: MemoryMappingStore::new(),
-            dedup: super::memory::MemoryDedupStore::new(),
+            dedup: awsmp_consumer::adapters::memory::MemoryDedupStore::new(),
             rates: MemoryRateCounter::new(),
             held: MemoryHeldStore::new(),
             stream: awsmp_producer::MemoryRecordSink::new(
@@ -156,15 +156,15 @@ impl MemoryIngestStores {
     /// meter-ingest over these stores (the mapping read directly, uncached) on `clock`.
     pub fn ingest(
         &self,
-        settings: crate::ingest::IngestSettings,
+        settings: crate::IngestSettings,
         clock: Arc<dyn awsmp_contract::clock::Clock>,
-    ) -> crate::ingest::MeterIngest {
-        let stream = super::ingest::RecordSinkStream::new(
+    ) -> crate::MeterIngest {
+        let stream = super::dynamodb::RecordSinkStream::new(
             self.stream.clone(),
             "memory",
             settings.store_retry,
         );
-        crate::ingest::MeterIngest {
+        crate::MeterIngest {
             settings,
             mappings: Arc::new(self.mappings.clone()),
             dedup: Arc::new(self.dedup.clone()),

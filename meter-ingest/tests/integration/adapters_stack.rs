@@ -1,23 +1,20 @@
 //! meter-ingest's DynamoDB adapters and their in-memory twins pass the same contract: the
 //! mapping round-trips an entry, rate counters add up, the held store lists by disposition and
-//! a replay overwrites the same item; the archive reads back what was put, each event once.
+//! a replay overwrites the same item.
 //!
 //! Run: `awsmp-local up && set -a && . .awsmp-local/env && set +a &&
-//! cargo test -p awsmp-consumer --test integration ingest_adapters_stack:: -- --include-ignored`.
+//! cargo test -p awsmp-meter-ingest --test integration adapters_stack:: -- --include-ignored`.
 
 use anyhow::Result;
-use awsmp_consumer::adapters::archive::S3BillingArchive;
-use awsmp_consumer::adapters::ingest::{
+use awsmp_local_stack::local::LocalEnv;
+use awsmp_meter_ingest::adapters::dynamodb::{
     DynamoDbHeldStore, DynamoDbMappingStore, DynamoDbRateCounter,
 };
-use awsmp_consumer::adapters::ingest_memory::{
+use awsmp_meter_ingest::adapters::memory::{
     MemoryHeldStore, MemoryMappingStore, MemoryRateCounter,
 };
-use awsmp_consumer::archive::{ArchivedEvent, BillingArchive, archive_objects};
-use awsmp_consumer::domain::verify::VerifiedEvent;
-use awsmp_consumer::ingest::mapping::{LicenseGrant, MappingEntry};
-use awsmp_consumer::ingest::ports::{Disposition, HeldEvent, HeldStore, MappingStore, RateCounter};
-use awsmp_local_stack::local::LocalEnv;
+use awsmp_meter_ingest::mapping::{LicenseGrant, MappingEntry};
+use awsmp_meter_ingest::ports::{Disposition, HeldEvent, HeldStore, MappingStore, RateCounter};
 use chrono::{TimeZone, Utc};
 
 fn run_id() -> String {
@@ -124,43 +121,4 @@ async fn ingest_stores_behave_like_their_memory_twins() -> Result<()> {
     )
     .await?;
     held_contract(&MemoryHeldStore::new(), &run).await
-}
-
-#[tokio::test]
-#[ignore = "needs the local stack (awsmp-local up); run by scripts/test"]
-async fn the_s3_archive_reads_back_what_was_put_each_event_once() -> Result<()> {
-    let env = LocalEnv::from_process();
-    let archive = S3BillingArchive::new(env.s3().await?, env.get("AWSMP_BILLING_ARCHIVE_BUCKET")?);
-    let run = run_id();
-    let ev = |i: u32| {
-        let v = VerifiedEvent {
-            license_arn: format!("l-{run}"),
-            customer_aws_account_id: "a".into(),
-            dimension: "d".into(),
-            second: 1_796_169_000 + i64::from(i),
-            quantity: 2,
-            allocations: None,
-            event_id: format!("{run}-{i}"),
-            producer_id: None,
-        };
-        ArchivedEvent::new(&v, ("s", &run, &i.to_string(), None), Utc::now())
-    };
-    let batch = [ev(1), ev(2), ev(3)];
-    for o in archive_objects(&batch) {
-        archive.put(&o).await?;
-        archive.put(&o).await?; // a replay: same key, same content
-    }
-    // A retried part of the batch under another key.
-    for o in archive_objects(&batch[1..]) {
-        archive.put(&o).await?;
-    }
-    let mine: Vec<_> = archive
-        .read_all()
-        .await?
-        .into_iter()
-        .filter(|e| e.shard_id == run)
-        .collect();
-    assert_eq!(mine.len(), 3, "{mine:?}");
-    assert_eq!(mine.iter().map(|e| e.quantity).sum::<u64>(), 6);
-    Ok(())
 }
