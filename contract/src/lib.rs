@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod reasons;
 pub mod retry;
 pub mod row;
+pub mod stages;
 pub mod status;
 pub mod stream;
 pub mod subscribers;

@@ -10,10 +10,10 @@ rule listens to a stage-scoped source of the seller's test tooling instead: neve
 from __future__ import annotations
 
 from . import alarms as al
-from . import params
+from . import params, stages
 from .base import EVENTS_PREFIX, dlq_logical_id, entries, equals, get_att, if_, queues, ref, sub, table
 from .dashboards import body, dashboard, lambda_health, queue_health
-from .functions import Function, resources, schedule, sqs_consume, sqs_send, statement
+from .functions import resources
 
 AGREEMENT_SOURCE = "aws.agreement-marketplace"
 # Both role suffixes: the seller is the manufacturer, and may be the proposer of a private offer.
@@ -28,7 +28,6 @@ DETAIL_TYPES = [
     )
     for role in ("Manufacturer", "Proposer")
 ]
-DEPROVISIONING_INDEX = "deprovisioning-pending-index"
 # The events stack is shared by a stage's products: its functions' EMF namespace has no product.
 METRICS_NAMESPACE = "awsmp/${StageName}"
 
@@ -44,37 +43,14 @@ def parameters() -> dict:
     return p
 
 
-def functions() -> list[Function]:
-    subscribers = get_att("SubscribersTable", "Arn")
-    index = lambda name: sub(f"${{SubscribersTable.Arn}}/index/{name}")  # noqa: E731
-    return [
-        Function(
-            "Subscription", "subscription", "lifecycle",
-            "Applies AWS Marketplace agreement and license events to the subscribers table.",
-            {
-                "AWSMP_SUBSCRIBERS_TABLE": ref("SubscribersTable"),
-                "AWSMP_SUBSCRIPTION_DLQ_URL": ref(dlq_logical_id("SubscriptionEventsQueue")),
-                "AWSMP_METRICS_NAMESPACE": sub(METRICS_NAMESPACE),
-            },
-            # lifecycle/src/adapters/dynamodb/subscribers.rs: every change is an UpdateItem, an
-            # amendment reads the row back (GetItem), an agreement-level event finds its licenses
-            # on agreementId-index; a malformed event goes to the DLQ (lifecycle/src/adapters/sqs.rs).
-            [
-                statement(["dynamodb:GetItem", "dynamodb:UpdateItem"], [subscribers]),
-                statement(["dynamodb:Query"], [index("agreementId-index")]),
-                sqs_consume("SubscriptionEventsQueue"),
-                sqs_send(dlq_logical_id("SubscriptionEventsQueue")),
-            ],
-            memory=256, timeout=10,
-        ),
-        Function(
-            "DeprovisionCleanup", "deprovision-cleanup", "lifecycle",
-            "Finalizes deprovisioning licenses to inactive once their flush window has elapsed.",
-            {"AWSMP_SUBSCRIBERS_TABLE": ref("SubscribersTable"), "AWSMP_METRICS_NAMESPACE": sub(METRICS_NAMESPACE)},
-            [statement(["dynamodb:Query"], [index(DEPROVISIONING_INDEX)]), statement(["dynamodb:UpdateItem"], [subscribers])],
-            memory=256, timeout=60, reserved=1,
-        ),
-    ]
+def environment(stage: dict) -> dict:
+    """The value of every variable an events-stack function may get (infra/stages.json names
+    which it gets): what lifecycle/src/config.rs reads."""
+    return {
+        "AWSMP_SUBSCRIBERS_TABLE": ref("SubscribersTable"),
+        "AWSMP_SUBSCRIPTION_DLQ_URL": ref(dlq_logical_id("SubscriptionEventsQueue")),
+        "AWSMP_METRICS_NAMESPACE": sub(METRICS_NAMESPACE),
+    }
 
 
 def event_wiring() -> dict:
@@ -107,30 +83,14 @@ def event_wiring() -> dict:
                 },
             },
         },
-        "SubscriptionMapping": {
-            "Type": "AWS::Lambda::EventSourceMapping",
-            "Properties": {
-                "EventSourceArn": get_att("SubscriptionEventsQueue", "Arn"),
-                "FunctionName": ref("SubscriptionFunction"),
-                "BatchSize": 10,
-                "FunctionResponseTypes": ["ReportBatchItemFailures"],
-                "ScalingConfig": {"MaximumConcurrency": 2},
-            },
-        },
-        **schedule(
-            "DeprovisionCleanupRule", "rate(15 minutes)", "awsmp deprovision-cleanup",
-            [("deprovision-cleanup", "DeprovisionCleanupFunction", None)],
-        ),
     }
 
 
 def alarm_resources() -> dict:
+    """The stack's own alarms (each function's are in infra/stages.json)."""
     return {
-        "SubscriptionErrorsAlarm": al.errors("SubscriptionFunction", "The subscription function"),
         "SubscriptionDlqAlarm": al.dlq_depth(dlq_logical_id("SubscriptionEventsQueue"), "the subscription-events DLQ"),
         "SubscriptionQueueAgeAlarm": al.oldest_message("SubscriptionEventsQueue", "the subscription-events queue", 900),
-        "DeprovisionCleanupErrorsAlarm": al.errors("DeprovisionCleanupFunction", "Deprovision cleanup"),
-        "DeprovisionCleanupDidNotRunAlarm": al.did_not_run("DeprovisionCleanupFunction", "Deprovision cleanup (sole finalizer of deprovisioning)", 60),
     }
 
 
@@ -140,11 +100,14 @@ def build(resources_json: dict) -> dict:
         res[e["logicalId"]] = table(e)
     for e in entries(resources_json, "queues", "events"):
         res.update(queues(e))
-    for fn in functions():
-        res.update(resources(fn, "events"))
+    own = stages.of_stack("events")
+    for stage in own:
+        res.update(resources(stages.function(stage, environment), "events"))
+    res.update(stages.triggers(own))
     res.update(event_wiring())
+    res.update(stages.alarm_resources(own))
     res.update(alarm_resources())
-    widgets = lambda_health([("subscription", "SubscriptionFunction"), ("deprovision-cleanup", "DeprovisionCleanupFunction")]) + queue_health(
+    widgets = lambda_health(stages.health(own)) + queue_health(
         [("subscription-events", "SubscriptionEventsQueue"), ("subscription-events DLQ", dlq_logical_id("SubscriptionEventsQueue"))]
     )
     res["EventsDashboard"] = dashboard(EVENTS_PREFIX + "-events", body(widgets), "CreateDashboardCondition")

@@ -10,7 +10,7 @@ their deterministic names (`awsmp-<stage>-<product>-usage`), so neither stack im
 from __future__ import annotations
 
 from . import alarms as al
-from . import params
+from . import params, stages
 from .base import (
     PRODUCT_PREFIX,
     if_,
@@ -25,10 +25,9 @@ from .base import (
     stream,
     sub,
     table,
-    table_arn,
 )
 from .dashboards import body, dashboard, insights_widget, lambda_health, metric_widget, submitter_throughput
-from .functions import Function, kinesis_consume, resources, schedule, sqs_send, statement
+from .functions import resources
 
 
 def _num(default: int, lo: int, hi: int, description: str) -> dict:
@@ -84,12 +83,11 @@ def conditions() -> dict:
     }
 
 
-def main_table_arn(local: str) -> dict:
-    return table_arn(local, "main")
-
-
-def functions() -> list[Function]:
-    consumer_env = {
+def environment(stage: dict) -> dict:
+    """The value of every variable an ingest-stack function may get (infra/stages.json names
+    which it gets): what consumer/src/config.rs, meter-ingest/src/config.rs and the
+    heartbeat read. The main stack's usage tables by their deterministic names."""
+    return {
         "AWSMP_USAGE_TABLE": sub(physical_name("awsmp-usage", "main")),
         "AWSMP_AGGREGATED_USAGE_TABLE": sub(physical_name("awsmp-aggregated-usage", "main")),
         "AWSMP_DEDUP_TABLE": ref("DedupTable"),
@@ -105,150 +103,17 @@ def functions() -> list[Function]:
         "AWSMP_CONSUMER_CONCURRENCY": ref("ConsumerConcurrency"),
         "AWSMP_BILLING_ARCHIVE_BUCKET": ref("BillingArchiveBucket"),
         "AWSMP_METRICS_NAMESPACE": sub(al.NAMESPACE),
-    }
-    ddb = lambda actions, res: statement([f"dynamodb:{a}" for a in actions], res)  # noqa: E731
-    return [
-        Function(
-            "KinesisConsumer", "kinesis-consumer", "consumer",
-            "Folds usage events from the stream into per-second usage rows.",
-            consumer_env,
-            [
-                kinesis_consume("UsageStream"),
-                ddb(["GetItem", "UpdateItem"], [main_table_arn("awsmp-usage")]),
-                ddb(["BatchGetItem"], [main_table_arn("awsmp-aggregated-usage")]),
-                ddb(["GetItem", "PutItem"], [get_att("DedupTable", "Arn")]),
-                ddb(["PutItem"], [get_att("RejectedEventsTable", "Arn")]),
-                ddb(["UpdateItem"], [get_att("IngestWatermarkTable", "Arn")]),
-                # The seven-year archive of every accepted event (consumer/src/adapters/archive.rs).
-                statement(["s3:PutObject"], [sub("${BillingArchiveBucket.Arn}/*")]),
-                sqs_send("ConsumerFailureQueue"),
-            ],
-            memory=1024, timeout=60,
-        ),
-        Function(
-            "StreamHeartbeat", "stream-heartbeat", "consumer",
-            "Puts one marker record into each open shard every minute so idle shards' watermarks advance; registers new shards and retires drained parents.",
-            {"AWSMP_USAGE_STREAM": ref("UsageStream"), "AWSMP_INGEST_WATERMARK_TABLE": ref("IngestWatermarkTable")},
-            [
-                statement(["kinesis:ListShards", "kinesis:PutRecord"], [get_att("UsageStream", "Arn")]),
-                # Registers shards without a watermark and marks drained parents: its stream's
-                # partition (consumer/src/heartbeat.rs).
-                ddb(["Query", "UpdateItem"], [get_att("IngestWatermarkTable", "Arn")]),
-            ],
-            memory=128, timeout=30, reserved=1,
-        ),
-        Function(
-            "MeterIngest", "meter-ingest", "meter-ingest",
-            "Accepts metering calls by async invoke from untrusted modules, checks them against their alias's mapping entry, deduplicates and puts them on the usage stream.",
-            {
-                "AWSMP_INGEST_MAPPING_TABLE": ref("IngestMappingTable"),
-                "AWSMP_DEDUP_TABLE": ref("DedupTable"),
-                "AWSMP_USAGE_STREAM": ref("UsageStream"),
-                "AWSMP_INGEST_HELD_TABLE": ref("IngestHeldTable"),
-                "AWSMP_ENVIRONMENT": ref("StageName"),
-                "AWSMP_ALLOWED_ACCOUNTS": if_("MeterIngestOwnAccountOnly", ref("AWS::AccountId"), ref("MeterIngestAllowedAccounts")),
-                "AWSMP_MAX_CLOCK_SKEW_SECONDS": ref("MaxClockSkewSeconds"),
-                "AWSMP_DEDUP_TTL_HOURS": ref("DedupTtlHours"),
-                "AWSMP_INGEST_MAPPING_CACHE_SECONDS": ref("MeterIngestMappingCacheSeconds"),
-                "AWSMP_REJECTED_EVENTS_TTL_DAYS": ref("RejectedEventsTtlDays"),
-                "AWSMP_CONSUMER_CONCURRENCY": ref("ConsumerConcurrency"),
-                "AWSMP_METRICS_NAMESPACE": sub(al.NAMESPACE),
-            },
-            # meter-ingest/src/adapters/dynamodb.rs (meter_ingest_from_config): the mapping entry is a
-            # GetItem; event-id claims a conditional PutItem and rate counters an UpdateItem on
-            # the dedup table; held and rejected events a PutItem; accepted events PutRecords.
-            # Lambda sends a failed invocation to the on-failure queue with this role.
-            [
-                ddb(["GetItem"], [get_att("IngestMappingTable", "Arn")]),
-                ddb(["PutItem", "UpdateItem"], [get_att("DedupTable", "Arn")]),
-                ddb(["PutItem"], [get_att("IngestHeldTable", "Arn")]),
-                statement(["kinesis:PutRecords"], [get_att("UsageStream", "Arn")]),
-                sqs_send("MeterIngestFailureQueue"),
-            ],
-            memory=512, timeout=30,
-        ),
-    ]
-
-
-def wiring() -> dict:
-    return {
-        "KinesisConsumerMapping": {
-            "Type": "AWS::Lambda::EventSourceMapping",
-            "Properties": {
-                "EventSourceArn": get_att("UsageStream", "Arn"),
-                "FunctionName": ref("KinesisConsumerFunction"),
-                "StartingPosition": "TRIM_HORIZON",
-                "BatchSize": ref("ConsumerBatchSize"),
-                "MaximumBatchingWindowInSeconds": ref("ConsumerBatchWindowSeconds"),
-                "ParallelizationFactor": ref("ConsumerParallelizationFactor"),
-                "MaximumRetryAttempts": ref("ConsumerMaximumRetryAttempts"),
-                "MaximumRecordAgeInSeconds": -1,
-                "BisectBatchOnFunctionError": True,
-                "FunctionResponseTypes": ["ReportBatchItemFailures"],
-                "DestinationConfig": {"OnFailure": {"Destination": get_att("ConsumerFailureQueue", "Arn")}},
-            },
-        },
-        "MeterIngestInvokeConfig": {
-            "Type": "AWS::Lambda::EventInvokeConfig",
-            "Properties": {
-                "FunctionName": ref("MeterIngestFunction"),
-                "Qualifier": "$LATEST",
-                "MaximumRetryAttempts": 2,
-                "DestinationConfig": {"OnFailure": {"Destination": get_att("MeterIngestFailureQueue", "Arn")}},
-            },
-        },
-        **module_aliases(),
-        **schedule("StreamHeartbeatRule", "rate(1 minute)", "awsmp stream heartbeat",
-                   [("stream-heartbeat", "StreamHeartbeatFunction", None)]),
-    }
-
-
-def alias_arn() -> dict:
-    return {"Fn::GetAtt": [sub("MeterIngestAlias${Module}"), "AliasArn"]}
-
-
-def module_aliases() -> dict:
-    """One alias of meter-ingest per module (`Fn::ForEach`, AWS::LanguageExtensions): a module
-    invokes its own alias, and the handler attributes usage by the invoked, qualified ARN, never
-    by the payload (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/intrinsic-function-reference-foreach.html).
-    Each alias has the same on-failure destination as the function."""
-    return {
-        "Fn::ForEach::MeterIngestModuleAliases": [
-            "Module",
-            ref("MeterIngestModules"),
-            {
-                "MeterIngestAlias${Module}": {
-                    "Type": "AWS::Lambda::Alias",
-                    "Properties": {"FunctionName": ref("MeterIngestFunction"), "FunctionVersion": "$LATEST", "Name": ref("Module")},
-                },
-                # What the module's own role attaches: invoke its alias, nothing else.
-                "MeterIngestInvokePolicy${Module}": {
-                    "Type": "AWS::IAM::ManagedPolicy",
-                    "Properties": {
-                        "Description": sub("Invoke the awsmp meter-ingest alias of module ${Module}, only it"),
-                        "PolicyDocument": {
-                            "Version": "2012-10-17",
-                            "Statement": [statement(["lambda:InvokeFunction"], [alias_arn()])],
-                        },
-                    },
-                },
-                "MeterIngestInvokeConfig${Module}": {
-                    "Type": "AWS::Lambda::EventInvokeConfig",
-                    "Properties": {
-                        "FunctionName": ref("MeterIngestFunction"),
-                        # The alias name out of its ARN (…:function:<name>:<alias>): the config
-                        # then waits for the alias.
-                        "Qualifier": {"Fn::Select": [7, {"Fn::Split": [":", alias_arn()]}]},
-                        "MaximumRetryAttempts": 2,
-                        "DestinationConfig": {"OnFailure": {"Destination": get_att("MeterIngestFailureQueue", "Arn")}},
-                    },
-                },
-            },
-        ]
+        "AWSMP_USAGE_STREAM": ref("UsageStream"),
+        "AWSMP_INGEST_MAPPING_TABLE": ref("IngestMappingTable"),
+        "AWSMP_INGEST_HELD_TABLE": ref("IngestHeldTable"),
+        "AWSMP_ENVIRONMENT": ref("StageName"),
+        "AWSMP_ALLOWED_ACCOUNTS": if_("MeterIngestOwnAccountOnly", ref("AWS::AccountId"), ref("MeterIngestAllowedAccounts")),
+        "AWSMP_INGEST_MAPPING_CACHE_SECONDS": ref("MeterIngestMappingCacheSeconds"),
     }
 
 
 def alarm_resources() -> dict:
+    """The stack's own alarms (each function's are in infra/stages.json)."""
     # IteratorAge is in milliseconds: alarm at half the lock, while the lock still holds.
     iterator_age = {
         "Type": "AWS::CloudWatch::Alarm",
@@ -288,7 +153,6 @@ def alarm_resources() -> dict:
         al.sqs_metric(q, "ApproximateNumberOfMessagesVisible"), 1, statistic="Maximum")
     return {
         "ConsumerIteratorAgeAlarm": iterator_age,
-        "ConsumerErrorsAlarm": al.errors("KinesisConsumerFunction", "The consumer"),
         "EventRejectedAlarm": al.business("EventRejected", "kinesis-consumer", "The consumer refused or could not write events (rejected-events table holds them)."),
         "DedupThrottlesAlarm": throttles,
         "IngestLateUsageAlarm": al.query_alarm("Usage reached the consumer after its group-hour was aggregated.", al.insights("LateUsage", "Service = 'kinesis-consumer'")),
@@ -296,10 +160,7 @@ def alarm_resources() -> dict:
                                          al.emf_metric("ClientClockSkew", "kinesis-consumer"), ref("MaxClockSkewSeconds"), statistic="Maximum"),
         "IngestWatermarkStalledAlarm": al.business("IngestWatermarkStalled", "discoverer", "The lowest shard watermark stalled: metering is held back."),
         "ConsumerFailureQueueAlarm": depth("ConsumerFailureQueue", "the consumer's on-failure queue"),
-        "MeterIngestErrorsAlarm": al.errors("MeterIngestFunction", "meter-ingest"),
         "MeterIngestFailureQueueAlarm": depth("MeterIngestFailureQueue", "the meter-ingest on-failure queue"),
-        "StreamHeartbeatErrorsAlarm": al.errors("StreamHeartbeatFunction", "The stream heartbeat"),
-        "StreamHeartbeatDidNotRunAlarm": al.did_not_run("StreamHeartbeatFunction", "The stream heartbeat", 10),
     }
 
 
@@ -321,7 +182,7 @@ def throughput_dashboard() -> dict:
         insights_widget("Dedup hits by kind", "DedupHit", "DedupKind", f"Service = '{svc}'"),
         metric_widget("Client clock skew (s)", [[ns, "ClientClockSkew", "Service", svc]], stat="Maximum", period=60),
         submitter_throughput(share=False),
-        *lambda_health([("kinesis-consumer", "KinesisConsumerFunction"), ("meter-ingest", "MeterIngestFunction"), ("stream-heartbeat", "StreamHeartbeatFunction")]),
+        *lambda_health(stages.health(stages.of_stack("ingest"))),
     ]
     return dashboard(PRODUCT_PREFIX + "-ingest-throughput", body(widgets), "CreateDashboardCondition")
 
@@ -336,9 +197,11 @@ def build(resources_json: dict) -> dict:
         res[e["logicalId"]] = stream(e)
     for e in entries(resources_json, "buckets", "ingest"):
         res[e["logicalId"]] = bucket(e)
-    for fn in functions():
-        res.update(resources(fn, "ingest"))
-    res.update(wiring())
+    own = stages.of_stack("ingest")
+    for stage in own:
+        res.update(resources(stages.function(stage, environment), "ingest"))
+    res.update(stages.triggers(own))
+    res.update(stages.alarm_resources(own))
     res.update(alarm_resources())
     res["IngestThroughputDashboard"] = throughput_dashboard()
     return {
@@ -358,7 +221,7 @@ def build(resources_json: dict) -> dict:
                 "Module",
                 ref("MeterIngestModules"),
                 {
-                    "MeterIngestAliasArn${Module}": {"Description": "The ARN this module invokes.", "Value": alias_arn()},
+                    "MeterIngestAliasArn${Module}": {"Description": "The ARN this module invokes.", "Value": stages.alias_arn("meter-ingest")},
                     "MeterIngestInvokePolicyArn${Module}": {"Description": "The policy this module's role attaches.", "Value": {"Fn::GetAtt": [sub("MeterIngestInvokePolicy${Module}"), "PolicyArn"]}},
                 },
             ],

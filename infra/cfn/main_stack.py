@@ -10,7 +10,7 @@ to only by resources under the same condition or inside an `Fn::If` on it
 from __future__ import annotations
 
 from . import alarms as al
-from . import params
+from . import params, stages
 from .api import registration_api
 from .base import (
     NO_VALUE,
@@ -18,23 +18,18 @@ from .base import (
     dlq_logical_id,
     entries,
     equals,
-    get_att,
     if_,
     not_,
-    own_index_arn,
     physical_name,
     queues,
     ref,
     sub,
     table,
-    table_arn,
 )
 from .dashboards import body, business_widget, dashboard, insights_widget, lambda_health, queue_health, submitter_throughput
-from .functions import Function, resources, schedule, sqs_consume, sqs_send, statement
+from .functions import resources
 
 FULL = "IsFull"
-METERING_PENDING = "metering_pending"
-DEPROVISIONING_INDEX = "deprovisioning-pending-index"
 
 
 def parameters() -> dict:
@@ -122,10 +117,11 @@ def subscribers_arn(index: str | None = None) -> dict:
     return sub(arn + (f"/index/{index}" if index else ""))
 
 
-def pipeline_env(gated: bool = False) -> dict:
-    """What pipeline/src/config.rs reads; the full-mode names only in full mode (`gated`: the
-    function itself exists only in full mode)."""
-    full = (lambda value: value) if gated else (lambda value: if_(FULL, value, NO_VALUE))  # noqa: E731
+def environment(stage: dict) -> dict:
+    """The value of every variable a main-stack function may get (infra/stages.json names which
+    it gets): what pipeline/src/config.rs and lifecycle/src/config.rs read. The full-mode names
+    are set only in full mode, unless the function itself exists only in full mode."""
+    full = (lambda value: value) if stage.get("condition") == FULL else (lambda value: if_(FULL, value, NO_VALUE))  # noqa: E731
     return {
         "AWSMP_PRODUCT_CODE": ref("ProductCode"),
         "AWSMP_DEPLOYMENT_MODE": ref("DeploymentMode"),
@@ -148,135 +144,18 @@ def pipeline_env(gated: bool = False) -> dict:
         "AWSMP_SUBMITTER_CALLS_PER_SECOND": ref("SubmitterCallsPerSecond"),
         "AWSMP_SUBMITTER_MAX_RECORDS_PER_RUN": ref("SubmitterMaxRecordsPerRun"),
         "AWSMP_SUBMITTER_TIME_BUDGET_SECS": "240",
-    }
-
-
-def usage(*actions: str) -> dict:
-    return statement([f"dynamodb:{a}" for a in actions], [get_att("UsageTable", "Arn")])
-
-
-def aggregated(*actions: str) -> dict:
-    return statement([f"dynamodb:{a}" for a in actions], [get_att("AggregatedUsageTable", "Arn")])
-
-
-def pending_index(table_id: str) -> dict:
-    return statement(["dynamodb:Query"], [own_index_arn(table_id, METERING_PENDING)])
-
-
-def deprovisioning_index() -> dict:
-    return statement(["dynamodb:Query"], [subscribers_arn(DEPROVISIONING_INDEX)])
-
-
-def watermark_query() -> dict:
-    """The discoverer's fence reads its stream's partition of the ingest-watermark table (hash
-    key `stream`, aws/src/watermark.rs): a `Query`, never a `Scan`."""
-    arn = table_arn("awsmp-ingest-watermarks", "ingest")
-    return if_("UseWatermark", statement(["dynamodb:Query"], [arn]), NO_VALUE)
-
-
-def discoverer_env() -> dict:
-    """The pipeline's environment plus the usage stream whose shards the fence waits for."""
-    stream = if_("UseWatermark", sub(physical_name("awsmp-usage-events", "ingest")), NO_VALUE)
-    return {**pipeline_env(gated=True), "AWSMP_USAGE_STREAM": stream}
-
-
-# The discoverer's constant schedule inputs (23 meter offsets, 7 age-out shards) and its flush.
-DISCOVERER_INPUTS = [{"mode": "meter", "hourOffset": h} for h in range(1, 24)] + [{"mode": "ageout", "shard": s} for s in range(7)]
-FLUSH_INPUT = {"mode": "flush-deprovisioning"}
-# Rules on rate() schedules each keep their own phase, so all of the discoverer's targets can fire
-# in the same minute: it reserves one execution per target, so none is throttled into a late retry.
-DISCOVERER_RESERVED = len(DISCOVERER_INPUTS) + 1
-
-
-def functions() -> list[Function]:
-    env, full_env = pipeline_env(), pipeline_env(gated=True)
-    return [
-        Function("Discoverer", "discoverer", "pipeline", "Enqueues pending groups per hour bucket; ages out; flushes deprovisioning licenses.",
-                 discoverer_env(), [pending_index("UsageTable"), usage("GetItem", "UpdateItem"), sqs_send("WorkQueue", "DeprovisionWorkQueue"), deprovisioning_index(), watermark_query()],
-                 memory=512, timeout=300, reserved=DISCOVERER_RESERVED, condition=FULL),
-        Function("Aggregator", "aggregator", "pipeline", "Folds one group, validates it, commits the aggregated record, enqueues cleanup.",
-                 full_env, [usage("GetItem", "Query", "UpdateItem"), aggregated("GetItem", "PutItem"), sqs_consume("WorkQueue"), sqs_consume("DeprovisionWorkQueue"), sqs_send("CleanupQueue")],
-                 memory=512, timeout=20, condition=FULL),
-        Function("Cleanup", "cleanup", "pipeline", "Stamps the raw rows of an aggregated group and clears their pending marker.",
-                 full_env, [usage("GetItem", "UpdateItem"), sqs_consume("CleanupQueue")], memory=256, timeout=20, condition=FULL),
-        Function("Submitter", "submitter", "pipeline", "Submits pending aggregated records with BatchMeterUsage and writes the results back.",
-                 env, [pending_index("AggregatedUsageTable"), aggregated("GetItem", "UpdateItem"), deprovisioning_index(),
-                       statement(["aws-marketplace:BatchMeterUsage"], ["*"])],
-                 memory=512, timeout=300, reserved=1),
-        Function("Expiry", "expiry", "pipeline", "Marks aggregated records that can no longer be billed.",
-                 env, [pending_index("AggregatedUsageTable"), aggregated("UpdateItem")], memory=256, timeout=300, reserved=1),
-        Function("Register", "register", "lifecycle", "Buyer registration: ResolveCustomer, in-region profile, PII-free subscriber upsert.",
-                 {
-                     "AWSMP_CUSTOMER_PROFILE_TABLE": ref("CustomerProfileTable"),
-                     "AWSMP_SUBSCRIBERS_TABLE": subscribers_arn(),
-                     "AWSMP_SUBSCRIBERS_REGION": ref("EventsRegion"),
-                     "AWSMP_PRODUCT_CODE": ref("ProductCode"),
-                     "AWSMP_RESOLVE_CUSTOMER_REGION": ref("ResolveCustomerRegion"),
-                     "AWSMP_METRICS_NAMESPACE": sub(al.NAMESPACE),
-                 },
-                 # lifecycle/src/adapters/dynamodb/{profiles,subscribers}.rs: the profile and the
-                 # registration stamp are each one UpdateItem (an upsert).
-                 [statement(["dynamodb:UpdateItem"], [get_att("CustomerProfileTable", "Arn")]),
-                  statement(["dynamodb:UpdateItem"], [subscribers_arn()]),
-                  statement(["aws-marketplace:ResolveCustomer"], ["*"])],
-                 memory=256, timeout=10),
-    ]
-
-
-def meter_rules() -> dict:
-    """6 rules × 5 constant-input targets: 23 meter offsets and 7 age-out shards, every
-    15 minutes; the slice comes from the input, never the clock (docs/architecture.md)."""
-    inputs = DISCOVERER_INPUTS
-    out = {}
-    for rule in range(6):
-        chunk = inputs[rule * 5 : rule * 5 + 5]
-        targets = [
-            (f"{p['mode']}-{p.get('hourOffset', p.get('shard'))}", "DiscovererFunction", p) for p in chunk
-        ]
-        out.update(schedule(f"MeterDispatch{rule + 1}Rule", "rate(15 minutes)", f"awsmp discoverer targets {rule * 5 + 1}-{rule * 5 + len(chunk)}", targets, FULL))
-    out.update(schedule("FlushDeprovisioningRule", "rate(5 minutes)", "awsmp discoverer flush-deprovisioning",
-                        [("flush-deprovisioning", "DiscovererFunction", FLUSH_INPUT)], FULL))
-    out.update(schedule("SubmitDispatchRule", "rate(5 minutes)", "awsmp submitter and submission expiry",
-                        [("submitter", "SubmitterFunction", None), ("expiry", "ExpiryFunction", None)]))
-    return out
-
-
-def mappings() -> dict:
-    """SQS event sources: per-message failures (`ReportBatchItemFailures`); the cleanup
-    mapping's concurrency times the cleanup pool stays under one partition's ~1,000 writes/s
-    (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/bp-partition-key-design.html)."""
-    def esm(queue_id: str, function_id: str, concurrency: int) -> dict:
-        return {
-            "Type": "AWS::Lambda::EventSourceMapping",
-            "Condition": FULL,
-            "Properties": {
-                "EventSourceArn": get_att(queue_id, "Arn"),
-                "FunctionName": ref(function_id),
-                "BatchSize": 10,
-                "FunctionResponseTypes": ["ReportBatchItemFailures"],
-                "ScalingConfig": {"MaximumConcurrency": concurrency},
-            },
-        }
-
-    return {
-        "AggregatorWorkMapping": esm("WorkQueue", "AggregatorFunction", 50),
-        "AggregatorDeprovisionWorkMapping": esm("DeprovisionWorkQueue", "AggregatorFunction", 10),
-        "CleanupMapping": esm("CleanupQueue", "CleanupFunction", 10),
+        # The discoverer's fence: the usage stream whose shards it waits for.
+        "AWSMP_USAGE_STREAM": if_("UseWatermark", sub(physical_name("awsmp-usage-events", "ingest")), NO_VALUE),
+        "AWSMP_CUSTOMER_PROFILE_TABLE": ref("CustomerProfileTable"),
+        "AWSMP_SUBSCRIBERS_REGION": ref("EventsRegion"),
+        "AWSMP_RESOLVE_CUSTOMER_REGION": ref("ResolveCustomerRegion"),
     }
 
 
 def alarm_resources() -> dict:
+    """The stack's own alarms (each function's are in infra/stages.json)."""
     f = FULL
     return {
-        "DiscovererErrorsAlarm": al.errors("DiscovererFunction", "The discoverer", f),
-        "AggregatorErrorsAlarm": al.errors("AggregatorFunction", "The aggregator", f),
-        "SubmitterErrorsAlarm": al.errors("SubmitterFunction", "The submitter"),
-        "ExpiryErrorsAlarm": al.errors("ExpiryFunction", "Submission expiry"),
-        "RegisterErrorsAlarm": al.errors("RegisterFunction", "The register function"),
-        "SubmitterThrottlesAlarm": al.throttles("SubmitterFunction", "The submitter"),
-        "AggregatorThrottlesAlarm": al.throttles("AggregatorFunction", "The aggregator", f),
-        "SubmitterDidNotRunAlarm": al.did_not_run("SubmitterFunction", "The submitter", 30),
-        "DiscovererDidNotRunAlarm": al.did_not_run("DiscovererFunction", "The discoverer (sole enqueuer and age-out path)", 30, f),
         "WorkDlqAlarm": al.dlq_depth(dlq_logical_id("WorkQueue"), "the work DLQ", f),
         "DeprovisionWorkDlqAlarm": al.dlq_depth(dlq_logical_id("DeprovisionWorkQueue"), "the deprovision-work DLQ", f),
         "CleanupDlqAlarm": al.dlq_depth(dlq_logical_id("CleanupQueue"), "the cleanup DLQ", f),
@@ -303,9 +182,8 @@ def alarm_resources() -> dict:
 
 
 def dashboard_resources() -> dict:
-    fns_full = [("discoverer", "DiscovererFunction"), ("aggregator", "AggregatorFunction"), ("cleanup", "CleanupFunction"),
-                ("submitter", "SubmitterFunction"), ("expiry", "ExpiryFunction"), ("register", "RegisterFunction")]
-    fns_direct = [f for f in fns_full if f[0] in {"submitter", "expiry", "register"}]
+    fns_full = stages.health(stages.of_stack("main"))
+    fns_direct = stages.health([s for s in stages.of_stack("main") if s.get("condition") != FULL])
     work = [("work", "WorkQueue"), ("deprovision-work", "DeprovisionWorkQueue"), ("cleanup", "CleanupQueue")]
     qs = work + [(f"{q} DLQ", dlq_logical_id(qid)) for q, qid in work]
     submission = [
@@ -342,11 +220,12 @@ def build(resources_json: dict) -> dict:
             res[e["logicalId"]] = table(e)
     for e in entries(resources_json, "queues", "main"):
         res.update(queues(e, condition=FULL))
-    for fn in functions():
-        res.update(resources(fn, "main"))
-    res.update(meter_rules())
-    res.update(mappings())
+    own = stages.of_stack("main")
+    for stage in own:
+        res.update(resources(stages.function(stage, environment), "main"))
+    res.update(stages.triggers(own))
     res.update(registration_api())
+    res.update(stages.alarm_resources(own))
     res.update(alarm_resources())
     res.update(dashboard_resources())
     return {

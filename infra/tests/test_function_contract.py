@@ -16,26 +16,23 @@ function's resources; this one proves none is missing and none is spare).
 from __future__ import annotations
 
 import copy
+import json
 import re
 
 import pytest
 
-from stack_templates import ROOT, functions, load, sub_text
+from stack_templates import INFRA, ROOT, functions, load, sub_text
 from test_least_privilege import as_list, statements
 
 LITERAL = re.compile(r'"(AWSMP_[A-Z0-9_]+)"')
 CONST = re.compile(r'(?:pub\s+)?const\s+([A-Z0-9_]+)\s*:\s*&str\s*=\s*"([A-Z0-9_]+)"\s*;')
 TOP_FN = re.compile(r"^(?:pub(?:\([a-z]+\))?\s+)?fn\s+([a-z0-9_]+)", re.M)
 
-# Binary → (config source, the `impl` block its binary uses or None for the whole file).
+# Binary → (config source, the `impl` block its binary uses or None for the whole file): each
+# stage's `config` in infra/stages.json.
 ENV_SOURCES = {
-    **{b: ("pipeline/src/config.rs", None) for b in ("discoverer", "aggregator", "cleanup", "submitter", "expiry")},
-    "kinesis-consumer": ("consumer/src/config.rs", None),
-    "stream-heartbeat": ("consumer/src/bin/stream-heartbeat.rs", None),
-    "meter-ingest": ("meter-ingest/src/config.rs", None),
-    "subscription": ("lifecycle/src/config.rs", "impl EventsConfig"),
-    "deprovision-cleanup": ("lifecycle/src/config.rs", "impl EventsConfig"),
-    "register": ("lifecycle/src/config.rs", "impl RegisterConfig"),
+    s["name"]: (s["config"]["source"], f"impl {s['config']['impl']}" if "impl" in s["config"] else None)
+    for s in json.loads((INFRA / "stages.json").read_text(encoding="utf-8"))["stages"]
 }
 
 # (binary, optional name of its shared configuration it does not set): the reason.

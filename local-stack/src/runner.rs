@@ -252,7 +252,7 @@ impl Runner {
         let mut lines = self.metrics.lines();
         let mut taken = self.hosted_lines.lock().expect("lines");
         if let Some(h) = &self.hosted {
-            taken.extend(h.take_stdout(&crate::local::hosted::VIRTUAL_CLOCK));
+            taken.extend(h.take_stdout(&crate::local::hosted::virtual_clock()));
         }
         lines.extend(taken.iter().cloned());
         lines

@@ -468,7 +468,7 @@ impl World {
     /// One attempt of `inv`. True when it succeeded.
     async fn attempt_ingest(&self, inv: &Invocation, attempt: u32) -> bool {
         self.faults
-            .begin(crate::timeout::of(crate::timeout::METER_INGEST));
+            .begin(crate::stages::Step::MeterIngest.timeout());
         let out = self.ingest.handler.handle(inv).await;
         let crashed = self.faults.end();
         match out {

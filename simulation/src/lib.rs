@@ -8,16 +8,17 @@ pub mod faults;
 pub mod ingest;
 pub mod invariants;
 pub mod lifecycle;
+pub mod nested;
 pub mod poison;
 pub mod ports;
 pub mod queue;
 pub mod race;
 pub mod redrive;
 pub mod schedule;
+pub mod stages;
 pub mod steps;
 pub mod stream;
 pub mod sweep;
-pub mod timeout;
 pub mod trace;
 pub mod world;
 

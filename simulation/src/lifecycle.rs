@@ -297,7 +297,7 @@ impl World {
             metrics: &lc.metrics,
         };
         self.faults
-            .begin(crate::timeout::of(crate::timeout::SUBSCRIPTION));
+            .begin(crate::stages::Step::Subscription.timeout());
         let response = subscription::handle_batch(&svc, event.clone()).await;
         let crashed = self.faults.end();
         lc.queue.complete(&event, (!crashed).then_some(&response));
@@ -360,8 +360,7 @@ impl World {
         let Some(event) = self.lifecycle.deprovision.receive(SUBSCRIPTION_BATCH) else {
             return false;
         };
-        self.faults
-            .begin(crate::timeout::of(crate::timeout::AGGREGATOR));
+        self.faults.begin(crate::stages::Step::Aggregate.timeout());
         let svc = &self.svc;
         let response = handle_sqs_batch(
             "aggregate-deprovisioning",
@@ -386,7 +385,7 @@ impl World {
         let lc = &self.lifecycle;
         let before = lc.subscribers.rows();
         self.faults
-            .begin(crate::timeout::of(crate::timeout::DEPROVISION_CLEANUP));
+            .begin(crate::stages::Step::DeprovisionCleanup.timeout());
         let out = deprovision_cleanup::run(&lc.store, &lc.metrics, now).await;
         let crashed = self.faults.end();
         for row in lc.subscribers.rows() {

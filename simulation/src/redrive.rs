@@ -57,7 +57,7 @@ impl World {
                 break;
             };
             self.faults
-                .begin(crate::timeout::of(crate::timeout::CONSUMER));
+                .begin(crate::stages::Step::ConsumerBatch.timeout());
             let (response, report) = self.consumer.process(event.clone()).await;
             let crashed = self.faults.end();
             let info = &record.kinesis_batch_info;

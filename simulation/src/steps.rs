@@ -4,8 +4,8 @@
 //! discarded as Lambda discards a crashed invocation (nothing acknowledged).
 
 use crate::esm::Completion;
-use crate::faults::{EmptyTables, Fault, NESTED_FRAME, in_frame};
-use crate::timeout;
+use crate::faults::{EmptyTables, Fault};
+use crate::stages::Step;
 use crate::world::{World, lock};
 use aws_lambda_events::sqs::SqsEvent;
 use awsmp_contract::Event;
@@ -55,7 +55,7 @@ pub fn license(i: usize) -> String {
 pub const DIMENSIONS: [&str; 2] = ["requests", "storage_gb"];
 
 impl World {
-    fn pick(&self, n: usize) -> usize {
+    pub(crate) fn pick(&self, n: usize) -> usize {
         lock(&self.rng).random_range(0..n.max(1))
     }
 
@@ -218,7 +218,7 @@ impl World {
 
     /// A late arrival (declared, as [`World::late_arrival`]'s) stamped with the second of one
     /// of `group`'s pending rows, so that row grows after the aggregator folded it.
-    fn grow_folded_row(&self, group: &GroupKey) {
+    pub(crate) fn grow_folded_row(&self, group: &GroupKey) {
         let prefix = group.usage_prefix();
         let rows = self.usage.rows_with_prefix(&group.license_arn, &prefix);
         let second = rows.iter().find_map(|r| {
@@ -284,7 +284,7 @@ impl World {
         if self.fail_poisoned(&delivery) {
             return true;
         }
-        self.faults.begin(timeout::of(timeout::CONSUMER));
+        self.faults.begin(Step::ConsumerBatch.timeout());
         let (response, report) = self.consumer.process(delivery.event.clone()).await;
         let crashed = self.faults.end();
         let lost = !crashed
@@ -360,14 +360,14 @@ impl World {
     }
 
     async fn sqs_stage(&self, stage: SqsStage) -> bool {
-        let (queue, name, secs) = match stage {
-            SqsStage::Aggregate => (&self.work, "aggregate", timeout::AGGREGATOR),
-            SqsStage::Cleanup => (&self.cleanup, "cleanup", timeout::CLEANUP),
+        let (queue, name, step) = match stage {
+            SqsStage::Aggregate => (&self.work, "aggregate", Step::Aggregate),
+            SqsStage::Cleanup => (&self.cleanup, "cleanup", Step::Cleanup),
         };
         let Some(event): Option<SqsEvent> = queue.receive(SQS_BATCH) else {
             return false;
         };
-        self.faults.begin(timeout::of(secs));
+        self.faults.begin(step.timeout());
         let saved = std::mem::take(&mut *lock(&self.outcomes));
         let response =
             handle_sqs_batch(name, event.clone(), |body| self.logged_message(stage, body)).await;
@@ -395,7 +395,7 @@ impl World {
 
     /// One submitter run.
     pub async fn submit(&self) {
-        self.faults.begin(timeout::of(timeout::SUBMITTER));
+        self.faults.begin(Step::Submit.timeout());
         let out = submitter::submit(&self.svc, &self.metering).await;
         let crashed = self.faults.end();
         let line = match out {
@@ -410,7 +410,7 @@ impl World {
 
     /// One expiry run.
     pub async fn expire(&self) {
-        self.faults.begin(timeout::of(timeout::EXPIRY));
+        self.faults.begin(Step::Expire.timeout());
         self.declare_empty_tables();
         let out = expiry::expire(&self.svc).await;
         self.faults.set_empty_tables(EmptyTables::default());
@@ -427,7 +427,7 @@ impl World {
 
     /// One discoverer run of `input`.
     pub async fn discover(&self, input: DiscovererInput) {
-        self.faults.begin(timeout::of(timeout::DISCOVERER));
+        self.faults.begin(Step::Discover.timeout());
         self.declare_empty_tables();
         let out = discover(&self.svc, input).await;
         self.faults.set_empty_tables(EmptyTables::default());
@@ -446,7 +446,7 @@ impl World {
     /// put under the fault plan: a failed put is not retried (the next minute's run puts
     /// another), and a crash ends the run there, the later shards getting no marker this time.
     pub fn heartbeat(&self) {
-        self.faults.begin(timeout::of(timeout::HEARTBEAT));
+        self.faults.begin(Step::Heartbeat.timeout());
         let mut put = 0;
         for (shard, start) in self.stream.open_shards() {
             if let Some(Fault::Throttle | Fault::CrashBefore) =
@@ -541,57 +541,5 @@ impl World {
                 .or_default() += 1;
         }
         self.log(format!("clock +{}s", by.num_seconds()));
-    }
-
-    /// A step of another stage, run at the preemption point `site` of a port call.
-    pub fn nested(&self, site: &'static str) -> StepFuture<'_> {
-        Box::pin(in_frame(NESTED_FRAME, async move {
-            *lock(&self.interleavings)
-                .entry(site.to_owned())
-                .or_default() += 1;
-            let twin = lock(&self.current_work).clone();
-            self.log(format!("interleave at {site}:"));
-            if site == "put_if_absent"
-                && let Some(group) = twin
-                    .as_deref()
-                    .and_then(|b| GroupKey::from_work_message(b).ok())
-            {
-                // Between the aggregator's fold and its commit: a folded row grows.
-                self.grow_folded_row(&group);
-                for _ in 0..8 {
-                    self.deliver().await;
-                }
-                return;
-            }
-            let choice = self.pick(6);
-            match (choice, twin) {
-                (0, Some(body)) => {
-                    self.faults.begin(timeout::of(timeout::AGGREGATOR));
-                    let out = aggregator::aggregate(&self.svc, &body).await;
-                    self.faults.end();
-                    self.log(format!(
-                        "  twin aggregator: {}",
-                        match out {
-                            Ok(o) => format!("{o:?}"),
-                            Err(e) => format!("error: {e}"),
-                        }
-                    ));
-                }
-                (0 | 1, _) => {
-                    self.deliver().await;
-                }
-                (2, _) => {
-                    self.aggregate().await;
-                }
-                (3, _) => {
-                    self.clean().await;
-                }
-                (4, _) => self.expire().await,
-                _ => {
-                    self.discover(DiscovererInput::Meter { hour_offset: 1 })
-                        .await;
-                }
-            }
-        }))
     }
 }

@@ -61,35 +61,29 @@ async fn every_lambda_a_process_on_the_virtual_clock_conserves_under_every_fault
     );
     let html = std::fs::read_to_string(report.join("report.html"))?;
     assert!(html.contains("lambda runtime: built binaries, one process each"));
-    assert!(html.contains("Functions under the host (11)") && html.contains("meter-ingest"));
+    let count = format!(
+        "Functions under the host ({})",
+        awsmp_contract::stages::all().len()
+    );
+    assert!(html.contains(&count) && html.contains("meter-ingest"));
     assert_customers_registered(&stack, &v).await?;
     assert_aggregates_stamped_on_the_virtual_clock(&stack).await
 }
 
-/// The functions of the two stacks, every one a process of the run.
-const FUNCTIONS: [&str; 11] = [
-    "kinesis-consumer",
-    "stream-heartbeat",
-    "meter-ingest",
-    "register",
-    "discoverer",
-    "aggregator",
-    "cleanup",
-    "submitter",
-    "expiry",
-    "subscription",
-    "deprovision-cleanup",
-];
-
-/// The report lists exactly the eleven functions, each invoked at least once.
+/// The report lists exactly the functions of `infra/stages.json`, each a process of the run and
+/// invoked at least once.
 fn assert_every_function_invoked(v: &serde_json::Value) {
+    let listed: Vec<&str> = awsmp_contract::stages::all()
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
     let functions = v["functions"].as_array().expect("functions");
     let mut names: Vec<&str> = functions
         .iter()
         .map(|f| f["name"].as_str().unwrap())
         .collect();
     names.sort_unstable();
-    let mut expected = FUNCTIONS.to_vec();
+    let mut expected = listed.clone();
     expected.sort_unstable();
     assert_eq!(names, expected, "the functions under the host");
     for f in functions {
@@ -102,7 +96,7 @@ fn assert_every_function_invoked(v: &serde_json::Value) {
     let processes = v["settings"]["lambdaProcesses"]
         .as_str()
         .unwrap_or_default();
-    for f in FUNCTIONS {
+    for f in listed {
         assert!(processes.contains(f), "{f} ran as a process: {processes}");
     }
 }

@@ -14,6 +14,7 @@
 use super::LocalEnv;
 use anyhow::{Context, Result, bail};
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
+use awsmp_contract::stages;
 use awsmp_lambda_host::local::{self as rendering, LocalFunction};
 use awsmp_lambda_host::template::Manifest;
 use awsmp_lambda_host::{Error as HostError, Function};
@@ -55,25 +56,17 @@ const LIBFAKETIME_PATHS: [&str; 4] = [
     "/usr/local/lib/faketime/libfaketime.so.1",
 ];
 
-/// The functions that run on the virtual clock: the scheduled ones and those their queues feed.
-pub const VIRTUAL_CLOCK: [&str; 7] = [
-    "discoverer",
-    "aggregator",
-    "cleanup",
-    "submitter",
-    "expiry",
-    "subscription",
-    "deprovision-cleanup",
-];
-
-/// The functions on the wall clock, beside the producers: the ingest stack's, and register (its
-/// registrations are the run's customers before it produces).
-pub const WALL_CLOCK: [&str; 4] = [
-    "kinesis-consumer",
-    "stream-heartbeat",
-    "meter-ingest",
-    "register",
-];
+/// The functions that run on the virtual clock: the scheduled ones and those their queues feed
+/// (`"clock": "virtual"` in `infra/stages.json`); the others run on the wall clock, beside the
+/// producers: the ingest stack's, and register (its registrations are the run's customers
+/// before it produces).
+pub fn virtual_clock() -> Vec<&'static str> {
+    stages::all()
+        .iter()
+        .filter(|s| s.on_virtual_clock())
+        .map(|s| s.name.as_str())
+        .collect()
+}
 
 /// How the Lambdas of a local run are run, for the report.
 pub const HOST_DESCRIPTION: &str = "lambda runtime: built binaries, one process each";
@@ -119,7 +112,7 @@ struct Pool {
 /// The running functions and the virtual clock's file.
 pub struct Hosted {
     pools: BTreeMap<String, Pool>,
-    /// The discoverer's schedule targets' constant inputs, from the template.
+    /// The discoverer's schedule targets' constant inputs (`infra/stages.json`).
     discoverer_inputs: Vec<Value>,
     /// libfaketime's offset file.
     clock_file: PathBuf,
@@ -143,16 +136,22 @@ pub struct HostedSpec {
 }
 
 impl HostedSpec {
-    /// The functions of a load run on the local stack (the ones its ticks and its mappings
-    /// invoke, and its front doors: `register` and `meter-ingest`), `consumers` processes of
-    /// the consumer, binaries next to this one.
+    /// The functions of a load run on the local stack: every stage of `infra/stages.json` (the
+    /// ones its ticks and its mappings invoke, and its front doors: `register` and
+    /// `meter-ingest`), one process each but `consumers` of the stream's consumer, binaries
+    /// next to this one.
     pub fn load_run(state_dir: &Path, consumers: usize, stream: &str) -> Result<Self> {
-        let mut functions: BTreeMap<String, usize> =
-            VIRTUAL_CLOCK.iter().map(|f| ((*f).to_owned(), 1)).collect();
-        functions.insert("kinesis-consumer".into(), consumers.max(1));
-        for f in ["stream-heartbeat", "meter-ingest", "register"] {
-            functions.insert(f.into(), 1);
-        }
+        let functions = stages::all()
+            .iter()
+            .map(|s| {
+                let n = if s.reads_the_stream() {
+                    consumers.max(1)
+                } else {
+                    1
+                };
+                (s.name.clone(), n)
+            })
+            .collect();
         Ok(Self {
             functions,
             overrides: BTreeMap::from([("AWSMP_USAGE_STREAM".to_owned(), stream.to_owned())]),
@@ -196,7 +195,11 @@ impl Hosted {
                 .get(name)
                 .with_context(|| format!("{name} is no function of the templates here"))?;
             if name == "discoverer" {
-                discoverer_inputs = f.schedules.iter().filter_map(|s| s.input.clone()).collect();
+                discoverer_inputs = stages::named(name)
+                    .schedule_inputs()
+                    .into_iter()
+                    .cloned()
+                    .collect();
             }
             let mut fs = f.spec(&spec.bin_dir);
             for (k, v) in &spec.overrides {
@@ -204,7 +207,7 @@ impl Hosted {
                     slot.clone_from(v);
                 }
             }
-            if VIRTUAL_CLOCK.contains(&name.as_str()) {
+            if stages::get(name).is_some_and(stages::Stage::on_virtual_clock) {
                 for (k, v) in faketime_env(&faketime, &clock_file) {
                     fs.env.insert(k.to_owned(), v);
                 }
@@ -239,7 +242,7 @@ impl Hosted {
         write_offset(&self.clock_file, offset.round() as i64)
     }
 
-    /// The discoverer's schedule targets' constant inputs (the template's).
+    /// The discoverer's schedule targets' constant inputs (`infra/stages.json`).
     pub fn discoverer_inputs(&self) -> &[Value] {
         &self.discoverer_inputs
     }
@@ -419,7 +422,7 @@ impl Hosted {
 
 /// Which clock `function` reads under the host.
 fn clock_of(function: &str) -> &'static str {
-    if VIRTUAL_CLOCK.contains(&function) {
+    if stages::get(function).is_some_and(stages::Stage::on_virtual_clock) {
         "virtual clock"
     } else {
         "wall clock"

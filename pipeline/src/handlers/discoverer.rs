@@ -278,4 +278,16 @@ mod tests {
         );
         assert_eq!(scheduled_targets().len(), 30);
     }
+
+    #[test]
+    fn the_listed_schedule_inputs_are_the_scheduled_targets_and_the_flush() {
+        let listed: Vec<DiscovererInput> = awsmp_contract::stages::named("discoverer")
+            .schedule_inputs()
+            .into_iter()
+            .map(|v| serde_json::from_value(v.clone()).expect("an input the handler reads"))
+            .collect();
+        let mut targets = scheduled_targets();
+        targets.push(DiscovererInput::FlushDeprovisioning);
+        assert_eq!(listed, targets, "infra/stages.json's discoverer inputs");
+    }
 }
