@@ -281,7 +281,10 @@ pub fn main() -> Result<()> {
         );
         return run_sites(common, &runtime, &spec);
     }
-    let report = runtime.block_on(loadrun::run(&crate::local::Paths::from_env(), &spec))?;
+    let report = runtime.block_on(loadrun::run(
+        &awsmp_local_stack::local::Paths::from_env(),
+        &spec,
+    ))?;
     if let Some(dir) = &common.report {
         let html = report.write(dir)?;
         if !common.json {
@@ -301,7 +304,10 @@ pub fn main() -> Result<()> {
 
 /// `run --sites all`: every site's share, each site's report under `--report DIR/<product>/<region>`.
 fn run_sites(common: &Common, runtime: &tokio::runtime::Runtime, spec: &RunSpec) -> Result<()> {
-    let report = runtime.block_on(loadrun::run_sites(&crate::local::Paths::from_env(), spec))?;
+    let report = runtime.block_on(loadrun::run_sites(
+        &awsmp_local_stack::local::Paths::from_env(),
+        spec,
+    ))?;
     if let Some(dir) = &common.report {
         for site in &report.sites {
             let html = site.report.write(&dir.join(&site.site))?;

@@ -4,9 +4,9 @@
 //! accepted column disagrees with the simulator's own ledger, is a violation (docs/meterctl.md).
 
 use crate::conservation::{TableRow, Verdict, Violation};
-use crate::local::LocalEnv;
 use anyhow::{Context, Result};
 use awsmp_contract::keys::{GroupKey, HourBucket};
+use awsmp_local_stack::local::LocalEnv;
 use awsmp_meterctl::cloudtrail::CloudTrailMeteringTrail;
 use awsmp_meterctl::ledger::{Ledger, LedgerLine};
 use awsmp_meterctl::read::{OpsTables, Query, sources};

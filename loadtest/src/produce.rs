@@ -4,9 +4,9 @@
 
 use crate::faults::{FaultClass, Faults};
 use crate::loadrun::RunCounters;
-use crate::local::LocalEnv;
 use crate::workload::{Group, Workload, WorkloadSpec};
 use anyhow::{Context, Result};
+use awsmp_local_stack::local::LocalEnv;
 use awsmp_producer::sink::{FaultConfig, FaultInjectingRecordSink, KinesisRecordSink};
 use awsmp_producer::{DEFAULT_RETRY_POLICY, KinesisShardMapSource, Producer, Undelivered};
 use std::collections::BTreeMap;

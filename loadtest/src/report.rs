@@ -129,7 +129,7 @@ pub struct RunReport {
     pub lambdas: String,
     /// The functions that ran as processes under the host, with their invocations (empty: the
     /// handlers ran in process, or a deployment's own ran).
-    pub functions: Vec<crate::local::hosted::FunctionRun>,
+    pub functions: Vec<awsmp_local_stack::local::hosted::FunctionRun>,
     /// What the run sent through the meter-ingest binary (hosted runs).
     pub ingest: Option<crate::loadrun::IngestSent>,
     /// Counter samples over time.

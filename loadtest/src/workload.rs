@@ -138,8 +138,8 @@ mod tests {
         (0..25)
             .map(|i| {
                 (
-                    crate::local::demo_license_arn(i),
-                    crate::local::demo_account(i),
+                    awsmp_local_stack::local::demo_license_arn(i),
+                    awsmp_local_stack::local::demo_account(i),
                 )
             })
             .collect()
@@ -192,8 +192,8 @@ mod tagging_tests {
         let licenses: Vec<(String, String)> = (0..100)
             .map(|i| {
                 (
-                    crate::local::demo_license_arn(i),
-                    crate::local::demo_account(i),
+                    awsmp_local_stack::local::demo_license_arn(i),
+                    awsmp_local_stack::local::demo_account(i),
                 )
             })
             .collect();

@@ -25,7 +25,7 @@ from aws_kinesis_agg.deaggregator import iter_deaggregate_records
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_BIN = os.environ.get("AWSMP_LOCAL_BIN", str(REPO / "target" / "debug" / "awsmp-local"))
-# The demo catalog's product (loadtest/src/local/mod.rs, DEMO_PRODUCT_CODE).
+# The demo catalog's product (local-stack/src/local/mod.rs, DEMO_PRODUCT_CODE).
 DEMO_PRODUCT_CODE = "awsmpdemo0product0code0001"
 
 

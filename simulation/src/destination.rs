@@ -60,8 +60,8 @@ pub struct ResponseContext {
 }
 
 /// `KinesisBatchInfo`: the discarded batch, the same record the local event source mapping
-/// sends (`loadtest/src/kinesis_esm/deliver.rs`).
-pub use awsmp_loadtest::kinesis_esm::FailureRecord as KinesisBatchInfo;
+/// sends (`local-stack/src/kinesis_esm/deliver.rs`).
+pub use awsmp_local_stack::kinesis_esm::FailureRecord as KinesisBatchInfo;
 
 /// One message of the destination.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

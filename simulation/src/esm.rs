@@ -340,7 +340,7 @@ fn outcome(delivery: &Delivery, completion: &Completion) -> Outcome {
         return Outcome::RetryFailed;
     };
     // An identifier naming no record of the batch (or none at all) fails the whole batch,
-    // as a function error does (the local mapping, `awsmp_loadtest::kinesis_esm`, agrees).
+    // as a function error does (the local mapping, `awsmp_local_stack::kinesis_esm`, agrees).
     let position = |id: Option<&str>| {
         let id = id?;
         delivery

@@ -16,7 +16,7 @@ use awsmp_consumer::domain::seq::{Lane, SeqNum};
 use awsmp_consumer::ports::{ClaimOutcome, DedupClaim, DedupStore, LaneItem, UsageRowWriter};
 use awsmp_contract::keys::RowKey;
 use awsmp_contract::row::{Allocation, Tag};
-use awsmp_loadtest::local::LocalEnv;
+use awsmp_local_stack::local::LocalEnv;
 use chrono::{Duration, TimeZone, Utc};
 
 fn seq(n: u64) -> SeqNum {

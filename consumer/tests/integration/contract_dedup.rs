@@ -14,7 +14,7 @@ use awsmp_consumer::adapters::dynamodb::DynamoDbDedupStore;
 use awsmp_consumer::adapters::memory::MemoryDedupStore;
 use awsmp_consumer::domain::seq::SeqNum;
 use awsmp_consumer::ports::{ClaimOutcome, DedupClaim, DedupStore, FirstSeen, LaneItem};
-use awsmp_loadtest::local::LocalEnv;
+use awsmp_local_stack::local::LocalEnv;
 use chrono::{DateTime, Duration, TimeZone, Utc};
 
 fn t0() -> DateTime<Utc> {

@@ -18,8 +18,8 @@ use awsmp_consumer::adapters::dynamodb::consumer_from_config;
 use awsmp_contract::Event;
 use awsmp_contract::event_id::GeneratedId;
 use awsmp_contract::wire::{encode_aggregated, encode_event};
-use awsmp_loadtest::kinesis_esm::{EsmOptions, KinesisEsm};
-use awsmp_loadtest::local::LocalEnv;
+use awsmp_local_stack::kinesis_esm::{EsmOptions, KinesisEsm};
+use awsmp_local_stack::local::LocalEnv;
 use awsmp_producer::partition::partition_key;
 use chrono::Utc;
 

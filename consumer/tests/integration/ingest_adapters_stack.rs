@@ -17,7 +17,7 @@ use awsmp_consumer::archive::{ArchivedEvent, BillingArchive, archive_objects};
 use awsmp_consumer::domain::verify::VerifiedEvent;
 use awsmp_consumer::ingest::mapping::{LicenseGrant, MappingEntry};
 use awsmp_consumer::ingest::ports::{Disposition, HeldEvent, HeldStore, MappingStore, RateCounter};
-use awsmp_loadtest::local::LocalEnv;
+use awsmp_local_stack::local::LocalEnv;
 use chrono::{TimeZone, Utc};
 
 fn run_id() -> String {

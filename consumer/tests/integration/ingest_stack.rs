@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::Result;
-use awsmp_loadtest::local::LocalEnv;
+use awsmp_local_stack::local::LocalEnv;
 use serde_json::{Value, json};
 
 const FN: &str = "arn:aws:lambda:us-east-1:111111111111:function:awsmp-meter-ingest";
@@ -16,7 +16,7 @@ const FN: &str = "arn:aws:lambda:us-east-1:111111111111:function:awsmp-meter-ing
 fn local_bin() -> PathBuf {
     std::env::var_os("AWSMP_LOCAL_BIN")
         .map(PathBuf::from)
-        .unwrap_or_else(|| awsmp_loadtest::local::sibling_binary("awsmp-local").unwrap())
+        .unwrap_or_else(|| awsmp_local_stack::local::sibling_binary("awsmp-local").unwrap())
 }
 
 /// `awsmp-local ARGS` on the stack in `dir` only; stdout, or the failure.
@@ -119,7 +119,7 @@ fn attacks_are_refused(dir: &Path) -> Result<()> {
     }
     // A sibling's license, spoofed hints, backdated and future hints, bounds.
     let mut sibling = event("x-2", 1);
-    sibling["licenseArn"] = json!(awsmp_loadtest::local::demo_license_arn(11));
+    sibling["licenseArn"] = json!(awsmp_local_stack::local::demo_license_arn(11));
     let mut spoofed = event("a-spoofed", 2);
     spoofed["appIdHint"] = json!("app-b");
     spoofed["moduleIdHint"] = json!("module-b");
@@ -205,8 +205,8 @@ fn a_module_deployed_before_its_mapping_is_held_then_released(dir: &Path) -> Res
     ))?)?;
     let mut c = mapping["modules"][0].clone();
     c["invokedArn"] = json!(arn_c);
-    c["licenses"][0]["licenseArn"] = json!(awsmp_loadtest::local::demo_license_arn(12));
-    c["licenses"][0]["customerAWSAccountId"] = json!(awsmp_loadtest::local::demo_account(12));
+    c["licenses"][0]["licenseArn"] = json!(awsmp_local_stack::local::demo_license_arn(12));
+    c["licenses"][0]["customerAWSAccountId"] = json!(awsmp_local_stack::local::demo_account(12));
     mapping["modules"].as_array_mut().unwrap().push(c);
     let file = dir.join("mapping-with-c.json");
     std::fs::write(&file, mapping.to_string())?;
@@ -245,7 +245,7 @@ async fn two_modules_are_billed_exactly(dir: &Path) -> Result<()> {
             .map(|r| r["quantity"].as_u64().unwrap())
             .sum()
     };
-    use awsmp_loadtest::local::demo_license_arn;
+    use awsmp_local_stack::local::demo_license_arn;
     // Module A: 20 × 5 + the spoofed-hint event (2) + the released over-bound event.
     assert_eq!(
         billed(demo_license_arn(10)),
@@ -267,8 +267,8 @@ async fn produce(env: &LocalEnv) -> Result<()> {
         env.get("AWSMP_USAGE_STREAM")?,
     );
     let (license, account) = (
-        awsmp_loadtest::local::demo_license_arn(20),
-        awsmp_loadtest::local::demo_account(20),
+        awsmp_local_stack::local::demo_license_arn(20),
+        awsmp_local_stack::local::demo_account(20),
     );
     let entries = (0..15)
         .map(|i| {

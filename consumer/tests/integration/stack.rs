@@ -22,8 +22,8 @@ use awsmp_consumer::adapters::dynamodb::{DynamoDbUsageRows, consumer_from_config
 use awsmp_consumer::adapters::fault::{Faults, Faulty};
 use awsmp_contract::keys::format_usage_timestamp;
 use awsmp_contract::wire::{decode_events, encode_aggregated, encode_event};
-use awsmp_loadtest::kinesis_esm::{EsmOptions, KinesisEsm};
-use awsmp_loadtest::local::LocalEnv;
+use awsmp_local_stack::kinesis_esm::{EsmOptions, KinesisEsm};
+use awsmp_local_stack::local::LocalEnv;
 use awsmp_producer::partition::partition_key;
 use awsmp_producer::{
     Event, FaultConfig, FaultInjectingRecordSink, KinesisRecordSink, KinesisShardMapSource,

@@ -9,7 +9,7 @@ use anyhow::Result;
 use awsmp_aws::watermark::DynamoDbWatermarkStore;
 use awsmp_aws::watermark::MemoryWatermarkStore;
 use awsmp_aws::watermark::WatermarkStore;
-use awsmp_loadtest::local::LocalEnv;
+use awsmp_local_stack::local::LocalEnv;
 use chrono::{DateTime, Duration, TimeZone, Utc};
 
 fn t0() -> DateTime<Utc> {

@@ -57,8 +57,8 @@ pub fn rendered() -> BTreeMap<String, LocalFunction> {
 }
 
 /// Clients for the stack's services.
-pub fn clients_env() -> awsmp_loadtest::local::LocalEnv {
-    awsmp_loadtest::local::LocalEnv { vars: stack_env() }
+pub fn clients_env() -> awsmp_local_stack::local::LocalEnv {
+    awsmp_local_stack::local::LocalEnv { vars: stack_env() }
 }
 
 /// Start `binary` under the host with its rendered environment.

@@ -12,7 +12,7 @@ use awsmp_consumer::adapters::ingest::DynamoDbMappingStore;
 use awsmp_consumer::ingest::mapping::MappingFile;
 use awsmp_consumer::ingest::ports::MappingStore;
 use awsmp_lambda_host::local::LOCAL_ACCOUNT;
-use awsmp_loadtest::kinesis_esm::{EsmOptions, KinesisEsm};
+use awsmp_local_stack::kinesis_esm::{EsmOptions, KinesisEsm};
 use serde_json::{Value, json};
 
 /// Usage rows of `license` in the raw usage table.

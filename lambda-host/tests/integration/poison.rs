@@ -11,7 +11,7 @@ use crate::common::{
 use crate::ingest::{usage_record, usage_rows};
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use aws_sdk_dynamodb::types::AttributeValue;
-use awsmp_loadtest::kinesis_esm::{EsmOptions, EsmReport, KinesisEsm};
+use awsmp_local_stack::kinesis_esm::{EsmOptions, EsmReport, KinesisEsm};
 use serde_json::Value;
 use std::sync::Mutex;
 

@@ -3,10 +3,10 @@
 //! `infra/resources.json`; their attributes in `docs/row-contract.md`).
 
 use crate::conservation::{self, GroupHour, Inputs};
-use crate::local::LocalEnv;
 use anyhow::Result;
 use aws_sdk_dynamodb::types::AttributeValue as Av;
 use awsmp_contract::keys::HourBucket;
+use awsmp_local_stack::local::LocalEnv;
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

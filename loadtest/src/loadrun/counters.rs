@@ -71,7 +71,7 @@ impl DeliveredRecords {
 
 impl RunCounters {
     /// Count what one pipeline tick aggregated: the work-queue messages it handled.
-    pub fn add_tick(&self, tick: &crate::runner::TickReport) {
+    pub fn add_tick(&self, tick: &awsmp_local_stack::runner::TickReport) {
         Self::add(
             &self.aggregated,
             tick.drained.get("work").map_or(0, |d| d.succeeded),

@@ -11,10 +11,10 @@
 //! pipeline's instant, as `awsmp-local run` does after draining to the tip
 //! (docs/local-stack.md, "Ingest watermark").
 
-use crate::local::LocalEnv;
 use anyhow::{Context, Result};
 use awsmp_aws::watermark::DynamoDbWatermarkStore;
 use awsmp_aws::watermark::WatermarkStore;
+use awsmp_local_stack::local::LocalEnv;
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 

@@ -10,12 +10,12 @@
 //!   retries (same request id) and its on-failure destination.
 
 use super::sim_admin::SimAdmin;
-use crate::local::LocalEnv;
-use crate::local::hosted::{Hosted, Invocation};
-use crate::local::ingest::{ASYNC_RETRY_ATTEMPTS, failure_record};
 use anyhow::{Context, Result, bail};
 use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_consumer::ingest::mapping::MappingFile;
+use awsmp_local_stack::local::LocalEnv;
+use awsmp_local_stack::local::hosted::{Hosted, Invocation};
+use awsmp_local_stack::local::ingest::{ASYNC_RETRY_ATTEMPTS, failure_record};
 use chrono::Utc;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -107,7 +107,7 @@ fn register_request(token: &str, buyer: usize) -> Result<Value> {
         "stageVariables": null,
         "requestContext": {
             "resourcePath": "/register", "httpMethod": "POST", "path": "/local/register",
-            "accountId": crate::local::LOCAL_ACCOUNT, "protocol": "HTTP/1.1", "stage": "local",
+            "accountId": awsmp_local_stack::local::LOCAL_ACCOUNT, "protocol": "HTTP/1.1", "stage": "local",
             "requestTimeEpoch": Utc::now().timestamp_millis(), "requestId": request_id,
             "identity": {"sourceIp": "127.0.0.1"}, "apiId": "local"
         },
@@ -189,7 +189,7 @@ pub(super) async fn seed_mapping(
         .context("meter-ingest's environment names no AWSMP_ENVIRONMENT")?;
     let mapping = json!({
         "environment": environment,
-        "allowedAccounts": [crate::local::LOCAL_ACCOUNT],
+        "allowedAccounts": [awsmp_local_stack::local::LOCAL_ACCOUNT],
         "modules": [{
             "invokedArn": invoked_arn,
             "licenses": plan.licenses.iter()
@@ -201,7 +201,7 @@ pub(super) async fn seed_mapping(
         }]
     });
     let mapping = MappingFile::parse(&mapping.to_string()).map_err(anyhow::Error::msg)?;
-    crate::local::ingest::seed_modules(env, &mapping).await?;
+    awsmp_local_stack::local::ingest::seed_modules(env, &mapping).await?;
     Ok(invoked_arn)
 }
 

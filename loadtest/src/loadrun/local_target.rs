@@ -15,10 +15,10 @@ use super::{
     licenses_needed, run_license,
 };
 use crate::conservation::{GroupHour, Inputs};
-use crate::local::hosted::{FunctionRun, Hosted, HostedSpec};
-use crate::local::{self, LocalEnv, Paths, UpOptions};
 use crate::report::RunReport;
 use anyhow::{Context, Result};
+use awsmp_local_stack::local::hosted::{FunctionRun, Hosted, HostedSpec};
+use awsmp_local_stack::local::{self, LocalEnv, Paths, UpOptions};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;

@@ -34,13 +34,13 @@ pub use sites::{SiteReport, SitesReport, run_sites};
 
 use crate::conservation::{self, Inputs, Verdict, Violation};
 use crate::cost::{CostComparison, units};
-use crate::local::Paths;
 use crate::produce::{ProduceOutcome, ProduceSpec, produce};
 use crate::report::{Percentiles, RunReport};
 use crate::workload::Group;
 use anyhow::Result;
 use awsmp_contract::keys::{GroupKey, HourBucket};
 use awsmp_contract::row::conforming_row;
+use awsmp_local_stack::local::Paths;
 use awsmp_producer::Producer;
 use chrono::{DateTime, Utc};
 use collect::{Scope, collect_tables};
@@ -122,8 +122,8 @@ impl Lambdas {
     /// What the report says ran.
     pub fn describe(self) -> &'static str {
         match self {
-            Self::InProcess => crate::local::hosted::IN_PROCESS_DESCRIPTION,
-            Self::Host => crate::local::hosted::HOST_DESCRIPTION,
+            Self::InProcess => awsmp_local_stack::local::hosted::IN_PROCESS_DESCRIPTION,
+            Self::Host => awsmp_local_stack::local::hosted::HOST_DESCRIPTION,
         }
     }
 }

@@ -1,8 +1,8 @@
-//! The simulator's admin API (`/_sim/...`, see `loadtest/README.md`), as a local run uses it.
+//! The simulator's admin API (`/_sim/...`, see `marketplace-sim/README.md`), as a local run uses it.
 
 use crate::conservation::GroupHour;
-use crate::local::LocalEnv;
 use anyhow::{Result, bail};
+use awsmp_local_stack::local::LocalEnv;
 
 /// The simulator's admin API.
 pub(super) struct SimAdmin {

@@ -10,17 +10,17 @@
 //! is per site and overall: every share conserved, and every record each simulator billed for
 //! the run's licenses belongs to a site of that simulator's region and that site's product.
 //!
-//! The lifecycle mirroring of [`crate::local::sites`] (events region → other regions) is not
+//! The lifecycle mirroring of [`awsmp_local_stack::local::sites`] (events region → other regions) is not
 //! needed: a load run's licenses come from the catalog every simulator starts with, not from
 //! lifecycle events, and a run deprovisions (`--deprovision`) through its own site's table.
 
 use super::local_target::{LocalTarget, Site as Share};
 use super::sim_admin::SimAdmin;
 use super::{RunSpec, Target, catalog, context, licenses_needed, run_license, run_nonce, run_on};
-use crate::local::topology::Topology;
-use crate::local::{self, LocalEnv, Paths, UpOptions};
 use crate::report::RunReport;
 use anyhow::{Context, Result, bail, ensure};
+use awsmp_local_stack::local::topology::Topology;
+use awsmp_local_stack::local::{self, LocalEnv, Paths, UpOptions};
 use chrono::Utc;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -333,10 +333,11 @@ mod tests {
             tools: dir.path().join("tools"),
         };
         let regions = ["us-east-1".to_owned(), "eu-west-1".to_owned()];
-        let shape = crate::local::topology::Shape::new(2, &regions).unwrap();
-        let plan = crate::local::topology::plan(&paths, &shape, &["p1".into(), "p2".into()]);
+        let shape = awsmp_local_stack::local::topology::Shape::new(2, &regions).unwrap();
+        let plan =
+            awsmp_local_stack::local::topology::plan(&paths, &shape, &["p1".into(), "p2".into()]);
         std::fs::write(
-            crate::local::topology::topology_file(&paths),
+            awsmp_local_stack::local::topology::topology_file(&paths),
             serde_json::to_string(&plan).unwrap(),
         )
         .unwrap();

@@ -5,9 +5,9 @@
 use super::RunContext;
 use super::collect::Scope;
 use crate::conservation::{GroupHour, Inputs};
-use crate::local::LocalEnv;
 use crate::report::RunReport;
 use anyhow::Result;
+use awsmp_local_stack::local::LocalEnv;
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -71,7 +71,7 @@ pub(super) trait RunTarget {
         Ok(None)
     }
     /// The functions that ran as processes, with their invocations (none: not hosted).
-    fn functions(&self) -> Vec<crate::local::hosted::FunctionRun> {
+    fn functions(&self) -> Vec<awsmp_local_stack::local::hosted::FunctionRun> {
         Vec::new()
     }
     async fn tear_down(&self) -> Result<()>;

@@ -127,7 +127,7 @@ fn stages(t: &Timings) -> [(&'static str, &hdrhistogram::Histogram<u64>, String)
             &t.stream_to_invoke,
             format!(
                 "the event source mapping: one batch per shard at a time, so a record waits for its shard's invocation in progress (the invocation row) before its own, plus the poll of a caught-up shard (every {} ms, Lambda's base rate) and the batching window ({} ms)",
-                crate::kinesis_esm::SHARD_POLL_INTERVAL.as_millis(),
+                awsmp_local_stack::kinesis_esm::SHARD_POLL_INTERVAL.as_millis(),
                 t.batching_window.as_millis()
             ),
         ),

@@ -3,7 +3,7 @@
 
 use super::escape;
 use crate::loadrun::IngestSent;
-use crate::local::hosted::FunctionRun;
+use awsmp_local_stack::local::hosted::FunctionRun;
 use std::fmt::Write as _;
 
 /// The terminal summary's lines.

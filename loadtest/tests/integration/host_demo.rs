@@ -155,7 +155,7 @@ fn assert_ingest_sent_and_counted(v: &serde_json::Value) {
 /// The register binary wrote a subscribers row of every customer the run metered, through
 /// the simulator's `ResolveCustomer` (its `registeredRegions`).
 async fn assert_customers_registered(stack: &Stack, v: &serde_json::Value) -> Result<()> {
-    let local = awsmp_loadtest::local::LocalEnv::read(&stack.0.path().join("env"))?;
+    let local = awsmp_local_stack::local::LocalEnv::read(&stack.0.path().join("env"))?;
     let rows = local
         .dynamodb()
         .await?
@@ -192,7 +192,7 @@ async fn assert_customers_registered(stack: &Stack, v: &serde_json::Value) -> Re
 /// Every aggregate the aggregator's process wrote carries its clock's instant (`createdAt`):
 /// the virtual one, hours ahead of the real clock, and after its hour ended.
 async fn assert_aggregates_stamped_on_the_virtual_clock(stack: &Stack) -> Result<()> {
-    let local = awsmp_loadtest::local::LocalEnv::read(&stack.0.path().join("env"))?;
+    let local = awsmp_local_stack::local::LocalEnv::read(&stack.0.path().join("env"))?;
     let ddb = local.dynamodb().await?;
     let items = ddb
         .scan()

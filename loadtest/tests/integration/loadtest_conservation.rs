@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 pub(crate) fn bin(name: &str) -> PathBuf {
-    awsmp_loadtest::local::sibling_binary(name).unwrap()
+    awsmp_local_stack::local::sibling_binary(name).unwrap()
 }
 
 /// Stops the run's stack even when the test fails.
@@ -347,14 +347,14 @@ fn against_a_deployment_named_by_the_environment() -> Result<()> {
         local(&stack, &["up", "--ephemeral"]).status()?.success(),
         "awsmp-local up"
     );
-    let env = awsmp_loadtest::local::LocalEnv::read(&stack.0.path().join("env"))?;
+    let env = awsmp_local_stack::local::LocalEnv::read(&stack.0.path().join("env"))?;
     let licenses = stack.0.path().join("licenses.csv");
     let lines: Vec<String> = (150..160)
         .map(|i| {
             format!(
                 "{},{}",
-                awsmp_loadtest::local::demo_license_arn(i),
-                awsmp_loadtest::local::demo_account(i)
+                awsmp_local_stack::local::demo_license_arn(i),
+                awsmp_local_stack::local::demo_account(i)
             )
         })
         .collect();
@@ -411,13 +411,13 @@ fn against_a_deployment_named_by_the_environment() -> Result<()> {
 #[test]
 #[ignore = "starts its own emulators (installed by awsmp-local up); run by scripts/test"]
 fn produce_into_a_named_stream_leaves_it_and_every_event_in_it() -> Result<()> {
-    use awsmp_loadtest::kinesis_esm::{EsmOptions, KinesisEsm};
+    use awsmp_local_stack::kinesis_esm::{EsmOptions, KinesisEsm};
     let stack = Stack(tempfile::tempdir()?);
     anyhow::ensure!(
         local(&stack, &["up", "--ephemeral"]).status()?.success(),
         "awsmp-local up"
     );
-    let env = awsmp_loadtest::local::LocalEnv::read(&stack.0.path().join("env"))?;
+    let env = awsmp_local_stack::local::LocalEnv::read(&stack.0.path().join("env"))?;
     let rt = tokio::runtime::Runtime::new()?;
     let name = "awsmp-loadtest-named";
     // GIVEN an existing stream of someone else's

@@ -8,13 +8,13 @@
 use anyhow::{Context, Result};
 use aws_sdk_dynamodb::types::AttributeValue as Av;
 use awsmp_loadtest::ledger_check;
-use awsmp_loadtest::local::LocalEnv;
+use awsmp_local_stack::local::LocalEnv;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn bin(name: &str) -> PathBuf {
-    awsmp_loadtest::local::sibling_binary(name).unwrap()
+    awsmp_local_stack::local::sibling_binary(name).unwrap()
 }
 
 /// Stops the run's stack even when the test fails.

@@ -5,12 +5,10 @@
 //! region's simulator bills only the licenses of that region's sites (under their product),
 //! and the units billed over all sites are the units produced.
 
-use crate::common;
-
 use anyhow::{Context, Result, ensure};
-use awsmp_loadtest::local::LocalEnv;
-use awsmp_loadtest::local::topology::Topology;
-use common::multi_stack::MultiStack;
+use awsmp_local_stack::local::LocalEnv;
+use awsmp_local_stack::local::topology::Topology;
+use awsmp_local_stack::testing::MultiStack;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Output;

@@ -1,6 +1,6 @@
 //! The stream + event source mapping contract, run against the simulation's in-memory stream
 //! and mapping (`awsmp_simulation::{stream, esm}`, plain `cargo test`) and against the local
-//! stack's Kinesis emulator read by the local mapping (`awsmp_loadtest::kinesis_esm`, the one
+//! stack's Kinesis emulator read by the local mapping (`awsmp_local_stack::kinesis_esm`, the one
 //! the local runner uses; `#[ignore]`d, `scripts/test` runs it). What the consumer's money
 //! depends on (<https://docs.aws.amazon.com/lambda/latest/dg/with-kinesis.html>,
 //! <https://docs.aws.amazon.com/lambda/latest/dg/services-kinesis-batchfailurereporting.html>):
@@ -309,8 +309,8 @@ mod stack {
     use super::*;
     use aws_sdk_kinesis::primitives::Blob;
     use aws_sdk_kinesis::types::StreamStatus;
-    use awsmp_loadtest::kinesis_esm::{EsmOptions, KinesisEsm};
-    use awsmp_loadtest::local::LocalEnv;
+    use awsmp_local_stack::kinesis_esm::{EsmOptions, KinesisEsm};
+    use awsmp_local_stack::local::LocalEnv;
 
     pub struct Stack {
         kinesis: aws_sdk_kinesis::Client,
