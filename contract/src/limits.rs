@@ -73,12 +73,45 @@ pub mod kinesis {
     /// Write records per second per shard ("up to 1,000 records per second" per shard, same
     /// page).
     pub const SHARD_RECORDS_PER_SECOND: usize = 1_000;
+    /// Longest partition key, in Unicode code points (`PartitionKey`: "Minimum length of 1.
+    /// Maximum length of 256",
+    /// <https://docs.aws.amazon.com/kinesis/latest/APIReference/API_PutRecordsRequestEntry.html>).
+    pub const MAX_PARTITION_KEY_CHARS: usize = 256;
 }
 
-/// Amazon SQS: message size.
+/// Amazon DynamoDB: item size and batch reads.
+pub mod dynamodb {
+    /// An item's size limit, 400 KB, attribute names included
+    /// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html>).
+    pub const MAX_ITEM_BYTES: usize = 400 * 1024;
+    /// Keys per `BatchGetItem` request ("up to 100 items",
+    /// <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html>).
+    pub const MAX_BATCH_GET_KEYS: usize = 100;
+}
+
+/// Amazon SQS: batch sizes and message size.
 pub mod sqs {
+    /// Entries per `SendMessageBatch` / `DeleteMessageBatch` call ("a maximum of 10 messages",
+    /// <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessageBatch.html>).
+    pub const MAX_BATCH_ENTRIES: usize = 10;
+    /// Messages per `ReceiveMessage` call ("Valid values: 1 to 10",
+    /// <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_ReceiveMessage.html>).
+    pub const MAX_RECEIVE_MESSAGES: usize = 10;
     /// Cleanup messages carry at most 100 raw-row keys: our bound, far below SQS's 256 KiB message
     /// size (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-messages.html>)
     /// even for the longest keys.
     pub const MAX_CLEANUP_KEYS_PER_MESSAGE: usize = 100;
+}
+
+/// AWS CloudTrail: event history lookups.
+pub mod cloudtrail {
+    /// `LookupEvents` answers at most 50 events a page (`MaxResults`: 1–50,
+    /// <https://docs.aws.amazon.com/awscloudtrail/latest/APIReference/API_LookupEvents.html>).
+    pub const LOOKUP_EVENTS_MAX_RESULTS: i32 = 50;
+    /// `LookupEvents` is limited to 2 requests per second per account and region
+    /// (<https://docs.aws.amazon.com/awscloudtrail/latest/userguide/WhatIsCloudTrail-Limits.html>).
+    pub const LOOKUP_EVENTS_PER_SECOND: u32 = 2;
+    /// Event history covers the last 90 days
+    /// (<https://docs.aws.amazon.com/awscloudtrail/latest/userguide/view-cloudtrail-events.html>).
+    pub const EVENT_HISTORY_DAYS: i64 = 90;
 }

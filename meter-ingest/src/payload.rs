@@ -13,7 +13,7 @@ use awsmp_contract::event::MAX_EVENT_ID_BYTES;
 /// Events of one invocation at most. Our bound: all of them go to the usage stream in one
 /// `PutRecords` call, which takes at most 500 records
 /// (<https://docs.aws.amazon.com/kinesis/latest/APIReference/API_PutRecords.html>).
-pub const MAX_EVENTS_PER_INVOCATION: usize = 500;
+pub const MAX_EVENTS_PER_INVOCATION: usize = awsmp_contract::limits::kinesis::MAX_RECORDS_PER_PUT;
 
 /// One usage event as a module sends it. The hints are kept only to be reported: attribution
 /// comes from the mapping, billing time from the receive time.

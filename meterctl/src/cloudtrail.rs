@@ -22,15 +22,9 @@ use chrono::{Duration, Utc};
 use std::time::Duration as StdDuration;
 use tokio::time::Instant;
 
-/// `LookupEvents` answers at most 50 events a page
-/// (<https://docs.aws.amazon.com/awscloudtrail/latest/APIReference/API_LookupEvents.html>).
-pub const LOOKUP_EVENTS_MAX_RESULTS: i32 = 50;
-/// `LookupEvents` is limited to 2 requests per second per account and region
-/// (<https://docs.aws.amazon.com/awscloudtrail/latest/userguide/WhatIsCloudTrail-Limits.html>).
-pub const LOOKUP_EVENTS_PER_SECOND: u32 = 2;
-/// Event history covers the last 90 days
-/// (<https://docs.aws.amazon.com/awscloudtrail/latest/userguide/view-cloudtrail-events.html>).
-pub const EVENT_HISTORY_DAYS: i64 = 90;
+pub use awsmp_contract::limits::cloudtrail::{
+    EVENT_HISTORY_DAYS, LOOKUP_EVENTS_MAX_RESULTS, LOOKUP_EVENTS_PER_SECOND,
+};
 
 /// Retries of one `LookupEvents` page. The 2 requests/s limit is shared by every caller in
 /// the account and region (the console, another operator, a previous `meterctl` run), so the

@@ -2,8 +2,7 @@
 
 use md5::{Digest, Md5};
 
-/// Longest Kinesis partition key, in Unicode code points (Kinesis API `PartitionKey`: 1–256).
-pub const MAX_PARTITION_KEY_CHARS: usize = 256;
+pub use awsmp_contract::limits::kinesis::MAX_PARTITION_KEY_CHARS;
 
 /// The partition key of a group: `licenseArn|customerAWSAccountId|dimension`, or `g:` and the
 /// hex MD5 of that string when it is longer than Kinesis allows. Stable across producers and

@@ -19,9 +19,7 @@ use crate::domain::row::{Change, Guard, RowWrite, SpanWrite, coverage};
 use crate::error::{ConsumerError, Result};
 use crate::ports::{FinalizedGroups, RejectedEvent, RejectedEventStore, UsageRowWriter};
 
-/// Keys per `BatchGetItem` request (DynamoDB: at most 100 items per call,
-/// <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html>).
-pub const MAX_BATCH_GET_KEYS: usize = 100;
+pub use awsmp_contract::limits::dynamodb::MAX_BATCH_GET_KEYS;
 /// Rounds of `UnprocessedKeys` before the lookup fails (and the batch is retried by Lambda).
 const MAX_UNPROCESSED_ROUNDS: u32 = 8;
 /// `BatchGetItem` chunks of one finalized lookup in flight at once. Our bound: a batch of a

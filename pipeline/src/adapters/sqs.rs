@@ -6,8 +6,7 @@ use async_trait::async_trait;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 
-/// Entries per `SendMessageBatch` call (SQS limit: "a maximum of 10 messages" per batch).
-pub const MAX_BATCH_ENTRIES: usize = 10;
+pub use awsmp_contract::limits::sqs::MAX_BATCH_ENTRIES;
 
 /// A queue, by URL.
 #[derive(Debug, Clone)]

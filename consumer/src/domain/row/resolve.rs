@@ -35,9 +35,7 @@ pub enum Observation<'a> {
     Present(&'a RowState),
 }
 
-/// DynamoDB's item size limit, 400 KB, attribute names included
-/// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html>).
-pub const MAX_ITEM_BYTES: usize = 400 * 1024;
+pub use awsmp_contract::limits::dynamodb::MAX_ITEM_BYTES;
 
 /// The most a row's `usageAllocations` may take: [`MAX_ITEM_BYTES`] less 16 KiB for the row's
 /// other attributes (its keys — the sort key at most 1,024 bytes — the audit stamps and a

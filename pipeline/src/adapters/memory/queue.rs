@@ -30,9 +30,7 @@ use std::sync::{Arc, Mutex};
 /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-visibility-timeout.html>).
 pub const DEFAULT_VISIBILITY_TIMEOUT_SECONDS: i64 = 30;
 
-/// Messages per `ReceiveMessage` call: at most 10
-/// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_ReceiveMessage.html>).
-pub const MAX_RECEIVE_MESSAGES: usize = 10;
+pub use awsmp_contract::limits::sqs::MAX_RECEIVE_MESSAGES;
 
 /// One stored message.
 #[derive(Debug, Clone)]
