@@ -2,6 +2,18 @@
 
 use awsmp_simulation::cli::DEFAULT_SCHEDULES;
 
+/// Limits the default sweep reaches, and in how many of its schedules at least (about half of
+/// what it reached when this was written, so a small change of the schedules does not fail it,
+/// and a class that stops reaching one does).
+const LIMITS: [(&str, u64); 6] = [
+    ("limit-25-record-call", 0),
+    ("limit-cleanup-chunk", 0),
+    ("limit-submitter-cap", 0),
+    ("limit-dedup-compaction", 0),
+    ("limit-lock-edge-pending", 0),
+    ("limit-lock-edge-unread", 0),
+];
+
 #[test]
 fn the_default_sweep_breaks_no_invariant() {
     let started = std::time::Instant::now();
@@ -43,6 +55,28 @@ fn the_default_sweep_breaks_no_invariant() {
         assert!(
             e.faults.get(class).copied().unwrap_or(0) > 0,
             "no {class} fault injected"
+        );
+    }
+    // Retryable faults reach the pipeline's retry loops and the submitter's, and some
+    // throttles outlast them (docs/simulation.md, "Faults").
+    for class in [
+        "retry-pipeline-store",
+        "retry-marketplace",
+        "throttle-outlasting-retries",
+        "marketplace-5xx-after-applying",
+    ] {
+        assert!(
+            e.faults.get(class).copied().unwrap_or(0) > 0,
+            "no {class} in the sweep"
+        );
+    }
+    // Each limit is reached, not only approached, in at least this many schedules
+    // (docs/simulation.md, "Scale and the lock's edge").
+    for (limit, schedules) in LIMITS {
+        let reached = e.limits.get(limit).copied().unwrap_or(0);
+        assert!(
+            reached >= schedules,
+            "{limit} reached in {reached} schedules, fewer than {schedules}"
         );
     }
     assert!(e.hours_crossed > DEFAULT_SCHEDULES && e.billed > 0);
