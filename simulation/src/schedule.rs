@@ -11,6 +11,7 @@ use crate::faults::{Rates, mix};
 use crate::invariants;
 use crate::world::{Setup, World, lock};
 use awsmp_contract::clock::Clock;
+use awsmp_contract::time::MAX_HOUR_OFFSET;
 use awsmp_pipeline::handlers::discoverer::DiscovererInput;
 use chrono::{DateTime, Duration, Utc};
 use rand::rngs::StdRng;
@@ -344,7 +345,11 @@ async fn drain(w: &World) -> bool {
         }
         w.lifecycle_drain().await;
         w.mark_drained().await;
-        for hour_offset in 1..=3 {
+        // Offsets 1–3 every round; once an hour every meter target of the deployment
+        // (1–23: docs/time-rules.md, "Discoverer offsets"), so an hour the fence held past its
+        // third offset (a consumer lagging under faults) is still aggregated.
+        let last = if round % 6 == 0 { MAX_HOUR_OFFSET } else { 3 };
+        for hour_offset in 1..=last {
             w.discover(DiscovererInput::Meter { hour_offset }).await;
         }
         // Age-out runs hourly (one round in six), each run over its whole lookback; only a
