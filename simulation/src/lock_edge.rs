@@ -9,7 +9,8 @@
 //! the clock goes seconds past it, and the discoverer runs at the lock's offset before any
 //! consumer batch. Every schedule counts the runs that met the edge with work pending
 //! (`limit-lock-edge-pending`; `limit-lock-edge-unread` when a shard was not read past the
-//! hour), whatever put it there.
+//! hour), whatever put it there; `limit-lock-edge-aimed` counts the class's aims and
+//! `limit-lock-edge-pending-in-class` what it reached.
 
 use crate::faults::mix;
 use crate::world::{Setup, World, lock};
@@ -58,6 +59,7 @@ impl World {
         if to_end > before {
             self.advance(Duration::seconds(to_end - before));
         }
+        self.faults.count("limit-lock-edge-aimed");
         self.log("lock edge: usage seconds before the hour ends");
         self.produce(n).await;
         let to_end = 3600 - i64::from(self.clock.now().minute() * 60 + self.clock.now().second());
@@ -95,6 +97,9 @@ impl World {
             .is_ok_and(|g| !g.is_empty());
         if unread || rows {
             self.faults.count("limit-lock-edge-pending");
+            if self.setup.lock_edge {
+                self.faults.count("limit-lock-edge-pending-in-class");
+            }
         }
         if unread {
             self.faults.count("limit-lock-edge-unread");

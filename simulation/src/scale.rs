@@ -168,3 +168,34 @@ impl World {
         self.aggregated.items().iter().filter(|i| i.pending).count()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::schedule::setup_for;
+
+    /// About one schedule in thirteen of the default sweep is in the scale class, each with at
+    /// least 30 groups an hour, a cap above one call's 25 records, and a short owner list; no
+    /// other schedule has any of it. About one in eight is in the lock-edge class.
+    #[test]
+    fn a_share_of_the_default_sweep_is_in_the_scale_class() {
+        let setups: Vec<_> = (0..1000).map(setup_for).collect();
+        let scale: Vec<_> = setups.iter().filter(|s| s.scale).collect();
+        eprintln!("{} schedules of 1,000 in the scale class", scale.len());
+        assert!((50..=150).contains(&scale.len()), "{}", scale.len());
+        for s in &scale {
+            assert!(s.licenses * s.dimensions >= 30, "{s:?}");
+            assert!(s.submitter_cap.is_some_and(|c| c > 25), "{s:?}");
+            assert!(s.lane_owned_ranges.is_some() && s.shards <= 2 && s.mapping.batch_size <= 10);
+            assert!(s.poison_from.is_none() && !s.race && s.mapping.max_retry_attempts.is_none());
+        }
+        let others = setups.iter().filter(|s| !s.scale);
+        for s in others {
+            assert!(
+                s.submitter_cap.is_none() && s.lane_owned_ranges.is_none() && s.dimensions == 2
+            );
+        }
+        let edge = setups.iter().filter(|s| s.lock_edge).count();
+        eprintln!("{edge} schedules of 1,000 in the lock-edge class");
+        assert!((50..=200).contains(&edge), "{edge}");
+    }
+}
