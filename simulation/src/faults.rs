@@ -225,6 +225,36 @@ fn pick(r: Rates, roll: u64, write: bool) -> Option<Fault> {
     None
 }
 
+/// The fault of a call of `call_key` in `invocation`: a throttle while an outlasting one holds
+/// it (in a `running` invocation), else `fresh()`. A fresh throttle outlasts the retries in
+/// one case of [`OUTLASTING_THROTTLE_ONE_IN`]; a call failed retryably is remembered, so its
+/// repeat in the same invocation counts as a retry.
+fn held_or(
+    s: &mut State,
+    running: bool,
+    call_key: CallKey,
+    invocation: Invocation,
+    variant: u64,
+    fresh: impl FnOnce() -> Option<Fault>,
+) -> Option<Fault> {
+    let pick = if running && s.hot.get(&call_key) == Some(&invocation) {
+        *s.tally.entry("throttle-outlasting-retries").or_default() += 1;
+        Some(Fault::Throttle)
+    } else {
+        fresh()
+    };
+    if running
+        && pick == Some(Fault::Throttle)
+        && (variant >> 32).is_multiple_of(OUTLASTING_THROTTLE_ONE_IN)
+    {
+        s.hot.insert(call_key.clone(), invocation);
+    }
+    if matches!(pick, Some(Fault::Throttle | Fault::LoseResponse)) {
+        s.failed.insert(call_key, invocation);
+    }
+    pick
+}
+
 /// The schedule's fault plan, shared by every fault-injecting port.
 #[derive(Debug)]
 pub struct FaultPlan {
@@ -406,21 +436,9 @@ impl FaultPlan {
         };
         let variant = hash(self.seed ^ VARIANT_SALT, &parts);
         let running = s.frames[frame].running;
-        let pick = if running && s.hot.get(&call_key) == Some(&invocation) {
-            *s.tally.entry("throttle-outlasting-retries").or_default() += 1;
-            Some(Fault::Throttle)
-        } else {
+        let pick = held_or(&mut s, running, call_key, invocation, variant, || {
             pick(self.rates, roll, write)
-        };
-        if running
-            && pick == Some(Fault::Throttle)
-            && (variant >> 32).is_multiple_of(OUTLASTING_THROTTLE_ONE_IN)
-        {
-            s.hot.insert(call_key.clone(), invocation);
-        }
-        if matches!(pick, Some(Fault::Throttle | Fault::LoseResponse)) {
-            s.failed.insert(call_key, invocation);
-        }
+        });
         if let Some(f) = pick {
             if on_attempt && f != Fault::Preempt {
                 s.attempt_faults.insert(key_text.to_owned());
