@@ -53,7 +53,7 @@ impl World {
     /// directly; then the producer flushes.
     pub async fn produce(&self, new_events: usize) {
         // Let every producer timer due by now fire first (the shard-map refresh): Tokio's
-        // paused time also moves with the handlers' retry sleeps, whose jitter is not seeded,
+        // paused time also moves with the handlers' retry sleeps, which the faults drawn decide,
         // so the producer must not see how far it moved.
         tokio::time::sleep(std::time::Duration::from_secs(PRODUCER_SETTLE_SECS)).await;
         let now = self.clock.now();
