@@ -14,21 +14,28 @@ pub fn is_conditional_failure<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) ->
     e.as_service_error().and_then(|s| s.code()) == Some("ConditionalCheckFailedException")
 }
 
+/// DynamoDB error codes worth a retry of the same call: throttling and 5xx
+/// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Programming.Errors.html>).
+pub const RETRYABLE_CODES: [&str; 7] = [
+    "ProvisionedThroughputExceededException",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "InternalServerError",
+    "ServiceUnavailable",
+    "LimitExceededException",
+    "TransactionConflictException",
+];
+
+/// True when a DynamoDB service error with code `code` may succeed if retried
+/// ([`RETRYABLE_CODES`]); the deterministic simulation classifies its injected errors by it.
+pub fn is_retryable_code(code: &str) -> bool {
+    RETRYABLE_CODES.contains(&code)
+}
+
 /// True when a failed DynamoDB call may succeed if retried: throttling, 5xx, transport.
 pub fn is_retryable<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> bool {
     match e {
-        SdkError::ServiceError(se) => matches!(
-            se.err().code(),
-            Some(
-                "ProvisionedThroughputExceededException"
-                    | "ThrottlingException"
-                    | "RequestLimitExceeded"
-                    | "InternalServerError"
-                    | "ServiceUnavailable"
-                    | "LimitExceededException"
-                    | "TransactionConflictException"
-            )
-        ),
+        SdkError::ServiceError(se) => se.err().code().is_some_and(is_retryable_code),
         SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
             true
         }

@@ -46,11 +46,16 @@ pub enum Mutant {
     /// "Submitter and expiry"): `NeedsReconciliation` lands before the run's answer, on usage
     /// AWS bills moments later.
     ExpiryDecidesInFlight,
+    /// The submitter reads every retryable `BatchMeterUsage` exception as proof that nothing
+    /// was applied, a 5xx (`InternalServiceErrorException`) as a throttle: a call AWS applied
+    /// before answering 5xx is not marked sent, its attempt is taken back, and the replay's
+    /// `DuplicateRecord` is then read as someone else's record.
+    Submitter5xxProvesUnapplied,
 }
 
 impl Mutant {
     /// Every mutant, in declaration order.
-    pub const ALL: [Mutant; 13] = [
+    pub const ALL: [Mutant; 14] = [
         Mutant::CleanupUnconditional,
         Mutant::DedupIgnoresEventIds,
         Mutant::SubmitterForgetsWriteBack,
@@ -64,6 +69,7 @@ impl Mutant {
         Mutant::WatermarkBeforeRows,
         Mutant::ExpiryWritePendingOnly,
         Mutant::ExpiryDecidesInFlight,
+        Mutant::Submitter5xxProvesUnapplied,
     ];
 
     /// Its name on the command line (`scripts/simulate --mutant NAME`).
@@ -82,6 +88,7 @@ impl Mutant {
             Mutant::WatermarkBeforeRows => "watermark-before-rows",
             Mutant::ExpiryWritePendingOnly => "expiry-write-pending-only",
             Mutant::ExpiryDecidesInFlight => "expiry-decides-in-flight",
+            Mutant::Submitter5xxProvesUnapplied => "submitter-5xx-proves-unapplied",
         }
     }
 

@@ -78,6 +78,7 @@ pub fn main() -> ExitCode {
         for line in &report.trace {
             println!("{line}");
         }
+        println!("limits reached: {:?}", report.explored.limits);
         for v in &report.violations {
             println!("violation: {v}");
         }
@@ -103,6 +104,7 @@ pub fn main() -> ExitCode {
     println!("  faults: {:?}", e.faults);
     println!("  interleavings: {:?}", e.interleavings);
     println!("  event source mapping: {:?}", e.mapping);
+    println!("  limits reached (schedules): {:?}", e.limits);
     let violations: usize = result.failures.iter().map(|f| f.violations.len()).sum();
     for f in &result.failures {
         println!(

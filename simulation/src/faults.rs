@@ -133,7 +133,17 @@ struct Frame {
     stopped: bool,
     /// Its start on the virtual clock and its Lambda timeout.
     deadline: Option<DateTime<Utc>>,
+    /// Which invocation of the frame this is (counts [`FaultPlan::begin`]s).
+    invocation: u64,
+    /// Between [`FaultPlan::begin`] and [`FaultPlan::end`] (calls outside an invocation, as
+    /// EventBridge's deliveries, are never held by an outlasting throttle).
+    running: bool,
 }
+
+/// One invocation: its frame and its number in the frame.
+type Invocation = (usize, u64);
+/// A port call's operation and (stable) key.
+type CallKey = (String, String);
 
 #[derive(Debug, Default)]
 struct State {
@@ -147,6 +157,12 @@ struct State {
     /// Groups (`GroupKey` text) a fault hit on the attempt path (mark, send, take back, write
     /// back): the only groups whose attempt may be left unresolved.
     attempt_faults: std::collections::BTreeSet<String>,
+    /// Calls throttled for the rest of an invocation: a throttle that outlasts every retry
+    /// policy, so the error reaches the handler.
+    hot: BTreeMap<CallKey, Invocation>,
+    /// Calls whose last attempt failed with a retryable fault, and in which invocation: the
+    /// next call of the same operation and key in it is a retry.
+    failed: BTreeMap<CallKey, Invocation>,
 }
 
 /// Tables whose pending index holds nothing, as the scheduler saw them at the start of a
@@ -182,6 +198,9 @@ pub struct Call {
     pub fault: Option<Fault>,
     /// While expiry races a submitter run: how often the call yields to the other first.
     pub yields: u32,
+    /// A number drawn for the call, which picks among the error codes of its fault (a
+    /// throttle or a 5xx, both retryable; a lost answer or a 5xx after applying).
+    pub variant: u64,
 }
 
 /// The fault a call's `roll` (0–999) draws at `r`; only a `write` may lose its response or
@@ -206,6 +225,36 @@ fn pick(r: Rates, roll: u64, write: bool) -> Option<Fault> {
     None
 }
 
+/// The fault of a call of `call_key` in `invocation`: a throttle while an outlasting one holds
+/// it (in a `running` invocation), else `fresh()`. A fresh throttle outlasts the retries in
+/// one case of [`OUTLASTING_THROTTLE_ONE_IN`]; a call failed retryably is remembered, so its
+/// repeat in the same invocation counts as a retry.
+fn held_or(
+    s: &mut State,
+    running: bool,
+    call_key: CallKey,
+    invocation: Invocation,
+    variant: u64,
+    fresh: impl FnOnce() -> Option<Fault>,
+) -> Option<Fault> {
+    let pick = if running && s.hot.get(&call_key) == Some(&invocation) {
+        *s.tally.entry("throttle-outlasting-retries").or_default() += 1;
+        Some(Fault::Throttle)
+    } else {
+        fresh()
+    };
+    if running
+        && pick == Some(Fault::Throttle)
+        && (variant >> 32).is_multiple_of(OUTLASTING_THROTTLE_ONE_IN)
+    {
+        s.hot.insert(call_key.clone(), invocation);
+    }
+    if matches!(pick, Some(Fault::Throttle | Fault::LoseResponse)) {
+        s.failed.insert(call_key, invocation);
+    }
+    pick
+}
+
 /// The schedule's fault plan, shared by every fault-injecting port.
 #[derive(Debug)]
 pub struct FaultPlan {
@@ -219,6 +268,36 @@ pub struct FaultPlan {
 const DRIFT_SALT: u64 = 0x7105_e7ad;
 /// Salt of the race's yield decisions.
 const YIELD_SALT: u64 = 0x51e1_d5ed;
+/// Salt of the error-code variants and of which throttles outlast the retries.
+const VARIANT_SALT: u64 = 0x7a41_a47e;
+/// One throttle in this many outlasts every retry policy: the call stays throttled for the
+/// rest of its invocation.
+const OUTLASTING_THROTTLE_ONE_IN: u64 = 3;
+
+/// The layer whose retry loop a repeated call is: the pipeline's stores, `BatchMeterUsage`
+/// (the submitter), or another's (the consumer, meter-ingest, the lifecycle).
+fn retry_class(operation: &str) -> &'static str {
+    const PIPELINE: [&str; 11] = [
+        "pending_groups",
+        "read_pending_rows",
+        "finalize_row",
+        "finalize_folded",
+        "expire_bucket",
+        "put_if_absent",
+        "get",
+        "pending",
+        "mark_attempted",
+        "retract_attempt",
+        "write_back",
+    ];
+    if operation == "batch_meter_usage" {
+        "retry-marketplace"
+    } else if PIPELINE.contains(&operation) {
+        "retry-pipeline-store"
+    } else {
+        "retry-other"
+    }
+}
 /// Longest ordinary move of the clock before a call.
 const MAX_DRIFT_SECS: u64 = 45;
 /// Within this many seconds of an hour boundary, one move in two goes just past it.
@@ -328,6 +407,11 @@ impl FaultPlan {
         *n += 1;
         let n = n.to_string();
         let parts = [operation, key.as_str(), n.as_str()];
+        let invocation = (frame, s.frames[frame].invocation);
+        let call_key = (operation.to_owned(), key.clone());
+        if s.failed.remove(&call_key) == Some(invocation) {
+            *s.tally.entry(retry_class(operation)).or_default() += 1;
+        }
         if let Some(now) = self.drift(&mut s, &parts)
             && s.frames[frame].deadline.is_some_and(|d| now > d)
         {
@@ -350,7 +434,11 @@ impl FaultPlan {
         } else {
             hash(self.seed, &parts) % 1000
         };
-        let pick = pick(self.rates, roll, write);
+        let variant = hash(self.seed ^ VARIANT_SALT, &parts);
+        let running = s.frames[frame].running;
+        let pick = held_or(&mut s, running, call_key, invocation, variant, || {
+            pick(self.rates, roll, write)
+        });
         if let Some(f) = pick {
             if on_attempt && f != Fault::Preempt {
                 s.attempt_faults.insert(key_text.to_owned());
@@ -369,6 +457,7 @@ impl FaultPlan {
             stopped: false,
             fault: pick,
             yields,
+            variant,
         }
     }
 
@@ -411,8 +500,12 @@ impl FaultPlan {
     /// virtual clock: not crashed.
     pub fn begin(&self, timeout: Duration) {
         let deadline = self.drift.as_ref().map(|d| d.clock.now() + timeout);
-        lock(&self.state).frames[current_frame()] = Frame {
+        let mut s = lock(&self.state);
+        let frame = &mut s.frames[current_frame()];
+        *frame = Frame {
             deadline,
+            invocation: frame.invocation + 1,
+            running: true,
             ..Frame::default()
         };
     }
@@ -420,7 +513,14 @@ impl FaultPlan {
     /// End the current frame's invocation: true when it crashed or timed out (its result must
     /// be discarded). Calls made after it (outside any invocation) are not stopped.
     pub fn end(&self) -> bool {
-        std::mem::take(&mut lock(&self.state).frames[current_frame()]).stopped
+        let mut s = lock(&self.state);
+        let frame = &mut s.frames[current_frame()];
+        let stopped = frame.stopped;
+        *frame = Frame {
+            invocation: frame.invocation,
+            ..Frame::default()
+        };
+        stopped
     }
 
     /// Whether the current frame's invocation has crashed or timed out.
@@ -454,92 +554,4 @@ impl FaultPlan {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn decisions_depend_on_the_call_not_on_the_order() {
-        let rates = Rates {
-            throttle: 300,
-            lose_response: 100,
-            crash: 0,
-            preempt: 100,
-        };
-        let a = FaultPlan::new(7, rates);
-        let b = FaultPlan::new(7, rates);
-        let xs: Vec<_> = (0..20)
-            .map(|i| a.decide("put", &i.to_string(), true))
-            .collect();
-        let ys: Vec<_> = (0..20)
-            .rev()
-            .map(|i| b.decide("put", &i.to_string(), true))
-            .collect();
-        assert_eq!(xs, ys.into_iter().rev().collect::<Vec<_>>());
-        assert!(xs.iter().any(Option::is_some) && xs.iter().any(Option::is_none));
-    }
-
-    /// Tables are declared empty only to a quiet plan: faults off, the invocation running.
-    #[test]
-    fn empty_tables_are_told_only_while_the_plan_is_quiet() {
-        let plan = FaultPlan::new(
-            1,
-            Rates {
-                crash: 1000,
-                ..Rates::default()
-            },
-        );
-        let empty = EmptyTables {
-            usage: true,
-            aggregated: false,
-        };
-        plan.set_empty_tables(empty);
-        assert_eq!(plan.empty_tables(), EmptyTables::default(), "faults on");
-        plan.set_enabled(false);
-        assert!(plan.quiet());
-        assert_eq!(plan.empty_tables(), empty);
-        plan.set_enabled(true);
-        plan.begin(Duration::minutes(1));
-        assert!(plan.call("op", "k", true).stopped || plan.crashed());
-        plan.set_enabled(false);
-        assert!(!plan.quiet(), "a stopped invocation still fails its calls");
-        assert_eq!(plan.empty_tables(), EmptyTables::default());
-        plan.end();
-        assert_eq!(plan.empty_tables(), empty);
-        plan.set_empty_tables(EmptyTables::default());
-        assert_eq!(plan.empty_tables(), EmptyTables::default());
-    }
-
-    #[test]
-    fn epochs_are_masked_out_of_keys() {
-        let id = format!("p:{}:3:42", "ab".repeat(16));
-        assert_eq!(stable_key(&id), "p:*:3:42");
-        assert_eq!(stable_key("acct#dim#2026"), "acct#dim#2026");
-    }
-
-    #[test]
-    fn a_crash_marks_the_invocation_until_it_ends() {
-        let plan = FaultPlan::new(
-            1,
-            Rates {
-                crash: 500,
-                ..Rates::default()
-            },
-        );
-        plan.begin(Duration::minutes(1));
-        let mut i = 0;
-        while !plan.crashed() {
-            plan.decide("op", &i.to_string(), false);
-            i += 1;
-        }
-        // Every later call of the invocation fails before applying.
-        assert!(plan.call("op", "later", true).stopped);
-        assert_eq!(plan.decide("op", "later", true), Some(Fault::CrashBefore));
-        assert!(plan.end());
-        // The next invocation starts clean (its own call may crash it anew).
-        assert!(!plan.call("op", "after", true).stopped);
-        plan.end();
-        assert!(!plan.crashed());
-        plan.set_enabled(false);
-        assert_eq!(plan.decide("op", "k", true), None);
-    }
-}
+mod tests;

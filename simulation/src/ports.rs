@@ -17,20 +17,10 @@ use crate::faults::{Fault, FaultPlan};
 use crate::world::Interleaver;
 use async_trait::async_trait;
 use awsmp_aws::watermark::MemoryWatermarkStore;
-use awsmp_consumer::domain::row::RowWrite;
 use awsmp_consumer::error::ConsumerError;
-use awsmp_consumer::ports::{
-    ClaimOutcome, DedupClaim, DedupStore, FinalizedGroups, FirstSeen, LaneItem, RejectedEvent,
-    RejectedEventStore, UsageRowWriter,
-};
 use awsmp_contract::keys::{GroupKey, HourBucket, RowKey};
-use awsmp_contract::row::RawUsageRow;
 use awsmp_contract::status::RawStatus;
 use awsmp_meter_ingest::IngestError;
-use awsmp_meter_ingest::mapping::MappingEntry;
-use awsmp_meter_ingest::ports::{
-    Disposition, HeldEvent, HeldStore, MappingStore, RateCounter, UsageStream,
-};
 use awsmp_pipeline::adapters::memory::{
     CallFault, InjectedFault, MemoryAggregatedStore, MemoryMeteringApi, MemoryUsageStore,
 };
@@ -41,13 +31,13 @@ use awsmp_pipeline::ports::{
     AggregatedItem, AggregatedStore, ExpiredRow, FoldedFinalize, MeterCallError, MeteringApi,
     UsageStore, WriteBack,
 };
-use awsmp_producer::sink::PutEntry;
 use chrono::{DateTime, Utc};
-use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
 
+mod consumer;
 mod shared;
+pub use consumer::{AggregatedFinalized, ConsumerRows};
 pub use shared::injected_store;
 
 /// What every wrapper shares: the plan and the interleaver.
@@ -59,33 +49,71 @@ pub struct Ctx {
     pub interleaver: Arc<Interleaver>,
 }
 
-fn code(fault: Option<Fault>) -> &'static str {
-    match fault {
-        Some(Fault::Throttle) => "ProvisionedThroughputExceededException",
-        Some(Fault::LoseResponse) => "RequestTimeout",
-        _ => "InvocationCrashed",
+/// DynamoDB's answers to a call refused before applying: throttles and 5xx, each retryable
+/// (`awsmp_aws::dynamodb::RETRYABLE_CODES`).
+const REFUSED_CODES: [&str; 5] = [
+    "ProvisionedThroughputExceededException",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "InternalServerError",
+    "ServiceUnavailable",
+];
+/// What a store call whose answer was lost after it applied reads as: the SDK's timeout.
+const TIMED_OUT: &str = "TimeoutError";
+/// What a call of an invocation that crashed reads as (it never returns in AWS).
+const CRASHED: &str = "InvocationCrashed";
+
+/// An injected failure as a port's error reads it: the fault (`None` as a crash) and the
+/// call's variant ([`crate::faults::Call::variant`]), which picks its error code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failed {
+    /// The fault.
+    pub fault: Option<Fault>,
+    /// Picks among the codes of the fault's kind.
+    pub variant: u64,
+}
+
+impl Failed {
+    /// A failure of `fault` with the first code of its kind.
+    pub fn of(fault: Option<Fault>) -> Self {
+        Self { fault, variant: 0 }
+    }
+
+    /// Its DynamoDB error code.
+    pub fn code(self) -> &'static str {
+        match self.fault {
+            Some(Fault::Throttle) => REFUSED_CODES[(self.variant % 5) as usize],
+            Some(Fault::LoseResponse) => TIMED_OUT,
+            _ => CRASHED,
+        }
+    }
+
+    /// Whether the real DynamoDB adapters mark it retryable (`awsmp_aws::dynamodb::is_retryable`):
+    /// a throttle or a 5xx by its code, a timeout always; a crash never (the invocation is
+    /// over, nothing retries).
+    pub fn retryable(self) -> bool {
+        match self.fault {
+            Some(Fault::Throttle) => awsmp_aws::dynamodb::is_retryable_code(self.code()),
+            Some(Fault::LoseResponse) => true,
+            _ => false,
+        }
     }
 }
 
-fn retryable(fault: Option<Fault>) -> bool {
-    matches!(fault, Some(Fault::Throttle) | Some(Fault::LoseResponse))
-}
-
-/// The error the DynamoDB adapter returns for an injected fault of `operation`, once the
-/// handler's retry policy gave up on it: marked not retryable, so the handler's own retry
-/// loop is not entered. That loop sleeps an unseeded full-jitter delay, and some handlers
-/// run calls concurrently (cleanup, expiry, age-out): the order in which their retries woke
-/// would decide the order of later calls, and a replay could not keep it. A throttle the
-/// policy absorbs is only a delay, which the scheduler's interleavings already cover.
-pub fn injected_dynamodb(operation: &'static str, fault: Option<Fault>) -> PipelineError {
+/// The error the DynamoDB adapter returns for an injected failure of `operation`, marked
+/// retryable as the adapter marks it, so the handler's retry loop (`awsmp_aws::retry`) runs;
+/// its delays are seeded per schedule (`awsmp_aws::retry::seed_delays`), so retries that run
+/// side by side (cleanup, expiry, age-out, the submitter's marks) wake in the same order on
+/// every replay.
+pub fn injected_dynamodb(operation: &'static str, failed: Failed) -> PipelineError {
     PipelineError::DynamoDb {
         operation,
         resource: "simulated".into(),
         source: Box::new(InjectedFault {
             operation,
-            code: code(fault),
+            code: failed.code(),
         }),
-        retryable: false,
+        retryable: failed.retryable(),
     }
 }
 
@@ -94,48 +122,48 @@ pub fn injected_sqs(queue: &'static str, fault: Option<Fault>) -> PipelineError 
     PipelineError::Sqs {
         operation: "SendMessageBatch",
         queue: queue.to_owned(),
-        detail: code(fault).to_owned(),
+        detail: Failed::of(fault).code().to_owned(),
         source: Some(Box::new(InjectedFault {
             operation: "send_all",
-            code: code(fault),
+            code: Failed::of(fault).code(),
         })),
     }
 }
 
-/// How a port's error type reads an injected fault of `operation`.
+/// How a port's error type reads an injected failure of `operation`.
 pub trait Injected {
-    /// The error for `fault` (`None`: a crash before the call).
-    fn injected(operation: &'static str, fault: Option<Fault>) -> Self;
+    /// The error for `failed`.
+    fn injected(operation: &'static str, failed: Failed) -> Self;
 }
 
 impl Injected for PipelineError {
-    fn injected(operation: &'static str, fault: Option<Fault>) -> Self {
-        injected_dynamodb(operation, fault)
+    fn injected(operation: &'static str, failed: Failed) -> Self {
+        injected_dynamodb(operation, failed)
     }
 }
 
 impl Injected for ConsumerError {
-    fn injected(store: &'static str, fault: Option<Fault>) -> Self {
+    fn injected(store: &'static str, failed: Failed) -> Self {
         ConsumerError::Store {
             store,
             source: Box::new(InjectedFault {
                 operation: store,
-                code: code(fault),
+                code: failed.code(),
             }),
-            retryable: retryable(fault),
+            retryable: failed.retryable(),
         }
     }
 }
 
 impl Injected for IngestError {
-    fn injected(store: &'static str, fault: Option<Fault>) -> Self {
+    fn injected(store: &'static str, failed: Failed) -> Self {
         IngestError::Store {
             store,
             source: Box::new(InjectedFault {
                 operation: store,
-                code: code(fault),
+                code: failed.code(),
             }),
-            retryable: retryable(fault),
+            retryable: failed.retryable(),
         }
     }
 }
@@ -181,20 +209,24 @@ impl<T> Faulty<T> {
         let decided = self.ctx.faults.call(op, key, write);
         if decided.stopped {
             // The invocation crashed at an earlier call: nothing after it applies.
-            return Err(E::injected(op, Some(Fault::CrashBefore)));
+            return Err(E::injected(op, Failed::of(Some(Fault::CrashBefore))));
         }
         yield_times(decided.yields).await;
         let fault = decided.fault;
+        let failed = Failed {
+            fault,
+            variant: decided.variant,
+        };
         match fault {
             Some(Fault::Throttle) | Some(Fault::CrashBefore) => {
-                return Err(E::injected(op, fault));
+                return Err(E::injected(op, failed));
             }
             Some(Fault::Preempt) => preempt(&self.ctx.interleaver, op).await,
             _ => {}
         }
         let out = call.await?;
         match fault {
-            Some(Fault::LoseResponse) | Some(Fault::CrashAfter) => Err(E::injected(op, fault)),
+            Some(Fault::LoseResponse) | Some(Fault::CrashAfter) => Err(E::injected(op, failed)),
             _ => Ok(out),
         }
     }
@@ -224,8 +256,6 @@ pub type FaultyAggregated = Faulty<MemoryAggregatedStore>;
 pub type FaultyWatermarks = Faulty<MemoryWatermarkStore>;
 
 type PResult<T> = awsmp_pipeline::error::Result<T>;
-type CResult<T> = awsmp_consumer::error::Result<T>;
-type IResult<T> = awsmp_meter_ingest::error::Result<T>;
 
 #[async_trait]
 impl<T: UsageStore> UsageStore for Faulty<T> {
@@ -351,6 +381,9 @@ impl<T: AggregatedStore> AggregatedStore for Faulty<T> {
     }
 }
 
+/// `BatchMeterUsage`'s 5xx (retryable, proving nothing about whether the call applied).
+const INTERNAL_ERROR: &str = "InternalServiceErrorException";
+
 /// `BatchMeterUsage`, faulty: each call may be throttled, lost before or after AWS applied
 /// it, or answered with some records unprocessed (the in-memory API's own fault script).
 pub struct FaultyMetering {
@@ -360,6 +393,9 @@ pub struct FaultyMetering {
     pub ctx: Ctx,
     /// An outage: every call in `[from, until)` is applied and its answer lost.
     pub outage: Option<(DateTime<Utc>, DateTime<Utc>)>,
+    /// In the outage every call is answered `InternalServiceErrorException` after it applied,
+    /// instead of getting no answer.
+    pub outage_5xx: bool,
     /// The virtual clock.
     pub clock: Arc<awsmp_contract::clock::FixedClock>,
 }
@@ -371,6 +407,9 @@ impl MeteringApi for FaultyMetering {
         kind: &CallKind,
         records: &[SubmitRecord],
     ) -> Result<ApiResponse, MeterCallError> {
+        if records.len() == awsmp_contract::limits::marketplace::MAX_USAGE_RECORDS_PER_CALL {
+            self.ctx.faults.count("limit-25-record-call");
+        }
         let groups: Vec<String> = records.iter().map(|r| r.group.to_string()).collect();
         let note = || {
             self.ctx
@@ -390,7 +429,13 @@ impl MeteringApi for FaultyMetering {
         {
             self.ctx.faults.count("marketplace-outage");
             note();
-            self.inner.script([CallFault::ApplyThenLoseResponse]);
+            if self.outage_5xx {
+                self.ctx.faults.count("marketplace-5xx-after-applying");
+                self.inner
+                    .script([CallFault::ApplyThenException(INTERNAL_ERROR.into())]);
+            } else {
+                self.inner.script([CallFault::ApplyThenLoseResponse]);
+            }
             return self.inner.batch_meter_usage(kind, records).await;
         }
         let key = records
@@ -408,9 +453,18 @@ impl MeteringApi for FaultyMetering {
         if fault.is_some_and(|f| f != Fault::Preempt) {
             note();
         }
+        // A refused call is throttled or a 5xx that applied nothing; a lost one was applied and
+        // its answer lost, or answered with a 5xx after AWS applied it (a 5xx proves nothing:
+        // docs/metering-api.md).
+        let five_xx = decided.variant % 2 == 1;
         let scripted = match fault {
+            Some(Fault::Throttle) if five_xx => Some(CallFault::Exception(INTERNAL_ERROR.into())),
             Some(Fault::Throttle) => Some(CallFault::Exception("ThrottlingException".into())),
             Some(Fault::CrashBefore) => Some(CallFault::NoResponse),
+            Some(Fault::LoseResponse) if five_xx => {
+                self.ctx.faults.count("marketplace-5xx-after-applying");
+                Some(CallFault::ApplyThenException(INTERNAL_ERROR.into()))
+            }
             Some(Fault::LoseResponse) | Some(Fault::CrashAfter) => {
                 Some(CallFault::ApplyThenLoseResponse)
             }
@@ -427,156 +481,31 @@ impl MeteringApi for FaultyMetering {
     }
 }
 
-/// The consumer's row writes, into the pipeline's raw usage table: a conditional write is
-/// one read-apply-put with no await between, atomic on the single-threaded executor.
-pub struct ConsumerRows {
-    /// The shared table.
-    pub table: Arc<MemoryUsageStore>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use awsmp_contract::retry::Retryable;
+    use std::collections::HashSet;
 
-#[async_trait]
-impl UsageRowWriter for ConsumerRows {
-    async fn read(&self, key: &RowKey) -> CResult<Option<RawUsageRow>> {
-        Ok(self.table.row(key))
-    }
-
-    async fn write(&self, write: &RowWrite) -> CResult<bool> {
-        Ok(match write.apply(self.table.row(&write.key).as_ref()) {
-            Some(row) => self.table.put_row(row),
-            None => false,
-        })
-    }
-}
-
-#[async_trait]
-impl<T: UsageRowWriter> UsageRowWriter for Faulty<T> {
-    async fn read(&self, key: &RowKey) -> CResult<Option<RawUsageRow>> {
-        let call = self.inner.read(key);
-        self.call("row-read", &key.sort_key, false, call).await
-    }
-
-    async fn write(&self, write: &RowWrite) -> CResult<bool> {
-        let call = self.inner.write(write);
-        self.call("row-write", &write.key.sort_key, true, call)
-            .await
-    }
-}
-
-#[async_trait]
-impl<T: DedupStore> DedupStore for Faulty<T> {
-    async fn claim(&self, claim: &DedupClaim) -> CResult<ClaimOutcome> {
-        // A KPL record's key is the MD5 of its body, which holds generated ids (random epochs):
-        // its stream position names it stably.
-        let key = if claim.key.starts_with("kpl:") {
-            format!("{}:{}", claim.shard_id, claim.sequence_number.decimal())
-        } else {
-            claim.key.clone()
-        };
-        let call = self.inner.claim(claim);
-        self.call("claim", &key, true, call).await
-    }
-
-    async fn read_lane(&self, key: &str) -> CResult<Option<LaneItem>> {
-        let call = self.inner.read_lane(key);
-        self.call("read_lane", key, false, call).await
-    }
-
-    async fn write_lane(&self, item: &LaneItem, expected: Option<u64>) -> CResult<bool> {
-        let call = self.inner.write_lane(item, expected);
-        self.call("write_lane", &item.key, true, call).await
-    }
-
-    async fn first_seen(&self, seen: &FirstSeen) -> CResult<DateTime<Utc>> {
-        let call = self.inner.first_seen(seen);
-        self.call("first_seen", &seen.key, true, call).await
-    }
-}
-
-#[async_trait]
-impl<T: RejectedEventStore> RejectedEventStore for Faulty<T> {
-    async fn put(&self, event: &RejectedEvent) -> CResult<()> {
-        let call = self.inner.put(event);
-        self.call("rejected-put", &event.record_key, true, call)
-            .await
-    }
-}
-
-/// Finalized group-hours: those with an aggregated record (what the DynamoDB adapter reads).
-pub struct AggregatedFinalized {
-    /// The aggregated table.
-    pub table: Arc<MemoryAggregatedStore>,
-}
-
-#[async_trait]
-impl FinalizedGroups for AggregatedFinalized {
-    async fn finalized(&self, groups: &[GroupKey]) -> CResult<HashSet<GroupKey>> {
-        Ok(groups
-            .iter()
-            .filter(|g| self.table.contains(g))
-            .cloned()
-            .collect())
-    }
-}
-
-#[async_trait]
-impl<T: FinalizedGroups> FinalizedGroups for Faulty<T> {
-    async fn finalized(&self, groups: &[GroupKey]) -> CResult<HashSet<GroupKey>> {
-        // The consumer collects the groups through a hash set: name the call by its least.
-        let key = groups
-            .iter()
-            .map(|g| g.to_string())
-            .min()
-            .unwrap_or_default();
-        let call = self.inner.finalized(groups);
-        self.call("finalized", &key, false, call).await
-    }
-}
-
-#[async_trait]
-impl<T: UsageStream> UsageStream for Faulty<T> {
-    async fn put(&self, entries: Vec<PutEntry>) -> IResult<()> {
-        let key = entries
-            .first()
-            .map(|e| format!("{}+{}", e.partition_key, entries.len()))
-            .unwrap_or_default();
-        let call = self.inner.put(entries);
-        self.call("ingest-put-records", &key, true, call).await
-    }
-}
-
-#[async_trait]
-impl<T: MappingStore> MappingStore for Faulty<T> {
-    async fn get(&self, invoked_arn: &str) -> IResult<Option<MappingEntry>> {
-        let call = self.inner.get(invoked_arn);
-        self.call("ingest-mapping-get", invoked_arn, false, call)
-            .await
-    }
-
-    async fn put(&self, entry: &MappingEntry) -> IResult<()> {
-        let call = self.inner.put(entry);
-        self.call("ingest-mapping-put", &entry.invoked_arn, true, call)
-            .await
-    }
-}
-
-#[async_trait]
-impl<T: RateCounter> RateCounter for Faulty<T> {
-    async fn add(&self, key: &str, n: u64, expires_at: DateTime<Utc>) -> IResult<u64> {
-        let call = self.inner.add(key, n, expires_at);
-        self.call("ingest-rate-add", key, true, call).await
-    }
-}
-
-#[async_trait]
-impl<T: HeldStore> HeldStore for Faulty<T> {
-    async fn put(&self, event: &HeldEvent) -> IResult<()> {
-        let call = self.inner.put(event);
-        self.call("ingest-held-put", &event.key, true, call).await
-    }
-
-    async fn list(&self, disposition: Disposition) -> IResult<Vec<HeldEvent>> {
-        let call = self.inner.list(disposition);
-        self.call("ingest-held-list", disposition.as_str(), false, call)
-            .await
+    /// An injected refusal reads as each of DynamoDB's throttle and 5xx codes, which the real
+    /// adapters retry; a lost answer as their retryable timeout; a crash as nothing to retry.
+    #[test]
+    fn injected_errors_are_classified_as_the_adapters_classify_them() {
+        let codes: HashSet<&str> = (0..20)
+            .map(|variant| Failed {
+                fault: Some(Fault::Throttle),
+                variant,
+            })
+            .inspect(|f| assert!(f.retryable() && awsmp_aws::dynamodb::is_retryable_code(f.code())))
+            .map(Failed::code)
+            .collect();
+        assert_eq!(codes.len(), REFUSED_CODES.len());
+        let lost = injected_dynamodb("write_back", Failed::of(Some(Fault::LoseResponse)));
+        assert!(lost.is_retryable());
+        for crash in [Fault::CrashBefore, Fault::CrashAfter] {
+            assert!(!injected_dynamodb("get", Failed::of(Some(crash))).is_retryable());
+            assert!(!ConsumerError::injected("claim", Failed::of(Some(crash))).is_retryable());
+        }
+        assert!(ConsumerError::injected("claim", Failed::of(Some(Fault::Throttle))).is_retryable());
     }
 }

@@ -10,7 +10,9 @@ use crate::world::Interleaver;
 use async_trait::async_trait;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use awsmp_contract::clock::{Clock, FixedClock};
+use awsmp_contract::limits::sqs::MAX_CLEANUP_KEYS_PER_MESSAGE;
 use awsmp_pipeline::error::Result;
+use awsmp_pipeline::handlers::cleanup::CleanupMessage;
 use awsmp_pipeline::ports::MessageQueue;
 use chrono::{DateTime, Duration, Utc};
 use std::collections::BTreeMap;
@@ -46,6 +48,20 @@ pub struct SimQueue {
 }
 
 impl SimQueue {
+    /// On the cleanup queue: count each message that holds a full
+    /// [`MAX_CLEANUP_KEYS_PER_MESSAGE`] keys (a group whose rows needed more than one).
+    fn count_full_cleanup_messages(&self, bodies: &[String]) {
+        if self.name != "cleanup" {
+            return;
+        }
+        for body in bodies {
+            let keys = serde_json::from_str::<CleanupMessage>(body).map_or(0, |m| m.keys.len());
+            if keys == MAX_CLEANUP_KEYS_PER_MESSAGE {
+                self.faults.count("limit-cleanup-chunk");
+            }
+        }
+    }
+
     /// An empty queue whose messages stay invisible `visibility` after each receive.
     pub fn new(
         name: &'static str,
@@ -195,6 +211,7 @@ impl MessageQueue for SimQueue {
             Some(Fault::Preempt) => preempt(&self.interleaver, self.name).await,
             _ => {}
         }
+        self.count_full_cleanup_messages(bodies);
         self.enqueue(bodies);
         match fault {
             Some(Fault::LoseResponse) | Some(Fault::CrashAfter) => {

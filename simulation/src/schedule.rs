@@ -11,6 +11,7 @@ use crate::faults::{Rates, mix};
 use crate::invariants;
 use crate::world::{Setup, World, lock};
 use awsmp_contract::clock::Clock;
+use awsmp_contract::time::MAX_HOUR_OFFSET;
 use awsmp_pipeline::handlers::discoverer::DiscovererInput;
 use chrono::{DateTime, Duration, Utc};
 use rand::rngs::StdRng;
@@ -43,6 +44,11 @@ pub struct Explored {
     pub redeliveries: u64,
     /// Steps run (trace lines).
     pub steps: u64,
+    /// Limits reached (`limit-*`: a 25-record call, a full cleanup message, the submitter's
+    /// per-run cap, a dedup lane's compaction, the metering lock's edge with work pending), how
+    /// often; in a sweep, how many schedules reached each (`simulation/src/scale.rs`,
+    /// `simulation/src/lock_edge.rs`).
+    pub limits: BTreeMap<String, u64>,
     /// Units billed.
     pub billed: u64,
 }
@@ -89,6 +95,7 @@ pub fn setup_for(seed: u64) -> Setup {
             preempt: r.random_range(0..=60),
         },
         licenses: r.random_range(1..=3),
+        dimensions: crate::names::DIMENSIONS.len(),
         window_hours: if short_window { 3 } else { 24 },
         steps: r.random_range(40..=120),
         fresh_deployment: false,
@@ -100,9 +107,14 @@ pub fn setup_for(seed: u64) -> Setup {
         clock_moves: 0,
         race: false,
         race_grace: false,
+        scale: false,
+        submitter_cap: None,
+        lane_owned_ranges: None,
+        lock_edge: false,
     };
     let setup = discard_class(seed, poison_class(seed, setup));
-    race_class(seed, ingest_class(seed, setup))
+    let setup = race_class(seed, ingest_class(seed, setup));
+    crate::lock_edge::lock_edge_class(seed, crate::scale::scale_class(seed, setup))
 }
 
 /// Schedules, per thousand, whose mapping gives up on any failing batch (outside the poison
@@ -217,7 +229,9 @@ pub fn run_setup(setup: Setup, trace: bool) -> ScheduleReport {
         .build()
         .expect("a current-thread runtime builds");
     let local = tokio::task::LocalSet::new();
-    local.block_on(&runtime, async move {
+    // The handlers' retry delays, seeded: their retries wake in the same order on a replay.
+    awsmp_aws::retry::seed_delays(Some(mix(seed ^ 0xde1a_7500)));
+    let report = local.block_on(&runtime, async move {
         let world = World::new(setup.clone());
         lock(&world.trace).keep = trace;
         if !setup.fresh_deployment {
@@ -252,7 +266,9 @@ pub fn run_setup(setup: Setup, trace: bool) -> ScheduleReport {
             trace,
             explored,
         }
-    })
+    });
+    awsmp_aws::retry::seed_delays(None);
+    report
 }
 
 /// The active phase: the scheduler's choices, weighted.
@@ -264,6 +280,11 @@ async fn active(w: &World) {
         w.lifecycle_step().await;
         w.poison_step();
         w.ingest_step().await;
+        let producing = w.clock.now() < producing_until;
+        w.scale_step(producing).await;
+        if w.lock_edge_step(producing).await {
+            continue;
+        }
         let choice = lock(&w.rng).random_range(0..100);
         match choice {
             0..=17 if w.clock.now() < producing_until => {
@@ -324,7 +345,11 @@ async fn drain(w: &World) -> bool {
         }
         w.lifecycle_drain().await;
         w.mark_drained().await;
-        for hour_offset in 1..=3 {
+        // Offsets 1–3 every round; once an hour every meter target of the deployment
+        // (1–23: docs/time-rules.md, "Discoverer offsets"), so an hour the fence held past its
+        // third offset (a consumer lagging under faults) is still aggregated.
+        let last = if round % 6 == 0 { MAX_HOUR_OFFSET } else { 3 };
+        for hour_offset in 1..=last {
             w.discover(DiscovererInput::Meter { hour_offset }).await;
         }
         // Age-out runs hourly (one round in six), each run over its whole lookback; only a
@@ -356,7 +381,11 @@ fn explored(w: &World) -> Explored {
     let mut interleavings = lock(&w.interleavings).clone();
     let hours_crossed = interleavings.remove("hours-crossed").unwrap_or(0);
     faults.retain(|_, v| *v > 0);
+    let (limits, faults): (BTreeMap<_, _>, BTreeMap<_, _>) = faults
+        .into_iter()
+        .partition(|(k, _)| k.starts_with("limit-"));
     Explored {
+        limits,
         faults,
         interleavings,
         mapping: lock(&w.esm)

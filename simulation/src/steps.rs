@@ -32,27 +32,12 @@ enum SqsStage {
 
 /// Tokio seconds slept before each produce step: past the producer's shard-map refresh
 /// interval (60 s by default, `producer/src/config.rs`).
-const PRODUCER_SETTLE_SECS: u64 = 3600;
+pub(crate) const PRODUCER_SETTLE_SECS: u64 = 3600;
 
 /// SQS batch size of the pipeline's queue mappings.
 const SQS_BATCH: usize = 5;
 
-/// The buyer account of license `i`.
-pub fn account(i: usize) -> String {
-    format!("{:012}", 111_122_220_000u64 + i as u64)
-}
-
-/// License `i`'s ARN.
-pub fn license(i: usize) -> String {
-    format!(
-        "arn:aws:license-manager::{}:license:l-{:032x}",
-        account(i),
-        i + 1
-    )
-}
-
-/// The dimensions every license meters.
-pub const DIMENSIONS: [&str; 2] = ["requests", "storage_gb"];
+pub use crate::names::{DIMENSIONS, account, dimension, license};
 
 impl World {
     pub(crate) fn pick(&self, n: usize) -> usize {
@@ -68,7 +53,7 @@ impl World {
     /// directly; then the producer flushes.
     pub async fn produce(&self, new_events: usize) {
         // Let every producer timer due by now fire first (the shard-map refresh): Tokio's
-        // paused time also moves with the handlers' retry sleeps, whose jitter is not seeded,
+        // paused time also moves with the handlers' retry sleeps, which the faults drawn decide,
         // so the producer must not see how far it moved.
         tokio::time::sleep(std::time::Duration::from_secs(PRODUCER_SETTLE_SECS)).await;
         let now = self.clock.now();
@@ -87,7 +72,7 @@ impl World {
                 let mut rng = lock(&self.rng);
                 (
                     rng.random_range(0..self.setup.licenses),
-                    rng.random_range(0..DIMENSIONS.len()),
+                    rng.random_range(0..self.setup.dimensions),
                     rng.random_range(1..=20u64),
                     rng.random_range(0..30i64),
                     rng.random_bool(0.5),
@@ -98,7 +83,7 @@ impl World {
             let mut e = Event::new(
                 license(l),
                 account(l),
-                DIMENSIONS[d],
+                dimension(d),
                 q,
                 now - Duration::seconds(lag),
             );
@@ -174,7 +159,7 @@ impl World {
             let mut rng = lock(&self.rng);
             (
                 rng.random_range(0..self.setup.licenses),
-                rng.random_range(0..DIMENSIONS.len()),
+                rng.random_range(0..self.setup.dimensions),
                 rng.random_range(1..=20u64),
                 rng.random_range(300..=2400i64),
             )
@@ -193,7 +178,7 @@ impl World {
     ) {
         let mut truth = lock(&self.truth);
         truth.events += 1;
-        let e = Event::new(license(l), account(l), DIMENSIONS[d], q, arrival)
+        let e = Event::new(license(l), account(l), dimension(d), q, arrival)
             .with_event_id(format!("late-{}", truth.events));
         let group = (
             e.license_arn.clone(),
@@ -395,13 +380,17 @@ impl World {
 
     /// One submitter run.
     pub async fn submit(&self) {
+        let pending = self.pending_records();
         self.faults.begin(Step::Submit.timeout());
         let out = submitter::submit(&self.svc, &self.metering).await;
         let crashed = self.faults.end();
         let line = match out {
             Ok(o) => format!(
-                "submit: {} read, {} calls, {:?}",
-                o.records_read, o.calls, o.statuses
+                "submit: {} read, {} calls, {:?}{}",
+                o.records_read,
+                o.calls,
+                o.statuses,
+                self.note_submitter_cap(pending, &o)
             ),
             Err(e) => format!("submit: error: {e}"),
         };
@@ -427,6 +416,7 @@ impl World {
 
     /// One discoverer run of `input`.
     pub async fn discover(&self, input: DiscovererInput) {
+        self.note_lock_edge(input).await;
         self.faults.begin(Step::Discover.timeout());
         self.declare_empty_tables();
         let out = discover(&self.svc, input).await;

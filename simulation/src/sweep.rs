@@ -70,6 +70,9 @@ pub fn sweep(first: u64, count: u64) -> Sweep {
         add(&mut out.explored.faults, &e.faults);
         add(&mut out.explored.interleavings, &e.interleavings);
         add(&mut out.explored.mapping, &e.mapping);
+        for (limit, n) in &e.limits {
+            *out.explored.limits.entry(limit.clone()).or_default() += u64::from(*n > 0);
+        }
         out.explored.hours_crossed += e.hours_crossed;
         out.explored.redeliveries += e.redeliveries;
         out.explored.steps += e.steps;

@@ -52,8 +52,11 @@ pub struct Setup {
     pub mapping: MappingConfig,
     /// Per-call fault rates.
     pub rates: Rates,
-    /// Licenses (each with one buyer account and two dimensions).
+    /// Licenses (each with one buyer account).
     pub licenses: usize,
+    /// Dimensions each license meters (`simulation/src/names.rs`): two, five in the scale
+    /// class.
+    pub dimensions: usize,
     /// Billable window hours; a short window makes records reach expiry within the schedule.
     pub window_hours: u32,
     /// Active steps (then the fault-free drain).
@@ -82,6 +85,15 @@ pub struct Setup {
     /// minutes before 06:00 UTC on the 1st, with a 24 h window, and the backlog is stamped in
     /// the previous month's last hour, which the grace's end closes.
     pub race_grace: bool,
+    /// The scale class (`simulation/src/scale.rs`): bursts of usage over many groups.
+    pub scale: bool,
+    /// The submitter's per-run cap of ordinary records, when set lower than the default.
+    pub submitter_cap: Option<usize>,
+    /// Ranges a dedup lane keeps with their owner, when set lower than the default.
+    pub lane_owned_ranges: Option<usize>,
+    /// The lock-edge class (`simulation/src/lock_edge.rs`): usage recorded seconds before an
+    /// hour ends, the discoverer run on that hour seconds after, before the consumer read it.
+    pub lock_edge: bool,
 }
 
 /// Ground truth: what the callers recorded and what the run injected as bad on purpose.
@@ -222,7 +234,11 @@ impl ShardMapSource for StreamShards {
 
 fn pipeline_config(setup: &Setup) -> Config {
     let window = setup.window_hours.to_string();
+    let cap = setup.submitter_cap.map(|c| c.to_string());
     Config::from_lookup(|k| {
+        if k == "AWSMP_SUBMITTER_MAX_RECORDS_PER_RUN" {
+            return cap.clone();
+        }
         let v = match k {
             "AWSMP_PRODUCT_CODE" => "prod-sim",
             "AWSMP_USAGE_TABLE" => "usage",
@@ -256,7 +272,7 @@ fn start_producer(stream: &Arc<SimStream>, seed: u64) -> Producer {
 /// The real consumer over the shared tables and the faulty stores.
 fn consumer_over(
     ctx: &Ctx,
-    time: awsmp_contract::time::TimeConfig,
+    (time, owned): (awsmp_contract::time::TimeConfig, Option<usize>),
     (usage, aggregated): (&Arc<MemoryUsageStore>, &Arc<MemoryAggregatedStore>),
     rejected: &MemoryRejectedEventStore,
     marks: Arc<FaultyWatermarks>,
@@ -280,6 +296,7 @@ fn consumer_over(
             // One call at a time within each branch.
             concurrency: 1,
             store_retry,
+            lane_owned_ranges: owned.unwrap_or(awsmp_consumer::domain::dedup::MAX_OWNED_RANGES),
             ..Settings::default()
         },
         dedup: Arc::new(Faulty::new(MemoryDedupStore::new(), ctx)),
@@ -358,7 +375,7 @@ impl World {
         let faulty_marks = Arc::new(FaultyWatermarks::new(watermarks.clone(), &ctx));
         let consumer = consumer_over(
             &ctx,
-            config.time,
+            (config.time, setup.lane_owned_ranges),
             (&usage, &aggregated),
             &rejected,
             faulty_marks.clone(),
@@ -383,6 +400,7 @@ impl World {
                 outage: setup
                     .outage_from
                     .map(|from| (from, from + Duration::hours(OUTAGE_HOURS))),
+                outage_5xx: crate::faults::hash(setup.seed, &["outage-5xx"]) % 2 == 1,
                 clock: clock.clone(),
             },
             setup,

@@ -104,6 +104,12 @@ pub struct LaneState {
 impl LaneState {
     /// Claim `(owner, seq)` pairs in batch order; one verdict each.
     pub fn claim(&mut self, claims: &[(String, u64)]) -> Vec<Verdict> {
+        self.claim_keeping(claims, MAX_OWNED_RANGES)
+    }
+
+    /// [`LaneState::claim`], keeping the owners of at most `owned` ranges (the consumer's
+    /// setting; [`MAX_OWNED_RANGES`] unless configured lower).
+    pub fn claim_keeping(&mut self, claims: &[(String, u64)], owned: usize) -> Vec<Verdict> {
         self.claims += 1;
         let n = self.claims;
         let mut seen = HashSet::new();
@@ -114,9 +120,15 @@ impl LaneState {
                     return Verdict::Duplicate;
                 }
                 let at = self.ranges.partition_point(|r| r.hi < *seq);
-                match self.ranges.get(at) {
-                    Some(r) if r.lo <= *seq => match &r.owner {
-                        Some((_, o)) if o == owner => Verdict::Replay,
+                match self.ranges.get_mut(at) {
+                    Some(r) if r.lo <= *seq => match &mut r.owner {
+                        // A replay renews its owner: a record retried at the head of a batch
+                        // stays among the owners kept however many later records the resumed
+                        // batches claim (a batch may hold more records than the owner list).
+                        Some((claim, o)) if o == owner => {
+                            *claim = n;
+                            Verdict::Replay
+                        }
                         _ => Verdict::Duplicate,
                     },
                     _ => {
@@ -126,7 +138,7 @@ impl LaneState {
                 }
             })
             .collect();
-        self.compact();
+        self.compact(owned);
         verdicts
     }
 
@@ -160,17 +172,17 @@ impl LaneState {
         );
     }
 
-    /// Forget the oldest owners past [`MAX_OWNED_RANGES`], merge adjacent ownerless ranges,
+    /// Forget the oldest owners past `max_owned` ranges, merge adjacent ownerless ranges,
     /// and close the lowest gaps past [`MAX_LANE_RANGES`].
-    fn compact(&mut self) {
+    fn compact(&mut self, max_owned: usize) {
         let mut owned: Vec<u64> = self
             .ranges
             .iter()
             .filter_map(|r| r.owner.as_ref().map(|(n, _)| *n))
             .collect();
-        if owned.len() > MAX_OWNED_RANGES {
+        if owned.len() > max_owned {
             owned.sort_unstable();
-            let keep_from = owned[owned.len() - MAX_OWNED_RANGES];
+            let keep_from = owned[owned.len() - max_owned.max(1)];
             for r in &mut self.ranges {
                 if r.owner.as_ref().is_some_and(|(n, _)| *n < keep_from) {
                     r.owner = None;
@@ -242,6 +254,12 @@ impl LaneState {
     /// Number of ranges held.
     pub fn ranges(&self) -> usize {
         self.ranges.len()
+    }
+
+    /// Number of ranges whose owner was forgotten ([`MAX_OWNED_RANGES`]): applied sequences
+    /// only a compaction leaves without their record.
+    pub fn forgotten(&self) -> usize {
+        self.ranges.iter().filter(|r| r.owner.is_none()).count()
     }
 }
 

@@ -227,7 +227,7 @@ impl Consumer {
                 }
                 _ => LaneState::default(),
             };
-            let verdicts = state.claim(&claims);
+            let verdicts = state.claim_keeping(&claims, self.settings.lane_owned_ranges);
             if !verdicts.contains(&Verdict::New) {
                 return Ok(verdicts);
             }

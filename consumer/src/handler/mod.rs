@@ -88,6 +88,10 @@ pub struct Settings {
     pub limits: RowLimits,
     /// How a store call that failed with a retryable error is retried ([`STORE_RETRY`]).
     pub store_retry: RetryPolicy,
+    /// Ranges of a dedup lane kept with their owner record
+    /// ([`crate::domain::dedup::MAX_OWNED_RANGES`]; the simulation's scale class sets fewer,
+    /// so a schedule reaches the compaction).
+    pub lane_owned_ranges: usize,
 }
 
 impl Default for Settings {
@@ -100,6 +104,7 @@ impl Default for Settings {
             concurrency: DEFAULT_STORE_CONCURRENCY,
             limits: RowLimits::default(),
             store_retry: STORE_RETRY,
+            lane_owned_ranges: crate::domain::dedup::MAX_OWNED_RANGES,
         }
     }
 }

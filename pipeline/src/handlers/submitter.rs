@@ -236,7 +236,7 @@ impl Run<'_> {
                 return;
             }
             // The thread-local RNG is dropped before the await: the run's future stays `Send`.
-            let delay = UNPROCESSED_RETRY.delay(round, &mut rand::rng());
+            let delay = awsmp_aws::retry::jitter(&UNPROCESSED_RETRY, round);
             tokio::time::sleep(delay).await;
             round += 1;
             batch = unprocessed.into_iter().map(|(r, _)| r).collect();

@@ -3,7 +3,7 @@
 //! deprovisioning index (throttling, lost responses, crashes before and after every call).
 
 use crate::faults::Fault;
-use crate::ports::{Faulty, Injected, injected_dynamodb, injected_store};
+use crate::ports::{Failed, Faulty, Injected, injected_dynamodb, injected_store};
 use async_trait::async_trait;
 use awsmp_aws::deprovisioning::{Deprovisioning, DeprovisioningIndex};
 use awsmp_lifecycle::adapters::memory::MemorySubscriberStore;
@@ -19,12 +19,12 @@ pub(super) type FaultySubscribers = Faulty<MemorySubscriberStore>;
 pub(super) type FaultyIndex = Faulty<MemorySubscriberStore>;
 
 impl Injected for LifecycleError {
-    fn injected(operation: &'static str, fault: Option<Fault>) -> Self {
+    fn injected(operation: &'static str, failed: Failed) -> Self {
         LifecycleError::DynamoDb {
             operation,
             table: "subscribers".into(),
-            source: Box::new(injected_dynamodb(operation, fault)),
-            retryable: matches!(fault, Some(Fault::Throttle | Fault::LoseResponse)),
+            source: Box::new(injected_dynamodb(operation, failed)),
+            retryable: failed.retryable(),
         }
     }
 }
@@ -100,7 +100,9 @@ impl<T: DeprovisioningIndex> DeprovisioningIndex for Faulty<T> {
             .faults
             .decide("deprovisioning-index", "index", false);
         match fault {
-            Some(Fault::Throttle | Fault::CrashBefore) => Err(injected_store("Query", fault)),
+            Some(Fault::Throttle | Fault::CrashBefore) => {
+                Err(injected_store("Query", Failed::of(fault)))
+            }
             _ => self.inner.active().await,
         }
     }

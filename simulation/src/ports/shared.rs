@@ -1,7 +1,7 @@
 //! The shared stores (`awsmp_aws`: the ingest-watermark table) under the fault plan, and
 //! their error for an injected fault.
 
-use super::{Fault, Faulty, Injected, InjectedFault, code};
+use super::{Failed, Faulty, Injected, InjectedFault};
 use async_trait::async_trait;
 use awsmp_aws::error::StoreError;
 use awsmp_aws::watermark::{ShardWatermark, WatermarkStore};
@@ -9,21 +9,21 @@ use chrono::{DateTime, Utc};
 
 /// The error a shared store's DynamoDB adapter (`awsmp_aws`) returns for an injected fault of
 /// `operation`: the same as [`injected_dynamodb`], in the shared stores' error type.
-pub fn injected_store(operation: &'static str, fault: Option<Fault>) -> StoreError {
+pub fn injected_store(operation: &'static str, failed: Failed) -> StoreError {
     StoreError::DynamoDb {
         operation,
         resource: "simulated".into(),
         source: Box::new(InjectedFault {
             operation,
-            code: code(fault),
+            code: failed.code(),
         }),
-        retryable: false,
+        retryable: failed.retryable(),
     }
 }
 
 impl Injected for StoreError {
-    fn injected(operation: &'static str, fault: Option<Fault>) -> Self {
-        injected_store(operation, fault)
+    fn injected(operation: &'static str, failed: Failed) -> Self {
+        injected_store(operation, failed)
     }
 }
 

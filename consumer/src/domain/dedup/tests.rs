@@ -82,3 +82,27 @@ fn id_forms() {
     assert_eq!(lane_key(&id), format!("seq:{:032x}:2", 1));
     assert_eq!(id_claim_key("order-17"), "evt:order-17");
 }
+
+/// A replay renews its owner: a checkpoint resume of a batch larger than the owner list
+/// re-claims the failed record at its head together with the records after it, and the
+/// head's next replay is still its own, not a duplicate (the simulation's scale class, with
+/// 8 owners kept and batches of 10, lost the head's units before owners were renewed).
+#[test]
+fn a_replay_renews_its_owner() {
+    let mut lane = LaneState::default();
+    let batch = |from: u64, to: u64| (from..to).map(|s| (format!("r{s}"), s)).collect::<Vec<_>>();
+    assert_eq!(lane.claim_keeping(&batch(0, 10), 8), [Verdict::New; 10]);
+    // r5 failed: the batch resumes from it, with five later records.
+    assert_eq!(
+        lane.claim_keeping(&batch(5, 15), 8)[..5],
+        [Verdict::Replay; 5]
+    );
+    // r9 failed: the batch resumes from it, with four later records.
+    assert_eq!(
+        lane.claim_keeping(&batch(9, 19), 8)[..6],
+        [Verdict::Replay; 6]
+    );
+    // r9 failed again: still its own.
+    assert_eq!(lane.claim_keeping(&batch(9, 10), 8), [Verdict::Replay]);
+    assert!(lane.forgotten() > 0, "the oldest owners were forgotten");
+}

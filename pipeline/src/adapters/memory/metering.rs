@@ -34,6 +34,9 @@ pub enum CallFault {
     NoResponse,
     /// Applied, then the answer was lost (a timeout after AWS billed the records).
     ApplyThenLoseResponse,
+    /// Applied, then answered with this exception (a 5xx such as
+    /// `InternalServiceErrorException` after AWS billed the records: it proves nothing).
+    ApplyThenException(String),
     /// Answered, with the call's last `n` records in `UnprocessedRecords` (not applied).
     Unprocessed(usize),
 }
@@ -206,9 +209,10 @@ impl MeteringApi for MemoryMeteringApi {
             .iter()
             .map(|r| r.group.clone())
             .collect();
-        if fault == Some(CallFault::ApplyThenLoseResponse) {
-            return Err(lost_response());
+        match fault {
+            Some(CallFault::ApplyThenLoseResponse) => Err(lost_response()),
+            Some(CallFault::ApplyThenException(name)) => Err(exception(name)),
+            _ => Ok(response),
         }
-        Ok(response)
     }
 }

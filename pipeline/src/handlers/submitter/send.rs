@@ -283,7 +283,11 @@ impl Run<'_> {
 
 /// True when a failed send provably applied nothing (see [`proves_not_applied`]).
 fn refused_unapplied(e: &MeterCallError) -> bool {
-    e.exception_name().is_some_and(proves_not_applied)
+    e.exception_name().is_some_and(|name| {
+        proves_not_applied(name)
+            || (awsmp_aws::mutants::active(awsmp_aws::mutants::Mutant::Submitter5xxProvesUnapplied)
+                && classify_exception(name) == ExceptionClass::Retryable)
+    })
 }
 
 /// What one send's result means for the retry loop: a response, a request-level exception
