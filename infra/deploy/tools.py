@@ -3,6 +3,7 @@ installed once into a venv on first use, as the local stack installs its emulato
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import subprocess
@@ -19,18 +20,23 @@ def venv_dir() -> Path:
 
 def ensure() -> Path:
     """The deploy venv's python, installing the lock first when the venv is missing or was made
-    from another version of it."""
+    from another version of it. Processes that call it at once (the suite's parallel test jobs)
+    take turns on a lock file beside the venv, so one installs and the others find it done."""
     venv = venv_dir()
     python = venv / "bin" / "python"
     marker = venv / "awsmp-deploy-lock.sha256"
     digest = hashlib.sha256(LOCK.read_bytes()).hexdigest()
-    if python.is_file() and marker.is_file() and marker.read_text().strip() == digest:
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / (venv.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if python.is_file() and marker.is_file() and marker.read_text().strip() == digest:
+            return python
+        print(f"deploy: installing the pinned deploy tools ({LOCK.relative_to(ROOT)}) into {venv}", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-r", str(LOCK)],
+                       check=True)
+        marker.write_text(digest + "\n")
         return python
-    print(f"deploy: installing the pinned deploy tools ({LOCK.relative_to(ROOT)}) into {venv}", file=sys.stderr)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-r", str(LOCK)], check=True)
-    marker.write_text(digest + "\n")
-    return python
 
 
 def in_venv() -> bool:
