@@ -14,7 +14,7 @@
 //! the in-memory API's own (throttling, no answer, applied then lost, unprocessed records).
 
 use crate::faults::{Fault, FaultPlan};
-use crate::world::Interleaver;
+use crate::interleave::Interleaver;
 use async_trait::async_trait;
 use awsmp_aws::watermark::MemoryWatermarkStore;
 use awsmp_consumer::error::ConsumerError;
@@ -36,8 +36,10 @@ use std::future::Future;
 use std::sync::Arc;
 
 mod consumer;
+mod lifecycle;
 mod shared;
 pub use consumer::{AggregatedFinalized, ConsumerRows};
+pub use lifecycle::{FaultyIndex, FaultySubscribers};
 pub use shared::injected_store;
 
 /// What every wrapper shares: the plan and the interleaver.

@@ -5,8 +5,8 @@
 //! <https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-errorhandling.html>).
 
 use crate::faults::{Fault, FaultPlan};
+use crate::interleave::Interleaver;
 use crate::ports::{injected_sqs, preempt};
-use crate::world::Interleaver;
 use async_trait::async_trait;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use awsmp_contract::clock::{Clock, FixedClock};
