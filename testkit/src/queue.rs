@@ -200,12 +200,12 @@ impl MessageQueue for SimQueue {
         let key = bodies.first().map_or("", String::as_str);
         let decided = self.faults.call(self.name, key, true);
         if decided.stopped {
-            return Err(injected_sqs(self.name, Some(Fault::CrashBefore)));
+            return Err(injected_sqs(self.name, Some(Fault::Crash)));
         }
         crate::ports::yield_times(decided.yields).await;
         let fault = decided.fault;
         match fault {
-            Some(Fault::Throttle) | Some(Fault::CrashBefore) => {
+            Some(Fault::Throttle | Fault::FailBeforeApply | Fault::Crash) => {
                 return Err(injected_sqs(self.name, fault));
             }
             Some(Fault::Preempt) => preempt(&self.interleaver, self.name).await,
@@ -214,9 +214,7 @@ impl MessageQueue for SimQueue {
         self.count_full_cleanup_messages(bodies);
         self.enqueue(bodies);
         match fault {
-            Some(Fault::LoseResponse) | Some(Fault::CrashAfter) => {
-                Err(injected_sqs(self.name, fault))
-            }
+            Some(Fault::LoseResponse | Fault::ApplyThenFail) => Err(injected_sqs(self.name, fault)),
             _ => Ok(()),
         }
     }

@@ -100,7 +100,7 @@ impl<T: DeprovisioningIndex> DeprovisioningIndex for Faulty<T> {
             .faults
             .decide("deprovisioning-index", "index", false);
         match fault {
-            Some(Fault::Throttle | Fault::CrashBefore) => {
+            Some(Fault::Throttle | Fault::FailBeforeApply | Fault::Crash) => {
                 Err(injected_store("Query", Failed::of(fault)))
             }
             _ => self.inner.active().await,
