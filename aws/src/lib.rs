@@ -5,7 +5,6 @@ pub mod deprovisioning;
 pub mod dynamodb;
 pub mod emf;
 pub mod error;
-pub mod fault;
 pub mod lambda_init;
 pub mod mutants;
 pub mod retry;

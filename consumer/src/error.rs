@@ -82,7 +82,7 @@ pub enum ConsumerError {
         lane: String,
     },
     /// A store implemented outside this crate's DynamoDB adapters failed (for instance the
-    /// fault-injecting wrapper of [`crate::adapters::fault`]).
+    /// test kit's fault wrapper, `awsmp_testkit::ports::Faulty`).
     #[error("{store} store call failed")]
     Store {
         /// Which store.

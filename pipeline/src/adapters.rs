@@ -2,7 +2,6 @@
 //! in memory ([`memory`]) for tests and simulation without emulators.
 
 pub mod dynamodb;
-pub mod fault;
 pub mod marketplace;
 pub mod memory;
 pub mod pages;

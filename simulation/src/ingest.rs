@@ -1,6 +1,6 @@
 //! meter-ingest in the simulated world (docs/meter-ingest.md): the real `MeterIngest` handler
 //! over the in-memory mapping, dedup, rate-counter and held-events stores, every one behind the
-//! fault wrapper (`simulation/src/ports.rs`), writing accepted events into the simulated stream.
+//! fault wrapper (`testkit/src/ports.rs`), writing accepted events into the simulated stream.
 //! Untrusted modules async-invoke their aliases with valid events, replays of an event id under
 //! a new request, and attacks the trust boundary must refuse: a dimension the module is not
 //! granted, a backdated hint, a quantity over its bound, an unknown or an unqualified alias.

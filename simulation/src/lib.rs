@@ -2,9 +2,6 @@
 #![warn(missing_docs)]
 
 pub mod causes;
-pub mod destination;
-pub mod esm;
-pub mod faults;
 pub mod ingest;
 pub mod invariants;
 pub mod lifecycle;
@@ -12,18 +9,18 @@ pub mod lock_edge;
 pub mod names;
 pub mod nested;
 pub mod poison;
-pub mod ports;
-pub mod queue;
 pub mod race;
 pub mod redrive;
 pub mod scale;
 pub mod schedule;
 pub mod stages;
 pub mod steps;
-pub mod stream;
 pub mod sweep;
 pub mod trace;
 pub mod world;
+
+// The test kit's models and fault plan, under the names the simulation's modules use.
+pub use awsmp_testkit::{destination, esm, faults, ports, queue, stream};
 
 pub use schedule::{ScheduleReport, run, run_setup, setup_for};
 pub use sweep::{Sweep, first_failure, sweep};

@@ -37,8 +37,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub mod closing;
-mod faulty;
-use faulty::{FaultyIndex, FaultySubscribers};
+use awsmp_testkit::ports::{FaultyIndex, FaultySubscribers};
 
 /// The deprovision-cleanup Lambda's schedule (`rate(15 minutes)`, docs/lifecycle.md).
 pub const CLEANUP_EVERY: Duration = Duration::minutes(15);

@@ -12,7 +12,7 @@
 //! race: the clock moves to seconds before the boundary, the submitter starts, and expiry
 //! starts a few of the run's calls later, the clock moving past the boundary as it starts —
 //! time passing between two calls of the submitter's run. Every port call of both yields to
-//! the other a seeded number of times (`simulation/src/faults.rs`, [`Call::yields`]), so their
+//! the other a seeded number of times (`testkit/src/faults.rs`, [`Call::yields`]), so their
 //! calls interleave, replayably.
 //!
 //! [`Call::yields`]: crate::faults::Call::yields

@@ -7,8 +7,8 @@
 //!
 //! Each limit reached is counted as the schedule runs (`limit-*` in [`crate::schedule::Explored`]'s
 //! limits): `limit-25-record-call` in [`crate::ports::FaultyMetering`], `limit-cleanup-chunk` in
-//! the cleanup queue (`simulation/src/queue.rs`), `limit-submitter-cap` after a submitter run,
-//! `limit-dedup-compaction` in the dedup lane's wrapper (`simulation/src/ports/consumer.rs`).
+//! the cleanup queue (`testkit/src/queue.rs`), `limit-submitter-cap` after a submitter run,
+//! `limit-dedup-compaction` in the dedup lane's wrapper (`testkit/src/ports/consumer.rs`).
 
 use crate::faults::mix;
 use crate::names::ALL_DIMENSIONS;

@@ -90,6 +90,8 @@ pub fn setup_for(seed: u64) -> Setup {
         ),
         rates: Rates {
             throttle: r.random_range(0..=80),
+            // Refusals with a 5xx are drawn as throttles (`Failed::code`, variants).
+            fail_before_apply: 0,
             lose_response: r.random_range(0..=30),
             crash: r.random_range(0..=15),
             preempt: r.random_range(0..=60),

@@ -6,7 +6,7 @@
 //! Each step's Lambda timeout is its stage's in the list: Lambda stops an invocation at its
 //! timeout (<https://docs.aws.amazon.com/lambda/latest/dg/configuration-timeout.html>), so a
 //! call the virtual clock reaches past it fails, and so does every later one
-//! (`simulation/src/faults.rs`).
+//! (`testkit/src/faults.rs`).
 
 use awsmp_contract::stages;
 

@@ -439,7 +439,7 @@ impl World {
         self.faults.begin(Step::Heartbeat.timeout());
         let mut put = 0;
         for (shard, start) in self.stream.open_shards() {
-            if let Some(Fault::Throttle | Fault::CrashBefore) =
+            if let Some(Fault::Throttle | Fault::FailBeforeApply | Fault::Crash) =
                 self.faults.decide("heartbeat-put", &shard, true)
             {
                 continue;

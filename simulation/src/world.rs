@@ -1,6 +1,6 @@
 //! The simulated deployment: one stream, its event source mapping, the real producer, the
 //! real consumer handler and the real pipeline handlers, every port behind a fault wrapper
-//! (`simulation/src/ports.rs`), on one virtual clock.
+//! (`testkit/src/ports.rs`), on one virtual clock.
 
 use crate::esm::{EventSourceMapping, MappingConfig};
 use crate::faults::{EmptyTables, FaultPlan, Rates};
@@ -23,13 +23,12 @@ use awsmp_pipeline::adapters::memory::{
 use awsmp_pipeline::config::Config;
 use awsmp_pipeline::handlers::Services;
 use awsmp_producer::{Event, Producer, ShardMapSource};
+use awsmp_testkit::interleave::Interleaver;
 use chrono::{DateTime, Duration, Utc};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use tokio::sync::{mpsc, oneshot};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Lock a mutex; a poisoned lock only means a panic elsewhere, which the panic reports.
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -76,7 +75,7 @@ pub struct Setup {
     /// Untrusted modules meter through meter-ingest (`simulation/src/ingest.rs`).
     pub ingest: bool,
     /// Per thousand port calls made while faults are on, how many see the virtual clock move
-    /// first (`simulation/src/faults.rs`): time passing inside an invocation.
+    /// first (`testkit/src/faults.rs`): time passing inside an invocation.
     pub clock_moves: u32,
     /// The window-close race class (`simulation/src/race.rs`): usage whose hour leaves the
     /// billable window minutes into the schedule, and expiry racing submitter runs.
@@ -122,49 +121,18 @@ pub struct Truth {
     pub edge_prepared: bool,
 }
 
-/// A request for a nested step, answered when it ran.
-type Request = (&'static str, oneshot::Sender<()>);
-
-/// Runs another stage at a preemption point of a port call (one level deep). The nested step
-/// runs on the schedule's driver task ([`Interleaver::drive`], on the `LocalSet`: the handlers'
-/// futures are not all `Send`), so a port call on any task (the submitter's write-backs run on
-/// spawned tasks) can wait for it.
-#[derive(Debug, Default)]
-pub struct Interleaver {
-    requests: Mutex<Option<mpsc::UnboundedSender<Request>>>,
-    busy: AtomicBool,
-}
-
-impl Interleaver {
-    /// Run one nested step of another stage, unless one is already running.
-    pub async fn run(&self, site: &'static str) {
-        if self.busy.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        let (done, ran) = oneshot::channel();
-        let sent = lock(&self.requests)
-            .as_ref()
-            .is_some_and(|tx| tx.send((site, done)).is_ok());
-        if sent {
-            let _ = ran.await;
-        }
-        self.busy.store(false, Ordering::SeqCst);
-    }
-
-    /// The driver: run each requested step on `world`. Spawn it on the schedule's `LocalSet`.
-    pub fn drive(world: &Arc<World>) -> impl std::future::Future<Output = ()> + 'static {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Request>();
-        *lock(&world.interleaver.requests) = Some(tx);
-        let world: Weak<World> = Arc::downgrade(world);
+/// Run the interleaver's nested steps on `world` (at each preemption point of a port call):
+/// a task on the schedule's `LocalSet`, holding the world weakly.
+fn drive_interleavings(world: &Arc<World>) {
+    let weak = Arc::downgrade(world);
+    tokio::task::spawn_local(world.interleaver.drive(move |site| {
+        let world = weak.upgrade();
         async move {
-            while let Some((site, done)) = rx.recv().await {
-                if let Some(w) = world.upgrade() {
-                    w.nested(site).await;
-                }
-                let _ = done.send(());
+            if let Some(w) = world {
+                w.nested(site).await;
             }
         }
-    }
+    }));
 }
 
 /// The simulated deployment.
@@ -426,7 +394,7 @@ impl World {
             lifecycle,
             ingest,
         });
-        tokio::task::spawn_local(Interleaver::drive(&world));
+        drive_interleavings(&world);
         world
     }
 

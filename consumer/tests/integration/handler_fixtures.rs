@@ -234,10 +234,15 @@ async fn the_shard_watermark_is_published_after_the_rows_are_written() {
 #[tokio::test]
 async fn a_failed_row_write_does_not_advance_the_watermark_past_it() {
     use awsmp_aws::watermark::WatermarkStore;
-    use awsmp_consumer::adapters::fault::{Faults, Faulty};
+    use awsmp_testkit::faults::{FaultPlan, Rates};
+    use awsmp_testkit::ports::{Ctx, Faulty};
     let (stores, mut consumer) = stores_and_consumer();
-    let faults = Faults::new(7).throttle(1.0);
-    consumer.rows = Arc::new(Faulty::new(stores.rows.clone(), faults));
+    let every_call = Rates {
+        throttle: 1000,
+        ..Rates::default()
+    };
+    let ctx = Ctx::new(FaultPlan::new(7, every_call));
+    consumer.rows = Arc::new(Faulty::new(stores.rows.clone(), &ctx));
     let (response, _) = consumer.process(fixture("delayed-event.json")).await;
     assert_eq!(response.batch_item_failures.len(), 1);
     assert!(stores.watermarks.shards(STREAM).await.unwrap().is_empty());

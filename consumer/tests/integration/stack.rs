@@ -19,7 +19,6 @@ use aws_sdk_kinesis::types::{ShardIteratorType, StreamStatus};
 use awsmp_aws::emf::MetricsSink;
 use awsmp_consumer::Config;
 use awsmp_consumer::adapters::dynamodb::{DynamoDbUsageRows, consumer_from_config};
-use awsmp_consumer::adapters::fault::{Faults, Faulty};
 use awsmp_contract::keys::format_usage_timestamp;
 use awsmp_contract::wire::{decode_events, encode_aggregated, encode_event};
 use awsmp_local_stack::kinesis_esm::{EsmOptions, KinesisEsm};
@@ -29,6 +28,8 @@ use awsmp_producer::{
     Event, FaultConfig, FaultInjectingRecordSink, KinesisRecordSink, KinesisShardMapSource,
     Producer, Tag, UsageAllocation,
 };
+use awsmp_testkit::faults::{FaultPlan, Rates};
+use awsmp_testkit::ports::{Ctx, Faulty};
 use chrono::{TimeZone, Utc};
 
 struct TestStream {
@@ -286,12 +287,13 @@ async fn drain_through_crashes(
         env.dynamodb().await?,
         env.sqs().await?,
     );
-    let faults = Faults::new(7);
+    let ctx = Ctx::new(FaultPlan::new(7, Rates::default()));
+    let faults = ctx.faults.clone();
     let mut consumer = consumer_from_config(config, ddb.clone());
     consumer.metrics = MetricsSink::capture("kinesis-consumer");
     consumer.rows = Arc::new(Faulty::new(
         DynamoDbUsageRows::new(ddb.clone(), &config.usage_table),
-        faults.clone(),
+        &ctx,
     ));
     let mut esm = KinesisEsm::new(
         kinesis.clone(),

@@ -11,10 +11,11 @@ use aws_lambda_events::event::streams::KinesisEventResponse;
 use aws_lambda_events::kinesis::KinesisEvent;
 use awsmp_aws::emf::MetricsSink;
 use awsmp_consumer::Consumer;
-use awsmp_consumer::adapters::fault::{Faults as StoreFaults, Faulty};
 use awsmp_local_stack::kinesis_esm::{EsmOptions, EsmReport, KinesisEsm, SHARD_POLL_INTERVAL};
 use awsmp_local_stack::local::LocalEnv;
 use awsmp_local_stack::local::hosted::{Hosted, scheduled_event};
+use awsmp_testkit::faults::{FaultPlan, Rates};
+use awsmp_testkit::ports::{Ctx, Faulty};
 use chrono::Utc;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -30,7 +31,7 @@ const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 struct Consumers {
     consumer: Consumer,
     crashing: Consumer,
-    store_faults: StoreFaults,
+    store_faults: Arc<FaultPlan>,
     /// Crash about one batch in four.
     crash: bool,
     rng: Mutex<rand::rngs::StdRng>,
@@ -55,15 +56,17 @@ impl Consumers {
         let mut consumer =
             awsmp_consumer::adapters::dynamodb::consumer_from_config(&config, ddb.clone());
         consumer.metrics = metrics;
-        let store_faults = StoreFaults::new(seed);
+        // No rates and no interleaver: only the crash point armed before a crashing batch.
+        let ctx = Ctx::new(FaultPlan::new(seed, Rates::default()));
+        let store_faults = ctx.faults.clone();
         let mut crashing = consumer.clone();
         crashing.rows = Arc::new(Faulty::new(
             DynamoDbUsageRows::new(ddb.clone(), env.get("AWSMP_USAGE_TABLE")?),
-            store_faults.clone(),
+            &ctx,
         ));
         crashing.dedup = Arc::new(Faulty::new(
             DynamoDbDedupStore::new(ddb, env.get("AWSMP_DEDUP_TABLE")?),
-            store_faults.clone(),
+            &ctx,
         ));
         Ok(Self {
             consumer,

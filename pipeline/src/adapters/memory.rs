@@ -15,8 +15,9 @@
 //! The pending indexes of both tables are GSIs, eventually consistent under a
 //! [`ReadConsistency`] knob (default consistent); [`MemoryAdapters::on_clock`] configures the
 //! queues as deployed. For seeded faults around any port — throttling, failing before
-//! applying, losing the response after applying, a crash — wrap it in
-//! [`crate::adapters::fault::Faulty`] (docs/testing.md).
+//! applying, losing the response after applying, a crash — wrap it in the test kit's
+//! `awsmp_testkit::ports::Faulty` under its fault plan (docs/testing.md); [`Faults`] here only
+//! throttles the next calls of an operation, for this crate's own unit tests.
 //!
 //! A failed condition is what it is in DynamoDB: an expected outcome (`Ok(false)` / `Ok(())`),
 //! never an error. Injected faults ([`Faults`]) fail calls with the error variant the AWS

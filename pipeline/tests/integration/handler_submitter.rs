@@ -5,18 +5,18 @@
 
 use crate::handler_support;
 
-use awsmp_aws::fault::{FaultKind, FaultSchedule};
 use awsmp_contract::keys::GroupKey;
 use awsmp_contract::metrics;
 use awsmp_contract::status::AggregatedStatus;
 use awsmp_pipeline::PipelineError;
-use awsmp_pipeline::adapters::fault::Faulty;
 use awsmp_pipeline::adapters::memory::{CallFault, MemoryAggregatedStore};
 use awsmp_pipeline::handlers::SubmitterDeps;
 use awsmp_pipeline::handlers::submitter::{
     CALL_RETRY, SubmitterOutput, UNPROCESSED_RETRY, submit, submit_with,
 };
 use awsmp_pipeline::ports::AggregatedItem;
+use awsmp_testkit::faults::{Fault, FaultPlan, Rates};
+use awsmp_testkit::ports::{Ctx, Faulty};
 use handler_support::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -312,15 +312,15 @@ async fn throttled_write_backs_are_retried_never_lost() {
 async fn a_write_back_whose_answer_was_lost_is_recognised_on_its_retry() {
     // GIVEN the backlog in a table whose first write-back is applied and its answer lost
     let (w, _) = backlog(config(&[]));
-    let faults = FaultSchedule::new(1);
-    faults.script("write_back", [FaultKind::LoseResponse]);
+    let ctx = Ctx::new(FaultPlan::new(1, Rates::default()));
+    let faults = ctx.faults.clone();
+    faults.script("write_back", [Fault::LoseResponse]);
     let table = Arc::new(Faulty::new(
         MemoryAggregatedStore::new("aggregated-usage"),
-        "aggregated-usage",
-        faults.clone(),
+        &ctx,
     ));
     for item in w.mem.aggregated.items() {
-        table.inner().insert(item);
+        table.inner.insert(item);
     }
     let mut deps = SubmitterDeps::from_services(&w.svc).unwrap();
     deps.aggregated = table.clone();
@@ -333,7 +333,7 @@ async fn a_write_back_whose_answer_was_lost_is_recognised_on_its_retry() {
     assert_eq!(out.statuses, statuses(&[("Success", 3)]));
     assert_eq!(w.metrics.total(metrics::WRITE_BACK_CONFLICT.name()), 0.0);
     let ledger = w.mem.metering.ledger();
-    for (item, billed) in table.inner().items().iter().zip(&ledger) {
+    for (item, billed) in table.inner.items().iter().zip(&ledger) {
         assert_eq!(
             (item.status, item.metering_record_id.as_ref()),
             (

@@ -6,18 +6,34 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use awsmp_consumer::Consumer;
-use awsmp_consumer::adapters::fault::Faults;
 use awsmp_consumer::handler::kinesis_record;
 use awsmp_contract::keys::{RowKey, format_usage_timestamp};
 use awsmp_contract::wire::{encode_aggregated, encode_event};
 use awsmp_producer::partition::partition_key;
 use awsmp_producer::{Event, Tag, UsageAllocation};
+use awsmp_testkit::faults::{FaultPlan, Rates};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+
+/// The fault plan a test's consumer stores share.
+pub type Faults = Arc<FaultPlan>;
+
+/// A plan for `seed` throttling `throttle` and losing the answer of `lose` calls in a thousand.
+pub fn plan(seed: u64, throttle: u32, lose: u32) -> Faults {
+    Arc::new(FaultPlan::new(
+        seed,
+        Rates {
+            throttle,
+            lose_response: lose,
+            ..Rates::default()
+        },
+    ))
+}
 
 pub const STREAM_ARN: &str = "arn:aws:kinesis:us-east-1:123456789012:stream/awsmp-usage-events";
 

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use awsmp_consumer::Settings;
-use awsmp_consumer::adapters::fault::{Faults, Faulty};
 use awsmp_consumer::adapters::memory::MemoryStores;
 use awsmp_consumer::handler::STORE_RETRY;
 use awsmp_contract::attrs;
@@ -20,6 +19,7 @@ use awsmp_contract::retry::RetryPolicy;
 use awsmp_contract::row::AttrValue;
 use awsmp_contract::time::TimeConfig;
 use awsmp_pipeline::domain::fold::{FoldOutcome, GroupFold};
+use awsmp_testkit::ports::{Ctx, Faulty};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -38,10 +38,11 @@ fn settings() -> Settings {
 
 fn faulty_consumer(stores: &MemoryStores, faults: &Faults) -> awsmp_consumer::Consumer {
     let mut c = stores.consumer(settings(), Arc::new(FixedClock::new(t0())));
-    c.dedup = Arc::new(Faulty::new(stores.dedup.clone(), faults.clone()));
-    c.rejected = Arc::new(Faulty::new(stores.rejected.clone(), faults.clone()));
-    c.rows = Arc::new(Faulty::new(stores.rows.clone(), faults.clone()));
-    c.finalized = Arc::new(Faulty::new(stores.finalized.clone(), faults.clone()));
+    let ctx = Ctx::new(faults.clone());
+    c.dedup = Arc::new(Faulty::new(stores.dedup.clone(), &ctx));
+    c.rejected = Arc::new(Faulty::new(stores.rejected.clone(), &ctx));
+    c.rows = Arc::new(Faulty::new(stores.rows.clone(), &ctx));
+    c.finalized = Arc::new(Faulty::new(stores.finalized.clone(), &ctx));
     c
 }
 
@@ -75,7 +76,7 @@ async fn replays_add_nothing_twice_and_skip_nothing_under_seeded_faults() {
     for seed in 0..40u64 {
         let stream = workload(seed, 2, 7, 60);
         let stores = MemoryStores::new();
-        let faults = Faults::new(seed).throttle(0.08).lose_responses(0.05);
+        let faults = plan(seed, 80, 50);
         let consumer = faulty_consumer(&stores, &faults);
         let mut rng = StdRng::seed_from_u64(seed ^ 0xfeed);
         let batch = 1 + (seed as usize % 9);
@@ -104,7 +105,7 @@ async fn replays_add_nothing_twice_and_skip_nothing_under_seeded_faults() {
 async fn a_replayed_stream_adds_nothing() {
     let stream = workload(7, 2, 5, 40);
     let stores = MemoryStores::new();
-    let faults = Faults::new(1);
+    let faults = plan(1, 0, 0);
     let consumer = faulty_consumer(&stores, &faults);
     drain(&consumer, &stream, 10, &faults, || None).await;
     assert_eq!(stores.rows.quantities(), stream.expected);
@@ -122,7 +123,7 @@ async fn late_usage_is_recorded_not_written_and_replays_are_not_late() {
     for seed in 0..15u64 {
         let stream = workload(100 + seed, 1, 3, 50);
         let stores = MemoryStores::new();
-        let faults = Faults::new(seed).throttle(0.05).lose_responses(0.05);
+        let faults = plan(seed, 50, 50);
         let consumer = faulty_consumer(&stores, &faults);
         let shard = &stream.shards[0];
         let half = shard.len() / 2;
@@ -175,7 +176,7 @@ async fn checkpoint_resumes_after_partial_failures_are_exact() {
         let stores = MemoryStores::new();
         // Heavy throttling exhausts the in-handler retries: the handler reports batch item
         // failures and the mapping resumes from the lowest one.
-        let faults = Faults::new(seed).throttle(0.45).lose_responses(0.1);
+        let faults = plan(seed, 450, 100);
         let consumer = faulty_consumer(&stores, &faults);
         let stats = drain(&consumer, &stream, 8, &faults, || None).await;
         assert!(stats.partial_failures > 0, "seed {seed}: {stats:?}");
@@ -198,7 +199,7 @@ async fn a_discarded_batch_redriven_after_its_lanes_moved_on_is_applied_once() {
             ..Stream::default()
         };
         let stores = MemoryStores::new();
-        let faults = Faults::new(seed).throttle(0.05).lose_responses(0.05);
+        let faults = plan(seed, 50, 50);
         let consumer = faulty_consumer(&stores, &faults);
         // GIVEN the records before the batch applied, and the batch's attempts each stopped
         // by a crash after a few store calls (some of its rows written, others not) until the

@@ -40,10 +40,10 @@ fn the_default_sweep_breaks_no_invariant() {
     // The sweep explored what it claims to: every fault class, interleavings, resharding.
     for class in [
         "throttle",
-        "lost-response",
-        "crash-before",
-        "crash-after",
-        "interleave",
+        "lose-response",
+        "crash",
+        "apply-then-fail",
+        "preempt",
         "reshard",
         "poison-record",
         "late-arrival",

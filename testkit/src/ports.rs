@@ -1,11 +1,11 @@
-//! One fault wrapper, [`Faulty<T>`], around every port the consumer, the pipeline and
-//! meter-ingest use, over the in-memory adapters of `pipeline/src/adapters/memory.rs`,
-//! `consumer/src/adapters/memory.rs` and `meter-ingest/src/adapters/memory.rs`. Each call
-//! asks the [`FaultPlan`] whether to fail before applying (throttled, or the invocation
-//! crashes), to apply and then fail (a lost response, or a crash after the write), or to let
-//! another stage run first ([`Interleaver`]); the port's error type says how an injected fault
-//! reads ([`Injected`]). A port's impl for `Faulty<T>` only names each call: its operation,
-//! the key its decision is made on, and whether it writes.
+//! One fault wrapper, [`Faulty<T>`], around every port the consumer, the pipeline,
+//! meter-ingest and the lifecycle use, over their in-memory adapters ([`crate::memory`]) or
+//! their AWS adapters alike. Each call asks the [`FaultPlan`] whether to fail before applying
+//! (throttled, a server error, or the invocation crashes), to apply and then fail (a lost
+//! response, or a crash after the write), or to let another stage run first
+//! ([`Interleaver`]); the port's error type says how an injected fault reads ([`Injected`]).
+//! A port's impl for `Faulty<T>` only names each call: its operation, the key its decision is
+//! made on, and whether it writes.
 //!
 //! The consumer and the pipeline share one raw usage table ([`ConsumerRows`] writes the
 //! consumer's conditional row writes into the pipeline's `MemoryUsageStore`), and the
@@ -14,7 +14,7 @@
 //! the in-memory API's own (throttling, no answer, applied then lost, unprocessed records).
 
 use crate::faults::{Fault, FaultPlan};
-use crate::world::Interleaver;
+use crate::interleave::Interleaver;
 use async_trait::async_trait;
 use awsmp_aws::watermark::MemoryWatermarkStore;
 use awsmp_consumer::error::ConsumerError;
@@ -28,16 +28,18 @@ use awsmp_pipeline::domain::batch::{CallKind, SubmitRecord};
 use awsmp_pipeline::domain::results::ApiResponse;
 use awsmp_pipeline::error::PipelineError;
 use awsmp_pipeline::ports::{
-    AggregatedItem, AggregatedStore, ExpiredRow, FoldedFinalize, MeterCallError, MeteringApi,
-    UsageStore, WriteBack,
+    AggregatedItem, AggregatedStore, ExpiredRow, FoldedFinalize, MessageQueue, MeterCallError,
+    MeteringApi, UsageStore, WriteBack,
 };
 use chrono::{DateTime, Utc};
 use std::future::Future;
 use std::sync::Arc;
 
 mod consumer;
+mod lifecycle;
 mod shared;
 pub use consumer::{AggregatedFinalized, ConsumerRows};
+pub use lifecycle::{FaultyIndex, FaultySubscribers};
 pub use shared::injected_store;
 
 /// What every wrapper shares: the plan and the interleaver.
@@ -47,6 +49,17 @@ pub struct Ctx {
     pub faults: Arc<FaultPlan>,
     /// Runs another stage at a preemption point.
     pub interleaver: Arc<Interleaver>,
+}
+
+impl Ctx {
+    /// Wrappers under `plan`, with no other stage to run at a preemption point (a test of one
+    /// component, the load test).
+    pub fn new(plan: impl Into<Arc<FaultPlan>>) -> Self {
+        Self {
+            faults: plan.into(),
+            interleaver: Arc::default(),
+        }
+    }
 }
 
 /// DynamoDB's answers to a call refused before applying: throttles and 5xx, each retryable
@@ -62,6 +75,9 @@ const REFUSED_CODES: [&str; 5] = [
 const TIMED_OUT: &str = "TimeoutError";
 /// What a call of an invocation that crashed reads as (it never returns in AWS).
 const CRASHED: &str = "InvocationCrashed";
+
+/// An injected server error refused before applying: the 5xx codes of [`REFUSED_CODES`].
+const SERVER_ERRORS: usize = 3;
 
 /// An injected failure as a port's error reads it: the fault (`None` as a crash) and the
 /// call's variant ([`crate::faults::Call::variant`]), which picks its error code.
@@ -83,6 +99,9 @@ impl Failed {
     pub fn code(self) -> &'static str {
         match self.fault {
             Some(Fault::Throttle) => REFUSED_CODES[(self.variant % 5) as usize],
+            Some(Fault::FailBeforeApply) => {
+                REFUSED_CODES[SERVER_ERRORS + (self.variant % 2) as usize]
+            }
             Some(Fault::LoseResponse) => TIMED_OUT,
             _ => CRASHED,
         }
@@ -93,7 +112,9 @@ impl Failed {
     /// over, nothing retries).
     pub fn retryable(self) -> bool {
         match self.fault {
-            Some(Fault::Throttle) => awsmp_aws::dynamodb::is_retryable_code(self.code()),
+            Some(Fault::Throttle | Fault::FailBeforeApply) => {
+                awsmp_aws::dynamodb::is_retryable_code(self.code())
+            }
             Some(Fault::LoseResponse) => true,
             _ => false,
         }
@@ -209,7 +230,7 @@ impl<T> Faulty<T> {
         let decided = self.ctx.faults.call(op, key, write);
         if decided.stopped {
             // The invocation crashed at an earlier call: nothing after it applies.
-            return Err(E::injected(op, Failed::of(Some(Fault::CrashBefore))));
+            return Err(E::injected(op, Failed::of(Some(Fault::Crash))));
         }
         yield_times(decided.yields).await;
         let fault = decided.fault;
@@ -218,7 +239,7 @@ impl<T> Faulty<T> {
             variant: decided.variant,
         };
         match fault {
-            Some(Fault::Throttle) | Some(Fault::CrashBefore) => {
+            Some(Fault::Throttle | Fault::FailBeforeApply | Fault::Crash) => {
                 return Err(E::injected(op, failed));
             }
             Some(Fault::Preempt) => preempt(&self.ctx.interleaver, op).await,
@@ -226,7 +247,7 @@ impl<T> Faulty<T> {
         }
         let out = call.await?;
         match fault {
-            Some(Fault::LoseResponse) | Some(Fault::CrashAfter) => Err(E::injected(op, failed)),
+            Some(Fault::LoseResponse | Fault::ApplyThenFail) => Err(E::injected(op, failed)),
             _ => Ok(out),
         }
     }
@@ -381,6 +402,31 @@ impl<T: AggregatedStore> AggregatedStore for Faulty<T> {
     }
 }
 
+#[async_trait]
+impl<T: MessageQueue> MessageQueue for Faulty<T> {
+    async fn send_all(&self, bodies: &[String]) -> PResult<()> {
+        let key = bodies.first().map_or("", String::as_str);
+        let decided = self.ctx.faults.call("send_all", key, true);
+        let fault = if decided.stopped {
+            Some(Fault::Crash)
+        } else {
+            decided.fault
+        };
+        match fault {
+            Some(Fault::Throttle | Fault::FailBeforeApply | Fault::Crash) => {
+                return Err(injected_sqs("queue", fault));
+            }
+            Some(Fault::Preempt) => preempt(&self.ctx.interleaver, "send_all").await,
+            _ => {}
+        }
+        self.inner.send_all(bodies).await?;
+        match fault {
+            Some(Fault::LoseResponse | Fault::ApplyThenFail) => Err(injected_sqs("queue", fault)),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// `BatchMeterUsage`'s 5xx (retryable, proving nothing about whether the call applied).
 const INTERNAL_ERROR: &str = "InternalServiceErrorException";
 
@@ -460,12 +506,13 @@ impl MeteringApi for FaultyMetering {
         let scripted = match fault {
             Some(Fault::Throttle) if five_xx => Some(CallFault::Exception(INTERNAL_ERROR.into())),
             Some(Fault::Throttle) => Some(CallFault::Exception("ThrottlingException".into())),
-            Some(Fault::CrashBefore) => Some(CallFault::NoResponse),
+            Some(Fault::FailBeforeApply) => Some(CallFault::Exception(INTERNAL_ERROR.into())),
+            Some(Fault::Crash) => Some(CallFault::NoResponse),
             Some(Fault::LoseResponse) if five_xx => {
                 self.ctx.faults.count("marketplace-5xx-after-applying");
                 Some(CallFault::ApplyThenException(INTERNAL_ERROR.into()))
             }
-            Some(Fault::LoseResponse) | Some(Fault::CrashAfter) => {
+            Some(Fault::LoseResponse | Fault::ApplyThenFail) => {
                 Some(CallFault::ApplyThenLoseResponse)
             }
             Some(Fault::Preempt) => {
@@ -482,30 +529,4 @@ impl MeteringApi for FaultyMetering {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use awsmp_contract::retry::Retryable;
-    use std::collections::HashSet;
-
-    /// An injected refusal reads as each of DynamoDB's throttle and 5xx codes, which the real
-    /// adapters retry; a lost answer as their retryable timeout; a crash as nothing to retry.
-    #[test]
-    fn injected_errors_are_classified_as_the_adapters_classify_them() {
-        let codes: HashSet<&str> = (0..20)
-            .map(|variant| Failed {
-                fault: Some(Fault::Throttle),
-                variant,
-            })
-            .inspect(|f| assert!(f.retryable() && awsmp_aws::dynamodb::is_retryable_code(f.code())))
-            .map(Failed::code)
-            .collect();
-        assert_eq!(codes.len(), REFUSED_CODES.len());
-        let lost = injected_dynamodb("write_back", Failed::of(Some(Fault::LoseResponse)));
-        assert!(lost.is_retryable());
-        for crash in [Fault::CrashBefore, Fault::CrashAfter] {
-            assert!(!injected_dynamodb("get", Failed::of(Some(crash))).is_retryable());
-            assert!(!ConsumerError::injected("claim", Failed::of(Some(crash))).is_retryable());
-        }
-        assert!(ConsumerError::injected("claim", Failed::of(Some(Fault::Throttle))).is_retryable());
-    }
-}
+mod tests;

@@ -6,8 +6,8 @@ fn decisions_depend_on_the_call_not_on_the_order() {
     let rates = Rates {
         throttle: 300,
         lose_response: 100,
-        crash: 0,
         preempt: 100,
+        ..Rates::default()
     };
     let a = FaultPlan::new(7, rates);
     let b = FaultPlan::new(7, rates);
@@ -77,7 +77,7 @@ fn a_crash_marks_the_invocation_until_it_ends() {
     }
     // Every later call of the invocation fails before applying.
     assert!(plan.call("op", "later", true).stopped);
-    assert_eq!(plan.decide("op", "later", true), Some(Fault::CrashBefore));
+    assert_eq!(plan.decide("op", "later", true), Some(Fault::Crash));
     assert!(plan.end());
     // The next invocation starts clean (its own call may crash it anew).
     assert!(!plan.call("op", "after", true).stopped);
@@ -87,7 +87,7 @@ fn a_crash_marks_the_invocation_until_it_ends() {
     assert_eq!(plan.decide("op", "k", true), None);
 }
 
-/// One throttle in [`OUTLASTING_THROTTLE_ONE_IN`] holds its call for the rest of the
+/// One throttle in [`pick::OUTLASTING_THROTTLE_ONE_IN`] holds its call for the rest of the
 /// invocation, past any retry policy, and no longer; every repeat of a call after a retryable
 /// fault, in the same invocation, is counted as a retry of its layer.
 #[test]

@@ -2,8 +2,8 @@
 //! subscription and deprovision-cleanup Lambdas use it, and the pipeline's read of its
 //! deprovisioning index (throttling, lost responses, crashes before and after every call).
 
+use super::{Failed, Faulty, Injected, injected_dynamodb, injected_store};
 use crate::faults::Fault;
-use crate::ports::{Failed, Faulty, Injected, injected_dynamodb, injected_store};
 use async_trait::async_trait;
 use awsmp_aws::deprovisioning::{Deprovisioning, DeprovisioningIndex};
 use awsmp_lifecycle::adapters::memory::MemorySubscriberStore;
@@ -14,9 +14,9 @@ use awsmp_lifecycle::ports::SubscriberStore;
 use chrono::{DateTime, Utc};
 
 /// The subscribers table under the fault plan.
-pub(super) type FaultySubscribers = Faulty<MemorySubscriberStore>;
+pub type FaultySubscribers = Faulty<MemorySubscriberStore>;
 /// The pipeline's read of the deprovisioning index, faulty.
-pub(super) type FaultyIndex = Faulty<MemorySubscriberStore>;
+pub type FaultyIndex = Faulty<MemorySubscriberStore>;
 
 impl Injected for LifecycleError {
     fn injected(operation: &'static str, failed: Failed) -> Self {
@@ -100,7 +100,7 @@ impl<T: DeprovisioningIndex> DeprovisioningIndex for Faulty<T> {
             .faults
             .decide("deprovisioning-index", "index", false);
         match fault {
-            Some(Fault::Throttle | Fault::CrashBefore) => {
+            Some(Fault::Throttle | Fault::FailBeforeApply | Fault::Crash) => {
                 Err(injected_store("Query", Failed::of(fault)))
             }
             _ => self.inner.active().await,

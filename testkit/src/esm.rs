@@ -6,7 +6,7 @@
 //! (<https://docs.aws.amazon.com/lambda/latest/dg/with-kinesis.html>). A batch that fails
 //! `MaximumRetryAttempts` times (splitting it does not count), or whose records grew older
 //! than `MaximumRecordAgeInSeconds`, is discarded: its invocation record goes to the on-failure
-//! destination (`simulation/src/destination.rs`) and the mapping moves on
+//! destination (`testkit/src/destination.rs`) and the mapping moves on
 //! (<https://docs.aws.amazon.com/lambda/latest/dg/kinesis-on-failure-destination.html>). Both
 //! are −1 (never discard) in the deployed template (`infra/cfn/ingest_stack.py`, whose
 //! `ConsumerMaximumRetryAttempts` parameter a seller may set).

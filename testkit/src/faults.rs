@@ -1,6 +1,11 @@
-//! The fault plan: for every port call, whether it fails and how, decided from the schedule's
-//! seed and the call's identity (operation, key, and how often that key was called before),
-//! never from the order concurrent calls happen to run in, so a schedule replays exactly.
+//! The fault plan, the one form of fault injection of the repository: for every port call,
+//! whether it fails and how ([`Fault`]), decided from the seed and the call's identity
+//! (operation, key, and how often that key was called before), never from the order concurrent
+//! calls happen to run in, so a schedule replays exactly — in the simulation's single-threaded
+//! schedules and on a multi-threaded runtime (the load test) alike. Besides its seeded
+//! [`Rates`], a plan takes faults aimed at the next calls of one operation
+//! ([`FaultPlan::script`]) and a crash point ([`FaultPlan::crash_after`], ended by
+//! [`FaultPlan::recover`]), and counts what it injected ([`FaultPlan::injected_by_kind`]).
 //!
 //! The plan also keeps each running invocation's frame: a crash (or the invocation's Lambda
 //! timeout) ends it at that call, so every later call of the same invocation fails before
@@ -10,36 +15,67 @@
 
 use awsmp_contract::clock::{Clock, FixedClock};
 use chrono::{DateTime, Duration, Timelike, Utc};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-/// What happens to one port call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+/// What happens to one port call: the one fault vocabulary. What tells them apart is whether
+/// the call was applied, what the caller hears back, and whether the invocation goes on.
+///
+/// | fault | applied | the caller gets | the invocation |
+/// |---|---|---|---|
+/// | `Throttle` | no | the service's throttling error (retryable) | goes on |
+/// | `FailBeforeApply` | no | a 5xx, or a connection that failed before the request arrived (retryable) | goes on |
+/// | `ApplyThenFail` | yes | nothing: it crashes right after the call applied | ends |
+/// | `LoseResponse` | yes | a timeout (retryable); a retry finds the call applied | goes on |
+/// | `Crash` | no | nothing: it crashes before the call | ends |
+/// | `Preempt` | yes | the answer, after another stage ran one step first | goes on |
+///
+/// After `Crash` or `ApplyThenFail` every later call of the invocation fails before applying,
+/// not retryable ([`Call::stopped`]), until the invocation ends ([`FaultPlan::end`]) or the
+/// process restarts ([`FaultPlan::recover`]); its result is discarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Fault {
-    /// Fails before applying with a retryable throttling error.
+    /// Refused before applying with a retryable throttling error.
     Throttle,
-    /// Applied, then the response is lost (a retryable error).
+    /// Failed before applying with a retryable server error.
+    FailBeforeApply,
+    /// Applied, then the invocation crashed: the caller never hears back.
+    ApplyThenFail,
+    /// Applied, then the response is lost (a retryable timeout).
     LoseResponse,
-    /// The invocation crashes before the call: nothing applied, no later call of the
-    /// invocation applies either ([`Call::stopped`]), and its result is discarded.
-    CrashBefore,
-    /// The invocation crashes after the call was applied; nothing later applies.
-    CrashAfter,
+    /// The invocation crashes before the call: nothing applied.
+    Crash,
     /// Before the call, another stage runs one step (an adversarial interleaving).
     Preempt,
 }
 
 impl Fault {
-    /// Its name in the trace and the summary.
+    /// Every fault, in declaration order.
+    pub const ALL: [Fault; 6] = [
+        Fault::Throttle,
+        Fault::FailBeforeApply,
+        Fault::ApplyThenFail,
+        Fault::LoseResponse,
+        Fault::Crash,
+        Fault::Preempt,
+    ];
+
+    /// Its name in traces and summaries.
     pub fn name(self) -> &'static str {
         match self {
             Fault::Throttle => "throttle",
-            Fault::LoseResponse => "lost-response",
-            Fault::CrashBefore => "crash-before",
-            Fault::CrashAfter => "crash-after",
-            Fault::Preempt => "interleave",
+            Fault::FailBeforeApply => "fail-before-apply",
+            Fault::ApplyThenFail => "apply-then-fail",
+            Fault::LoseResponse => "lose-response",
+            Fault::Crash => "crash",
+            Fault::Preempt => "preempt",
         }
+    }
+
+    /// Whether it ends the invocation.
+    pub fn ends_invocation(self) -> bool {
+        matches!(self, Fault::ApplyThenFail | Fault::Crash)
     }
 }
 
@@ -48,59 +84,20 @@ impl Fault {
 pub struct Rates {
     /// [`Fault::Throttle`].
     pub throttle: u32,
+    /// [`Fault::FailBeforeApply`].
+    pub fail_before_apply: u32,
     /// [`Fault::LoseResponse`] (write calls only).
     pub lose_response: u32,
-    /// [`Fault::CrashBefore`] and [`Fault::CrashAfter`], each.
+    /// [`Fault::Crash`] and [`Fault::ApplyThenFail`] (write calls only), each.
     pub crash: u32,
     /// [`Fault::Preempt`].
     pub preempt: u32,
 }
 
-/// A 64-bit mix (SplitMix64's finaliser): the same input gives the same output on every
-/// platform and run, unlike `std`'s randomly keyed hasher.
-pub fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// [`mix`] folded over the bytes of `parts`.
-pub fn hash(seed: u64, parts: &[&str]) -> u64 {
-    let mut h = mix(seed);
-    for part in parts {
-        for b in part.bytes() {
-            h = mix(h ^ u64::from(b));
-        }
-        h = mix(h ^ 0xff);
-    }
-    h
-}
-
-/// Digits of a producer epoch (`p:{epoch}:{lane}:{seq}`, docs/row-contract.md): random per
-/// producer instance, so never part of a fault decision.
-const EPOCH_HEX_DIGITS: usize = 32;
-
-/// `key` with every run of [`EPOCH_HEX_DIGITS`] or more hex digits replaced by `*`.
-pub fn stable_key(key: &str) -> String {
-    let mut out = String::with_capacity(key.len());
-    let mut run = String::new();
-    for c in key.chars().chain(std::iter::once(' ')) {
-        if c.is_ascii_hexdigit() {
-            run.push(c);
-            continue;
-        }
-        if run.len() >= EPOCH_HEX_DIGITS {
-            out.push('*');
-        } else {
-            out.push_str(&run);
-        }
-        run.clear();
-        out.push(c);
-    }
-    out.pop();
-    out
-}
+mod key;
+mod pick;
+pub use key::{hash, mix, stable_key};
+use pick::{forced, held_or, pick, retry_class};
 
 /// Frames of invocations that can run at once: the scheduler's step, a step of another stage
 /// run at a preemption point ([`NESTED_FRAME`]), and expiry racing a submitter run
@@ -163,6 +160,14 @@ struct State {
     /// Calls whose last attempt failed with a retryable fault, and in which invocation: the
     /// next call of the same operation and key in it is a retry.
     failed: BTreeMap<CallKey, Invocation>,
+    /// Faults aimed at the next calls of an operation ([`FaultPlan::script`]).
+    script: BTreeMap<String, VecDeque<Fault>>,
+    /// Calls decided while enabled (crashed ones excluded), for [`FaultPlan::crash_after`].
+    ops: u64,
+    /// The call past which the process crashes.
+    crash_after: Option<u64>,
+    /// Faults injected, by kind.
+    injected: BTreeMap<Fault, u64>,
 }
 
 /// Tables whose pending index holds nothing, as the scheduler saw them at the start of a
@@ -192,7 +197,7 @@ struct Drift {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Call {
     /// The invocation already crashed or timed out: the call fails before applying, as after
-    /// a [`Fault::CrashBefore`].
+    /// a [`Fault::Crash`].
     pub stopped: bool,
     /// The fault, if any.
     pub fault: Option<Fault>,
@@ -201,58 +206,6 @@ pub struct Call {
     /// A number drawn for the call, which picks among the error codes of its fault (a
     /// throttle or a 5xx, both retryable; a lost answer or a 5xx after applying).
     pub variant: u64,
-}
-
-/// The fault a call's `roll` (0–999) draws at `r`; only a `write` may lose its response or
-/// crash after applying.
-fn pick(r: Rates, roll: u64, write: bool) -> Option<Fault> {
-    let mut edge = 0;
-    for (fault, rate, allowed) in [
-        (Fault::Throttle, r.throttle, true),
-        (Fault::LoseResponse, r.lose_response, write),
-        (Fault::CrashBefore, r.crash, true),
-        (Fault::CrashAfter, r.crash, write),
-        (Fault::Preempt, r.preempt, true),
-    ] {
-        if !allowed {
-            continue;
-        }
-        edge += u64::from(rate);
-        if roll < edge {
-            return Some(fault);
-        }
-    }
-    None
-}
-
-/// The fault of a call of `call_key` in `invocation`: a throttle while an outlasting one holds
-/// it (in a `running` invocation), else `fresh()`. A fresh throttle outlasts the retries in
-/// one case of [`OUTLASTING_THROTTLE_ONE_IN`]; a call failed retryably is remembered, so its
-/// repeat in the same invocation counts as a retry.
-fn held_or(
-    s: &mut State,
-    running: bool,
-    call_key: CallKey,
-    invocation: Invocation,
-    variant: u64,
-    fresh: impl FnOnce() -> Option<Fault>,
-) -> Option<Fault> {
-    let pick = if running && s.hot.get(&call_key) == Some(&invocation) {
-        *s.tally.entry("throttle-outlasting-retries").or_default() += 1;
-        Some(Fault::Throttle)
-    } else {
-        fresh()
-    };
-    if running
-        && pick == Some(Fault::Throttle)
-        && (variant >> 32).is_multiple_of(OUTLASTING_THROTTLE_ONE_IN)
-    {
-        s.hot.insert(call_key.clone(), invocation);
-    }
-    if matches!(pick, Some(Fault::Throttle | Fault::LoseResponse)) {
-        s.failed.insert(call_key, invocation);
-    }
-    pick
 }
 
 /// The schedule's fault plan, shared by every fault-injecting port.
@@ -270,34 +223,6 @@ const DRIFT_SALT: u64 = 0x7105_e7ad;
 const YIELD_SALT: u64 = 0x51e1_d5ed;
 /// Salt of the error-code variants and of which throttles outlast the retries.
 const VARIANT_SALT: u64 = 0x7a41_a47e;
-/// One throttle in this many outlasts every retry policy: the call stays throttled for the
-/// rest of its invocation.
-const OUTLASTING_THROTTLE_ONE_IN: u64 = 3;
-
-/// The layer whose retry loop a repeated call is: the pipeline's stores, `BatchMeterUsage`
-/// (the submitter), or another's (the consumer, meter-ingest, the lifecycle).
-fn retry_class(operation: &str) -> &'static str {
-    const PIPELINE: [&str; 11] = [
-        "pending_groups",
-        "read_pending_rows",
-        "finalize_row",
-        "finalize_folded",
-        "expire_bucket",
-        "put_if_absent",
-        "get",
-        "pending",
-        "mark_attempted",
-        "retract_attempt",
-        "write_back",
-    ];
-    if operation == "batch_meter_usage" {
-        "retry-marketplace"
-    } else if PIPELINE.contains(&operation) {
-        "retry-pipeline-store"
-    } else {
-        "retry-other"
-    }
-}
 /// Longest ordinary move of the clock before a call.
 const MAX_DRIFT_SECS: u64 = 45;
 /// Within this many seconds of an hour boundary, one move in two goes just past it.
@@ -341,11 +266,11 @@ impl FaultPlan {
 
     /// The fault for this call of `operation` on `key`; `write` calls may also lose their
     /// response or crash after applying. A call of an invocation that already stopped gets
-    /// [`Fault::CrashBefore`].
+    /// [`Fault::Crash`].
     pub fn decide(&self, operation: &str, key: &str, write: bool) -> Option<Fault> {
         let call = self.call(operation, key, write);
         if call.stopped {
-            Some(Fault::CrashBefore)
+            Some(Fault::Crash)
         } else {
             call.fault
         }
@@ -436,15 +361,19 @@ impl FaultPlan {
         };
         let variant = hash(self.seed ^ VARIANT_SALT, &parts);
         let running = s.frames[frame].running;
-        let pick = held_or(&mut s, running, call_key, invocation, variant, || {
-            pick(self.rates, roll, write)
-        });
+        let pick = match forced(&mut s, operation) {
+            Some(f) => Some(f),
+            None => held_or(&mut s, running, call_key, invocation, variant, || {
+                pick(self.rates, roll, write)
+            }),
+        };
         if let Some(f) = pick {
             if on_attempt && f != Fault::Preempt {
                 s.attempt_faults.insert(key_text.to_owned());
             }
             *s.tally.entry(f.name()).or_default() += 1;
-            if matches!(f, Fault::CrashBefore | Fault::CrashAfter) {
+            *s.injected.entry(f).or_default() += 1;
+            if f.ends_invocation() {
                 s.frames[frame].stopped = true;
             }
         }
@@ -550,6 +479,43 @@ impl FaultPlan {
     /// Faults injected so far, by class.
     pub fn tally(&self) -> BTreeMap<&'static str, u64> {
         lock(&self.state).tally.clone()
+    }
+
+    /// The next calls of `operation` (the name the wrapper gives it, e.g. `write_back`,
+    /// `row-write`) get these faults, one per call, in order, ahead of the rates.
+    pub fn script(&self, operation: &str, faults: impl IntoIterator<Item = Fault>) {
+        lock(&self.state)
+            .script
+            .entry(operation.to_owned())
+            .or_default()
+            .extend(faults);
+    }
+
+    /// Crash after `calls` more calls: the next one is a [`Fault::Crash`], and every later
+    /// call of the invocation fails before applying until [`FaultPlan::recover`] (or the
+    /// invocation's [`FaultPlan::end`]).
+    pub fn crash_after(&self, calls: u64) {
+        let mut s = lock(&self.state);
+        s.crash_after = Some(s.ops + calls);
+    }
+
+    /// The process restarted: the current frame's calls pass again and no crash point is
+    /// armed (rates and scripts stay).
+    pub fn recover(&self) {
+        let mut s = lock(&self.state);
+        s.crash_after = None;
+        s.frames[current_frame()].stopped = false;
+    }
+
+    /// Faults injected so far (a crash counts once, at its call; the calls it stopped are
+    /// `stopped-after-crash` in the [tally](FaultPlan::tally), not faults of their own).
+    pub fn injected(&self) -> u64 {
+        lock(&self.state).injected.values().sum()
+    }
+
+    /// Faults injected so far, by kind.
+    pub fn injected_by_kind(&self) -> BTreeMap<Fault, u64> {
+        lock(&self.state).injected.clone()
     }
 }
 
