@@ -331,7 +331,10 @@ mod tests {
         }
     }
 
-    fn rendered(c: &Condition) -> (String, Vec<(String, String)>, Vec<(String, AttrValue)>) {
+    /// A rendering: the expression, its names and its values, in token order.
+    type Sent = (String, Vec<(String, String)>, Vec<(String, AttrValue)>);
+
+    fn rendered(c: &Condition) -> Sent {
         let r = c.render();
         (
             r.expression,
