@@ -1,5 +1,7 @@
-//! In-memory fakes of every port, with the same semantics as the DynamoDB adapters (the row
-//! store applies [`RowWrite::apply`], the guard the DynamoDB condition implements).
+//! In-memory fakes of every port, with the same semantics as the DynamoDB adapters: each
+//! conditional write is decided by the condition the DynamoDB adapter sends, evaluated on the
+//! stored item (the row store applies [`RowWrite::apply`], whose guard is
+//! [`RowWrite::condition`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};

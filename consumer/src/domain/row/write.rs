@@ -1,6 +1,7 @@
-//! One conditional `UpdateItem` on a usage row, in domain terms: its guard, its change, and
-//! the row it produces (what the in-memory store applies and the DynamoDB adapter's
-//! expressions implement).
+//! One conditional `UpdateItem` on a usage row, in domain terms: its guard — the condition
+//! expression the DynamoDB adapter sends and the in-memory store evaluates — its change, and
+//! the row it produces (what the in-memory store applies and the DynamoDB adapter's update
+//! expression implements).
 
 use awsmp_contract::attrs::{self, ROW_VERSION};
 use awsmp_contract::condition::{Attr, Cmp, Condition, Value};

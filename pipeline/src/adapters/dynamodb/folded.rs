@@ -138,3 +138,51 @@ fn number(row: &RawUsageRow, name: &str) -> Option<u64> {
         .and_then(AttrValue::as_n)
         .and_then(|q| parse_non_negative_integer(q).ok())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{expire_condition, finalize_row_condition};
+    use super::*;
+
+    #[test]
+    fn each_stamp_condition_renders_as_sent() {
+        let r = finalize_row_condition().render();
+        assert_eq!(r.expression, "attribute_exists(licenseArn)");
+        assert!(r.names.is_empty() && r.values.is_empty());
+        let r = expire_condition("2026-11-30T10".parse().unwrap()).render();
+        assert_eq!(r.expression, "meteringPending = :hb");
+        assert_eq!(r.values[":hb"], AttrValue::s("2026-11-30T10"));
+        let r = folded_stamp_condition(Some(&AttrValue::n(12))).render();
+        assert_eq!(
+            r.expression,
+            "attribute_exists(licenseArn) AND attribute_not_exists(lateQuantity) AND quantity = :q"
+        );
+        assert_eq!(r.values[":q"], AttrValue::n(12));
+        assert_eq!(
+            folded_stamp_condition(None).render().expression,
+            "attribute_exists(licenseArn) AND attribute_not_exists(lateQuantity) AND \
+             attribute_not_exists(quantity)"
+        );
+    }
+
+    #[test]
+    fn a_folded_stamp_holds_only_on_the_quantity_read_and_no_late_record() {
+        let row = |extra: &[(&str, AttrValue)]| {
+            let mut r = RawUsageRow::from([
+                (a::LICENSE_ARN.to_owned(), AttrValue::s("l")),
+                (a::QUANTITY.to_owned(), AttrValue::n(12)),
+            ]);
+            r.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
+            r
+        };
+        let twelve = AttrValue::n(12);
+        assert!(folded_stamp_condition(Some(&twelve)).holds_for(Some(&row(&[]))));
+        // Numbers compare as numbers: "12.0" is the quantity read.
+        let r = row(&[(a::QUANTITY, AttrValue::N("12.0".into()))]);
+        assert!(folded_stamp_condition(Some(&twelve)).holds_for(Some(&r)));
+        assert!(!folded_stamp_condition(Some(&AttrValue::n(11))).holds_for(Some(&row(&[]))));
+        let late = row(&[(a::LATE_QUANTITY, AttrValue::n(1))]);
+        assert!(!folded_stamp_condition(Some(&twelve)).holds_for(Some(&late)));
+        assert!(!folded_stamp_condition(Some(&twelve)).holds_for(None));
+    }
+}
