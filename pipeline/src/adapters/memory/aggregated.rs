@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::ports::{AggregatedItem, AggregatedStore, WriteBack};
 use async_trait::async_trait;
 use awsmp_aws::deprovisioning::{Deprovisioning, DeprovisioningIndex};
-use awsmp_contract::condition::Condition;
+use awsmp_contract::condition::{Condition, Item};
 use awsmp_contract::keys::{GroupKey, HourBucket};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
@@ -145,9 +145,15 @@ impl MemoryAggregatedStore {
     }
 }
 
+/// `item`'s attributes as the DynamoDB adapter stores them (the audit timestamps aside, which
+/// no condition reads).
+fn stored_attrs(item: &AggregatedItem) -> Item {
+    aggregated_attrs(item, DateTime::<Utc>::UNIX_EPOCH)
+}
+
 /// Whether `condition` holds for `item` as the DynamoDB adapter stores it.
 fn holds(condition: &Condition, item: &AggregatedItem) -> bool {
-    condition.holds_for(Some(&aggregated_attrs(item, DateTime::<Utc>::UNIX_EPOCH)))
+    condition.holds_for(Some(&stored_attrs(item)))
 }
 
 /// The records by primary key, and the sparse pending index over them (the keys of the
@@ -206,8 +212,8 @@ impl AggregatedStore for MemoryAggregatedStore {
     async fn put_if_absent(&self, item: &AggregatedItem, _now: DateTime<Utc>) -> Result<bool> {
         self.faults.dynamodb("put_if_absent", &self.table)?;
         let mut items = lock(&self.items);
-        let existing = items.by_key.get(&key(&item.group));
-        if existing.is_some_and(|i| !holds(&put_if_absent_condition(), i)) {
+        let existing = items.by_key.get(&key(&item.group)).map(stored_attrs);
+        if !put_if_absent_condition().holds_for(existing.as_ref()) {
             return Ok(false);
         }
         // What the DynamoDB adapter's item holds: no outcome and no attempt yet.
