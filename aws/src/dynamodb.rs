@@ -4,7 +4,10 @@
 
 use crate::error::StoreError;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder;
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue as Av;
+use awsmp_contract::condition::Condition;
 use awsmp_contract::row::{AttrValue, RawUsageRow};
 use std::collections::HashMap;
 
@@ -82,6 +85,33 @@ pub fn to_sdk(v: &AttrValue) -> Av {
         AttrValue::M(m) => Av::M(m.iter().map(|(k, v)| (k.clone(), to_sdk(v))).collect()),
     }
 }
+
+/// A conditional write's request, given its [`Condition`]: the rendered expression, and the
+/// names and values it uses (an in-memory twin evaluates the same `Condition`).
+pub trait WithCondition: Sized {
+    /// The request with `condition` as its `ConditionExpression`.
+    fn with_condition(self, condition: &Condition) -> Self;
+}
+
+macro_rules! with_condition {
+    ($($builder:ty),*) => {$(
+        impl WithCondition for $builder {
+            fn with_condition(self, condition: &Condition) -> Self {
+                let r = condition.render();
+                let mut req = self.condition_expression(r.expression);
+                for (token, name) in r.names {
+                    req = req.expression_attribute_names(token, name);
+                }
+                for (token, value) in r.values {
+                    req = req.expression_attribute_values(token, to_sdk(&value));
+                }
+                req
+            }
+        }
+    )*};
+}
+
+with_condition!(PutItemFluentBuilder, UpdateItemFluentBuilder);
 
 /// A row (SDK item) in domain form.
 pub fn row_from_item(item: &HashMap<String, Av>) -> RawUsageRow {

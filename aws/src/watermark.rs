@@ -5,11 +5,12 @@
 //! `Query` on its partition: no `Scan`. The consumer writes it, the discoverer (its fence) and
 //! the stream heartbeat read it, so the port and both adapters live here, once.
 
-use crate::dynamodb::{ddb_err, is_conditional_failure, malformed, n, query_all, s};
+use crate::dynamodb::{WithCondition, ddb_err, is_conditional_failure, malformed, query_all, s};
 use crate::error::Result;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
+use awsmp_contract::condition::{Attr, Condition, Value};
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 
@@ -88,10 +89,9 @@ impl WatermarkStore for DynamoDbWatermarkStore {
             .update_item()
             .table_name(&self.table)
             .set_key(Some(Self::key(stream, shard_id)))
+            // The condition names `#t` and `:t`; the update sets the same.
             .update_expression("SET #t = :t")
-            .condition_expression("attribute_not_exists(#t) OR #t < :t")
-            .expression_attribute_names("#t", WATERMARK_APPLIED_THROUGH)
-            .expression_attribute_values(":t", n(arrival.timestamp_millis()))
+            .with_condition(&advance_condition(arrival))
             .send()
             .await;
         match r {
@@ -132,6 +132,15 @@ impl WatermarkStore for DynamoDbWatermarkStore {
     }
 }
 
+/// An advance's condition: no watermark yet, or one below `arrival` (never backwards).
+pub fn advance_condition(arrival: DateTime<Utc>) -> Condition {
+    let t = || Attr::token("#t", WATERMARK_APPLIED_THROUGH);
+    Condition::not_exists(t()).or(Condition::lt(
+        t(),
+        Value::n(":t", arrival.timestamp_millis()),
+    ))
+}
+
 /// One watermark item in domain form; a drained shard may have no `appliedThrough` yet.
 fn watermark_from_item(
     table: &str,
@@ -170,4 +179,20 @@ fn watermark_from_item(
         applied_through,
         drained,
     })
+}
+
+#[cfg(test)]
+mod condition_tests {
+    use super::*;
+    use awsmp_contract::row::AttrValue;
+
+    #[test]
+    fn the_advance_condition_renders_as_sent() {
+        let arrival = DateTime::from_timestamp_millis(1_796_040_007_250).unwrap();
+        let r = advance_condition(arrival).render();
+        assert_eq!(r.expression, "attribute_not_exists(#t) OR #t < :t");
+        assert_eq!(r.names["#t"], WATERMARK_APPLIED_THROUGH);
+        assert_eq!(r.values[":t"], AttrValue::N("1796040007250".into()));
+        assert_eq!((r.names.len(), r.values.len()), (1, 1));
+    }
 }

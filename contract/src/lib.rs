@@ -3,6 +3,7 @@
 
 pub mod attrs;
 pub mod clock;
+pub mod condition;
 pub mod error;
 pub mod event;
 pub mod event_id;

@@ -108,18 +108,6 @@ pub enum AttemptCondition {
     Exactly(Attempt),
 }
 
-impl AttemptCondition {
-    /// Whether `item`'s attempt mark meets the condition (the memory twin's evaluation of the
-    /// DynamoDB adapter's condition expression).
-    pub fn holds_for(self, item: &AggregatedItem) -> bool {
-        match self {
-            Self::Any => true,
-            Self::NoAttempt => item.attempted_quantity.is_none(),
-            Self::Exactly(attempt) => item.attempt() == Some(attempt),
-        }
-    }
-}
-
 /// A terminal write-back onto an aggregated record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriteBack {

@@ -1,17 +1,24 @@
-//! The in-memory twin of the ingest-watermark table.
+//! The in-memory twin of the ingest-watermark table: items as the DynamoDB adapter's updates
+//! leave them, read back with its parser; `advance` decides by its condition.
 
-use super::{ShardWatermark, WatermarkStore};
+use super::{
+    ShardWatermark, WATERMARK_APPLIED_THROUGH, WATERMARK_DRAINED, WATERMARK_SHARD_ID,
+    WATERMARK_STREAM, WatermarkStore, advance_condition, watermark_from_item,
+};
+use crate::dynamodb::to_sdk;
 use crate::error::Result;
 use async_trait::async_trait;
+use awsmp_contract::condition::Item;
+use awsmp_contract::row::AttrValue;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
-/// Watermarks by stream (the partition) and shard id; `advance` never moves one backwards,
-/// like the DynamoDB adapter's conditional update.
+/// Watermark items by stream (the partition) and shard id; `advance` never moves one
+/// backwards: it evaluates the DynamoDB adapter's condition.
 #[derive(Debug, Default)]
 pub struct MemoryWatermarkStore {
-    shards: Mutex<BTreeMap<(String, String), ShardWatermark>>,
+    shards: Mutex<BTreeMap<(String, String), Item>>,
 }
 
 impl MemoryWatermarkStore {
@@ -21,13 +28,12 @@ impl MemoryWatermarkStore {
     }
 }
 
-fn at(stream: &str, shard_id: &str, applied_through: DateTime<Utc>) -> ShardWatermark {
-    ShardWatermark {
-        stream: stream.to_owned(),
-        shard_id: shard_id.to_owned(),
-        applied_through,
-        drained: false,
-    }
+/// The item an `UpdateItem` on a missing key starts from: its key.
+fn key_item(stream: &str, shard_id: &str) -> Item {
+    Item::from([
+        (WATERMARK_STREAM.to_owned(), AttrValue::s(stream)),
+        (WATERMARK_SHARD_ID.to_owned(), AttrValue::s(shard_id)),
+    ])
 }
 
 #[async_trait]
@@ -35,34 +41,36 @@ impl WatermarkStore for MemoryWatermarkStore {
     async fn advance(&self, stream: &str, shard_id: &str, arrival: DateTime<Utc>) -> Result<bool> {
         let mut shards = lock(&self.shards);
         let key = (stream.to_owned(), shard_id.to_owned());
-        match shards.get_mut(&key) {
-            Some(w) if w.applied_through >= arrival => Ok(false),
-            Some(w) => {
-                w.applied_through = arrival;
-                Ok(true)
-            }
-            None => {
-                shards.insert(key, at(stream, shard_id, arrival));
-                Ok(true)
-            }
+        if !advance_condition(arrival).holds_for(shards.get(&key)) {
+            return Ok(false);
         }
+        shards
+            .entry(key)
+            .or_insert_with(|| key_item(stream, shard_id))
+            .insert(
+                WATERMARK_APPLIED_THROUGH.to_owned(),
+                AttrValue::N(arrival.timestamp_millis().to_string()),
+            );
+        Ok(true)
     }
 
     async fn mark_drained(&self, stream: &str, shard_id: &str) -> Result<()> {
-        let mut shards = lock(&self.shards);
-        let w = shards
+        lock(&self.shards)
             .entry((stream.to_owned(), shard_id.to_owned()))
-            .or_insert_with(|| at(stream, shard_id, DateTime::<Utc>::UNIX_EPOCH));
-        w.drained = true;
+            .or_insert_with(|| key_item(stream, shard_id))
+            .insert(WATERMARK_DRAINED.to_owned(), AttrValue::Bool(true));
         Ok(())
     }
 
     async fn shards(&self, stream: &str) -> Result<Vec<ShardWatermark>> {
-        Ok(lock(&self.shards)
-            .values()
-            .filter(|w| w.stream == stream)
-            .cloned()
-            .collect())
+        lock(&self.shards)
+            .iter()
+            .filter(|((s, _), _)| s == stream)
+            .map(|(_, item)| {
+                let sdk = item.iter().map(|(k, v)| (k.clone(), to_sdk(v))).collect();
+                watermark_from_item("ingest-watermarks", &sdk)
+            })
+            .collect()
     }
 }
 

@@ -15,7 +15,7 @@ use awsmp_contract::attrs::{self as a, ROW_VERSION, audit_timestamp};
 use awsmp_contract::keys::{GroupKey, RowKey, parse_aggregated_sort_key};
 use awsmp_contract::row::{Allocation, AttrValue, RawUsageRow};
 
-use crate::domain::row::{Change, Guard, RowWrite, SpanWrite, coverage};
+use crate::domain::row::{Change, RowWrite, SpanWrite, coverage};
 use crate::error::{ConsumerError, Result};
 use crate::ports::{FinalizedGroups, RejectedEvent, RejectedEventStore, UsageRowWriter};
 
@@ -163,56 +163,6 @@ impl UpdateParts {
             }
         }
     }
-
-    /// The condition expression of `guard`.
-    fn condition(&mut self, guard: &Guard) -> String {
-        match guard {
-            Guard::Absent => "attribute_not_exists(#la)".to_owned(),
-            Guard::Version(None) => {
-                "attribute_exists(#mp) AND attribute_not_exists(#rv)".to_owned()
-            }
-            Guard::Version(Some(v)) => {
-                self.value(":v", n(v));
-                "attribute_exists(#mp) AND #rv = :v".to_owned()
-            }
-            Guard::Fresh {
-                lanes,
-                max_quantity_before,
-                require_unallocated,
-            } => {
-                let mut parts =
-                    vec!["(attribute_not_exists(#la) OR attribute_exists(#mp))".to_owned()];
-                for (i, (lane, first)) in lanes.iter().enumerate() {
-                    let nm = self.lane_name(lane.attribute());
-                    let cov = self.lane_name(coverage::attribute(lane));
-                    // Neither watermark nor spans, or a watermark below the first part and a
-                    // list with room (`RowWrite::guard_holds`, `Guard::Fresh`).
-                    parts.push(format!(
-                        "((attribute_not_exists({nm}) AND attribute_not_exists({cov})) OR \
-                         ({nm} < :first{i} AND attribute_type({cov}, :ltype) AND size({cov}) < :spans))"
-                    ));
-                    self.value(format!(":first{i}"), s(first.sortable()));
-                }
-                if !lanes.is_empty() {
-                    self.value(":ltype", s("L"));
-                    self.value(":spans", n(coverage::MAX_LANE_SPANS as u64));
-                }
-                parts.push("(attribute_not_exists(#q) OR #q <= :room)".into());
-                self.value(":room", n(max_quantity_before));
-                // `ADD #rv :one` on a `rowVersion` of another type would be refused on every
-                // retry: such a row fails the condition and is read, and found malformed.
-                parts.push("(attribute_not_exists(#rv) OR attribute_type(#rv, :ntype))".into());
-                self.value(":ntype", s("N"));
-                if *require_unallocated {
-                    parts.push("attribute_not_exists(#al)".into());
-                    if !self.names.iter().any(|(k, _)| k == "#al") {
-                        self.name("#al", a::USAGE_ALLOCATIONS);
-                    }
-                }
-                parts.join(" AND ")
-            }
-        }
-    }
 }
 
 /// The `UpdateItem` for `w`: update expression, condition, names and values. Pure, so the
@@ -249,7 +199,16 @@ pub fn update_request(mut req: UpdateItemFluentBuilder, w: &RowWrite) -> UpdateI
         }
     }
     p.change(&w.change);
-    let condition = p.condition(&w.guard);
+    let condition = w.condition(&mut |attr| p.lane_name(attr)).render();
+    for (k, v) in condition.names {
+        if !p.names.iter().any(|(t, _)| *t == k) {
+            p.name(k, v);
+        }
+    }
+    for (k, v) in &condition.values {
+        p.value(k.clone(), to_sdk(v));
+    }
+    let condition = condition.expression;
     let expr = format!("SET {} ADD {}", p.set.join(", "), p.add.join(", "));
     // Only names the expressions use may be sent (DynamoDB refuses unused ones).
     let used = |k: &str| expr.contains(k) || condition.contains(k);

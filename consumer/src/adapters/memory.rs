@@ -1,5 +1,7 @@
-//! In-memory fakes of every port, with the same semantics as the DynamoDB adapters (the row
-//! store applies [`RowWrite::apply`], the guard the DynamoDB condition implements).
+//! In-memory fakes of every port, with the same semantics as the DynamoDB adapters: each
+//! conditional write is decided by the condition the DynamoDB adapter sends, evaluated on the
+//! stored item (the row store applies [`RowWrite::apply`], whose guard is
+//! [`RowWrite::condition`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -10,8 +12,11 @@ use awsmp_contract::keys::{GroupKey, RowKey, split_usage_sort_key};
 use awsmp_contract::row::{AttrValue, RawUsageRow};
 use chrono::{DateTime, Utc};
 
+use super::dedup_table::{
+    claim_condition, claim_item, claim_outcome, first_seen_condition, first_seen_item,
+    lane_condition, lane_item, sdk_item,
+};
 use crate::domain::row::RowWrite;
-use crate::domain::seq::SeqNum;
 use crate::error::Result;
 use crate::ports::{
     ClaimOutcome, DedupClaim, DedupStore, FinalizedGroups, FirstSeen, LaneItem, RejectedEvent,
@@ -23,19 +28,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A claim's owner (shard, sequence number) and expiry.
-type ClaimEntry = (String, SeqNum, DateTime<Utc>);
-
-/// A "first seen" record's time and expiry.
-type SeenEntry = (DateTime<Utc>, DateTime<Utc>);
-
-/// Dedup claims in memory.
+/// Dedup claims in memory. Each write decides by evaluating the DynamoDB adapter's condition
+/// on the stored item as the adapter writes it (`claim_item`, `lane_item`, `first_seen_item`).
 #[derive(Debug, Clone, Default)]
 pub struct MemoryDedupStore {
-    claims: Arc<Mutex<HashMap<String, ClaimEntry>>>,
+    claims: Arc<Mutex<HashMap<String, DedupClaim>>>,
     lanes: Arc<Mutex<HashMap<String, LaneItem>>>,
-    /// "First seen" records: the time and the expiry.
-    seen: Arc<Mutex<HashMap<String, SeenEntry>>>,
+    /// "First seen" records.
+    seen: Arc<Mutex<HashMap<String, FirstSeen>>>,
     writes: Arc<std::sync::atomic::AtomicU64>,
 }
 
@@ -64,8 +64,8 @@ impl MemoryDedupStore {
     pub fn first_seen_at(&self, key: &str, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
         lock(&self.seen)
             .get(key)
-            .filter(|(_, expires)| *expires >= now)
-            .map(|(at, _)| *at)
+            .filter(|seen| seen.expires_at >= now)
+            .map(|seen| seen.at)
     }
 
     /// Writes made so far (claims and lane writes, including failed conditions): the cost.
@@ -84,22 +84,13 @@ impl DedupStore for MemoryDedupStore {
     async fn claim(&self, claim: &DedupClaim) -> Result<ClaimOutcome> {
         self.count_write();
         let mut claims = lock(&self.claims);
-        let outcome = match claims.get(&claim.key) {
-            None => ClaimOutcome::Claimed,
-            Some((_, _, expires)) if *expires < claim.claimed_at => ClaimOutcome::Claimed,
-            Some((shard, seq, _)) if *shard == claim.shard_id && *seq == claim.sequence_number => {
-                ClaimOutcome::Reclaimed
-            }
-            Some(_) => return Ok(ClaimOutcome::Duplicate),
-        };
-        claims.insert(
-            claim.key.clone(),
-            (
-                claim.shard_id.clone(),
-                claim.sequence_number.clone(),
-                claim.expires_at,
-            ),
-        );
+        let old = claims.get(&claim.key).map(claim_item);
+        if !claim_condition(claim).holds_for(old.as_ref()) {
+            return Ok(ClaimOutcome::Duplicate);
+        }
+        // What the adapter reads from the replaced item (`ReturnValues` `ALL_OLD`).
+        let outcome = claim_outcome(old.as_ref().map(sdk_item).as_ref(), claim);
+        claims.insert(claim.key.clone(), claim.clone());
         Ok(outcome)
     }
 
@@ -110,7 +101,8 @@ impl DedupStore for MemoryDedupStore {
     async fn write_lane(&self, item: &LaneItem, expected: Option<u64>) -> Result<bool> {
         self.count_write();
         let mut lanes = lock(&self.lanes);
-        if lanes.get(&item.key).map(|l| l.version) != expected {
+        let old = lanes.get(&item.key).map(lane_item);
+        if !lane_condition(expected).holds_for(old.as_ref()) {
             return Ok(false);
         }
         lanes.insert(item.key.clone(), item.clone());
@@ -121,10 +113,11 @@ impl DedupStore for MemoryDedupStore {
         self.count_write();
         let mut records = lock(&self.seen);
         match records.get(&seen.key) {
-            // The DynamoDB condition: `#ex < :now` in epoch seconds.
-            Some((at, expires)) if expires.timestamp() >= seen.at.timestamp() => Ok(*at),
+            Some(old) if !first_seen_condition(seen).holds_for(Some(&first_seen_item(old))) => {
+                Ok(old.at)
+            }
             _ => {
-                records.insert(seen.key.clone(), (seen.at, seen.expires_at));
+                records.insert(seen.key.clone(), seen.clone());
                 Ok(seen.at)
             }
         }

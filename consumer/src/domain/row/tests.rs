@@ -367,3 +367,122 @@ fn malformed_spans_make_the_row_one_the_consumer_cannot_add_to() {
     assert_eq!(d.rejected[0].reason, reasons::EXISTING_ROW_MALFORMED);
     assert!(after.is_none());
 }
+
+fn guarded(guard: Guard) -> RowWrite {
+    RowWrite {
+        key: awsmp_contract::keys::RowKey {
+            license_arn: ARN.into(),
+            sort_key: "210987654321:api:2026-12-01T00:00:07".into(),
+        },
+        customer_aws_account_id: "210987654321".into(),
+        dimension: "api".into(),
+        timestamp: "2026-12-01T00:00:07".into(),
+        metering_pending: "2026-12-01T00".into(),
+        ttl: None,
+        now: "2026-12-01T00:00:08.000Z".into(),
+        guard,
+        change: Change::Add(1),
+        watermarks: Vec::new(),
+        spans: Vec::new(),
+    }
+}
+
+/// The condition as the DynamoDB adapter renders it: lane attributes named `#w0`, `#w1`, … in
+/// order of first use.
+fn rendered(w: &RowWrite) -> awsmp_contract::condition::Rendered {
+    let mut seen: Vec<String> = Vec::new();
+    w.condition(&mut |attr| {
+        let i = seen.iter().position(|a| *a == attr).unwrap_or_else(|| {
+            seen.push(attr);
+            seen.len() - 1
+        });
+        format!("#w{i}")
+    })
+    .render()
+}
+
+#[test]
+fn each_guard_renders_as_the_adapter_sends_it() {
+    assert_eq!(
+        rendered(&guarded(Guard::Absent)).expression,
+        "attribute_not_exists(#la)"
+    );
+    assert_eq!(
+        rendered(&guarded(Guard::Version(None))).expression,
+        "attribute_exists(#mp) AND attribute_not_exists(#rv)"
+    );
+    let r = rendered(&guarded(Guard::Version(Some(4))));
+    assert_eq!(r.expression, "attribute_exists(#mp) AND #rv = :v");
+    assert_eq!(r.values[":v"], AttrValue::n(4));
+    let lanes = vec![
+        (
+            Lane::new("shardId-000000000000", "a"),
+            SeqNum::parse("5").unwrap(),
+        ),
+        (
+            Lane::new("shardId-000000000000", "b"),
+            SeqNum::parse("7").unwrap(),
+        ),
+    ];
+    let fresh = guarded(Guard::Fresh {
+        lanes: lanes.clone(),
+        max_quantity_before: 10,
+        require_unallocated: true,
+    });
+    let r = rendered(&fresh);
+    let lane = |w: &str, c: &str, i: usize| {
+        format!(
+            "((attribute_not_exists({w}) AND attribute_not_exists({c})) OR ({w} < :first{i} AND \
+             attribute_type({c}, :ltype) AND size({c}) < :spans))"
+        )
+    };
+    assert_eq!(
+        r.expression,
+        format!(
+            "(attribute_not_exists(#la) OR attribute_exists(#mp)) AND {} AND {} AND \
+             (attribute_not_exists(#q) OR #q <= :room) AND \
+             (attribute_not_exists(#rv) OR attribute_type(#rv, :ntype)) AND \
+             attribute_not_exists(#al)",
+            lane("#w0", "#w1", 0),
+            lane("#w2", "#w3", 1)
+        )
+    );
+    assert_eq!(r.names["#w0"], lanes[0].0.attribute());
+    assert_eq!(r.names["#w3"], coverage::attribute(&lanes[1].0));
+    assert_eq!(r.names["#al"], attrs::USAGE_ALLOCATIONS);
+    assert_eq!(r.values[":first1"], AttrValue::s(lanes[1].1.sortable()));
+    assert_eq!(r.values[":spans"], AttrValue::n(MAX_LANE_SPANS_FOR_TEST));
+    assert_eq!(r.values[":room"], AttrValue::n(10));
+    assert_eq!(
+        (&r.values[":ltype"], &r.values[":ntype"]),
+        (&AttrValue::s("L"), &AttrValue::s("N"))
+    );
+}
+
+const MAX_LANE_SPANS_FOR_TEST: u64 = coverage::MAX_LANE_SPANS as u64;
+
+#[test]
+fn the_fresh_guard_compares_the_stored_quantity_as_a_number() {
+    let fresh = guarded(Guard::Fresh {
+        lanes: Vec::new(),
+        max_quantity_before: 10,
+        require_unallocated: false,
+    });
+    let row = |q: AttrValue| {
+        RawUsageRow::from([
+            (attrs::LICENSE_ARN.to_owned(), AttrValue::s(ARN)),
+            (
+                attrs::METERING_PENDING.to_owned(),
+                AttrValue::s("2026-12-01T00"),
+            ),
+            (attrs::QUANTITY.to_owned(), q),
+        ])
+    };
+    // "9" <= 10 as numbers (as strings "9" > "10").
+    assert!(fresh.guard_holds(Some(&row(AttrValue::n(9)))));
+    assert!(fresh.guard_holds(Some(&row(AttrValue::n(10)))));
+    assert!(!fresh.guard_holds(Some(&row(AttrValue::n(11)))));
+    // A string quantity never compares with a number.
+    assert!(!fresh.guard_holds(Some(&row(AttrValue::s("1")))));
+    assert!(fresh.guard_holds(None));
+}

@@ -1,8 +1,10 @@
-//! One conditional `UpdateItem` on a usage row, in domain terms: its guard, its change, and
-//! the row it produces (what the in-memory store applies and the DynamoDB adapter's
-//! expressions implement).
+//! One conditional `UpdateItem` on a usage row, in domain terms: its guard — the condition
+//! expression the DynamoDB adapter sends and the in-memory store evaluates — its change, and
+//! the row it produces (what the in-memory store applies and the DynamoDB adapter's update
+//! expression implements).
 
 use awsmp_contract::attrs::{self, ROW_VERSION};
+use awsmp_contract::condition::{Attr, Cmp, Condition, Value};
 use awsmp_contract::keys::RowKey;
 use awsmp_contract::row::{Allocation, AttrValue, RawUsageRow, parse_non_negative_integer};
 
@@ -33,6 +35,28 @@ pub enum Guard {
     Absent,
     /// The row must be pending and carry this `rowVersion` (`None`: no version attribute).
     Version(Option<u64>),
+}
+
+/// A lane's part of [`Guard::Fresh`]: neither watermark nor spans, or a watermark below the
+/// first part and a list with room.
+fn lane_fresh(
+    lane_token: &mut dyn FnMut(String) -> String,
+    i: usize,
+    lane: &Lane,
+    first: &SeqNum,
+) -> Condition {
+    let (wm, cov) = (lane.attribute(), coverage::attribute(lane));
+    let wm = Attr::token(lane_token(wm.clone()), wm);
+    let cov = Attr::token(lane_token(cov.clone()), cov);
+    let neither = Condition::not_exists(wm.clone()).and(Condition::not_exists(cov.clone()));
+    let below = Condition::lt(wm, Value::s(format!(":first{i}"), first.sortable()))
+        .and(Condition::has_type(cov.clone(), Value::s(":ltype", "L")))
+        .and(Condition::size(
+            cov,
+            Cmp::Lt,
+            Value::n(":spans", MAX_LANE_SPANS),
+        ));
+    neither.or(below)
 }
 
 /// How a lane's spans ([`coverage::Coverage`]) change.
@@ -87,54 +111,50 @@ pub struct RowWrite {
 }
 
 impl RowWrite {
-    /// True when `guard` holds for `row` (`None` = absent). The DynamoDB adapter's condition
-    /// expression implements exactly this.
+    /// True when `guard` holds for `row` (`None` = absent): [`RowWrite::condition`], the
+    /// condition expression the DynamoDB adapter sends, evaluated on the row.
     pub fn guard_holds(&self, row: Option<&RawUsageRow>) -> bool {
-        let Some(row) = row else {
-            return !matches!(self.guard, Guard::Version(_));
-        };
-        let pending = row.contains_key(attrs::METERING_PENDING);
+        // The tokens do not matter here: evaluation reads attribute names.
+        self.condition(&mut |attr| attr).holds_for(row)
+    }
+
+    /// The condition expression of this write's guard. `lane_token` names the `#token` of a
+    /// lane attribute (`seq#…`, `cov#…`), which the adapter shares with its update expression.
+    pub fn condition(&self, lane_token: &mut dyn FnMut(String) -> String) -> Condition {
+        let la = || Attr::token("#la", attrs::LICENSE_ARN);
+        let mp = || Attr::token("#mp", attrs::METERING_PENDING);
+        let rv = || Attr::token("#rv", ROW_VERSION);
         match &self.guard {
-            Guard::Absent => false,
-            Guard::Version(v) => {
-                pending
-                    && match (v, row.get(ROW_VERSION)) {
-                        (None, None) => true,
-                        (Some(v), Some(AttrValue::N(n))) => n.parse::<u64>().ok() == Some(*v),
-                        _ => false,
-                    }
+            Guard::Absent => Condition::not_exists(la()),
+            Guard::Version(None) => Condition::exists(mp()).and(Condition::not_exists(rv())),
+            Guard::Version(Some(v)) => {
+                Condition::exists(mp()).and(Condition::eq(rv(), Value::n(":v", v)))
             }
             Guard::Fresh {
                 lanes,
                 max_quantity_before,
                 require_unallocated,
             } => {
-                pending
-                    && lanes.iter().all(|(lane, first)| {
-                        match (
-                            row.get(&lane.attribute()),
-                            row.get(&coverage::attribute(lane)),
-                        ) {
-                            (None, None) => true,
-                            (Some(AttrValue::S(s)), Some(AttrValue::L(l))) => {
-                                s.as_str() < first.sortable() && l.len() < MAX_LANE_SPANS
-                            }
-                            _ => false,
-                        }
-                    })
-                    && match row.get(attrs::QUANTITY) {
-                        None => true,
-                        Some(AttrValue::N(n)) => {
-                            parse_non_negative_integer(n).is_ok_and(|q| q <= *max_quantity_before)
-                        }
-                        Some(_) => false,
-                    }
-                    && match row.get(ROW_VERSION) {
-                        None => true,
-                        Some(AttrValue::N(n)) => n.parse::<u64>().is_ok(),
-                        Some(_) => false,
-                    }
-                    && !(*require_unallocated && row.contains_key(attrs::USAGE_ALLOCATIONS))
+                let mut parts = vec![Condition::not_exists(la()).or(Condition::exists(mp()))];
+                for (i, (lane, first)) in lanes.iter().enumerate() {
+                    parts.push(lane_fresh(lane_token, i, lane, first));
+                }
+                let q = Attr::token("#q", attrs::QUANTITY);
+                let room = Value::n(":room", max_quantity_before);
+                parts.push(Condition::not_exists(q.clone()).or(Condition::compare(
+                    q,
+                    Cmp::Le,
+                    room,
+                )));
+                // `ADD #rv :one` on a `rowVersion` of another type would be refused on every
+                // retry: such a row fails the condition and is read, and found malformed.
+                let number = Value::s(":ntype", "N");
+                parts.push(Condition::not_exists(rv()).or(Condition::has_type(rv(), number)));
+                if *require_unallocated {
+                    let al = Attr::token("#al", attrs::USAGE_ALLOCATIONS);
+                    parts.push(Condition::not_exists(al));
+                }
+                Condition::all(parts)
             }
         }
     }

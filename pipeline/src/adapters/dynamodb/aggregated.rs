@@ -9,9 +9,10 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue as Av;
-use awsmp_aws::dynamodb::is_conditional_failure;
+use awsmp_aws::dynamodb::{WithCondition, is_conditional_failure};
 use awsmp_aws::dynamodb::{n, s, to_domain, to_sdk};
 use awsmp_contract::attrs as a;
+use awsmp_contract::condition::{Attr, Condition, Item, Value};
 use awsmp_contract::keys::{GroupKey, HourBucket, parse_aggregated_sort_key};
 use awsmp_contract::reasons::QUANTITY_ABOVE_API_MAXIMUM;
 use awsmp_contract::row::{Allocation, AttrValue, Tag, parse_non_negative_integer};
@@ -46,59 +47,109 @@ impl DynamoDbAggregatedStore {
     }
 }
 
-/// The SDK item for an aggregated record (what the aggregator puts, or a direct-submit seller writes).
-pub fn aggregated_to_item(item: &AggregatedItem, now: DateTime<Utc>) -> HashMap<String, Av> {
+/// The attributes of an aggregated record as the aggregator puts it, binaries aside (a
+/// direct-submit seller writes the same).
+fn put_attrs(item: &AggregatedItem, now: DateTime<Utc>) -> Item {
     let g = &item.group;
-    let mut m = HashMap::from([
-        (a::LICENSE_ARN.to_owned(), s(&g.license_arn)),
+    let mut m = Item::from([
+        (a::LICENSE_ARN.to_owned(), AttrValue::s(&g.license_arn)),
         (
             a::AGGREGATED_SORT_KEY.to_owned(),
-            s(g.aggregated_sort_key()),
+            AttrValue::s(g.aggregated_sort_key()),
         ),
         (
             a::CUSTOMER_AWS_ACCOUNT_ID.to_owned(),
-            s(&g.customer_aws_account_id),
+            AttrValue::s(&g.customer_aws_account_id),
         ),
-        (a::DIMENSION.to_owned(), s(&g.dimension)),
-        (a::HOUR_BUCKET.to_owned(), s(g.hour.to_string())),
-        (a::QUANTITY.to_owned(), n(item.quantity)),
-        (a::ROW_COUNT.to_owned(), n(item.row_count)),
-        (a::CREATED_AT.to_owned(), s(a::audit_timestamp(now))),
-        (a::UPDATED_AT.to_owned(), s(a::audit_timestamp(now))),
+        (a::DIMENSION.to_owned(), AttrValue::s(&g.dimension)),
+        (a::HOUR_BUCKET.to_owned(), AttrValue::s(g.hour.to_string())),
+        (a::QUANTITY.to_owned(), AttrValue::n(item.quantity)),
+        (a::ROW_COUNT.to_owned(), AttrValue::n(item.row_count.into())),
+        (
+            a::CREATED_AT.to_owned(),
+            AttrValue::s(a::audit_timestamp(now)),
+        ),
+        (
+            a::UPDATED_AT.to_owned(),
+            AttrValue::s(a::audit_timestamp(now)),
+        ),
     ]);
+    let list =
+        |allocs: &[Allocation]| AttrValue::L(allocs.iter().map(Allocation::to_attr).collect());
     if item.pending {
-        m.insert(a::METERING_PENDING.to_owned(), s(g.hour.to_string()));
+        m.insert(
+            a::METERING_PENDING.to_owned(),
+            AttrValue::s(g.hour.to_string()),
+        );
     }
     if let Some(allocs) = &item.allocations {
-        m.insert(
-            a::USAGE_ALLOCATIONS.to_owned(),
-            Av::L(allocs.iter().map(|al| to_sdk(&al.to_attr())).collect()),
-        );
-    }
-    if !item.contributed_seconds.is_empty() {
-        m.insert(
-            a::CONTRIBUTED_SECONDS.to_owned(),
-            Av::B(Blob::new(item.contributed_seconds.clone())),
-        );
-    }
-    if !item.contributed_quantities.is_empty() {
-        m.insert(
-            a::CONTRIBUTED_QUANTITIES.to_owned(),
-            Av::B(Blob::new(item.contributed_quantities.clone())),
-        );
+        m.insert(a::USAGE_ALLOCATIONS.to_owned(), list(allocs));
     }
     if let Some(over) = &item.overflow {
-        m.insert(a::OVERFLOW_QUANTITY.to_owned(), n(over.quantity));
-        m.insert(a::OVERFLOW_REASON.to_owned(), s(QUANTITY_ABOVE_API_MAXIMUM));
+        m.insert(a::OVERFLOW_QUANTITY.to_owned(), AttrValue::n(over.quantity));
+        m.insert(
+            a::OVERFLOW_REASON.to_owned(),
+            AttrValue::s(QUANTITY_ABOVE_API_MAXIMUM),
+        );
         if let Some(allocs) = &over.allocations {
-            m.insert(
-                a::OVERFLOW_ALLOCATIONS.to_owned(),
-                Av::L(allocs.iter().map(|al| to_sdk(&al.to_attr())).collect()),
-            );
+            m.insert(a::OVERFLOW_ALLOCATIONS.to_owned(), list(allocs));
         }
     }
     if let Some(ci) = &item.customer_identifier {
-        m.insert(a::CUSTOMER_IDENTIFIER.to_owned(), s(ci));
+        m.insert(a::CUSTOMER_IDENTIFIER.to_owned(), AttrValue::s(ci));
+    }
+    m
+}
+
+/// The attributes of a stored aggregated record, binaries aside: what the put wrote, and what
+/// the attempt marks and the write-back set since (the update expressions below). The memory
+/// twin evaluates this adapter's conditions on them; a test proves [`aggregated_from_item`]
+/// reads them back as the same record.
+pub fn aggregated_attrs(item: &AggregatedItem, now: DateTime<Utc>) -> Item {
+    let mut m = put_attrs(item, now);
+    let mut set = |k: &str, v: Option<AttrValue>| {
+        if let Some(v) = v {
+            m.insert(k.to_owned(), v);
+        }
+    };
+    set(
+        a::METERING_STATUS,
+        item.status.map(|s| AttrValue::s(s.as_str())),
+    );
+    set(
+        a::METERING_STATUS_REASON,
+        item.status_reason.as_ref().map(AttrValue::s),
+    );
+    set(
+        a::METERING_RECORD_ID,
+        item.metering_record_id.as_ref().map(AttrValue::s),
+    );
+    set(
+        a::ATTEMPTED_QUANTITY,
+        item.attempted_quantity.map(AttrValue::n),
+    );
+    set(a::ATTEMPT_NUMBER, item.attempt_number.map(AttrValue::n));
+    set(
+        a::SUBMISSION_ATTEMPTED_AT,
+        item.submission_attempted_at
+            .map(|t| AttrValue::s(a::audit_timestamp(t))),
+    );
+    m
+}
+
+/// The SDK item for an aggregated record (what the aggregator puts, or a direct-submit seller writes).
+pub fn aggregated_to_item(item: &AggregatedItem, now: DateTime<Utc>) -> HashMap<String, Av> {
+    let mut m: HashMap<String, Av> = put_attrs(item, now)
+        .iter()
+        .map(|(k, v)| (k.clone(), to_sdk(v)))
+        .collect();
+    for (name, bytes) in [
+        (a::CONTRIBUTED_SECONDS, &item.contributed_seconds),
+        (a::CONTRIBUTED_QUANTITIES, &item.contributed_quantities),
+    ] {
+        if !bytes.is_empty() {
+            m.insert(name.to_owned(), Av::B(Blob::new(bytes.clone())));
+        }
     }
     m
 }
@@ -211,7 +262,7 @@ impl AggregatedStore for DynamoDbAggregatedStore {
             .put_item()
             .table_name(&self.table)
             .set_item(Some(aggregated_to_item(item, now)))
-            .condition_expression("attribute_not_exists(licenseArn)")
+            .with_condition(&put_if_absent_condition())
             .send()
             .await;
         match res {
@@ -260,7 +311,7 @@ impl AggregatedStore for DynamoDbAggregatedStore {
             .update_item()
             .table_name(&self.table)
             .set_key(Some(Self::key(group).into_iter().collect()))
-            .condition_expression("attribute_exists(meteringPending)")
+            .with_condition(&mark_attempted_condition())
             .update_expression(
                 "SET attemptedQuantity = :q, submissionAttemptedAt = :now, updatedAt = :now \
                  ADD attemptNumber :one",
@@ -290,8 +341,7 @@ impl AggregatedStore for DynamoDbAggregatedStore {
             .update_item()
             .table_name(&self.table)
             .set_key(Some(Self::key(group).into_iter().collect()))
-            .condition_expression("attribute_exists(meteringPending) AND attemptedQuantity = :q")
-            .expression_attribute_values(":q", n(quantity))
+            .with_condition(&retract_attempt_condition(quantity))
             .expression_attribute_values(":now", s(a::audit_timestamp(now)));
         let req = match previous {
             Some(p) => req
@@ -320,18 +370,14 @@ impl AggregatedStore for DynamoDbAggregatedStore {
             "updatedAt = :now",
             "createdAt = if_not_exists(createdAt, :now)",
         ];
-        let (condition, values) = write_back_condition(outcome.if_attempt);
         let mut req = self
             .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(Self::key(group).into_iter().collect()))
-            .condition_expression(condition)
+            .with_condition(&write_back_condition(outcome.if_attempt))
             .expression_attribute_values(":st", s(outcome.status.as_str()))
             .expression_attribute_values(":now", s(a::audit_timestamp(now)));
-        for (name, value) in values {
-            req = req.expression_attribute_values(name, value);
-        }
         if let Some(r) = &outcome.reason {
             sets.push("meteringStatusReason = :r");
             req = req.expression_attribute_values(":r", s(r));
@@ -358,30 +404,47 @@ impl AggregatedStore for DynamoDbAggregatedStore {
     }
 }
 
-/// A write-back's condition expression and its values: the record is pending, and its attempt
-/// mark is what `if_attempt` requires (`MemoryAggregatedStore` evaluates the same through
-/// [`AttemptCondition::holds_for`]).
-fn write_back_condition(if_attempt: AttemptCondition) -> (String, Vec<(&'static str, Av)>) {
-    const PENDING: &str = "attribute_exists(meteringPending)";
+fn pending() -> Condition {
+    Condition::exists(Attr::bare(a::METERING_PENDING))
+}
+
+/// The put's condition: no record under the key yet (the first put wins: the commit point).
+pub fn put_if_absent_condition() -> Condition {
+    Condition::not_exists(Attr::bare(a::LICENSE_ARN))
+}
+
+/// An attempt mark's condition: the record is still pending.
+pub fn mark_attempted_condition() -> Condition {
+    pending()
+}
+
+/// A retraction's condition: still pending, and marked with `quantity`.
+pub fn retract_attempt_condition(quantity: u64) -> Condition {
+    pending().and(Condition::eq(
+        Attr::bare(a::ATTEMPTED_QUANTITY),
+        Value::n(":q", quantity),
+    ))
+}
+
+/// A write-back's condition: the record is pending, and its attempt mark is what `if_attempt`
+/// requires.
+pub fn write_back_condition(if_attempt: AttemptCondition) -> Condition {
     match if_attempt {
-        AttemptCondition::Any => (PENDING.to_owned(), Vec::new()),
-        AttemptCondition::NoAttempt => (
-            format!("{PENDING} AND attribute_not_exists(attemptedQuantity)"),
-            Vec::new(),
-        ),
+        AttemptCondition::Any => pending(),
+        AttemptCondition::NoAttempt => {
+            pending().and(Condition::not_exists(Attr::bare(a::ATTEMPTED_QUANTITY)))
+        }
         AttemptCondition::Exactly(Attempt { quantity, number }) => {
-            let mut values = vec![(":aq", n(quantity))];
             let number = match number {
-                Some(k) => {
-                    values.push((":an", n(k)));
-                    "attemptNumber = :an"
-                }
-                None => "attribute_not_exists(attemptNumber)",
+                Some(k) => Condition::eq(Attr::bare(a::ATTEMPT_NUMBER), Value::n(":an", k)),
+                None => Condition::not_exists(Attr::bare(a::ATTEMPT_NUMBER)),
             };
-            (
-                format!("{PENDING} AND attemptedQuantity = :aq AND {number}"),
-                values,
-            )
+            pending()
+                .and(Condition::eq(
+                    Attr::bare(a::ATTEMPTED_QUANTITY),
+                    Value::n(":aq", quantity),
+                ))
+                .and(number)
         }
     }
 }
@@ -392,40 +455,4 @@ pub fn is_billed(status: Option<AggregatedStatus>) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use awsmp_contract::row::Tag;
-
-    fn group() -> GroupKey {
-        GroupKey {
-            license_arn:
-                "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef"
-                    .into(),
-            customer_aws_account_id: "111122223333".into(),
-            dimension: "calls".into(),
-            hour: "2026-11-30T10".parse().unwrap(),
-        }
-    }
-
-    #[test]
-    fn aggregated_items_round_trip() {
-        let mut item = AggregatedItem::new(
-            group(),
-            42,
-            Some(vec![Allocation {
-                quantity: 42,
-                tags: vec![Tag::new("team", "a")],
-            }]),
-        );
-        item.row_count = 3;
-        item.contributed_seconds = vec![0b101, 0, 1];
-        item.contributed_quantities = vec![0, 0, 0, 40, 0, 0, 0, 2];
-        item.overflow = Some(Overflow {
-            quantity: 9,
-            allocations: item.allocations.clone(),
-        });
-        let now = "2026-11-30T12:00:00Z".parse().unwrap();
-        let back = aggregated_from_item("t", &aggregated_to_item(&item, now)).unwrap();
-        assert_eq!(back, item);
-    }
-}
+mod tests;

@@ -11,9 +11,10 @@ use crate::error::{PipelineError, Result};
 use crate::ports::FoldedFinalize;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue as Av;
-use awsmp_aws::dynamodb::is_conditional_failure;
-use awsmp_aws::dynamodb::{row_from_item, s, to_sdk};
+use awsmp_aws::dynamodb::{WithCondition, is_conditional_failure};
+use awsmp_aws::dynamodb::{row_from_item, s};
 use awsmp_contract::attrs as a;
+use awsmp_contract::condition::{Attr, Condition, Value as ConditionValue};
 use awsmp_contract::keys::RowKey;
 use awsmp_contract::reasons::LATE_USAGE;
 use awsmp_contract::row::{AttrValue, RawUsageRow, parse_non_negative_integer};
@@ -37,8 +38,8 @@ pub struct FoldedStamp<'a> {
 impl FoldedStamp<'_> {
     /// See [`crate::ports::UsageStore::finalize_folded`].
     pub async fn run(&self) -> Result<FoldedFinalize> {
-        let expected = Expected::Quantity(Av::N(self.folded.to_string()));
-        if self.stamp_if(&expected, None).await? {
+        let expected = AttrValue::n(self.folded);
+        if self.stamp_if(Some(&expected), None).await? {
             return Ok(FoldedFinalize::Stamped);
         }
         for _ in 0..MAX_FOLDED_STAMP_ROUNDS {
@@ -51,12 +52,8 @@ impl FoldedStamp<'_> {
                     recorded_now: false,
                 });
             }
-            let expected = match row.get(a::QUANTITY) {
-                Some(q) => Expected::Quantity(to_sdk(q)),
-                None => Expected::NoQuantity,
-            };
             let late = late_difference(self.folded, &row).filter(|l| *l > 0);
-            if self.stamp_if(&expected, late).await? {
+            if self.stamp_if(row.get(a::QUANTITY), late).await? {
                 return Ok(match late {
                     None => FoldedFinalize::Stamped,
                     Some(quantity) => FoldedFinalize::Late {
@@ -75,12 +72,9 @@ impl FoldedStamp<'_> {
         })
     }
 
-    /// One conditional stamp; false when the row is not as `expected` (or has a late record).
-    async fn stamp_if(&self, expected: &Expected, late: Option<u64>) -> Result<bool> {
-        let (cond, value) = match expected {
-            Expected::Quantity(v) => ("quantity = :q", Some(v.clone())),
-            Expected::NoQuantity => ("attribute_not_exists(quantity)", None),
-        };
+    /// One conditional stamp; false when the row's quantity is not `expected` (`None`: no
+    /// quantity), or it has a late record.
+    async fn stamp_if(&self, expected: Option<&AttrValue>, late: Option<u64>) -> Result<bool> {
         let mut update = String::from(
             "REMOVE meteringPending SET meteringStatus = :st, meteringStatusReason = :r, \
              updatedAt = :now, createdAt = if_not_exists(createdAt, :now)",
@@ -91,15 +85,10 @@ impl FoldedStamp<'_> {
             .table_name(self.table)
             .key(a::LICENSE_ARN, s(&self.key.license_arn))
             .key(a::USAGE_SORT_KEY, s(&self.key.sort_key))
-            .condition_expression(format!(
-                "attribute_exists(licenseArn) AND attribute_not_exists(lateQuantity) AND {cond}"
-            ))
+            .with_condition(&folded_stamp_condition(expected))
             .expression_attribute_values(":st", s(RawStatus::Aggregated.as_str()))
             .expression_attribute_values(":r", s(self.reason))
             .expression_attribute_values(":now", s(a::audit_timestamp(self.now)));
-        if let Some(v) = value {
-            req = req.expression_attribute_values(":q", v);
-        }
         if let Some(late) = late {
             update.push_str(", foldedQuantity = :folded, lateQuantity = :late, lateReason = :lr");
             req = req
@@ -129,14 +118,71 @@ impl FoldedStamp<'_> {
     }
 }
 
-/// What the row's quantity must still be for the stamp to apply.
-enum Expected {
-    Quantity(Av),
-    NoQuantity,
+/// A folded row's stamp condition: the row exists, has no late record, and still holds
+/// `expected` as its quantity (`None`: no quantity).
+pub fn folded_stamp_condition(expected: Option<&AttrValue>) -> Condition {
+    let quantity = match expected {
+        Some(v) => Condition::eq(
+            Attr::bare(a::QUANTITY),
+            ConditionValue::new(":q", v.clone()),
+        ),
+        None => Condition::not_exists(Attr::bare(a::QUANTITY)),
+    };
+    Condition::exists(Attr::bare(a::LICENSE_ARN))
+        .and(Condition::not_exists(Attr::bare(a::LATE_QUANTITY)))
+        .and(quantity)
 }
 
 fn number(row: &RawUsageRow, name: &str) -> Option<u64> {
     row.get(name)
         .and_then(AttrValue::as_n)
         .and_then(|q| parse_non_negative_integer(q).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{expire_condition, finalize_row_condition};
+    use super::*;
+
+    #[test]
+    fn each_stamp_condition_renders_as_sent() {
+        let r = finalize_row_condition().render();
+        assert_eq!(r.expression, "attribute_exists(licenseArn)");
+        assert!(r.names.is_empty() && r.values.is_empty());
+        let r = expire_condition("2026-11-30T10".parse().unwrap()).render();
+        assert_eq!(r.expression, "meteringPending = :hb");
+        assert_eq!(r.values[":hb"], AttrValue::s("2026-11-30T10"));
+        let r = folded_stamp_condition(Some(&AttrValue::n(12))).render();
+        assert_eq!(
+            r.expression,
+            "attribute_exists(licenseArn) AND attribute_not_exists(lateQuantity) AND quantity = :q"
+        );
+        assert_eq!(r.values[":q"], AttrValue::n(12));
+        assert_eq!(
+            folded_stamp_condition(None).render().expression,
+            "attribute_exists(licenseArn) AND attribute_not_exists(lateQuantity) AND \
+             attribute_not_exists(quantity)"
+        );
+    }
+
+    #[test]
+    fn a_folded_stamp_holds_only_on_the_quantity_read_and_no_late_record() {
+        let row = |extra: &[(&str, AttrValue)]| {
+            let mut r = RawUsageRow::from([
+                (a::LICENSE_ARN.to_owned(), AttrValue::s("l")),
+                (a::QUANTITY.to_owned(), AttrValue::n(12)),
+            ]);
+            r.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
+            r
+        };
+        let twelve = AttrValue::n(12);
+        assert!(folded_stamp_condition(Some(&twelve)).holds_for(Some(&row(&[]))));
+        // Numbers compare as numbers: "12.0" is the quantity read.
+        let r = row(&[(a::QUANTITY, AttrValue::N("12.0".into()))]);
+        assert!(folded_stamp_condition(Some(&twelve)).holds_for(Some(&r)));
+        assert!(!folded_stamp_condition(Some(&AttrValue::n(11))).holds_for(Some(&row(&[]))));
+        let late = row(&[(a::LATE_QUANTITY, AttrValue::n(1))]);
+        assert!(!folded_stamp_condition(Some(&twelve)).holds_for(Some(&late)));
+        assert!(!folded_stamp_condition(Some(&twelve)).holds_for(None));
+    }
 }

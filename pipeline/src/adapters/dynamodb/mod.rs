@@ -4,8 +4,8 @@
 //!
 //! | module | what it owns |
 //! |---|---|
-//! | `usage` | [`DynamoDbUsageStore`], the raw usage table |
-//! | `aggregated` | [`DynamoDbAggregatedStore`] and the aggregated item conversion |
+//! | `usage` | [`DynamoDbUsageStore`], the raw usage table, and the conditions of its stamps |
+//! | `aggregated` | [`DynamoDbAggregatedStore`], the aggregated item conversion, and the conditions of its writes (which the memory twin evaluates too) |
 //! | `convert` | an SDK item as the aggregator's fold takes it (the plain conversions: `awsmp_aws::dynamodb`) |
 //! | `errors` | [`PipelineError`](crate::PipelineError)s of DynamoDB calls (the classification: `awsmp_aws::dynamodb`) |
 //! | `folded` | cleanup's conditional stamp of a folded row, with the exact late difference |
@@ -19,7 +19,10 @@ mod pending;
 mod usage;
 
 pub use aggregated::{
-    DynamoDbAggregatedStore, aggregated_from_item, aggregated_to_item, is_billed,
+    DynamoDbAggregatedStore, aggregated_attrs, aggregated_from_item, aggregated_to_item, is_billed,
+    mark_attempted_condition, put_if_absent_condition, retract_attempt_condition,
+    write_back_condition,
 };
 pub use convert::usage_row_from_owned_item;
-pub use usage::DynamoDbUsageStore;
+pub use folded::folded_stamp_condition;
+pub use usage::{DynamoDbUsageStore, expire_condition, finalize_row_condition};

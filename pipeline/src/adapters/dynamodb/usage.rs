@@ -11,9 +11,10 @@ use crate::ports::{ExpiredRow, FoldedFinalize, UsageStore};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue as Av, ReturnValue};
-use awsmp_aws::dynamodb::is_conditional_failure;
+use awsmp_aws::dynamodb::{WithCondition, is_conditional_failure};
 use awsmp_aws::dynamodb::{row_from_item, s};
 use awsmp_contract::attrs as a;
+use awsmp_contract::condition::{Attr, Condition, Value};
 use awsmp_contract::keys::{GroupKey, HourBucket, RowKey, split_usage_sort_key};
 use awsmp_contract::row::parse_non_negative_integer;
 use awsmp_contract::status::RawStatus;
@@ -160,6 +161,21 @@ impl DynamoDbUsageStore {
     }
 }
 
+/// A stamp's condition: the row exists (`UpdateItem` on a missing key would insert a phantom
+/// row).
+pub fn finalize_row_condition() -> Condition {
+    Condition::exists(Attr::bare(a::LICENSE_ARN))
+}
+
+/// Age-out's condition: the row is still pending in this very bucket (a concurrent
+/// aggregation wins).
+pub fn expire_condition(bucket: HourBucket) -> Condition {
+    Condition::eq(
+        Attr::bare(a::METERING_PENDING),
+        Value::s(":hb", bucket.to_string()),
+    )
+}
+
 #[async_trait]
 impl UsageStore for DynamoDbUsageStore {
     async fn pending_groups(
@@ -222,8 +238,7 @@ impl UsageStore for DynamoDbUsageStore {
             .table_name(&self.table)
             .key(a::LICENSE_ARN, s(&key.license_arn))
             .key(a::USAGE_SORT_KEY, s(&key.sort_key))
-            // Never create a phantom row: UpdateItem on a missing key would insert one.
-            .condition_expression("attribute_exists(licenseArn)")
+            .with_condition(&finalize_row_condition())
             .expression_attribute_values(":now", s(a::audit_timestamp(now)));
         req = match status {
             Some((st, reason)) => req
@@ -284,13 +299,11 @@ impl UsageStore for DynamoDbUsageStore {
                 .table_name(&self.table)
                 .key(a::LICENSE_ARN, s(license))
                 .key(a::USAGE_SORT_KEY, s(sk))
-                // Only a row still pending in this very bucket: a concurrent aggregation wins.
-                .condition_expression("meteringPending = :hb")
+                .with_condition(&expire_condition(bucket))
                 .update_expression(
                     "REMOVE meteringPending SET meteringStatus = :st, meteringStatusReason = :r, \
                      updatedAt = :now, createdAt = if_not_exists(createdAt, :now)",
                 )
-                .expression_attribute_values(":hb", s(bucket.to_string()))
                 .expression_attribute_values(":st", s(RawStatus::AggregationExpired.as_str()))
                 .expression_attribute_values(":r", s(reason))
                 .expression_attribute_values(":now", s(a::audit_timestamp(now)))

@@ -2,10 +2,15 @@
 
 use super::lag::{IndexLag, ReadConsistency};
 use super::{DEFAULT_PAGE_SIZE, Faults, lock};
+use crate::adapters::dynamodb::{
+    aggregated_attrs, mark_attempted_condition, put_if_absent_condition, retract_attempt_condition,
+    write_back_condition,
+};
 use crate::error::Result;
-use crate::ports::{AggregatedItem, AggregatedStore, AttemptCondition, WriteBack};
+use crate::ports::{AggregatedItem, AggregatedStore, WriteBack};
 use async_trait::async_trait;
 use awsmp_aws::deprovisioning::{Deprovisioning, DeprovisioningIndex};
+use awsmp_contract::condition::{Condition, Item};
 use awsmp_contract::keys::{GroupKey, HourBucket};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
@@ -117,21 +122,19 @@ impl MemoryAggregatedStore {
         (page, None)
     }
 
-    /// Apply `update` to `group`'s record if it is still pending and its attempt mark meets
-    /// `if_attempt`; false otherwise (the adapter's condition expression failed).
-    fn update_pending(
+    /// Apply `update` to `group`'s record if `condition` — the one the DynamoDB adapter
+    /// sends for this write — holds for its attributes; false otherwise. Every update
+    /// condition requires a pending record, so an update never creates one here, nor in
+    /// DynamoDB.
+    fn update_if(
         &self,
         group: &GroupKey,
-        if_attempt: AttemptCondition,
+        condition: &Condition,
         update: impl FnOnce(&mut AggregatedItem),
     ) -> bool {
         let mut items = lock(&self.items);
         let k = key(group);
-        match items
-            .by_key
-            .get(&k)
-            .filter(|i| i.pending && if_attempt.holds_for(i))
-        {
+        match items.by_key.get(&k).filter(|i| holds(condition, i)) {
             Some(item) => {
                 lock(&self.lag).before_write(&k, Some(item));
                 items.update(&k, update);
@@ -140,6 +143,17 @@ impl MemoryAggregatedStore {
             None => false,
         }
     }
+}
+
+/// `item`'s attributes as the DynamoDB adapter stores them (the audit timestamps aside, which
+/// no condition reads).
+fn stored_attrs(item: &AggregatedItem) -> Item {
+    aggregated_attrs(item, DateTime::<Utc>::UNIX_EPOCH)
+}
+
+/// Whether `condition` holds for `item` as the DynamoDB adapter stores it.
+fn holds(condition: &Condition, item: &AggregatedItem) -> bool {
+    condition.holds_for(Some(&stored_attrs(item)))
 }
 
 /// The records by primary key, and the sparse pending index over them (the keys of the
@@ -198,7 +212,8 @@ impl AggregatedStore for MemoryAggregatedStore {
     async fn put_if_absent(&self, item: &AggregatedItem, _now: DateTime<Utc>) -> Result<bool> {
         self.faults.dynamodb("put_if_absent", &self.table)?;
         let mut items = lock(&self.items);
-        if items.by_key.contains_key(&key(&item.group)) {
+        let existing = items.by_key.get(&key(&item.group)).map(stored_attrs);
+        if !put_if_absent_condition().holds_for(existing.as_ref()) {
             return Ok(false);
         }
         // What the DynamoDB adapter's item holds: no outcome and no attempt yet.
@@ -253,7 +268,7 @@ impl AggregatedStore for MemoryAggregatedStore {
     ) -> Result<bool> {
         self.faults.dynamodb("mark_attempted", &self.table)?;
         // A record no longer pending was finalized by someone else: nothing to mark.
-        Ok(self.update_pending(group, AttemptCondition::Any, |item| {
+        Ok(self.update_if(group, &mark_attempted_condition(), |item| {
             item.attempted_quantity = Some(quantity);
             item.submission_attempted_at = Some(now);
             item.attempt_number = Some(item.attempt_number.unwrap_or(0) + 1);
@@ -268,12 +283,10 @@ impl AggregatedStore for MemoryAggregatedStore {
         _now: DateTime<Utc>,
     ) -> Result<()> {
         self.faults.dynamodb("retract_attempt", &self.table)?;
-        self.update_pending(group, AttemptCondition::Any, |item| {
-            if item.attempted_quantity == Some(quantity) {
-                item.attempted_quantity = previous;
-                if previous.is_none() {
-                    item.submission_attempted_at = None;
-                }
+        self.update_if(group, &retract_attempt_condition(quantity), |item| {
+            item.attempted_quantity = previous;
+            if previous.is_none() {
+                item.submission_attempted_at = None;
             }
         });
         Ok(())
@@ -286,7 +299,7 @@ impl AggregatedStore for MemoryAggregatedStore {
         _now: DateTime<Utc>,
     ) -> Result<bool> {
         self.faults.dynamodb("write_back", &self.table)?;
-        let written = self.update_pending(group, outcome.if_attempt, |item| {
+        let written = self.update_if(group, &write_back_condition(outcome.if_attempt), |item| {
             item.pending = false;
             item.status = Some(outcome.status);
             if let Some(r) = &outcome.reason {

@@ -2,11 +2,13 @@
 
 use super::lag::{IndexLag, ReadConsistency};
 use super::{DEFAULT_PAGE_SIZE, Faults, lock};
+use crate::adapters::dynamodb::{expire_condition, finalize_row_condition, folded_stamp_condition};
 use crate::domain::fold::{RowShape, UsageRow, late_difference};
-use crate::error::Result;
+use crate::error::{PipelineError, Result};
 use crate::ports::{ExpiredRow, FoldedFinalize, UsageStore};
 use async_trait::async_trait;
 use awsmp_contract::attrs as a;
+use awsmp_contract::condition::Condition;
 use awsmp_contract::keys::{GroupKey, HourBucket, RowKey, split_usage_sort_key};
 use awsmp_contract::reasons::LATE_USAGE;
 use awsmp_contract::row::{AttrValue, RawUsageRow, parse_non_negative_integer};
@@ -145,16 +147,20 @@ impl MemoryUsageStore {
         }
     }
 
-    /// Apply `update` to the row at `key` if `condition` holds for it; false otherwise
-    /// (DynamoDB's failed condition), never creating a row.
+    /// Apply `update` to the row at `key` if `condition` — the one the DynamoDB adapter sends
+    /// for this write — holds for it; `None` otherwise (DynamoDB's failed condition). Every
+    /// stamp's condition requires the row, so none creates one.
     fn update_if(
         &self,
         key: &RowKey,
-        condition: impl FnOnce(&RawUsageRow) -> bool,
+        condition: &Condition,
         update: impl FnOnce(&mut RawUsageRow),
     ) -> Option<RawUsageRow> {
         let mut rows = lock(&self.rows);
-        let row = rows.by_key.get(key).filter(|r| condition(r))?;
+        let row = rows
+            .by_key
+            .get(key)
+            .filter(|r| condition.holds_for(Some(r)))?;
         lock(&self.lag).before_write(key, Some(row));
         rows.update(key, |row| {
             update(row);
@@ -329,7 +335,7 @@ impl UsageStore for MemoryUsageStore {
     ) -> Result<bool> {
         self.faults.dynamodb("finalize_row", &self.table)?;
         Ok(self
-            .update_if(key, |_| true, |r| stamp(r, status))
+            .update_if(key, &finalize_row_condition(), |r| stamp(r, status))
             .is_some())
     }
 
@@ -346,15 +352,24 @@ impl UsageStore for MemoryUsageStore {
         let Some(row) = rows.by_key.get(key) else {
             return Ok(FoldedFinalize::Gone);
         };
-        if let Some(quantity) = row
-            .get(a::LATE_QUANTITY)
-            .and_then(AttrValue::as_n)
-            .and_then(|q| parse_non_negative_integer(q).ok())
-        {
-            return Ok(FoldedFinalize::Late {
-                quantity,
-                recorded_now: false,
-            });
+        // The adapter's stamp, conditioned on the quantity as read (under this lock the row
+        // cannot change between the read and the stamp): only a late record fails it.
+        if !folded_stamp_condition(row.get(a::QUANTITY)).holds_for(Some(row)) {
+            let late = row
+                .get(a::LATE_QUANTITY)
+                .and_then(AttrValue::as_n)
+                .and_then(|q| parse_non_negative_integer(q).ok());
+            return match late {
+                Some(quantity) => Ok(FoldedFinalize::Late {
+                    quantity,
+                    recorded_now: false,
+                }),
+                // The adapter would re-read and fail the same way until it gives up.
+                None => Err(PipelineError::MalformedItem {
+                    table: self.table.clone(),
+                    detail: format!("{}: unreadable late record", key.sort_key),
+                }),
+            };
         }
         lock(&self.lag).before_write(key, Some(row));
         let stamped = rows.update(key, |row| {
@@ -382,15 +397,12 @@ impl UsageStore for MemoryUsageStore {
         _now: DateTime<Utc>,
     ) -> Result<Vec<ExpiredRow>> {
         self.faults.dynamodb("expire_bucket", &self.table)?;
-        let hb = bucket.to_string();
         let mut expired = Vec::new();
+        let still_pending = expire_condition(bucket);
         for item in self.index_items(bucket, None) {
             let Some(key) = row_key(&item) else { continue };
-            // Only a row still pending in this very bucket: a concurrent aggregation wins.
-            let still_pending =
-                |r: &RawUsageRow| r.get(a::METERING_PENDING).and_then(AttrValue::as_s) == Some(&hb);
             let status = Some((RawStatus::AggregationExpired, reason));
-            if let Some(row) = self.update_if(&key, still_pending, |r| stamp(r, status)) {
+            if let Some(row) = self.update_if(&key, &still_pending, |r| stamp(r, status)) {
                 let quantity = row
                     .get(a::QUANTITY)
                     .and_then(AttrValue::as_n)
