@@ -3,8 +3,9 @@ revision REV, side by side, in one run (docs/benchmarks.md, "Before and after").
 
 Machines here are shared and noisy: a figure swings by 2-4x between minutes. So the two builds
 are compared run against run, never against a table from another day. Each bench binary is
-built once per side (`cargo bench --no-run`; REV is extracted with `git archive` under
-target/bench-against/, its own target directory beside it), then every criterion id the two
+built once per side (`cargo bench --no-run` of the packages that have benches; REV is
+extracted with `git archive` under target/bench-against/, its own target directory beside
+it), then every criterion id the two
 sides share is run by itself, before and after back to back, the order alternating each
 repetition (ABBA), so a slow minute falls on both. A cell is a run's mean; the table gives each
 side's median, after / before, and the spread of before (its max / min over the repetitions):
@@ -47,11 +48,20 @@ def extract(root, rev, dest):
     return src, commit
 
 
+def bench_packages(tree):
+    """The packages of the workspace at `tree` that have a bench target."""
+    meta = json.loads(subprocess.run(["cargo", "metadata", "--no-deps", "--format-version", "1"], cwd=tree,
+                                     check=True, capture_output=True, text=True).stdout)
+    return sorted({p["name"] for p in meta["packages"] for t in p["targets"] if "bench" in t["kind"]})
+
+
 def build(tree, target):
-    """{(crate directory, bench): executable} of every bench target of the workspace at `tree`."""
+    """{(crate directory, bench): executable} of every bench target of the workspace at `tree`
+    (only the packages that have one are built)."""
     env = dict(os.environ, CARGO_TARGET_DIR=str(target))
-    log("cargo bench --workspace --no-run in {}".format(tree))
-    out = subprocess.run(["cargo", "bench", "--workspace", "--no-run", "--message-format", "json"], cwd=tree,
+    packages = [a for p in bench_packages(tree) for a in ("-p", p)]
+    log("cargo bench --no-run {} in {}".format(" ".join(packages), tree))
+    out = subprocess.run(["cargo", "bench", "--no-run", "--message-format", "json", *packages], cwd=tree,
                          env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
     exes = {}
     for line in out.splitlines():
