@@ -162,6 +162,9 @@ struct State {
     failed: BTreeMap<CallKey, Invocation>,
     /// Faults aimed at the next calls of an operation ([`FaultPlan::script`]).
     script: BTreeMap<String, VecDeque<Fault>>,
+    /// Faults aimed at the first calls of an operation on every key
+    /// ([`FaultPlan::script_each_key`]).
+    script_each_key: BTreeMap<String, Vec<Fault>>,
     /// Calls decided while enabled (crashed ones excluded), for [`FaultPlan::crash_after`].
     ops: u64,
     /// The call past which the process crashes.
@@ -330,6 +333,7 @@ impl FaultPlan {
             .entry((operation.to_owned(), key.clone()))
             .or_default();
         *n += 1;
+        let nth = *n;
         let n = n.to_string();
         let parts = [operation, key.as_str(), n.as_str()];
         let invocation = (frame, s.frames[frame].invocation);
@@ -361,7 +365,7 @@ impl FaultPlan {
         };
         let variant = hash(self.seed ^ VARIANT_SALT, &parts);
         let running = s.frames[frame].running;
-        let pick = match forced(&mut s, operation) {
+        let pick = match forced(&mut s, operation, nth) {
             Some(f) => Some(f),
             None => held_or(&mut s, running, call_key, invocation, variant, || {
                 pick(self.rates, roll, write)
@@ -486,6 +490,17 @@ impl FaultPlan {
     pub fn script(&self, operation: &str, faults: impl IntoIterator<Item = Fault>) {
         lock(&self.state)
             .script
+            .entry(operation.to_owned())
+            .or_default()
+            .extend(faults);
+    }
+
+    /// The first calls of `operation` on every key (a group, a row) get these faults, one per
+    /// call, in order, ahead of the rates: "every record's `write_back` is throttled twice".
+    /// A call's key counts its calls while the plan is enabled.
+    pub fn script_each_key(&self, operation: &str, faults: impl IntoIterator<Item = Fault>) {
+        lock(&self.state)
+            .script_each_key
             .entry(operation.to_owned())
             .or_default()
             .extend(faults);

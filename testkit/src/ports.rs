@@ -37,6 +37,7 @@ use std::sync::Arc;
 
 mod consumer;
 mod lifecycle;
+mod metering;
 mod shared;
 pub use consumer::{AggregatedFinalized, ConsumerRows};
 pub use lifecycle::{FaultyIndex, FaultySubscribers};
@@ -202,14 +203,14 @@ pub async fn yield_times(n: u32) {
 }
 
 /// A port under the fault plan.
-pub struct Faulty<T> {
+pub struct Faulty<T: ?Sized> {
     /// The port.
     pub inner: Arc<T>,
     /// Plan and interleaver.
     pub ctx: Ctx,
 }
 
-impl<T> Faulty<T> {
+impl<T: ?Sized> Faulty<T> {
     /// `inner` under `ctx`'s plan.
     pub fn new(inner: impl Into<Arc<T>>, ctx: &Ctx) -> Self {
         Self {
@@ -279,7 +280,7 @@ pub type FaultyWatermarks = Faulty<MemoryWatermarkStore>;
 type PResult<T> = awsmp_pipeline::error::Result<T>;
 
 #[async_trait]
-impl<T: UsageStore> UsageStore for Faulty<T> {
+impl<T: UsageStore + ?Sized> UsageStore for Faulty<T> {
     async fn pending_groups(
         &self,
         bucket: HourBucket,
@@ -341,7 +342,7 @@ impl<T: UsageStore> UsageStore for Faulty<T> {
 }
 
 #[async_trait]
-impl<T: AggregatedStore> AggregatedStore for Faulty<T> {
+impl<T: AggregatedStore + ?Sized> AggregatedStore for Faulty<T> {
     async fn put_if_absent(&self, item: &AggregatedItem, now: DateTime<Utc>) -> PResult<bool> {
         let call = self.inner.put_if_absent(item, now);
         self.call_keyed("put_if_absent", || item.group.to_string(), true, call)
@@ -403,7 +404,7 @@ impl<T: AggregatedStore> AggregatedStore for Faulty<T> {
 }
 
 #[async_trait]
-impl<T: MessageQueue> MessageQueue for Faulty<T> {
+impl<T: MessageQueue + ?Sized> MessageQueue for Faulty<T> {
     async fn send_all(&self, bodies: &[String]) -> PResult<()> {
         let key = bodies.first().map_or("", String::as_str);
         let decided = self.ctx.faults.call("send_all", key, true);

@@ -8,12 +8,9 @@ use crate::common;
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 
-use async_trait::async_trait;
-use awsmp_consumer::adapters::memory::{MemoryDedupStore, MemoryStores};
-use awsmp_consumer::error::Result as CResult;
-use awsmp_consumer::ports::{ClaimOutcome, DedupClaim, DedupStore, FirstSeen, LaneItem};
+use awsmp_consumer::adapters::memory::MemoryStores;
+use awsmp_consumer::handler::STORE_RETRY;
 use awsmp_consumer::{ConsumerError, Settings};
 use awsmp_contract::clock::{Clock, FixedClock};
 use awsmp_contract::keys::RowKey;
@@ -25,7 +22,8 @@ use awsmp_meter_ingest::identity::Allowlist;
 use awsmp_meter_ingest::mapping::{LicenseGrant, MappingEntry};
 use awsmp_meter_ingest::ports::{Disposition, HeldStore, MappingStore, UsageStream};
 use awsmp_meter_ingest::{IngestSettings, Invocation, MeterIngest, Outcome};
-use awsmp_producer::sink::PutEntry;
+use awsmp_testkit::faults::{Fault, FaultPlan, Rates};
+use awsmp_testkit::ports::{Ctx, Faulty};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use serde_json::{Value, json};
 
@@ -37,80 +35,17 @@ fn t0() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 12, 1, 10, 15, 30).unwrap()
 }
 
-fn failure(store: &'static str) -> ConsumerError {
-    ConsumerError::Store {
-        store,
-        source: Box::new(std::io::Error::other("injected")),
-        retryable: false,
-    }
-}
-
-fn stream_failure() -> IngestError {
-    IngestError::Store {
-        store: "stream",
-        source: Box::new(std::io::Error::other("injected")),
-        retryable: false,
-    }
-}
-
-/// The usage stream, failing its first `fail` puts.
-struct FlakyStream {
-    inner: Arc<dyn UsageStream>,
-    fail: AtomicU32,
-}
-
-#[async_trait]
-impl UsageStream for FlakyStream {
-    async fn put(&self, entries: Vec<PutEntry>) -> IResult<()> {
-        if self
-            .fail
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-        {
-            return Err(stream_failure());
-        }
-        self.inner.put(entries).await
-    }
-}
-
-/// The dedup store, failing its first `fail` "first seen" writes.
-struct FlakyFirstSeen {
-    inner: MemoryDedupStore,
-    fail: AtomicU32,
-}
-
-#[async_trait]
-impl DedupStore for FlakyFirstSeen {
-    async fn claim(&self, claim: &DedupClaim) -> CResult<ClaimOutcome> {
-        self.inner.claim(claim).await
-    }
-    async fn read_lane(&self, key: &str) -> CResult<Option<LaneItem>> {
-        self.inner.read_lane(key).await
-    }
-    async fn write_lane(&self, item: &LaneItem, expected: Option<u64>) -> CResult<bool> {
-        self.inner.write_lane(item, expected).await
-    }
-    async fn first_seen(&self, seen: &FirstSeen) -> CResult<DateTime<Utc>> {
-        if self
-            .fail
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-        {
-            return Err(failure("dedup"));
-        }
-        self.inner.first_seen(seen).await
-    }
-}
-
 struct World {
     stores: MemoryIngestStores,
+    faults: Arc<FaultPlan>,
     clock: Arc<FixedClock>,
     ingest: MeterIngest,
 }
 
 /// meter-ingest whose stream fails its first `stream_fails` puts and whose dedup store fails
-/// its first `first_seen_fails` "first seen" writes.
-async fn world(stream_fails: u32, first_seen_fails: u32) -> World {
+/// its first `first_seen_fails` "first seen" writes (each a 5xx refused before it applied, so
+/// a "first seen" write fails the invocation only once the store policy's retries ran out).
+async fn world(stream_fails: usize, first_seen_fails: usize) -> World {
     let stores = MemoryIngestStores::new();
     stores
         .mappings
@@ -137,16 +72,18 @@ async fn world(stream_fails: u32, first_seen_fails: u32) -> World {
         ..IngestSettings::default()
     };
     let mut ingest = stores.ingest(settings, clock.clone());
-    ingest.stream = Arc::new(FlakyStream {
-        inner: ingest.stream.clone(),
-        fail: AtomicU32::new(stream_fails),
-    });
-    ingest.dedup = Arc::new(FlakyFirstSeen {
-        inner: stores.dedup.clone(),
-        fail: AtomicU32::new(first_seen_fails),
-    });
+    let ctx = Ctx::new(FaultPlan::new(1, Rates::default()));
+    ctx.faults.script(
+        "ingest-put-records",
+        vec![Fault::FailBeforeApply; stream_fails],
+    );
+    ctx.faults
+        .script("first_seen", vec![Fault::FailBeforeApply; first_seen_fails]);
+    ingest.stream = Arc::new(Faulty::<dyn UsageStream>::new(ingest.stream, &ctx));
+    ingest.dedup = Arc::new(Faulty::new(stores.dedup.clone(), &ctx));
     World {
         stores,
+        faults: ctx.faults,
         clock,
         ingest,
     }
@@ -209,6 +146,7 @@ async fn a_failed_invocation_retried_90_and_150_s_later_keeps_its_first_receive_
     );
     assert!(w.at(Duration::zero(), &inv).await.is_err());
     assert!(w.at(Duration::seconds(90), &inv).await.is_err());
+    assert_eq!(w.faults.injected(), 2);
     assert!(w.stores.stream.records().is_empty());
     // WHEN Lambda's second retry comes 150 s after the first attempt
     let r = w.at(Duration::seconds(150), &inv).await.unwrap();
@@ -290,8 +228,8 @@ async fn a_genuinely_stale_first_attempt_stays_refused_on_its_retries() {
 
 #[tokio::test]
 async fn a_first_seen_write_that_fails_fails_the_invocation_before_anything_is_applied() {
-    // GIVEN the "first seen" write fails (after the store policy's retries) on the first attempt
-    let w = world(0, 1).await;
+    // GIVEN the "first seen" write fails on the first attempt, after the store policy's retries
+    let w = world(0, STORE_RETRY.max_attempts as usize).await;
     let inv = invocation(
         "req-1",
         vec![
@@ -303,10 +241,14 @@ async fn a_first_seen_write_that_fails_fails_the_invocation_before_anything_is_a
     assert!(
         matches!(
             err,
-            IngestError::Dedup(ConsumerError::Store { store: "dedup", .. })
+            IngestError::Dedup(ConsumerError::Store {
+                store: "first_seen",
+                ..
+            })
         ),
         "{err:?}"
     );
+    assert_eq!(w.faults.injected(), u64::from(STORE_RETRY.max_attempts));
     // THEN nothing was applied: no claim, no held item, nothing streamed
     assert!(w.stores.stream.records().is_empty());
     assert!(w.stores.dedup.is_empty());

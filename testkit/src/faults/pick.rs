@@ -1,5 +1,5 @@
 //! Which fault a call draws: its roll against the rates, an outlasting throttle that holds it,
-//! or a fault forced on it (a crash point, a script).
+//! or a fault forced on it (a crash point, a script, a script per key).
 
 use super::{CallKey, Fault, Invocation, Rates, State};
 use std::collections::VecDeque;
@@ -90,12 +90,20 @@ pub(super) fn held_or(
 }
 
 /// The fault a call takes whatever its roll: a crash once the crash point is passed
-/// ([`FaultPlan::crash_after`]), else the next one scripted for its operation.
-pub(super) fn forced(s: &mut State, operation: &str) -> Option<Fault> {
+/// ([`FaultPlan::crash_after`]), else the next one scripted for its operation, else the one
+/// scripted for the `nth` (from 1) call of its operation on its key.
+pub(super) fn forced(s: &mut State, operation: &str, nth: u32) -> Option<Fault> {
     s.ops += 1;
     if s.crash_after.is_some_and(|n| s.ops > n) {
         s.crash_after = None;
         return Some(Fault::Crash);
     }
-    s.script.get_mut(operation).and_then(VecDeque::pop_front)
+    s.script
+        .get_mut(operation)
+        .and_then(VecDeque::pop_front)
+        .or_else(|| {
+            let each = s.script_each_key.get(operation)?;
+            each.get(usize::try_from(nth).ok()?.checked_sub(1)?)
+                .copied()
+        })
 }

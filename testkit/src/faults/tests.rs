@@ -131,3 +131,20 @@ fn an_outlasting_throttle_holds_for_the_rest_of_its_invocation() {
         "a call of the next invocation is no retry"
     );
 }
+
+/// A per-key script hits the first calls on every key, whatever order the keys interleave in,
+/// and nothing after them.
+#[test]
+fn a_per_key_script_hits_the_first_calls_on_each_key() {
+    let plan = FaultPlan::new(3, Rates::default());
+    plan.script_each_key("write_back", [Fault::Throttle, Fault::Throttle]);
+    let order = ["a", "b", "a", "b", "b", "a", "a"];
+    let got: Vec<_> = order
+        .iter()
+        .map(|k| plan.decide("write_back", k, true))
+        .collect();
+    let t = Some(Fault::Throttle);
+    assert_eq!(got, [t, t, t, t, None, None, None]);
+    assert_eq!(plan.decide("mark_attempted", "a", true), None);
+    assert_eq!(plan.injected_by_kind()[&Fault::Throttle], 4);
+}

@@ -46,7 +46,7 @@ impl UsageRowWriter for ConsumerRows {
 }
 
 #[async_trait]
-impl<T: UsageRowWriter> UsageRowWriter for Faulty<T> {
+impl<T: UsageRowWriter + ?Sized> UsageRowWriter for Faulty<T> {
     async fn read(&self, key: &RowKey) -> CResult<Option<RawUsageRow>> {
         let call = self.inner.read(key);
         self.call("row-read", &key.sort_key, false, call).await
@@ -60,7 +60,7 @@ impl<T: UsageRowWriter> UsageRowWriter for Faulty<T> {
 }
 
 #[async_trait]
-impl<T: DedupStore> DedupStore for Faulty<T> {
+impl<T: DedupStore + ?Sized> DedupStore for Faulty<T> {
     async fn claim(&self, claim: &DedupClaim) -> CResult<ClaimOutcome> {
         // A KPL record's key is the MD5 of its body, which holds generated ids (random epochs):
         // its stream position names it stably.
@@ -97,7 +97,7 @@ impl<T: DedupStore> DedupStore for Faulty<T> {
 }
 
 #[async_trait]
-impl<T: RejectedEventStore> RejectedEventStore for Faulty<T> {
+impl<T: RejectedEventStore + ?Sized> RejectedEventStore for Faulty<T> {
     async fn put(&self, event: &RejectedEvent) -> CResult<()> {
         let call = self.inner.put(event);
         self.call("rejected-put", &event.record_key, true, call)
@@ -123,7 +123,7 @@ impl FinalizedGroups for AggregatedFinalized {
 }
 
 #[async_trait]
-impl<T: FinalizedGroups> FinalizedGroups for Faulty<T> {
+impl<T: FinalizedGroups + ?Sized> FinalizedGroups for Faulty<T> {
     async fn finalized(&self, groups: &[GroupKey]) -> CResult<HashSet<GroupKey>> {
         // The consumer collects the groups through a hash set: name the call by its least.
         let key = groups
@@ -137,7 +137,7 @@ impl<T: FinalizedGroups> FinalizedGroups for Faulty<T> {
 }
 
 #[async_trait]
-impl<T: UsageStream> UsageStream for Faulty<T> {
+impl<T: UsageStream + ?Sized> UsageStream for Faulty<T> {
     async fn put(&self, entries: Vec<PutEntry>) -> IResult<()> {
         let key = entries
             .first()
@@ -149,7 +149,7 @@ impl<T: UsageStream> UsageStream for Faulty<T> {
 }
 
 #[async_trait]
-impl<T: MappingStore> MappingStore for Faulty<T> {
+impl<T: MappingStore + ?Sized> MappingStore for Faulty<T> {
     async fn get(&self, invoked_arn: &str) -> IResult<Option<MappingEntry>> {
         let call = self.inner.get(invoked_arn);
         self.call("ingest-mapping-get", invoked_arn, false, call)
@@ -164,7 +164,7 @@ impl<T: MappingStore> MappingStore for Faulty<T> {
 }
 
 #[async_trait]
-impl<T: RateCounter> RateCounter for Faulty<T> {
+impl<T: RateCounter + ?Sized> RateCounter for Faulty<T> {
     async fn add(&self, key: &str, n: u64, expires_at: DateTime<Utc>) -> IResult<u64> {
         let call = self.inner.add(key, n, expires_at);
         self.call("ingest-rate-add", key, true, call).await
@@ -172,7 +172,7 @@ impl<T: RateCounter> RateCounter for Faulty<T> {
 }
 
 #[async_trait]
-impl<T: HeldStore> HeldStore for Faulty<T> {
+impl<T: HeldStore + ?Sized> HeldStore for Faulty<T> {
     async fn put(&self, event: &HeldEvent) -> IResult<()> {
         let call = self.inner.put(event);
         self.call("ingest-held-put", &event.key, true, call).await

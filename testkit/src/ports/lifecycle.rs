@@ -30,7 +30,7 @@ impl Injected for LifecycleError {
 }
 
 #[async_trait]
-impl<T: SubscriberStore> SubscriberStore for Faulty<T> {
+impl<T: SubscriberStore + ?Sized> SubscriberStore for Faulty<T> {
     async fn apply(
         &self,
         key: &LicenseKey,
@@ -91,7 +91,7 @@ impl<T: SubscriberStore> SubscriberStore for Faulty<T> {
 }
 
 #[async_trait]
-impl<T: DeprovisioningIndex> DeprovisioningIndex for Faulty<T> {
+impl<T: DeprovisioningIndex + ?Sized> DeprovisioningIndex for Faulty<T> {
     async fn active(&self) -> awsmp_aws::error::Result<Vec<Deprovisioning>> {
         // A read that only fails (throttled, or the invocation crashes before it): no
         // interleaving here.

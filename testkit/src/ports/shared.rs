@@ -28,7 +28,7 @@ impl Injected for StoreError {
 }
 
 #[async_trait]
-impl<T: WatermarkStore> WatermarkStore for Faulty<T> {
+impl<T: WatermarkStore + ?Sized> WatermarkStore for Faulty<T> {
     async fn advance(
         &self,
         stream: &str,
