@@ -122,6 +122,9 @@ async fn a_dimension_at_the_limit_is_written() {
 }
 
 /// The memory rows, except that any write to a row of dimension `bad` fails while `broken`.
+/// Not the test kit's `Faulty`: this is a refusal of one input (every write of that row, not
+/// retryable, as DynamoDB refuses an item it cannot take), which no `Fault` names — each of
+/// those is a transient failure of a call, or ends the invocation.
 struct FailingRows {
     inner: Arc<dyn UsageRowWriter>,
     bad: String,
@@ -187,7 +190,8 @@ async fn a_row_write_that_fails_in_the_middle_names_its_own_record() {
 }
 
 /// The memory lookup, except that a lookup naming dimension `bad` fails while `broken` (as
-/// DynamoDB refuses a whole `BatchGetItem` for one key it cannot take).
+/// DynamoDB refuses a whole `BatchGetItem` for one key it cannot take). Kept for the reason
+/// [`FailingRows`] is: the refusal follows the input, and a `FaultPlan` decides per call.
 struct FailingLookup {
     inner: Arc<dyn FinalizedGroups>,
     bad: String,

@@ -19,16 +19,15 @@ use awsmp_local_stack::local::{DEMO_DIMENSIONS, demo_catalog};
 use awsmp_local_stack::runner::{Runner, TickReport};
 use awsmp_marketplace_sim::{Catalog, SimConfig, spawn_on};
 use awsmp_pipeline::adapters::marketplace::MarketplaceMeteringApi;
-use awsmp_pipeline::domain::batch::{CallKind, SubmitRecord};
-use awsmp_pipeline::domain::results::ApiResponse;
 use awsmp_pipeline::handlers::discoverer::DiscovererInput;
 use awsmp_pipeline::handlers::submitter;
-use awsmp_pipeline::ports::{MessageQueue, MeterCallError, MeteringApi};
+use awsmp_pipeline::ports::{AggregatedStore, MessageQueue};
+use awsmp_testkit::faults::{Fault, FaultPlan, Rates};
+use awsmp_testkit::ports::{Ctx, Faulty};
 use chrono::{DateTime, Duration, Utc};
 use common::*;
 use serde_json::json;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 fn ok(rep: &TickReport) -> Result<()> {
     ensure!(
@@ -129,7 +128,9 @@ async fn aggregate_only(runner: &Runner, at: DateTime<Utc>, hour_offset: u32) ->
     Ok(())
 }
 
-/// A queue that sends every body twice (an at-least-once queue delivering twice).
+/// A queue that sends every body twice (an at-least-once queue delivering twice). A delivery
+/// behaviour, not a call fault: both sends succeed and apply, so no `Fault` of the test kit
+/// names it.
 struct DuplicatingQueue(Arc<dyn MessageQueue>);
 
 #[async_trait]
@@ -185,18 +186,17 @@ async fn crash_between_commit_point_and_cleanup_enqueue_is_retried() -> Result<(
     let g = group(51, "api_calls", "2052-03-10T10");
     let rows: Vec<_> = (0..4).map(|s| row(&g, s * 3, 2)).collect();
     st.put_rows(&rows).await?;
-    // GIVEN the aggregator dies after its conditional put, before cleanup is enqueued
+    // GIVEN the aggregator's cleanup enqueue after its conditional put fails before SQS has the
+    // message
     let real = runner.svc.cleanup_queue.clone().expect("cleanup queue");
-    let failing = Arc::new(FailingQueue {
-        inner: real,
-        failures: AtomicU32::new(1),
-    });
-    runner.svc.cleanup_queue = Some(failing.clone());
+    let ctx = Ctx::new(FaultPlan::new(52, Rates::default()));
+    ctx.faults.script("send_all", [Fault::FailBeforeApply]);
+    runner.svc.cleanup_queue = Some(Arc::new(Faulty::<dyn MessageQueue>::new(real, &ctx)));
     // WHEN the schedules run (SQS redelivers the failed work message)
     let rep = runner.tick(utc(2052, 3, 10, 12, 0, 0)).await?;
     ok(&rep)?;
     // THEN the redelivery finishes the rows as Aggregated and the group is billed once
-    assert_eq!(failing.failures.load(Ordering::SeqCst), 0, "fault not hit");
+    assert_eq!(ctx.faults.injected(), 1, "fault not hit");
     assert!(rep.drained["work"].failed >= 1, "{:?}", rep.drained);
     let report = || format!("tick report: {}", serde_json::json!(rep));
     assert_aggregated(&st, &rows, 8)
@@ -244,28 +244,6 @@ async fn lost_response_after_an_accepted_batch_is_recognised_next_run() -> Resul
     Ok(())
 }
 
-/// A Marketplace adapter whose process dies right after AWS accepted a call.
-struct CrashAfterAccept(MarketplaceMeteringApi);
-
-#[async_trait]
-impl MeteringApi for CrashAfterAccept {
-    async fn batch_meter_usage(
-        &self,
-        kind: &CallKind,
-        records: &[SubmitRecord],
-    ) -> std::result::Result<ApiResponse, MeterCallError> {
-        let response = self.0.batch_meter_usage(kind, records).await;
-        assert!(
-            response.is_ok(),
-            "the call itself must succeed: {response:?}"
-        );
-        panic!(
-            "injected crash after BatchMeterUsage accepted {} records",
-            records.len()
-        );
-    }
-}
-
 #[tokio::test]
 #[ignore = "needs the local stack (awsmp-local up); run by scripts/test"]
 async fn submitter_crash_after_an_accepted_batch_is_recognised_next_run() -> Result<()> {
@@ -276,13 +254,19 @@ async fn submitter_crash_after_an_accepted_batch_is_recognised_next_run() -> Res
     put_workload(&st, &w).await?;
     let at = utc(2054, 3, 10, 12, 0, 0);
     aggregate_only(&runner, at, 2).await?;
-    // GIVEN the submitter process dies after BatchMeterUsage succeeded, before any write-back
-    let svc = runner.svc.clone();
-    let api = CrashAfterAccept(runner.metering.clone());
-    let crashed = tokio::spawn(async move { submitter::submit(&svc, &api).await }).await;
-    assert!(
-        crashed.is_err_and(|e| e.is_panic()),
-        "the run did not crash"
+    // GIVEN the submitter process dies after BatchMeterUsage succeeded, before any write-back:
+    // every later call of the run (the write-backs, any retry) fails before it applies
+    let ctx = Ctx::new(FaultPlan::new(53, Rates::default()));
+    ctx.faults
+        .script("batch_meter_usage", [Fault::ApplyThenFail]);
+    let mut svc = runner.svc.clone();
+    svc.aggregated = Arc::new(Faulty::<dyn AggregatedStore>::new(svc.aggregated, &ctx));
+    let api = Faulty::<MarketplaceMeteringApi>::new(runner.metering.clone(), &ctx);
+    let _discarded = submitter::submit(&svc, &api).await;
+    assert!(ctx.faults.crashed(), "the run did not crash");
+    assert_eq!(
+        ctx.faults.injected_by_kind().get(&Fault::ApplyThenFail),
+        Some(&1)
     );
     for (g, _, sum) in &w {
         let rec = st.record(g).await?;
@@ -313,10 +297,15 @@ async fn throttling_storm_bills_everything_once_and_loses_no_write_back() -> Res
     let w = workload(60..80, "2055-03-10T10");
     put_workload(&st, &w).await?;
     // GIVEN most Marketplace calls are throttled, and every write of the submitter to
-    // aggregated-usage is throttled twice per record
+    // aggregated-usage (attempt mark, write-back) is throttled twice per record
     let _guard = st.faults(json!({"throttleRate": 0.6, "seed": 11})).await?;
-    let throttled = ThrottledWrites::new(runner.svc.aggregated.clone(), 2);
-    runner.svc.aggregated = throttled.clone();
+    let ctx = Ctx::new(FaultPlan::new(11, Rates::default()));
+    for op in ["mark_attempted", "write_back"] {
+        ctx.faults
+            .script_each_key(op, [Fault::Throttle, Fault::Throttle]);
+    }
+    let real = runner.svc.aggregated.clone();
+    runner.svc.aggregated = Arc::new(Faulty::<dyn AggregatedStore>::new(real, &ctx));
     // WHEN the 5-minute schedule keeps running
     let start = utc(2055, 3, 10, 12, 0, 0);
     let mut runs = 0;
@@ -336,7 +325,7 @@ async fn throttling_storm_bills_everything_once_and_loses_no_write_back() -> Res
         );
     }
     // THEN every group is billed exactly once and every accepted batch was written back
-    assert!(throttled.injected.load(Ordering::SeqCst) > 0);
+    assert!(ctx.faults.injected() > 0);
     assert!(st.counters().await?["throttled"].as_u64().unwrap_or(0) > 0);
     for (g, rows, sum) in &w {
         assert_billed_once(&st, g, *sum).await?;

@@ -1,6 +1,7 @@
 //! Shared helpers of the pipeline test plan and fault tests: the local stack's clients, raw
 //! row and aggregated-record builders, read-back and assertion helpers, the simulator's admin
-//! API, and fault-injecting decorators of the pipeline's ports.
+//! API, and a queue that loses every message. Faults are injected with the test kit
+//! (`awsmp_testkit::ports::Faulty` under a `FaultPlan`).
 //!
 //! Isolation: every test of a binary takes [`STACK`] (one runner at a time: the simulator's
 //! clock is global), uses its own demo licenses and its own year, and asserts only on its own
@@ -20,13 +21,11 @@ use awsmp_contract::row::{Allocation, AttrValue, RawUsageRow, Tag, conforming_ro
 use awsmp_local_stack::local::{LocalEnv, demo_account, demo_license_arn};
 use awsmp_local_stack::runner::Runner;
 use awsmp_pipeline::adapters::dynamodb::DynamoDbAggregatedStore;
-use awsmp_pipeline::error::PipelineError;
-use awsmp_pipeline::ports::{AggregatedItem, AggregatedStore, MessageQueue, WriteBack};
+use awsmp_pipeline::ports::{AggregatedItem, AggregatedStore, MessageQueue};
 use chrono::{DateTime, TimeZone, Utc};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
 /// Why the stack tests are ignored by a plain `cargo test`.
@@ -432,7 +431,9 @@ pub fn has_point(runner: &Runner, name: &str, dim: &str, value: &str) -> bool {
     })
 }
 
-/// A message queue that accepts every send and delivers nothing (a lost message).
+/// A message queue that accepts every send and delivers nothing (a lost message). A queue's
+/// behaviour, not a call fault: every send succeeds and applies, so no `Fault` of the test kit
+/// (each of which fails a call, or loses only its answer) names it.
 pub struct BlackHoleQueue {
     /// Bodies swallowed.
     pub swallowed: Mutex<Vec<String>>,
@@ -455,123 +456,5 @@ impl MessageQueue for BlackHoleQueue {
             .expect("poisoned")
             .extend_from_slice(bodies);
         Ok(())
-    }
-}
-
-/// A message queue that fails its first `failures` sends (the process dies before SQS has
-/// the message), then passes through.
-pub struct FailingQueue {
-    /// The real queue.
-    pub inner: Arc<dyn MessageQueue>,
-    /// Sends still to fail.
-    pub failures: AtomicU32,
-}
-
-#[async_trait]
-impl MessageQueue for FailingQueue {
-    async fn send_all(&self, bodies: &[String]) -> awsmp_pipeline::Result<()> {
-        if self
-            .failures
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-        {
-            return Err(PipelineError::Sqs {
-                operation: "SendMessageBatch",
-                queue: "cleanup".into(),
-                detail: "injected: crashed before the send".into(),
-                source: None,
-            });
-        }
-        self.inner.send_all(bodies).await
-    }
-}
-
-/// An aggregated store whose write-backs and attempt marks are throttled the first
-/// `throttles_per_group` times for every group (a DynamoDB throttling storm).
-pub struct ThrottledWrites {
-    /// The real store.
-    pub inner: Arc<dyn AggregatedStore>,
-    /// Throttles per group and operation.
-    pub throttles_per_group: u32,
-    seen: Mutex<HashMap<(String, &'static str), u32>>,
-    /// Throttles injected.
-    pub injected: AtomicU32,
-}
-
-impl ThrottledWrites {
-    /// Wrap `inner`.
-    pub fn new(inner: Arc<dyn AggregatedStore>, throttles_per_group: u32) -> Arc<Self> {
-        Arc::new(Self {
-            inner,
-            throttles_per_group,
-            seen: Mutex::new(HashMap::new()),
-            injected: AtomicU32::new(0),
-        })
-    }
-
-    fn throttle(&self, group: &GroupKey, op: &'static str) -> awsmp_pipeline::Result<()> {
-        let mut seen = self.seen.lock().expect("poisoned");
-        let n = seen.entry((group.to_string(), op)).or_default();
-        if *n < self.throttles_per_group {
-            *n += 1;
-            self.injected.fetch_add(1, Ordering::SeqCst);
-            return Err(PipelineError::DynamoDb {
-                operation: op,
-                resource: "aggregated-usage".into(),
-                source: "ProvisionedThroughputExceededException (injected)".into(),
-                retryable: true,
-            });
-        }
-        Ok(())
-    }
-}
-
-#[async_trait]
-impl AggregatedStore for ThrottledWrites {
-    async fn put_if_absent(
-        &self,
-        item: &AggregatedItem,
-        now: DateTime<Utc>,
-    ) -> awsmp_pipeline::Result<bool> {
-        self.inner.put_if_absent(item, now).await
-    }
-    async fn get(&self, group: &GroupKey) -> awsmp_pipeline::Result<Option<AggregatedItem>> {
-        self.inner.get(group).await
-    }
-    async fn pending(
-        &self,
-        bucket: HourBucket,
-        license: Option<&str>,
-    ) -> awsmp_pipeline::Result<Vec<AggregatedItem>> {
-        self.inner.pending(bucket, license).await
-    }
-    async fn mark_attempted(
-        &self,
-        group: &GroupKey,
-        quantity: u64,
-        now: DateTime<Utc>,
-    ) -> awsmp_pipeline::Result<bool> {
-        self.throttle(group, "mark_attempted")?;
-        self.inner.mark_attempted(group, quantity, now).await
-    }
-    async fn retract_attempt(
-        &self,
-        group: &GroupKey,
-        quantity: u64,
-        previous: Option<u64>,
-        now: DateTime<Utc>,
-    ) -> awsmp_pipeline::Result<()> {
-        self.inner
-            .retract_attempt(group, quantity, previous, now)
-            .await
-    }
-    async fn write_back(
-        &self,
-        group: &GroupKey,
-        outcome: &WriteBack,
-        now: DateTime<Utc>,
-    ) -> awsmp_pipeline::Result<bool> {
-        self.throttle(group, "write_back")?;
-        self.inner.write_back(group, outcome, now).await
     }
 }
