@@ -85,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
         print("deploy: building the Lambda zips: " + shlex.join(build), file=sys.stderr)
         subprocess.run(build, check=True)
         # build-lambdas writes target/lambda; a --lambda-dir elsewhere is the caller's to fill.
-    packaged = plan.package(templates, lambda_dir, ROOT / "target" / "deploy")
+    # Where the packaged templates go: target/deploy, or AWSMP_DEPLOY_DIR (the suite's deploys
+    # to an emulated account run beside its dry runs, each writing templates of its own).
+    packaged = plan.package(templates, lambda_dir, Path(os.environ.get("AWSMP_DEPLOY_DIR") or ROOT / "target" / "deploy"))
     lint_cmd = plan.lint(list(packaged.values()))
     bucket_for = (lambda r: args.artifact_bucket.replace(params.REGION_PLACEHOLDER, r)) if args.artifact_bucket else (lambda r: None)
     steps = plan.steps(args.stage_name, args.product_code, args.regions, args.events_region, args.skip_events,
