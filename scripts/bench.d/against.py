@@ -78,8 +78,8 @@ def ids(exe):
 
 
 def run_one(exe, bench_id, home, quick):
-    """(mean ns, elements per iteration) of one run of one criterion id, and the figure files it
-    wrote ({figure: value})."""
+    """(mean ns, elements per iteration) of one run of one criterion id (None when the bench
+    skipped itself), and the figure files it wrote ({figure: value})."""
     subprocess.run(["rm", "-rf", str(home)], check=True)
     home.mkdir(parents=True)
     env = dict(os.environ, CRITERION_HOME=str(home / "criterion"), CARGO_TARGET_DIR=str(home))
@@ -87,6 +87,8 @@ def run_one(exe, bench_id, home, quick):
     args = [exe, "--bench", "--exact", bench_id] + (QUICK_ARGS if quick else CRITERION_ARGS)
     subprocess.run(args, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     new = home / "criterion" / bench_id / "new"
+    if not (new / "estimates.json").is_file():
+        return None, {}  # the bench skipped itself (it needs the local stack)
     mean = json.loads((new / "estimates.json").read_text())["mean"]["point_estimate"]
     elements = (json.loads((new / "benchmark.json").read_text()).get("throughput") or {}).get("Elements")
     figures = {f.stem: json.loads(f.read_text())["value"] for f in (home / "awsmp-bench").glob("*.json")}
@@ -114,14 +116,19 @@ def compare(root, target, rev, reps, quick):
             if "dynamodb" in bench_id:
                 continue
             row = runs.setdefault(key + (bench_id,), {"before": [], "after": []})
-            for rep in range(reps):
-                for side in (("before", "after") if rep % 2 == 0 else ("after", "before")):
-                    log("{} {}/{} {} (repetition {} of {})".format(side, *key, bench_id, rep + 1, reps))
-                    (mean, elements), figs = run_one(sides[side][key], bench_id, dest / "run", quick)
-                    row[side].append(cell(mean, elements))
-                    units[key + (bench_id,)] = "M events/s" if elements else "ms"
-                    for name, value in figs.items():
-                        figures.setdefault(name, {"before": [], "after": []})[side].append(value)
+            pairs = [("before", "after") if rep % 2 == 0 else ("after", "before") for rep in range(reps)]
+            order = [side for pair in pairs for side in pair]
+            for n, side in enumerate(order):
+                log("{} {}/{} {} (run {} of {})".format(side, *key, bench_id, n + 1, len(order)))
+                measured, figs = run_one(sides[side][key], bench_id, dest / "run", quick)
+                if measured is None:
+                    log("{}/{} {} measured nothing (it needs the local stack): left out".format(*key, bench_id))
+                    del runs[key + (bench_id,)]
+                    break
+                row[side].append(cell(*measured))
+                units[key + (bench_id,)] = "M events/s" if measured[1] else "ms"
+                for name, value in figs.items():
+                    figures.setdefault(name, {"before": [], "after": []})[side].append(value)
     print(table(commit, runs, figures, units))
 
 
