@@ -2,7 +2,7 @@
 //! ([`resolve`]), record its late / rejected parts, and make one conditional write —
 //! re-reading and deciding again when another writer moved the row first.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 
 use awsmp_aws::emf::Metric;
 use awsmp_contract::attrs::audit_timestamp;
@@ -34,10 +34,12 @@ impl Consumer {
     /// group-hour is finalized could not be looked up — fails from its own first record.
     pub(super) async fn write_rows(&self, batch: &mut Batch<'_>, folded: &Folded) {
         let rows = &folded.rows;
+        // In key order, not a hash set's (seeded per set): the lookups after a failed one run
+        // in this order, and a replay must make them in the same one.
         let groups: Vec<GroupKey> = rows
             .iter()
             .map(|r| r.id.group())
-            .collect::<HashSet<_>>()
+            .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
         let lookup = std::time::Instant::now();

@@ -125,7 +125,7 @@ impl FinalizedGroups for AggregatedFinalized {
 #[async_trait]
 impl<T: FinalizedGroups + ?Sized> FinalizedGroups for Faulty<T> {
     async fn finalized(&self, groups: &[GroupKey]) -> CResult<HashSet<GroupKey>> {
-        // The consumer collects the groups through a hash set: name the call by its least.
+        // Named by its least group, whatever order a caller lists them in.
         let key = groups
             .iter()
             .map(|g| g.to_string())
