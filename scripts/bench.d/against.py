@@ -100,10 +100,23 @@ def cell(mean, elements):
     return elements / mean * 1e3 if elements else mean / 1e6
 
 
+def pair_moved(before, after):
+    """Pair a bench that moved to another crate between the two trees (the re-cut moved some)
+    by its name, when that name is on each side's unmatched list once."""
+    only_before = [k for k in before if k not in after]
+    only_after = [k for k in after if k not in before]
+    for old in only_before:
+        moved = [k for k in only_after if k[1] == old[1]]
+        if len(moved) == 1 and [k[1] for k in only_before].count(old[1]) == 1:
+            log("bench {}/{} is {}/{} after: compared as one".format(*old, *moved[0]))
+            before[moved[0]] = before.pop(old)
+
+
 def compare(root, target, rev, reps, quick):
     dest = target / "bench-against"
     src, commit = extract(root, rev, dest)
     sides = {"before": build(src, dest / "target"), "after": build(root, target)}
+    pair_moved(sides["before"], sides["after"])
     shared = sorted(set(sides["before"]) & set(sides["after"]))
     for only in sorted(set(sides["before"]) ^ set(sides["after"])):
         log("bench {}/{} exists on one side only: not compared".format(*only))
