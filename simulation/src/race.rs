@@ -83,6 +83,10 @@ impl World {
             return;
         }
         lock(&self.truth).edge_prepared = true;
+        // Fault-free (and so with no clock moves inside calls): under the schedule's faults
+        // the backlog was often not yet committed when the race began, or the catch-up ran
+        // past the boundary, and the race had nothing to race on.
+        self.faults.set_enabled(false);
         let mut rounds = 0;
         while self.deliver().await && rounds < 20 {
             rounds += 1;
@@ -103,6 +107,7 @@ impl World {
                 break;
             }
         }
+        self.faults.set_enabled(true);
         self.log("race: the pipeline caught up with the backlog");
     }
 
@@ -119,6 +124,10 @@ impl World {
             return;
         }
         self.race_prepare(boundary).await;
+        let now = self.clock.now();
+        if now >= boundary {
+            return;
+        }
         let lead = Duration::seconds(1 + ((h >> 8) % 30) as i64);
         if boundary - now > lead {
             self.clock.set(boundary - lead);

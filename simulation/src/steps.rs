@@ -269,6 +269,7 @@ impl World {
         if self.fail_poisoned(&delivery) {
             return true;
         }
+        let armed = self.crash_point_arm(&lane.0, &delivery.event);
         self.faults.begin(Step::ConsumerBatch.timeout());
         let (response, report) = self.consumer.process(delivery.event.clone()).await;
         let crashed = self.faults.end();
@@ -309,6 +310,7 @@ impl World {
                 ""
             }
         ));
+        self.crash_point_end(armed, crashed || lost).await;
         true
     }
 

@@ -224,6 +224,16 @@ pub struct FaultPlan {
 const DRIFT_SALT: u64 = 0x7105_e7ad;
 /// Salt of the race's yield decisions.
 const YIELD_SALT: u64 = 0x51e1_d5ed;
+/// While expiry races a submitter run, a table call yields to the other fewer times than
+/// this: a DynamoDB round trip takes about as long as another.
+const RACE_STORE_YIELDS: u64 = 3;
+/// While expiry races a submitter run, a `BatchMeterUsage` call yields fewer times than this
+/// before AWS applies and answers it: a call to Marketplace in another service may take as long
+/// as expiry's whole lookback scan (744 table reads, 8 at a time, about 250 yields), so expiry
+/// may read, decide and write while a record's call is in flight.
+const RACE_MARKETPLACE_YIELDS: u64 = 500;
+/// The operation name of a `BatchMeterUsage` call.
+const MARKETPLACE_CALL: &str = "batch_meter_usage";
 /// Salt of the error-code variants and of which throttles outlast the retries.
 const VARIANT_SALT: u64 = 0x7a41_a47e;
 /// Longest ordinary move of the clock before a call.
@@ -341,7 +351,16 @@ impl FaultPlan {
         if s.failed.remove(&call_key) == Some(invocation) {
             *s.tally.entry(retry_class(operation)).or_default() += 1;
         }
-        if let Some(now) = self.drift(&mut s, &parts)
+        // Expiry racing a submitter run does not move the clock itself: its lookback scan (744
+        // reads, 8 at a time) takes about a second in AWS, and at the race class's rate of
+        // moves its calls took it past its 5-minute timeout before it wrote, in nearly every
+        // race. It still sees the moves of the run's calls.
+        let now = if frame == RACE_FRAME {
+            self.drift.as_ref().map(|d| d.clock.now())
+        } else {
+            self.drift(&mut s, &parts)
+        };
+        if let Some(now) = now
             && s.frames[frame].deadline.is_some_and(|d| now > d)
         {
             // Lambda ends an invocation at its timeout: this call and every later one fail.
@@ -382,7 +401,13 @@ impl FaultPlan {
             }
         }
         let yields = if s.racing {
-            (hash(self.seed ^ YIELD_SALT, &parts) % 3) as u32
+            let h = hash(self.seed ^ YIELD_SALT, &parts);
+            let most = if operation == MARKETPLACE_CALL {
+                RACE_MARKETPLACE_YIELDS
+            } else {
+                RACE_STORE_YIELDS
+            };
+            (h % most) as u32
         } else {
             0
         };

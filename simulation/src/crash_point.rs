@@ -1,0 +1,106 @@
+//! The consumer crash-point class: a consumer invocation whose batch carries its shard past an
+//! hour's fence crashes at a seeded port call, and the pipeline's scheduled runs come before
+//! the mapping delivers the batch again.
+//!
+//! The consumer publishes its shard's ingest watermark only after its batch's rows are written
+//! (docs/guarantees.md, "Pipeline: the ingest watermark fences every hour"), so a crash at any
+//! call leaves the watermark where the last whole batch put it. What tests that order is a
+//! crash between two of the invocation's calls while the batch would move the watermark past
+//! an hour's end plus the settle margin, then the discoverer and the aggregator running before
+//! the retry: in AWS a failed invocation is retried once its failure is known (a timeout comes
+//! after up to the function's 60 s), while the discoverer runs every few minutes. The ordinary
+//! faults seldom crash such a batch, and the scheduler seldom runs the discoverer at the hour's
+//! offset and the aggregator before the lane's next delivery; this class does both.
+//!
+//! In the class (outside the race class), every active-phase consumer batch whose first
+//! record's hour ended more than the settle margin before its last record arrived has a crash
+//! point armed at one of its first [`MAX_CALLS_BEFORE`] port calls, drawn
+//! ([`FaultPlan::crash_after`]; a batch with fewer calls does not crash); and after every
+//! consumer invocation that failed as a whole (crashed or timed out), the discoverer meters the
+//! three hours before the current one and the aggregator and cleanup take what it queued,
+//! before the scheduler's next step. The draws come from hashes of their own, so every other
+//! schedule stays as it was.
+//!
+//! [`FaultPlan::crash_after`]: crate::faults::FaultPlan::crash_after
+
+use crate::faults::{hash, mix};
+use crate::world::{Setup, World};
+use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
+use awsmp_contract::clock::Clock;
+use awsmp_contract::keys::HourBucket;
+use awsmp_pipeline::config::DEFAULT_WATERMARK_SETTLE_SECS;
+use awsmp_pipeline::handlers::discoverer::DiscovererInput;
+use chrono::Duration;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// Schedules of the crash-point class, per thousand.
+const CRASH_POINT_PER_MILLE: u32 = 200;
+/// The crash point's call is drawn among an invocation's first this many port calls.
+const MAX_CALLS_BEFORE: u64 = 40;
+/// Invocations of the aggregator (and of cleanup) the catch-up runs at most.
+const CATCH_UP_INVOCATIONS: usize = 10;
+
+/// The crash-point class, drawn from an RNG of its own so every other schedule stays as it was.
+pub(crate) fn crash_point_class(seed: u64, mut setup: Setup) -> Setup {
+    let mut r = StdRng::seed_from_u64(mix(seed ^ 0xc7a5_4b01));
+    // Outside the race class: a crash point is armed by call count, and a racing expiry's
+    // calls run beside the consumer's.
+    setup.crash_point = r.random_range(0..1000) < CRASH_POINT_PER_MILLE && !setup.race;
+    setup
+}
+
+impl World {
+    /// In the crash-point class, while faults are on: arm a crash at a seeded call of the
+    /// consumer invocation about to run on `lane` with `event`, when the batch carries its
+    /// shard past an hour's fence (its first record's hour ended more than the settle margin
+    /// before its last record arrived). True when armed
+    /// ([`World::crash_point_end`] disarms it).
+    pub(crate) fn crash_point_arm(&self, lane: &str, event: &KinesisEvent) -> bool {
+        if !self.setup.crash_point || !self.faults.enabled() {
+            return false;
+        }
+        let arrival = |r: &KinesisEventRecord| r.kinesis.approximate_arrival_timestamp.0;
+        let (Some(first), Some(last)) = (event.records.first(), event.records.last()) else {
+            return false;
+        };
+        let settle = Duration::seconds(DEFAULT_WATERMARK_SETTLE_SECS as i64);
+        if HourBucket::containing(arrival(first)).end() + settle > arrival(last) {
+            return false;
+        }
+        let now = self.clock.now().to_string();
+        let sequence = &first.kinesis.sequence_number;
+        let h = hash(self.setup.seed ^ 0xc7a5_4b02, &[lane, sequence, &now]);
+        let calls = h % MAX_CALLS_BEFORE;
+        self.faults.crash_after(calls);
+        self.faults.count("consumer-crash-point");
+        self.log(format!("crash point: after {calls} calls"));
+        true
+    }
+
+    /// After a consumer invocation: disarm a crash point it did not reach (`armed`) and, in the
+    /// class, when the invocation `failed` as a whole, let the pipeline run before its retry.
+    pub(crate) async fn crash_point_end(&self, armed: bool, failed: bool) {
+        if armed {
+            // Nothing else runs in between: the next invocation starts with no crash point.
+            self.faults.recover();
+        }
+        if !self.setup.crash_point || !failed || !self.faults.enabled() {
+            return;
+        }
+        self.log("crash point: the pipeline runs before the batch is delivered again");
+        for hour_offset in 1..=3 {
+            self.discover(DiscovererInput::Meter { hour_offset }).await;
+        }
+        for _ in 0..CATCH_UP_INVOCATIONS {
+            if !self.aggregate().await {
+                break;
+            }
+        }
+        for _ in 0..CATCH_UP_INVOCATIONS {
+            if !self.clean().await {
+                break;
+            }
+        }
+    }
+}
