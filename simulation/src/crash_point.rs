@@ -24,7 +24,7 @@
 //! [`FaultPlan::crash_after`]: crate::faults::FaultPlan::crash_after
 
 use crate::faults::{hash, mix};
-use crate::world::{Setup, World};
+use crate::world::{Setup, World, lock};
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use awsmp_contract::clock::Clock;
 use awsmp_contract::keys::HourBucket;
@@ -36,8 +36,12 @@ use rand::{Rng, SeedableRng};
 
 /// Schedules of the crash-point class, per thousand.
 const CRASH_POINT_PER_MILLE: u32 = 200;
-/// The crash point's call is drawn among an invocation's first this many port calls.
-const MAX_CALLS_BEFORE: u64 = 40;
+/// The crash point is drawn among an invocation's first this many row writes.
+const ROW_WRITES_BEFORE: u64 = 3;
+/// The operation of a row write (`testkit/src/ports/consumer.rs`).
+const ROW_WRITE: &str = "row-write";
+/// Batches of each other lane the catch-up delivers at most.
+const OTHER_LANE_BATCHES: usize = 5;
 /// Invocations of the aggregator (and of cleanup) the catch-up runs at most.
 const CATCH_UP_INVOCATIONS: usize = 10;
 
@@ -71,16 +75,19 @@ impl World {
         let now = self.clock.now().to_string();
         let sequence = &first.kinesis.sequence_number;
         let h = hash(self.setup.seed ^ 0xc7a5_4b02, &[lane, sequence, &now]);
-        let calls = h % MAX_CALLS_BEFORE;
-        self.faults.crash_after(calls);
+        let nth = 1 + (h % ROW_WRITES_BEFORE) as u32;
+        self.faults.crash_at(ROW_WRITE, nth);
         self.faults.count("consumer-crash-point");
-        self.log(format!("crash point: after {calls} calls"));
+        self.log(format!("crash point: at row write {nth}"));
         true
     }
 
-    /// After a consumer invocation: disarm a crash point it did not reach (`armed`) and, in the
-    /// class, when the invocation `failed` as a whole, let the pipeline run before its retry.
-    pub(crate) async fn crash_point_end(&self, armed: bool, failed: bool) {
+    /// After a consumer invocation on `lane`: disarm a crash point it did not reach (`armed`)
+    /// and, in the class, when the invocation `failed` as a whole, let the rest of the
+    /// deployment run before its retry: a heartbeat, the other lanes' consumers (up to
+    /// [`OTHER_LANE_BATCHES`] batches each), the discoverer on the three hours before the
+    /// current one, the aggregator and cleanup on what it queued.
+    pub(crate) async fn crash_point_end(&self, lane: &(String, u32), armed: bool, failed: bool) {
         if armed {
             // Nothing else runs in between: the next invocation starts with no crash point.
             self.faults.recover();
@@ -88,7 +95,22 @@ impl World {
         if !self.setup.crash_point || !failed || !self.faults.enabled() {
             return;
         }
-        self.log("crash point: the pipeline runs before the batch is delivered again");
+        self.log("crash point: the deployment runs before the batch is delivered again");
+        self.heartbeat();
+        let others: Vec<_> = lock(&self.esm)
+            .ready(&self.stream, self.clock.now())
+            .into_iter()
+            .filter(|other| other != lane)
+            .collect();
+        for other in &others {
+            for _ in 0..OTHER_LANE_BATCHES {
+                // Boxed: a delivery may end in this catch-up (never for these, which run
+                // without crash points).
+                if !Box::pin(self.deliver_lane(other, false)).await {
+                    break;
+                }
+            }
+        }
         for hour_offset in 1..=3 {
             self.discover(DiscovererInput::Meter { hour_offset }).await;
         }

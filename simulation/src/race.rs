@@ -13,7 +13,11 @@
 //! starts a few of the run's calls later, the clock moving past the boundary as it starts —
 //! time passing between two calls of the submitter's run. Every port call of both yields to
 //! the other a seeded number of times (`testkit/src/faults.rs`, [`Call::yields`]), so their
-//! calls interleave, replayably.
+//! calls interleave, replayably: a table call 0–2 times, a `BatchMeterUsage` call 0–499 times
+//! (expiry's whole lookback scan takes about 100 turns), so expiry may read, decide and write
+//! while a record's call is in flight. The racing expiry is fault-free and does not move the clock
+//! itself (its scan of 744 buckets takes about a second in AWS); the backlog is committed,
+//! fault-free, before the first race (`World::race_prepare`).
 //!
 //! [`Call::yields`]: crate::faults::Call::yields
 
@@ -72,7 +76,7 @@ impl World {
 
     /// Before the first race: the pipeline catches up with the backlog (deliveries, a meter
     /// run for the backlog's hour, the aggregator and cleanup on everything queued), faults
-    /// on, so records of the closing hour are pending when the race starts. Without it the
+    /// off, so records of the closing hour are pending when the race starts. Without it the
     /// scheduler's random picks rarely bring the backlog that far in the minutes before the
     /// close, and the race has nothing to race on.
     async fn race_prepare(&self, boundary: chrono::DateTime<chrono::Utc>) {
