@@ -1,27 +1,29 @@
 //! The consumer crash-point class: a consumer invocation whose batch carries its shard past an
-//! hour's fence crashes at a seeded port call, and the pipeline's scheduled runs come before
-//! the mapping delivers the batch again.
+//! hour's fence crashes partway through its row writes, and the rest of the deployment runs
+//! before the mapping delivers the batch again.
 //!
 //! The consumer publishes its shard's ingest watermark only after its batch's rows are written
-//! (docs/guarantees.md, "Pipeline: the ingest watermark fences every hour"), so a crash at any
-//! call leaves the watermark where the last whole batch put it. What tests that order is a
-//! crash between two of the invocation's calls while the batch would move the watermark past
-//! an hour's end plus the settle margin, then the discoverer and the aggregator running before
-//! the retry: in AWS a failed invocation is retried once its failure is known (a timeout comes
-//! after up to the function's 60 s), while the discoverer runs every few minutes. The ordinary
-//! faults seldom crash such a batch, and the scheduler seldom runs the discoverer at the hour's
-//! offset and the aggregator before the lane's next delivery; this class does both.
+//! (docs/guarantees.md, "Pipeline: the ingest watermark fences every hour"), so a crash among
+//! the row writes leaves the watermark where the last whole batch put it. What tests that
+//! order is such a crash while the batch would move the watermark past an hour's end plus the
+//! settle margin, then the discoverer and the aggregator running before the retry: in AWS a
+//! failed invocation is retried once its failure is known (a timeout comes after up to the
+//! function's 60 s), while the heartbeat, the other shards' consumers and the discoverer go on.
+//! The ordinary faults seldom crash such a batch there, and the scheduler seldom runs the
+//! discoverer at the hour's offset and the aggregator before the lane's next delivery; this
+//! class does both.
 //!
-//! In the class (outside the race class), every active-phase consumer batch whose first
-//! record's hour ended more than the settle margin before its last record arrived has a crash
-//! point armed at one of its first [`MAX_CALLS_BEFORE`] port calls, drawn
-//! ([`FaultPlan::crash_after`]; a batch with fewer calls does not crash); and after every
-//! consumer invocation that failed as a whole (crashed or timed out), the discoverer meters the
-//! three hours before the current one and the aggregator and cleanup take what it queued,
-//! before the scheduler's next step. The draws come from hashes of their own, so every other
-//! schedule stays as it was.
+//! In the class (outside the race and scale classes), every active-phase consumer batch whose first
+//! record's hour ended more than the settle margin before its last record arrived crashes at
+//! one of its first [`ROW_WRITES_BEFORE`] row writes, drawn ([`FaultPlan::crash_at`]; a batch
+//! with fewer row writes does not crash). After every consumer invocation that failed as a
+//! whole (crashed or timed out) the heartbeat runs, every other ready lane is delivered (up to
+//! [`OTHER_LANE_BATCHES`] batches each, without crash points), the discoverer meters the three
+//! hours before the current one, and the aggregator and cleanup take what it queued, before the
+//! scheduler's next step. The draws come from hashes of their own, so every other schedule
+//! stays as it was.
 //!
-//! [`FaultPlan::crash_after`]: crate::faults::FaultPlan::crash_after
+//! [`FaultPlan::crash_at`]: crate::faults::FaultPlan::crash_at
 
 use crate::faults::{hash, mix};
 use crate::world::{Setup, World, lock};
@@ -48,14 +50,17 @@ const CATCH_UP_INVOCATIONS: usize = 10;
 /// The crash-point class, drawn from an RNG of its own so every other schedule stays as it was.
 pub(crate) fn crash_point_class(seed: u64, mut setup: Setup) -> Setup {
     let mut r = StdRng::seed_from_u64(mix(seed ^ 0xc7a5_4b01));
-    // Outside the race class: a crash point is armed by call count, and a racing expiry's
-    // calls run beside the consumer's.
-    setup.crash_point = r.random_range(0..1000) < CRASH_POINT_PER_MILLE && !setup.race;
+    // Outside the race class (a crash point is armed on the plan, and a racing expiry's calls
+    // run beside the consumer's) and the scale class (over a scale schedule with an outage,
+    // the class reached a submitter starvation docs/simulation.md describes under "What the
+    // sweep does not cover").
+    let drawn = r.random_range(0..1000) < CRASH_POINT_PER_MILLE;
+    setup.crash_point = drawn && !setup.race && !setup.scale;
     setup
 }
 
 impl World {
-    /// In the crash-point class, while faults are on: arm a crash at a seeded call of the
+    /// In the crash-point class, while faults are on: arm a crash at a seeded row write of the
     /// consumer invocation about to run on `lane` with `event`, when the batch carries its
     /// shard past an hour's fence (its first record's hour ended more than the settle margin
     /// before its last record arrived). True when armed
