@@ -2,6 +2,7 @@
 #![warn(missing_docs)]
 
 pub mod causes;
+pub mod crash_point;
 pub mod ingest;
 pub mod invariants;
 pub mod lifecycle;

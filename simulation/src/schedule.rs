@@ -113,10 +113,12 @@ pub fn setup_for(seed: u64) -> Setup {
         submitter_cap: None,
         lane_owned_ranges: None,
         lock_edge: false,
+        crash_point: false,
     };
     let setup = discard_class(seed, poison_class(seed, setup));
     let setup = race_class(seed, ingest_class(seed, setup));
-    crate::lock_edge::lock_edge_class(seed, crate::scale::scale_class(seed, setup))
+    let setup = crate::lock_edge::lock_edge_class(seed, crate::scale::scale_class(seed, setup));
+    crate::crash_point::crash_point_class(seed, setup)
 }
 
 /// Schedules, per thousand, whose mapping gives up on any failing batch (outside the poison

@@ -263,12 +263,21 @@ impl World {
             return false;
         }
         let lane = ready[self.pick(ready.len())].clone();
-        let Some(delivery) = lock(&self.esm).deliver(&self.stream, &lane) else {
+        self.deliver_lane(&lane, true).await
+    }
+
+    /// One consumer invocation on `lane` (ready); false when it had nothing to deliver. With
+    /// `crash_points`, the crash-point class may arm a crash in it and runs the pipeline after
+    /// it failed (`simulation/src/crash_point.rs`).
+    pub(crate) async fn deliver_lane(&self, lane: &(String, u32), crash_points: bool) -> bool {
+        let now = self.clock.now();
+        let Some(delivery) = lock(&self.esm).deliver(&self.stream, lane) else {
             return false;
         };
         if self.fail_poisoned(&delivery) {
             return true;
         }
+        let armed = crash_points && self.crash_point_arm(&lane.0, &delivery.event);
         self.faults.begin(Step::ConsumerBatch.timeout());
         let (response, report) = self.consumer.process(delivery.event.clone()).await;
         let crashed = self.faults.end();
@@ -309,6 +318,9 @@ impl World {
                 ""
             }
         ));
+        if crash_points {
+            self.crash_point_end(lane, armed, crashed || lost).await;
+        }
         true
     }
 

@@ -93,6 +93,9 @@ pub struct Setup {
     /// The lock-edge class (`simulation/src/lock_edge.rs`): usage recorded seconds before an
     /// hour ends, the discoverer run on that hour seconds after, before the consumer read it.
     pub lock_edge: bool,
+    /// The consumer crash-point class (`simulation/src/crash_point.rs`): consumer invocations
+    /// crashing at a seeded call, the pipeline running before their batch's retry.
+    pub crash_point: bool,
 }
 
 /// Ground truth: what the callers recorded and what the run injected as bad on purpose.

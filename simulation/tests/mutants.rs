@@ -5,22 +5,11 @@
 use awsmp_aws::mutants::{Mutant, set};
 use awsmp_simulation::cli::DEFAULT_SCHEDULES;
 
-/// Mutants the default sweep is not yet shown to catch.
-const PENDING: [Mutant; 3] = [
-    Mutant::WatermarkBeforeRows,
-    Mutant::ExpiryWritePendingOnly,
-    Mutant::ExpiryDecidesInFlight,
-];
-
 /// One test: the active mutant is process-wide, so they run one after the other.
 #[test]
 fn the_default_sweep_catches_every_mutant() {
     let mut missed = Vec::new();
-    // Not shown caught by the default sweep (docs/simulation.md, "Mutants"): each needs an
-    // order of the window-close race, or a crash between an early watermark and the row
-    // writes, that the sweep's schedules have not been shown to reach.
-    let pending = PENDING;
-    for mutant in Mutant::ALL.into_iter().filter(|m| !pending.contains(m)) {
+    for mutant in Mutant::ALL {
         set(Some(mutant));
         match awsmp_simulation::first_failure(0, DEFAULT_SCHEDULES) {
             Some(r) => eprintln!(

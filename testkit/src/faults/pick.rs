@@ -90,13 +90,26 @@ pub(super) fn held_or(
 }
 
 /// The fault a call takes whatever its roll: a crash once the crash point is passed
-/// ([`FaultPlan::crash_after`]), else the next one scripted for its operation, else the one
-/// scripted for the `nth` (from 1) call of its operation on its key.
+/// ([`FaultPlan::crash_after`]) or reached ([`FaultPlan::crash_at`]), else the next one
+/// scripted for its operation, else the one scripted for the `nth` (from 1) call of its
+/// operation on its key.
+///
+/// [`FaultPlan::crash_after`]: super::FaultPlan::crash_after
+/// [`FaultPlan::crash_at`]: super::FaultPlan::crash_at
 pub(super) fn forced(s: &mut State, operation: &str, nth: u32) -> Option<Fault> {
     s.ops += 1;
     if s.crash_after.is_some_and(|n| s.ops > n) {
         s.crash_after = None;
         return Some(Fault::Crash);
+    }
+    if let Some((op, left)) = &mut s.crash_at
+        && op == operation
+    {
+        if *left <= 1 {
+            s.crash_at = None;
+            return Some(Fault::Crash);
+        }
+        *left -= 1;
     }
     s.script
         .get_mut(operation)

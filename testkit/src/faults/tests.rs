@@ -148,3 +148,22 @@ fn a_per_key_script_hits_the_first_calls_on_each_key() {
     assert_eq!(plan.decide("mark_attempted", "a", true), None);
     assert_eq!(plan.injected_by_kind()[&Fault::Throttle], 4);
 }
+
+/// A crash point on an operation crashes its n-th next call, whatever the other calls between,
+/// and stops the invocation; one not reached is gone once the process recovers.
+#[test]
+fn a_crash_point_on_an_operation_crashes_its_nth_call() {
+    let plan = FaultPlan::new(3, Rates::default());
+    plan.begin(Duration::minutes(1));
+    plan.crash_at("row-write", 2);
+    assert_eq!(plan.decide("row-write", "a", true), None);
+    assert_eq!(plan.decide("claim", "a", true), None);
+    assert_eq!(plan.decide("row-write", "b", true), Some(Fault::Crash));
+    assert!(plan.crashed());
+    assert!(plan.call("advance", "shard", true).stopped);
+    plan.end();
+    plan.begin(Duration::minutes(1));
+    plan.crash_at("row-write", 5);
+    plan.recover();
+    assert!((0..6).all(|i| plan.decide("row-write", &i.to_string(), true).is_none()));
+}
