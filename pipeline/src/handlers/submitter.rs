@@ -156,7 +156,9 @@ async fn deprovisioning_licenses(svc: &SubmitterDeps) -> BTreeSet<String> {
 }
 
 /// The run's records: every pending record of the deprovisioning licenses (current hour
-/// included), then the ordinary pass up to its per-run cap.
+/// included), then the ordinary pass up to its per-run cap: oldest hour first and, within an
+/// hour, records never sent first, then those whose last attempt is oldest
+/// ([`least_recently_attempted_first`]).
 async fn read_pending(
     svc: &SubmitterDeps,
     deprovisioning: &BTreeSet<String>,
@@ -174,7 +176,9 @@ async fn read_pending(
         if ordinary >= cfg.submitter_max_records_per_run {
             break;
         }
-        for item in svc.aggregated.pending(bucket, None).await? {
+        let mut bucket_items = svc.aggregated.pending(bucket, None).await?;
+        least_recently_attempted_first(&mut bucket_items);
+        for item in bucket_items {
             if !deprovisioning.contains(&item.group.license_arn)
                 && ordinary < cfg.submitter_max_records_per_run
             {
@@ -184,6 +188,16 @@ async fn read_pending(
         }
     }
     Ok(items)
+}
+
+/// Order one hour's pending records for a capped run: never attempted first, then by their
+/// last attempt, oldest first (a stable sort: the store's order otherwise). A record retried
+/// in this run goes to the back of its hour for the next, so when more records are pending
+/// than the cap — in an outage that leaves attempts unanswered, every run retrying them — the
+/// cap rotates through all of them instead of retrying the same ones while the rest wait out
+/// the billable window.
+fn least_recently_attempted_first(items: &mut [AggregatedItem]) {
+    items.sort_by_key(|item| item.submission_attempted_at);
 }
 
 /// One submitter run's state.

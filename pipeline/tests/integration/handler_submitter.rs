@@ -351,3 +351,48 @@ fn a_run_can_be_spawned_on_a_multi_threaded_runtime() {
     let run = submit(&w.svc, w.mem.metering.as_ref());
     assert_send(&run);
 }
+
+#[tokio::test]
+async fn a_capped_run_sends_records_never_attempted_then_the_least_recently_attempted() {
+    // GIVEN one hour with more pending records than the per-run cap: two whose attempts an
+    // outage left unanswered (storage_gb's the more recent), one never sent
+    let w = World::with_config(NOW, config(&[("AWSMP_SUBMITTER_MAX_RECORDS_PER_RUN", "2")]));
+    let [api, storage, users] = DIMENSIONS.map(|d| group(d, HOUR));
+    for (g, attempted_at) in [
+        (&api, "2026-11-30T11:10:00Z"),
+        (&storage, "2026-11-30T11:40:00Z"),
+    ] {
+        let mut item = AggregatedItem::new(g.clone(), 5, None);
+        item.attempted_quantity = Some(5);
+        item.submission_attempted_at = Some(at(attempted_at));
+        w.mem.aggregated.insert(item);
+    }
+    w.put_aggregated(&users, 7);
+
+    // WHEN one run reads its cap
+    let out = run(&w).await.unwrap();
+
+    // THEN it sends the record never sent and the oldest attempt, not the store's first two
+    // (which every run of an outage would read again, leaving the third to expire unsent)
+    assert_eq!(out.records_read, 2);
+    let billed: Vec<GroupKey> = w
+        .mem
+        .metering
+        .ledger()
+        .iter()
+        .map(|b| b.group.clone())
+        .collect();
+    assert_eq!(billed.len(), 2);
+    assert!(
+        billed.contains(&users),
+        "the record never sent is sent: {billed:?}"
+    );
+    assert!(
+        billed.contains(&api),
+        "then the least recently attempted: {billed:?}"
+    );
+    assert!(
+        w.aggregated(&storage).pending,
+        "the most recent attempt waits for the next run"
+    );
+}
