@@ -128,15 +128,8 @@ impl Failed {
 /// side by side (cleanup, expiry, age-out, the submitter's marks) wake in the same order on
 /// every replay.
 pub fn injected_dynamodb(operation: &'static str, failed: Failed) -> PipelineError {
-    PipelineError::DynamoDb {
-        operation,
-        resource: "simulated".into(),
-        source: Box::new(InjectedFault {
-            operation,
-            code: failed.code(),
-        }),
-        retryable: failed.retryable(),
-    }
+    // The shared stores' error of the same name, through the pipeline's conversion of it.
+    shared::injected_store(operation, failed).into()
 }
 
 /// The error the SQS adapter returns for an injected fault of a send to `queue`.
