@@ -1,8 +1,10 @@
-//! Running `awsmp-loadtest ... --json` as a test does: the verdict read from stdout, an error
-//! naming stderr when there is none, and the conservation assertion with what broke it.
+//! What the load test's tests share: a stack of each test's own ([`Stack`]), and running
+//! `awsmp-loadtest ... --json` as a test does: the verdict read from stdout, an error naming
+//! stderr when there is none, and the conservation assertion with what broke it.
 
 use anyhow::Result;
 use serde_json::Value;
+use std::path::PathBuf;
 use std::process::Command;
 
 /// A finished `--json` run.
@@ -44,4 +46,54 @@ pub fn run_conserving(cmd: &mut Command, what: &str) -> Result<RunJson> {
     );
     assert!(run.success, "{what}: the run exited non-zero");
     Ok(run)
+}
+
+pub(crate) fn bin(name: &str) -> PathBuf {
+    awsmp_local_stack::local::sibling_binary(name).unwrap()
+}
+
+/// A stack of the test's own (a temporary state dir), stopped even when the test fails.
+pub(crate) struct Stack(pub(crate) tempfile::TempDir);
+
+impl Stack {
+    /// Start a stack of the test's own (`awsmp-local up --ephemeral`). A start that fails is an
+    /// error carrying everything `up` printed, so a CI log shows which service did not start.
+    pub(crate) fn up() -> Result<Self> {
+        let stack = Self(tempfile::tempdir()?);
+        let out = local(&stack, &["up", "--ephemeral"]).output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "awsmp-local up: {}\nstdout:\n{}\nstderr:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(stack)
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        let _ = local(self, &["down", "--wipe"]).status();
+    }
+}
+
+pub(crate) fn local(stack: &Stack, args: &[&str]) -> Command {
+    let mut cmd = Command::new(bin("awsmp-local"));
+    cmd.args(args);
+    env_for(&mut cmd, stack);
+    cmd
+}
+
+/// Only this stack's settings: never the suite stack's endpoints from the environment.
+pub(crate) fn env_for(cmd: &mut Command, stack: &Stack) {
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AWS") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("AWSMP_LOCAL_DIR", stack.0.path());
+    if let Some(tools) = std::env::var_os("AWSMP_LOCAL_TOOLS_DIR") {
+        cmd.env("AWSMP_LOCAL_TOOLS_DIR", tools);
+    }
 }

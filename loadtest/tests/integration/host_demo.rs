@@ -7,7 +7,7 @@
 //! It starts a stack of its own (a load run loads a catalog of its own into the simulator).
 
 use crate::common::run_conserving;
-use crate::loadtest_conservation::{Stack, bin, env_for, local};
+use crate::common::{Stack, bin, env_for};
 use anyhow::Result;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
@@ -17,11 +17,7 @@ use std::process::Command;
 #[ignore = "starts its own emulators and runs the built Lambda binaries under libfaketime; run by scripts/test"]
 async fn every_lambda_a_process_on_the_virtual_clock_conserves_under_every_fault_class()
 -> Result<()> {
-    let stack = Stack(tempfile::tempdir()?);
-    anyhow::ensure!(
-        local(&stack, &["up", "--ephemeral"]).status()?.success(),
-        "awsmp-local up"
-    );
+    let stack = Stack::up()?;
     let report = stack.0.path().join("report");
     let mut cmd = Command::new(bin("awsmp-loadtest"));
     cmd.args([

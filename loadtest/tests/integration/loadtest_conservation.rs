@@ -5,43 +5,9 @@
 //! Each run gets a stack of its own (a temporary state dir), because a load run loads a
 //! catalog of its own into the simulator.
 
-use crate::common::{RunJson, run_conserving, run_json};
+use crate::common::{RunJson, Stack, bin, env_for, local, run_conserving, run_json};
 use anyhow::Result;
-use std::path::PathBuf;
 use std::process::Command;
-
-pub(crate) fn bin(name: &str) -> PathBuf {
-    awsmp_local_stack::local::sibling_binary(name).unwrap()
-}
-
-/// Stops the run's stack even when the test fails.
-pub(crate) struct Stack(pub(crate) tempfile::TempDir);
-
-impl Drop for Stack {
-    fn drop(&mut self) {
-        let _ = local(self, &["down", "--wipe"]).status();
-    }
-}
-
-pub(crate) fn local(stack: &Stack, args: &[&str]) -> Command {
-    let mut cmd = Command::new(bin("awsmp-local"));
-    cmd.args(args);
-    env_for(&mut cmd, stack);
-    cmd
-}
-
-/// Only this stack's settings: never the suite stack's endpoints from the environment.
-pub(crate) fn env_for(cmd: &mut Command, stack: &Stack) {
-    for (k, _) in std::env::vars() {
-        if k.starts_with("AWS") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env("AWSMP_LOCAL_DIR", stack.0.path());
-    if let Some(tools) = std::env::var_os("AWSMP_LOCAL_TOOLS_DIR") {
-        cmd.env("AWSMP_LOCAL_TOOLS_DIR", tools);
-    }
-}
 
 #[test]
 #[ignore = "starts its own emulators (installed by awsmp-local up); run by scripts/test"]
@@ -60,11 +26,7 @@ fn every_fault_class_on_conserves_exactly_with_a_third_seed() -> Result<()> {
 
 /// Load runs with every fault class on, one per seed, one after the other on one stack.
 fn every_fault_class_on_conserves_exactly(seeds: &[u64]) -> Result<()> {
-    let stack = Stack(tempfile::tempdir()?);
-    anyhow::ensure!(
-        local(&stack, &["up", "--ephemeral"]).status()?.success(),
-        "awsmp-local up"
-    );
+    let stack = Stack::up()?;
     // A shell that sourced the env file before the runs must still reach every service after
     // them (a run loads its own catalog: the simulator restarts, on the same port).
     let env_file = stack.0.path().join("env");
@@ -222,11 +184,7 @@ fn lag_past_the_hour(lock_hours: i64) -> i64 {
 #[ignore = "starts its own emulators (installed by awsmp-local up); run by scripts/test"]
 fn overlapping_stages_with_consumer_lag_across_an_hour_and_a_deprovisioning_flush_conserve()
 -> Result<()> {
-    let stack = Stack(tempfile::tempdir()?);
-    anyhow::ensure!(
-        local(&stack, &["up", "--ephemeral"]).status()?.success(),
-        "awsmp-local up"
-    );
+    let stack = Stack::up()?;
     // GIVEN a pipeline clock past the end (and lock) of the hour being produced, a license in
     // its deprovisioning flush window, two batches in flight per shard, and every fault on
     let lag = lag_past_the_hour(1).to_string();
@@ -271,11 +229,7 @@ fn overlapping_stages_with_consumer_lag_across_an_hour_and_a_deprovisioning_flus
 #[test]
 #[ignore = "starts its own emulators (installed by awsmp-local up); run by scripts/test"]
 fn sequential_stages_still_conserve() -> Result<()> {
-    let stack = Stack(tempfile::tempdir()?);
-    anyhow::ensure!(
-        local(&stack, &["up", "--ephemeral"]).status()?.success(),
-        "awsmp-local up"
-    );
+    let stack = Stack::up()?;
     let mut cmd = Command::new(bin("awsmp-loadtest"));
     cmd.args([
         "run",
@@ -299,11 +253,7 @@ fn sequential_stages_still_conserve() -> Result<()> {
 #[test]
 #[ignore = "starts its own emulators (installed by awsmp-local up); run by scripts/test"]
 fn produce_only_delivers_every_event() -> Result<()> {
-    let stack = Stack(tempfile::tempdir()?);
-    anyhow::ensure!(
-        local(&stack, &["up", "--ephemeral"]).status()?.success(),
-        "awsmp-local up"
-    );
+    let stack = Stack::up()?;
     let mut cmd = Command::new(bin("awsmp-loadtest"));
     cmd.args([
         "produce",
@@ -342,11 +292,7 @@ impl Drop for Background {
 fn against_a_deployment_named_by_the_environment() -> Result<()> {
     // The local stack plays the deployment: `awsmp-local run` is its consumer and schedules
     // (on a clock 120× real time), and the load test only sees what the environment names.
-    let stack = Stack(tempfile::tempdir()?);
-    anyhow::ensure!(
-        local(&stack, &["up", "--ephemeral"]).status()?.success(),
-        "awsmp-local up"
-    );
+    let stack = Stack::up()?;
     let env = awsmp_local_stack::local::LocalEnv::read(&stack.0.path().join("env"))?;
     let licenses = stack.0.path().join("licenses.csv");
     let lines: Vec<String> = (150..160)
@@ -412,11 +358,7 @@ fn against_a_deployment_named_by_the_environment() -> Result<()> {
 #[ignore = "starts its own emulators (installed by awsmp-local up); run by scripts/test"]
 fn produce_into_a_named_stream_leaves_it_and_every_event_in_it() -> Result<()> {
     use awsmp_local_stack::kinesis_esm::{EsmOptions, KinesisEsm};
-    let stack = Stack(tempfile::tempdir()?);
-    anyhow::ensure!(
-        local(&stack, &["up", "--ephemeral"]).status()?.success(),
-        "awsmp-local up"
-    );
+    let stack = Stack::up()?;
     let env = awsmp_local_stack::local::LocalEnv::read(&stack.0.path().join("env"))?;
     let rt = tokio::runtime::Runtime::new()?;
     let name = "awsmp-loadtest-named";

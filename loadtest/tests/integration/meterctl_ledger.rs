@@ -5,42 +5,13 @@
 //!
 //! The stack is the test's own (a temporary state dir), as in `loadtest_conservation.rs`.
 
+use crate::common::{Stack, bin, env_for};
 use anyhow::{Context, Result};
 use aws_sdk_dynamodb::types::AttributeValue as Av;
 use awsmp_loadtest::ledger_check;
 use awsmp_local_stack::local::LocalEnv;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::{Command, Output};
-
-fn bin(name: &str) -> PathBuf {
-    awsmp_local_stack::local::sibling_binary(name).unwrap()
-}
-
-/// Stops the run's stack even when the test fails.
-struct Stack(tempfile::TempDir);
-
-impl Drop for Stack {
-    fn drop(&mut self) {
-        let mut cmd = Command::new(bin("awsmp-local"));
-        cmd.args(["down", "--wipe"]);
-        env_for(&mut cmd, self);
-        let _ = cmd.status();
-    }
-}
-
-/// Only this stack's settings: never the suite stack's endpoints from the environment.
-fn env_for(cmd: &mut Command, stack: &Stack) {
-    for (k, _) in std::env::vars() {
-        if k.starts_with("AWS") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env("AWSMP_LOCAL_DIR", stack.0.path());
-    if let Some(tools) = std::env::var_os("AWSMP_LOCAL_TOOLS_DIR") {
-        cmd.env("AWSMP_LOCAL_TOOLS_DIR", tools);
-    }
-}
 
 /// `meterctl` with exactly the stack's env file as its environment.
 fn meterctl(env: &LocalEnv, now: &str, args: &[&str]) -> Result<Output> {
@@ -102,11 +73,7 @@ fn load_run(stack: &Stack) -> Result<serde_json::Value> {
 #[ignore = "starts its own emulators (installed by awsmp-local up); run by scripts/test"]
 async fn after_an_all_faults_run_the_ledger_explains_everything_and_catches_a_changed_record()
 -> Result<()> {
-    let stack = Stack(tempfile::tempdir()?);
-    let mut up = Command::new(bin("awsmp-local"));
-    up.args(["up", "--ephemeral"]);
-    env_for(&mut up, &stack);
-    anyhow::ensure!(up.status()?.success(), "awsmp-local up");
+    let stack = Stack::up()?;
 
     // GIVEN an all-faults load run whose verdict (its table the run's ledger) conserved
     let run = load_run(&stack)?;

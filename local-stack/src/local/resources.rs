@@ -278,6 +278,9 @@ fn key_schema(hash: &KeyAttr, range: Option<&KeyAttr>) -> Result<Vec<KeySchemaEl
     Ok(keys)
 }
 
+/// How long `up` waits for a stream it created to become ACTIVE.
+const STREAM_ACTIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Create `table` unless it exists. Returns true when it was created.
 pub async fn ensure_table(client: &aws_sdk_dynamodb::Client, table: &TableDef) -> Result<bool> {
     // Every key attribute of the table and its indexes, declared once each.
@@ -404,7 +407,10 @@ pub async fn ensure_stream(client: &aws_sdk_kinesis::Client, stream: &StreamDef)
             return Err(anyhow::Error::new(e).context(format!("creating stream {}", stream.name)));
         }
     }
-    for _ in 0..100 {
+    // Kinesalite makes a stream ACTIVE after a delay of its own; on a loaded machine its event
+    // loop may take much longer than that to answer.
+    let deadline = std::time::Instant::now() + STREAM_ACTIVE_TIMEOUT;
+    while std::time::Instant::now() < deadline {
         let desc = client
             .describe_stream_summary()
             .stream_name(&stream.name)

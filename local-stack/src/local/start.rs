@@ -58,44 +58,67 @@ pub(super) async fn start_missing(
     }
     state.save(paths)?;
     for i in 0..state.services.len() {
-        let Err(first) = procs::wait_listening(&state.services[i], START_TIMEOUT).await else {
-            continue;
-        };
-        // One fresh start on a fresh port: a process that never bound (a port taken between
-        // choosing and binding it, or a start stalled on a loaded machine) gets a second
-        // chance before `up` fails; the first failure is reported either way.
-        eprintln!("{first:#}\nstarting it again on a fresh port");
-        let failed = state.services[i].clone();
-        procs::stop(&failed)?;
-        let region = region_of(&failed.name);
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let spawned = start_service(
-            paths,
-            (&failed.name, region),
-            port,
-            catalog,
-            state.ephemeral,
-        )?;
-        state.services[i] = spawned.state;
-        state.save(paths)?;
-        procs::wait_listening(&state.services[i], START_TIMEOUT)
-            .await
-            .with_context(|| format!("{} failed to start twice", failed.name))?;
+        if let Err(first) = procs::wait_listening(&state.services[i], START_TIMEOUT).await {
+            // One fresh start on a fresh port: a process that never bound (a port taken between
+            // choosing and binding it, or a start stalled on a loaded machine) gets a second
+            // chance before `up` fails; the first failure is reported either way.
+            eprintln!("{first:#}\nstarting it again on a fresh port");
+            restart_on_fresh_port(paths, state, i, catalog).await?;
+        }
     }
     // Something else may have taken a port in the instant between choosing and binding it:
-    // then our process has exited even though the port answers. Never hand out such a stack.
+    // then our process has exited even though the port answers. Such a service starts again
+    // on a fresh port; a stack with a dead service is never handed out.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    for s in &state.services {
+    for i in 0..state.services.len() {
+        let s = &state.services[i];
         if !procs::is_alive(s) {
-            bail!(
-                "{} exited after start (port {} taken?); see {}",
+            eprintln!(
+                "{} exited after start (port {} taken?); see {}\nstarting it again on a fresh port",
                 s.name,
                 s.port,
                 s.log.display()
             );
+            restart_on_fresh_port(paths, state, i, catalog).await?;
         }
+    }
+    Ok(())
+}
+
+/// Stop service `i` and start it again on a port just handed out by the kernel; fail unless it
+/// listens and stays up.
+async fn restart_on_fresh_port(
+    paths: &Paths,
+    state: &mut State,
+    i: usize,
+    catalog: &Path,
+) -> Result<()> {
+    let failed = state.services[i].clone();
+    procs::stop(&failed)?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let spawned = start_service(
+        paths,
+        (&failed.name, region_of(&failed.name)),
+        port,
+        catalog,
+        state.ephemeral,
+    )?;
+    state.services[i] = spawned.state;
+    state.save(paths)?;
+    let s = &state.services[i];
+    procs::wait_listening(s, START_TIMEOUT)
+        .await
+        .with_context(|| format!("{} failed to start twice", failed.name))?;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    if !procs::is_alive(s) {
+        bail!(
+            "{} exited after its second start (port {}); see {}",
+            s.name,
+            s.port,
+            s.log.display()
+        );
     }
     Ok(())
 }
