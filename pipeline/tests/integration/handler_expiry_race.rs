@@ -33,6 +33,10 @@ use chrono::{DateTime, Duration, Utc};
 use std::sync::Arc;
 use tokio::sync::watch;
 
+/// How long a schedule waits for one of its steps: far beyond a step's time on a loaded machine
+/// (the dynalite variants' calls take milliseconds).
+const GATE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// One step of a schedule: opened once, awaited by any number of waiters.
 #[derive(Clone)]
 struct Gate(Arc<watch::Sender<bool>>);
@@ -44,9 +48,14 @@ impl Gate {
     fn open(&self) {
         self.0.send_replace(true);
     }
+    /// Wait until the gate opens. A schedule whose step never comes (a handler that no longer
+    /// makes the call the gate stands for) fails after [`GATE_TIMEOUT`] instead of hanging.
     async fn wait(&self) {
         let mut rx = self.0.subscribe();
-        rx.wait_for(|open| *open).await.expect("gate alive");
+        tokio::time::timeout(GATE_TIMEOUT, rx.wait_for(|open| *open))
+            .await
+            .expect("the schedule's step never came: a gate stayed closed")
+            .expect("gate alive");
     }
 }
 
