@@ -65,8 +65,9 @@ def build(tree, target):
     env = dict(os.environ, CARGO_TARGET_DIR=str(target))
     packages = [a for p in bench_packages(tree) for a in ("-p", p)]
     log("cargo bench --no-run --benches {} in {}".format(" ".join(packages), tree))
-    # `--benches`: the bench targets alone, not the packages' test targets `cargo bench` would
-    # also build (and this script never runs).
+    # `--benches`: the targets benchmarked by default (the bench targets, and the libraries'
+    # and binaries' harnesses), not the packages' integration tests, which `cargo bench` would
+    # also build and this script never runs.
     out = subprocess.run(["cargo", "bench", "--no-run", "--benches", "--message-format", "json", *packages], cwd=tree,
                          env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
     exes = {}
