@@ -109,6 +109,9 @@ const MAX_EXPONENT_DIGITS: usize = 6;
 /// assert_eq!(parse_non_negative_integer("-3"), Err(NumberError::Negative));
 /// assert_eq!(parse_non_negative_integer("abc"), Err(NumberError::NonNumeric));
 /// ```
+// Inline: the aggregator's fold (another crate) reads every row's quantity through the fast
+// path; the workspace builds without LTO, so only an inline function is inlined across crates.
+#[inline]
 pub fn parse_non_negative_integer(s: &str) -> Result<u64, NumberError> {
     let b = s.as_bytes();
     // Fast path: DynamoDB returns integers normalized as plain digits; 19 digits always fit.
@@ -117,6 +120,11 @@ pub fn parse_non_negative_integer(s: &str) -> Result<u64, NumberError> {
             .iter()
             .fold(0u64, |acc, &c| acc * 10 + u64::from(c - b'0')));
     }
+    parse_decimal(b)
+}
+
+/// [`parse_non_negative_integer`] past its fast path: any other spelling, out of line.
+fn parse_decimal(b: &[u8]) -> Result<u64, NumberError> {
     Decimal::parse(b)?.to_non_negative_integer()
 }
 

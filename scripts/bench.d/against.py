@@ -14,6 +14,10 @@ write (latencies, bytes on the stream) are collected per run and compared the sa
 
 Benches that need the local stack (the aggregator's DynamoDB read) are skipped here: without
 a stack they measure nothing.
+
+`--only A,B` runs only the bench ids that contain one of the comma-separated strings (e.g.
+`--only fold_3600_rows,record/no_collapse_meter`): a quick look at a few figures when a full run
+is too long for the quiet window at hand. Both sides are still built whole.
 """
 
 import json
@@ -60,8 +64,11 @@ def build(tree, target):
     (only the packages that have one are built)."""
     env = dict(os.environ, CARGO_TARGET_DIR=str(target))
     packages = [a for p in bench_packages(tree) for a in ("-p", p)]
-    log("cargo bench --no-run {} in {}".format(" ".join(packages), tree))
-    out = subprocess.run(["cargo", "bench", "--no-run", "--message-format", "json", *packages], cwd=tree,
+    log("cargo bench --no-run --benches {} in {}".format(" ".join(packages), tree))
+    # `--benches`: the targets benchmarked by default (the bench targets, and the libraries'
+    # and binaries' harnesses), not the packages' integration tests, which `cargo bench` would
+    # also build and this script never runs.
+    out = subprocess.run(["cargo", "bench", "--no-run", "--benches", "--message-format", "json", *packages], cwd=tree,
                          env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
     exes = {}
     for line in out.splitlines():
@@ -112,7 +119,12 @@ def pair_moved(before, after):
             before[moved[0]] = before.pop(old)
 
 
-def compare(root, target, rev, reps, quick):
+def selected(bench_id, only):
+    """Whether `--only`'s strings (None: every bench) pick `bench_id`: it contains one of them."""
+    return only is None or any(part in bench_id for part in only)
+
+
+def compare(root, target, rev, reps, quick, only=None):
     dest = target / "bench-against"
     src, commit = extract(root, rev, dest)
     sides = {"before": build(src, dest / "target"), "after": build(root, target)}
@@ -126,7 +138,7 @@ def compare(root, target, rev, reps, quick):
     for key in shared:
         common = [i for i in ids(sides["after"][key]) if i in set(ids(sides["before"][key]))]
         for bench_id in common:
-            if "dynamodb" in bench_id:
+            if "dynamodb" in bench_id or not selected(bench_id, only):
                 continue
             row = runs.setdefault(key + (bench_id,), {"before": [], "after": []})
             pairs = [("before", "after") if rep % 2 == 0 else ("after", "before") for rep in range(reps)]

@@ -35,3 +35,13 @@ def test_a_bench_on_one_side_only_stays_unpaired():
     after = {("producer", "producer"): "a", ("consumer", "new_bench"): "n"}
     against.pair_moved(before, after)
     assert before == {("producer", "producer"): "b"}
+
+
+def test_only_picks_the_bench_ids_containing_one_of_its_strings():
+    against = load_against()
+    only = ["fold_3600_rows", "record/no_collapse_meter"]
+    assert against.selected("fold_3600_rows/plain", only)
+    assert against.selected("record/no_collapse_meter", only)
+    assert not against.selected("record/no_collapse", only)
+    assert not against.selected("handler_in_memory/1000", only)
+    assert against.selected("handler_in_memory/1000", None)

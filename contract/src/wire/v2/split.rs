@@ -126,7 +126,9 @@ pub fn put_single_from_head(
 /// A fast path (docs/producer-internals.md, "The fast-path rule"); equivalence test:
 /// `wire::v2::split::tests::a_single_from_its_head_is_the_single_of_its_event` (and, in
 /// debug builds, every sum written so is also laid out the long way and compared,
-/// `engine::window`).
+/// `engine::window`). Inline: the producer writes every event of a meter (no collapse) with it,
+/// from another crate.
+#[inline]
 pub fn put_generated_single(
     out: &mut BytesMut,
     head: &[u8],
@@ -274,6 +276,7 @@ fn put_entry(
 /// The event fields of an event with a generated id, before any allocation: quantity,
 /// timestamp (epoch milliseconds), lane, sequence. Shared by [`write_single`] and the bound
 /// group handle's payload (`split::put_head`), so both write the same bytes.
+#[inline]
 fn put_generated_fields(out: &mut BytesMut, quantity: u64, millis: i64, id: GeneratedId) {
     let mut fields = VarintFields::default();
     if quantity != 0 {
@@ -309,6 +312,7 @@ impl Default for VarintFields {
 
 impl VarintFields {
     /// Field `field` (< 16) of varint `v`; at most four per value.
+    #[inline]
     fn put(&mut self, field: u8, mut v: u64) {
         debug_assert!(field < 16 && self.len + 1 + MAX_VARINT_LEN <= self.buf.len());
         self.buf[self.len] = field << 3 | WT_VARINT;
