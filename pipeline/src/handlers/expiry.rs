@@ -169,3 +169,17 @@ fn expiry_write(item: &AggregatedItem) -> WriteBack {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The in-flight window is the submitter's Lambda timeout as deployed plus a minute: a
+    /// shorter one decides marks a running invocation may still answer, a longer one holds
+    /// records past any run (cargo-mutants' `300 - 60` and `300 * 60` on the constant).
+    #[test]
+    fn an_attempt_is_in_flight_for_the_submitters_timeout_and_a_minute() {
+        let submitter = awsmp_contract::stages::named("submitter");
+        assert_eq!(ATTEMPT_IN_FLIGHT_SECS, i64::from(submitter.timeout) + 60);
+    }
+}

@@ -6,6 +6,7 @@ use awsmp_contract::keys::GroupKey;
 use awsmp_contract::metrics;
 use awsmp_contract::reasons::PENDING_PAST_BILLABLE_WINDOW;
 use awsmp_contract::status::AggregatedStatus;
+use awsmp_contract::time::expiry_buckets;
 use awsmp_pipeline::handlers::expiry::expire;
 use handler_support::*;
 
@@ -25,6 +26,10 @@ async fn records_past_the_billable_window_expire() {
     w.put_aggregated(&billable, 2);
     let out = expire(&w.svc).await.unwrap();
     assert_eq!((out.records_expired, out.quantity_expired), (1, 40));
+    // It reports every bucket of its lookback it examined, each expired hour back to it.
+    let examined = expiry_buckets(at(NOW), &w.svc.config.time).len();
+    assert!(examined > 24, "{examined}");
+    assert_eq!(out.buckets, examined);
     assert!(expired(&w, &stale));
     assert!(w.aggregated(&billable).pending);
     assert_eq!(
