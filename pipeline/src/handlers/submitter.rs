@@ -275,10 +275,6 @@ impl Run<'_> {
         }
     }
 
-    /// The run's result: a halt other than the budget is an error, and so is a failed
-    /// write-back (records whose write-back failed stay pending with `attemptedQuantity` set:
-    /// the next run resubmits them and recognises the replay; failing the run raises the
-    /// Errors alarm).
     /// The run's calls and finalized records, once per run (zeros too, so charts stay continuous).
     fn report_throughput(&self) {
         let finalized: usize = self.out.statuses.values().sum();
@@ -292,6 +288,10 @@ impl Run<'_> {
         ));
     }
 
+    /// The run's result: a halt other than the budget is an error, and so is a failed
+    /// write-back (records whose write-back failed stay pending with `attemptedQuantity` set:
+    /// the next run resubmits them and recognises the replay; failing the run raises the
+    /// Errors alarm).
     fn conclude(self) -> Result<SubmitterOutput> {
         let Run { out, failures, .. } = self;
         if let Some(halt) = &out.halted
