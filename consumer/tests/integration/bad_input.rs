@@ -139,12 +139,17 @@ impl UsageRowWriter for FailingRows {
 
     async fn write(&self, write: &RowWrite) -> Result<bool> {
         if write.dimension == self.bad && self.broken.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(ConsumerError::MalformedItem {
-                table: "usage".into(),
-                detail: "refused by the test".into(),
-            });
+            return Err(refused_by_the_test("usage"));
         }
         self.inner.write(write).await
+    }
+}
+
+/// The error a test double answers for a call it refuses on `table`.
+fn refused_by_the_test(table: &str) -> ConsumerError {
+    ConsumerError::MalformedItem {
+        table: table.into(),
+        detail: "refused by the test".into(),
     }
 }
 
@@ -204,10 +209,7 @@ impl FinalizedGroups for FailingLookup {
         if self.broken.load(std::sync::atomic::Ordering::SeqCst)
             && groups.iter().any(|g| g.dimension == self.bad)
         {
-            return Err(ConsumerError::MalformedItem {
-                table: "aggregated".into(),
-                detail: "refused by the test".into(),
-            });
+            return Err(refused_by_the_test("aggregated"));
         }
         self.inner.finalized(groups).await
     }
@@ -264,10 +266,7 @@ struct OneByOne {
 impl FinalizedGroups for OneByOne {
     async fn finalized(&self, groups: &[GroupKey]) -> Result<HashSet<GroupKey>> {
         let [one] = groups else {
-            return Err(ConsumerError::MalformedItem {
-                table: "aggregated".into(),
-                detail: "refused by the test".into(),
-            });
+            return Err(refused_by_the_test("aggregated"));
         };
         self.alone.lock().unwrap().push(one.dimension.clone());
         self.inner.finalized(groups).await
