@@ -51,11 +51,15 @@ pub enum Mutant {
     /// before answering 5xx is not marked sent, its attempt is taken back, and the replay's
     /// `DuplicateRecord` is then read as someone else's record.
     Submitter5xxProvesUnapplied,
+    /// The submitter's ordinary pass skips an hour in its last billable hour (an off-by-one at
+    /// the window's edge): a record committed late, after faults held its hour, is never sent
+    /// and expires.
+    SubmitterSkipsLastHour,
 }
 
 impl Mutant {
     /// Every mutant, in declaration order.
-    pub const ALL: [Mutant; 14] = [
+    pub const ALL: [Mutant; 15] = [
         Mutant::CleanupUnconditional,
         Mutant::DedupIgnoresEventIds,
         Mutant::SubmitterForgetsWriteBack,
@@ -70,6 +74,7 @@ impl Mutant {
         Mutant::ExpiryWritePendingOnly,
         Mutant::ExpiryDecidesInFlight,
         Mutant::Submitter5xxProvesUnapplied,
+        Mutant::SubmitterSkipsLastHour,
     ];
 
     /// Its name on the command line (`scripts/simulate --mutant NAME`).
@@ -89,6 +94,7 @@ impl Mutant {
             Mutant::ExpiryWritePendingOnly => "expiry-write-pending-only",
             Mutant::ExpiryDecidesInFlight => "expiry-decides-in-flight",
             Mutant::Submitter5xxProvesUnapplied => "submitter-5xx-proves-unapplied",
+            Mutant::SubmitterSkipsLastHour => "submitter-skips-last-hour",
         }
     }
 

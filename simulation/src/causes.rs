@@ -5,17 +5,22 @@
 //! | exit | its cause, recorded as the schedule ran |
 //! |---|---|
 //! | `NeedsReconciliation` (billed or not) | an injected fault on that group's attempt path: a `BatchMeterUsage` call carrying it lost, crashed, throttled, stopped or in an outage, or a fault on its mark, take-back or write-back (`FaultPlan::attempt_faults`) |
-//! | `SubmissionExpired`, `AggregationExpired`, a fold's `TimestampOutOfWindow` | the hour is an edge input (the race class's backlog, stamped in the hour that leaves the window as the schedule starts), or its window closed while faults were on: before the fault-free drain had run two rounds |
+//! | `SubmissionExpired`, `AggregationExpired`, a fold's `TimestampOutOfWindow` | the hour is an edge input (the race class's backlog, stamped in the hour that leaves the window as the schedule starts); or its window closed before the fault-free drain had run two rounds *and* a recorded failure on that group's billing path fell between the hour's end and its close ([`StageFailure`]: a failed invocation of a stage the hour waits on, or a fault on the group's attempt); for `SubmissionExpired`, never when a clean submitter run read the record pending before the close, unless a fault hit the record's own attempt |
 //!
 //! An hour whose window closes once the drain has had [`DRAIN_LEAD`] is billed, whatever the
 //! window: the drain runs every stage every 10 virtual minutes without faults. A
 //! `NeedsReconciliation` on a group no fault touched is the system racing itself (expiry and a
-//! submitter run at the window's close): a violation, billed or not.
+//! submitter run at the window's close): a violation, billed or not. So is an hour that left its
+//! window while faults were on but nothing on its path failed: the scheduler not picking a
+//! stage, a fault retried away, or a failure in a stage the hour does not wait on (the license
+//! lifecycle, expiry, age-out) excuses nothing.
 
 use crate::lifecycle::closing::DRAIN_LEAD;
+use crate::stages::Step;
 use crate::world::{World, lock};
+use awsmp_contract::clock::Clock;
 use awsmp_contract::keys::{GroupKey, HourBucket};
-use awsmp_contract::time::is_billable;
+use awsmp_contract::time::{is_billable, submitter_pending_buckets};
 use awsmp_loadtest::conservation::{GroupHour, Inputs};
 use chrono::{DateTime, Duration, Utc};
 use std::collections::BTreeSet;
@@ -27,9 +32,44 @@ pub enum Cause {
     AttemptFault,
     /// The hour is the race class's backlog.
     EdgeInput,
-    /// The hour's window closed while faults were on.
-    ClosedUnderFaults,
+    /// An invocation of this stage on the group's billing path failed while the hour's window
+    /// was open, and the window closed while faults were on.
+    StageFailed(Step),
 }
+
+/// A failed invocation of a stage an hour's billing waits on, as the schedule ran it: it
+/// crashed, timed out, returned an error or reported failed items (a poison batch's function
+/// error included). A fault the invocation retried away is not one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StageFailure {
+    /// The virtual clock when the invocation ended.
+    pub at: DateTime<Utc>,
+    /// The stage.
+    pub stage: Step,
+    /// The groups it held back, when it names them (an aggregator message's group); `None`:
+    /// every group (a consumer lane or a heartbeat holds the fence for every hour, a
+    /// discoverer or submitter run covers every pending group).
+    pub groups: Option<Vec<GroupKey>>,
+}
+
+impl StageFailure {
+    /// Whether it may have held `group` back.
+    fn touches(&self, group: &GroupKey) -> bool {
+        self.groups.as_ref().is_none_or(|g| g.contains(group))
+    }
+}
+
+/// The stages an hour's billing waits on: the consumer (its lanes' watermarks are the fence),
+/// the heartbeat (an idle shard's watermark), the discoverer's meter and flush runs, the
+/// aggregator, cleanup (the rows' final status) and the submitter.
+pub const BILLING_PATH: [Step; 6] = [
+    Step::ConsumerBatch,
+    Step::Heartbeat,
+    Step::Discover,
+    Step::Aggregate,
+    Step::Cleanup,
+    Step::Submit,
+];
 
 /// The window exits a cause may excuse (`pipeline_terminal` reasons' prefixes).
 const WINDOW_EXITS: [&str; 3] = [
@@ -37,6 +77,8 @@ const WINDOW_EXITS: [&str; 3] = [
     "row:AggregationExpired:",
     "row:RejectedClientSide:TimestampOutOfWindow",
 ];
+/// The expiry of a record the submitter never sent.
+const SUBMISSION_EXPIRED: &str = "record:SubmissionExpired";
 /// The reconciliation exit.
 const RECONCILIATION: &str = "record:NeedsReconciliation";
 
@@ -50,13 +92,107 @@ pub fn hour_close(w: &World, hour: HourBucket) -> DateTime<Utc> {
         .unwrap_or(start + Duration::hours(i64::from(cfg.billable_window_hours())))
 }
 
-/// Whether `hour`'s window closed while faults were on, or it is an edge input.
-pub fn window_cause(w: &World, hour: HourBucket) -> Option<Cause> {
-    if lock(&w.truth).edge_hours.contains(&hour) {
+/// Record a failed invocation of `stage` at the clock's reading (only stages on the billing
+/// path are kept).
+pub fn note_failure(w: &World, stage: Step, groups: Option<Vec<GroupKey>>) {
+    if BILLING_PATH.contains(&stage) {
+        lock(&w.truth).stage_failures.push(StageFailure {
+            at: w.clock.now(),
+            stage,
+            groups,
+        });
+    }
+}
+
+/// Why `group`'s hour may have left its window unbilled, if anything recorded says so: it is
+/// an edge input; or it closed before the drain had [`DRAIN_LEAD`] and a failure on the
+/// group's path ([`StageFailure`], or a fault on its attempt) fell between the hour's end
+/// (when its processing begins) and its close.
+pub fn window_cause(w: &World, group: &GroupKey) -> Option<Cause> {
+    if lock(&w.truth).edge_hours.contains(&group.hour) {
         return Some(Cause::EdgeInput);
     }
     let drained = (*lock(&w.lifecycle.drain_started))?;
-    (hour_close(w, hour) < drained + DRAIN_LEAD).then_some(Cause::ClosedUnderFaults)
+    let close = hour_close(w, group.hour);
+    if close >= drained + DRAIN_LEAD {
+        return None;
+    }
+    if attempt_cause(&w.faults.attempt_faults(), group).is_some() {
+        return Some(Cause::AttemptFault);
+    }
+    let open = group.hour.end()..close;
+    lock(&w.truth)
+        .stage_failures
+        .iter()
+        .find(|f| open.contains(&f.at) && f.touches(group))
+        .map(|f| Cause::StageFailed(f.stage))
+}
+
+/// Count how far the rule reaches in this schedule (a `limit-*` of its explored summary, so a
+/// sweep counts the schedules): group-hours with usage whose window closed while faults were
+/// on (`limit-window-closed-under-faults`); of those, the ones a clean submitter run read
+/// pending before the close, whose expiry no failure elsewhere excuses
+/// (`limit-window-closed-read-clean`), and the ones with no recorded cause at all, which must
+/// be billed whatever their exit (`limit-window-closed-uncaused`).
+pub fn note_reach(w: &World, groups: impl IntoIterator<Item = GroupKey>) {
+    let Some(drained) = *lock(&w.lifecycle.drain_started) else {
+        return;
+    };
+    let groups: BTreeSet<GroupKey> = groups.into_iter().collect();
+    for group in groups {
+        if hour_close(w, group.hour) >= drained + DRAIN_LEAD {
+            continue;
+        }
+        w.faults.count("limit-window-closed-under-faults");
+        if lock(&w.truth).read_by_clean_submit.contains(&group) {
+            w.faults.count("limit-window-closed-read-clean");
+        }
+        if window_cause(w, &group).is_none() {
+            w.faults.count("limit-window-closed-uncaused");
+        }
+    }
+}
+
+/// The groups a submitter run starting now reads: pending, in the completed hours of the
+/// window it covers.
+pub fn submit_candidates(w: &World) -> Vec<GroupKey> {
+    let buckets = submitter_pending_buckets(w.clock.now(), &w.svc.config.time, false);
+    w.aggregated
+        .items()
+        .into_iter()
+        .filter(|i| i.pending && buckets.contains(&i.group.hour))
+        .map(|i| i.group)
+        .collect()
+}
+
+/// After a submitter run that read `candidates` as it started: when it ended clean (no crash,
+/// no error, no halt, its cap not reached), each candidate whose window was still open when it
+/// ended was read and sent by a run that attempted every record it read; it can no longer end
+/// `SubmissionExpired` for a cause other than a fault on its own attempt (which a record the
+/// run left pending has).
+pub fn note_clean_submit(w: &World, candidates: Vec<GroupKey>, clean: bool) {
+    if !clean {
+        return;
+    }
+    let now = w.clock.now();
+    let read: Vec<GroupKey> = candidates
+        .into_iter()
+        .filter(|g| now < hour_close(w, g.hour))
+        .collect();
+    lock(&w.truth).read_by_clean_submit.extend(read);
+}
+
+/// Why `group`'s record may have ended `SubmissionExpired`: a fault on its own attempt; else,
+/// unless a clean submitter run read it pending before its window closed, the window's cause
+/// ([`window_cause`]).
+pub fn expiry_cause(w: &World, group: &GroupKey) -> Option<Cause> {
+    if let Some(c) = attempt_cause(&w.faults.attempt_faults(), group) {
+        return Some(c);
+    }
+    if lock(&w.truth).read_by_clean_submit.contains(group) {
+        return None;
+    }
+    window_cause(w, group)
 }
 
 /// Whether a fault hit `group`'s attempt path.
@@ -80,8 +216,10 @@ pub fn allow_caused_exits(w: &World, inp: &mut Inputs) {
         };
         let cause = if reason.starts_with(RECONCILIATION) {
             attempt_cause(&faulted, &group)
+        } else if reason.starts_with(SUBMISSION_EXPIRED) {
+            expiry_cause(w, &group)
         } else if WINDOW_EXITS.iter().any(|e| reason.starts_with(e)) {
-            window_cause(w, group.hour)
+            window_cause(w, &group)
         } else {
             None
         };
@@ -91,3 +229,6 @@ pub fn allow_caused_exits(w: &World, inp: &mut Inputs) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -77,6 +77,13 @@ pub fn quiescent(w: &World) -> bool {
 /// Every violation of the schedule's end state.
 pub fn check(w: &World) -> Vec<String> {
     let mut out = Vec::new();
+    crate::causes::note_reach(
+        w,
+        w.usage
+            .rows()
+            .iter()
+            .filter_map(|r| row_group(r).map(|(_, g)| g)),
+    );
     conserved(w, &mut out);
     stamped_as_folded(w, &mut out);
     statuses_match_ledger(w, &mut out);

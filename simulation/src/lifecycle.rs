@@ -368,6 +368,10 @@ impl World {
         )
         .await;
         let crashed = self.faults.end();
+        if crashed || !response.batch_item_failures.is_empty() {
+            // A deprovisioned license's flushed groups wait here (every one, conservatively).
+            crate::causes::note_failure(self, crate::stages::Step::Aggregate, None);
+        }
         self.lifecycle
             .deprovision
             .complete(&event, (!crashed).then_some(&response));

@@ -63,7 +63,10 @@ impl World {
                 (Nested::TwinAggregator, Some(body)) => {
                     self.faults.begin(Step::Aggregate.timeout());
                     let out = aggregator::aggregate(&self.svc, &body).await;
-                    self.faults.end();
+                    if self.faults.end() || out.is_err() {
+                        let group = GroupKey::from_work_message(&body).ok();
+                        crate::causes::note_failure(self, Step::Aggregate, group.map(|g| vec![g]));
+                    }
                     self.log(format!(
                         "  twin aggregator: {}",
                         match out {

@@ -92,6 +92,7 @@ impl World {
             return false;
         }
         self.faults.count("poison-batch-failure");
+        crate::causes::note_failure(self, crate::stages::Step::ConsumerBatch, None);
         let now = self.clock.now();
         let mut esm = lock(&self.esm);
         let before = esm.discarded.len();

@@ -300,6 +300,10 @@ impl World {
             Completion::Response(response.clone())
         };
         lock(&self.esm).complete(&delivery, &completion, now);
+        if crashed || lost || !response.batch_item_failures.is_empty() {
+            // The lane's watermark stays behind: the fence holds every hour.
+            crate::causes::note_failure(self, Step::ConsumerBatch, None);
+        }
         self.log(format!(
             "consume {}#{}: {} records, {} events, +{} units, {} dedup hits, rejected {:?}, {} failed{}",
             lane.0,
@@ -370,6 +374,7 @@ impl World {
             handle_sqs_batch(name, event.clone(), |body| self.logged_message(stage, body)).await;
         let crashed = self.faults.end();
         queue.complete(&event, (!crashed).then_some(&response));
+        self.note_sqs_failures(stage, step, &event, crashed, &response);
         let outcomes = std::mem::replace(&mut *lock(&self.outcomes), saved);
         self.log(format!(
             "{name}: {} messages [{}]{}",
@@ -378,6 +383,41 @@ impl World {
             if crashed { " [crashed]" } else { "" }
         ));
         true
+    }
+
+    /// Record the failed messages of an SQS invocation (all of them when it crashed): an
+    /// aggregator message by its group, a cleanup message as holding every group back.
+    fn note_sqs_failures(
+        &self,
+        stage: SqsStage,
+        step: Step,
+        event: &SqsEvent,
+        crashed: bool,
+        response: &aws_lambda_events::sqs::SqsBatchResponse,
+    ) {
+        let failed: Vec<&str> = event
+            .records
+            .iter()
+            .filter(|m| {
+                crashed
+                    || response
+                        .batch_item_failures
+                        .iter()
+                        .any(|f| Some(&f.item_identifier) == m.message_id.as_ref())
+            })
+            .filter_map(|m| m.body.as_deref())
+            .collect();
+        if failed.is_empty() {
+            return;
+        }
+        let groups = match stage {
+            SqsStage::Aggregate => failed
+                .iter()
+                .map(|b| GroupKey::from_work_message(b).ok())
+                .collect::<Option<Vec<_>>>(),
+            SqsStage::Cleanup => None,
+        };
+        crate::causes::note_failure(self, step, groups);
     }
 
     /// One aggregator invocation on the work queue.
@@ -393,17 +433,25 @@ impl World {
     /// One submitter run.
     pub async fn submit(&self) {
         let pending = self.pending_records();
+        let candidates = crate::causes::submit_candidates(self);
         self.faults.begin(Step::Submit.timeout());
         let out = submitter::submit(&self.svc, &self.metering).await;
         let crashed = self.faults.end();
+        if crashed || out.is_err() {
+            crate::causes::note_failure(self, Step::Submit, None);
+        }
         let line = match out {
-            Ok(o) => format!(
-                "submit: {} read, {} calls, {:?}{}",
-                o.records_read,
-                o.calls,
-                o.statuses,
-                self.note_submitter_cap(pending, &o)
-            ),
+            Ok(o) => {
+                let capped = self.note_submitter_cap(pending, &o);
+                // A record the run left pending after a fault on its own attempt keeps that
+                // fault as its cause (`causes::expiry_cause`).
+                let clean = !crashed && capped.is_empty() && o.halted.is_none();
+                crate::causes::note_clean_submit(self, candidates, clean);
+                format!(
+                    "submit: {} read, {} calls, {:?}{capped}",
+                    o.records_read, o.calls, o.statuses,
+                )
+            }
             Err(e) => format!("submit: error: {e}"),
         };
         self.log(format!("{line}{}", if crashed { " [crashed]" } else { "" }));
@@ -434,6 +482,10 @@ impl World {
         let out = discover(&self.svc, input).await;
         self.faults.set_empty_tables(EmptyTables::default());
         let crashed = self.faults.end();
+        // Age-out's own failure only delays exits; a meter or flush run's holds hours back.
+        if (crashed || out.is_err()) && !matches!(input, DiscovererInput::Ageout { .. }) {
+            crate::causes::note_failure(self, Step::Discover, None);
+        }
         let line = match out {
             Ok(o) => format!(
                 "discover {input:?}: {} enqueued, {} fenced, {} rows aged out",
@@ -450,10 +502,12 @@ impl World {
     pub fn heartbeat(&self) {
         self.faults.begin(Step::Heartbeat.timeout());
         let mut put = 0;
+        let mut failed = false;
         for (shard, start) in self.stream.open_shards() {
             if let Some(Fault::Throttle | Fault::FailBeforeApply | Fault::Crash) =
                 self.faults.decide("heartbeat-put", &shard, true)
             {
+                failed = true;
                 continue;
             }
             self.stream.put(
@@ -464,6 +518,10 @@ impl World {
             put += 1;
         }
         let crashed = self.faults.end();
+        if failed || crashed {
+            // A shard without its marker: an idle shard's watermark stays behind.
+            crate::causes::note_failure(self, Step::Heartbeat, None);
+        }
         self.log(format!(
             "heartbeat: {put} markers{}",
             if crashed { " [crashed]" } else { "" }

@@ -122,6 +122,12 @@ pub struct Truth {
     pub edge_hours: std::collections::BTreeSet<awsmp_contract::keys::HourBucket>,
     /// The pipeline caught up with the edge inputs before the first race.
     pub edge_prepared: bool,
+    /// Failed invocations of the stages an hour's billing waits on, in the order they ended:
+    /// the only causes of a window exit besides an edge input (`simulation/src/causes.rs`).
+    pub stage_failures: Vec<crate::causes::StageFailure>,
+    /// Groups a clean submitter run read pending before their window closed
+    /// (`simulation/src/causes.rs`, `note_clean_submit`).
+    pub read_by_clean_submit: std::collections::BTreeSet<awsmp_contract::keys::GroupKey>,
 }
 
 /// Run the interleaver's nested steps on `world` (at each preemption point of a port call):

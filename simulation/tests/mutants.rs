@@ -27,6 +27,7 @@ const LOWEST_CATCHING_SEED: [(&str, u64); Mutant::ALL.len()] = [
     ("expiry-write-pending-only", 37),
     ("expiry-decides-in-flight", 79),
     ("submitter-5xx-proves-unapplied", 23),
+    ("submitter-skips-last-hour", 14),
 ];
 
 /// One test: the active mutant is process-wide, so they run one after the other. Each mutant's

@@ -176,6 +176,15 @@ async fn read_pending(
         if ordinary >= cfg.submitter_max_records_per_run {
             break;
         }
+        if awsmp_aws::mutants::active(awsmp_aws::mutants::Mutant::SubmitterSkipsLastHour)
+            && !awsmp_contract::time::is_billable(
+                bucket,
+                now + chrono::Duration::hours(1),
+                &cfg.time,
+            )
+        {
+            continue;
+        }
         let mut bucket_items = svc.aggregated.pending(bucket, None).await?;
         least_recently_attempted_first(&mut bucket_items);
         for item in bucket_items {

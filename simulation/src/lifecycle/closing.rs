@@ -95,7 +95,9 @@ impl World {
             .items()
             .into_iter()
             .filter(|i| match i.status {
-                Some(AggregatedStatus::SubmissionExpired) => true,
+                Some(AggregatedStatus::SubmissionExpired) => {
+                    crate::causes::expiry_cause(self, &i.group).is_some()
+                }
                 // Unresolved at the window's close because a fault hit its attempt.
                 Some(AggregatedStatus::NeedsReconciliation) => {
                     crate::causes::attempt_cause(&faulted, &i.group).is_some()
@@ -130,12 +132,12 @@ impl World {
                 let unbilled = text(r, a::METERING_STATUS).as_deref() != Some("Aggregated")
                     || !billed.contains(&group);
                 // A caused window exit (`simulation/src/causes.rs`): an hour whose window
-                // closed under faults, or an edge input, ends expired with its reason, for a
-                // deprovisioned license as for any other.
+                // closed under faults with a failure on the group's path, or an edge input,
+                // ends expired with its reason, for a deprovisioned license as for any other.
                 // An edge hour holds only the race backlog, injected late arrivals whose
                 // `LateUsage` conservation allows up to their quantity.
                 let caused = (window_exit(r, &group)
-                    && crate::causes::window_cause(self, group.hour).is_some())
+                    && crate::causes::window_cause(self, &group).is_some())
                     || edge.contains(&group.hour);
                 if unbilled && !caused {
                     self.log(format!(

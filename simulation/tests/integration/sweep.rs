@@ -5,7 +5,7 @@ use awsmp_simulation::cli::DEFAULT_SCHEDULES;
 /// Limits the default sweep reaches, and in how many of its schedules at least (about half of
 /// what it reached when this was written, so a small change of the schedules does not fail it,
 /// and a class that stops reaching one does).
-const LIMITS: [(&str, u64); 7] = [
+const LIMITS: [(&str, u64); 9] = [
     ("limit-25-record-call", 35),
     ("limit-cleanup-chunk", 35),
     ("limit-submitter-cap", 20),
@@ -13,6 +13,8 @@ const LIMITS: [(&str, u64); 7] = [
     ("limit-lock-edge-pending", 300),
     ("limit-lock-edge-unread", 140),
     ("limit-lock-edge-pending-in-class", 40),
+    ("limit-window-closed-under-faults", 60),
+    ("limit-window-closed-read-clean", 4),
 ];
 
 #[test]

@@ -1,0 +1,114 @@
+//! The window exit's cause is the failure on the group's own path, in the hour's window.
+
+use super::*;
+use crate::schedule::setup_for;
+
+/// A short-window schedule's world, its drain begun `drain_after` past the start, and a
+/// group of its start hour.
+fn world(drain_after: Duration) -> (std::sync::Arc<World>, GroupKey, GroupKey) {
+    let mut setup = setup_for(3);
+    setup.window_hours = 3;
+    setup.race = false;
+    let world = World::new(setup);
+    let start = world.clock.now();
+    *lock(&world.lifecycle.drain_started) = Some(start + drain_after);
+    let hour = HourBucket::containing(start);
+    let a = GroupKey::new("license-a", "111122223333", "requests", hour);
+    let b = GroupKey::new("license-b", "111122223333", "requests", hour);
+    (world, a, b)
+}
+
+fn fail_at(w: &World, at: DateTime<Utc>, stage: Step, groups: Option<Vec<GroupKey>>) {
+    lock(&w.truth)
+        .stage_failures
+        .push(StageFailure { at, stage, groups });
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_window_closed_under_faults_with_nothing_failed_on_its_path_excuses_nothing() {
+    let local = tokio::task::LocalSet::new();
+    local
+        .run_until(async {
+            let (w, a, _) = world(Duration::hours(6));
+            assert!(hour_close(&w, a.hour) < w.clock.now() + Duration::hours(6));
+            assert_eq!(window_cause(&w, &a), None, "no failure recorded");
+        })
+        .await;
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_failure_on_the_groups_path_while_its_window_was_open_is_the_cause() {
+    let local = tokio::task::LocalSet::new();
+    local
+        .run_until(async {
+            let (w, a, b) = world(Duration::hours(6));
+            let open = a.hour.start() + Duration::minutes(70);
+            // An aggregator message of another group failed: not this group's cause.
+            fail_at(&w, open, Step::Aggregate, Some(vec![b.clone()]));
+            assert_eq!(window_cause(&w, &a), None);
+            assert_eq!(
+                window_cause(&w, &b),
+                Some(Cause::StageFailed(Step::Aggregate))
+            );
+            // A consumer lane failing holds the fence for every group.
+            fail_at(&w, open, Step::ConsumerBatch, None);
+            assert_eq!(
+                window_cause(&w, &a),
+                Some(Cause::StageFailed(Step::ConsumerBatch))
+            );
+        })
+        .await;
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_failure_outside_the_hours_window_is_not_its_cause() {
+    let local = tokio::task::LocalSet::new();
+    local
+        .run_until(async {
+            let (w, a, _) = world(Duration::hours(6));
+            let close = hour_close(&w, a.hour);
+            // While the hour is still open its processing has not begun.
+            fail_at(
+                &w,
+                a.hour.start() + Duration::minutes(30),
+                Step::Submit,
+                None,
+            );
+            fail_at(
+                &w,
+                a.hour.start() - Duration::seconds(1),
+                Step::Submit,
+                None,
+            );
+            fail_at(&w, close, Step::Submit, None);
+            fail_at(&w, close + Duration::minutes(5), Step::Discover, None);
+            assert_eq!(window_cause(&w, &a), None);
+        })
+        .await;
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn an_hour_that_closes_once_the_drain_has_run_two_rounds_has_no_cause() {
+    let local = tokio::task::LocalSet::new();
+    local
+        .run_until(async {
+            let (w, a, _) = world(Duration::minutes(10));
+            fail_at(
+                &w,
+                a.hour.start() + Duration::minutes(70),
+                Step::Submit,
+                None,
+            );
+            assert!(hour_close(&w, a.hour) >= w.clock.now() + Duration::minutes(10) + DRAIN_LEAD);
+            assert_eq!(window_cause(&w, &a), None);
+        })
+        .await;
+}
+
+#[test]
+fn only_stages_on_the_billing_path_are_recorded() {
+    assert!(!BILLING_PATH.contains(&Step::Expire));
+    assert!(!BILLING_PATH.contains(&Step::Subscription));
+    assert!(!BILLING_PATH.contains(&Step::DeprovisionCleanup));
+    assert!(!BILLING_PATH.contains(&Step::MeterIngest));
+}
