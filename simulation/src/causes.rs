@@ -14,15 +14,25 @@
 //! window while faults were on but nothing on its path failed: the scheduler not picking a
 //! stage, a fault retried away, or a failure in a stage the hour does not wait on (the license
 //! lifecycle, expiry, age-out) excuses nothing.
+//!
+//! What a failure may hold back ([`Held`]): a consumer lane's or a heartbeat's, the hours its
+//! shard's watermark has not fenced; a meter run's, the hour it targets; an aggregator
+//! message's or a cleanup message's, its groups; a submitter run's, the records pending as it
+//! started.
 
+use crate::esm::STREAM_NAME;
 use crate::lifecycle::closing::DRAIN_LEAD;
 use crate::stages::Step;
 use crate::world::{World, lock};
+use awsmp_aws::watermark::WatermarkStore;
 use awsmp_contract::clock::Clock;
-use awsmp_contract::keys::{GroupKey, HourBucket};
+use awsmp_contract::keys::{
+    GroupKey, HourBucket, RowKey, parse_usage_timestamp, split_usage_sort_key,
+};
 use awsmp_contract::time::{is_billable, submitter_pending_buckets};
 use awsmp_loadtest::conservation::{GroupHour, Inputs};
 use chrono::{DateTime, Duration, Utc};
+use futures::FutureExt;
 use std::collections::BTreeSet;
 
 /// Why an exit of a group-hour is allowed.
@@ -46,16 +56,36 @@ pub struct StageFailure {
     pub at: DateTime<Utc>,
     /// The stage.
     pub stage: Step,
-    /// The groups it held back, when it names them (an aggregator message's group); `None`:
-    /// every group (a consumer lane or a heartbeat holds the fence for every hour, a
-    /// discoverer or submitter run covers every pending group).
-    pub groups: Option<Vec<GroupKey>>,
+    /// What it may have held back.
+    pub held: Held,
+}
+
+/// What a failed invocation may have held back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Held {
+    /// Every group: a consumer lane or a heartbeat holds the fence for every hour; the
+    /// deprovisioning flush covers every deprovisioning license.
+    Every,
+    /// These groups: an aggregator message's group, a cleanup message's rows' groups, the
+    /// records pending when a submitter run started.
+    Groups(BTreeSet<GroupKey>),
+    /// Every group of this hour: the hour a discoverer meter run targeted.
+    Hour(HourBucket),
+    /// Every hour the failing lane's shard had not yet fenced: those ending after this instant
+    /// (its watermark less the settle margin; the fence passes an hour only once every
+    /// shard's watermark is past its end plus the margin).
+    Unfenced(DateTime<Utc>),
 }
 
 impl StageFailure {
     /// Whether it may have held `group` back.
     fn touches(&self, group: &GroupKey) -> bool {
-        self.groups.as_ref().is_none_or(|g| g.contains(group))
+        match &self.held {
+            Held::Every => true,
+            Held::Groups(g) => g.contains(group),
+            Held::Hour(h) => *h == group.hour,
+            Held::Unfenced(through) => group.hour.end() > *through,
+        }
     }
 }
 
@@ -94,14 +124,63 @@ pub fn hour_close(w: &World, hour: HourBucket) -> DateTime<Utc> {
 
 /// Record a failed invocation of `stage` at the clock's reading (only stages on the billing
 /// path are kept).
-pub fn note_failure(w: &World, stage: Step, groups: Option<Vec<GroupKey>>) {
+pub fn note_failure(w: &World, stage: Step, held: Held) {
     if BILLING_PATH.contains(&stage) {
         lock(&w.truth).stage_failures.push(StageFailure {
             at: w.clock.now(),
             stage,
-            groups,
+            held,
         });
     }
+}
+
+/// What a failure of a consumer lane (or a heartbeat) on `shard` may hold back: the hours its
+/// watermark has not fenced yet; every hour when it has none; nothing when the shard is
+/// drained (closed and read to its end: the fence no longer waits for it).
+pub fn unfenced_by(w: &World, shard: &str) -> Option<Held> {
+    let settle = Duration::seconds(i64::try_from(w.svc.config.watermark_settle_secs).ok()?);
+    let shards = w
+        .watermarks
+        .shards(STREAM_NAME)
+        .now_or_never()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    match shards.into_iter().find(|s| s.shard_id == shard) {
+        Some(s) if s.drained => None,
+        Some(s) => Some(Held::Unfenced(s.applied_through - settle)),
+        None => Some(Held::Every),
+    }
+}
+
+/// Record a failure of a consumer lane (or a heartbeat) on `shard`: what it holds back is
+/// read from the shard's watermark now ([`unfenced_by`]).
+pub fn note_lane_failure(w: &World, stage: Step, shard: &str) {
+    if let Some(held) = unfenced_by(w, shard) {
+        note_failure(w, stage, held);
+    }
+}
+
+/// The group of a raw row's key (`None`: a key that does not parse).
+pub fn row_group(key: &RowKey) -> Option<GroupKey> {
+    let seg = split_usage_sort_key(&key.sort_key)?;
+    let at = parse_usage_timestamp(seg.timestamp).ok()?;
+    Some(GroupKey::new(
+        &key.license_arn,
+        seg.account,
+        seg.dimension,
+        HourBucket::containing(at),
+    ))
+}
+
+/// Every record pending now, in any hour: what a submitter run starting now may hold back if
+/// it fails.
+pub fn pending_groups(w: &World) -> BTreeSet<GroupKey> {
+    w.aggregated
+        .items()
+        .into_iter()
+        .filter(|i| i.pending)
+        .map(|i| i.group)
+        .collect()
 }
 
 /// Why `group`'s hour may have left its window unbilled, if anything recorded says so: it is

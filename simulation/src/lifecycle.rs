@@ -370,7 +370,11 @@ impl World {
         let crashed = self.faults.end();
         if crashed || !response.batch_item_failures.is_empty() {
             // A deprovisioned license's flushed groups wait here (every one, conservatively).
-            crate::causes::note_failure(self, crate::stages::Step::Aggregate, None);
+            crate::causes::note_failure(
+                self,
+                crate::stages::Step::Aggregate,
+                crate::causes::Held::Every,
+            );
         }
         self.lifecycle
             .deprovision

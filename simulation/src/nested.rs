@@ -64,8 +64,11 @@ impl World {
                     self.faults.begin(Step::Aggregate.timeout());
                     let out = aggregator::aggregate(&self.svc, &body).await;
                     if self.faults.end() || out.is_err() {
-                        let group = GroupKey::from_work_message(&body).ok();
-                        crate::causes::note_failure(self, Step::Aggregate, group.map(|g| vec![g]));
+                        let held = GroupKey::from_work_message(&body)
+                            .map_or(crate::causes::Held::Every, |g| {
+                                crate::causes::Held::Groups([g].into())
+                            });
+                        crate::causes::note_failure(self, Step::Aggregate, held);
                     }
                     self.log(format!(
                         "  twin aggregator: {}",

@@ -92,7 +92,11 @@ impl World {
             return false;
         }
         self.faults.count("poison-batch-failure");
-        crate::causes::note_failure(self, crate::stages::Step::ConsumerBatch, None);
+        crate::causes::note_lane_failure(
+            self,
+            crate::stages::Step::ConsumerBatch,
+            &delivery.lane.0,
+        );
         let now = self.clock.now();
         let mut esm = lock(&self.esm);
         let before = esm.discarded.len();

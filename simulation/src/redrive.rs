@@ -62,7 +62,12 @@ impl World {
             let crashed = self.faults.end();
             let info = &record.kinesis_batch_info;
             if crashed || !response.batch_item_failures.is_empty() {
-                crate::causes::note_failure(self, crate::stages::Step::ConsumerBatch, None);
+                // Its records are behind the lane's watermark: it may hold any hour back.
+                crate::causes::note_failure(
+                    self,
+                    crate::stages::Step::ConsumerBatch,
+                    crate::causes::Held::Every,
+                );
                 lock(&self.esm).destination.put_back(body);
                 self.log(format!(
                     "operator: re-drive of {} {}..{} failed; kept",

@@ -3,6 +3,7 @@
 //! heartbeats, resharding). Each invocation runs under the fault plan; a crashed one is
 //! discarded as Lambda discards a crashed invocation (nothing acknowledged).
 
+use crate::causes::Held;
 use crate::esm::Completion;
 use crate::faults::{EmptyTables, Fault};
 use crate::stages::Step;
@@ -12,11 +13,14 @@ use awsmp_contract::Event;
 use awsmp_contract::clock::Clock;
 use awsmp_contract::keys::GroupKey;
 use awsmp_contract::stream::{HEARTBEAT_MARKER, HEARTBEAT_PARTITION_KEY};
+use awsmp_contract::time::bucket_for_offset;
+use awsmp_pipeline::handlers::cleanup::CleanupMessage;
 use awsmp_pipeline::handlers::discoverer::{DiscovererInput, discover};
 use awsmp_pipeline::handlers::{aggregator, cleanup, expiry, handle_sqs_batch, submitter};
 use bytes::Bytes;
 use chrono::Duration;
 use rand::Rng;
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -301,8 +305,8 @@ impl World {
         };
         lock(&self.esm).complete(&delivery, &completion, now);
         if crashed || lost || !response.batch_item_failures.is_empty() {
-            // The lane's watermark stays behind: the fence holds every hour.
-            crate::causes::note_failure(self, Step::ConsumerBatch, None);
+            // The lane's watermark stays behind: the fence holds the hours it has not passed.
+            crate::causes::note_lane_failure(self, Step::ConsumerBatch, &lane.0);
         }
         self.log(format!(
             "consume {}#{}: {} records, {} events, +{} units, {} dedup hits, rejected {:?}, {} failed{}",
@@ -414,10 +418,21 @@ impl World {
             SqsStage::Aggregate => failed
                 .iter()
                 .map(|b| GroupKey::from_work_message(b).ok())
-                .collect::<Option<Vec<_>>>(),
-            SqsStage::Cleanup => None,
+                .collect::<Option<BTreeSet<_>>>(),
+            SqsStage::Cleanup => failed
+                .iter()
+                .map(|b| serde_json::from_str::<CleanupMessage>(b).ok())
+                .collect::<Option<Vec<_>>>()
+                .and_then(|ms| {
+                    ms.iter()
+                        .flat_map(|m| &m.keys)
+                        .map(crate::causes::row_group)
+                        .collect()
+                }),
         };
-        crate::causes::note_failure(self, step, groups);
+        // A message that names no group (it cannot be read) may hold any.
+        let held = groups.map_or(Held::Every, Held::Groups);
+        crate::causes::note_failure(self, step, held);
     }
 
     /// One aggregator invocation on the work queue.
@@ -434,11 +449,12 @@ impl World {
     pub async fn submit(&self) {
         let pending = self.pending_records();
         let candidates = crate::causes::submit_candidates(self);
+        let pending_at_start = crate::causes::pending_groups(self);
         self.faults.begin(Step::Submit.timeout());
         let out = submitter::submit(&self.svc, &self.metering).await;
         let crashed = self.faults.end();
         if crashed || out.is_err() {
-            crate::causes::note_failure(self, Step::Submit, None);
+            crate::causes::note_failure(self, Step::Submit, Held::Groups(pending_at_start));
         }
         let line = match out {
             Ok(o) => {
@@ -477,14 +493,25 @@ impl World {
     /// One discoverer run of `input`.
     pub async fn discover(&self, input: DiscovererInput) {
         self.note_lock_edge(input).await;
+        let started = self.clock.now();
         self.faults.begin(Step::Discover.timeout());
         self.declare_empty_tables();
         let out = discover(&self.svc, input).await;
         self.faults.set_empty_tables(EmptyTables::default());
         let crashed = self.faults.end();
-        // Age-out's own failure only delays exits; a meter or flush run's holds hours back.
-        if (crashed || out.is_err()) && !matches!(input, DiscovererInput::Ageout { .. }) {
-            crate::causes::note_failure(self, Step::Discover, None);
+        if crashed || out.is_err() {
+            // A meter run holds back the hour it targets, the flush every deprovisioning
+            // license; age-out's own failure only delays exits.
+            let held = match input {
+                DiscovererInput::Meter { hour_offset } => {
+                    Some(Held::Hour(bucket_for_offset(started, hour_offset)))
+                }
+                DiscovererInput::Ageout { .. } => None,
+                _ => Some(Held::Every),
+            };
+            if let Some(held) = held {
+                crate::causes::note_failure(self, Step::Discover, held);
+            }
         }
         let line = match out {
             Ok(o) => format!(
@@ -502,12 +529,12 @@ impl World {
     pub fn heartbeat(&self) {
         self.faults.begin(Step::Heartbeat.timeout());
         let mut put = 0;
-        let mut failed = false;
+        let mut failed = Vec::new();
         for (shard, start) in self.stream.open_shards() {
             if let Some(Fault::Throttle | Fault::FailBeforeApply | Fault::Crash) =
                 self.faults.decide("heartbeat-put", &shard, true)
             {
-                failed = true;
+                failed.push(shard);
                 continue;
             }
             self.stream.put(
@@ -518,9 +545,9 @@ impl World {
             put += 1;
         }
         let crashed = self.faults.end();
-        if failed || crashed {
-            // A shard without its marker: an idle shard's watermark stays behind.
-            crate::causes::note_failure(self, Step::Heartbeat, None);
+        // A shard without its marker: an idle shard's watermark stays behind.
+        for shard in &failed {
+            crate::causes::note_lane_failure(self, Step::Heartbeat, shard);
         }
         self.log(format!(
             "heartbeat: {put} markers{}",

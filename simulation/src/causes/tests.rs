@@ -18,10 +18,10 @@ fn world(drain_after: Duration) -> (std::sync::Arc<World>, GroupKey, GroupKey) {
     (world, a, b)
 }
 
-fn fail_at(w: &World, at: DateTime<Utc>, stage: Step, groups: Option<Vec<GroupKey>>) {
+fn fail_at(w: &World, at: DateTime<Utc>, stage: Step, held: Held) {
     lock(&w.truth)
         .stage_failures
-        .push(StageFailure { at, stage, groups });
+        .push(StageFailure { at, stage, held });
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
@@ -44,17 +44,36 @@ async fn a_failure_on_the_groups_path_while_its_window_was_open_is_the_cause() {
             let (w, a, b) = world(Duration::hours(6));
             let open = a.hour.start() + Duration::minutes(70);
             // An aggregator message of another group failed: not this group's cause.
-            fail_at(&w, open, Step::Aggregate, Some(vec![b.clone()]));
+            fail_at(&w, open, Step::Aggregate, Held::Groups([b.clone()].into()));
             assert_eq!(window_cause(&w, &a), None);
             assert_eq!(
                 window_cause(&w, &b),
                 Some(Cause::StageFailed(Step::Aggregate))
             );
             // A consumer lane failing holds the fence for every group.
-            fail_at(&w, open, Step::ConsumerBatch, None);
+            fail_at(&w, open, Step::ConsumerBatch, Held::Every);
             assert_eq!(
                 window_cause(&w, &a),
                 Some(Cause::StageFailed(Step::ConsumerBatch))
+            );
+        })
+        .await;
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_failed_meter_run_holds_back_only_the_hour_it_targeted() {
+    let local = tokio::task::LocalSet::new();
+    local
+        .run_until(async {
+            let (w, a, _) = world(Duration::hours(6));
+            let open = a.hour.start() + Duration::minutes(70);
+            // A meter run of another hour failed: not this hour's cause; of this hour, it is.
+            fail_at(&w, open, Step::Discover, Held::Hour(a.hour.minus_hours(1)));
+            assert_eq!(window_cause(&w, &a), None);
+            fail_at(&w, open, Step::Discover, Held::Hour(a.hour));
+            assert_eq!(
+                window_cause(&w, &a),
+                Some(Cause::StageFailed(Step::Discover))
             );
         })
         .await;
@@ -72,16 +91,21 @@ async fn a_failure_outside_the_hours_window_is_not_its_cause() {
                 &w,
                 a.hour.start() + Duration::minutes(30),
                 Step::Submit,
-                None,
+                Held::Every,
             );
             fail_at(
                 &w,
                 a.hour.start() - Duration::seconds(1),
                 Step::Submit,
-                None,
+                Held::Every,
             );
-            fail_at(&w, close, Step::Submit, None);
-            fail_at(&w, close + Duration::minutes(5), Step::Discover, None);
+            fail_at(&w, close, Step::Submit, Held::Every);
+            fail_at(
+                &w,
+                close + Duration::minutes(5),
+                Step::Discover,
+                Held::Every,
+            );
             assert_eq!(window_cause(&w, &a), None);
         })
         .await;
@@ -97,7 +121,7 @@ async fn an_hour_that_closes_once_the_drain_has_run_two_rounds_has_no_cause() {
                 &w,
                 a.hour.start() + Duration::minutes(70),
                 Step::Submit,
-                None,
+                Held::Every,
             );
             assert!(hour_close(&w, a.hour) >= w.clock.now() + Duration::minutes(10) + DRAIN_LEAD);
             assert_eq!(window_cause(&w, &a), None);
@@ -111,4 +135,20 @@ fn only_stages_on_the_billing_path_are_recorded() {
     assert!(!BILLING_PATH.contains(&Step::Subscription));
     assert!(!BILLING_PATH.contains(&Step::DeprovisionCleanup));
     assert!(!BILLING_PATH.contains(&Step::MeterIngest));
+}
+
+#[test]
+fn a_raw_rows_key_names_its_group() {
+    let hour: HourBucket = "2026-11-30T21".parse().unwrap();
+    let group = GroupKey::new("license-a", "111122223333", "requests", hour);
+    let key = RowKey {
+        license_arn: "license-a".into(),
+        sort_key: group.usage_sort_key_at(61),
+    };
+    assert_eq!(row_group(&key), Some(group));
+    let bad = RowKey {
+        license_arn: "license-a".into(),
+        sort_key: "no separators".into(),
+    };
+    assert_eq!(row_group(&bad), None);
 }
