@@ -4,13 +4,15 @@ ingest, then main (docs/deploy.md, "Stacks")."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
 
 from .params import DeployError
-from .tools import ROOT, bin_path
+from .tools import LOCK, ROOT, bin_path
 
 ORDER = ("ingest", "main")
 STACKS = ("events", *ORDER)
@@ -57,14 +59,37 @@ def package(templates: dict[str, dict], lambda_dir: Path, out: Path) -> dict[str
     return paths
 
 
+def lint_cache_dir() -> Path:
+    """Where a clean lint is remembered: beside the deploy tools, outside the repository's files."""
+    return Path(os.environ.get("AWSMP_LINT_CACHE") or ROOT / ".awsmp-local" / "cfn-lint-clean").resolve()
+
+
+def lint_key(paths: list[Path]) -> str:
+    """What a lint's verdict depends on: the pinned tools (the lock pins cfn-lint and the resource
+    specification it ships) and each template's name and bytes."""
+    h = hashlib.sha256(LOCK.read_bytes())
+    for p in paths:
+        data = p.read_bytes()
+        h.update(f"\0{p.name}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
 def lint(paths: list[Path]) -> list[str]:
+    """cfn-lint over the packaged templates; a problem stops the deploy. The same bytes linted
+    clean by the same pinned cfn-lint are not linted again (every dry run and deploy packages the
+    same templates, and one lint costs seconds of CPU); any changed byte lints afresh, and a
+    failing lint is never remembered."""
     exe = shutil.which("cfn-lint", path=bin_path())
     if not exe:
         raise DeployError("cfn-lint is missing from the deploy tools (tools/requirements-deploy.lock)")
-    cmd = [exe, *map(str, paths)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise DeployError("cfn-lint found problems:\n" + r.stdout + r.stderr)
+    clean = lint_cache_dir() / lint_key(paths)
+    if not clean.is_file():
+        r = subprocess.run([exe, *map(str, paths)], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise DeployError("cfn-lint found problems:\n" + r.stdout + r.stderr)
+        clean.parent.mkdir(parents=True, exist_ok=True)
+        clean.write_text("".join(f"{p}\n" for p in paths), encoding="utf-8")
     return ["cfn-lint", *map(str, paths)]
 
 

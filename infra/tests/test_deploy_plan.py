@@ -136,3 +136,46 @@ def test_the_readmes_deploy_dry_run_works_as_written():
     r = subprocess.run(["bash", "-c", command.split("#", 1)[0]], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("\nsam deploy ") + r.stdout.startswith("sam deploy ") == 5
+
+
+def fake_cfn_lint(tmp_path, monkeypatch):
+    """A cfn-lint that logs each run and fails on a template holding `BROKEN`; a lint cache of
+    the test's own."""
+    sys.path.insert(0, str(ROOT / "infra"))
+    from deploy import plan
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "runs.log"
+    exe = bindir / "cfn-lint"
+    exe.write_text(f"#!/bin/sh\necho \"$@\" >> {log}\ncat \"$@\" | grep -q BROKEN && exit 2\nexit 0\n")
+    exe.chmod(0o755)
+    monkeypatch.setattr(plan, "bin_path", lambda: str(bindir))
+    monkeypatch.setenv("AWSMP_LINT_CACHE", str(tmp_path / "cache"))
+    return plan, log
+
+
+def runs(log) -> int:
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def test_a_clean_lint_of_the_same_bytes_is_not_run_again_and_a_changed_byte_is(tmp_path, monkeypatch):
+    plan, log = fake_cfn_lint(tmp_path, monkeypatch)
+    t = tmp_path / "main.yaml"
+    t.write_text("Resources: {}\n")
+    assert plan.lint([t])[0] == "cfn-lint" and runs(log) == 1
+    plan.lint([t])
+    assert runs(log) == 1, "the same bytes, linted clean, were linted again"
+    t.write_text("Resources: {A: 1}\n")
+    plan.lint([t])
+    assert runs(log) == 2, "a changed template was not linted"
+
+
+def test_a_failing_lint_is_never_remembered(tmp_path, monkeypatch):
+    plan, log = fake_cfn_lint(tmp_path, monkeypatch)
+    t = tmp_path / "main.yaml"
+    t.write_text("BROKEN\n")
+    for attempt in (1, 2):
+        with pytest.raises(plan.DeployError, match="cfn-lint found problems"):
+            plan.lint([t])
+        assert runs(log) == attempt
