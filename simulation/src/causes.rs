@@ -24,6 +24,7 @@ use crate::esm::STREAM_NAME;
 use crate::lifecycle::closing::DRAIN_LEAD;
 use crate::stages::Step;
 use crate::world::{World, lock};
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use awsmp_aws::watermark::WatermarkStore;
 use awsmp_contract::clock::Clock;
 use awsmp_contract::keys::{
@@ -31,6 +32,7 @@ use awsmp_contract::keys::{
 };
 use awsmp_contract::time::{is_billable, submitter_pending_buckets};
 use awsmp_loadtest::conservation::{GroupHour, Inputs};
+use awsmp_pipeline::handlers::cleanup::CleanupMessage;
 use chrono::{DateTime, Duration, Utc};
 use futures::FutureExt;
 use std::collections::BTreeSet;
@@ -134,6 +136,46 @@ pub fn note_failure(w: &World, stage: Step, held: Held) {
     }
 }
 
+/// Record the failed messages of an aggregator or cleanup invocation (`step`; all of them
+/// when it crashed): an aggregator message holds back its group, a cleanup message its rows'
+/// groups, and a message that cannot be read any group.
+pub fn note_sqs_failures(
+    w: &World,
+    step: Step,
+    event: &SqsEvent,
+    crashed: bool,
+    response: &SqsBatchResponse,
+) {
+    let failed: Vec<&str> = event
+        .records
+        .iter()
+        .filter(|m| {
+            crashed
+                || response
+                    .batch_item_failures
+                    .iter()
+                    .any(|f| Some(&f.item_identifier) == m.message_id.as_ref())
+        })
+        .filter_map(|m| m.body.as_deref())
+        .collect();
+    if failed.is_empty() {
+        return;
+    }
+    let groups = if step == Step::Cleanup {
+        failed
+            .iter()
+            .map(|b| serde_json::from_str::<CleanupMessage>(b).ok())
+            .collect::<Option<Vec<_>>>()
+            .and_then(|ms| ms.iter().flat_map(|m| &m.keys).map(row_group).collect())
+    } else {
+        failed
+            .iter()
+            .map(|b| GroupKey::from_work_message(b).ok())
+            .collect::<Option<BTreeSet<_>>>()
+    };
+    note_failure(w, step, groups.map_or(Held::Every, Held::Groups));
+}
+
 /// What a failure of a consumer lane (or a heartbeat) on `shard` may hold back: the hours its
 /// watermark has not fenced yet; every hour when it has none; nothing when the shard is
 /// drained (closed and read to its end: the fence no longer waits for it).
@@ -232,15 +274,14 @@ pub fn note_reach(w: &World, groups: impl IntoIterator<Item = GroupKey>) {
     }
 }
 
-/// The groups a submitter run starting now reads: pending, in the completed hours of the
-/// window it covers.
-pub fn submit_candidates(w: &World) -> Vec<GroupKey> {
+/// The groups a submitter run starting now reads, of those `pending`: the ones in the
+/// completed hours of the window it covers.
+pub fn submit_candidates(w: &World, pending: &BTreeSet<GroupKey>) -> Vec<GroupKey> {
     let buckets = submitter_pending_buckets(w.clock.now(), &w.svc.config.time, false);
-    w.aggregated
-        .items()
-        .into_iter()
-        .filter(|i| i.pending && buckets.contains(&i.group.hour))
-        .map(|i| i.group)
+    pending
+        .iter()
+        .filter(|g| buckets.contains(&g.hour))
+        .cloned()
         .collect()
 }
 

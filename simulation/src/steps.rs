@@ -14,13 +14,11 @@ use awsmp_contract::clock::Clock;
 use awsmp_contract::keys::GroupKey;
 use awsmp_contract::stream::{HEARTBEAT_MARKER, HEARTBEAT_PARTITION_KEY};
 use awsmp_contract::time::bucket_for_offset;
-use awsmp_pipeline::handlers::cleanup::CleanupMessage;
 use awsmp_pipeline::handlers::discoverer::{DiscovererInput, discover};
 use awsmp_pipeline::handlers::{aggregator, cleanup, expiry, handle_sqs_batch, submitter};
 use bytes::Bytes;
 use chrono::Duration;
 use rand::Rng;
-use std::collections::BTreeSet;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -378,7 +376,7 @@ impl World {
             handle_sqs_batch(name, event.clone(), |body| self.logged_message(stage, body)).await;
         let crashed = self.faults.end();
         queue.complete(&event, (!crashed).then_some(&response));
-        self.note_sqs_failures(stage, step, &event, crashed, &response);
+        crate::causes::note_sqs_failures(self, step, &event, crashed, &response);
         let outcomes = std::mem::replace(&mut *lock(&self.outcomes), saved);
         self.log(format!(
             "{name}: {} messages [{}]{}",
@@ -387,52 +385,6 @@ impl World {
             if crashed { " [crashed]" } else { "" }
         ));
         true
-    }
-
-    /// Record the failed messages of an SQS invocation (all of them when it crashed): an
-    /// aggregator message by its group, a cleanup message as holding every group back.
-    fn note_sqs_failures(
-        &self,
-        stage: SqsStage,
-        step: Step,
-        event: &SqsEvent,
-        crashed: bool,
-        response: &aws_lambda_events::sqs::SqsBatchResponse,
-    ) {
-        let failed: Vec<&str> = event
-            .records
-            .iter()
-            .filter(|m| {
-                crashed
-                    || response
-                        .batch_item_failures
-                        .iter()
-                        .any(|f| Some(&f.item_identifier) == m.message_id.as_ref())
-            })
-            .filter_map(|m| m.body.as_deref())
-            .collect();
-        if failed.is_empty() {
-            return;
-        }
-        let groups = match stage {
-            SqsStage::Aggregate => failed
-                .iter()
-                .map(|b| GroupKey::from_work_message(b).ok())
-                .collect::<Option<BTreeSet<_>>>(),
-            SqsStage::Cleanup => failed
-                .iter()
-                .map(|b| serde_json::from_str::<CleanupMessage>(b).ok())
-                .collect::<Option<Vec<_>>>()
-                .and_then(|ms| {
-                    ms.iter()
-                        .flat_map(|m| &m.keys)
-                        .map(crate::causes::row_group)
-                        .collect()
-                }),
-        };
-        // A message that names no group (it cannot be read) may hold any.
-        let held = groups.map_or(Held::Every, Held::Groups);
-        crate::causes::note_failure(self, step, held);
     }
 
     /// One aggregator invocation on the work queue.
@@ -448,8 +400,8 @@ impl World {
     /// One submitter run.
     pub async fn submit(&self) {
         let pending = self.pending_records();
-        let candidates = crate::causes::submit_candidates(self);
         let pending_at_start = crate::causes::pending_groups(self);
+        let candidates = crate::causes::submit_candidates(self, &pending_at_start);
         self.faults.begin(Step::Submit.timeout());
         let out = submitter::submit(&self.svc, &self.metering).await;
         let crashed = self.faults.end();
