@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue as Av;
 use awsmp_contract::condition::Condition;
 use awsmp_contract::row::{AttrValue, RawUsageRow};
-use awsmp_contract::update::Update;
+use awsmp_contract::update::{RenderedUpdate, Update};
 use std::collections::HashMap;
 
 /// True when `e` is DynamoDB's `ConditionalCheckFailedException` (an expected outcome of a
@@ -123,11 +123,27 @@ pub trait WithUpdate: Sized {
     /// The request with `update` as its `UpdateExpression` and `condition` as its
     /// `ConditionExpression`.
     fn with_update(self, update: &Update, condition: &Condition) -> Self;
+
+    /// The request with `update` as its `UpdateExpression`, unconditional.
+    fn with_unconditional_update(self, update: &Update) -> Self;
 }
 
 impl WithUpdate for UpdateItemFluentBuilder {
     fn with_update(self, update: &Update, condition: &Condition) -> Self {
-        let r = update.render_with(condition);
+        self.rendered(update.render_with(condition))
+    }
+
+    fn with_unconditional_update(self, update: &Update) -> Self {
+        self.rendered(update.render())
+    }
+}
+
+trait Rendered {
+    fn rendered(self, r: RenderedUpdate) -> Self;
+}
+
+impl Rendered for UpdateItemFluentBuilder {
+    fn rendered(self, r: RenderedUpdate) -> Self {
         let mut req = self.update_expression(r.expression);
         if let Some(c) = r.condition {
             req = req.condition_expression(c);
