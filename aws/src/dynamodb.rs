@@ -87,8 +87,10 @@ pub fn to_sdk(v: &AttrValue) -> Av {
     }
 }
 
-/// A conditional write's request, given its [`Condition`]: the rendered expression, and the
-/// names and values it uses (an in-memory twin evaluates the same `Condition`).
+/// A conditional put's request, given its [`Condition`]: the rendered expression, and the
+/// names and values it uses (an in-memory twin evaluates the same `Condition`). An
+/// `UpdateItem` takes its condition with its update ([`WithUpdate`]), so the two share one
+/// map of names and one of values.
 pub trait WithCondition: Sized {
     /// The request with `condition` as its `ConditionExpression`.
     fn with_condition(self, condition: &Condition) -> Self;
@@ -112,7 +114,7 @@ macro_rules! with_condition {
     )*};
 }
 
-with_condition!(PutItemFluentBuilder, UpdateItemFluentBuilder);
+with_condition!(PutItemFluentBuilder);
 
 /// A conditional `UpdateItem` request, given its [`Update`] and its [`Condition`]: both
 /// rendered expressions, and the names and values they use merged into the one map of each
