@@ -9,6 +9,7 @@ use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue as Av;
 use awsmp_contract::condition::Condition;
 use awsmp_contract::row::{AttrValue, RawUsageRow};
+use awsmp_contract::update::{RenderedUpdate, Update};
 use std::collections::HashMap;
 
 /// True when `e` is DynamoDB's `ConditionalCheckFailedException` (an expected outcome of a
@@ -86,8 +87,10 @@ pub fn to_sdk(v: &AttrValue) -> Av {
     }
 }
 
-/// A conditional write's request, given its [`Condition`]: the rendered expression, and the
-/// names and values it uses (an in-memory twin evaluates the same `Condition`).
+/// A conditional put's request, given its [`Condition`]: the rendered expression, and the
+/// names and values it uses (an in-memory twin evaluates the same `Condition`). An
+/// `UpdateItem` takes its condition with its update ([`WithUpdate`]), so the two share one
+/// map of names and one of values.
 pub trait WithCondition: Sized {
     /// The request with `condition` as its `ConditionExpression`.
     fn with_condition(self, condition: &Condition) -> Self;
@@ -111,7 +114,51 @@ macro_rules! with_condition {
     )*};
 }
 
-with_condition!(PutItemFluentBuilder, UpdateItemFluentBuilder);
+with_condition!(PutItemFluentBuilder);
+
+/// A conditional `UpdateItem` request, given its [`Update`] and its [`Condition`]: both
+/// rendered expressions, and the names and values they use merged into the one map of each
+/// the request sends (a token bound to two different values is caught in debug builds, where
+/// two separate calls would let the second silently replace the first). An in-memory twin
+/// applies the same `Update` where the same `Condition` holds.
+pub trait WithUpdate: Sized {
+    /// The request with `update` as its `UpdateExpression` and `condition` as its
+    /// `ConditionExpression`.
+    fn with_update(self, update: &Update, condition: &Condition) -> Self;
+
+    /// The request with `update` as its `UpdateExpression`, unconditional.
+    fn with_unconditional_update(self, update: &Update) -> Self;
+}
+
+impl WithUpdate for UpdateItemFluentBuilder {
+    fn with_update(self, update: &Update, condition: &Condition) -> Self {
+        self.rendered(update.render_with(condition))
+    }
+
+    fn with_unconditional_update(self, update: &Update) -> Self {
+        self.rendered(update.render())
+    }
+}
+
+trait Rendered {
+    fn rendered(self, r: RenderedUpdate) -> Self;
+}
+
+impl Rendered for UpdateItemFluentBuilder {
+    fn rendered(self, r: RenderedUpdate) -> Self {
+        let mut req = self.update_expression(r.expression);
+        if let Some(c) = r.condition {
+            req = req.condition_expression(c);
+        }
+        for (token, name) in r.names {
+            req = req.expression_attribute_names(token, name);
+        }
+        for (token, value) in r.values {
+            req = req.expression_attribute_values(token, to_sdk(&value));
+        }
+        req
+    }
+}
 
 /// A row (SDK item) in domain form.
 pub fn row_from_item(item: &HashMap<String, Av>) -> RawUsageRow {

@@ -5,12 +5,14 @@
 //! `Query` on its partition: no `Scan`. The consumer writes it, the discoverer (its fence) and
 //! the stream heartbeat read it, so the port and both adapters live here, once.
 
-use crate::dynamodb::{WithCondition, ddb_err, is_conditional_failure, malformed, query_all, s};
+use crate::dynamodb::{WithUpdate, ddb_err, is_conditional_failure, malformed, query_all, s};
 use crate::error::Result;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_contract::condition::{Attr, Condition, Value};
+use awsmp_contract::row::AttrValue;
+use awsmp_contract::update::Update;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 
@@ -90,8 +92,7 @@ impl WatermarkStore for DynamoDbWatermarkStore {
             .table_name(&self.table)
             .set_key(Some(Self::key(stream, shard_id)))
             // The condition names `#t` and `:t`; the update sets the same.
-            .update_expression("SET #t = :t")
-            .with_condition(&advance_condition(arrival))
+            .with_update(&advance_update(arrival), &advance_condition(arrival))
             .send()
             .await;
         match r {
@@ -106,9 +107,7 @@ impl WatermarkStore for DynamoDbWatermarkStore {
             .update_item()
             .table_name(&self.table)
             .set_key(Some(Self::key(stream, shard_id)))
-            .update_expression("SET #d = :d")
-            .expression_attribute_names("#d", WATERMARK_DRAINED)
-            .expression_attribute_values(":d", AttributeValue::Bool(true))
+            .with_unconditional_update(&mark_drained_update())
             .send()
             .await
             .map_err(|e| ddb_err("UpdateItem", &self.table, e))?;
@@ -132,13 +131,32 @@ impl WatermarkStore for DynamoDbWatermarkStore {
     }
 }
 
+fn applied_through() -> Attr {
+    Attr::token("#t", WATERMARK_APPLIED_THROUGH)
+}
+
+fn arrival_value(arrival: DateTime<Utc>) -> Value {
+    Value::n(":t", arrival.timestamp_millis())
+}
+
 /// An advance's condition: no watermark yet, or one below `arrival` (never backwards).
 pub fn advance_condition(arrival: DateTime<Utc>) -> Condition {
-    let t = || Attr::token("#t", WATERMARK_APPLIED_THROUGH);
-    Condition::not_exists(t()).or(Condition::lt(
-        t(),
-        Value::n(":t", arrival.timestamp_millis()),
-    ))
+    Condition::not_exists(applied_through())
+        .or(Condition::lt(applied_through(), arrival_value(arrival)))
+}
+
+/// An advance's update: the watermark at `arrival` (epoch milliseconds; on a shard without an
+/// item, `UpdateItem` creates it).
+pub fn advance_update(arrival: DateTime<Utc>) -> Update {
+    Update::new().set(applied_through(), arrival_value(arrival))
+}
+
+/// A drained shard's update (unconditional).
+pub fn mark_drained_update() -> Update {
+    Update::new().set(
+        Attr::token("#d", WATERMARK_DRAINED),
+        Value::new(":d", AttrValue::Bool(true)),
+    )
 }
 
 /// One watermark item in domain form; a drained shard may have no `appliedThrough` yet.
@@ -184,7 +202,23 @@ fn watermark_from_item(
 #[cfg(test)]
 mod condition_tests {
     use super::*;
-    use awsmp_contract::row::AttrValue;
+
+    #[test]
+    fn each_update_renders_as_sent() {
+        let arrival = DateTime::from_timestamp_millis(1_796_040_007_250).unwrap();
+        let r = advance_update(arrival).render_with(&advance_condition(arrival));
+        assert_eq!(r.expression, "SET #t = :t");
+        assert_eq!(
+            r.condition.as_deref(),
+            Some("attribute_not_exists(#t) OR #t < :t")
+        );
+        // One `#t` and one `:t`, shared by both expressions.
+        assert_eq!((r.names.len(), r.values.len()), (1, 1));
+        let r = mark_drained_update().render();
+        assert_eq!((r.expression.as_str(), r.condition), ("SET #d = :d", None));
+        assert_eq!(r.names["#d"], WATERMARK_DRAINED);
+        assert_eq!(r.values[":d"], AttrValue::Bool(true));
+    }
 
     #[test]
     fn the_advance_condition_renders_as_sent() {

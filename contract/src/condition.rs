@@ -13,6 +13,7 @@
 //! against DynamoDB Local, which is what proves this evaluation agrees with DynamoDB's.
 
 mod eval;
+pub(crate) use eval::{Decimal, parse_number};
 #[cfg(test)]
 mod tests;
 
@@ -27,8 +28,8 @@ pub type Item = BTreeMap<String, AttrValue>;
 /// expression (or the bare name, when it needs no placeholder).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attr {
-    name: String,
-    token: Option<String>,
+    pub(crate) name: String,
+    pub(crate) token: Option<String>,
 }
 
 impl Attr {
@@ -53,7 +54,7 @@ impl Attr {
         &self.name
     }
 
-    fn rendered(&self) -> &str {
+    pub(crate) fn rendered(&self) -> &str {
         self.token.as_deref().unwrap_or(&self.name)
     }
 }
@@ -61,8 +62,8 @@ impl Attr {
 /// A value a condition compares with: its `:token` and the value sent under it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Value {
-    token: String,
-    value: AttrValue,
+    pub(crate) token: String,
+    pub(crate) value: AttrValue,
 }
 
 impl Value {
@@ -239,46 +240,41 @@ impl Condition {
 
     /// The expression, names and values the adapter sends.
     pub fn render(&self) -> Rendered {
-        let mut out = Rendered::default();
-        out.expression = self.render_into(&mut out.names, &mut out.values);
-        out
+        let mut maps = Maps::default();
+        let expression = self.render_into(&mut maps);
+        Rendered {
+            expression,
+            names: maps.names,
+            values: maps.values,
+        }
     }
 
-    fn render_into(
-        &self,
-        names: &mut BTreeMap<String, String>,
-        values: &mut BTreeMap<String, AttrValue>,
-    ) -> String {
-        let mut name = |a: &Attr| {
-            if let Some(t) = &a.token {
-                names.insert(t.clone(), a.name.clone());
-            }
-            a.rendered().to_owned()
-        };
-        let mut value = |v: &Value| {
-            let previous = values.insert(v.token.clone(), v.value.clone());
-            debug_assert!(
-                previous.is_none_or(|p| p == v.value),
-                "{} sent with two values",
-                v.token
-            );
-            v.token.clone()
-        };
+    /// The expression, its names and values collected into `maps` (shared with the update
+    /// expression of the same request, [`crate::update::Update::render_with`]).
+    pub(crate) fn render_into(&self, maps: &mut Maps) -> String {
+        let (name, value) = (Maps::name, Maps::value);
         match self {
-            Self::Exists(a) => format!("attribute_exists({})", name(a)),
-            Self::NotExists(a) => format!("attribute_not_exists({})", name(a)),
-            Self::Type(a, v) => format!("attribute_type({}, {})", name(a), value(v)),
-            Self::BeginsWith(a, v) => format!("begins_with({}, {})", name(a), value(v)),
+            Self::Exists(a) => format!("attribute_exists({})", name(maps, a)),
+            Self::NotExists(a) => format!("attribute_not_exists({})", name(maps, a)),
+            Self::Type(a, v) => format!("attribute_type({}, {})", name(maps, a), value(maps, v)),
+            Self::BeginsWith(a, v) => {
+                format!("begins_with({}, {})", name(maps, a), value(maps, v))
+            }
             Self::Compare(Operand::Attr(a), cmp, v) => {
-                format!("{} {} {}", name(a), cmp.symbol(), value(v))
+                format!("{} {} {}", name(maps, a), cmp.symbol(), value(maps, v))
             }
             Self::Compare(Operand::Size(a), cmp, v) => {
-                format!("size({}) {} {}", name(a), cmp.symbol(), value(v))
+                format!(
+                    "size({}) {} {}",
+                    name(maps, a),
+                    cmp.symbol(),
+                    value(maps, v)
+                )
             }
-            Self::And(parts) => Self::join(parts, " AND ", names, values),
-            Self::Or(parts) => Self::join(parts, " OR ", names, values),
+            Self::And(parts) => Self::join(parts, " AND ", maps),
+            Self::Or(parts) => Self::join(parts, " OR ", maps),
             Self::Not(c) => {
-                let inner = c.render_into(names, values);
+                let inner = c.render_into(maps);
                 if c.is_compound() {
                     format!("NOT ({inner})")
                 } else {
@@ -290,16 +286,11 @@ impl Condition {
 
     /// `parts` joined by `op`; a part that is itself an `AND` or `OR` is parenthesized, so the
     /// string never leans on precedence (`NOT` > `AND` > `OR`).
-    fn join(
-        parts: &[Condition],
-        op: &str,
-        names: &mut BTreeMap<String, String>,
-        values: &mut BTreeMap<String, AttrValue>,
-    ) -> String {
+    fn join(parts: &[Condition], op: &str, maps: &mut Maps) -> String {
         parts
             .iter()
             .map(|p| {
-                let s = p.render_into(names, values);
+                let s = p.render_into(maps);
                 if p.is_compound() && parts.len() > 1 {
                     format!("({s})")
                 } else {
@@ -312,5 +303,41 @@ impl Condition {
 
     fn is_compound(&self) -> bool {
         matches!(self, Self::And(p) | Self::Or(p) if p.len() > 1)
+    }
+}
+
+/// The `ExpressionAttributeNames` and `ExpressionAttributeValues` of one request, collected
+/// while its expressions render. A request sends one map of each for all its expressions, so
+/// a token means one thing throughout: a token bound to two different names or values is a
+/// bug in the adapter's tokens, caught here in debug builds (DynamoDB would evaluate one of
+/// them with the other's value).
+#[derive(Debug, Default)]
+pub(crate) struct Maps {
+    pub(crate) names: BTreeMap<String, String>,
+    pub(crate) values: BTreeMap<String, AttrValue>,
+}
+
+impl Maps {
+    /// `a` as the expression writes it, its `#token` (if any) recorded.
+    pub(crate) fn name(&mut self, a: &Attr) -> String {
+        if let Some(t) = &a.token {
+            let previous = self.names.insert(t.clone(), a.name.clone());
+            debug_assert!(
+                previous.is_none_or(|p| p == a.name),
+                "{t} stands for two attribute names"
+            );
+        }
+        a.rendered().to_owned()
+    }
+
+    /// `v`'s `:token`, its value recorded.
+    pub(crate) fn value(&mut self, v: &Value) -> String {
+        let previous = self.values.insert(v.token.clone(), v.value.clone());
+        debug_assert!(
+            previous.is_none_or(|p| p == v.value),
+            "{} sent with two values",
+            v.token
+        );
+        v.token.clone()
     }
 }

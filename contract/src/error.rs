@@ -48,6 +48,11 @@ pub enum DomainError {
     /// A work message that is not valid JSON of the documented shape.
     #[error("invalid work message: {0}")]
     InvalidWorkMessage(String),
+    /// An update expression DynamoDB would refuse for this item (`ValidationException`):
+    /// `ADD` to an attribute that is not a number, a sum past 38 digits, two actions on one
+    /// attribute.
+    #[error("invalid update: {0}")]
+    InvalidUpdate(String),
 }
 
 /// Why an event breaks the v1 event rules.

@@ -19,6 +19,7 @@ pub mod status;
 pub mod stream;
 pub mod subscribers;
 pub mod time;
+pub mod update;
 pub mod wire;
 
 pub use error::{DecodeError, DomainError, ValidationError};

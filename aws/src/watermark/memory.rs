@@ -1,15 +1,17 @@
 //! The in-memory twin of the ingest-watermark table: items as the DynamoDB adapter's updates
-//! leave them, read back with its parser; `advance` decides by its condition.
+//! leave them (the same [`Update`] values applied), read back with its parser; `advance`
+//! decides by its condition.
 
 use super::{
-    ShardWatermark, WATERMARK_APPLIED_THROUGH, WATERMARK_DRAINED, WATERMARK_SHARD_ID,
-    WATERMARK_STREAM, WatermarkStore, advance_condition, watermark_from_item,
+    ShardWatermark, WATERMARK_SHARD_ID, WATERMARK_STREAM, WatermarkStore, advance_condition,
+    advance_update, mark_drained_update, watermark_from_item,
 };
 use crate::dynamodb::to_sdk;
-use crate::error::Result;
+use crate::error::{Result, StoreError};
 use async_trait::async_trait;
 use awsmp_contract::condition::Item;
 use awsmp_contract::row::AttrValue;
+use awsmp_contract::update::Update;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
@@ -28,6 +30,25 @@ impl MemoryWatermarkStore {
     }
 }
 
+const TABLE: &str = "ingest-watermarks";
+
+/// Apply `update` to the item under `(stream, shard_id)`, created with its key where missing,
+/// as `UpdateItem` does.
+fn update_item(
+    shards: &mut BTreeMap<(String, String), Item>,
+    stream: &str,
+    shard_id: &str,
+    update: &Update,
+) -> Result<()> {
+    let item = shards
+        .entry((stream.to_owned(), shard_id.to_owned()))
+        .or_insert_with(|| key_item(stream, shard_id));
+    update.apply(item).map_err(|e| StoreError::MalformedItem {
+        table: TABLE.to_owned(),
+        detail: e.to_string(),
+    })
+}
+
 /// The item an `UpdateItem` on a missing key starts from: its key.
 fn key_item(stream: &str, shard_id: &str) -> Item {
     Item::from([
@@ -44,22 +65,13 @@ impl WatermarkStore for MemoryWatermarkStore {
         if !advance_condition(arrival).holds_for(shards.get(&key)) {
             return Ok(false);
         }
-        shards
-            .entry(key)
-            .or_insert_with(|| key_item(stream, shard_id))
-            .insert(
-                WATERMARK_APPLIED_THROUGH.to_owned(),
-                AttrValue::N(arrival.timestamp_millis().to_string()),
-            );
+        update_item(&mut shards, stream, shard_id, &advance_update(arrival))?;
         Ok(true)
     }
 
     async fn mark_drained(&self, stream: &str, shard_id: &str) -> Result<()> {
-        lock(&self.shards)
-            .entry((stream.to_owned(), shard_id.to_owned()))
-            .or_insert_with(|| key_item(stream, shard_id))
-            .insert(WATERMARK_DRAINED.to_owned(), AttrValue::Bool(true));
-        Ok(())
+        let mut shards = lock(&self.shards);
+        update_item(&mut shards, stream, shard_id, &mark_drained_update())
     }
 
     async fn shards(&self, stream: &str) -> Result<Vec<ShardWatermark>> {
@@ -68,7 +80,7 @@ impl WatermarkStore for MemoryWatermarkStore {
             .filter(|((s, _), _)| s == stream)
             .map(|(_, item)| {
                 let sdk = item.iter().map(|(k, v)| (k.clone(), to_sdk(v))).collect();
-                watermark_from_item("ingest-watermarks", &sdk)
+                watermark_from_item(TABLE, &sdk)
             })
             .collect()
     }

@@ -88,15 +88,15 @@ fn order(l: &AttrValue, r: &AttrValue) -> Option<Ordering> {
 /// A DynamoDB number: sign, integer digits without leading zeros, fraction digits without
 /// trailing zeros, and a decimal exponent.
 #[derive(Debug, PartialEq, Eq)]
-struct Decimal {
-    negative: bool,
-    /// All significant digits, integer part first.
-    digits: Vec<u8>,
+pub(crate) struct Decimal {
+    pub(crate) negative: bool,
+    /// All significant digits (ASCII), integer part first.
+    pub(crate) digits: Vec<u8>,
     /// Position of the decimal point within `digits` (may lie outside it).
-    point: i64,
+    pub(crate) point: i64,
 }
 
-fn parse_number(s: &str) -> Option<Decimal> {
+pub(crate) fn parse_number(s: &str) -> Option<Decimal> {
     let s = s.trim();
     let (negative, s) = match s.as_bytes().first()? {
         b'-' => (true, &s[1..]),

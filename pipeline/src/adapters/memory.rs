@@ -7,7 +7,11 @@
 //! | adapter | port | models |
 //! |---|---|---|
 //! | [`MemoryUsageStore`] | [`UsageStore`](crate::ports::UsageStore) | the sparse `metering_pending` index, paged; `begins_with` group reads; updates that never create a row; age-out only of rows still pending in their bucket |
-//! | [`MemoryAggregatedStore`] | [`AggregatedStore`](crate::ports::AggregatedStore) | first-write-wins puts (the commit point); attempt marks (numbered) and write-backs only while pending, write-backs also only for the attempt mark they require |
+//! | [`MemoryAggregatedStore`] | [`AggregatedStore`](crate::ports::AggregatedStore) | first-write-wins puts (the commit point); attempt marks (numbered) and write-backs only while pending, write-backs also only for the attempt mark they require; records stored as the attributes the adapter's writes leave |
+//!
+//! Both tables decide each conditional write with the condition its DynamoDB adapter sends and
+//! apply the very update it sends (`awsmp_contract::update::Update`) to the stored attributes,
+//! audit stamps (`createdAt`, `updatedAt`) included.
 //! | [`MemoryDeprovisioningIndex`] | [`DeprovisioningIndex`](awsmp_aws::deprovisioning::DeprovisioningIndex) | the subscribers table's deprovisioning index |
 //! | [`MemoryQueue`] | [`MessageQueue`](crate::ports::MessageQueue) | an SQS standard queue on a [`Clock`]: visibility timeout, redelivery, receive counts, `maxReceiveCount` → dead-letter queue, deletes by receipt handle (a stale one deletes nothing), partial `SendMessageBatch` failures |
 //! | [`MemoryMeteringApi`] | [`MeteringApi`](crate::ports::MeteringApi) | the BatchMeterUsage ledger: first write per group-hour wins, an identical retry is `Success` with the same id, a different one `DuplicateRecord`; scripted exceptions, lost responses and `UnprocessedRecords` |
@@ -22,7 +26,7 @@
 //! A failed condition is what it is in DynamoDB: an expected outcome (`Ok(false)` / `Ok(())`),
 //! never an error. Injected faults ([`Faults`]) fail calls with the error variant the AWS
 //! adapter returns for a throttled call (`PipelineError::DynamoDb` / `PipelineError::Sqs`,
-//! retryable). Audit stamps (`createdAt`, `updatedAt`) are not modelled.
+//! retryable).
 //!
 //! ```
 //! # tokio_test_block_on(async {

@@ -379,3 +379,53 @@ async fn the_dynamodb_aggregated_store_keeps_the_contract() {
     )
     .await;
 }
+
+/// The same writes, each at its own instant, on any aggregated table: put, mark, mark again,
+/// retract to the first mark, retract to none, mark a third time, write back for exactly that
+/// mark (with a TTL), and a mark that finds the record finalized.
+async fn side_by_side_writes(s: &dyn AggregatedStore, g: &GroupKey) {
+    let at = |second: i64| now() + chrono::Duration::milliseconds(second * 1000 + 250);
+    assert!(
+        s.put_if_absent(&AggregatedItem::new(g.clone(), 9, None), at(0))
+            .await
+            .unwrap()
+    );
+    assert!(s.mark_attempted(g, 9, at(1)).await.unwrap());
+    assert!(s.mark_attempted(g, 8, at(2)).await.unwrap());
+    s.retract_attempt(g, 8, Some(9), at(3)).await.unwrap();
+    s.retract_attempt(g, 9, None, at(4)).await.unwrap();
+    assert!(s.mark_attempted(g, 9, at(5)).await.unwrap());
+    let third = Attempt {
+        quantity: 9,
+        number: Some(3),
+    };
+    let mut billed = success(Some(1_830_000_000));
+    billed.reason = Some("billed".into());
+    billed.if_attempt = AttemptCondition::Exactly(third);
+    assert!(s.write_back(g, &billed, at(6)).await.unwrap());
+    assert!(!s.mark_attempted(g, 9, at(7)).await.unwrap());
+}
+
+/// The twin's stored attributes are DynamoDB's, write for write: the same puts and updates —
+/// each update applied by the twin, its rendering sent by the adapter — leave the same item,
+/// numbers, audit timestamps and `ttl` included.
+#[tokio::test]
+#[ignore = "needs the local stack (awsmp-local up); run by scripts/test"]
+async fn the_memory_twin_stores_what_dynamodb_stores() {
+    let client = dynamodb().await;
+    let table = stack_var("AWSMP_AGGREGATED_USAGE_TABLE");
+    let dynamo = DynamoDbAggregatedStore::new(client.clone(), &table);
+    let memory = MemoryAggregatedStore::new("aggregated");
+    let run = run_id();
+    let g = group(&license(&run, 4), "side", hour(&run));
+    side_by_side_writes(&memory, &g).await;
+    side_by_side_writes(&dynamo, &g).await;
+    let sk = g.aggregated_sort_key();
+    let key = [
+        (a::LICENSE_ARN, g.license_arn.as_str()),
+        (a::AGGREGATED_SORT_KEY, sk.as_str()),
+    ];
+    let stored = get_item(&client, &table, key).await.unwrap();
+    assert_eq!(memory.attributes(&g).unwrap(), stored);
+    assert_eq!(memory.get(&g).await.unwrap(), dynamo.get(&g).await.unwrap());
+}

@@ -278,3 +278,61 @@ async fn the_dynamodb_usage_store_keeps_the_contract() {
     )
     .await;
 }
+
+/// The same stamps on any usage table: a row stamped with a status, a row stamped without
+/// one, a folded row that grew (the late difference), a row aged out, and one stamp that finds
+/// its row gone.
+async fn side_by_side_stamps(t: &dyn UsageTable, g: &GroupKey) {
+    let s = t.store();
+    let mut created = row(g, 4, 1);
+    created.insert(a::CREATED_AT.to_owned(), AttrValue::s("by-the-consumer"));
+    for r in [row(g, 1, 3), row(g, 2, 5), row(g, 3, 12), created] {
+        t.put_row(&r).await;
+    }
+    let at = |second: i64| now() + chrono::Duration::seconds(second);
+    let why = Some((RawStatus::RejectedClientSide, "why"));
+    assert!(s.finalize_row(&key_of(g, 1), why, at(1)).await.unwrap());
+    assert!(s.finalize_row(&key_of(g, 4), None, at(2)).await.unwrap());
+    let late = s
+        .finalize_folded(&key_of(g, 3), 10, "agg", at(3))
+        .await
+        .unwrap();
+    assert_eq!(
+        late,
+        FoldedFinalize::Late {
+            quantity: 2,
+            recorded_now: true
+        }
+    );
+    let expired = s.expire_bucket(g.hour, "expired", at(4)).await.unwrap();
+    assert_eq!(expired.len(), 1, "{expired:?}");
+    assert!(!s.finalize_row(&key_of(g, 9), None, at(5)).await.unwrap());
+}
+
+/// The twin's rows are DynamoDB's, stamp for stamp: the same rows and stamps — each update
+/// applied by the twin, its rendering sent by the adapter — leave the same items, audit
+/// timestamps included (`createdAt` kept where the consumer wrote one).
+#[tokio::test]
+#[ignore = "needs the local stack (awsmp-local up); run by scripts/test"]
+async fn the_memory_twin_stores_what_dynamodb_stores() {
+    let client = dynamodb().await;
+    let table = stack_var("AWSMP_USAGE_TABLE");
+    let dynamo = Dynamo {
+        store: DynamoDbUsageStore::new(client.clone(), &table),
+        client,
+        table,
+    };
+    let memory = MemoryUsageStore::new("usage");
+    let run = run_id();
+    let g = group(&license(&run, 5), "side", hour(&run));
+    side_by_side_stamps(&memory, &g).await;
+    side_by_side_stamps(&dynamo, &g).await;
+    for second in [1, 2, 3, 4, 9] {
+        let key = key_of(&g, second);
+        assert_eq!(
+            UsageTable::row(&memory, &key).await,
+            dynamo.row(&key).await,
+            "{second}"
+        );
+    }
+}

@@ -9,14 +9,15 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue as Av;
-use awsmp_aws::dynamodb::{WithCondition, is_conditional_failure};
-use awsmp_aws::dynamodb::{n, s, to_domain, to_sdk};
+use awsmp_aws::dynamodb::{WithCondition, WithUpdate, is_conditional_failure};
+use awsmp_aws::dynamodb::{s, to_domain, to_sdk};
 use awsmp_contract::attrs as a;
 use awsmp_contract::condition::{Attr, Condition, Item, Value};
 use awsmp_contract::keys::{GroupKey, HourBucket, parse_aggregated_sort_key};
 use awsmp_contract::reasons::QUANTITY_ABOVE_API_MAXIMUM;
 use awsmp_contract::row::{Allocation, AttrValue, Tag, parse_non_negative_integer};
 use awsmp_contract::status::AggregatedStatus;
+use awsmp_contract::update::Update;
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, HashMap};
 
@@ -48,8 +49,8 @@ impl DynamoDbAggregatedStore {
 }
 
 /// The attributes of an aggregated record as the aggregator puts it, binaries aside (a
-/// direct-submit seller writes the same).
-fn put_attrs(item: &AggregatedItem, now: DateTime<Utc>) -> Item {
+/// direct-submit seller writes the same). The memory twin stores them as its put.
+pub fn aggregated_put_attrs(item: &AggregatedItem, now: DateTime<Utc>) -> Item {
     let g = &item.group;
     let mut m = Item::from([
         (a::LICENSE_ARN.to_owned(), AttrValue::s(&g.license_arn)),
@@ -102,11 +103,12 @@ fn put_attrs(item: &AggregatedItem, now: DateTime<Utc>) -> Item {
 }
 
 /// The attributes of a stored aggregated record, binaries aside: what the put wrote, and what
-/// the attempt marks and the write-back set since (the update expressions below). The memory
-/// twin evaluates this adapter's conditions on them; a test proves [`aggregated_from_item`]
-/// reads them back as the same record.
+/// the attempt marks and the write-back set since (the updates below; the audit timestamps
+/// at `now`, the TTL left out). The memory twin stores them for a record it is given whole
+/// ([`MemoryAggregatedStore::insert`](crate::adapters::memory::MemoryAggregatedStore::insert));
+/// a test proves [`aggregated_from_item`] reads them back as the same record.
 pub fn aggregated_attrs(item: &AggregatedItem, now: DateTime<Utc>) -> Item {
-    let mut m = put_attrs(item, now);
+    let mut m = aggregated_put_attrs(item, now);
     let mut set = |k: &str, v: Option<AttrValue>| {
         if let Some(v) = v {
             m.insert(k.to_owned(), v);
@@ -139,7 +141,7 @@ pub fn aggregated_attrs(item: &AggregatedItem, now: DateTime<Utc>) -> Item {
 
 /// The SDK item for an aggregated record (what the aggregator puts, or a direct-submit seller writes).
 pub fn aggregated_to_item(item: &AggregatedItem, now: DateTime<Utc>) -> HashMap<String, Av> {
-    let mut m: HashMap<String, Av> = put_attrs(item, now)
+    let mut m: HashMap<String, Av> = aggregated_put_attrs(item, now)
         .iter()
         .map(|(k, v)| (k.clone(), to_sdk(v)))
         .collect();
@@ -155,19 +157,12 @@ pub fn aggregated_to_item(item: &AggregatedItem, now: DateTime<Utc>) -> HashMap<
 }
 
 /// The allocations list stored under `name`, if any.
-fn allocations_of(
-    table: &str,
-    item: &HashMap<String, Av>,
-    name: &str,
-) -> Result<Option<Vec<Allocation>>> {
+fn allocations_of(table: &str, item: &Item, name: &str) -> Result<Option<Vec<Allocation>>> {
     match item.get(name) {
         None => Ok(None),
-        Some(Av::L(list)) => list
+        Some(AttrValue::L(list)) => list
             .iter()
-            .map(|v| {
-                allocation_from(&to_domain(v))
-                    .ok_or_else(|| malformed(table, format!("bad {name}")))
-            })
+            .map(|v| allocation_from(v).ok_or_else(|| malformed(table, format!("bad {name}"))))
             .collect::<Result<Vec<_>>>()
             .map(Some),
         Some(_) => Err(malformed(table, format!("{name} is not a list"))),
@@ -176,12 +171,31 @@ fn allocations_of(
 
 /// Parse an aggregated record item.
 pub fn aggregated_from_item(table: &str, item: &HashMap<String, Av>) -> Result<AggregatedItem> {
-    let str_of = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
+    let attrs: Item = item
+        .iter()
+        .map(|(k, v)| (k.clone(), to_domain(v)))
+        .collect();
+    let mut record = aggregated_from_attrs(table, &attrs)?;
+    let bytes = |k: &str| {
+        item.get(k)
+            .and_then(|v| v.as_b().ok())
+            .map(|b| b.as_ref().to_vec())
+            .unwrap_or_default()
+    };
+    record.contributed_seconds = bytes(a::CONTRIBUTED_SECONDS);
+    record.contributed_quantities = bytes(a::CONTRIBUTED_QUANTITIES);
+    Ok(record)
+}
+
+/// Parse an aggregated record from its attributes, binaries aside (its contributed seconds
+/// and quantities are left empty): what [`aggregated_from_item`] reads, and what the memory
+/// twin reads its stored attributes back with.
+pub fn aggregated_from_attrs(table: &str, item: &Item) -> Result<AggregatedItem> {
+    let str_of = |k: &str| item.get(k).and_then(AttrValue::as_s).map(str::to_owned);
     let num_of = |k: &str| -> Result<Option<u64>> {
         item.get(k)
             .map(|v| {
                 v.as_n()
-                    .ok()
                     .and_then(|x| parse_non_negative_integer(x).ok())
                     .ok_or_else(|| malformed(table, format!("{k} is not a non-negative integer")))
             })
@@ -210,16 +224,8 @@ pub fn aggregated_from_item(table: &str, item: &HashMap<String, Av>) -> Result<A
         quantity: num_of(a::QUANTITY)?.ok_or_else(|| malformed(table, "no quantity"))?,
         allocations,
         row_count: num_of(a::ROW_COUNT)?.unwrap_or(0) as u32,
-        contributed_seconds: item
-            .get(a::CONTRIBUTED_SECONDS)
-            .and_then(|v| v.as_b().ok())
-            .map(|b| b.as_ref().to_vec())
-            .unwrap_or_default(),
-        contributed_quantities: item
-            .get(a::CONTRIBUTED_QUANTITIES)
-            .and_then(|v| v.as_b().ok())
-            .map(|b| b.as_ref().to_vec())
-            .unwrap_or_default(),
+        contributed_seconds: Vec::new(),
+        contributed_quantities: Vec::new(),
         overflow,
         customer_identifier: str_of(a::CUSTOMER_IDENTIFIER),
         pending: item.contains_key(a::METERING_PENDING),
@@ -311,14 +317,10 @@ impl AggregatedStore for DynamoDbAggregatedStore {
             .update_item()
             .table_name(&self.table)
             .set_key(Some(Self::key(group).into_iter().collect()))
-            .with_condition(&mark_attempted_condition())
-            .update_expression(
-                "SET attemptedQuantity = :q, submissionAttemptedAt = :now, updatedAt = :now \
-                 ADD attemptNumber :one",
+            .with_update(
+                &mark_attempted_update(quantity, now),
+                &mark_attempted_condition(),
             )
-            .expression_attribute_values(":q", n(quantity))
-            .expression_attribute_values(":now", s(a::audit_timestamp(now)))
-            .expression_attribute_values(":one", n(1))
             .send()
             .await;
         match res {
@@ -341,16 +343,10 @@ impl AggregatedStore for DynamoDbAggregatedStore {
             .update_item()
             .table_name(&self.table)
             .set_key(Some(Self::key(group).into_iter().collect()))
-            .with_condition(&retract_attempt_condition(quantity))
-            .expression_attribute_values(":now", s(a::audit_timestamp(now)));
-        let req = match previous {
-            Some(p) => req
-                .update_expression("SET attemptedQuantity = :prev, updatedAt = :now")
-                .expression_attribute_values(":prev", n(p)),
-            None => req.update_expression(
-                "REMOVE attemptedQuantity, submissionAttemptedAt SET updatedAt = :now",
-            ),
-        };
+            .with_update(
+                &retract_attempt_update(previous, now),
+                &retract_attempt_condition(quantity),
+            );
         match req.send().await {
             Ok(_) => Ok(()),
             // Finalized meanwhile, or marked with another quantity: nothing to take back.
@@ -365,35 +361,15 @@ impl AggregatedStore for DynamoDbAggregatedStore {
         outcome: &WriteBack,
         now: DateTime<Utc>,
     ) -> Result<bool> {
-        let mut sets = vec![
-            "meteringStatus = :st",
-            "updatedAt = :now",
-            "createdAt = if_not_exists(createdAt, :now)",
-        ];
-        let mut req = self
+        let res = self
             .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(Self::key(group).into_iter().collect()))
-            .with_condition(&write_back_condition(outcome.if_attempt))
-            .expression_attribute_values(":st", s(outcome.status.as_str()))
-            .expression_attribute_values(":now", s(a::audit_timestamp(now)));
-        if let Some(r) = &outcome.reason {
-            sets.push("meteringStatusReason = :r");
-            req = req.expression_attribute_values(":r", s(r));
-        }
-        if let Some(id) = &outcome.metering_record_id {
-            sets.push("meteringRecordId = :id");
-            req = req.expression_attribute_values(":id", s(id));
-        }
-        if let Some(ttl) = outcome.ttl {
-            sets.push("#ttl = :ttl");
-            req = req
-                .expression_attribute_names("#ttl", a::TTL)
-                .expression_attribute_values(":ttl", n(ttl));
-        }
-        let res = req
-            .update_expression(format!("REMOVE meteringPending SET {}", sets.join(", ")))
+            .with_update(
+                &write_back_update(outcome, now),
+                &write_back_condition(outcome.if_attempt),
+            )
             .send()
             .await;
         match res {
@@ -447,6 +423,58 @@ pub fn write_back_condition(if_attempt: AttemptCondition) -> Condition {
                 .and(number)
         }
     }
+}
+
+/// `updatedAt` (and `createdAt` where missing, `submissionAttemptedAt`) at `now`.
+fn now_value(now: DateTime<Utc>) -> Value {
+    Value::s(":now", a::audit_timestamp(now))
+}
+
+/// An attempt mark's update: the quantity about to be sent and when, and the attempt's number
+/// (`ADD`: 1 on the first mark, the next number on each later one).
+pub fn mark_attempted_update(quantity: u64, now: DateTime<Utc>) -> Update {
+    Update::new()
+        .set(Attr::bare(a::ATTEMPTED_QUANTITY), Value::n(":q", quantity))
+        .set(Attr::bare(a::SUBMISSION_ATTEMPTED_AT), now_value(now))
+        .set(Attr::bare(a::UPDATED_AT), now_value(now))
+        .add(Attr::bare(a::ATTEMPT_NUMBER), Value::n(":one", 1))
+}
+
+/// A retraction's update: the attempted quantity back to `previous`, or no attempt at all
+/// (`None`: the mark's quantity and time removed; its number stays, so the next mark counts
+/// on).
+pub fn retract_attempt_update(previous: Option<u64>, now: DateTime<Utc>) -> Update {
+    let update = match previous {
+        Some(p) => Update::new().set(Attr::bare(a::ATTEMPTED_QUANTITY), Value::n(":prev", p)),
+        None => Update::new()
+            .remove(Attr::bare(a::ATTEMPTED_QUANTITY))
+            .remove(Attr::bare(a::SUBMISSION_ATTEMPTED_AT)),
+    };
+    update.set(Attr::bare(a::UPDATED_AT), now_value(now))
+}
+
+/// A write-back's update: out of the pending index, with the outcome (status, and the
+/// reason, `MeteringRecordId` and TTL it has).
+pub fn write_back_update(outcome: &WriteBack, now: DateTime<Utc>) -> Update {
+    let mut update = Update::new()
+        .remove(Attr::bare(a::METERING_PENDING))
+        .set(
+            Attr::bare(a::METERING_STATUS),
+            Value::s(":st", outcome.status.as_str()),
+        )
+        .set(Attr::bare(a::UPDATED_AT), now_value(now))
+        .set_if_not_exists(Attr::bare(a::CREATED_AT), now_value(now));
+    if let Some(r) = &outcome.reason {
+        update = update.set(Attr::bare(a::METERING_STATUS_REASON), Value::s(":r", r));
+    }
+    if let Some(id) = &outcome.metering_record_id {
+        update = update.set(Attr::bare(a::METERING_RECORD_ID), Value::s(":id", id));
+    }
+    if let Some(ttl) = outcome.ttl {
+        // `ttl` is a reserved word.
+        update = update.set(Attr::token("#ttl", a::TTL), Value::n(":ttl", ttl));
+    }
+    update
 }
 
 /// Whether a status stored on a record is terminal and billed.

@@ -10,15 +10,15 @@ use crate::domain::fold::late_difference;
 use crate::error::{PipelineError, Result};
 use crate::ports::FoldedFinalize;
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::AttributeValue as Av;
-use awsmp_aws::dynamodb::{WithCondition, is_conditional_failure};
+use awsmp_aws::dynamodb::{WithUpdate, is_conditional_failure};
 use awsmp_aws::dynamodb::{row_from_item, s};
 use awsmp_contract::attrs as a;
-use awsmp_contract::condition::{Attr, Condition, Value as ConditionValue};
+use awsmp_contract::condition::{Attr, Condition, Value};
 use awsmp_contract::keys::RowKey;
 use awsmp_contract::reasons::LATE_USAGE;
 use awsmp_contract::row::{AttrValue, RawUsageRow, parse_non_negative_integer};
 use awsmp_contract::status::RawStatus;
+use awsmp_contract::update::Update;
 use chrono::{DateTime, Utc};
 
 /// Read-and-stamp rounds when the row keeps changing between our read and our stamp. Only the
@@ -75,28 +75,19 @@ impl FoldedStamp<'_> {
     /// One conditional stamp; false when the row's quantity is not `expected` (`None`: no
     /// quantity), or it has a late record.
     async fn stamp_if(&self, expected: Option<&AttrValue>, late: Option<u64>) -> Result<bool> {
-        let mut update = String::from(
-            "REMOVE meteringPending SET meteringStatus = :st, meteringStatusReason = :r, \
-             updatedAt = :now, createdAt = if_not_exists(createdAt, :now)",
-        );
-        let mut req = self
+        let res = self
             .client
             .update_item()
             .table_name(self.table)
             .key(a::LICENSE_ARN, s(&self.key.license_arn))
             .key(a::USAGE_SORT_KEY, s(&self.key.sort_key))
-            .with_condition(&folded_stamp_condition(expected))
-            .expression_attribute_values(":st", s(RawStatus::Aggregated.as_str()))
-            .expression_attribute_values(":r", s(self.reason))
-            .expression_attribute_values(":now", s(a::audit_timestamp(self.now)));
-        if let Some(late) = late {
-            update.push_str(", foldedQuantity = :folded, lateQuantity = :late, lateReason = :lr");
-            req = req
-                .expression_attribute_values(":folded", Av::N(self.folded.to_string()))
-                .expression_attribute_values(":late", Av::N(late.to_string()))
-                .expression_attribute_values(":lr", s(LATE_USAGE));
-        }
-        match req.update_expression(update).send().await {
+            .with_update(
+                &folded_stamp_update(self.reason, self.folded, late, self.now),
+                &folded_stamp_condition(expected),
+            )
+            .send()
+            .await;
+        match res {
             Ok(_) => Ok(true),
             Err(e) if is_conditional_failure(&e) => Ok(false),
             Err(e) => Err(ddb_err("UpdateItem", self.table, e)),
@@ -122,15 +113,31 @@ impl FoldedStamp<'_> {
 /// `expected` as its quantity (`None`: no quantity).
 pub fn folded_stamp_condition(expected: Option<&AttrValue>) -> Condition {
     let quantity = match expected {
-        Some(v) => Condition::eq(
-            Attr::bare(a::QUANTITY),
-            ConditionValue::new(":q", v.clone()),
-        ),
+        Some(v) => Condition::eq(Attr::bare(a::QUANTITY), Value::new(":q", v.clone())),
         None => Condition::not_exists(Attr::bare(a::QUANTITY)),
     };
     Condition::exists(Attr::bare(a::LICENSE_ARN))
         .and(Condition::not_exists(Attr::bare(a::LATE_QUANTITY)))
         .and(quantity)
+}
+
+/// A folded row's stamp: `Aggregated` with `reason` (the row stamp's update), and where the
+/// row holds more than was folded, the exact late difference: `folded` and `late`, with
+/// `LateUsage`.
+pub fn folded_stamp_update(
+    reason: &str,
+    folded: u64,
+    late: Option<u64>,
+    now: DateTime<Utc>,
+) -> Update {
+    let update = super::usage::finalize_row_update(Some((RawStatus::Aggregated, reason)), now);
+    match late {
+        None => update,
+        Some(late) => update
+            .set(Attr::bare(a::FOLDED_QUANTITY), Value::n(":folded", folded))
+            .set(Attr::bare(a::LATE_QUANTITY), Value::n(":late", late))
+            .set(Attr::bare(a::LATE_REASON), Value::s(":lr", LATE_USAGE)),
+    }
 }
 
 fn number(row: &RawUsageRow, name: &str) -> Option<u64> {
@@ -163,6 +170,81 @@ mod tests {
             "attribute_exists(licenseArn) AND attribute_not_exists(lateQuantity) AND \
              attribute_not_exists(quantity)"
         );
+    }
+
+    #[test]
+    fn each_stamp_update_renders_as_sent() {
+        use super::super::{expire_update, finalize_row_update};
+        let now = "2026-11-30T12:00:09Z".parse().unwrap();
+        let stamp = "REMOVE meteringPending SET meteringStatus = :st, meteringStatusReason = :r, \
+                     updatedAt = :now, createdAt = if_not_exists(createdAt, :now)";
+        let r = finalize_row_update(Some((RawStatus::RejectedClientSide, "why")), now)
+            .render_with(&finalize_row_condition());
+        assert_eq!(r.expression, stamp);
+        assert_eq!(r.condition.as_deref(), Some("attribute_exists(licenseArn)"));
+        assert_eq!(
+            (&r.values[":st"], &r.values[":r"], &r.values[":now"]),
+            (
+                &AttrValue::s("RejectedClientSide"),
+                &AttrValue::s("why"),
+                &AttrValue::s("2026-11-30T12:00:09.000Z")
+            )
+        );
+        assert_eq!(
+            finalize_row_update(None, now).render().expression,
+            "REMOVE meteringPending SET updatedAt = :now, createdAt = if_not_exists(createdAt, :now)"
+        );
+        let r = expire_update("late", now)
+            .render_with(&expire_condition("2026-11-30T10".parse().unwrap()));
+        assert_eq!(r.expression, stamp);
+        assert_eq!(r.values[":st"], AttrValue::s("AggregationExpired"));
+        assert_eq!(r.values.len(), 4, "{:?}", r.values);
+        let r = folded_stamp_update("agg", 10, None, now)
+            .render_with(&folded_stamp_condition(Some(&AttrValue::n(10))));
+        assert_eq!(r.expression, stamp);
+        assert_eq!(r.values[":st"], AttrValue::s("Aggregated"));
+        let r = folded_stamp_update("agg", 10, Some(2), now)
+            .render_with(&folded_stamp_condition(Some(&AttrValue::n(12))));
+        assert_eq!(
+            r.expression,
+            format!("{stamp}, foldedQuantity = :folded, lateQuantity = :late, lateReason = :lr")
+        );
+        assert_eq!(
+            (
+                &r.values[":q"],
+                &r.values[":folded"],
+                &r.values[":late"],
+                &r.values[":lr"]
+            ),
+            (
+                &AttrValue::n(12),
+                &AttrValue::n(10),
+                &AttrValue::n(2),
+                &AttrValue::s(LATE_USAGE)
+            )
+        );
+    }
+
+    #[test]
+    fn a_stamp_keeps_the_consumers_created_at_and_a_late_stamp_records_the_difference() {
+        let now = "2026-11-30T12:00:09Z".parse().unwrap();
+        let mut row = RawUsageRow::from([
+            (a::LICENSE_ARN.to_owned(), AttrValue::s("l")),
+            (a::QUANTITY.to_owned(), AttrValue::n(12)),
+            (
+                a::METERING_PENDING.to_owned(),
+                AttrValue::s("2026-11-30T10"),
+            ),
+            (a::CREATED_AT.to_owned(), AttrValue::s("c")),
+        ]);
+        folded_stamp_update("agg", 10, Some(2), now)
+            .apply(&mut row)
+            .unwrap();
+        assert!(!row.contains_key(a::METERING_PENDING));
+        assert_eq!(row[a::CREATED_AT], AttrValue::s("c"));
+        assert_eq!(row[a::METERING_STATUS], AttrValue::s("Aggregated"));
+        assert_eq!(number(&row, a::LATE_QUANTITY), Some(2));
+        assert_eq!(number(&row, a::FOLDED_QUANTITY), Some(10));
     }
 
     #[test]

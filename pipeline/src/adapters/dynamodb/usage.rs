@@ -11,13 +11,14 @@ use crate::ports::{ExpiredRow, FoldedFinalize, UsageStore};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue as Av, ReturnValue};
-use awsmp_aws::dynamodb::{WithCondition, is_conditional_failure};
+use awsmp_aws::dynamodb::{WithUpdate, is_conditional_failure};
 use awsmp_aws::dynamodb::{row_from_item, s};
 use awsmp_contract::attrs as a;
 use awsmp_contract::condition::{Attr, Condition, Value};
 use awsmp_contract::keys::{GroupKey, HourBucket, RowKey, split_usage_sort_key};
 use awsmp_contract::row::parse_non_negative_integer;
 use awsmp_contract::status::RawStatus;
+use awsmp_contract::update::Update;
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use std::collections::{BTreeSet, HashMap};
@@ -176,6 +177,29 @@ pub fn expire_condition(bucket: HourBucket) -> Condition {
     )
 }
 
+/// A row stamp's update: out of the pending index, with `status` and its reason if given, and
+/// the audit timestamps (`createdAt` only where the consumer left none).
+pub fn finalize_row_update(status: Option<(RawStatus, &str)>, now: DateTime<Utc>) -> Update {
+    let mut update = Update::new().remove(Attr::bare(a::METERING_PENDING));
+    if let Some((st, reason)) = status {
+        update = update
+            .set(Attr::bare(a::METERING_STATUS), Value::s(":st", st.as_str()))
+            .set(
+                Attr::bare(a::METERING_STATUS_REASON),
+                Value::s(":r", reason),
+            );
+    }
+    let now = Value::s(":now", a::audit_timestamp(now));
+    update
+        .set(Attr::bare(a::UPDATED_AT), now.clone())
+        .set_if_not_exists(Attr::bare(a::CREATED_AT), now)
+}
+
+/// Age-out's update: the row stamped `AggregationExpired` with `reason`.
+pub fn expire_update(reason: &str, now: DateTime<Utc>) -> Update {
+    finalize_row_update(Some((RawStatus::AggregationExpired, reason)), now)
+}
+
 #[async_trait]
 impl UsageStore for DynamoDbUsageStore {
     async fn pending_groups(
@@ -232,24 +256,13 @@ impl UsageStore for DynamoDbUsageStore {
         status: Option<(RawStatus, &str)>,
         now: DateTime<Utc>,
     ) -> Result<bool> {
-        let mut req = self
+        let req = self
             .client
             .update_item()
             .table_name(&self.table)
             .key(a::LICENSE_ARN, s(&key.license_arn))
             .key(a::USAGE_SORT_KEY, s(&key.sort_key))
-            .with_condition(&finalize_row_condition())
-            .expression_attribute_values(":now", s(a::audit_timestamp(now)));
-        req = match status {
-            Some((st, reason)) => req
-                .update_expression(
-                    "REMOVE meteringPending SET meteringStatus = :st, meteringStatusReason = :r, \
-                     updatedAt = :now, createdAt = if_not_exists(createdAt, :now)",
-                )
-                .expression_attribute_values(":st", s(st.as_str()))
-                .expression_attribute_values(":r", s(reason)),
-            None => req.update_expression("REMOVE meteringPending SET updatedAt = :now, createdAt = if_not_exists(createdAt, :now)"),
-        };
+            .with_update(&finalize_row_update(status, now), &finalize_row_condition());
         match req.send().await {
             Ok(_) => Ok(true),
             Err(e) if is_conditional_failure(&e) => Ok(false),
@@ -299,14 +312,7 @@ impl UsageStore for DynamoDbUsageStore {
                 .table_name(&self.table)
                 .key(a::LICENSE_ARN, s(license))
                 .key(a::USAGE_SORT_KEY, s(sk))
-                .with_condition(&expire_condition(bucket))
-                .update_expression(
-                    "REMOVE meteringPending SET meteringStatus = :st, meteringStatusReason = :r, \
-                     updatedAt = :now, createdAt = if_not_exists(createdAt, :now)",
-                )
-                .expression_attribute_values(":st", s(RawStatus::AggregationExpired.as_str()))
-                .expression_attribute_values(":r", s(reason))
-                .expression_attribute_values(":now", s(a::audit_timestamp(now)))
+                .with_update(&expire_update(reason, now), &expire_condition(bucket))
                 .return_values(ReturnValue::AllNew)
                 .send()
                 .await;

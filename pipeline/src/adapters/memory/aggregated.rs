@@ -3,15 +3,18 @@
 use super::lag::{IndexLag, ReadConsistency};
 use super::{DEFAULT_PAGE_SIZE, Faults, lock};
 use crate::adapters::dynamodb::{
-    aggregated_attrs, mark_attempted_condition, put_if_absent_condition, retract_attempt_condition,
-    write_back_condition,
+    aggregated_attrs, aggregated_from_attrs, aggregated_put_attrs, mark_attempted_condition,
+    mark_attempted_update, put_if_absent_condition, retract_attempt_condition,
+    retract_attempt_update, write_back_condition, write_back_update,
 };
 use crate::error::Result;
 use crate::ports::{AggregatedItem, AggregatedStore, WriteBack};
 use async_trait::async_trait;
 use awsmp_aws::deprovisioning::{Deprovisioning, DeprovisioningIndex};
+use awsmp_contract::attrs as a;
 use awsmp_contract::condition::{Condition, Item};
 use awsmp_contract::keys::{GroupKey, HourBucket};
+use awsmp_contract::update::Update;
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
@@ -24,15 +27,16 @@ fn key(group: &GroupKey) -> Key {
     (group.license_arn.clone(), group.aggregated_sort_key())
 }
 
-/// The aggregated-usage table: one record per group-hour, the first put wins. Its pending
-/// index (a GSI) is eventually consistent under a [`ReadConsistency`] knob; `get` is a
-/// consistent read.
+/// The aggregated-usage table: one record per group-hour, the first put wins. Each record is
+/// stored as the attributes the DynamoDB adapter's writes leave (its put's, then each update
+/// applied: the same [`Update`] values the adapter sends, where the same conditions hold), and
+/// read back through the adapter's parser. Its pending index (a GSI) is eventually consistent
+/// under a [`ReadConsistency`] knob; `get` is a consistent read.
 #[derive(Debug)]
 pub struct MemoryAggregatedStore {
     table: String,
     items: Mutex<Items>,
     lag: Mutex<IndexLag<Key, AggregatedItem>>,
-    ttls: Mutex<BTreeMap<Key, i64>>,
     page_size: usize,
     /// Faults to inject, by [`AggregatedStore`] method name.
     pub faults: Faults,
@@ -45,7 +49,6 @@ impl MemoryAggregatedStore {
             table: table.into(),
             items: Mutex::new(Items::default()),
             lag: Mutex::new(IndexLag::new(ReadConsistency::Consistent)),
-            ttls: Mutex::new(BTreeMap::new()),
             page_size: DEFAULT_PAGE_SIZE,
             faults: Faults::default(),
         }
@@ -74,7 +77,8 @@ impl MemoryAggregatedStore {
         let mut items = lock(&self.items);
         let k = key(&item.group);
         lock(&self.lag).before_write(&k, items.by_key.get(&k));
-        items.put(k, item);
+        let attrs = aggregated_attrs(&item, DateTime::<Utc>::UNIX_EPOCH);
+        items.put(k, attrs, item);
     }
 
     /// Every record, in key order.
@@ -94,7 +98,15 @@ impl MemoryAggregatedStore {
 
     /// The TTL (epoch seconds) set on `group`'s record, if any.
     pub fn ttl(&self, group: &GroupKey) -> Option<i64> {
-        lock(&self.ttls).get(&key(group)).copied()
+        let items = lock(&self.items);
+        let ttl = items.attrs.get(&key(group))?.get(a::TTL)?;
+        ttl.as_n()?.parse().ok()
+    }
+
+    /// The attributes stored for `group`'s record, binaries aside: what the DynamoDB adapter's
+    /// writes leave on its item.
+    pub fn attributes(&self, group: &GroupKey) -> Option<Item> {
+        lock(&self.items).attrs.get(&key(group)).cloned()
     }
 
     /// One page of the pending index for `bucket` after `start` (over one index read's
@@ -122,44 +134,45 @@ impl MemoryAggregatedStore {
         (page, None)
     }
 
-    /// Apply `update` to `group`'s record if `condition` — the one the DynamoDB adapter
-    /// sends for this write — holds for its attributes; false otherwise. Every update
+    /// Apply `update` to `group`'s stored attributes if `condition` holds for them — the
+    /// update and condition the DynamoDB adapter sends for this write — and read the record
+    /// back from them as the adapter would; false where the condition fails. Every update
     /// condition requires a pending record, so an update never creates one here, nor in
-    /// DynamoDB.
-    fn update_if(
-        &self,
-        group: &GroupKey,
-        condition: &Condition,
-        update: impl FnOnce(&mut AggregatedItem),
-    ) -> bool {
+    /// DynamoDB. An update DynamoDB would refuse is an error and changes nothing.
+    fn update_if(&self, group: &GroupKey, condition: &Condition, update: &Update) -> Result<bool> {
         let mut items = lock(&self.items);
         let k = key(group);
-        match items.by_key.get(&k).filter(|i| holds(condition, i)) {
-            Some(item) => {
-                lock(&self.lag).before_write(&k, Some(item));
-                items.update(&k, update);
-                true
-            }
-            None => false,
+        let (Some(attrs), Some(record)) = (items.attrs.get(&k), items.by_key.get(&k)) else {
+            return Ok(false);
+        };
+        if !condition.holds_for(Some(attrs)) {
+            return Ok(false);
         }
+        let mut updated = attrs.clone();
+        update.apply(&mut updated)?;
+        let read = read_back(&self.table, &updated, record)?;
+        lock(&self.lag).before_write(&k, Some(record));
+        items.put(k, updated, read);
+        Ok(true)
     }
 }
 
-/// `item`'s attributes as the DynamoDB adapter stores them (the audit timestamps aside, which
-/// no condition reads).
-fn stored_attrs(item: &AggregatedItem) -> Item {
-    aggregated_attrs(item, DateTime::<Utc>::UNIX_EPOCH)
+/// The record `attrs` hold, read by the DynamoDB adapter's parser, with the binaries of
+/// `binaries` (which no update changes).
+fn read_back(table: &str, attrs: &Item, binaries: &AggregatedItem) -> Result<AggregatedItem> {
+    Ok(AggregatedItem {
+        contributed_seconds: binaries.contributed_seconds.clone(),
+        contributed_quantities: binaries.contributed_quantities.clone(),
+        ..aggregated_from_attrs(table, attrs)?
+    })
 }
 
-/// Whether `condition` holds for `item` as the DynamoDB adapter stores it.
-fn holds(condition: &Condition, item: &AggregatedItem) -> bool {
-    condition.holds_for(Some(&stored_attrs(item)))
-}
-
-/// The records by primary key, and the sparse pending index over them (the keys of the
-/// pending records, by hour bucket), kept in step on every write.
+/// The records by primary key — each one's stored attributes and the record they read back
+/// as — and the sparse pending index over them (the keys of the pending records, by hour
+/// bucket), kept in step on every write.
 #[derive(Debug, Default)]
 struct Items {
+    attrs: BTreeMap<Key, Item>,
     by_key: BTreeMap<Key, AggregatedItem>,
     pending: BTreeMap<HourBucket, BTreeSet<Key>>,
 }
@@ -191,43 +204,29 @@ impl Items {
         }
     }
 
-    fn put(&mut self, k: Key, item: AggregatedItem) {
+    /// Store `attrs` under `k`, read back as `record`.
+    fn put(&mut self, k: Key, attrs: Item, record: AggregatedItem) {
         self.unindex(&k);
-        self.by_key.insert(k.clone(), item);
+        self.attrs.insert(k.clone(), attrs);
+        self.by_key.insert(k.clone(), record);
         self.reindex(&k);
-    }
-
-    /// Apply `update` to the record at `k`, if any, keeping the index in step.
-    fn update(&mut self, k: &Key, update: impl FnOnce(&mut AggregatedItem)) {
-        self.unindex(k);
-        if let Some(item) = self.by_key.get_mut(k) {
-            update(item);
-        }
-        self.reindex(k);
     }
 }
 
 #[async_trait]
 impl AggregatedStore for MemoryAggregatedStore {
-    async fn put_if_absent(&self, item: &AggregatedItem, _now: DateTime<Utc>) -> Result<bool> {
+    async fn put_if_absent(&self, item: &AggregatedItem, now: DateTime<Utc>) -> Result<bool> {
         self.faults.dynamodb("put_if_absent", &self.table)?;
         let mut items = lock(&self.items);
-        let existing = items.by_key.get(&key(&item.group)).map(stored_attrs);
-        if !put_if_absent_condition().holds_for(existing.as_ref()) {
+        let k = key(&item.group);
+        if !put_if_absent_condition().holds_for(items.attrs.get(&k)) {
             return Ok(false);
         }
-        // What the DynamoDB adapter's item holds: no outcome and no attempt yet.
-        let stored = AggregatedItem {
-            status: None,
-            status_reason: None,
-            metering_record_id: None,
-            attempted_quantity: None,
-            submission_attempted_at: None,
-            attempt_number: None,
-            ..item.clone()
-        };
-        lock(&self.lag).before_write(&key(&item.group), None);
-        items.put(key(&item.group), stored);
+        // The adapter's item: no outcome and no attempt yet.
+        let attrs = aggregated_put_attrs(item, now);
+        let stored = read_back(&self.table, &attrs, item)?;
+        lock(&self.lag).before_write(&k, None);
+        items.put(k, attrs, stored);
         Ok(true)
     }
 
@@ -268,11 +267,11 @@ impl AggregatedStore for MemoryAggregatedStore {
     ) -> Result<bool> {
         self.faults.dynamodb("mark_attempted", &self.table)?;
         // A record no longer pending was finalized by someone else: nothing to mark.
-        Ok(self.update_if(group, &mark_attempted_condition(), |item| {
-            item.attempted_quantity = Some(quantity);
-            item.submission_attempted_at = Some(now);
-            item.attempt_number = Some(item.attempt_number.unwrap_or(0) + 1);
-        }))
+        self.update_if(
+            group,
+            &mark_attempted_condition(),
+            &mark_attempted_update(quantity, now),
+        )
     }
 
     async fn retract_attempt(
@@ -280,15 +279,14 @@ impl AggregatedStore for MemoryAggregatedStore {
         group: &GroupKey,
         quantity: u64,
         previous: Option<u64>,
-        _now: DateTime<Utc>,
+        now: DateTime<Utc>,
     ) -> Result<()> {
         self.faults.dynamodb("retract_attempt", &self.table)?;
-        self.update_if(group, &retract_attempt_condition(quantity), |item| {
-            item.attempted_quantity = previous;
-            if previous.is_none() {
-                item.submission_attempted_at = None;
-            }
-        });
+        self.update_if(
+            group,
+            &retract_attempt_condition(quantity),
+            &retract_attempt_update(previous, now),
+        )?;
         Ok(())
     }
 
@@ -296,23 +294,14 @@ impl AggregatedStore for MemoryAggregatedStore {
         &self,
         group: &GroupKey,
         outcome: &WriteBack,
-        _now: DateTime<Utc>,
+        now: DateTime<Utc>,
     ) -> Result<bool> {
         self.faults.dynamodb("write_back", &self.table)?;
-        let written = self.update_if(group, &write_back_condition(outcome.if_attempt), |item| {
-            item.pending = false;
-            item.status = Some(outcome.status);
-            if let Some(r) = &outcome.reason {
-                item.status_reason = Some(r.clone());
-            }
-            if let Some(id) = &outcome.metering_record_id {
-                item.metering_record_id = Some(id.clone());
-            }
-        });
-        if let (true, Some(ttl)) = (written, outcome.ttl) {
-            lock(&self.ttls).insert(key(group), ttl);
-        }
-        Ok(written)
+        self.update_if(
+            group,
+            &write_back_condition(outcome.if_attempt),
+            &write_back_update(outcome, now),
+        )
     }
 }
 

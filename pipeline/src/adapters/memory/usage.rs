@@ -2,7 +2,10 @@
 
 use super::lag::{IndexLag, ReadConsistency};
 use super::{DEFAULT_PAGE_SIZE, Faults, lock};
-use crate::adapters::dynamodb::{expire_condition, finalize_row_condition, folded_stamp_condition};
+use crate::adapters::dynamodb::{
+    expire_condition, expire_update, finalize_row_condition, finalize_row_update,
+    folded_stamp_condition, folded_stamp_update,
+};
 use crate::domain::fold::{RowShape, UsageRow, late_difference};
 use crate::error::{PipelineError, Result};
 use crate::ports::{ExpiredRow, FoldedFinalize, UsageStore};
@@ -10,9 +13,9 @@ use async_trait::async_trait;
 use awsmp_contract::attrs as a;
 use awsmp_contract::condition::Condition;
 use awsmp_contract::keys::{GroupKey, HourBucket, RowKey, split_usage_sort_key};
-use awsmp_contract::reasons::LATE_USAGE;
 use awsmp_contract::row::{AttrValue, RawUsageRow, parse_non_negative_integer};
 use awsmp_contract::status::RawStatus;
+use awsmp_contract::update::Update;
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
@@ -147,25 +150,44 @@ impl MemoryUsageStore {
         }
     }
 
-    /// Apply `update` to the row at `key` if `condition` — the one the DynamoDB adapter sends
-    /// for this write — holds for it; `None` otherwise (DynamoDB's failed condition). Every
-    /// stamp's condition requires the row, so none creates one.
+    /// Apply `update` — the one the DynamoDB adapter sends for this write — to the row at
+    /// `key` if `condition` (the adapter's too) holds for it: the row as updated, or `None`
+    /// where the condition fails (DynamoDB's failed condition). Every stamp's condition
+    /// requires the row, so none creates one.
     fn update_if(
         &self,
         key: &RowKey,
         condition: &Condition,
-        update: impl FnOnce(&mut RawUsageRow),
-    ) -> Option<RawUsageRow> {
+        update: &Update,
+    ) -> Result<Option<RawUsageRow>> {
         let mut rows = lock(&self.rows);
-        let row = rows
+        if !rows
             .by_key
             .get(key)
-            .filter(|r| condition.holds_for(Some(r)))?;
+            .is_some_and(|r| condition.holds_for(Some(r)))
+        {
+            return Ok(None);
+        }
+        self.apply_to(&mut rows, key, update)
+    }
+
+    /// Apply `update` to the row at `key` in `rows` (the table, locked), if there is one: the
+    /// row as updated. All or nothing, as in DynamoDB: an update it would refuse is an error
+    /// and changes nothing.
+    fn apply_to(
+        &self,
+        rows: &mut Rows,
+        key: &RowKey,
+        update: &Update,
+    ) -> Result<Option<RawUsageRow>> {
+        let Some(row) = rows.by_key.get(key) else {
+            return Ok(None);
+        };
+        let mut updated = row.clone();
+        update.apply(&mut updated)?;
         lock(&self.lag).before_write(key, Some(row));
-        rows.update(key, |row| {
-            update(row);
-            row.clone()
-        })
+        rows.put(key.clone(), updated.clone());
+        Ok(Some(updated))
     }
 }
 
@@ -211,14 +233,6 @@ impl Rows {
         self.reindex(&key);
     }
 
-    /// Apply `update` to the row at `key`, if any, keeping the index in step.
-    fn update<R>(&mut self, key: &RowKey, update: impl FnOnce(&mut RawUsageRow) -> R) -> Option<R> {
-        self.unindex(key);
-        let out = self.by_key.get_mut(key).map(update);
-        self.reindex(key);
-        out
-    }
-
     /// The rows of `license` whose sort key starts with `prefix`, in key order.
     fn with_prefix<'a>(
         &'a self,
@@ -240,14 +254,6 @@ fn row_key(row: &RawUsageRow) -> Option<RowKey> {
         license_arn: row.get(a::LICENSE_ARN)?.as_s()?.to_owned(),
         sort_key: row.get(a::USAGE_SORT_KEY)?.as_s()?.to_owned(),
     })
-}
-
-fn stamp(row: &mut RawUsageRow, status: Option<(RawStatus, &str)>) {
-    row.remove(a::METERING_PENDING);
-    if let Some((st, reason)) = status {
-        row.insert(a::METERING_STATUS.to_owned(), AttrValue::s(st.as_str()));
-        row.insert(a::METERING_STATUS_REASON.to_owned(), AttrValue::s(reason));
-    }
 }
 
 /// The group a pending index item names, as the DynamoDB adapter derives it: from the sort
@@ -331,11 +337,12 @@ impl UsageStore for MemoryUsageStore {
         &self,
         key: &RowKey,
         status: Option<(RawStatus, &str)>,
-        _now: DateTime<Utc>,
+        now: DateTime<Utc>,
     ) -> Result<bool> {
         self.faults.dynamodb("finalize_row", &self.table)?;
+        let stamp = finalize_row_update(status, now);
         Ok(self
-            .update_if(key, &finalize_row_condition(), |r| stamp(r, status))
+            .update_if(key, &finalize_row_condition(), &stamp)?
             .is_some())
     }
 
@@ -344,7 +351,7 @@ impl UsageStore for MemoryUsageStore {
         key: &RowKey,
         folded: u64,
         reason: &str,
-        _now: DateTime<Utc>,
+        now: DateTime<Utc>,
     ) -> Result<FoldedFinalize> {
         // The same `UpdateItem` stamp as `finalize_row`, so faults are injected under its name.
         self.faults.dynamodb("finalize_row", &self.table)?;
@@ -371,38 +378,31 @@ impl UsageStore for MemoryUsageStore {
                 }),
             };
         }
-        lock(&self.lag).before_write(key, Some(row));
-        let stamped = rows.update(key, |row| {
-            stamp(row, Some((RawStatus::Aggregated, reason)));
-            match late_difference(folded, row).filter(|late| *late > 0) {
-                None => FoldedFinalize::Stamped,
-                Some(quantity) => {
-                    row.insert(a::FOLDED_QUANTITY.to_owned(), AttrValue::n(folded));
-                    row.insert(a::LATE_QUANTITY.to_owned(), AttrValue::n(quantity));
-                    row.insert(a::LATE_REASON.to_owned(), AttrValue::s(LATE_USAGE));
-                    FoldedFinalize::Late {
-                        quantity,
-                        recorded_now: true,
-                    }
-                }
-            }
-        });
-        Ok(stamped.unwrap_or(FoldedFinalize::Gone))
+        // The adapter's difference, from the row as read.
+        let late = late_difference(folded, row).filter(|late| *late > 0);
+        let stamp = folded_stamp_update(reason, folded, late, now);
+        Ok(match (self.apply_to(&mut rows, key, &stamp)?, late) {
+            (None, _) => FoldedFinalize::Gone,
+            (Some(_), None) => FoldedFinalize::Stamped,
+            (Some(_), Some(quantity)) => FoldedFinalize::Late {
+                quantity,
+                recorded_now: true,
+            },
+        })
     }
 
     async fn expire_bucket(
         &self,
         bucket: HourBucket,
         reason: &str,
-        _now: DateTime<Utc>,
+        now: DateTime<Utc>,
     ) -> Result<Vec<ExpiredRow>> {
         self.faults.dynamodb("expire_bucket", &self.table)?;
         let mut expired = Vec::new();
-        let still_pending = expire_condition(bucket);
+        let (still_pending, stamp) = (expire_condition(bucket), expire_update(reason, now));
         for item in self.index_items(bucket, None) {
             let Some(key) = row_key(&item) else { continue };
-            let status = Some((RawStatus::AggregationExpired, reason));
-            if let Some(row) = self.update_if(&key, &still_pending, |r| stamp(r, status)) {
+            if let Some(row) = self.update_if(&key, &still_pending, &stamp)? {
                 let quantity = row
                     .get(a::QUANTITY)
                     .and_then(AttrValue::as_n)

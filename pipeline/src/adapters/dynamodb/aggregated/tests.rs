@@ -80,6 +80,137 @@ fn each_condition_renders_as_sent() {
 }
 
 #[test]
+fn each_update_renders_as_sent() {
+    let now: DateTime<Utc> = "2026-11-30T12:00:09Z".parse().unwrap();
+    let stamp = AttrValue::s("2026-11-30T12:00:09.000Z");
+    let r = mark_attempted_update(7, now).render_with(&mark_attempted_condition());
+    assert_eq!(
+        r.expression,
+        "SET attemptedQuantity = :q, submissionAttemptedAt = :now, updatedAt = :now \
+         ADD attemptNumber :one"
+    );
+    assert_eq!(
+        r.condition.as_deref(),
+        Some("attribute_exists(meteringPending)")
+    );
+    assert!(r.names.is_empty());
+    assert_eq!(
+        (&r.values[":q"], &r.values[":now"], &r.values[":one"]),
+        (&AttrValue::n(7), &stamp, &AttrValue::n(1))
+    );
+
+    let r = retract_attempt_update(Some(3), now).render_with(&retract_attempt_condition(7));
+    assert_eq!(
+        r.expression,
+        "SET attemptedQuantity = :prev, updatedAt = :now"
+    );
+    // The condition's `:q` (the quantity marked) and the update's `:prev` side by side.
+    assert_eq!(
+        (&r.values[":q"], &r.values[":prev"]),
+        (&AttrValue::n(7), &AttrValue::n(3))
+    );
+    assert_eq!(
+        retract_attempt_update(None, now).render().expression,
+        "REMOVE attemptedQuantity, submissionAttemptedAt SET updatedAt = :now"
+    );
+
+    let mut outcome = WriteBack {
+        status: AggregatedStatus::Success,
+        reason: None,
+        metering_record_id: None,
+        ttl: None,
+        if_attempt: AttemptCondition::Any,
+    };
+    let base = "REMOVE meteringPending SET meteringStatus = :st, updatedAt = :now, \
+                createdAt = if_not_exists(createdAt, :now)";
+    assert_eq!(write_back_update(&outcome, now).render().expression, base);
+    outcome.reason = Some("r".into());
+    outcome.metering_record_id = Some("id-1".into());
+    outcome.ttl = Some(1_800_000_000);
+    outcome.if_attempt = AttemptCondition::Exactly(Attempt {
+        quantity: 5,
+        number: Some(2),
+    });
+    let r = write_back_update(&outcome, now).render_with(&write_back_condition(outcome.if_attempt));
+    assert_eq!(
+        r.expression,
+        format!("{base}, meteringStatusReason = :r, meteringRecordId = :id, #ttl = :ttl")
+    );
+    assert_eq!(r.names.len(), 1);
+    assert_eq!(r.names["#ttl"], "ttl");
+    let tokens: Vec<_> = r.values.keys().map(String::as_str).collect();
+    assert_eq!(tokens, [":an", ":aq", ":id", ":now", ":r", ":st", ":ttl"]);
+    assert_eq!(r.values[":st"], AttrValue::s("Success"));
+}
+
+#[test]
+fn the_updates_leave_what_the_twin_reads_back() {
+    // put → mark → mark → retract to nothing → write-back, each update applied to the
+    // attributes the previous write left, read back through the adapter's parser.
+    let t = |s: &str| -> DateTime<Utc> { s.parse().unwrap() };
+    let item = AggregatedItem::new(group(), 9, None);
+    let mut attrs = aggregated_put_attrs(&item, t("2026-11-30T11:00:00Z"));
+    let read = |attrs: &Item| aggregated_from_attrs("t", attrs).unwrap();
+    assert_eq!(read(&attrs), item);
+
+    mark_attempted_update(9, t("2026-11-30T12:00:00Z"))
+        .apply(&mut attrs)
+        .unwrap();
+    mark_attempted_update(9, t("2026-11-30T12:05:00.250Z"))
+        .apply(&mut attrs)
+        .unwrap();
+    let marked = read(&attrs);
+    assert_eq!(
+        (marked.attempted_quantity, marked.attempt_number),
+        (Some(9), Some(2))
+    );
+    // Stored as the audit timestamp: to the millisecond.
+    assert_eq!(
+        marked.submission_attempted_at,
+        Some(t("2026-11-30T12:05:00.250Z"))
+    );
+
+    retract_attempt_update(None, t("2026-11-30T12:06:00Z"))
+        .apply(&mut attrs)
+        .unwrap();
+    let retracted = read(&attrs);
+    assert_eq!(
+        (
+            retracted.attempted_quantity,
+            retracted.submission_attempted_at
+        ),
+        (None, None)
+    );
+    // The number stays: the next mark is the third.
+    assert_eq!(retracted.attempt_number, Some(2));
+
+    let outcome = WriteBack {
+        status: AggregatedStatus::Success,
+        reason: None,
+        metering_record_id: Some("id-1".into()),
+        ttl: Some(42),
+        if_attempt: AttemptCondition::Any,
+    };
+    write_back_update(&outcome, t("2026-11-30T12:07:00Z"))
+        .apply(&mut attrs)
+        .unwrap();
+    let written = read(&attrs);
+    assert!(!written.pending);
+    assert_eq!(written.status, Some(AggregatedStatus::Success));
+    assert_eq!(written.metering_record_id.as_deref(), Some("id-1"));
+    assert_eq!(attrs[a::TTL], AttrValue::n(42));
+    // The put's createdAt is kept.
+    assert_eq!(
+        attrs[a::CREATED_AT],
+        AttrValue::s("2026-11-30T11:00:00.000Z")
+    );
+    assert_eq!(
+        attrs[a::UPDATED_AT],
+        AttrValue::s("2026-11-30T12:07:00.000Z")
+    );
+}
+
+#[test]
 fn no_update_condition_holds_without_a_record() {
     // The memory twin never creates a record from an update: DynamoDB would not either.
     let attempt = Attempt {
