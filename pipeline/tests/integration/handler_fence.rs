@@ -8,6 +8,7 @@ use awsmp_aws::deprovisioning::Deprovisioning;
 use awsmp_aws::watermark::WatermarkStore;
 use awsmp_contract::keys::GroupKey;
 use awsmp_contract::metrics;
+use awsmp_contract::time::deprovisioning_flush_buckets;
 use awsmp_pipeline::handlers::discoverer::{DiscovererInput, discover};
 use handler_support::*;
 
@@ -159,10 +160,19 @@ async fn the_deprovisioning_flush_takes_the_current_hour_only_once_the_consumer_
 
     // WHEN the flush runs, THEN only the closed hour goes out: the current one is still being
     // written by the lagging consumer
-    discover(&w.svc, DiscovererInput::FlushDeprovisioning)
+    let out = discover(&w.svc, DiscovererInput::FlushDeprovisioning)
         .await
         .unwrap();
     assert_eq!(enqueued(&w.mem.deprovision_queue), [work_group()]);
+    // AND the run reports every hour of the license it examined, the current one fenced
+    let examined = deprovisioning_flush_buckets(
+        at("2026-11-30T12:36:00Z"),
+        at("2026-11-30T12:55:00Z"),
+        &w.svc.config.time,
+    )
+    .len();
+    assert!(examined > 1, "{examined}");
+    assert_eq!((out.buckets, out.buckets_fenced), (examined, 1));
 
     // WHEN the shard is applied past the flush instant (expiry − 20 min) plus the margin,
     // THEN the current hour goes too
@@ -170,10 +180,11 @@ async fn the_deprovisioning_flush_takes_the_current_hour_only_once_the_consumer_
         .advance(STREAM, "shardId-0", at("2026-11-30T12:37:00Z"))
         .await
         .unwrap();
-    discover(&w.svc, DiscovererInput::FlushDeprovisioning)
+    let out = discover(&w.svc, DiscovererInput::FlushDeprovisioning)
         .await
         .unwrap();
     assert!(enqueued(&w.mem.deprovision_queue).contains(&current));
+    assert_eq!((out.buckets, out.buckets_fenced), (examined, 0));
 }
 
 #[tokio::test]
