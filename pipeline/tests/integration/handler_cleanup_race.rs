@@ -54,7 +54,8 @@ async fn a_row_that_grew_before_cleanup_records_the_difference_as_late_usage() {
     let messages = w.mem.cleanup_queue.take();
     assert_eq!(messages.len(), 1);
     for _ in 0..2 {
-        cleanup(&w.svc, &messages[0]).await.unwrap();
+        // Each run finalizes both rows, the grown one too (as late usage), and says so.
+        assert_eq!(cleanup(&w.svc, &messages[0]).await.unwrap(), 2);
     }
 
     // THEN the untouched row is Aggregated; the grown one keeps what was billed apart from

@@ -171,3 +171,25 @@ fn a_scheduled_event_without_the_constant_input_is_refused() {
         DiscovererInput::Meter { hour_offset: 2 }
     );
 }
+
+#[tokio::test]
+async fn an_ageout_shard_with_nothing_past_the_window_reports_no_expiry() {
+    // GIVEN pending rows only inside the window (two hours back)
+    let w = World::at(NOW);
+    let recent = group(DIMENSION, "2026-11-30T10");
+    w.put_rows(&recent, &[(1, 5)]);
+
+    // WHEN age-out shard 0 runs
+    let out = discover(&w.svc, input("eventbridge-ageout-input.json"))
+        .await
+        .unwrap();
+
+    // THEN nothing is expired, and no aggregation-expired datum is emitted (not even a zero)
+    assert_eq!((out.rows_expired, out.quantity_expired), (0, 0));
+    assert!(is_pending(&w.row(&recent, 1)));
+    assert!(
+        w.metrics
+            .points(metrics::USAGE_AGGREGATION_EXPIRED.name())
+            .is_empty()
+    );
+}

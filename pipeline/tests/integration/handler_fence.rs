@@ -8,6 +8,7 @@ use awsmp_aws::deprovisioning::Deprovisioning;
 use awsmp_aws::watermark::WatermarkStore;
 use awsmp_contract::keys::GroupKey;
 use awsmp_contract::metrics;
+use awsmp_contract::time::deprovisioning_flush_buckets;
 use awsmp_pipeline::handlers::discoverer::{DiscovererInput, discover};
 use handler_support::*;
 
@@ -159,10 +160,19 @@ async fn the_deprovisioning_flush_takes_the_current_hour_only_once_the_consumer_
 
     // WHEN the flush runs, THEN only the closed hour goes out: the current one is still being
     // written by the lagging consumer
-    discover(&w.svc, DiscovererInput::FlushDeprovisioning)
+    let out = discover(&w.svc, DiscovererInput::FlushDeprovisioning)
         .await
         .unwrap();
     assert_eq!(enqueued(&w.mem.deprovision_queue), [work_group()]);
+    // AND the run reports every hour of the license it examined, the current one fenced
+    let examined = deprovisioning_flush_buckets(
+        at("2026-11-30T12:36:00Z"),
+        at("2026-11-30T12:55:00Z"),
+        &w.svc.config.time,
+    )
+    .len();
+    assert!(examined > 1, "{examined}");
+    assert_eq!((out.buckets, out.buckets_fenced), (examined, 1));
 
     // WHEN the shard is applied past the flush instant (expiry − 20 min) plus the margin,
     // THEN the current hour goes too
@@ -170,10 +180,11 @@ async fn the_deprovisioning_flush_takes_the_current_hour_only_once_the_consumer_
         .advance(STREAM, "shardId-0", at("2026-11-30T12:37:00Z"))
         .await
         .unwrap();
-    discover(&w.svc, DiscovererInput::FlushDeprovisioning)
+    let out = discover(&w.svc, DiscovererInput::FlushDeprovisioning)
         .await
         .unwrap();
     assert!(enqueued(&w.mem.deprovision_queue).contains(&current));
+    assert_eq!((out.buckets, out.buckets_fenced), (examined, 0));
 }
 
 #[tokio::test]
@@ -215,4 +226,34 @@ async fn a_watermark_table_without_the_usage_stream_is_a_configuration_error() {
         "{err}"
     );
     assert!(w.mem.work_queue.messages().is_empty());
+}
+
+#[tokio::test]
+async fn the_stall_alarm_fires_only_once_the_lag_is_past_fifteen_minutes() {
+    // GIVEN the only shard applied up to 12:00
+    let w = fenced_world("2026-11-30T12:15:00Z");
+    w.mem
+        .watermarks
+        .advance(STREAM, "shardId-0", at("2026-11-30T12:00:00Z"))
+        .await
+        .unwrap();
+
+    // WHEN the discoverer runs at 12:15:00, a lag of exactly 15 minutes
+    discover(&w.svc, METER).await.unwrap();
+
+    // THEN the lag is at the bound, not past it: no alarm
+    assert_eq!(
+        w.metrics.total(metrics::INGEST_WATERMARK_STALLED.name()),
+        0.0
+    );
+
+    // WHEN it runs again a second later
+    w.clock.set(at("2026-11-30T12:15:01Z"));
+    discover(&w.svc, METER).await.unwrap();
+
+    // THEN the alarm metric fires
+    assert_eq!(
+        w.metrics.total(metrics::INGEST_WATERMARK_STALLED.name()),
+        1.0
+    );
 }
