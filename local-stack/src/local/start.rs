@@ -59,43 +59,44 @@ pub(super) async fn start_missing(
     state.save(paths)?;
     for i in 0..state.services.len() {
         if let Err(first) = procs::wait_listening(&state.services[i], START_TIMEOUT).await {
-            // One fresh start on a fresh port: a process that never bound (a port taken between
-            // choosing and binding it, or a start stalled on a loaded machine) gets a second
-            // chance before `up` fails; the first failure is reported either way.
-            eprintln!("{first:#}\nstarting it again on a fresh port");
-            restart_on_fresh_port(paths, state, i, catalog).await?;
+            // One fresh start: a process that never bound (a port taken between choosing and
+            // binding it, or a start stalled on a loaded machine) gets a second chance before
+            // `up` fails; the first failure is reported either way.
+            eprintln!(
+                "{first:#}\nstarting it again (on its own port if that is free, else a fresh one)"
+            );
+            restart_service(paths, state, i, catalog).await?;
         }
     }
     // Something else may have taken a port in the instant between choosing and binding it:
     // then our process has exited even though the port answers. Such a service starts again
-    // on a fresh port; a stack with a dead service is never handed out.
+    // (on a fresh port when its own is still held); a stack with a dead service is never
+    // handed out.
     tokio::time::sleep(Duration::from_millis(200)).await;
     for i in 0..state.services.len() {
         let s = &state.services[i];
         if !procs::is_alive(s) {
             eprintln!(
-                "{} exited after start (port {} taken?); see {}\nstarting it again on a fresh port",
+                "{} exited after start (port {} taken?); see {}\nstarting it again (on its own port if that is free, else a fresh one)",
                 s.name,
                 s.port,
                 s.log.display()
             );
-            restart_on_fresh_port(paths, state, i, catalog).await?;
+            restart_service(paths, state, i, catalog).await?;
         }
     }
     Ok(())
 }
 
-/// Stop service `i` and start it again on a port just handed out by the kernel; fail unless it
-/// listens and stays up.
-async fn restart_on_fresh_port(
-    paths: &Paths,
-    state: &mut State,
-    i: usize,
-    catalog: &Path,
-) -> Result<()> {
+/// Stop service `i` and start it again: on its own port when that is free again (a start that
+/// only stalled, on a loaded machine: the env file already names that port, and a load run
+/// checks that its services stay where the env file says), else on a port just handed out by
+/// the kernel (something else holds it); fail unless it listens and stays up.
+async fn restart_service(paths: &Paths, state: &mut State, i: usize, catalog: &Path) -> Result<()> {
     let failed = state.services[i].clone();
     procs::stop(&failed)?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+    let port = std::net::TcpListener::bind(("127.0.0.1", failed.port))
+        .or_else(|_| std::net::TcpListener::bind("127.0.0.1:0"))?
         .local_addr()?
         .port();
     let spawned = start_service(
