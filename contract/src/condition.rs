@@ -15,7 +15,7 @@
 mod eval;
 pub(crate) use eval::{Decimal, parse_number};
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::collections::BTreeMap;
 

@@ -1,13 +1,15 @@
 use super::*;
 
-fn item(pairs: &[(&str, AttrValue)]) -> Item {
+/// An item of these attributes (the update tests build theirs the same way).
+pub(crate) fn item(pairs: &[(&str, AttrValue)]) -> Item {
     pairs
         .iter()
         .map(|(k, v)| ((*k).to_owned(), v.clone()))
         .collect()
 }
 
-fn a(name: &str) -> Attr {
+/// The attribute `name`, written bare.
+pub(crate) fn a(name: &str) -> Attr {
     Attr::bare(name)
 }
 

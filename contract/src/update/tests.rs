@@ -1,17 +1,7 @@
 use super::*;
 use crate::condition::Cmp;
+use crate::condition::tests::{a, item};
 use proptest::prelude::*;
-
-fn item(pairs: &[(&str, AttrValue)]) -> Item {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), v.clone()))
-        .collect()
-}
-
-fn a(name: &str) -> Attr {
-    Attr::bare(name)
-}
 
 #[test]
 fn clauses_render_once_each_in_the_order_first_used() {

@@ -18,115 +18,104 @@ fn world(drain_after: Duration) -> (std::sync::Arc<World>, GroupKey, GroupKey) {
     (world, a, b)
 }
 
+/// Run `check` on [`world`]'s world, group and other group, inside the current-thread runtime
+/// and local set a world needs (its interleaver is a local task).
+fn with_world(drain_after: Duration, check: impl FnOnce(&World, GroupKey, GroupKey)) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime builds");
+    tokio::task::LocalSet::new().block_on(&runtime, async {
+        let (w, a, b) = world(drain_after);
+        check(&w, a, b);
+    });
+}
+
 fn fail_at(w: &World, at: DateTime<Utc>, stage: Step, held: Held) {
     lock(&w.truth)
         .stage_failures
         .push(StageFailure { at, stage, held });
 }
 
-#[tokio::test(flavor = "current_thread", start_paused = true)]
-async fn a_window_closed_under_faults_with_nothing_failed_on_its_path_excuses_nothing() {
-    let local = tokio::task::LocalSet::new();
-    local
-        .run_until(async {
-            let (w, a, _) = world(Duration::hours(6));
-            assert!(hour_close(&w, a.hour) < w.clock.now() + Duration::hours(6));
-            assert_eq!(window_cause(&w, &a), None, "no failure recorded");
-        })
-        .await;
+#[test]
+fn a_window_closed_under_faults_with_nothing_failed_on_its_path_excuses_nothing() {
+    with_world(Duration::hours(6), |w, a, _| {
+        assert!(hour_close(w, a.hour) < w.clock.now() + Duration::hours(6));
+        assert_eq!(window_cause(w, &a), None, "no failure recorded");
+    });
 }
 
-#[tokio::test(flavor = "current_thread", start_paused = true)]
-async fn a_failure_on_the_groups_path_while_its_window_was_open_is_the_cause() {
-    let local = tokio::task::LocalSet::new();
-    local
-        .run_until(async {
-            let (w, a, b) = world(Duration::hours(6));
-            let open = a.hour.start() + Duration::minutes(70);
-            // An aggregator message of another group failed: not this group's cause.
-            fail_at(&w, open, Step::Aggregate, Held::Groups([b.clone()].into()));
-            assert_eq!(window_cause(&w, &a), None);
-            assert_eq!(
-                window_cause(&w, &b),
-                Some(Cause::StageFailed(Step::Aggregate))
-            );
-            // A consumer lane failing holds the fence for every group.
-            fail_at(&w, open, Step::ConsumerBatch, Held::Every);
-            assert_eq!(
-                window_cause(&w, &a),
-                Some(Cause::StageFailed(Step::ConsumerBatch))
-            );
-        })
-        .await;
+#[test]
+fn a_failure_on_the_groups_path_while_its_window_was_open_is_the_cause() {
+    with_world(Duration::hours(6), |w, a, b| {
+        let open = a.hour.start() + Duration::minutes(70);
+        // An aggregator message of another group failed: not this group's cause.
+        fail_at(w, open, Step::Aggregate, Held::Groups([b.clone()].into()));
+        assert_eq!(window_cause(w, &a), None);
+        assert_eq!(
+            window_cause(w, &b),
+            Some(Cause::StageFailed(Step::Aggregate))
+        );
+        // A consumer lane failing holds the fence for every group.
+        fail_at(w, open, Step::ConsumerBatch, Held::Every);
+        assert_eq!(
+            window_cause(w, &a),
+            Some(Cause::StageFailed(Step::ConsumerBatch))
+        );
+    });
 }
 
-#[tokio::test(flavor = "current_thread", start_paused = true)]
-async fn a_failed_meter_run_holds_back_only_the_hour_it_targeted() {
-    let local = tokio::task::LocalSet::new();
-    local
-        .run_until(async {
-            let (w, a, _) = world(Duration::hours(6));
-            let open = a.hour.start() + Duration::minutes(70);
-            // A meter run of another hour failed: not this hour's cause; of this hour, it is.
-            fail_at(&w, open, Step::Discover, Held::Hour(a.hour.minus_hours(1)));
-            assert_eq!(window_cause(&w, &a), None);
-            fail_at(&w, open, Step::Discover, Held::Hour(a.hour));
-            assert_eq!(
-                window_cause(&w, &a),
-                Some(Cause::StageFailed(Step::Discover))
-            );
-        })
-        .await;
+#[test]
+fn a_failed_meter_run_holds_back_only_the_hour_it_targeted() {
+    with_world(Duration::hours(6), |w, a, _| {
+        let open = a.hour.start() + Duration::minutes(70);
+        // A meter run of another hour failed: not this hour's cause; of this hour, it is.
+        fail_at(w, open, Step::Discover, Held::Hour(a.hour.minus_hours(1)));
+        assert_eq!(window_cause(w, &a), None);
+        fail_at(w, open, Step::Discover, Held::Hour(a.hour));
+        assert_eq!(
+            window_cause(w, &a),
+            Some(Cause::StageFailed(Step::Discover))
+        );
+    });
 }
 
-#[tokio::test(flavor = "current_thread", start_paused = true)]
-async fn a_failure_outside_the_hours_window_is_not_its_cause() {
-    let local = tokio::task::LocalSet::new();
-    local
-        .run_until(async {
-            let (w, a, _) = world(Duration::hours(6));
-            let close = hour_close(&w, a.hour);
-            // While the hour is still open its processing has not begun.
-            fail_at(
-                &w,
-                a.hour.start() + Duration::minutes(30),
-                Step::Submit,
-                Held::Every,
-            );
-            fail_at(
-                &w,
-                a.hour.start() - Duration::seconds(1),
-                Step::Submit,
-                Held::Every,
-            );
-            fail_at(&w, close, Step::Submit, Held::Every);
-            fail_at(
-                &w,
-                close + Duration::minutes(5),
-                Step::Discover,
-                Held::Every,
-            );
-            assert_eq!(window_cause(&w, &a), None);
-        })
-        .await;
+#[test]
+fn a_failure_outside_the_hours_window_is_not_its_cause() {
+    with_world(Duration::hours(6), |w, a, _| {
+        let close = hour_close(w, a.hour);
+        // While the hour is still open its processing has not begun.
+        fail_at(
+            w,
+            a.hour.start() + Duration::minutes(30),
+            Step::Submit,
+            Held::Every,
+        );
+        fail_at(
+            w,
+            a.hour.start() - Duration::seconds(1),
+            Step::Submit,
+            Held::Every,
+        );
+        fail_at(w, close, Step::Submit, Held::Every);
+        fail_at(w, close + Duration::minutes(5), Step::Discover, Held::Every);
+        assert_eq!(window_cause(w, &a), None);
+    });
 }
 
-#[tokio::test(flavor = "current_thread", start_paused = true)]
-async fn an_hour_that_closes_once_the_drain_has_run_two_rounds_has_no_cause() {
-    let local = tokio::task::LocalSet::new();
-    local
-        .run_until(async {
-            let (w, a, _) = world(Duration::minutes(10));
-            fail_at(
-                &w,
-                a.hour.start() + Duration::minutes(70),
-                Step::Submit,
-                Held::Every,
-            );
-            assert!(hour_close(&w, a.hour) >= w.clock.now() + Duration::minutes(10) + DRAIN_LEAD);
-            assert_eq!(window_cause(&w, &a), None);
-        })
-        .await;
+#[test]
+fn an_hour_that_closes_once_the_drain_has_run_two_rounds_has_no_cause() {
+    with_world(Duration::minutes(10), |w, a, _| {
+        fail_at(
+            w,
+            a.hour.start() + Duration::minutes(70),
+            Step::Submit,
+            Held::Every,
+        );
+        assert!(hour_close(w, a.hour) >= w.clock.now() + Duration::minutes(10) + DRAIN_LEAD);
+        assert_eq!(window_cause(w, &a), None);
+    });
 }
 
 #[test]
