@@ -144,12 +144,87 @@ pub fn is_listening(port: u16) -> bool {
     .is_ok()
 }
 
-/// Wait until the service accepts connections; fail early (with its log) if it died.
+/// Inodes of the sockets listening on `port` on any local address (`/proc/net/tcp` and
+/// `tcp6`: `local_address` is `ADDR:PORT` in hex, `st` 0A is LISTEN). `None` when neither
+/// table can be read.
+fn listening_inodes(port: u16) -> Option<Vec<u64>> {
+    let mut read_any = false;
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        read_any = true;
+        for line in text.lines().skip(1) {
+            // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(st), Some(inode)) =
+                (fields.get(1), fields.get(3), fields.get(9))
+            else {
+                continue;
+            };
+            let local_port = local
+                .rsplit_once(':')
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+            if *st == "0A"
+                && local_port == Some(port)
+                && let Ok(inode) = inode.parse()
+            {
+                inodes.push(inode);
+            }
+        }
+    }
+    read_any.then_some(inodes)
+}
+
+/// The process group of `pid` (`/proc/PID/stat`'s fifth field).
+fn process_group(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// Whether the socket listening on the service's port is held by a process of its own group
+/// (the service, or a child it forked to serve). Something else answers connections there too
+/// when it took the port in the instant between `up` choosing it and the service binding it,
+/// and then the service fails to bind and exits, seconds later for a Python emulator on a
+/// loaded machine; a request sent meanwhile reaches the wrong server. True when `/proc` cannot
+/// tell.
+fn holds_listener(s: &ServiceState) -> bool {
+    let Some(inodes) = listening_inodes(s.port) else {
+        return true;
+    };
+    let sockets: Vec<PathBuf> = inodes
+        .iter()
+        .map(|i| PathBuf::from(format!("socket:[{i}]")))
+        .collect();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    procs
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| process_group(*pid) == Some(s.pid))
+        .any(|pid| {
+            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+                fds.flatten()
+                    .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                    .any(|target| sockets.contains(&target))
+            })
+        })
+}
+
+/// Wait until the service itself accepts connections (not another process on its port); fail
+/// early (with its log) if it died.
 pub async fn wait_listening(s: &ServiceState, timeout: Duration) -> Result<()> {
     let deadline = Instant::now() + timeout;
+    let mut foreign = false;
     loop {
         if is_listening(s.port) {
-            return Ok(());
+            if holds_listener(s) {
+                return Ok(());
+            }
+            foreign = true;
         }
         if !is_alive(s) || Instant::now() > deadline {
             let log = std::fs::read_to_string(&s.log).unwrap_or_default();
@@ -158,10 +233,16 @@ pub async fn wait_listening(s: &ServiceState, timeout: Duration) -> Result<()> {
                 "{} did not start listening on 127.0.0.1:{} ({}); log {}:\n{}",
                 s.name,
                 s.port,
-                if is_alive(s) {
-                    format!("timed out after {timeout:?}; {}", process_state(s.pid))
-                } else {
-                    "process exited".to_owned()
+                match (is_alive(s), foreign) {
+                    (true, false) =>
+                        format!("timed out after {timeout:?}; {}", process_state(s.pid)),
+                    (true, true) => format!(
+                        "timed out after {timeout:?}, another process listens on the port; {}",
+                        process_state(s.pid)
+                    ),
+                    (false, false) => "process exited".to_owned(),
+                    (false, true) =>
+                        "process exited, another process listens on the port".to_owned(),
                 },
                 s.log.display(),
                 tail.into_iter().rev().collect::<Vec<_>>().join("\n")
@@ -209,6 +290,48 @@ mod tests {
         );
         assert!(stop(&sleeper).unwrap(), "it was running");
         assert!(!is_alive(&sleeper));
+    }
+
+    #[tokio::test]
+    async fn a_port_another_process_listens_on_is_not_the_service_listening() {
+        let dir = tempfile::tempdir().unwrap();
+        // The port taken between choosing and binding it: this test process listens there.
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let sleeper = spawn(
+            "sleeper",
+            port,
+            Path::new("sleep"),
+            &["30".to_owned()],
+            &dir.path().join("sleeper.log"),
+        )
+        .unwrap()
+        .state;
+        let err = wait_listening(&sleeper, Duration::from_millis(500))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("another process listens on the port"), "{err}");
+        stop(&sleeper).unwrap();
+        // Once it is the service that listens, the wait ends.
+        drop(taken);
+        let script = format!(
+            "import socket, time\ns = socket.socket()\ns.bind(('127.0.0.1', {port}))\ns.listen()\ntime.sleep(30)"
+        );
+        let server = spawn(
+            "server",
+            port,
+            Path::new("python3"),
+            &["-c".to_owned(), script],
+            &dir.path().join("server.log"),
+        )
+        .unwrap()
+        .state;
+        wait_listening(&server, Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert!(holds_listener(&server));
+        stop(&server).unwrap();
     }
 
     #[tokio::test]
