@@ -193,3 +193,57 @@ async fn a_collapsed_sum_re_recorded_after_a_hand_back_is_billed_once_by_its_seq
     );
     assert!(stores.dedup.is_empty(), "no per-id claim: sequences only");
 }
+
+/// The duplicates a batch dropped, by how each was recognised: one `DedupHit` point per kind
+/// that had any (a batch with none emits none), and their sum in the batch's report.
+#[tokio::test]
+async fn dedup_hits_are_reported_by_kind_and_a_clean_batch_reports_none() {
+    let pk = partition_key(ARN, "210987654321", "api");
+    let stores = MemoryStores::new();
+    let consumer = stores.consumer(Settings::default(), Arc::new(FixedClock::new(at())));
+    let first = event(&[
+        kinesis_record(STREAM, SHARD, "1", &pk, at(), payload("order-1", 5)),
+        kinesis_record(STREAM, SHARD, "2", &pk, at(), payload(&generated(1), 2)),
+    ]);
+    let (response, report) = consumer.process(first).await;
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(report.dedup_hits, 0);
+    assert!(
+        consumer.metrics.points("DedupHit").is_empty(),
+        "nothing dropped, nothing reported"
+    );
+
+    // order-1 claimed by record 1, order-2 twice in this record, sequence 1 applied by record 2.
+    let events = [
+        payload("order-1", 5),
+        payload("order-2", 7),
+        payload("order-2", 7),
+        payload(&generated(1), 2),
+        payload(&generated(2), 3),
+    ];
+    let agg = encode_aggregated(events.iter().map(|p| (pk.as_str(), None, &p[..])));
+    let second = event(&[kinesis_record(STREAM, SHARD, "3", &pk, at(), agg.to_vec())]);
+    let (response, report) = consumer.process(second).await;
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(
+        stores.rows.quantities().values().sum::<u64>(),
+        5 + 2 + 7 + 3
+    );
+    assert_eq!(report.dedup_hits, 3);
+    let mut by_kind: Vec<(String, f64)> = consumer
+        .metrics
+        .points("DedupHit")
+        .iter()
+        .map(|p| {
+            (
+                p["DedupKind"].as_str().unwrap().to_owned(),
+                p["DedupHit"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    by_kind.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        by_kind,
+        [("IdClaim".to_owned(), 2.0), ("Sequence".to_owned(), 1.0)]
+    );
+}
