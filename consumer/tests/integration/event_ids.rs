@@ -247,3 +247,56 @@ async fn dedup_hits_are_reported_by_kind_and_a_clean_batch_reports_none() {
         [("IdClaim".to_owned(), 2.0), ("Sequence".to_owned(), 1.0)]
     );
 }
+
+/// A lane's state lives for the dedup window (48 hours by default): within it a sequence is
+/// applied once, past it the lane starts again (the item's TTL may not have removed it yet).
+/// Every write of a lane moves its version, so a writer holding the version it read before
+/// another claim's write cannot overwrite that claim.
+#[tokio::test]
+async fn a_lane_expires_after_the_dedup_window_and_every_write_moves_its_version() {
+    use awsmp_consumer::ports::DedupStore;
+    let pk = partition_key(ARN, "210987654321", "api");
+    let stores = MemoryStores::new();
+    let at_hours = |h: i64| at() + chrono::Duration::hours(h);
+    let deliver = |hours: i64, record: &str, seq: u64| {
+        let t = at_hours(hours);
+        let p = encode_event(
+            &Event::new(ARN, "210987654321", "api", 1, t).with_event_id(generated(seq)),
+        );
+        let consumer = stores.consumer(Settings::default(), Arc::new(FixedClock::new(t)));
+        let batch = event(&[kinesis_record(STREAM, SHARD, record, &pk, t, p)]);
+        async move {
+            let (response, report) = consumer.process(batch).await;
+            assert!(response.batch_item_failures.is_empty());
+            report.dedup_hits
+        }
+    };
+    let key = awsmp_consumer::domain::dedup::lane_key(
+        &awsmp_contract::event_id::GeneratedId::parse(&generated(1)).unwrap(),
+    );
+    assert_eq!(deliver(0, "1", 1).await, 0);
+    let read = stores.dedup.read_lane(&key).await.unwrap().unwrap();
+    assert_eq!(
+        deliver(47, "2", 1).await,
+        1,
+        "inside the window: a duplicate"
+    );
+    assert_eq!(deliver(47, "3", 2).await, 0);
+    let stale = awsmp_consumer::ports::LaneItem {
+        state: String::new(),
+        ..read.clone()
+    };
+    assert!(
+        !stores
+            .dedup
+            .write_lane(&stale, Some(read.version))
+            .await
+            .unwrap(),
+        "a write on the version read before sequence 2's claim must fail"
+    );
+    assert_eq!(
+        deliver(48 + 47 + 1, "4", 1).await,
+        0,
+        "past the window: new again"
+    );
+}

@@ -210,3 +210,18 @@ fn the_range_cap_closes_the_lowest_gaps_exactly() {
         [Verdict::Duplicate, Verdict::Duplicate, Verdict::New]
     );
 }
+
+/// An owner limit of 0 keeps the newest claim's owners (as 1 does), and an empty claim on an
+/// empty lane is answered with no verdicts.
+#[test]
+fn an_owner_limit_of_zero_keeps_the_newest_claim() {
+    let mut lane = LaneState::default();
+    assert!(lane.claim_keeping(&[], 0).is_empty());
+    lane.claim_keeping(&claims("a", [1]), 0);
+    lane.claim_keeping(&claims("b", [3]), 0);
+    assert_eq!(lane.claim_keeping(&claims("b", [3]), 0), [Verdict::Replay]);
+    assert_eq!(
+        lane.claim_keeping(&claims("a", [1]), 0),
+        [Verdict::Duplicate]
+    );
+}
