@@ -8,7 +8,6 @@ mod contract_usage;
 mod domain_fold;
 mod domain_keys;
 mod domain_submit;
-mod domain_time;
 mod handler_aggregator;
 mod handler_aggregator_overflow;
 mod handler_cleanup;
