@@ -1,4 +1,4 @@
-"""Tests of scripts/bench --against's pairing of benches across the two trees (no cargo needed)."""
+"""Tests of scripts/bench: --against's pairing of benches across the two trees, and its options (no cargo needed)."""
 
 import importlib.util
 from pathlib import Path
@@ -45,3 +45,23 @@ def test_only_picks_the_bench_ids_containing_one_of_its_strings():
     assert not against.selected("record/no_collapse", only)
     assert not against.selected("handler_in_memory/1000", only)
     assert against.selected("handler_in_memory/1000", None)
+
+
+def run_bench(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "bench"), *args], capture_output=True, text=True, timeout=60)
+
+
+def test_help_prints_the_usage_and_runs_nothing():
+    out = run_bench("--help")
+    assert out.returncode == 0, out.stderr
+    assert "scripts/bench --against REV" in out.stdout
+    assert "Compiling" not in out.stderr and "Running" not in out.stderr
+
+
+def test_an_unknown_option_is_refused_before_anything_runs():
+    out = run_bench("--quik")
+    assert out.returncode == 2
+    assert "unrecognized arguments: --quik" in out.stderr
