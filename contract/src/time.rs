@@ -272,15 +272,6 @@ pub fn meter_mode_bucket(
     Ok(runs.then_some(bucket))
 }
 
-/// Meter mode: whether the `hour_offset` target does any work at `now`.
-pub fn meter_mode_should_run(
-    hour_offset: u32,
-    now: DateTime<Utc>,
-    cfg: &TimeConfig,
-) -> Result<bool, DomainError> {
-    meter_mode_bucket(hour_offset, now, cfg).map(|b| b.is_some())
-}
-
 /// Zero-quantity deferral: a group summing to 0 is finalized as `Quantity 0` only at the
 /// oldest processed edge (age ≥ the last meter offset in the window), or from 03:00 on the 1st
 /// for a previous-month bucket (its last chance before the 06:00 cutoff). Earlier, submitting 0

@@ -224,3 +224,60 @@ proptest! {
         }
     }
 }
+
+/// A configuration reads back what it was built with, and each lookback may be exactly the
+/// window (it must reach past every billable hour, no further is required) but not shorter.
+#[test]
+fn a_configuration_reads_back_and_a_lookback_may_equal_the_window() {
+    let cfg = TimeConfig::new(5, 6, 30).unwrap();
+    assert_eq!(
+        (
+            cfg.metering_lock_hours(),
+            cfg.billable_window_hours(),
+            cfg.usage_ttl_days()
+        ),
+        (5, 6, 30)
+    );
+    assert_eq!(TimeConfig::new(1, 24, 0).unwrap().usage_ttl_days(), 0);
+    let day = TimeConfig::default();
+    assert_eq!(
+        day.with_ageout_lookback_hours(24)
+            .unwrap()
+            .ageout_lookback_hours(),
+        24
+    );
+    assert_eq!(
+        day.with_expiry_lookback_hours(24)
+            .unwrap()
+            .expiry_lookback_hours(),
+        24
+    );
+    assert!(day.with_ageout_lookback_hours(23).is_err());
+    assert!(day.with_expiry_lookback_hours(23).is_err());
+    assert_eq!(
+        day.with_expiry_lookback_hours(100)
+            .unwrap()
+            .expiry_lookback_hours(),
+        100
+    );
+}
+
+/// By default the expiry sweep reaches a month of hours back (31 days: a record left pending
+/// by a month of outage is still expired), and without a raw-table TTL the age-out sweep a
+/// leap year's (366 days: rows never disappear on their own).
+#[test]
+fn the_default_sweeps_reach_a_month_and_without_a_ttl_a_year_back() {
+    let now = utc(2028, 6, 15, 12, 30, 0);
+    let current = HourBucket::containing(now);
+    let cfg = TimeConfig::default();
+    let expiry = expiry_buckets(now, &cfg);
+    assert_eq!(expiry.last(), Some(&current.minus_hours(31 * 24)));
+    // 24 to 744 hours back: the hours 1 to 23 back are still billable.
+    assert_eq!(expiry.len(), 31 * 24 - 23);
+    let no_ttl = TimeConfig::new(1, 24, 0).unwrap();
+    let oldest = (0..AGEOUT_SHARDS)
+        .flat_map(|shard| ageout_shard_buckets(shard, now, &no_ttl).unwrap())
+        .min()
+        .unwrap();
+    assert_eq!(oldest, current.minus_hours(366 * 24));
+}
