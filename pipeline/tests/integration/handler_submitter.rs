@@ -396,3 +396,68 @@ async fn a_capped_run_sends_records_never_attempted_then_the_least_recently_atte
         "the most recent attempt waits for the next run"
     );
 }
+
+/// A license in its deprovisioning flush window has every pending record sent, the current
+/// hour's included and beside the per-run cap; another license's current hour waits for its
+/// lock. When the deprovisioning index cannot be read, the run is the ordinary pass.
+#[tokio::test]
+async fn a_deprovisioning_license_is_sent_whole_and_an_unreadable_index_falls_back() {
+    use awsmp_aws::deprovisioning::Deprovisioning;
+    use awsmp_contract::keys::HourBucket;
+    const OTHER: &str =
+        "arn:aws:license-manager::123456789012:license:l-ffffffffffffffffffffffffffffffff";
+    let other = |hour: &str| {
+        GroupKey::new(
+            OTHER,
+            ACCOUNT,
+            DIMENSION,
+            hour.parse::<HourBucket>().unwrap(),
+        )
+    };
+    let current = group(DIMENSION, "2026-11-30T12");
+    let world = || {
+        let w = World::with_config(NOW, config(&[("AWSMP_SUBMITTER_MAX_RECORDS_PER_RUN", "1")]));
+        w.mem.deprovisioning.insert(Deprovisioning {
+            license_arn: LICENSE.into(),
+            customer_aws_account_id: ACCOUNT.into(),
+            expiry: at("2026-11-30T12:15:00Z"),
+        });
+        w.put_aggregated(&current, 4);
+        w.put_aggregated(&work_group(), 5);
+        w.put_aggregated(&other(HOUR), 6);
+        w.put_aggregated(&other("2026-11-30T12"), 7);
+        w
+    };
+    let billed = |w: &World| {
+        let mut groups: Vec<GroupKey> = w
+            .mem
+            .metering
+            .ledger()
+            .iter()
+            .map(|b| b.group.clone())
+            .collect();
+        groups.sort();
+        groups
+    };
+
+    let w = world();
+    let out = run(&w).await.unwrap();
+    assert_eq!(
+        out.records_read, 3,
+        "both of the license's hours, and the cap's one"
+    );
+    let mut expected = vec![current.clone(), work_group(), other(HOUR)];
+    expected.sort();
+    assert_eq!(billed(&w), expected);
+    assert!(w.aggregated(&other("2026-11-30T12")).pending);
+
+    let w = world();
+    w.mem.deprovisioning.faults.throttle("active", 1);
+    let out = run(&w).await.unwrap();
+    assert_eq!(
+        out.records_read, 1,
+        "the ordinary pass: the oldest hour's first record"
+    );
+    assert_eq!(billed(&w).len(), 1);
+    assert!(w.aggregated(&current).pending, "the current hour waits");
+}
