@@ -67,7 +67,7 @@ pub const WRITE_BACK_RETRY: RetryPolicy =
 /// Write-backs in flight at once (four calls' worth): bounds the run's concurrent writes.
 const MAX_WRITE_BACKS_IN_FLIGHT: usize = 100;
 /// Why a run stopped early when its time budget ran out (not an error: the rest stays pending).
-const BUDGET_SPENT: &str = "time budget spent";
+pub const BUDGET_SPENT: &str = "time budget spent";
 
 /// What one run did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]

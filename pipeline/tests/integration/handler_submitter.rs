@@ -12,7 +12,7 @@ use awsmp_pipeline::PipelineError;
 use awsmp_pipeline::adapters::memory::{CallFault, MemoryAggregatedStore};
 use awsmp_pipeline::handlers::SubmitterDeps;
 use awsmp_pipeline::handlers::submitter::{
-    CALL_RETRY, SubmitterOutput, UNPROCESSED_RETRY, submit, submit_with,
+    BUDGET_SPENT, CALL_RETRY, SubmitterOutput, UNPROCESSED_RETRY, submit, submit_with,
 };
 use awsmp_pipeline::ports::AggregatedItem;
 use awsmp_testkit::faults::{Fault, FaultPlan, Rates};
@@ -460,4 +460,20 @@ async fn a_deprovisioning_license_is_sent_whole_and_an_unreadable_index_falls_ba
     );
     assert_eq!(billed(&w).len(), 1);
     assert!(w.aggregated(&current).pending, "the current hour waits");
+}
+
+/// A run whose time budget is spent before a call sends nothing more: the call's records stay
+/// pending for the next run, and the run ends without an error (the budget is not a fault).
+#[tokio::test]
+async fn a_spent_budget_leaves_the_records_pending_and_is_no_error() {
+    let (w, groups) = backlog(config(&[("AWSMP_SUBMITTER_TIME_BUDGET_SECS", "0")]));
+    let out = run(&w).await.unwrap();
+    assert_eq!((out.calls, out.left_pending), (0, 3));
+    assert_eq!(out.halted.as_deref(), Some(BUDGET_SPENT));
+    assert!(w.mem.metering.ledger().is_empty());
+    assert!(
+        groups
+            .iter()
+            .all(|g| status_of(&w, g) == (true, None, None))
+    );
 }
