@@ -64,10 +64,13 @@ pub enum PipelineError {
     },
     /// The submitter stopped its run: `DisabledApiException` (a whole-region failure) or an
     /// exception that is neither poison nor transient (credentials, permissions).
-    #[error("metering halted by {exception}")]
+    #[error("metering halted by {exception}; {left_pending} records left pending for the next run")]
     MeteringHalted {
         /// The exception name.
         exception: String,
+        /// Records the run read and did not finalize: the halted call's unanswered records and
+        /// every later call's (they stay pending, and the next run sends them).
+        left_pending: usize,
     },
     /// A submitter write-back found its record already finalized with another outcome (expiry's
     /// `NeedsReconciliation` for the very attempt in flight, or some other writer): AWS's answer

@@ -308,6 +308,7 @@ impl Run<'_> {
         {
             return Err(PipelineError::MeteringHalted {
                 exception: halt.clone(),
+                left_pending: out.left_pending,
             });
         }
         if let Some(first) = failures.into_iter().next() {

@@ -257,7 +257,7 @@ async fn a_disabled_api_halts_the_run_and_marks_nothing() {
     w.mem.metering.disable();
     let e = run(&w).await.unwrap_err();
     assert!(
-        matches!(&e, PipelineError::MeteringHalted { exception } if exception == "DisabledApiException"),
+        matches!(&e, PipelineError::MeteringHalted { exception, .. } if exception == "DisabledApiException"),
         "{e}"
     );
     assert!(
@@ -476,4 +476,28 @@ async fn a_spent_budget_leaves_the_records_pending_and_is_no_error() {
             .iter()
             .all(|g| status_of(&w, g) == (true, None, None))
     );
+}
+
+/// A run halted by `DisabledApiException` on its first call (of two: 30 records, 25 a call)
+/// says in its error how many records it left pending: the first call's, unanswered, and the
+/// second call's, never sent.
+#[tokio::test]
+async fn a_halted_run_names_the_records_it_left_pending() {
+    let w = World::with_config(NOW, config(&[]));
+    let groups: Vec<GroupKey> = (0..30).map(|i| group(&format!("d{i}"), HOUR)).collect();
+    for g in &groups {
+        w.put_aggregated(g, 1);
+    }
+    w.mem.metering.disable();
+    let e = run(&w).await.unwrap_err();
+    assert!(
+        matches!(&e, PipelineError::MeteringHalted { exception, left_pending: 30 } if exception == "DisabledApiException"),
+        "{e}"
+    );
+    assert_eq!(
+        e.to_string(),
+        "metering halted by DisabledApiException; 30 records left pending for the next run"
+    );
+    assert_eq!(w.mem.metering.calls(), 1, "the second call is never sent");
+    assert!(groups.iter().all(|g| w.aggregated(g).pending));
 }

@@ -145,7 +145,7 @@ async fn a_documented_whole_region_error_halts_and_marks_nothing() {
         .script([CallFault::Exception("AccessDeniedException".into())]);
     let e = run(&w).await.unwrap_err();
     assert!(
-        matches!(&e, PipelineError::MeteringHalted { exception } if exception == "AccessDeniedException"),
+        matches!(&e, PipelineError::MeteringHalted { exception, .. } if exception == "AccessDeniedException"),
         "{e}"
     );
     for g in &groups {
