@@ -501,3 +501,39 @@ async fn a_halted_run_names_the_records_it_left_pending() {
     assert_eq!(w.mem.metering.calls(), 1, "the second call is never sent");
     assert!(groups.iter().all(|g| w.aggregated(g).pending));
 }
+
+/// BatchMeterUsage answering after a delay (real time: the run's budget is measured on the
+/// wall clock, as Lambda's timeout is).
+struct SlowApi<'a>(
+    &'a dyn awsmp_pipeline::ports::MeteringApi,
+    std::time::Duration,
+);
+
+#[async_trait::async_trait]
+impl awsmp_pipeline::ports::MeteringApi for SlowApi<'_> {
+    async fn batch_meter_usage(
+        &self,
+        kind: &awsmp_pipeline::domain::batch::CallKind,
+        records: &[awsmp_pipeline::domain::batch::SubmitRecord],
+    ) -> Result<awsmp_pipeline::domain::results::ApiResponse, awsmp_pipeline::ports::MeterCallError>
+    {
+        tokio::time::sleep(self.1).await;
+        self.0.batch_meter_usage(kind, records).await
+    }
+}
+
+/// A budget spent while a call's `UnprocessedRecords` wait for their resend: they are not
+/// resent, and stay pending for the next run.
+#[tokio::test]
+async fn unprocessed_records_are_not_resent_past_the_budget() {
+    let (w, groups) = backlog(config(&[("AWSMP_SUBMITTER_TIME_BUDGET_SECS", "1")]));
+    w.mem.metering.script([CallFault::Unprocessed(1)]);
+    let slow = SlowApi(
+        w.mem.metering.as_ref(),
+        std::time::Duration::from_millis(1100),
+    );
+    let out = submit(&w.svc, &slow).await.unwrap();
+    assert_eq!((out.calls, out.left_pending), (1, 1));
+    assert_eq!(out.statuses, statuses(&[("Success", 2)]));
+    assert_eq!(status_of(&w, &groups[2]), (true, None, None));
+}
