@@ -82,7 +82,11 @@ pub fn is_alive(s: &ServiceState) -> bool {
             .iter()
             .zip(&s.args)
             .all(|(a, b)| *a == b.as_bytes());
-    running && ours
+    // Just spawned, the child shows this process's command line until its exec, and none
+    // while the exec replaces its memory.
+    let execing =
+        cmdline.is_empty() || std::fs::read("/proc/self/cmdline").is_ok_and(|own| own == cmdline);
+    running && (ours || execing)
 }
 
 /// Stop a service: SIGTERM to its process group, then SIGKILL if it lingers; wait until its
@@ -256,6 +260,19 @@ pub async fn wait_listening(s: &ServiceState, timeout: Duration) -> Result<()> {
 mod tests {
     use super::*;
 
+    /// `sleep 30` started as the service on `port`, logging into `dir`.
+    fn sleeper(dir: &Path, port: u16) -> ServiceState {
+        spawn(
+            "sleeper",
+            port,
+            Path::new("sleep"),
+            &["30".to_owned()],
+            &dir.join("sleeper.log"),
+        )
+        .unwrap()
+        .state
+    }
+
     #[tokio::test]
     async fn a_start_that_never_listens_times_out_naming_the_process_state() {
         let dir = tempfile::tempdir().unwrap();
@@ -264,15 +281,7 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
-        let sleeper = spawn(
-            "sleeper",
-            port,
-            Path::new("sleep"),
-            &["30".to_owned()],
-            &dir.path().join("sleeper.log"),
-        )
-        .unwrap()
-        .state;
+        let sleeper = sleeper(dir.path(), port);
         // On a loaded machine the child may still be exec'ing `sleep` (state R) when the
         // wait times out; wait until it sleeps so the state asserted below is the one named.
         let asleep = Instant::now() + Duration::from_secs(30);
@@ -298,25 +307,18 @@ mod tests {
         // The port taken between choosing and binding it: this test process listens there.
         let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = taken.local_addr().unwrap().port();
-        let sleeper = spawn(
-            "sleeper",
-            port,
-            Path::new("sleep"),
-            &["30".to_owned()],
-            &dir.path().join("sleeper.log"),
-        )
-        .unwrap()
-        .state;
+        let sleeper = sleeper(dir.path(), port);
         let err = wait_listening(&sleeper, Duration::from_millis(500))
             .await
             .unwrap_err()
             .to_string();
         assert!(err.contains("another process listens on the port"), "{err}");
         stop(&sleeper).unwrap();
-        // Once it is the service that listens, the wait ends.
+        // Once it is the service that listens, the wait ends (binding as servers do, with
+        // SO_REUSEADDR: the wait's own probes of the port left connections in TIME_WAIT).
         drop(taken);
         let script = format!(
-            "import socket, time\ns = socket.socket()\ns.bind(('127.0.0.1', {port}))\ns.listen()\ntime.sleep(30)"
+            "import socket, time\ns = socket.socket()\ns.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind(('127.0.0.1', {port}))\ns.listen()\ntime.sleep(30)"
         );
         let server = spawn(
             "server",

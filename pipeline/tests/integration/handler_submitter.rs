@@ -41,6 +41,19 @@ fn statuses(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
     pairs.iter().map(|(s, n)| ((*s).to_owned(), *n)).collect()
 }
 
+/// The groups the ledger billed, in order.
+fn billed_groups(w: &World) -> Vec<GroupKey> {
+    let mut groups: Vec<GroupKey> = w
+        .mem
+        .metering
+        .ledger()
+        .iter()
+        .map(|b| b.group.clone())
+        .collect();
+    groups.sort();
+    groups
+}
+
 fn status_of(w: &World, g: &GroupKey) -> (bool, Option<AggregatedStatus>, Option<String>) {
     let item = w.aggregated(g);
     (item.pending, item.status, item.status_reason)
@@ -375,13 +388,7 @@ async fn a_capped_run_sends_records_never_attempted_then_the_least_recently_atte
     // THEN it sends the record never sent and the oldest attempt, not the store's first two
     // (which every run of an outage would read again, leaving the third to expire unsent)
     assert_eq!(out.records_read, 2);
-    let billed: Vec<GroupKey> = w
-        .mem
-        .metering
-        .ledger()
-        .iter()
-        .map(|b| b.group.clone())
-        .collect();
+    let billed = billed_groups(&w);
     assert_eq!(billed.len(), 2);
     assert!(
         billed.contains(&users),
@@ -428,17 +435,6 @@ async fn a_deprovisioning_license_is_sent_whole_and_an_unreadable_index_falls_ba
         w.put_aggregated(&other("2026-11-30T12"), 7);
         w
     };
-    let billed = |w: &World| {
-        let mut groups: Vec<GroupKey> = w
-            .mem
-            .metering
-            .ledger()
-            .iter()
-            .map(|b| b.group.clone())
-            .collect();
-        groups.sort();
-        groups
-    };
 
     let w = world();
     let out = run(&w).await.unwrap();
@@ -448,7 +444,7 @@ async fn a_deprovisioning_license_is_sent_whole_and_an_unreadable_index_falls_ba
     );
     let mut expected = vec![current.clone(), work_group(), other(HOUR)];
     expected.sort();
-    assert_eq!(billed(&w), expected);
+    assert_eq!(billed_groups(&w), expected);
     assert!(w.aggregated(&other("2026-11-30T12")).pending);
 
     let w = world();
@@ -458,7 +454,7 @@ async fn a_deprovisioning_license_is_sent_whole_and_an_unreadable_index_falls_ba
         out.records_read, 1,
         "the ordinary pass: the oldest hour's first record"
     );
-    assert_eq!(billed(&w).len(), 1);
+    assert_eq!(billed_groups(&w).len(), 1);
     assert!(w.aggregated(&current).pending, "the current hour waits");
 }
 
