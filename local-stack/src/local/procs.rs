@@ -313,10 +313,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("another process listens on the port"), "{err}");
-        stop(&sleeper).unwrap();
         // Once it is the service that listens, the wait ends (binding as servers do, with
         // SO_REUSEADDR: the wait's own probes of the port left connections in TIME_WAIT).
         drop(taken);
+        stop(&sleeper).unwrap();
         let script = format!(
             "import socket, time\ns = socket.socket()\ns.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind(('127.0.0.1', {port}))\ns.listen()\ntime.sleep(30)"
         );
