@@ -111,6 +111,11 @@ async fn records_unprocessed_in_every_round_stay_pending() {
     assert_eq!((out.calls, out.left_pending), (rounds, 1));
     assert_eq!(status_of(&w, &groups[2]), (true, None, None));
     assert_eq!(
+        w.aggregated(&groups[2]).attempted_quantity,
+        None,
+        "listed unprocessed, so not applied: its attempt mark is taken back"
+    );
+    assert_eq!(
         w.metrics.total(metrics::USAGE_RECORD_UNPROCESSED.name()),
         1.0
     );
@@ -532,4 +537,31 @@ async fn unprocessed_records_are_not_resent_past_the_budget() {
     assert_eq!((out.calls, out.left_pending), (1, 1));
     assert_eq!(out.statuses, statuses(&[("Success", 2)]));
     assert_eq!(status_of(&w, &groups[2]), (true, None, None));
+}
+
+/// A 5xx proves nothing: AWS may have billed the records before it failed. When every send of
+/// a call ends in one, the records stay pending with their attempt marks (expiry must not take
+/// them for never sent, and the next run's answer is recognised as our own).
+#[tokio::test(start_paused = true)]
+async fn records_whose_sends_all_ended_in_a_5xx_keep_their_attempt_marks() {
+    let (w, groups) = backlog(config(&[]));
+    let fault = CallFault::ApplyThenException("InternalServiceErrorException".into());
+    w.mem
+        .metering
+        .script(std::iter::repeat_n(fault, CALL_RETRY.max_attempts as usize));
+    let out = run(&w).await.unwrap();
+    assert_eq!(out.left_pending, 3);
+    assert_eq!(w.mem.metering.ledger().len(), 3, "AWS billed them");
+    for (g, quantity) in groups.iter().zip([10, 20, 30]) {
+        let item = w.aggregated(g);
+        assert!(item.pending);
+        assert_eq!(
+            item.attempted_quantity,
+            Some(quantity),
+            "{g}: the mark stays"
+        );
+    }
+    // The next run's resend is answered as the identical retry it is.
+    let out = run(&w).await.unwrap();
+    assert_eq!(out.statuses, statuses(&[("Success", 3)]));
 }
