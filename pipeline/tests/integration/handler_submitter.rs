@@ -565,3 +565,106 @@ async fn records_whose_sends_all_ended_in_a_5xx_keep_their_attempt_marks() {
     let out = run(&w).await.unwrap();
     assert_eq!(out.statuses, statuses(&[("Success", 3)]));
 }
+
+/// Only a billed record gets the aggregated table's TTL, and only when one is configured: a
+/// record AWS refused stays for the operator, and without a TTL no record expires.
+#[tokio::test]
+async fn only_billed_records_get_the_ttl_and_only_when_one_is_configured() {
+    let (w, groups) = backlog(config(&[]));
+    run(&w).await.unwrap();
+    assert_eq!(w.mem.metering.ledger().len(), 3);
+    assert!(groups.iter().all(|g| w.mem.aggregated.ttl(g).is_none()));
+
+    let (w, groups) = backlog(config(&[("AWSMP_AGGREGATED_USAGE_TABLE_TTL_DAYS", "30")]));
+    w.mem.metering.unsubscribe(ACCOUNT);
+    let out = run(&w).await.unwrap();
+    assert_eq!(out.statuses, statuses(&[("CustomerNotSubscribed", 3)]));
+    assert!(groups.iter().all(|g| w.mem.aggregated.ttl(g).is_none()));
+}
+
+/// The aggregated store, counting the write-backs in flight at once (each takes a millisecond
+/// of the paused clock).
+struct CountingWrites {
+    inner: Arc<MemoryAggregatedStore>,
+    in_flight: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl awsmp_pipeline::ports::AggregatedStore for CountingWrites {
+    async fn put_if_absent(
+        &self,
+        item: &AggregatedItem,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> awsmp_pipeline::Result<bool> {
+        self.inner.put_if_absent(item, now).await
+    }
+    async fn get(&self, group: &GroupKey) -> awsmp_pipeline::Result<Option<AggregatedItem>> {
+        self.inner.get(group).await
+    }
+    async fn pending(
+        &self,
+        bucket: awsmp_contract::keys::HourBucket,
+        license: Option<&str>,
+    ) -> awsmp_pipeline::Result<Vec<AggregatedItem>> {
+        self.inner.pending(bucket, license).await
+    }
+    async fn mark_attempted(
+        &self,
+        group: &GroupKey,
+        quantity: u64,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> awsmp_pipeline::Result<bool> {
+        self.inner.mark_attempted(group, quantity, now).await
+    }
+    async fn retract_attempt(
+        &self,
+        group: &GroupKey,
+        quantity: u64,
+        previous: Option<u64>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> awsmp_pipeline::Result<()> {
+        self.inner
+            .retract_attempt(group, quantity, previous, now)
+            .await
+    }
+    async fn write_back(
+        &self,
+        group: &GroupKey,
+        outcome: &awsmp_pipeline::ports::WriteBack,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> awsmp_pipeline::Result<bool> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now_in_flight = self.in_flight.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(now_in_flight, SeqCst);
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        let written = self.inner.write_back(group, outcome, now).await;
+        self.in_flight.fetch_sub(1, SeqCst);
+        written
+    }
+}
+
+/// A run with more records than write-backs may be in flight (250 records, ten calls, 100
+/// write-backs at most) holds the bound, and every record is written back.
+#[tokio::test(start_paused = true)]
+async fn write_backs_in_flight_stay_bounded() {
+    let w = World::with_config(NOW, config(&[]));
+    let groups: Vec<GroupKey> = (0..250).map(|i| group(&format!("d{i}"), HOUR)).collect();
+    for g in &groups {
+        w.put_aggregated(g, 1);
+    }
+    let store = Arc::new(CountingWrites {
+        inner: w.mem.aggregated.clone(),
+        in_flight: Default::default(),
+        most: Default::default(),
+    });
+    let mut deps = SubmitterDeps::from_services(&w.svc).unwrap();
+    deps.aggregated = store.clone();
+    let out = submit_with(&deps, w.mem.metering.as_ref()).await.unwrap();
+    assert_eq!(out.statuses, statuses(&[("Success", 250)]));
+    let most = store.most.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        (2..=101).contains(&most),
+        "{most} write-backs in flight at once"
+    );
+}
