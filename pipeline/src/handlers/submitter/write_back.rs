@@ -73,9 +73,8 @@ impl Run<'_> {
             let result = write_back(store, &group, &write, now).await;
             (group, status, result)
         });
-        while self.write_backs.len() > MAX_WRITE_BACKS_IN_FLIGHT {
-            self.settle_one().await;
-        }
+        // `settle_one` is false once nothing is in flight: the loop cannot outlive the set.
+        while self.write_backs.len() > MAX_WRITE_BACKS_IN_FLIGHT && self.settle_one().await {}
     }
 
     /// Wait for one background write-back and account for it.
