@@ -73,15 +73,15 @@ impl Run<'_> {
             let result = write_back(store, &group, &write, now).await;
             (group, status, result)
         });
-        // `settle_one` is false once nothing is in flight: the loop cannot outlive the set.
-        while self.write_backs.len() > MAX_WRITE_BACKS_IN_FLIGHT && self.settle_one().await {}
+        while self.write_backs.len() > MAX_WRITE_BACKS_IN_FLIGHT
+            && let Some(joined) = self.write_backs.join_next().await
+        {
+            self.settle(joined);
+        }
     }
 
-    /// Wait for one background write-back and account for it.
-    async fn settle_one(&mut self) -> bool {
-        let Some(joined) = self.write_backs.join_next().await else {
-            return false;
-        };
+    /// Account for one finished background write-back.
+    fn settle(&mut self, joined: Result<WriteBackDone, tokio::task::JoinError>) {
         let (group, status, result) = match joined {
             Ok(done) => done,
             // A write-back task only panics on a bug: surface it as such.
@@ -108,12 +108,13 @@ impl Run<'_> {
                 self.failures.push(e);
             }
         }
-        true
     }
 
     /// Wait for every background write-back.
     pub(super) async fn settle_all(&mut self) {
-        while self.settle_one().await {}
+        while let Some(joined) = self.write_backs.join_next().await {
+            self.settle(joined);
+        }
     }
 }
 
