@@ -668,3 +668,24 @@ async fn write_backs_in_flight_stay_bounded() {
         "{most} write-backs in flight at once"
     );
 }
+
+/// A write-back that fails for good (throttled past its retry policy) fails the run, and its
+/// record stays pending with its attempt mark: the next run resends it and AWS's answer to the
+/// identical retry is written back.
+#[tokio::test(start_paused = true)]
+async fn a_write_back_that_fails_for_good_fails_the_run_and_the_next_run_writes_it() {
+    let (w, groups) = backlog(config(&[]));
+    let attempts = awsmp_pipeline::handlers::submitter::WRITE_BACK_RETRY.max_attempts;
+    w.mem.aggregated.faults.throttle("write_back", 3 * attempts);
+    let e = run(&w).await.unwrap_err();
+    assert!(e.to_string().contains("write_back"), "{e}");
+    assert_eq!(w.mem.metering.ledger().len(), 3, "AWS billed them");
+    for (g, quantity) in groups.iter().zip([10, 20, 30]) {
+        let item = w.aggregated(g);
+        assert!(item.pending, "{g}");
+        assert_eq!(item.attempted_quantity, Some(quantity));
+    }
+    let out = run(&w).await.unwrap();
+    assert_eq!(out.statuses, statuses(&[("Success", 3)]));
+    assert_eq!(w.mem.metering.ledger().len(), 3, "billed once");
+}
