@@ -689,3 +689,60 @@ async fn a_write_back_that_fails_for_good_fails_the_run_and_the_next_run_writes_
     assert_eq!(out.statuses, statuses(&[("Success", 3)]));
     assert_eq!(w.mem.metering.ledger().len(), 3, "billed once");
 }
+
+/// BatchMeterUsage whose record another writer finalizes while the call is out (`Success`
+/// with another `MeteringRecordId`).
+struct FinalizedMeanwhile<'a> {
+    api: &'a dyn awsmp_pipeline::ports::MeteringApi,
+    store: Arc<MemoryAggregatedStore>,
+    group: GroupKey,
+}
+
+#[async_trait::async_trait]
+impl awsmp_pipeline::ports::MeteringApi for FinalizedMeanwhile<'_> {
+    async fn batch_meter_usage(
+        &self,
+        kind: &awsmp_pipeline::domain::batch::CallKind,
+        records: &[awsmp_pipeline::domain::batch::SubmitRecord],
+    ) -> Result<awsmp_pipeline::domain::results::ApiResponse, awsmp_pipeline::ports::MeterCallError>
+    {
+        use awsmp_pipeline::ports::AggregatedStore;
+        let other = awsmp_pipeline::ports::WriteBack {
+            status: AggregatedStatus::Success,
+            reason: None,
+            metering_record_id: Some("someone-elses-record".into()),
+            ttl: None,
+            if_attempt: Default::default(),
+        };
+        let now = at(NOW);
+        assert!(
+            self.store
+                .write_back(&self.group, &other, now)
+                .await
+                .unwrap()
+        );
+        self.api.batch_meter_usage(kind, records).await
+    }
+}
+
+/// A write-back that finds its record finalized by someone else — the same status, another
+/// `MeteringRecordId` — is a conflict, never taken for our own earlier delivery.
+#[tokio::test]
+async fn a_record_finalized_meanwhile_with_another_record_id_is_a_conflict() {
+    let (w, groups) = backlog(config(&[]));
+    let api = FinalizedMeanwhile {
+        api: w.mem.metering.as_ref(),
+        store: w.mem.aggregated.clone(),
+        group: groups[0].clone(),
+    };
+    let e = submit(&w.svc, &api).await.unwrap_err();
+    assert!(
+        matches!(&e, PipelineError::WriteBackConflict { group, .. } if *group == groups[0]),
+        "{e}"
+    );
+    assert_eq!(w.metrics.total(metrics::WRITE_BACK_CONFLICT.name()), 1.0);
+    assert_eq!(
+        w.aggregated(&groups[0]).metering_record_id.as_deref(),
+        Some("someone-elses-record")
+    );
+}
