@@ -10,25 +10,21 @@
 //! cargo test -p awsmp-pipeline --test integration handler_expiry_race:: -- --include-ignored`
 
 use crate::contract_support;
-use crate::handler_support;
+use crate::handler_support::{self, Hooked};
 
 use async_trait::async_trait;
 use awsmp_aws::emf::MetricsSink;
 use awsmp_contract::clock::FixedClock;
-use awsmp_contract::keys::{GroupKey, HourBucket};
+use awsmp_contract::keys::GroupKey;
 use awsmp_contract::metrics;
 use awsmp_contract::status::AggregatedStatus;
 use awsmp_pipeline::PipelineError;
 use awsmp_pipeline::adapters::dynamodb::DynamoDbAggregatedStore;
 use awsmp_pipeline::adapters::memory::{MemoryAggregatedStore, MemoryMeteringApi};
-use awsmp_pipeline::domain::batch::{CallKind, SubmitRecord};
-use awsmp_pipeline::domain::results::ApiResponse;
 use awsmp_pipeline::handlers::expiry::{ATTEMPT_IN_FLIGHT_SECS, ExpiryOutput, expire_with};
 use awsmp_pipeline::handlers::submitter::{SubmitterOutput, submit_with};
 use awsmp_pipeline::handlers::{ExpiryDeps, SubmitterDeps};
-use awsmp_pipeline::ports::{
-    AggregatedItem, AggregatedStore, MeterCallError, MeteringApi, WriteBack,
-};
+use awsmp_pipeline::ports::{AggregatedItem, AggregatedStore, MeteringApi};
 use chrono::{DateTime, Duration, Utc};
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -113,88 +109,41 @@ struct Pauses {
     after_write: Pause,
 }
 
-struct Staged {
-    inner: Arc<dyn AggregatedStore>,
-    pauses: Pauses,
-}
-
 #[async_trait]
-impl AggregatedStore for Staged {
-    async fn put_if_absent(
-        &self,
-        item: &AggregatedItem,
-        now: DateTime<Utc>,
-    ) -> awsmp_pipeline::Result<bool> {
-        self.inner.put_if_absent(item, now).await
+impl handler_support::Hooks for Pauses {
+    async fn before_read(&self) {
+        self.before_read.run().await;
     }
-    async fn get(&self, group: &GroupKey) -> awsmp_pipeline::Result<Option<AggregatedItem>> {
-        self.inner.get(group).await
+    async fn after_found(&self) {
+        self.after_found.run().await;
     }
-    async fn pending(
-        &self,
-        bucket: HourBucket,
-        license: Option<&str>,
-    ) -> awsmp_pipeline::Result<Vec<AggregatedItem>> {
-        self.pauses.before_read.run().await;
-        let found = self.inner.pending(bucket, license).await;
-        if found.as_ref().is_ok_and(|items| !items.is_empty()) {
-            self.pauses.after_found.run().await;
-        }
-        found
+    async fn before_mark(&self) {
+        self.before_mark.run().await;
     }
-    async fn mark_attempted(
-        &self,
-        group: &GroupKey,
-        quantity: u64,
-        now: DateTime<Utc>,
-    ) -> awsmp_pipeline::Result<bool> {
-        self.pauses.before_mark.run().await;
-        let marked = self.inner.mark_attempted(group, quantity, now).await;
-        self.pauses.after_mark.run().await;
-        marked
+    async fn after_mark(&self) {
+        self.after_mark.run().await;
     }
-    async fn retract_attempt(
-        &self,
-        group: &GroupKey,
-        quantity: u64,
-        previous: Option<u64>,
-        now: DateTime<Utc>,
-    ) -> awsmp_pipeline::Result<()> {
-        self.inner
-            .retract_attempt(group, quantity, previous, now)
-            .await
+    async fn before_write(&self) {
+        self.before_write.run().await;
     }
-    async fn write_back(
-        &self,
-        group: &GroupKey,
-        outcome: &WriteBack,
-        now: DateTime<Utc>,
-    ) -> awsmp_pipeline::Result<bool> {
-        self.pauses.before_write.run().await;
-        let written = self.inner.write_back(group, outcome, now).await;
-        self.pauses.after_write.run().await;
-        written
+    async fn after_write(&self) {
+        self.after_write.run().await;
     }
 }
 
 /// `BatchMeterUsage` (the in-memory ledger), pausing around each call.
-struct StagedAws {
-    inner: Arc<MemoryMeteringApi>,
+struct CallPauses {
     before_call: Pause,
     after_call: Pause,
 }
 
 #[async_trait]
-impl MeteringApi for StagedAws {
-    async fn batch_meter_usage(
-        &self,
-        kind: &CallKind,
-        records: &[SubmitRecord],
-    ) -> Result<ApiResponse, MeterCallError> {
+impl handler_support::Hooks for CallPauses {
+    async fn before_call(&self) {
         self.before_call.run().await;
-        let answer = self.inner.batch_meter_usage(kind, records).await;
+    }
+    async fn after_call(&self) {
         self.after_call.run().await;
-        answer
     }
 }
 
@@ -296,9 +245,9 @@ async fn race_at(
     let expiry_metrics = MetricsSink::capture("expiry");
     let submitter_deps = SubmitterDeps {
         config: config.clone(),
-        aggregated: Arc::new(Staged {
+        aggregated: Arc::new(Hooked {
             inner: table.store.clone(),
-            pauses: submitter,
+            hooks: submitter,
         }),
         deprovisioning: None,
         metrics: submitter_metrics.clone(),
@@ -306,17 +255,20 @@ async fn race_at(
     };
     let expiry_deps = ExpiryDeps {
         config,
-        aggregated: Arc::new(Staged {
+        aggregated: Arc::new(Hooked {
             inner: table.store.clone(),
-            pauses: expiry,
+            hooks: expiry,
         }),
         metrics: expiry_metrics.clone(),
         clock: Arc::new(FixedClock::new(expiry_at)),
     };
-    let api = StagedAws {
-        inner: aws.clone(),
-        before_call,
-        after_call,
+    let inner: Arc<dyn MeteringApi> = aws.clone();
+    let api = Hooked {
+        inner,
+        hooks: CallPauses {
+            before_call,
+            after_call,
+        },
     };
     let (submitter, expiry) = tokio::join!(
         submit_with(&submitter_deps, &api),

@@ -14,7 +14,7 @@ use awsmp_pipeline::handlers::SubmitterDeps;
 use awsmp_pipeline::handlers::submitter::{
     BUDGET_SPENT, CALL_RETRY, SubmitterOutput, UNPROCESSED_RETRY, submit, submit_with,
 };
-use awsmp_pipeline::ports::AggregatedItem;
+use awsmp_pipeline::ports::{AggregatedItem, AggregatedStore, MeteringApi};
 use awsmp_testkit::faults::{Fault, FaultPlan, Rates};
 use awsmp_testkit::ports::{Ctx, Faulty};
 use handler_support::*;
@@ -503,23 +503,14 @@ async fn a_halted_run_names_the_records_it_left_pending() {
     assert!(groups.iter().all(|g| w.aggregated(g).pending));
 }
 
-/// BatchMeterUsage answering after a delay (real time: the run's budget is measured on the
+/// `BatchMeterUsage` answering after a delay (real time: the run's budget is measured on the
 /// wall clock, as Lambda's timeout is).
-struct SlowApi<'a>(
-    &'a dyn awsmp_pipeline::ports::MeteringApi,
-    std::time::Duration,
-);
+struct Delay(std::time::Duration);
 
 #[async_trait::async_trait]
-impl awsmp_pipeline::ports::MeteringApi for SlowApi<'_> {
-    async fn batch_meter_usage(
-        &self,
-        kind: &awsmp_pipeline::domain::batch::CallKind,
-        records: &[awsmp_pipeline::domain::batch::SubmitRecord],
-    ) -> Result<awsmp_pipeline::domain::results::ApiResponse, awsmp_pipeline::ports::MeterCallError>
-    {
-        tokio::time::sleep(self.1).await;
-        self.0.batch_meter_usage(kind, records).await
+impl Hooks for Delay {
+    async fn before_call(&self) {
+        tokio::time::sleep(self.0).await;
     }
 }
 
@@ -529,10 +520,10 @@ impl awsmp_pipeline::ports::MeteringApi for SlowApi<'_> {
 async fn unprocessed_records_are_not_resent_past_the_budget() {
     let (w, groups) = backlog(config(&[("AWSMP_SUBMITTER_TIME_BUDGET_SECS", "1")]));
     w.mem.metering.script([CallFault::Unprocessed(1)]);
-    let slow = SlowApi(
-        w.mem.metering.as_ref(),
-        std::time::Duration::from_millis(1100),
-    );
+    let slow = Hooked {
+        inner: w.mem.metering.clone() as Arc<dyn MeteringApi>,
+        hooks: Delay(std::time::Duration::from_millis(1100)),
+    };
     let out = submit(&w.svc, &slow).await.unwrap();
     assert_eq!((out.calls, out.left_pending), (1, 1));
     assert_eq!(out.statuses, statuses(&[("Success", 2)]));
@@ -582,65 +573,23 @@ async fn only_billed_records_get_the_ttl_and_only_when_one_is_configured() {
     assert!(groups.iter().all(|g| w.mem.aggregated.ttl(g).is_none()));
 }
 
-/// The aggregated store, counting the write-backs in flight at once (each takes a millisecond
-/// of the paused clock).
-struct CountingWrites {
-    inner: Arc<MemoryAggregatedStore>,
-    in_flight: std::sync::atomic::AtomicUsize,
+/// Counts the write-backs in flight at once (each takes a millisecond of the paused clock).
+#[derive(Default)]
+struct WritesInFlight {
+    now: std::sync::atomic::AtomicUsize,
     most: std::sync::atomic::AtomicUsize,
 }
 
 #[async_trait::async_trait]
-impl awsmp_pipeline::ports::AggregatedStore for CountingWrites {
-    async fn put_if_absent(
-        &self,
-        item: &AggregatedItem,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> awsmp_pipeline::Result<bool> {
-        self.inner.put_if_absent(item, now).await
-    }
-    async fn get(&self, group: &GroupKey) -> awsmp_pipeline::Result<Option<AggregatedItem>> {
-        self.inner.get(group).await
-    }
-    async fn pending(
-        &self,
-        bucket: awsmp_contract::keys::HourBucket,
-        license: Option<&str>,
-    ) -> awsmp_pipeline::Result<Vec<AggregatedItem>> {
-        self.inner.pending(bucket, license).await
-    }
-    async fn mark_attempted(
-        &self,
-        group: &GroupKey,
-        quantity: u64,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> awsmp_pipeline::Result<bool> {
-        self.inner.mark_attempted(group, quantity, now).await
-    }
-    async fn retract_attempt(
-        &self,
-        group: &GroupKey,
-        quantity: u64,
-        previous: Option<u64>,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> awsmp_pipeline::Result<()> {
-        self.inner
-            .retract_attempt(group, quantity, previous, now)
-            .await
-    }
-    async fn write_back(
-        &self,
-        group: &GroupKey,
-        outcome: &awsmp_pipeline::ports::WriteBack,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> awsmp_pipeline::Result<bool> {
+impl Hooks for WritesInFlight {
+    async fn before_write(&self) {
         use std::sync::atomic::Ordering::SeqCst;
-        let now_in_flight = self.in_flight.fetch_add(1, SeqCst) + 1;
-        self.most.fetch_max(now_in_flight, SeqCst);
+        self.most
+            .fetch_max(self.now.fetch_add(1, SeqCst) + 1, SeqCst);
         tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-        let written = self.inner.write_back(group, outcome, now).await;
-        self.in_flight.fetch_sub(1, SeqCst);
-        written
+    }
+    async fn after_write(&self) {
+        self.now.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -653,16 +602,15 @@ async fn write_backs_in_flight_stay_bounded() {
     for g in &groups {
         w.put_aggregated(g, 1);
     }
-    let store = Arc::new(CountingWrites {
-        inner: w.mem.aggregated.clone(),
-        in_flight: Default::default(),
-        most: Default::default(),
+    let store = Arc::new(Hooked {
+        inner: w.mem.aggregated.clone() as Arc<dyn AggregatedStore>,
+        hooks: WritesInFlight::default(),
     });
     let mut deps = SubmitterDeps::from_services(&w.svc).unwrap();
     deps.aggregated = store.clone();
     let out = submit_with(&deps, w.mem.metering.as_ref()).await.unwrap();
     assert_eq!(out.statuses, statuses(&[("Success", 250)]));
-    let most = store.most.load(std::sync::atomic::Ordering::SeqCst);
+    let most = store.hooks.most.load(std::sync::atomic::Ordering::SeqCst);
     assert!(
         (2..=101).contains(&most),
         "{most} write-backs in flight at once"
@@ -690,23 +638,16 @@ async fn a_write_back_that_fails_for_good_fails_the_run_and_the_next_run_writes_
     assert_eq!(w.mem.metering.ledger().len(), 3, "billed once");
 }
 
-/// BatchMeterUsage whose record another writer finalizes while the call is out (`Success`
-/// with another `MeteringRecordId`).
-struct FinalizedMeanwhile<'a> {
-    api: &'a dyn awsmp_pipeline::ports::MeteringApi,
+/// Another writer finalizing `group` while a `BatchMeterUsage` call is out (`Success` with
+/// another `MeteringRecordId`).
+struct FinalizedMeanwhile {
     store: Arc<MemoryAggregatedStore>,
     group: GroupKey,
 }
 
 #[async_trait::async_trait]
-impl awsmp_pipeline::ports::MeteringApi for FinalizedMeanwhile<'_> {
-    async fn batch_meter_usage(
-        &self,
-        kind: &awsmp_pipeline::domain::batch::CallKind,
-        records: &[awsmp_pipeline::domain::batch::SubmitRecord],
-    ) -> Result<awsmp_pipeline::domain::results::ApiResponse, awsmp_pipeline::ports::MeterCallError>
-    {
-        use awsmp_pipeline::ports::AggregatedStore;
+impl Hooks for FinalizedMeanwhile {
+    async fn before_call(&self) {
         let other = awsmp_pipeline::ports::WriteBack {
             status: AggregatedStatus::Success,
             reason: None,
@@ -714,14 +655,12 @@ impl awsmp_pipeline::ports::MeteringApi for FinalizedMeanwhile<'_> {
             ttl: None,
             if_attempt: Default::default(),
         };
-        let now = at(NOW);
         assert!(
             self.store
-                .write_back(&self.group, &other, now)
+                .write_back(&self.group, &other, at(NOW))
                 .await
                 .unwrap()
         );
-        self.api.batch_meter_usage(kind, records).await
     }
 }
 
@@ -730,10 +669,12 @@ impl awsmp_pipeline::ports::MeteringApi for FinalizedMeanwhile<'_> {
 #[tokio::test]
 async fn a_record_finalized_meanwhile_with_another_record_id_is_a_conflict() {
     let (w, groups) = backlog(config(&[]));
-    let api = FinalizedMeanwhile {
-        api: w.mem.metering.as_ref(),
-        store: w.mem.aggregated.clone(),
-        group: groups[0].clone(),
+    let api = Hooked {
+        inner: w.mem.metering.clone() as Arc<dyn MeteringApi>,
+        hooks: FinalizedMeanwhile {
+            store: w.mem.aggregated.clone(),
+            group: groups[0].clone(),
+        },
     };
     let e = submit(&w.svc, &api).await.unwrap_err();
     assert!(

@@ -10,8 +10,12 @@ use awsmp_contract::keys::{GroupKey, HourBucket, RowKey};
 use awsmp_contract::row::{AttrValue, RawUsageRow, conforming_row};
 use awsmp_pipeline::adapters::memory::MemoryAdapters;
 use awsmp_pipeline::config::Config;
+use awsmp_pipeline::domain::batch::{CallKind, SubmitRecord};
+use awsmp_pipeline::domain::results::ApiResponse;
 use awsmp_pipeline::handlers::Services;
-use awsmp_pipeline::ports::AggregatedItem;
+use awsmp_pipeline::ports::{
+    AggregatedItem, AggregatedStore, MeterCallError, MeteringApi, WriteBack,
+};
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 
@@ -177,4 +181,108 @@ pub fn attr<'r>(row: &'r RawUsageRow, name: &str) -> Option<&'r str> {
 /// Whether a row is still pending.
 pub fn is_pending(row: &RawUsageRow) -> bool {
     row.contains_key(a::METERING_PENDING)
+}
+
+/// What a test runs around the calls of a [`Hooked`] aggregated store or metering API: each
+/// hook does nothing unless a test's type says otherwise.
+#[async_trait::async_trait]
+pub trait Hooks: Send + Sync {
+    /// Before a pending read.
+    async fn before_read(&self) {}
+    /// After a pending read that found a record.
+    async fn after_found(&self) {}
+    /// Before an attempt mark.
+    async fn before_mark(&self) {}
+    /// After an attempt mark.
+    async fn after_mark(&self) {}
+    /// Before a write-back.
+    async fn before_write(&self) {}
+    /// After a write-back.
+    async fn after_write(&self) {}
+    /// Before a `BatchMeterUsage` call.
+    async fn before_call(&self) {}
+    /// After a `BatchMeterUsage` call.
+    async fn after_call(&self) {}
+}
+
+/// An aggregated store (`Hooked<dyn AggregatedStore, _>`) or a metering API
+/// (`Hooked<dyn MeteringApi, _>`) that runs `hooks` around its calls and otherwise is `inner`.
+pub struct Hooked<T: ?Sized, H> {
+    /// The store or API the calls go to.
+    pub inner: Arc<T>,
+    /// What runs around them.
+    pub hooks: H,
+}
+
+#[async_trait::async_trait]
+impl<H: Hooks> AggregatedStore for Hooked<dyn AggregatedStore, H> {
+    async fn put_if_absent(
+        &self,
+        item: &AggregatedItem,
+        now: DateTime<Utc>,
+    ) -> awsmp_pipeline::Result<bool> {
+        self.inner.put_if_absent(item, now).await
+    }
+    async fn get(&self, group: &GroupKey) -> awsmp_pipeline::Result<Option<AggregatedItem>> {
+        self.inner.get(group).await
+    }
+    async fn pending(
+        &self,
+        bucket: HourBucket,
+        license: Option<&str>,
+    ) -> awsmp_pipeline::Result<Vec<AggregatedItem>> {
+        self.hooks.before_read().await;
+        let found = self.inner.pending(bucket, license).await;
+        if found.as_ref().is_ok_and(|items| !items.is_empty()) {
+            self.hooks.after_found().await;
+        }
+        found
+    }
+    async fn mark_attempted(
+        &self,
+        group: &GroupKey,
+        quantity: u64,
+        now: DateTime<Utc>,
+    ) -> awsmp_pipeline::Result<bool> {
+        self.hooks.before_mark().await;
+        let marked = self.inner.mark_attempted(group, quantity, now).await;
+        self.hooks.after_mark().await;
+        marked
+    }
+    async fn retract_attempt(
+        &self,
+        group: &GroupKey,
+        quantity: u64,
+        previous: Option<u64>,
+        now: DateTime<Utc>,
+    ) -> awsmp_pipeline::Result<()> {
+        self.inner
+            .retract_attempt(group, quantity, previous, now)
+            .await
+    }
+    async fn write_back(
+        &self,
+        group: &GroupKey,
+        outcome: &WriteBack,
+        now: DateTime<Utc>,
+    ) -> awsmp_pipeline::Result<bool> {
+        self.hooks.before_write().await;
+        let written = self.inner.write_back(group, outcome, now).await;
+        self.hooks.after_write().await;
+        written
+    }
+}
+
+#[async_trait::async_trait]
+impl<H: Hooks> MeteringApi for Hooked<dyn MeteringApi, H> {
+    async fn batch_meter_usage(
+        &self,
+        kind: &CallKind,
+        records: &[SubmitRecord],
+    ) -> Result<ApiResponse, MeterCallError> {
+        self.hooks.before_call().await;
+        let answer = self.inner.batch_meter_usage(kind, records).await;
+        self.hooks.after_call().await;
+        answer
+    }
 }
